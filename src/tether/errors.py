@@ -1,0 +1,182 @@
+"""tether's errors, in three families.
+
+1. **User mistakes** (`UserError`): a bad spec, a bad database URL, an unknown task.
+   The CLI prints them as one paragraph and exits with code 2 (3 for an unknown task).
+2. **Runtime failures** (`TetherError` and its subclasses that are not user errors):
+   stale leases, illegal transitions, storage faults.
+3. **Signals** that tools raise to steer the loop (`ToolSignal`): `ApprovalRequired`,
+   `RetryLater`, `ToolFailed`.
+
+Cancellation (`TaskCancelled`) derives from `BaseException` so that a tool's
+`except Exception` cannot swallow it.
+
+Every class carries structured fields; its docstring's first line is its default
+message. Driver errors (sqlite3, psycopg) are translated once at the store boundary and
+kept as `__cause__`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TetherError(Exception):
+    """Something went wrong inside tether."""
+
+    def __init__(self, message: str | None = None, **fields: Any) -> None:
+        doc = (type(self).__doc__ or "").strip().splitlines()
+        self.message = message or (doc[0] if doc else type(self).__name__)
+        self.fields = fields
+        super().__init__(self.message)
+
+
+class UserError(TetherError):
+    """The input given to tether is not usable."""
+
+    exit_code = 2
+
+
+# --- user mistakes -------------------------------------------------------------------
+
+
+class SpecError(UserError):
+    """The task spec is not valid."""
+
+    def __init__(self, message: str, *, source: str = "<spec>", problems: list[str] | None = None):
+        self.source = source
+        self.problems = problems or []
+        text = f"{source}: {message}"
+        if self.problems:
+            text += "\n" + "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(text, source=source, problems=self.problems)
+
+
+class StoreConfigError(UserError):
+    """The database URL or file cannot be used."""
+
+
+class StoreUnavailable(UserError):
+    """The database does not answer."""
+
+
+class CorruptDatabase(UserError):
+    """The database file is not a tether database or is damaged."""
+
+
+class SchemaTooNew(UserError):
+    """The database was written by a newer tether."""
+
+    def __init__(self, found: int, supported: int) -> None:
+        super().__init__(
+            f"the database schema is version {found}, but this tether understands up to "
+            f"version {supported}; upgrade tether (pip install -U tether) to open it",
+            found=found,
+            supported=supported,
+        )
+
+
+class TaskNotFound(UserError):
+    """No task with that id."""
+
+    exit_code = 3
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"no task with id {task_id!r}", task_id=task_id)
+
+
+# --- runtime failures ----------------------------------------------------------------
+
+
+class StoreError(TetherError):
+    """The store failed to carry out an operation."""
+
+
+class StaleLease(TetherError):
+    """The lease on this task is no longer ours: another worker owns it now."""
+
+    def __init__(self, task_id: str, token: int, current: int | None) -> None:
+        self.task_id = task_id
+        self.token = token
+        self.current = current
+        super().__init__(
+            f"task {task_id}: commit with fencing token {token} refused, "
+            f"current token is {current}",
+            task_id=task_id,
+            token=token,
+            current=current,
+        )
+
+
+class IllegalTransition(TetherError):
+    """The task cannot move between these states."""
+
+    def __init__(self, task_id: str | None, src: str, dst: str, why: str = "") -> None:
+        self.task_id = task_id
+        self.src = src
+        self.dst = dst
+        msg = f"illegal task transition {src} -> {dst}"
+        if task_id:
+            msg = f"task {task_id}: {msg}"
+        if why:
+            msg += f" ({why})"
+        super().__init__(msg, task_id=task_id, src=src, dst=dst)
+
+
+class LedgerError(TetherError):
+    """The ledger transition is not allowed."""
+
+
+class ConcurrentUpdate(TetherError):
+    """Someone else changed this record since it was read."""
+
+
+class ReplayMismatch(TetherError):
+    """A replayed step does not match the recorded one."""
+
+
+class ModelError(TetherError):
+    """The model provider failed."""
+
+    def __init__(self, message: str, *, transient: bool = False, status: int | None = None):
+        self.transient = transient
+        self.status = status
+        super().__init__(message, transient=transient, status=status)
+
+
+# --- signals tools raise -------------------------------------------------------------
+
+
+class ToolSignal(Exception):
+    """Base of the exceptions a tool raises to steer the loop."""
+
+
+class ToolFailed(ToolSignal):
+    """The tool failed; the message goes back to the model."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        self.retryable = retryable
+        super().__init__(message)
+
+
+class RetryLater(ToolSignal):
+    """The tool cannot run now; try again after a delay."""
+
+    def __init__(self, message: str = "retry later", *, delay: float = 1.0) -> None:
+        self.delay = delay
+        super().__init__(message)
+
+
+class ApprovalRequired(ToolSignal):
+    """The tool needs a human's approval before it runs."""
+
+
+# --- cancellation --------------------------------------------------------------------
+
+
+class TaskCancelled(BaseException):  # noqa: N818 - a signal, not an error
+    """The task was cancelled; unwinds through `except Exception`."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"task {task_id} was cancelled")

@@ -1,0 +1,359 @@
+"""Typed events: one definition per event type, serialized as JSON with a schema version.
+
+Every change to a task is an event appended to its log; projections (task row, ledger,
+ops, artifacts) are updated in the same transaction. Readers are tolerant: unknown
+fields are ignored and unknown types decode as `UnknownEvent`, so a newer log can be
+read by an older tether and an older log by a newer one (new fields need defaults).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: The envelope schema version written with each event.
+EVENT_SCHEMA_VERSION = 1
+
+
+class Event(BaseModel):
+    """Base of all typed events."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    TYPE: ClassVar[str] = ""
+
+    def data(self) -> dict[str, Any]:
+        """The JSON-ready payload."""
+        return self.model_dump(mode="json")
+
+
+_E = TypeVar("_E", bound=type[Event])
+EVENT_TYPES: dict[str, type[Event]] = {}
+
+
+def _register(type_name: str) -> Any:
+    def deco(cls: _E) -> _E:
+        if type_name in EVENT_TYPES:
+            raise RuntimeError(f"event type {type_name} defined twice")
+        cls.TYPE = type_name
+        EVENT_TYPES[type_name] = cls
+        return cls
+
+    return deco
+
+
+class UnknownEvent(Event):
+    """An event of a type this tether does not know (written by a newer one)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+# --- task lifecycle ------------------------------------------------------------------
+
+
+@_register("task.created")
+class TaskCreated(Event):
+    """A task was created from a spec."""
+
+    name: str
+    objective: str
+    items: int
+    workspace: str | None = None
+
+
+@_register("task.status")
+class TaskStatusChanged(Event):
+    """The task moved between lifecycle states."""
+
+    src: str
+    dst: str
+    stop_reason: str | None = None
+    reason: str = ""
+
+
+@_register("task.edited")
+class TaskEdited(Event):
+    """The goal or constraints changed; the task version rose."""
+
+    old_version: int
+    new_version: int
+    changes: dict[str, Any] = Field(default_factory=dict)
+    invalidated: list[str] = Field(default_factory=list)
+    by: str = "user"
+
+
+@_register("task.cancel_requested")
+class CancelRequested(Event):
+    """Someone asked the task to stop."""
+
+    by: str = "user"
+    reason: str = ""
+
+
+@_register("lease.claimed")
+class LeaseClaimed(Event):
+    """A worker claimed the task."""
+
+    worker_id: str
+    token: int
+    expires_at: float
+
+
+@_register("user.message")
+class UserMessage(Event):
+    """A message from the user to the agent."""
+
+    text: str
+    by: str = "user"
+
+
+# --- turns, rounds, model calls ------------------------------------------------------
+
+
+@_register("turn.started")
+class TurnStarted(Event):
+    """A turn began; `epoch` says whether the system prompt was re-rendered."""
+
+    turn: int
+    kind: str
+    epoch: bool
+    system_blob: str | None = None
+    system_chars: int = 0
+
+
+@_register("round.started")
+class RoundStarted(Event):
+    """A round began."""
+
+    round: int
+    turn: int
+    item: str | None = None
+
+
+@_register("model.called")
+class ModelCalled(Event):
+    """One model call: summary here, full prompt and response in the blob store."""
+
+    call_id: str
+    purpose: str
+    model: str
+    round: int | None = None
+    request_blob: str | None = None
+    response_blob: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    latency_ms: float = 0.0
+    cost_usd: float = 0.0
+    summary: str = ""
+    tool_calls: int = 0
+
+
+@_register("model.failed")
+class ModelFailed(Event):
+    """A model call failed (after its retries)."""
+
+    call_id: str
+    purpose: str
+    model: str
+    error: str
+    transient: bool = False
+    attempts: int = 1
+
+
+@_register("round.committed")
+class RoundCommitted(Event):
+    """A round's results are durable; the last event of a round."""
+
+    round: int
+    turn: int
+    ops: int = 0
+    text: str = ""
+
+
+# --- ops and artifacts ----------------------------------------------------------------
+
+
+@_register("op.intended")
+class OpIntended(Event):
+    """A tool call is about to be sent; `op_id` is its idempotency key."""
+
+    op_id: str
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    round: int = 0
+    call_index: int = 0
+    effect: str = "read"
+
+
+@_register("op.dispatched")
+class OpDispatched(Event):
+    """A tool call was sent."""
+
+    op_id: str
+    attempt: int = 1
+
+
+@_register("op.result")
+class OpResult(Event):
+    """A tool call ended: `succeeded`, `failed` or `unknown`."""
+
+    op_id: str
+    tool: str
+    status: str
+    summary: str = ""
+    artifact_id: str | None = None
+    error_class: str | None = None
+    error: str | None = None
+    attempt: int = 1
+    duration_ms: float = 0.0
+
+
+@_register("op.committed")
+class OpCommitted(Event):
+    """A tool call's outcome is part of the committed history."""
+
+    op_id: str
+    round: int
+
+
+@_register("artifact.stored")
+class ArtifactStored(Event):
+    """A content-addressed artifact was stored."""
+
+    artifact_id: str
+    kind: str
+    name: str
+    blob: str
+    size: int
+    source: str = ""
+
+
+# --- judge, ledger, audits -------------------------------------------------------------
+
+
+@_register("judge.verdict")
+class JudgeVerdict(Event):
+    """The judge's verdict after a round, whether or not the ledger changed."""
+
+    round: int
+    decision: str
+    reason: str = ""
+    goal: str = ""
+    done: int = 0
+    total: int = 0
+    percent: float = 0.0
+    changes: list[dict[str, Any]] = Field(default_factory=list)
+    judges: list[str] = Field(default_factory=list)
+
+
+@_register("ledger.updated")
+class LedgerUpdated(Event):
+    """The ledger changed; `diff` lists every field change."""
+
+    version: int
+    diff: list[dict[str, Any]]
+    cause: str = "judge"
+
+
+@_register("audit.warning")
+class AuditWarning(Event):
+    """A mechanical audit refused or flagged something."""
+
+    code: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+@_register("completion.checked")
+class CompletionChecked(Event):
+    """The completion check ran on a proposed `satisfied`."""
+
+    passed: bool
+    results: list[dict[str, Any]] = Field(default_factory=list)
+    reviewer: str | None = None
+    gaps: list[str] = Field(default_factory=list)
+
+
+@_register("context.compacted")
+class ContextCompacted(Event):
+    """Older rounds were folded into a summary."""
+
+    summary_blob: str
+    rounds_compacted: int
+    upto_round: int
+    tokens_before: int
+    tokens_after: int
+    claimed_done: list[str] = Field(default_factory=list)
+
+
+@_register("budget.threshold")
+class BudgetThreshold(Event):
+    """A budget crossed 50%, 80% or 100%."""
+
+    scope: str
+    resource: str
+    percent: int
+    used: float
+    limit: float
+
+
+# --- recovery ---------------------------------------------------------------------------
+
+
+@_register("recovery.started")
+class RecoveryStarted(Event):
+    """A worker began recovering a task it claimed."""
+
+    worker_id: str
+    previous_owner: str | None = None
+
+
+@_register("recovery.step")
+class RecoveryStep(Event):
+    """One step of recovery: `version`, `artifacts`, `ops`, `ledger` or `context`."""
+
+    step: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+# --- humans ------------------------------------------------------------------------------
+
+
+@_register("approval.requested")
+class ApprovalRequested(Event):
+    """The task waits for a human decision."""
+
+    request_id: str
+    what: str
+    impact: str = ""
+    op_id: str | None = None
+    options: list[str] = Field(default_factory=lambda: ["approve", "reject", "modify"])
+
+
+@_register("approval.decided")
+class ApprovalDecided(Event):
+    """A human decided on an approval request."""
+
+    request_id: str
+    decision: str
+    by: str = "user"
+    modified_args: dict[str, Any] | None = None
+
+
+def encode(event: Event) -> tuple[str, int, dict[str, Any]]:
+    """`(type, schema_version, data)` for storage."""
+    if isinstance(event, UnknownEvent):
+        raise TypeError("cannot write an UnknownEvent")
+    if not event.TYPE:
+        raise TypeError(f"{type(event).__name__} is not a registered event type")
+    return event.TYPE, EVENT_SCHEMA_VERSION, event.data()
+
+
+def decode(type_name: str, data: dict[str, Any]) -> Event:
+    """A typed event from stored data; `UnknownEvent` for types this tether lacks."""
+    cls = EVENT_TYPES.get(type_name)
+    if cls is None:
+        return UnknownEvent.model_validate(data)
+    return cls.model_validate(data)

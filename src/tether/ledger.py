@@ -1,0 +1,466 @@
+"""The goal ledger: the runtime-owned truth about a task's progress.
+
+The ledger has a *skeleton* (objective, acceptance criteria, milestones and items; it
+changes only when the goal changes) and a *state* (per item: status, evidence refs,
+attempts, breaker count, note). It lives in the store, outside the conversation, so
+no compaction can reach it.
+
+Every transition is a pure function returning a `LedgerUpdate` (the new ledger and the
+diff). The version rises exactly when the diff is non-empty, and an item may become
+`done` only with at least one evidence ref. Rendering is deterministic: the same state
+renders byte-identically, which keeps provider prompt caches warm.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Literal, get_args
+
+from tether import errors
+
+ItemStatus = Literal["pending", "in_progress", "done", "blocked", "skipped"]
+ITEM_STATUSES: Final[tuple[str, ...]] = get_args(ItemStatus)
+OPEN_STATUSES: Final[frozenset[str]] = frozenset({"pending", "in_progress"})
+_MARK: Final[dict[str, str]] = {
+    "pending": "[ ]",
+    "in_progress": "[~]",
+    "done": "[x]",
+    "blocked": "[!]",
+    "skipped": "[-]",
+}
+
+
+@dataclass(frozen=True)
+class ItemDef:
+    """A checklist item as the contract declares it."""
+
+    id: str
+    title: str
+    milestone: str | None = None
+
+
+@dataclass(frozen=True)
+class Skeleton:
+    """The stable part of the ledger: rewritten only when the goal changes."""
+
+    objective: str
+    items: tuple[ItemDef, ...]
+    acceptance: tuple[tuple[str, str], ...] = ()
+    milestones: tuple[tuple[str, str], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "objective": self.objective,
+            "acceptance": [{"id": i, "description": d} for i, d in self.acceptance],
+            "milestones": [{"id": i, "title": t} for i, t in self.milestones],
+            "items": [{"id": i.id, "title": i.title, "milestone": i.milestone} for i in self.items],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Skeleton:
+        """Inverse of `to_dict`."""
+        return cls(
+            objective=data["objective"],
+            acceptance=tuple((a["id"], a["description"]) for a in data.get("acceptance", [])),
+            milestones=tuple((m["id"], m["title"]) for m in data.get("milestones", [])),
+            items=tuple(
+                ItemDef(i["id"], i["title"], i.get("milestone")) for i in data.get("items", [])
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class ItemState:
+    """The audited state of one item."""
+
+    status: ItemStatus = "pending"
+    evidence: tuple[str, ...] = ()
+    attempts: int = 0
+    breaker: int = 0
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "status": self.status,
+            "evidence": list(self.evidence),
+            "attempts": self.attempts,
+            "breaker": self.breaker,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ItemState:
+        """Inverse of `to_dict`."""
+        status = data.get("status", "pending")
+        if status not in ITEM_STATUSES:
+            raise errors.LedgerError(f"unknown item status {status!r}")
+        return cls(
+            status=status,
+            evidence=tuple(data.get("evidence", ())),
+            attempts=int(data.get("attempts", 0)),
+            breaker=int(data.get("breaker", 0)),
+            note=str(data.get("note", "")),
+        )
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One field of one item that changed."""
+
+    item_id: str
+    field: str
+    before: Any
+    after: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        before = list(self.before) if isinstance(self.before, tuple) else self.before
+        after = list(self.after) if isinstance(self.after, tuple) else self.after
+        return {"item": self.item_id, "field": self.field, "before": before, "after": after}
+
+
+@dataclass(frozen=True)
+class LedgerDiff:
+    """What a transition changed; empty when nothing did."""
+
+    changes: tuple[FieldChange, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.changes)
+
+    def to_list(self) -> list[dict[str, Any]]:
+        """JSON-ready form."""
+        return [c.to_dict() for c in self.changes]
+
+    def status_changes(self) -> dict[str, tuple[str, str]]:
+        """`{item_id: (before, after)}` for status changes only."""
+        return {c.item_id: (c.before, c.after) for c in self.changes if c.field == "status"}
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Counts of items by status."""
+
+    total: int
+    done: int
+    pending: int
+    in_progress: int
+    blocked: int
+    skipped: int
+
+    @property
+    def percent(self) -> float:
+        """Share of items done, 0-100."""
+        return round(100.0 * self.done / self.total, 1) if self.total else 100.0
+
+    @property
+    def open(self) -> int:
+        """Items still to work on (pending or in progress)."""
+        return self.pending + self.in_progress
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "total": self.total,
+            "done": self.done,
+            "pending": self.pending,
+            "in_progress": self.in_progress,
+            "blocked": self.blocked,
+            "skipped": self.skipped,
+            "percent": self.percent,
+        }
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """Skeleton plus state, with a version that rises on every non-empty diff."""
+
+    skeleton: Skeleton
+    states: tuple[ItemState, ...]
+    version: int = 0
+    _index: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.states) != len(self.skeleton.items):
+            raise errors.LedgerError("ledger state does not match its skeleton")
+        if not self._index:
+            object.__setattr__(self, "_index", {d.id: n for n, d in enumerate(self.skeleton.items)})
+
+    # -- reading --------------------------------------------------------------------
+
+    def item(self, item_id: str) -> ItemState:
+        """The state of one item; `LedgerError` if the id is unknown."""
+        try:
+            return self.states[self._index[item_id]]
+        except KeyError:
+            raise errors.LedgerError(f"unknown ledger item {item_id!r}") from None
+
+    def has_item(self, item_id: str) -> bool:
+        """True if the skeleton declares this item."""
+        return item_id in self._index
+
+    def definition(self, item_id: str) -> ItemDef:
+        """The contract's definition of one item."""
+        self.item(item_id)
+        return self.skeleton.items[self._index[item_id]]
+
+    def items(self) -> Iterable[tuple[ItemDef, ItemState]]:
+        """Items in contract order."""
+        return zip(self.skeleton.items, self.states, strict=True)
+
+    def progress(self, milestone: str | None = None) -> Progress:
+        """Counts by status, for the whole ledger or one milestone."""
+        counts = dict.fromkeys(ITEM_STATUSES, 0)
+        for d, s in self.items():
+            if milestone is None or d.milestone == milestone:
+                counts[s.status] += 1
+        return Progress(
+            total=sum(counts.values()),
+            done=counts["done"],
+            pending=counts["pending"],
+            in_progress=counts["in_progress"],
+            blocked=counts["blocked"],
+            skipped=counts["skipped"],
+        )
+
+    def open_items(self) -> list[str]:
+        """Ids of items still pending or in progress, in contract order."""
+        return [d.id for d, s in self.items() if s.status in OPEN_STATUSES]
+
+    def next_item(self) -> str | None:
+        """The item to work on next: the first in progress, else the first pending."""
+        for d, s in self.items():
+            if s.status == "in_progress":
+                return d.id
+        for d, s in self.items():
+            if s.status == "pending":
+                return d.id
+        return None
+
+    def current_milestone(self) -> str | None:
+        """The milestone of the next open item."""
+        nxt = self.next_item()
+        return self.definition(nxt).milestone if nxt else None
+
+    # -- serialization ------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state part, JSON-ready, keyed by item id (contract order)."""
+        return {d.id: s.to_dict() for d, s in self.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Skeleton, state and version, JSON-ready (the public JSON rendering)."""
+        items = []
+        for d, s in self.items():
+            items.append(
+                {
+                    "id": d.id,
+                    "title": d.title,
+                    "milestone": d.milestone,
+                    **s.to_dict(),
+                }
+            )
+        return {
+            "objective": self.skeleton.objective,
+            "version": self.version,
+            "acceptance": self.skeleton.to_dict()["acceptance"],
+            "milestones": self.skeleton.to_dict()["milestones"],
+            "progress": self.progress().to_dict(),
+            "items": items,
+        }
+
+    @classmethod
+    def from_parts(
+        cls, skeleton: Mapping[str, Any], state: Mapping[str, Any], version: int
+    ) -> Ledger:
+        """Rebuild from stored skeleton and state dicts."""
+        sk = Skeleton.from_dict(skeleton)
+        states = tuple(ItemState.from_dict(state.get(d.id, {})) for d in sk.items)
+        return cls(sk, states, version)
+
+    @classmethod
+    def new(cls, skeleton: Skeleton) -> Ledger:
+        """A fresh ledger: every item pending, version 0."""
+        return cls(skeleton, tuple(ItemState() for _ in skeleton.items), 0)
+
+    # -- rendering ---------------------------------------------------------------------
+
+    def render(self, *, header: str = "GOAL LEDGER") -> str:
+        """Compact text for prompts. Deterministic: same state, same bytes."""
+        p = self.progress()
+        lines = [
+            f"{header} (version {self.version})",
+            f"Objective: {self.skeleton.objective}",
+            f"Progress: {p.done}/{p.total} done, {p.open} open, {p.blocked} blocked, "
+            f"{p.skipped} skipped",
+        ]
+        if self.skeleton.acceptance:
+            lines.append("Acceptance:")
+            lines.extend(f"  - [{i}] {d}" for i, d in self.skeleton.acceptance)
+        titles = dict(self.skeleton.milestones)
+        current: object = object()
+        for d, s in self.items():
+            if d.milestone != current:
+                current = d.milestone
+                if d.milestone is not None:
+                    lines.append(f"Milestone {d.milestone}: {titles.get(d.milestone, '')}".rstrip())
+            line = f"  {_MARK[s.status]} {d.id}: {d.title}"
+            extra = []
+            if s.status == "done" and s.evidence:
+                extra.append("evidence " + ", ".join(s.evidence[:3]))
+            if s.status in ("blocked", "skipped") and s.note:
+                extra.append(f"{s.status}: {s.note}")
+            elif s.status in OPEN_STATUSES and s.attempts:
+                extra.append(f"attempts {s.attempts}")
+                if s.note:
+                    extra.append(f"last: {s.note}")
+            if extra:
+                line += " (" + "; ".join(extra) + ")"
+            lines.append(line)
+        nxt = self.next_item()
+        lines.append(f"Next: {nxt}" if nxt else "Next: nothing open")
+        return "\n".join(lines)
+
+    def render_json(self) -> str:
+        """Canonical JSON (sorted keys, no spaces)."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class LedgerUpdate:
+    """The result of a transition: the new ledger and what changed."""
+
+    ledger: Ledger
+    diff: LedgerDiff
+
+    @property
+    def changed(self) -> bool:
+        """True when the diff is non-empty."""
+        return bool(self.diff)
+
+
+@dataclass(frozen=True)
+class ItemChange:
+    """A proposed change to one item, as a judge would propose it."""
+
+    item_id: str
+    status: ItemStatus | None = None
+    evidence: tuple[str, ...] = ()
+    note: str | None = None
+    attempts_delta: int = 0
+    breaker: int | None = None
+
+
+def from_spec(
+    objective: str,
+    items: Sequence[tuple[str, str, str | None]],
+    acceptance: Sequence[tuple[str, str]] = (),
+    milestones: Sequence[tuple[str, str]] = (),
+) -> Ledger:
+    """A fresh ledger from plain tuples: `(id, title, milestone)` per item."""
+    sk = Skeleton(
+        objective=objective,
+        items=tuple(ItemDef(i, t, m) for i, t, m in items),
+        acceptance=tuple(acceptance),
+        milestones=tuple(milestones),
+    )
+    return Ledger.new(sk)
+
+
+def apply(ledger: Ledger, changes: Sequence[ItemChange]) -> LedgerUpdate:
+    """Apply proposed changes; all-or-nothing.
+
+    Raises `LedgerError` (and changes nothing) for an unknown item or a `done` without
+    evidence. The version rises by one iff something changed.
+    """
+    states = list(ledger.states)
+    diff: list[FieldChange] = []
+    for ch in changes:
+        if not ledger.has_item(ch.item_id):
+            raise errors.LedgerError(f"unknown ledger item {ch.item_id!r}")
+        idx = ledger._index[ch.item_id]
+        old = states[idx]
+        new = old
+        if ch.evidence:
+            merged = old.evidence + tuple(e for e in ch.evidence if e not in old.evidence)
+            new = replace(new, evidence=merged)
+        if ch.status is not None:
+            if ch.status not in ITEM_STATUSES:
+                raise errors.LedgerError(f"unknown item status {ch.status!r}")
+            if ch.status == "done" and not new.evidence:
+                raise errors.LedgerError(
+                    f"item {ch.item_id!r} cannot become done without evidence"
+                )
+            if ch.status == "pending" and old.status == "done":
+                # Re-opened work: its old evidence no longer proves anything.
+                new = replace(new, evidence=())
+            new = replace(new, status=ch.status)
+        if ch.note is not None:
+            new = replace(new, note=ch.note)
+        if ch.attempts_delta:
+            new = replace(new, attempts=max(0, new.attempts + ch.attempts_delta))
+        if ch.breaker is not None:
+            new = replace(new, breaker=max(0, ch.breaker))
+        for fname in ("status", "evidence", "attempts", "breaker", "note"):
+            b, a = getattr(old, fname), getattr(new, fname)
+            if b != a:
+                diff.append(FieldChange(ch.item_id, fname, b, a))
+        states[idx] = new
+    if not diff:
+        return LedgerUpdate(ledger, LedgerDiff())
+    new_ledger = Ledger(ledger.skeleton, tuple(states), ledger.version + 1, ledger._index)
+    return LedgerUpdate(new_ledger, LedgerDiff(tuple(diff)))
+
+
+# Small named transitions: each is `apply` with one change.
+
+
+def start(ledger: Ledger, item_id: str) -> LedgerUpdate:
+    """Mark an open item in progress."""
+    if ledger.item(item_id).status != "pending":
+        return LedgerUpdate(ledger, LedgerDiff())
+    return apply(ledger, [ItemChange(item_id, status="in_progress")])
+
+
+def complete(ledger: Ledger, item_id: str, evidence: Sequence[str], note: str = "") -> LedgerUpdate:
+    """Mark an item done with evidence refs (at least one, old or new)."""
+    return apply(
+        ledger,
+        [ItemChange(item_id, status="done", evidence=tuple(evidence), note=note or None)],
+    )
+
+
+def block(ledger: Ledger, item_id: str, reason: str) -> LedgerUpdate:
+    """Mark an item blocked with its reason."""
+    return apply(ledger, [ItemChange(item_id, status="blocked", note=reason)])
+
+
+def skip(ledger: Ledger, item_id: str, reason: str) -> LedgerUpdate:
+    """Mark an item skipped with its reason."""
+    return apply(ledger, [ItemChange(item_id, status="skipped", note=reason)])
+
+
+def reopen(ledger: Ledger, item_id: str, reason: str) -> LedgerUpdate:
+    """Return an item to pending (its evidence is dropped if it was done)."""
+    return apply(ledger, [ItemChange(item_id, status="pending", note=reason, breaker=0)])
+
+
+def record_attempt(ledger: Ledger, item_id: str, note: str | None = None) -> LedgerUpdate:
+    """Count one more attempt at an item."""
+    return apply(ledger, [ItemChange(item_id, attempts_delta=1, note=note)])
+
+
+def set_breaker(ledger: Ledger, item_id: str, value: int) -> LedgerUpdate:
+    """Set an item's no-progress breaker counter."""
+    return apply(ledger, [ItemChange(item_id, breaker=value)])
+
+
+def check_invariants(ledger: Ledger) -> None:
+    """Raise `LedgerError` if a stored ledger breaks an invariant (done ⇒ evidence)."""
+    for d, s in ledger.items():
+        if s.status == "done" and not s.evidence:
+            raise errors.LedgerError(f"item {d.id!r} is done without evidence")

@@ -1,0 +1,243 @@
+"""The task contract: what "done" means, loaded from YAML or built in Python.
+
+A `TaskSpec` names the objective, the acceptance criteria (each optionally checked by a
+shell command or a Python callable), milestones and checklist items (each optionally
+with a `done_when` rule the runtime can check without a model), the allowed tools,
+budgets and limits. Unknown fields are refused so that a typo never silently turns a
+limit off.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tether import errors
+
+_ID = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CommandCheck(_Strict):
+    """Run a shell command in the workspace; it passes when the exit code matches."""
+
+    command: str = Field(min_length=1)
+    exit_code: int = 0
+    timeout: float = Field(default=60.0, gt=0)
+
+
+class CallableCheck(_Strict):
+    """Call `module:function(workspace: Path) -> bool | str`; a string is a failure reason."""
+
+    callable: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class AcceptanceCriterion(_Strict):
+    """One condition the delivered work must meet."""
+
+    id: str = Field(pattern=_ID)
+    description: str = Field(min_length=1)
+    check: CommandCheck | CallableCheck | None = None
+
+
+class OpRule(_Strict):
+    """Done when a committed op of `tool` succeeded, optionally with matching arguments."""
+
+    kind: Literal["op"] = "op"
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class FileRule(_Strict):
+    """Done when a file in the workspace exists (and optionally contains a text)."""
+
+    kind: Literal["file"] = "file"
+    path: str
+    contains: str | None = None
+
+
+class ArtifactRule(_Strict):
+    """Done when a valid artifact with this name (and kind) exists."""
+
+    kind: Literal["artifact"] = "artifact"
+    name: str
+    artifact_kind: str | None = None
+
+
+class CommandRule(_Strict):
+    """Done when a shell command exits with the expected code."""
+
+    kind: Literal["command"] = "command"
+    command: str
+    exit_code: int = 0
+    timeout: float = Field(default=60.0, gt=0)
+
+
+DoneWhen = Annotated[OpRule | FileRule | ArtifactRule | CommandRule, Field(discriminator="kind")]
+
+
+class Budget(_Strict):
+    """Caps on spend; `None` means no cap."""
+
+    tokens: int | None = Field(default=None, gt=0)
+    money_usd: float | None = Field(default=None, gt=0)
+    wall_seconds: float | None = Field(default=None, gt=0)
+    rounds: int | None = Field(default=None, gt=0)
+
+
+class Milestone(_Strict):
+    """A group of checklist items with an optional budget of its own."""
+
+    id: str = Field(pattern=_ID)
+    title: str = Field(min_length=1)
+    budget: Budget = Field(default_factory=Budget)
+
+
+class ChecklistItem(_Strict):
+    """One unit of work the ledger tracks."""
+
+    id: str = Field(pattern=_ID)
+    title: str = Field(min_length=1)
+    milestone: str | None = None
+    done_when: DoneWhen | None = None
+    max_attempts: int | None = Field(default=None, gt=0)
+
+
+class Limits(_Strict):
+    """Loop guards and breaker thresholds."""
+
+    max_rounds: int = Field(default=200, gt=0)
+    max_rounds_per_milestone: int | None = Field(default=None, gt=0)
+    max_attempts_per_item: int = Field(default=3, gt=0)
+    no_progress_rounds: int = Field(
+        default=3, gt=0, description="rounds on one item without progress before it is blocked"
+    )
+    same_failure_repeats: int = Field(default=3, gt=0)
+    breaker_failure_rate: float = Field(default=0.3, gt=0, le=1)
+    breaker_min_calls: int = Field(default=10, gt=0)
+    breaker_cooldown_seconds: float = Field(default=60.0, gt=0)
+
+
+class Models(_Strict):
+    """Model names by purpose; judge, compact and review default to the actor's."""
+
+    actor: str | None = None
+    judge: str | None = None
+    compact: str | None = None
+    review: str | None = None
+
+
+class ContextConfig(_Strict):
+    """How much history a model call may carry."""
+
+    input_budget_tokens: int = Field(default=16_000, ge=1_000)
+    preview_chars: int = Field(default=800, ge=100)
+    cache_ttl_seconds: float = Field(default=300.0, ge=0)
+
+
+class TaskSpec(_Strict):
+    """A task's contract. Build it in Python or load it with `load_spec`."""
+
+    name: str = Field(default="task", min_length=1)
+    objective: str = Field(min_length=1)
+    instructions: str = ""
+    acceptance: list[AcceptanceCriterion] = Field(default_factory=list)
+    milestones: list[Milestone] = Field(default_factory=list)
+    items: list[ChecklistItem] = Field(min_length=1)
+    tools: list[str] = Field(default_factory=list)
+    budget: Budget = Field(default_factory=Budget)
+    limits: Limits = Field(default_factory=Limits)
+    models: Models = Field(default_factory=Models)
+    context: ContextConfig = Field(default_factory=ContextConfig)
+    workspace: str | None = None
+    review: bool = False
+
+    @model_validator(mode="after")
+    def _check_references(self) -> TaskSpec:
+        problems: list[str] = []
+        ms_ids = [m.id for m in self.milestones]
+        for dup in sorted({i for i in ms_ids if ms_ids.count(i) > 1}):
+            problems.append(f"milestones: id {dup!r} is used more than once")
+        item_ids = [i.id for i in self.items]
+        for dup in sorted({i for i in item_ids if item_ids.count(i) > 1}):
+            problems.append(f"items: id {dup!r} is used more than once")
+        acc_ids = [a.id for a in self.acceptance]
+        for dup in sorted({i for i in acc_ids if acc_ids.count(i) > 1}):
+            problems.append(f"acceptance: id {dup!r} is used more than once")
+        for n, item in enumerate(self.items):
+            if item.milestone is not None and item.milestone not in ms_ids:
+                problems.append(
+                    f"items.{n}.milestone: {item.milestone!r} is not a milestone id "
+                    f"(expected one of {ms_ids or 'none declared'})"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def milestone_of(self, item_id: str) -> str | None:
+        """The milestone id of an item, or None."""
+        for item in self.items:
+            if item.id == item_id:
+                return item.milestone
+        return None
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def _describe(err: Any) -> str:
+    loc = _loc(tuple(err["loc"]))
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"{loc}: unknown field (check the spelling; allowed fields are listed in the docs)"
+    if kind == "missing":
+        return f"{loc}: required field is missing"
+    got = err.get("input")
+    got_s = repr(got)
+    if len(got_s) > 60:
+        got_s = got_s[:57] + "..."
+    return f"{loc}: {err['msg']} (got {got_s})"
+
+
+def parse_spec(data: Any, *, source: str = "<spec>") -> TaskSpec:
+    """Validate a decoded spec (a dict) and return the `TaskSpec`."""
+    if not isinstance(data, dict):
+        raise errors.SpecError(
+            f"expected a mapping at the top level, got {type(data).__name__}", source=source
+        )
+    try:
+        return TaskSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = [_describe(e) for e in exc.errors()]
+        raise errors.SpecError("the spec is not valid", source=source, problems=problems) from None
+
+
+def load_spec(path: str | Path) -> TaskSpec:
+    """Load a YAML (or JSON) spec file; a bad file raises `SpecError` naming file and field."""
+    p = Path(path)
+    source = str(p)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise errors.SpecError("file not found", source=source) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise errors.SpecError(f"cannot read the file ({exc})", source=source) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise errors.SpecError(f"malformed YAML{where}: {problem}", source=source) from None
+    spec = parse_spec(data, source=source)
+    if spec.workspace is not None and not re.match(r"^[^\x00]+$", spec.workspace):
+        raise errors.SpecError("workspace: not a usable path", source=source)
+    return spec

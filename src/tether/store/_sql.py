@@ -1,0 +1,771 @@
+"""One query layer for SQLite and PostgreSQL.
+
+The query code is synchronous and runs in worker threads (`_run`), the way DBOS runs
+its SQL: one body of queries, with the SQLite and PostgreSQL classes overriding only a
+handful of dialect hooks (connecting, transactions and row locks, JSON and boolean
+columns, error translation). SQL is written with `:name` placeholders; the PostgreSQL
+dialect rewrites them to `%(name)s`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from importlib import resources
+from typing import Any, TypeVar
+
+from tether import errors, lifecycle
+from tether import events as ev
+from tether.clock import Clock, SystemClock
+from tether.ledger import Ledger
+from tether.store.base import (
+    SCHEMA_VERSION,
+    UNSET,
+    ArtifactRecord,
+    CommitResult,
+    Lease,
+    LedgerRecord,
+    LedgerWrite,
+    OpRecord,
+    StoredEvent,
+    TaskPatch,
+    TaskRecord,
+    blob_hash,
+)
+
+T = TypeVar("T")
+Row = Mapping[str, Any]
+
+_TASK_COLS = (
+    "task_id, name, status, stop_reason, version, current_milestone, spec, workspace, "
+    "waiting, usage, cancel_requested, wake_at, created_at, updated_at, heartbeat_at, "
+    "lease_owner, lease_expiry, fencing_token, last_seq"
+)
+_OP_COLS = (
+    "op_id, task_id, round, call_index, tool, args, args_hash, effect, status, attempts, "
+    "next_attempt_at, result, error, task_version, created_at, updated_at"
+)
+_ART_COLS = (
+    "artifact_id, task_id, kind, name, blob_hash, size, source, task_version, deps, valid, "
+    "meta, created_at"
+)
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def migrations(dialect: str) -> list[tuple[int, str, str]]:
+    """`(version, name, sql)` for every migration of a dialect, in order."""
+    folder = resources.files("tether.store") / "migrations" / dialect
+    out = []
+    for entry in folder.iterdir():
+        m = re.match(r"^(\d{4})_(\w+)\.sql$", entry.name)
+        if m:
+            out.append((int(m.group(1)), m.group(2), entry.read_text(encoding="utf-8")))
+    out.sort()
+    return out
+
+
+class SqlStore:
+    """The shared query layer; see `SQLiteStore` and `PostgresStore`."""
+
+    dialect = "base"
+    #: Suffix that locks the selected task row for the rest of the transaction.
+    FOR_UPDATE = ""
+    #: Suffix for the claim query so that concurrent claimers skip each other's rows.
+    SKIP_LOCKED = ""
+
+    def __init__(self, url: str, clock: Clock | None = None) -> None:
+        self.url = url
+        self.clock: Clock = clock or SystemClock()
+
+    # --- dialect hooks ------------------------------------------------------------------
+
+    def _tx(self, write: bool) -> AbstractContextManager[Any]:
+        """A connection inside a transaction (write: takes the write lock at once)."""
+        raise NotImplementedError
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a synchronous query function off the event loop."""
+        raise NotImplementedError
+
+    def _sql(self, query: str) -> str:
+        return query
+
+    def _json_out(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, str | bytes | bytearray):
+            return json.loads(value)
+        return value
+
+    def _bool_in(self, value: bool) -> Any:
+        return value
+
+    def _lock_migrations(self, conn: Any) -> None:
+        """Serialize concurrent migrators (the SQLite write lock already does)."""
+
+    def _existing_tables(self, conn: Any) -> set[str]:
+        raise NotImplementedError
+
+    def _run_script(self, conn: Any, sql: str) -> None:
+        raise NotImplementedError
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _x(self, conn: Any, query: str, params: Mapping[str, Any] | None = None) -> Any:
+        return conn.execute(self._sql(query), params or {})
+
+    def _xmany(self, conn: Any, query: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            conn.executemany(self._sql(query), rows)
+
+    def _task(self, row: Row) -> TaskRecord:
+        return TaskRecord(
+            task_id=row["task_id"],
+            name=row["name"],
+            status=row["status"],
+            stop_reason=row["stop_reason"],
+            version=int(row["version"]),
+            current_milestone=row["current_milestone"],
+            spec=self._json_out(row["spec"]),
+            workspace=row["workspace"],
+            waiting=self._json_out(row["waiting"]),
+            usage=self._json_out(row["usage"]) or {},
+            cancel_requested=bool(row["cancel_requested"]),
+            wake_at=row["wake_at"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            heartbeat_at=row["heartbeat_at"],
+            lease_owner=row["lease_owner"],
+            lease_expiry=row["lease_expiry"],
+            fencing_token=int(row["fencing_token"]),
+            last_seq=int(row["last_seq"]),
+        )
+
+    def _op(self, row: Row) -> OpRecord:
+        return OpRecord(
+            op_id=row["op_id"],
+            task_id=row["task_id"],
+            round=int(row["round"]),
+            call_index=int(row["call_index"]),
+            tool=row["tool"],
+            args=self._json_out(row["args"]),
+            args_hash=row["args_hash"],
+            effect=row["effect"],
+            status=row["status"],
+            attempts=int(row["attempts"]),
+            next_attempt_at=row["next_attempt_at"],
+            result=self._json_out(row["result"]),
+            error=self._json_out(row["error"]),
+            task_version=int(row["task_version"]),
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+    def _artifact(self, row: Row) -> ArtifactRecord:
+        return ArtifactRecord(
+            artifact_id=row["artifact_id"],
+            task_id=row["task_id"],
+            kind=row["kind"],
+            name=row["name"],
+            blob_hash=row["blob_hash"],
+            size=int(row["size"]),
+            source=row["source"],
+            task_version=int(row["task_version"]),
+            deps=tuple(self._json_out(row["deps"]) or ()),
+            valid=bool(row["valid"]),
+            meta=self._json_out(row["meta"]) or {},
+            created_at=row["created_at"],
+        )
+
+    def _insert_events(
+        self,
+        conn: Any,
+        task_id: str,
+        start_seq: int,
+        items: Sequence[ev.Event],
+        task_version: int,
+        token: int | None,
+        now: float,
+    ) -> None:
+        rows = []
+        for n, event in enumerate(items):
+            type_name, schema, data = ev.encode(event)
+            rows.append(
+                {
+                    "task_id": task_id,
+                    "seq": start_seq + n,
+                    "type": type_name,
+                    "schema_version": schema,
+                    "data": _dumps(data),
+                    "task_version": task_version,
+                    "fencing_token": token,
+                    "at": now,
+                }
+            )
+        self._xmany(
+            conn,
+            "INSERT INTO events (task_id, seq, type, schema_version, data, task_version,"
+            " fencing_token, at) VALUES (:task_id, :seq, :type, :schema_version, :data,"
+            " :task_version, :fencing_token, :at)",
+            rows,
+        )
+
+    # --- migrations ---------------------------------------------------------------------
+
+    def _migrate_sync(self, target: int = SCHEMA_VERSION) -> int:
+        with self._tx(write=True) as conn:
+            self._lock_migrations(conn)
+            tables = self._existing_tables(conn)
+            if tables and "tether_schema" not in tables:
+                raise errors.CorruptDatabase(
+                    f"{self.url} holds tables {sorted(tables)[:5]} but is not a tether database;"
+                    " point --db at a new file or an empty database"
+                )
+            current = 0
+            if "tether_schema" in tables:
+                row = self._x(conn, "SELECT MAX(version) AS v FROM tether_schema").fetchone()
+                current = int(row["v"] or 0)
+            if current > SCHEMA_VERSION:
+                raise errors.SchemaTooNew(current, SCHEMA_VERSION)
+            if current >= target:
+                return current
+            if "tether_schema" not in tables:
+                self._run_script(
+                    conn,
+                    "CREATE TABLE tether_schema (version INTEGER PRIMARY KEY,"
+                    " name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)",
+                )
+            for version, name, sql in migrations(self.dialect):
+                if current < version <= target:
+                    self._run_script(conn, sql)
+                    self._x(
+                        conn,
+                        "INSERT INTO tether_schema (version, name, applied_at)"
+                        " VALUES (:v, :n, :t)",
+                        {"v": version, "n": name, "t": self.clock.now()},
+                    )
+                    current = version
+            return current
+
+    def _schema_version_sync(self) -> int:
+        with self._tx(write=False) as conn:
+            row = self._x(conn, "SELECT MAX(version) AS v FROM tether_schema").fetchone()
+            return int(row["v"] or 0)
+
+    async def schema_version(self) -> int:
+        """The schema version of the open database."""
+        return await self._run(self._schema_version_sync)
+
+    # --- tasks --------------------------------------------------------------------------
+
+    def _create_task_sync(
+        self,
+        task_id: str,
+        name: str,
+        spec: Mapping[str, Any],
+        ledger: Ledger,
+        workspace: str | None,
+        items: Sequence[ev.Event],
+    ) -> TaskRecord:
+        now = self.clock.now()
+        with self._tx(write=True) as conn:
+            exists = self._x(
+                conn, "SELECT 1 AS x FROM tasks WHERE task_id = :id", {"id": task_id}
+            ).fetchone()
+            if exists:
+                raise errors.ConcurrentUpdate(f"task {task_id!r} already exists")
+            self._x(
+                conn,
+                "INSERT INTO tasks (task_id, name, status, version, spec, workspace, usage,"
+                " cancel_requested, created_at, updated_at, fencing_token, last_seq)"
+                " VALUES (:id, :name, 'queued', 1, :spec, :ws, '{}', :f, :now, :now, 0, :last)",
+                {
+                    "id": task_id,
+                    "name": name,
+                    "spec": _dumps(dict(spec)),
+                    "ws": workspace,
+                    "f": self._bool_in(False),
+                    "now": now,
+                    "last": len(items),
+                },
+            )
+            self._x(
+                conn,
+                "INSERT INTO ledgers (task_id, skeleton, state, version, updated_at)"
+                " VALUES (:id, :sk, :st, :v, :now)",
+                {
+                    "id": task_id,
+                    "sk": _dumps(ledger.skeleton.to_dict()),
+                    "st": _dumps(ledger.state_dict()),
+                    "v": ledger.version,
+                    "now": now,
+                },
+            )
+            self._insert_events(conn, task_id, 1, items, 1, None, now)
+            row = self._x(
+                conn, f"SELECT {_TASK_COLS} FROM tasks WHERE task_id = :id", {"id": task_id}
+            ).fetchone()
+            return self._task(row)
+
+    async def create_task(
+        self,
+        *,
+        task_id: str,
+        name: str,
+        spec: Mapping[str, Any],
+        ledger: Ledger,
+        workspace: str | None = None,
+        events: Sequence[ev.Event] = (),
+    ) -> TaskRecord:
+        """Insert a queued task, its ledger and its first events in one transaction."""
+        return await self._run(
+            self._create_task_sync, task_id, name, spec, ledger, workspace, events
+        )
+
+    def _get_task_sync(self, task_id: str) -> TaskRecord:
+        with self._tx(write=False) as conn:
+            row = self._x(
+                conn, f"SELECT {_TASK_COLS} FROM tasks WHERE task_id = :id", {"id": task_id}
+            ).fetchone()
+        if row is None:
+            raise errors.TaskNotFound(task_id)
+        return self._task(row)
+
+    async def get_task(self, task_id: str) -> TaskRecord:
+        """The task projection; `TaskNotFound` if absent."""
+        return await self._run(self._get_task_sync, task_id)
+
+    def _list_tasks_sync(self, statuses: Collection[str] | None, limit: int) -> list[TaskRecord]:
+        params: dict[str, Any] = {"limit": limit}
+        where = ""
+        if statuses:
+            names = []
+            for n, s in enumerate(sorted(statuses)):
+                params[f"s{n}"] = s
+                names.append(f":s{n}")
+            where = f"WHERE status IN ({', '.join(names)})"
+        with self._tx(write=False) as conn:
+            rows = self._x(
+                conn,
+                f"SELECT {_TASK_COLS} FROM tasks {where} ORDER BY created_at DESC, task_id"
+                " LIMIT :limit",
+                params,
+            ).fetchall()
+        return [self._task(r) for r in rows]
+
+    async def list_tasks(
+        self, statuses: Collection[str] | None = None, limit: int = 100
+    ) -> list[TaskRecord]:
+        """Tasks, newest first, optionally filtered by status."""
+        return await self._run(self._list_tasks_sync, statuses, limit)
+
+    # --- events and ledger --------------------------------------------------------------
+
+    def _read_events_sync(
+        self, task_id: str, after: int, limit: int | None, types: Collection[str] | None
+    ) -> list[StoredEvent]:
+        params: dict[str, Any] = {"id": task_id, "after": after}
+        where = "task_id = :id AND seq > :after"
+        if types:
+            names = []
+            for n, t in enumerate(sorted(types)):
+                params[f"t{n}"] = t
+                names.append(f":t{n}")
+            where += f" AND type IN ({', '.join(names)})"
+        lim = ""
+        if limit is not None:
+            params["limit"] = limit
+            lim = " LIMIT :limit"
+        with self._tx(write=False) as conn:
+            exists = self._x(
+                conn, "SELECT 1 AS x FROM tasks WHERE task_id = :id", {"id": task_id}
+            ).fetchone()
+            if not exists:
+                raise errors.TaskNotFound(task_id)
+            rows = self._x(
+                conn,
+                "SELECT task_id, seq, type, schema_version, data, task_version, fencing_token,"
+                f" at FROM events WHERE {where} ORDER BY seq{lim}",
+                params,
+            ).fetchall()
+        return [
+            StoredEvent(
+                task_id=r["task_id"],
+                seq=int(r["seq"]),
+                type=r["type"],
+                schema_version=int(r["schema_version"]),
+                data=self._json_out(r["data"]),
+                task_version=int(r["task_version"]),
+                fencing_token=r["fencing_token"],
+                at=r["at"],
+            )
+            for r in rows
+        ]
+
+    async def read_events(
+        self,
+        task_id: str,
+        after: int = 0,
+        limit: int | None = None,
+        types: Collection[str] | None = None,
+    ) -> list[StoredEvent]:
+        """Events with `seq > after`, in order."""
+        return await self._run(self._read_events_sync, task_id, after, limit, types)
+
+    def _get_ledger_sync(self, task_id: str) -> LedgerRecord:
+        with self._tx(write=False) as conn:
+            row = self._x(
+                conn,
+                "SELECT task_id, skeleton, state, version, updated_at FROM ledgers"
+                " WHERE task_id = :id",
+                {"id": task_id},
+            ).fetchone()
+        if row is None:
+            raise errors.TaskNotFound(task_id)
+        return LedgerRecord(
+            task_id=row["task_id"],
+            skeleton=self._json_out(row["skeleton"]),
+            state=self._json_out(row["state"]),
+            version=int(row["version"]),
+            updated_at=row["updated_at"],
+        )
+
+    async def get_ledger(self, task_id: str) -> LedgerRecord:
+        """The stored ledger; `TaskNotFound` if absent."""
+        return await self._run(self._get_ledger_sync, task_id)
+
+    # --- the one write path -------------------------------------------------------------
+
+    def _commit_sync(
+        self,
+        task_id: str,
+        token: int | None,
+        items: Sequence[ev.Event],
+        task: TaskPatch | None,
+        ledger: LedgerWrite | None,
+        ops: Sequence[OpRecord],
+        artifacts: Sequence[ArtifactRecord],
+    ) -> CommitResult:
+        now = self.clock.now()
+        with self._tx(write=True) as conn:
+            row = self._x(
+                conn,
+                "SELECT status, version, fencing_token, last_seq FROM tasks"
+                f" WHERE task_id = :id{self.FOR_UPDATE}",
+                {"id": task_id},
+            ).fetchone()
+            if row is None:
+                raise errors.TaskNotFound(task_id)
+            current_token = int(row["fencing_token"])
+            if token is not None and token != current_token:
+                raise errors.StaleLease(task_id, token, current_token)
+            sets: dict[str, Any] = {"updated_at": now}
+            version = int(row["version"])
+            if task is not None:
+                if task.status is not None:
+                    lifecycle.check_transition(
+                        row["status"], task.status, task.stop_reason, task_id=task_id
+                    )
+                    sets["status"] = task.status
+                    sets["stop_reason"] = task.stop_reason
+                if task.version is not None:
+                    if task.version < version:
+                        raise errors.ConcurrentUpdate(
+                            f"task {task_id}: version cannot go back from {version}"
+                            f" to {task.version}"
+                        )
+                    version = task.version
+                    sets["version"] = version
+                if task.current_milestone is not UNSET:
+                    sets["current_milestone"] = task.current_milestone
+                if task.waiting is not UNSET:
+                    sets["waiting"] = None if task.waiting is None else _dumps(task.waiting)
+                if task.usage is not None:
+                    sets["usage"] = _dumps(task.usage)
+                if task.cancel_requested is not None:
+                    sets["cancel_requested"] = self._bool_in(task.cancel_requested)
+                if task.wake_at is not UNSET:
+                    sets["wake_at"] = task.wake_at
+                if task.spec is not None:
+                    sets["spec"] = _dumps(task.spec)
+            if token is not None:
+                sets["heartbeat_at"] = now
+            if ledger is not None:
+                lrow = self._x(
+                    conn,
+                    "SELECT version FROM ledgers WHERE task_id = :id",
+                    {"id": task_id},
+                ).fetchone()
+                if lrow is None or int(lrow["version"]) != ledger.expected_version:
+                    found = None if lrow is None else int(lrow["version"])
+                    raise errors.ConcurrentUpdate(
+                        f"task {task_id}: ledger version is {found},"
+                        f" expected {ledger.expected_version}"
+                    )
+                lsets = "state = :st, version = :v, updated_at = :now"
+                params = {"id": task_id, "st": _dumps(ledger.state), "v": ledger.version}
+                if ledger.skeleton is not None:
+                    lsets += ", skeleton = :sk"
+                    params["sk"] = _dumps(ledger.skeleton)
+                self._x(
+                    conn,
+                    f"UPDATE ledgers SET {lsets} WHERE task_id = :id",
+                    {**params, "now": now},
+                )
+            first = int(row["last_seq"]) + 1
+            last = first + len(items) - 1
+            if items:
+                self._insert_events(conn, task_id, first, items, version, token, now)
+                sets["last_seq"] = last
+            for op in ops:
+                self._upsert_op(conn, op, now)
+            for art in artifacts:
+                self._insert_artifact(conn, art, now)
+            assignments = ", ".join(f"{k} = :{k}" for k in sets)
+            self._x(
+                conn,
+                f"UPDATE tasks SET {assignments} WHERE task_id = :task_id",
+                {**sets, "task_id": task_id},
+            )
+        return CommitResult(first, last)
+
+    async def commit(
+        self,
+        task_id: str,
+        token: int | None,
+        events: Sequence[ev.Event],
+        *,
+        task: TaskPatch | None = None,
+        ledger: LedgerWrite | None = None,
+        ops: Sequence[OpRecord] = (),
+        artifacts: Sequence[ArtifactRecord] = (),
+    ) -> CommitResult:
+        """Append events and update projections atomically (see `Store.commit`)."""
+        return await self._run(
+            self._commit_sync, task_id, token, events, task, ledger, ops, artifacts
+        )
+
+    def _upsert_op(self, conn: Any, op: OpRecord, now: float) -> None:
+        params = {
+            "op_id": op.op_id,
+            "task_id": op.task_id,
+            "round": op.round,
+            "call_index": op.call_index,
+            "tool": op.tool,
+            "args": _dumps(op.args),
+            "args_hash": op.args_hash,
+            "effect": op.effect,
+            "status": op.status,
+            "attempts": op.attempts,
+            "next_attempt_at": op.next_attempt_at,
+            "result": None if op.result is None else _dumps(op.result),
+            "error": None if op.error is None else _dumps(op.error),
+            "task_version": op.task_version,
+            "now": now,
+        }
+        self._x(
+            conn,
+            f"INSERT INTO ops ({_OP_COLS}) VALUES (:op_id, :task_id, :round, :call_index, :tool,"
+            " :args, :args_hash, :effect, :status, :attempts, :next_attempt_at, :result,"
+            " :error, :task_version, :now, :now)"
+            " ON CONFLICT (op_id) DO UPDATE SET status = excluded.status,"
+            " attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at,"
+            " result = excluded.result, error = excluded.error,"
+            " updated_at = excluded.updated_at",
+            params,
+        )
+
+    def _insert_artifact(self, conn: Any, art: ArtifactRecord, now: float) -> None:
+        self._x(
+            conn,
+            f"INSERT INTO artifacts ({_ART_COLS}) VALUES (:artifact_id, :task_id, :kind, :name,"
+            " :blob_hash, :size, :source, :task_version, :deps, :valid, :meta, :now)"
+            " ON CONFLICT (artifact_id) DO UPDATE SET valid = excluded.valid,"
+            " meta = excluded.meta",
+            {
+                "artifact_id": art.artifact_id,
+                "task_id": art.task_id,
+                "kind": art.kind,
+                "name": art.name,
+                "blob_hash": art.blob_hash,
+                "size": art.size,
+                "source": art.source,
+                "task_version": art.task_version,
+                "deps": _dumps(list(art.deps)),
+                "valid": self._bool_in(art.valid),
+                "meta": _dumps(art.meta),
+                "now": now,
+            },
+        )
+
+    # --- leases -------------------------------------------------------------------------
+
+    def _claim_sync(self, worker_id: str, ttl: float, task_id: str | None) -> Lease | None:
+        now = self.clock.now()
+        with self._tx(write=True) as conn:
+            if task_id is not None:
+                row = self._x(
+                    conn,
+                    "SELECT task_id, status, fencing_token FROM tasks WHERE task_id = :id"
+                    " AND (lease_owner IS NULL OR lease_expiry IS NULL OR lease_expiry <= :now)"
+                    f"{self.FOR_UPDATE}",
+                    {"id": task_id, "now": now},
+                ).fetchone()
+                if row is None:
+                    self._get_task_in(conn, task_id)  # raises TaskNotFound if absent
+                    return None
+                if lifecycle.is_terminal(row["status"]):
+                    return None
+            else:
+                row = self._x(
+                    conn,
+                    "SELECT task_id, status, fencing_token FROM tasks WHERE"
+                    " (status IN ('queued', 'running', 'stalled')"
+                    "  OR (status = 'waiting' AND wake_at IS NOT NULL AND wake_at <= :now))"
+                    " AND (lease_owner IS NULL OR lease_expiry IS NULL OR lease_expiry <= :now)"
+                    " AND cancel_requested = :f"
+                    f" ORDER BY updated_at, task_id LIMIT 1{self.SKIP_LOCKED}",
+                    {"now": now, "f": self._bool_in(False)},
+                ).fetchone()
+                if row is None:
+                    return None
+            token = int(row["fencing_token"]) + 1
+            expires = now + ttl
+            self._x(
+                conn,
+                "UPDATE tasks SET lease_owner = :w, lease_expiry = :exp, fencing_token = :tok,"
+                " heartbeat_at = :now WHERE task_id = :id",
+                {"w": worker_id, "exp": expires, "tok": token, "now": now, "id": row["task_id"]},
+            )
+            return Lease(row["task_id"], worker_id, token, expires)
+
+    def _get_task_in(self, conn: Any, task_id: str) -> Row:
+        row = self._x(
+            conn, f"SELECT {_TASK_COLS} FROM tasks WHERE task_id = :id", {"id": task_id}
+        ).fetchone()
+        if row is None:
+            raise errors.TaskNotFound(task_id)
+        return row  # type: ignore[no-any-return]
+
+    async def claim(
+        self, worker_id: str, ttl: float, *, task_id: str | None = None
+    ) -> Lease | None:
+        """Take the lease on a claimable task (or on `task_id`); the token rises."""
+        return await self._run(self._claim_sync, worker_id, ttl, task_id)
+
+    def _renew_sync(self, task_id: str, token: int, ttl: float) -> float:
+        now = self.clock.now()
+        with self._tx(write=True) as conn:
+            row = self._get_task_in(conn, task_id)
+            if int(row["fencing_token"]) != token or row["lease_owner"] is None:
+                raise errors.StaleLease(task_id, token, int(row["fencing_token"]))
+            self._x(
+                conn,
+                "UPDATE tasks SET lease_expiry = :exp, heartbeat_at = :now WHERE task_id = :id",
+                {"exp": now + ttl, "now": now, "id": task_id},
+            )
+        return now + ttl
+
+    async def renew(self, task_id: str, token: int, ttl: float) -> float:
+        """Extend our lease; `StaleLease` if it is not ours any more."""
+        return await self._run(self._renew_sync, task_id, token, ttl)
+
+    def _release_sync(self, task_id: str, token: int) -> None:
+        with self._tx(write=True) as conn:
+            row = self._get_task_in(conn, task_id)
+            if int(row["fencing_token"]) != token:
+                raise errors.StaleLease(task_id, token, int(row["fencing_token"]))
+            self._x(
+                conn,
+                "UPDATE tasks SET lease_owner = NULL, lease_expiry = NULL WHERE task_id = :id",
+                {"id": task_id},
+            )
+
+    async def release(self, task_id: str, token: int) -> None:
+        """Give the lease up; `StaleLease` if it is not ours."""
+        await self._run(self._release_sync, task_id, token)
+
+    # --- blobs, ops, artifacts ----------------------------------------------------------
+
+    def _put_blob_sync(self, data: bytes) -> str:
+        ref = blob_hash(data)
+        with self._tx(write=True) as conn:
+            self._x(
+                conn,
+                "INSERT INTO blobs (hash, size, data, created_at) VALUES (:h, :s, :d, :t)"
+                " ON CONFLICT (hash) DO NOTHING",
+                {"h": ref, "s": len(data), "d": data, "t": self.clock.now()},
+            )
+        return ref
+
+    async def put_blob(self, data: bytes) -> str:
+        """Store bytes under their content address (idempotent)."""
+        return await self._run(self._put_blob_sync, bytes(data))
+
+    def _get_blob_sync(self, ref: str) -> bytes:
+        with self._tx(write=False) as conn:
+            row = self._x(conn, "SELECT data FROM blobs WHERE hash = :h", {"h": ref}).fetchone()
+        if row is None:
+            raise KeyError(ref)
+        return bytes(row["data"])
+
+    async def get_blob(self, ref: str) -> bytes:
+        """Bytes by content address; `KeyError` if absent."""
+        return await self._run(self._get_blob_sync, ref)
+
+    def _get_ops_sync(self, task_id: str, statuses: Collection[str] | None) -> list[OpRecord]:
+        with self._tx(write=False) as conn:
+            rows = self._x(
+                conn,
+                f"SELECT {_OP_COLS} FROM ops WHERE task_id = :id ORDER BY round, call_index",
+                {"id": task_id},
+            ).fetchall()
+        ops = [self._op(r) for r in rows]
+        return [o for o in ops if statuses is None or o.status in statuses]
+
+    async def get_ops(self, task_id: str, statuses: Collection[str] | None = None) -> list[OpRecord]:
+        """The op journal of a task, in (round, call_index) order."""
+        return await self._run(self._get_ops_sync, task_id, statuses)
+
+    def _get_artifacts_sync(self, task_id: str) -> list[ArtifactRecord]:
+        with self._tx(write=False) as conn:
+            rows = self._x(
+                conn,
+                f"SELECT {_ART_COLS} FROM artifacts WHERE task_id = :id"
+                " ORDER BY created_at, artifact_id",
+                {"id": task_id},
+            ).fetchall()
+        return [self._artifact(r) for r in rows]
+
+    async def get_artifacts(self, task_id: str) -> list[ArtifactRecord]:
+        """A task's artifacts, oldest first."""
+        return await self._run(self._get_artifacts_sync, task_id)
+
+    def _get_artifact_sync(self, artifact_id: str) -> ArtifactRecord:
+        with self._tx(write=False) as conn:
+            row = self._x(
+                conn,
+                f"SELECT {_ART_COLS} FROM artifacts WHERE artifact_id = :id",
+                {"id": artifact_id},
+            ).fetchone()
+        if row is None:
+            raise KeyError(artifact_id)
+        return self._artifact(row)
+
+    async def get_artifact(self, artifact_id: str) -> ArtifactRecord:
+        """One artifact; `KeyError` if absent."""
+        return await self._run(self._get_artifact_sync, artifact_id)
+
+
+def iter_statements(script: str) -> Iterator[str]:
+    """Split a migration script into statements (no semicolons inside our DDL)."""
+    for part in script.split(";"):
+        lines = [ln for ln in part.splitlines() if not ln.strip().startswith("--")]
+        stmt = "\n".join(lines).strip()
+        if stmt:
+            yield stmt

@@ -1,0 +1,309 @@
+"""The store protocol: a narrow set of named operations over events and projections.
+
+The store knows nothing of models or tools. It keeps:
+
+- **tasks**: the task projection (status, stop reason, version, current milestone, the
+  spec snapshot, heartbeat, lease owner and expiry, fencing token, last event seq);
+- **events**: the append-only log, `(task_id, seq)` unique and gapless per task;
+- **ledgers**: skeleton and state with their own version;
+- **blobs**: content-addressed payloads (full prompts, tool outputs);
+- **ops**, **artifacts**, **approvals**: projections later parts fill.
+
+`commit` is the only write path for a running task: one transaction appends events and
+updates projections, guarded by the fencing token the caller got from `claim`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from tether import events as ev
+from tether.ledger import Ledger
+
+#: Highest schema version this tether understands (one per migration file).
+SCHEMA_VERSION = 2
+
+
+def blob_hash(data: bytes) -> str:
+    """Content address of a blob: `sha256:<hex>`."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """The task projection as stored."""
+
+    task_id: str
+    name: str
+    status: str
+    stop_reason: str | None
+    version: int
+    current_milestone: str | None
+    spec: dict[str, Any]
+    workspace: str | None
+    waiting: dict[str, Any] | None
+    usage: dict[str, Any]
+    cancel_requested: bool
+    wake_at: float | None
+    created_at: float
+    updated_at: float
+    heartbeat_at: float | None
+    lease_owner: str | None
+    lease_expiry: float | None
+    fencing_token: int
+    last_seq: int
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """One event as stored, with its envelope."""
+
+    task_id: str
+    seq: int
+    type: str
+    schema_version: int
+    data: dict[str, Any]
+    task_version: int
+    fencing_token: int | None
+    at: float
+
+    def typed(self) -> ev.Event:
+        """Decode into its typed event (or `UnknownEvent`)."""
+        return ev.decode(self.type, self.data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "task_id": self.task_id,
+            "seq": self.seq,
+            "type": self.type,
+            "schema_version": self.schema_version,
+            "data": self.data,
+            "task_version": self.task_version,
+            "fencing_token": self.fencing_token,
+            "at": self.at,
+        }
+
+
+@dataclass(frozen=True)
+class LedgerRecord:
+    """The stored ledger."""
+
+    task_id: str
+    skeleton: dict[str, Any]
+    state: dict[str, Any]
+    version: int
+    updated_at: float
+
+    def to_ledger(self) -> Ledger:
+        """The domain object."""
+        return Ledger.from_parts(self.skeleton, self.state, self.version)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Ownership of a task: valid until `expires_at`, proven by `token`."""
+
+    task_id: str
+    worker_id: str
+    token: int
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class TaskPatch:
+    """Changes to the task projection; fields left `UNSET` stay as they are."""
+
+    status: str | None = None
+    stop_reason: str | None = None
+    version: int | None = None
+    current_milestone: Any = UNSET
+    waiting: Any = UNSET
+    usage: dict[str, Any] | None = None
+    cancel_requested: bool | None = None
+    wake_at: Any = UNSET
+    spec: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class LedgerWrite:
+    """A new ledger state; refused unless the stored version is `expected_version`."""
+
+    state: dict[str, Any]
+    version: int
+    expected_version: int
+    skeleton: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, ledger: Ledger, expected_version: int, *, skeleton: bool = False) -> LedgerWrite:
+        """From a domain ledger."""
+        return cls(
+            state=ledger.state_dict(),
+            version=ledger.version,
+            expected_version=expected_version,
+            skeleton=ledger.skeleton.to_dict() if skeleton else None,
+        )
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """An op (one tool invocation with effects) in the journal."""
+
+    op_id: str
+    task_id: str
+    round: int
+    call_index: int
+    tool: str
+    args: dict[str, Any]
+    args_hash: str
+    effect: str
+    status: str
+    attempts: int = 0
+    next_attempt_at: float | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    task_version: int = 1
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class ArtifactRecord:
+    """A stored, content-addressed product with its dependencies."""
+
+    artifact_id: str
+    task_id: str
+    kind: str
+    name: str
+    blob_hash: str
+    size: int
+    source: str = ""
+    task_version: int = 1
+    deps: tuple[str, ...] = ()
+    valid: bool = True
+    meta: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """Sequence numbers the commit's events received."""
+
+    first_seq: int
+    last_seq: int
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The durable store. Implementations: SQLite, PostgreSQL, in-memory."""
+
+    url: str
+
+    async def create_task(
+        self,
+        *,
+        task_id: str,
+        name: str,
+        spec: Mapping[str, Any],
+        ledger: Ledger,
+        workspace: str | None = None,
+        events: Sequence[ev.Event] = (),
+    ) -> TaskRecord:
+        """Insert a queued task, its ledger and its first events in one transaction."""
+        ...
+
+    async def get_task(self, task_id: str) -> TaskRecord:
+        """The task projection; `TaskNotFound` if absent."""
+        ...
+
+    async def list_tasks(
+        self, statuses: Collection[str] | None = None, limit: int = 100
+    ) -> list[TaskRecord]:
+        """Tasks, newest first, optionally filtered by status."""
+        ...
+
+    async def read_events(
+        self,
+        task_id: str,
+        after: int = 0,
+        limit: int | None = None,
+        types: Collection[str] | None = None,
+    ) -> list[StoredEvent]:
+        """Events with `seq > after`, in order."""
+        ...
+
+    async def get_ledger(self, task_id: str) -> LedgerRecord:
+        """The stored ledger; `TaskNotFound` if absent."""
+        ...
+
+    async def commit(
+        self,
+        task_id: str,
+        token: int | None,
+        events: Sequence[ev.Event],
+        *,
+        task: TaskPatch | None = None,
+        ledger: LedgerWrite | None = None,
+        ops: Sequence[OpRecord] = (),
+        artifacts: Sequence[ArtifactRecord] = (),
+    ) -> CommitResult:
+        """Append events and update projections atomically.
+
+        `token` is the fencing token from `claim`; a token other than the task's current
+        one raises `StaleLease` and writes nothing. `None` is an out-of-band append (a
+        human's decision, a cancel request) that does not need the lease.
+        """
+        ...
+
+    async def claim(
+        self, worker_id: str, ttl: float, *, task_id: str | None = None
+    ) -> Lease | None:
+        """Take the lease on a claimable task (or on `task_id`); the token rises."""
+        ...
+
+    async def renew(self, task_id: str, token: int, ttl: float) -> float:
+        """Extend our lease; returns the new expiry. `StaleLease` if it is not ours."""
+        ...
+
+    async def release(self, task_id: str, token: int) -> None:
+        """Give the lease up. `StaleLease` if it is not ours."""
+        ...
+
+    async def put_blob(self, data: bytes) -> str:
+        """Store bytes under their content address (idempotent)."""
+        ...
+
+    async def get_blob(self, ref: str) -> bytes:
+        """Bytes by content address; `KeyError` if absent."""
+        ...
+
+    async def get_ops(self, task_id: str, statuses: Collection[str] | None = None) -> list[OpRecord]:
+        """The op journal of a task, in (round, call_index) order."""
+        ...
+
+    async def get_artifacts(self, task_id: str) -> list[ArtifactRecord]:
+        """A task's artifacts, oldest first."""
+        ...
+
+    async def get_artifact(self, artifact_id: str) -> ArtifactRecord:
+        """One artifact; `KeyError` if absent."""
+        ...
+
+    async def schema_version(self) -> int:
+        """The schema version of the open database."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...

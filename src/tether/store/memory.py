@@ -1,0 +1,327 @@
+"""An in-memory store for fast unit tests; passes the same conformance suite.
+
+Nothing survives the process. Each operation runs under one asyncio lock, which gives
+the same all-or-nothing commits as a database transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import json
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from tether import errors, lifecycle
+from tether import events as ev
+from tether.clock import Clock, SystemClock
+from tether.ledger import Ledger
+from tether.store.base import (
+    SCHEMA_VERSION,
+    UNSET,
+    ArtifactRecord,
+    CommitResult,
+    Lease,
+    LedgerRecord,
+    LedgerWrite,
+    OpRecord,
+    StoredEvent,
+    TaskPatch,
+    TaskRecord,
+    blob_hash,
+)
+
+
+def _copy(obj: Any) -> Any:
+    # Round-trip through JSON, as a database would: callers never share our objects.
+    return json.loads(json.dumps(obj))
+
+
+class MemoryStore:
+    """A store that lives in a Python dict."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.url = "memory://"
+        self.clock: Clock = clock or SystemClock()
+        self._lock = asyncio.Lock()
+        self._tasks: dict[str, TaskRecord] = {}
+        self._events: dict[str, list[StoredEvent]] = {}
+        self._ledgers: dict[str, LedgerRecord] = {}
+        self._blobs: dict[str, bytes] = {}
+        self._ops: dict[str, OpRecord] = {}
+        self._artifacts: dict[str, ArtifactRecord] = {}
+
+    @classmethod
+    async def open(cls, clock: Clock | None = None) -> MemoryStore:
+        """A new empty store."""
+        return cls(clock)
+
+    async def schema_version(self) -> int:
+        """Always the current version."""
+        return SCHEMA_VERSION
+
+    def _task(self, task_id: str) -> TaskRecord:
+        try:
+            return self._tasks[task_id]
+        except KeyError:
+            raise errors.TaskNotFound(task_id) from None
+
+    async def create_task(
+        self,
+        *,
+        task_id: str,
+        name: str,
+        spec: Mapping[str, Any],
+        ledger: Ledger,
+        workspace: str | None = None,
+        events: Sequence[ev.Event] = (),
+    ) -> TaskRecord:
+        """Insert a queued task, its ledger and its first events."""
+        async with self._lock:
+            if task_id in self._tasks:
+                raise errors.ConcurrentUpdate(f"task {task_id!r} already exists")
+            now = self.clock.now()
+            rec = TaskRecord(
+                task_id=task_id,
+                name=name,
+                status="queued",
+                stop_reason=None,
+                version=1,
+                current_milestone=None,
+                spec=_copy(dict(spec)),
+                workspace=workspace,
+                waiting=None,
+                usage={},
+                cancel_requested=False,
+                wake_at=None,
+                created_at=now,
+                updated_at=now,
+                heartbeat_at=None,
+                lease_owner=None,
+                lease_expiry=None,
+                fencing_token=0,
+                last_seq=len(events),
+            )
+            self._tasks[task_id] = rec
+            self._ledgers[task_id] = LedgerRecord(
+                task_id, _copy(ledger.skeleton.to_dict()), _copy(ledger.state_dict()),
+                ledger.version, now,
+            )  # fmt: skip
+            self._events[task_id] = [
+                self._stored(task_id, n + 1, e, 1, None, now) for n, e in enumerate(events)
+            ]
+            return rec
+
+    @staticmethod
+    def _stored(
+        task_id: str, seq: int, event: ev.Event, version: int, token: int | None, now: float
+    ) -> StoredEvent:
+        type_name, schema, data = ev.encode(event)
+        return StoredEvent(task_id, seq, type_name, schema, _copy(data), version, token, now)
+
+    async def get_task(self, task_id: str) -> TaskRecord:
+        """The task projection."""
+        return self._task(task_id)
+
+    async def list_tasks(
+        self, statuses: Collection[str] | None = None, limit: int = 100
+    ) -> list[TaskRecord]:
+        """Tasks, newest first."""
+        tasks = [t for t in self._tasks.values() if not statuses or t.status in statuses]
+        tasks.sort(key=lambda t: (-t.created_at, t.task_id))
+        return tasks[:limit]
+
+    async def read_events(
+        self,
+        task_id: str,
+        after: int = 0,
+        limit: int | None = None,
+        types: Collection[str] | None = None,
+    ) -> list[StoredEvent]:
+        """Events with `seq > after`, in order."""
+        self._task(task_id)
+        out = [
+            e
+            for e in self._events[task_id]
+            if e.seq > after and (not types or e.type in types)
+        ]
+        return out[:limit] if limit is not None else out
+
+    async def get_ledger(self, task_id: str) -> LedgerRecord:
+        """The stored ledger."""
+        self._task(task_id)
+        return self._ledgers[task_id]
+
+    async def commit(
+        self,
+        task_id: str,
+        token: int | None,
+        events: Sequence[ev.Event],
+        *,
+        task: TaskPatch | None = None,
+        ledger: LedgerWrite | None = None,
+        ops: Sequence[OpRecord] = (),
+        artifacts: Sequence[ArtifactRecord] = (),
+    ) -> CommitResult:
+        """Append events and update projections atomically."""
+        async with self._lock:
+            rec = self._task(task_id)
+            if token is not None and token != rec.fencing_token:
+                raise errors.StaleLease(task_id, token, rec.fencing_token)
+            now = self.clock.now()
+            changes: dict[str, Any] = {"updated_at": now}
+            version = rec.version
+            if task is not None:
+                if task.status is not None:
+                    lifecycle.check_transition(
+                        rec.status, task.status, task.stop_reason, task_id=task_id
+                    )
+                    changes["status"] = task.status
+                    changes["stop_reason"] = task.stop_reason
+                if task.version is not None:
+                    if task.version < version:
+                        raise errors.ConcurrentUpdate(f"task {task_id}: version cannot go back")
+                    version = task.version
+                    changes["version"] = version
+                if task.current_milestone is not UNSET:
+                    changes["current_milestone"] = task.current_milestone
+                if task.waiting is not UNSET:
+                    changes["waiting"] = _copy(task.waiting)
+                if task.usage is not None:
+                    changes["usage"] = _copy(task.usage)
+                if task.cancel_requested is not None:
+                    changes["cancel_requested"] = task.cancel_requested
+                if task.wake_at is not UNSET:
+                    changes["wake_at"] = task.wake_at
+                if task.spec is not None:
+                    changes["spec"] = _copy(task.spec)
+            if token is not None:
+                changes["heartbeat_at"] = now
+            new_ledger = None
+            if ledger is not None:
+                cur = self._ledgers[task_id]
+                if cur.version != ledger.expected_version:
+                    raise errors.ConcurrentUpdate(
+                        f"task {task_id}: ledger version is {cur.version},"
+                        f" expected {ledger.expected_version}"
+                    )
+                new_ledger = LedgerRecord(
+                    task_id,
+                    _copy(ledger.skeleton) if ledger.skeleton is not None else cur.skeleton,
+                    _copy(ledger.state),
+                    ledger.version,
+                    now,
+                )
+            first = rec.last_seq + 1
+            stored = [
+                self._stored(task_id, first + n, e, version, token, now)
+                for n, e in enumerate(events)
+            ]
+            if stored:
+                changes["last_seq"] = first + len(stored) - 1
+            # Everything validated: apply.
+            self._events[task_id].extend(stored)
+            if new_ledger is not None:
+                self._ledgers[task_id] = new_ledger
+            for op in ops:
+                old = self._ops.get(op.op_id)
+                self._ops[op.op_id] = dataclasses.replace(
+                    copy.deepcopy(op),
+                    created_at=old.created_at if old else now,
+                    updated_at=now,
+                )
+            for art in artifacts:
+                old_art = self._artifacts.get(art.artifact_id)
+                self._artifacts[art.artifact_id] = dataclasses.replace(
+                    copy.deepcopy(art), created_at=old_art.created_at if old_art else now
+                )
+            self._tasks[task_id] = dataclasses.replace(rec, **changes)
+            return CommitResult(first, first + len(stored) - 1)
+
+    async def claim(
+        self, worker_id: str, ttl: float, *, task_id: str | None = None
+    ) -> Lease | None:
+        """Take the lease on a claimable task."""
+        async with self._lock:
+            now = self.clock.now()
+
+            def free(t: TaskRecord) -> bool:
+                return t.lease_owner is None or t.lease_expiry is None or t.lease_expiry <= now
+
+            if task_id is not None:
+                rec = self._task(task_id)
+                if not free(rec) or lifecycle.is_terminal(rec.status):
+                    return None
+            else:
+                cands = [
+                    t
+                    for t in self._tasks.values()
+                    if free(t)
+                    and not t.cancel_requested
+                    and (
+                        t.status in ("queued", "running", "stalled")
+                        or (t.status == "waiting" and t.wake_at is not None and t.wake_at <= now)
+                    )
+                ]
+                if not cands:
+                    return None
+                rec = min(cands, key=lambda t: (t.updated_at, t.task_id))
+            token = rec.fencing_token + 1
+            self._tasks[rec.task_id] = dataclasses.replace(
+                rec,
+                lease_owner=worker_id,
+                lease_expiry=now + ttl,
+                fencing_token=token,
+                heartbeat_at=now,
+            )
+            return Lease(rec.task_id, worker_id, token, now + ttl)
+
+    async def renew(self, task_id: str, token: int, ttl: float) -> float:
+        """Extend our lease."""
+        async with self._lock:
+            rec = self._task(task_id)
+            if rec.fencing_token != token or rec.lease_owner is None:
+                raise errors.StaleLease(task_id, token, rec.fencing_token)
+            now = self.clock.now()
+            self._tasks[task_id] = dataclasses.replace(
+                rec, lease_expiry=now + ttl, heartbeat_at=now
+            )
+            return now + ttl
+
+    async def release(self, task_id: str, token: int) -> None:
+        """Give the lease up."""
+        async with self._lock:
+            rec = self._task(task_id)
+            if rec.fencing_token != token:
+                raise errors.StaleLease(task_id, token, rec.fencing_token)
+            self._tasks[task_id] = dataclasses.replace(rec, lease_owner=None, lease_expiry=None)
+
+    async def put_blob(self, data: bytes) -> str:
+        """Store bytes under their content address."""
+        ref = blob_hash(data)
+        self._blobs.setdefault(ref, bytes(data))
+        return ref
+
+    async def get_blob(self, ref: str) -> bytes:
+        """Bytes by content address."""
+        return self._blobs[ref]
+
+    async def get_ops(self, task_id: str, statuses: Collection[str] | None = None) -> list[OpRecord]:
+        """The op journal of a task."""
+        ops = [o for o in self._ops.values() if o.task_id == task_id]
+        ops.sort(key=lambda o: (o.round, o.call_index))
+        return [o for o in ops if statuses is None or o.status in statuses]
+
+    async def get_artifacts(self, task_id: str) -> list[ArtifactRecord]:
+        """A task's artifacts, oldest first."""
+        arts = [a for a in self._artifacts.values() if a.task_id == task_id]
+        arts.sort(key=lambda a: (a.created_at, a.artifact_id))
+        return arts
+
+    async def get_artifact(self, artifact_id: str) -> ArtifactRecord:
+        """One artifact."""
+        return self._artifacts[artifact_id]
+
+    async def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,162 @@
+"""The embedded SQLite store: WAL, `synchronous=FULL` by default, one writer.
+
+All access goes through one connection owned by one thread, so the store is safe for
+many asyncio tasks in a process; `BEGIN IMMEDIATE` and a busy timeout make it safe for
+several processes on one machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from tether import errors
+from tether.clock import Clock
+from tether.store._sql import SqlStore, iter_statements
+from tether.store.base import SCHEMA_VERSION
+
+T = TypeVar("T")
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+
+
+def _translate(exc: sqlite3.Error, path: str) -> errors.TetherError:
+    text = str(exc)
+    low = text.lower()
+    if "not a database" in low or "malformed" in low or "file is encrypted" in low:
+        return errors.CorruptDatabase(
+            f"{path} is not a readable SQLite database ({text}); it was left untouched —"
+            " point --db at another file or restore a backup"
+        )
+    if "unable to open" in low:
+        return errors.StoreConfigError(f"cannot open the database file {path} ({text})")
+    if "readonly" in low or "read-only" in low:
+        return errors.StoreConfigError(f"the database file {path} is read-only ({text})")
+    return errors.StoreError(f"SQLite error on {path}: {text}")
+
+
+class SQLiteStore(SqlStore):
+    """The embedded default store."""
+
+    dialect = "sqlite"
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: Synchronous = "FULL",
+        clock: Clock | None = None,
+        busy_timeout_ms: int = 30_000,
+    ) -> None:
+        self.path = str(path)
+        super().__init__(f"sqlite:///{self.path}", clock)
+        self.synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
+        # One thread owns the connection; sqlite3 connections are not thread-safe.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-sqlite")
+        self._conn: sqlite3.Connection | None = None
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | Path,
+        *,
+        synchronous: Synchronous = "FULL",
+        clock: Clock | None = None,
+        create: bool = True,
+        migrate_to: int = SCHEMA_VERSION,
+    ) -> SQLiteStore:
+        """Open (and migrate) a database file; `create=False` refuses a missing file."""
+        p = Path(path)
+        if not create and not p.exists():
+            raise errors.StoreConfigError(f"no tether database at {p}")
+        if p.exists() and p.is_dir():
+            raise errors.StoreConfigError(f"{p} is a folder, not a database file")
+        if create:
+            try:
+                p.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise errors.StoreConfigError(f"cannot create the folder {p.parent}: {exc}") from exc
+        store = cls(p, synchronous=synchronous, clock=clock)
+        try:
+            await store._run(store._connect_sync)
+            await store._run(store._migrate_sync, migrate_to)
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    def _connect_sync(self) -> None:
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout_ms / 1000)
+            conn.row_factory = sqlite3.Row
+            # Check the header before anything can write to the file.
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise errors.StoreConfigError(f"cannot switch {self.path} to WAL mode (got {mode})")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
+        self._conn = conn
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn, *args)
+
+    @contextmanager
+    def _tx(self, write: bool) -> Iterator[sqlite3.Connection]:
+        conn = self._conn
+        if conn is None:
+            raise errors.StoreError("the store is closed")
+        try:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK")
+            raise _translate(exc, self.path) from exc
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        else:
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise _translate(exc, self.path) from exc
+
+    def _existing_tables(self, conn: Any) -> set[str]:
+        rows = conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        ).fetchall()
+        return {r["name"] for r in rows}
+
+    def _run_script(self, conn: Any, sql: str) -> None:
+        for stmt in iter_statements(sql):
+            conn.execute(stmt)
+
+    def _bool_in(self, value: bool) -> Any:
+        return 1 if value else 0
+
+    def _close_sync(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def close(self) -> None:
+        """Close the connection and its thread."""
+        try:
+            await self._run(self._close_sync)
+        finally:
+            self._executor.shutdown(wait=True)

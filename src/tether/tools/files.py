@@ -1,0 +1,373 @@
+"""Built-in file tools, confined to a task's workspace folder.
+
+Four tools: `list_files`, `read_file`, `write_file` and `append_file`. Every path the
+model gives is resolved against the workspace root with all symlinks followed; a path
+that ends up outside the root (`..`, an absolute path, a symlink anywhere along the
+way that points out, a symlink loop) is refused with a deterministic
+"not permitted" `errors.ToolFailed`, before anything is read or written.
+
+Writes are atomic: the new content goes to a temporary file in the same folder, is
+flushed to disk, then moved over the target with `os.replace`, so a crash leaves
+either the old file or the new one, never half of it.
+
+The model-facing surface is `FILE_TOOL_SCHEMAS` (what the model sees),
+`FILE_TOOL_EFFECTS` (for the approval policy and the op journal) and the async
+dispatcher `run_file_tool`, which validates arguments and runs the blocking IO in a
+thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path, PurePath
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tether import errors
+from tether.models.base import ToolSchema
+
+#: Default and largest number of characters `read_file` returns in one call.
+DEFAULT_READ_LIMIT: Final[int] = 20_000
+MAX_READ_LIMIT: Final[int] = 200_000
+
+Effect = Literal["read", "write"]
+
+
+def _not_permitted(path: str, why: str = "is outside the workspace") -> errors.ToolFailed:
+    return errors.ToolFailed(f"not permitted: {path} {why}")
+
+
+class Workspace:
+    """A task's workspace folder; every file tool path is resolved inside it.
+
+    The root is resolved once (symlinks followed) when the workspace is made, and
+    `resolve` refuses any path whose real location is not under that resolved root.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(os.path.realpath(os.fspath(root)))
+
+    def __repr__(self) -> str:
+        return f"Workspace({str(self.root)!r})"
+
+    def resolve(self, path: str) -> Path:
+        """The real path of `path` inside the workspace.
+
+        Raises `errors.ToolFailed` ("not permitted: ...") for an absolute path, a path
+        that leaves the workspace through `..` or a symlink (also a symlinked parent
+        of a file that does not exist yet), or a symlink loop. The file itself need
+        not exist.
+        """
+        if not isinstance(path, str) or "\x00" in path:
+            raise _not_permitted(repr(path), "is not a usable path")
+        shown = path or "."
+        if PurePath(path).is_absolute():
+            raise _not_permitted(shown)
+        real = Path(os.path.realpath(os.path.join(self.root, path)))
+        if not real.is_relative_to(self.root):
+            raise _not_permitted(shown)
+        # `realpath` follows every symlink it can; one that is still there on the way
+        # means a loop (or a link swapped in meanwhile): refuse rather than guess.
+        probe = self.root
+        for part in real.relative_to(self.root).parts:
+            probe = probe / part
+            try:
+                mode = os.lstat(probe).st_mode
+            except FileNotFoundError:
+                break
+            except OSError:
+                raise _not_permitted(shown, "cannot be resolved inside the workspace") from None
+            if stat.S_ISLNK(mode):
+                raise _not_permitted(shown, "goes through a symlink loop")
+        return real
+
+    def relative(self, real: Path) -> str:
+        """How the model should see a resolved path: relative to the root, `/`-separated."""
+        rel = real.relative_to(self.root).as_posix()
+        return rel if rel != "." else "."
+
+    # -- the tools, blocking -----------------------------------------------------------
+
+    def list_files(self, path: str = ".") -> str:
+        """List a folder: one entry per line, sorted, folders with a trailing `/`."""
+        real = self.resolve(path)
+        shown = self.relative(real)
+        if not real.exists():
+            raise errors.ToolFailed(f"no such folder: {shown}")
+        if not real.is_dir():
+            raise errors.ToolFailed(f"not a folder: {shown} (use read_file to read a file)")
+        lines: list[str] = []
+        with os.scandir(real) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.is_symlink():
+                    lines.append(f"{entry.name}@")
+                elif entry.is_dir(follow_symlinks=False):
+                    lines.append(f"{entry.name}/")
+                else:
+                    size = entry.stat(follow_symlinks=False).st_size
+                    lines.append(f"{entry.name} ({size} bytes)")
+        if not lines:
+            return f"{shown}: empty folder"
+        return "\n".join(lines)
+
+    def read_file(self, path: str, offset: int = 0, limit: int = DEFAULT_READ_LIMIT) -> str:
+        """Up to `limit` characters from character `offset`; says how many remain."""
+        real = self.resolve(path)
+        shown = self.relative(real)
+        if real.is_dir():
+            raise errors.ToolFailed(f"{shown} is a folder (use list_files to list it)")
+        try:
+            fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:
+            raise errors.ToolFailed(f"no such file: {shown}") from None
+        except OSError as exc:
+            raise errors.ToolFailed(f"cannot read {shown}: {exc.strerror}") from None
+        with open(fd, encoding="utf-8", errors="replace", newline="") as fh:
+            text = fh.read()
+        total = len(text)
+        if offset > total:
+            return f"[offset {offset} is past the end of {shown}, which has {total} characters]"
+        chunk = text[offset : offset + limit]
+        remaining = total - offset - len(chunk)
+        if remaining > 0:
+            nxt = offset + len(chunk)
+            chunk += (
+                f"\n[... {remaining} more characters of {total}; "
+                f"call read_file with offset={nxt} to continue]"
+            )
+        return chunk
+
+    def write_file(self, path: str, content: str) -> str:
+        """Replace (or create) a file with `content`, atomically."""
+        real = self._writable(path)
+        self._atomic_write(real, content)
+        return f"wrote {len(content)} characters to {self.relative(real)}"
+
+    def append_file(self, path: str, content: str) -> str:
+        """Append `content` to a file (created if missing), atomically."""
+        real = self._writable(path)
+        old = ""
+        if real.exists():
+            try:
+                old = real.read_text(encoding="utf-8", errors="strict")
+            except UnicodeDecodeError:
+                raise errors.ToolFailed(
+                    f"cannot append to {self.relative(real)}: it is not UTF-8 text"
+                ) from None
+        self._atomic_write(real, old + content)
+        return (
+            f"appended {len(content)} characters to {self.relative(real)} "
+            f"(now {len(old) + len(content)} characters)"
+        )
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _writable(self, path: str) -> Path:
+        real = self.resolve(path)
+        shown = self.relative(real)
+        if real == self.root or real.is_dir():
+            raise errors.ToolFailed(f"{shown} is a folder, not a file")
+        return real
+
+    def _atomic_write(self, real: Path, content: str) -> None:
+        shown = self.relative(real)
+        parent = real.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise errors.ToolFailed(
+                f"cannot create the folder for {shown}: {exc.strerror}"
+            ) from None
+        # The folders just made were resolved inside the root, but check again in
+        # case something raced a symlink in: never write outside.
+        if not Path(os.path.realpath(parent)).is_relative_to(self.root):
+            raise _not_permitted(shown)
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".tether-", suffix=".tmp")
+        try:
+            with open(fd, "w", encoding="utf-8", newline="") as fh:
+                fh.write(content)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, real)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise errors.ToolFailed(f"cannot write {shown}: {exc.strerror}") from None
+            raise
+        _fsync_dir(parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    # Make the rename itself durable; not every platform lets a folder be opened.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# --- arguments ----------------------------------------------------------------------------
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ListFilesArgs(_Args):
+    """Arguments of `list_files`."""
+
+    path: str = "."
+
+
+class ReadFileArgs(_Args):
+    """Arguments of `read_file`."""
+
+    path: str = Field(min_length=1)
+    offset: int = Field(default=0, ge=0)
+    limit: int = Field(default=DEFAULT_READ_LIMIT, ge=1, le=MAX_READ_LIMIT)
+
+
+class WriteFileArgs(_Args):
+    """Arguments of `write_file` and `append_file`."""
+
+    path: str = Field(min_length=1)
+    content: str
+
+
+_PATH = {"type": "string", "description": "path relative to the workspace folder"}
+
+#: What the model sees of each file tool.
+FILE_TOOL_SCHEMAS: Final[tuple[ToolSchema, ...]] = (
+    ToolSchema(
+        name="list_files",
+        description="List the files and folders in a workspace folder (folders end in /).",
+        parameters={
+            "type": "object",
+            "properties": {"path": {**_PATH, "default": "."}},
+            "required": [],
+            "additionalProperties": False,
+        },
+    ),
+    ToolSchema(
+        name="read_file",
+        description=(
+            f"Read a text file from the workspace: at most `limit` characters (default "
+            f"{DEFAULT_READ_LIMIT}) from character `offset`; says how many remain."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "path": _PATH,
+                "offset": {"type": "integer", "minimum": 0, "default": 0},
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_READ_LIMIT,
+                    "default": DEFAULT_READ_LIMIT,
+                },
+            },
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+    ),
+    ToolSchema(
+        name="write_file",
+        description="Create or replace a text file in the workspace (folders are created).",
+        parameters={
+            "type": "object",
+            "properties": {"path": _PATH, "content": {"type": "string"}},
+            "required": ["path", "content"],
+            "additionalProperties": False,
+        },
+    ),
+    ToolSchema(
+        name="append_file",
+        description="Append text to a file in the workspace (created if it does not exist).",
+        parameters={
+            "type": "object",
+            "properties": {"path": _PATH, "content": {"type": "string"}},
+            "required": ["path", "content"],
+            "additionalProperties": False,
+        },
+    ),
+)
+
+#: Each file tool's effect, for the approval policy and the op journal.
+FILE_TOOL_EFFECTS: Final[dict[str, Effect]] = {
+    "list_files": "read",
+    "read_file": "read",
+    "write_file": "write",
+    "append_file": "write",
+}
+
+_ARGS: Final[dict[str, type[_Args]]] = {
+    "list_files": ListFilesArgs,
+    "read_file": ReadFileArgs,
+    "write_file": WriteFileArgs,
+    "append_file": WriteFileArgs,
+}
+
+
+def _describe(name: str, exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        if err["type"] == "extra_forbidden":
+            problems.append(f"{loc}: unexpected argument")
+        elif err["type"] == "missing":
+            problems.append(f"{loc}: required argument is missing")
+        else:
+            got = repr(err.get("input"))
+            if len(got) > 40:
+                got = got[:37] + "..."
+            problems.append(f"{loc}: {err['msg']} (got {got})")
+    return f"{name}: invalid arguments: " + "; ".join(problems)
+
+
+def _bind(ws: Workspace, name: str, args: _Args) -> Callable[[], str]:
+    if isinstance(args, ListFilesArgs):
+        return lambda: ws.list_files(args.path)
+    if isinstance(args, ReadFileArgs):
+        return lambda: ws.read_file(args.path, args.offset, args.limit)
+    assert isinstance(args, WriteFileArgs)
+    if name == "write_file":
+        return lambda: ws.write_file(args.path, args.content)
+    return lambda: ws.append_file(args.path, args.content)
+
+
+async def run_file_tool(ws: Workspace, name: str, args: Mapping[str, Any]) -> str:
+    """Run one file tool by name and return its textual result.
+
+    Bad arguments (wrong types, missing or extra fields), a path outside the workspace
+    and IO errors all raise `errors.ToolFailed` with a message meant for the model.
+    """
+    model = _ARGS.get(name)
+    if model is None:
+        raise errors.ToolFailed(f"unknown file tool {name!r} (known: {', '.join(sorted(_ARGS))})")
+    if not isinstance(args, Mapping):
+        raise errors.ToolFailed(f"{name}: invalid arguments: expected an object")
+    try:
+        parsed = model.model_validate(dict(args))
+    except ValidationError as exc:
+        raise errors.ToolFailed(_describe(name, exc)) from None
+    call = _bind(ws, name, parsed)
+
+    def guarded() -> str:
+        try:
+            return call()
+        except OSError as exc:
+            raise errors.ToolFailed(f"{name} failed: {exc.strerror or exc}") from None
+
+    return await asyncio.to_thread(guarded)

@@ -117,8 +117,10 @@ class TurnStarted(Event):
     turn: int
     kind: str
     epoch: bool
+    epoch_reason: str = ""
     system_blob: str | None = None
     system_chars: int = 0
+    message: str = ""
 
 
 @_register("round.started")
@@ -170,6 +172,8 @@ class RoundCommitted(Event):
     turn: int
     ops: int = 0
     text: str = ""
+    messages_blob: str | None = None
+    item: str | None = None
 
 
 # --- ops and artifacts ----------------------------------------------------------------
@@ -246,6 +250,7 @@ class JudgeVerdict(Event):
     percent: float = 0.0
     changes: list[dict[str, Any]] = Field(default_factory=list)
     judges: list[str] = Field(default_factory=list)
+    continuation: str = ""
 
 
 @_register("ledger.updated")
@@ -286,6 +291,7 @@ class ContextCompacted(Event):
     tokens_before: int
     tokens_after: int
     claimed_done: list[str] = Field(default_factory=list)
+    fallback: bool = False
 
 
 @_register("budget.threshold")

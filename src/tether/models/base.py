@@ -1,0 +1,188 @@
+"""The `Model` protocol: one async method, `complete(request) -> response`.
+
+Requests carry a `purpose` (`act | judge | compact | review`) so a runtime can route
+each kind of call to its own model, and responses carry usage that counts input,
+output and cached input tokens. Usage is normalized: `input_tokens` is the whole prompt
+(cached part included, as OpenAI reports it); `cached_input_tokens` is the part read
+from the provider's prompt cache (Anthropic and DeepSeek report it apart; adapters add
+it back in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Purpose = Literal["act", "judge", "compact", "review"]
+Role = Literal["user", "assistant", "tool"]
+
+
+@dataclass(frozen=True)
+class ToolSchema:
+    """A tool as the model sees it: name, description, JSON schema of arguments."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"name": self.name, "description": self.description, "parameters": dict(self.parameters)}
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the model asked for.
+
+    `arguments` is None when the model's argument text was not a JSON object; then
+    `error` says why and the runtime sends that back to the model instead of running.
+    """
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any] | None
+    raw_arguments: str = ""
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "arguments": None if self.arguments is None else dict(self.arguments),
+            "raw_arguments": self.raw_arguments,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ToolCall:
+        """Inverse of `to_dict`."""
+        return cls(d["id"], d["name"], d.get("arguments"), d.get("raw_arguments", ""), d.get("error"))
+
+
+@dataclass(frozen=True)
+class Message:
+    """One conversation message. Tool results have role `tool` and a `tool_call_id`."""
+
+    role: Role
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        d: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            d["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            d["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            d["name"] = self.name
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Message:
+        """Inverse of `to_dict`."""
+        return cls(
+            role=d["role"],
+            content=d.get("content", ""),
+            tool_calls=tuple(ToolCall.from_dict(c) for c in d.get("tool_calls", ())),
+            tool_call_id=d.get("tool_call_id"),
+            name=d.get("name"),
+        )
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """What the runtime asks of a model."""
+
+    purpose: Purpose
+    system: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSchema, ...] = ()
+    max_output_tokens: int = 2048
+    temperature: float | None = None
+    json_output: bool = False
+    task_id: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (what the blob store keeps of a prompt)."""
+        return {
+            "purpose": self.purpose,
+            "system": self.system,
+            "messages": [m.to_dict() for m in self.messages],
+            "tools": [t.to_dict() for t in self.tools],
+            "max_output_tokens": self.max_output_tokens,
+            "temperature": self.temperature,
+            "json_output": self.json_output,
+            "task_id": self.task_id,
+            "metadata": dict(self.metadata),
+        }
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of one call (normalized; see the module docstring)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        """JSON-ready form."""
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+        }
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    """What a model answered."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    latency_ms: float = 0.0
+    finish_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (journaled, and read back by replay)."""
+        return {
+            "text": self.text,
+            "tool_calls": [c.to_dict() for c in self.tool_calls],
+            "usage": self.usage.to_dict(),
+            "model": self.model,
+            "latency_ms": self.latency_ms,
+            "finish_reason": self.finish_reason,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ModelResponse:
+        """Inverse of `to_dict`."""
+        return cls(
+            text=d.get("text", ""),
+            tool_calls=tuple(ToolCall.from_dict(c) for c in d.get("tool_calls", ())),
+            usage=Usage(**d.get("usage", {})),
+            model=d.get("model", ""),
+            latency_ms=float(d.get("latency_ms", 0.0)),
+            finish_reason=d.get("finish_reason"),
+        )
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Anything that can answer a `ModelRequest`. Plug in your own or a scripted one."""
+
+    name: str
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Answer one request."""
+        ...

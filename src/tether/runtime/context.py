@@ -1,0 +1,207 @@
+"""Context assembly: the system prompt, the history window, and what the model reads.
+
+The system prompt is, in order: static instructions, the contract skeleton, then the
+current ledger at the very tail. It is assembled once per epoch (task start, after a
+compaction, after a goal change, after the provider cache expired) and never changed
+inside it; within an epoch only appends happen, so every request's serialized prefix
+is byte-identical to the previous one's and provider prompt caches hit.
+
+History is a list of entries: a turn's opening message, a round's assistant message
+and tool results, the runtime's continuation message with the judged ledger, and (after
+a compaction) a summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tether import tokens
+from tether.ledger import Ledger
+from tether.models.base import Message, ModelRequest, Purpose, ToolSchema
+from tether.spec import TaskSpec
+
+EntryKind = Literal["turn", "round", "continuation", "summary"]
+
+STATIC_INSTRUCTIONS = """\
+You are an agent run by tether, a durable runtime for long tasks.
+
+How this works:
+- The GOAL LEDGER is kept by the runtime, outside this conversation. It is the audited
+  truth about progress: an item is done only when the ledger says so, with evidence.
+  Your own memory of progress, and any summary of earlier work, may be stale.
+- Work on the item the ledger names as "Next" unless it cannot be done yet. Make real
+  progress with tool calls; saying something is done is not progress.
+- After every round a judge checks the tool results and updates the ledger; you then
+  receive a progress update with the judged ledger.
+- Large tool outputs are stored as artifacts and shown as a preview; call
+  read_artifact(artifact_id, offset, limit) to read more.
+- If you cannot go on without a human (missing access, unclear goal), answer with a
+  line starting NEED_HELP: and say what you need.
+"""
+
+SUMMARY_PREFIX = (
+    "Summary of earlier rounds, written by a compressor. It may be wrong about progress: "
+    "the GOAL LEDGER is authoritative over it.\n\n"
+)
+
+
+def render_contract(spec: TaskSpec) -> str:
+    """The stable contract part of the system prompt (no state)."""
+    lines = ["CONTRACT", f"Objective: {spec.objective}"]
+    if spec.instructions.strip():
+        lines += ["Instructions:", spec.instructions.strip()]
+    if spec.acceptance:
+        lines.append("Acceptance criteria:")
+        lines += [f"  - [{a.id}] {a.description}" for a in spec.acceptance]
+    if spec.tools:
+        lines.append("Allowed tools: " + ", ".join(spec.tools))
+    return "\n".join(lines)
+
+
+def render_system(spec: TaskSpec, ledger: Ledger) -> str:
+    """The whole system prompt: static part, contract, then the ledger at the tail."""
+    return "\n\n".join(
+        [STATIC_INSTRUCTIONS.strip(), render_contract(spec), ledger.render(header="GOAL LEDGER")]
+    )
+
+
+def turn_message(kind: str, ledger: Ledger, *, epoch: bool) -> str:
+    """The user message that opens a turn."""
+    if epoch:
+        if kind == "start":
+            return (
+                "Start the task. The goal ledger is at the end of the system prompt; "
+                f"begin with the item named Next ({ledger.next_item() or 'none'})."
+            )
+        return (
+            f"Continue the task ({kind}). The goal ledger at the end of the system prompt is "
+            f"current; go on with the item named Next ({ledger.next_item() or 'none'})."
+        )
+    # Not an epoch boundary: the system prompt is frozen, the ledger comes as a message.
+    return (
+        f"Continue the task ({kind}). The system prompt's ledger may be stale; this is the "
+        "current audited ledger:\n\n" + ledger.render(header="CURRENT GOAL LEDGER")
+    )
+
+
+def continuation_message(ledger: Ledger, reason: str = "", gaps: Sequence[str] = ()) -> str:
+    """The message appended after a `continue` verdict: the judged ledger and what is next."""
+    parts = ["Progress update from the runtime (judged after your last round)."]
+    if reason:
+        parts.append(f"Judge: {reason}")
+    if gaps:
+        parts.append("Completion check found gaps:\n" + "\n".join(f"  - {g}" for g in gaps))
+    parts.append(ledger.render(header="CURRENT GOAL LEDGER"))
+    nxt = ledger.next_item()
+    if nxt:
+        parts.append(f"Work on {nxt} next: {ledger.definition(nxt).title}")
+    return "\n\n".join(parts)
+
+
+@dataclass
+class Entry:
+    """A run of messages that enter or leave the history together."""
+
+    kind: EntryKind
+    messages: list[Message]
+    round: int | None = None
+    tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.tokens:
+            self.tokens = sum(tokens.estimate_message(m) for m in self.messages)
+
+
+@dataclass
+class Context:
+    """A task's working view for the model: frozen system prompt plus appended history."""
+
+    system: str
+    tools: tuple[ToolSchema, ...]
+    entries: list[Entry] = field(default_factory=list)
+    calibrator: tokens.Calibrator = field(default_factory=tokens.Calibrator)
+
+    def append(self, entry: Entry) -> None:
+        """Add an entry at the end (the only way history changes within an epoch)."""
+        self.entries.append(entry)
+
+    def messages(self) -> tuple[Message, ...]:
+        """All messages in order."""
+        return tuple(m for e in self.entries for m in e.messages)
+
+    def request(
+        self, purpose: Purpose = "act", *, task_id: str | None = None, max_output_tokens: int = 2048
+    ) -> ModelRequest:
+        """The request for the next act call."""
+        return ModelRequest(
+            purpose=purpose,
+            system=self.system,
+            messages=self.messages(),
+            tools=self.tools,
+            max_output_tokens=max_output_tokens,
+            task_id=task_id,
+        )
+
+    def raw_estimate(self) -> int:
+        """Estimated input tokens of the next request, before calibration."""
+        return (
+            tokens.estimate_text(self.system)
+            + tokens.estimate_tools(self.tools)
+            + sum(e.tokens for e in self.entries)
+        )
+
+    def estimate(self) -> int:
+        """Calibrated estimate of the next request's input tokens."""
+        return self.calibrator.scale(self.raw_estimate())
+
+    def fixed_tokens(self) -> int:
+        """Calibrated tokens of what compaction cannot shrink (system prompt and tools)."""
+        return self.calibrator.scale(
+            tokens.estimate_text(self.system) + tokens.estimate_tools(self.tools)
+        )
+
+    def split(self, keep_tokens: int) -> tuple[list[Entry], list[Entry]]:
+        """`(older, recent)`: the longest suffix of whole rounds within `keep_tokens`.
+
+        A round's continuation stays with its round; a summary is always "older".
+        """
+        recent: list[Entry] = []
+        used = 0
+        idx = len(self.entries)
+        while idx > 0:
+            # Group an entry with the continuation that follows it.
+            j = idx - 1
+            group = [self.entries[j]]
+            if self.entries[j].kind == "continuation" and j > 0 and self.entries[j - 1].kind == "round":
+                j -= 1
+                group.insert(0, self.entries[j])
+            if any(e.kind == "summary" for e in group):
+                break
+            cost = self.calibrator.scale(sum(e.tokens for e in group))
+            if used + cost > keep_tokens:
+                break
+            recent = group + recent
+            used += cost
+            idx = j
+        return self.entries[:idx], recent
+
+
+def transcript(entries: Sequence[Entry], limit_chars: int) -> str:
+    """Plain-text rendering of history entries for the compressor, newest kept if cut."""
+    blocks: list[str] = []
+    for e in entries:
+        for m in e.messages:
+            head = m.role.upper()
+            if m.role == "tool":
+                head = f"TOOL RESULT ({m.name or m.tool_call_id})"
+            body = m.content
+            if m.tool_calls:
+                calls = "; ".join(f"{c.name}({c.raw_arguments[:200]})" for c in m.tool_calls)
+                body = (body + "\n" if body else "") + f"[tool calls: {calls}]"
+            blocks.append(f"{head}{f' (round {e.round})' if e.round else ''}:\n{body}")
+    text = "\n\n".join(blocks)
+    if len(text) > limit_chars:
+        text = "[... earlier part cut ...]\n" + text[-limit_chars:]
+    return text

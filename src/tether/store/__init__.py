@@ -77,7 +77,10 @@ async def open_store(
         if sync not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise errors.StoreConfigError(f"synchronous={sync!r} is not OFF, NORMAL, FULL or EXTRA")
         return await SQLiteStore.open(
-            sqlite_path(url), clock=clock, create=create, synchronous=sync  # type: ignore[arg-type]
+            sqlite_path(url),
+            clock=clock,
+            create=create,
+            synchronous=sync,  # type: ignore[arg-type]
         )
     if url.startswith(("postgresql://", "postgres://")):
         from tether.store.postgres import PostgresStore

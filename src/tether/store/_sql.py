@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from importlib import resources
 from typing import Any, TypeVar
 
-from tether import errors, lifecycle
+from tether import errors, failpoints, lifecycle
 from tether import events as ev
 from tether.clock import Clock, SystemClock
 from tether.ledger import Ledger
@@ -245,8 +245,7 @@ class SqlStore:
                     self._run_script(conn, sql)
                     self._x(
                         conn,
-                        "INSERT INTO tether_schema (version, name, applied_at)"
-                        " VALUES (:v, :n, :t)",
+                        "INSERT INTO tether_schema (version, name, applied_at) VALUES (:v, :n, :t)",
                         {"v": version, "n": name, "t": self.clock.now()},
                     )
                     current = version
@@ -526,6 +525,8 @@ class SqlStore:
                 self._upsert_op(conn, op, now)
             for art in artifacts:
                 self._insert_artifact(conn, art, now)
+            # Crash tests stop the process here: events written, projection not yet.
+            failpoints.hit("during_commit")
             assignments = ", ".join(f"{k} = :{k}" for k in sets)
             self._x(
                 conn,
@@ -728,7 +729,9 @@ class SqlStore:
         ops = [self._op(r) for r in rows]
         return [o for o in ops if statuses is None or o.status in statuses]
 
-    async def get_ops(self, task_id: str, statuses: Collection[str] | None = None) -> list[OpRecord]:
+    async def get_ops(
+        self, task_id: str, statuses: Collection[str] | None = None
+    ) -> list[OpRecord]:
         """The op journal of a task, in (round, call_index) order."""
         return await self._run(self._get_ops_sync, task_id, statuses)
 

@@ -288,7 +288,9 @@ class Store(Protocol):
         """Bytes by content address; `KeyError` if absent."""
         ...
 
-    async def get_ops(self, task_id: str, statuses: Collection[str] | None = None) -> list[OpRecord]:
+    async def get_ops(
+        self, task_id: str, statuses: Collection[str] | None = None
+    ) -> list[OpRecord]:
         """The op journal of a task, in (round, call_index) order."""
         ...
 

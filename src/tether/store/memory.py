@@ -141,11 +141,7 @@ class MemoryStore:
     ) -> list[StoredEvent]:
         """Events with `seq > after`, in order."""
         self._task(task_id)
-        out = [
-            e
-            for e in self._events[task_id]
-            if e.seq > after and (not types or e.type in types)
-        ]
+        out = [e for e in self._events[task_id] if e.seq > after and (not types or e.type in types)]
         return out[:limit] if limit is not None else out
 
     async def get_ledger(self, task_id: str) -> LedgerRecord:
@@ -224,18 +220,33 @@ class MemoryStore:
             self._events[task_id].extend(stored)
             if new_ledger is not None:
                 self._ledgers[task_id] = new_ledger
+            # Upserts as in SQL: an op's identity (tool, args, round...) is fixed at its
+            # first write, later writes change its outcome; an artifact's only validity
+            # and meta.
             for op in ops:
+                op = copy.deepcopy(op)
                 old = self._ops.get(op.op_id)
-                self._ops[op.op_id] = dataclasses.replace(
-                    copy.deepcopy(op),
-                    created_at=old.created_at if old else now,
-                    updated_at=now,
-                )
+                if old is None:
+                    self._ops[op.op_id] = dataclasses.replace(op, created_at=now, updated_at=now)
+                else:
+                    self._ops[op.op_id] = dataclasses.replace(
+                        old,
+                        status=op.status,
+                        attempts=op.attempts,
+                        next_attempt_at=op.next_attempt_at,
+                        result=op.result,
+                        error=op.error,
+                        updated_at=now,
+                    )
             for art in artifacts:
+                art = copy.deepcopy(art)
                 old_art = self._artifacts.get(art.artifact_id)
-                self._artifacts[art.artifact_id] = dataclasses.replace(
-                    copy.deepcopy(art), created_at=old_art.created_at if old_art else now
-                )
+                if old_art is None:
+                    self._artifacts[art.artifact_id] = dataclasses.replace(art, created_at=now)
+                else:
+                    self._artifacts[art.artifact_id] = dataclasses.replace(
+                        old_art, valid=art.valid, meta=art.meta
+                    )
             self._tasks[task_id] = dataclasses.replace(rec, **changes)
             return CommitResult(first, first + len(stored) - 1)
 
@@ -307,7 +318,9 @@ class MemoryStore:
         """Bytes by content address."""
         return self._blobs[ref]
 
-    async def get_ops(self, task_id: str, statuses: Collection[str] | None = None) -> list[OpRecord]:
+    async def get_ops(
+        self, task_id: str, statuses: Collection[str] | None = None
+    ) -> list[OpRecord]:
         """The op journal of a task."""
         ops = [o for o in self._ops.values() if o.task_id == task_id]
         ops.sort(key=lambda o: (o.round, o.call_index))

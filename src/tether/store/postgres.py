@@ -150,8 +150,7 @@ class PostgresStore(SqlStore):
 
     def _existing_tables(self, conn: Any) -> set[str]:
         rows = conn.execute(
-            "SELECT table_name FROM information_schema.tables"
-            " WHERE table_schema = current_schema()"
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
         ).fetchall()
         return {r["table_name"] for r in rows}
 

@@ -39,6 +39,18 @@ def _translate(exc: sqlite3.Error, path: str) -> errors.TetherError:
     return errors.StoreError(f"SQLite error on {path}: {text}")
 
 
+def _check_path(p: Path, create: bool) -> None:
+    if not create and not p.exists():
+        raise errors.StoreConfigError(f"no tether database at {p}")
+    if p.exists() and p.is_dir():
+        raise errors.StoreConfigError(f"{p} is a folder, not a database file")
+    if create:
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise errors.StoreConfigError(f"cannot create the folder {p.parent}: {exc}") from exc
+
+
 class SQLiteStore(SqlStore):
     """The embedded default store."""
 
@@ -72,15 +84,7 @@ class SQLiteStore(SqlStore):
     ) -> SQLiteStore:
         """Open (and migrate) a database file; `create=False` refuses a missing file."""
         p = Path(path)
-        if not create and not p.exists():
-            raise errors.StoreConfigError(f"no tether database at {p}")
-        if p.exists() and p.is_dir():
-            raise errors.StoreConfigError(f"{p} is a folder, not a database file")
-        if create:
-            try:
-                p.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise errors.StoreConfigError(f"cannot create the folder {p.parent}: {exc}") from exc
+        await asyncio.to_thread(_check_path, p, create)
         store = cls(p, synchronous=synchronous, clock=clock)
         try:
             await store._run(store._connect_sync)
@@ -92,7 +96,9 @@ class SQLiteStore(SqlStore):
 
     def _connect_sync(self) -> None:
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout_ms / 1000)
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, timeout=self.busy_timeout_ms / 1000
+            )
             conn.row_factory = sqlite3.Row
             # Check the header before anything can write to the file.
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()

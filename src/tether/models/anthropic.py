@@ -1,0 +1,308 @@
+"""Anthropic messages API with tool use, with the official `anthropic` SDK.
+
+- Prompt caching: the system prompt goes as text blocks with a
+  `cache_control: {"type": "ephemeral"}` breakpoint on the stable system prefix, and
+  one more on the last block of the last message, so each round reads the previous
+  round's prefix from the cache. A request may say where the stable part of its
+  system prompt ends with `metadata["system_stable_prefix"]` (a character count);
+  then the system prompt is sent as two blocks with a breakpoint each, so a change of
+  the tail (the ledger, at an epoch boundary) keeps the static instructions cached.
+- Tool results travel as `tool_result` blocks in a user message; consecutive tool
+  results (and a continuation message right after them) are merged into one user
+  message, tool results first, as the API requires.
+- Usage: Anthropic reports `input_tokens` without the cached part; here
+  `input_tokens = input + cache_read + cache_creation`, `cached_input_tokens =
+  cache_read_input_tokens` and `cache_write_tokens = cache_creation_input_tokens`.
+- Retries: the SDK client is built with `max_retries=0`; `tether.models._retry` owns
+  the policy (429, 5xx and 529 "overloaded", timeouts, connection errors).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anthropic
+
+from tether import tokens
+from tether.errors import ModelError, UserError
+from tether.models._retry import RetryEvent, RetryPolicy, call_with_retry, sdk_classifier
+from tether.models.base import ModelRequest, ModelResponse, ToolCall, Usage
+
+DEFAULT_TIMEOUT = 300.0
+DEFAULT_MAX_RETRIES = 3
+EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
+JSON_INSTRUCTION = "Answer with one JSON object and nothing else: no prose, no code fences."
+_PREVIEW = 200
+
+
+def system_blocks(request: ModelRequest) -> list[dict[str, Any]]:
+    """The `system` text blocks, with cache breakpoints on the stable prefix."""
+    blocks: list[dict[str, Any]] = []
+    system = request.system
+    split = request.metadata.get("system_stable_prefix")
+    if system:
+        if isinstance(split, int) and not isinstance(split, bool) and 0 < split < len(system):
+            blocks.append(
+                {"type": "text", "text": system[:split], "cache_control": dict(EPHEMERAL)}
+            )
+            blocks.append(
+                {"type": "text", "text": system[split:], "cache_control": dict(EPHEMERAL)}
+            )
+        else:
+            blocks.append({"type": "text", "text": system, "cache_control": dict(EPHEMERAL)})
+    if request.json_output:
+        # After the breakpoints, so it does not disturb the cached prefix.
+        blocks.append({"type": "text", "text": JSON_INSTRUCTION})
+    return blocks
+
+
+def to_anthropic_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    """The `messages` of a request: alternating roles, tool results merged, and a
+    cache breakpoint on the last block of the last message."""
+    out: list[dict[str, Any]] = []
+    for message in request.messages:
+        blocks: list[dict[str, Any]] = []
+        if message.role == "assistant":
+            role = "assistant"
+            if message.content:
+                blocks.append({"type": "text", "text": message.content})
+            for call in message.tool_calls:
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": call.id,
+                        "name": call.name,
+                        "input": dict(call.arguments) if call.arguments is not None else {},
+                    }
+                )
+        elif message.role == "tool":
+            role = "user"
+            if not message.tool_call_id:
+                raise ValueError("a tool message needs the tool_call_id of the call it answers")
+            blocks.append(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": message.tool_call_id,
+                    "content": message.content,
+                }
+            )
+        else:
+            role = "user"
+            if message.content:
+                blocks.append({"type": "text", "text": message.content})
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    for entry in out:
+        if entry["role"] == "user":
+            # tool_result blocks must come first in a user message.
+            entry["content"].sort(key=lambda b: 0 if b["type"] == "tool_result" else 1)
+        if not entry["content"]:
+            entry["content"].append({"type": "text", "text": "(empty)"})
+    if out and out[0]["role"] != "user":
+        out.insert(0, {"role": "user", "content": [{"type": "text", "text": "Continue."}]})
+    if out:
+        last = out[-1]["content"]
+        last[-1] = {**last[-1], "cache_control": dict(EPHEMERAL)}
+    return out
+
+
+def to_anthropic_tools(request: ModelRequest) -> list[dict[str, Any]]:
+    """The `tools` of a request (`input_schema` is the JSON schema of arguments)."""
+    return [
+        {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+        for t in request.tools
+    ]
+
+
+def _tool_input(name: str, value: object) -> tuple[dict[str, Any] | None, str, str | None]:
+    if isinstance(value, Mapping):
+        return dict(value), json.dumps(value, ensure_ascii=False), None
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str):
+        if not value.strip():
+            return {}, value, None
+        try:
+            decoded = json.loads(value)
+        except json.JSONDecodeError as exc:
+            preview = value if len(value) <= _PREVIEW else value[:_PREVIEW] + "…"
+            return (
+                None,
+                text,
+                f"the input of tool call {name!r} is not valid JSON ({exc.msg} at line "
+                f"{exc.lineno} column {exc.colno}): {preview!r}. Call the tool again with "
+                "a single JSON object as input.",
+            )
+        if isinstance(decoded, dict):
+            return decoded, text, None
+    return (
+        None,
+        text,
+        f"the input of tool call {name!r} must be a JSON object. Call the tool again "
+        "with a single JSON object as input.",
+    )
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def parse_anthropic_response(
+    data: Mapping[str, Any], request: ModelRequest, *, default_model: str, latency_ms: float
+) -> ModelResponse:
+    """A `ModelResponse` from a messages API response body (as a dict)."""
+    content = data.get("content")
+    if not isinstance(content, list):
+        raise ModelError("the provider's response has no content list", transient=False)
+    known = {t.name for t in request.tools}
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    for i, block in enumerate(content):
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif kind == "tool_use":
+            name = str(block.get("name") or "")
+            arguments, raw, error = _tool_input(name, block.get("input"))
+            if known and name not in known:
+                arguments = None
+                error = (
+                    f"there is no tool named {name!r}. Available tools: {', '.join(sorted(known))}."
+                )
+            calls.append(
+                ToolCall(str(block.get("id") or f"toolu_{i}"), name, arguments, raw, error)
+            )
+    text = "".join(texts)
+    raw_usage = data.get("usage")
+    if isinstance(raw_usage, Mapping):
+        read = _int(raw_usage.get("cache_read_input_tokens"))
+        created = _int(raw_usage.get("cache_creation_input_tokens"))
+        usage = Usage(
+            input_tokens=_int(raw_usage.get("input_tokens")) + read + created,
+            output_tokens=_int(raw_usage.get("output_tokens")),
+            cached_input_tokens=read,
+            cache_write_tokens=created,
+        )
+    else:
+        output = tokens.estimate_text(text) + sum(
+            tokens.estimate_text(c.name) + tokens.estimate_text(c.raw_arguments) for c in calls
+        )
+        usage = Usage(input_tokens=tokens.estimate_request(request), output_tokens=output)
+    stop = data.get("stop_reason")
+    return ModelResponse(
+        text=text,
+        tool_calls=tuple(calls),
+        usage=usage,
+        model=str(data.get("model") or default_model),
+        latency_ms=latency_ms,
+        finish_reason=str(stop) if stop is not None else None,
+    )
+
+
+class AnthropicModel:
+    """A `Model` over the Anthropic messages API with tool use and prompt caching.
+
+    `client` may be an `anthropic.AsyncAnthropic` you built (then you close it);
+    otherwise one is built from `api_key` (default `ANTHROPIC_API_KEY`), `base_url`
+    (default `ANTHROPIC_BASE_URL` or Anthropic's) and `timeout`, with the SDK's own
+    retries and tracing turned off (tether emits its own spans), and `aclose()`
+    closes it. Retries follow `retry` (default: `max_retries` retries after the first
+    attempt); `on_retry` sees each one.
+    """
+
+    provider = "anthropic"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        client: anthropic.AsyncAnthropic | None = None,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+        on_retry: Callable[[RetryEvent], None] | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.model = model
+        self.name = name or f"anthropic:{model}"
+        self.retry = retry or RetryPolicy(max_attempts=max(0, max_retries) + 1)
+        self._sleep = sleep
+        self._on_retry = on_retry
+        self._owns_client = client is None
+        if client is None:
+            key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+            if not key:
+                raise UserError("no Anthropic API key: set ANTHROPIC_API_KEY (or pass api_key=...)")
+            client = anthropic.AsyncAnthropic(
+                api_key=key,
+                base_url=base_url,
+                timeout=timeout,
+                max_retries=0,
+                open_telemetry=False,
+            )
+        self.client = client
+        self._classify = sdk_classifier(anthropic)
+
+    def build_params(self, request: ModelRequest) -> dict[str, Any]:
+        """The keyword arguments of `messages.create` for a request."""
+        params: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": request.max_output_tokens,
+            "messages": to_anthropic_messages(request),
+        }
+        system = system_blocks(request)
+        if system:
+            params["system"] = system
+        if request.tools:
+            params["tools"] = to_anthropic_tools(request)
+        if request.temperature is not None:
+            params["temperature"] = request.temperature
+        return params
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Answer one request; latency covers retries too."""
+        params = self.build_params(request)
+        started = time.perf_counter()
+
+        async def call() -> dict[str, Any]:
+            message = await self.client.messages.create(**params)
+            body: dict[str, Any] = message.to_dict(mode="json", warnings=False)
+            return body
+
+        data = await call_with_retry(
+            call,
+            classify=self._classify,
+            policy=self.retry,
+            provider=self.name,
+            sleep=self._sleep or asyncio.sleep,
+            on_retry=self._on_retry,
+        )
+        latency_ms = (time.perf_counter() - started) * 1000.0
+        return parse_anthropic_response(
+            data, request, default_model=self.model, latency_ms=latency_ms
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this model built it."""
+        if self._owns_client:
+            await self.client.close()
+
+    async def __aenter__(self) -> AnthropicModel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"AnthropicModel({self.model!r}, base_url={str(self.client.base_url)!r})"

@@ -1,0 +1,208 @@
+"""Choosing a model by name, as in a spec's `model:` or `tether run --model`.
+
+- `openai:gpt-4.1-mini`: OpenAI chat completions; key `OPENAI_API_KEY`, base URL
+  from `OPENAI_BASE_URL` if set.
+- `anthropic:claude-sonnet-4-5`: the Anthropic messages API; key `ANTHROPIC_API_KEY`,
+  base URL from `ANTHROPIC_BASE_URL` if set.
+- `openai-compatible:http://127.0.0.1:8000/v1#qwen3`: any OpenAI-compatible server
+  (vLLM, Ollama, llama.cpp, ...); key `OPENAI_API_KEY` if set, else `none`.
+- `deepseek:deepseek-chat`: DeepSeek's OpenAI-compatible API; key `DEEPSEEK_API_KEY`.
+- `scripted:path/to/script.yaml`: a `ScriptedModel` answering from a JSON/YAML list.
+- `scripted:package.module:function`: a `ScriptedModel` asking a Python policy
+  `f(request) -> response` (the working folder is importable).
+
+Unknown prefixes, a missing SDK (`pip install 'tether[openai]'`) or a missing API key
+raise `errors.UserError` with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tether.errors import UserError
+from tether.models.base import Model
+
+DEEPSEEK_BASE_URL = "https://api.deepseek.com"
+
+FORMS = (
+    "openai:MODEL, anthropic:MODEL, openai-compatible:BASE_URL#MODEL, deepseek:MODEL, "
+    "scripted:PATH (JSON or YAML list of responses) or scripted:module:function"
+)
+
+_POLICY_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def resolve_model(name: str, *, env: Mapping[str, str] | None = None, **options: Any) -> Model:
+    """The `Model` a name stands for (see the module docstring for the forms).
+
+    `env` replaces `os.environ` for keys and base URLs; `options` go to the adapter's
+    constructor (for example `timeout=`, `max_retries=`).
+    """
+    environ: Mapping[str, str] = os.environ if env is None else env
+    text = name.strip()
+    prefix, sep, rest = text.partition(":")
+    rest = rest.strip()
+    if not sep or not prefix:
+        raise UserError(f"model name {name!r} has no provider prefix; use one of: {FORMS}")
+    if not rest:
+        raise UserError(f"model name {name!r} names no model after {prefix + ':'!r}")
+    prefix = prefix.lower()
+    if prefix == "openai":
+        return _openai(
+            rest,
+            api_key=_require_key(environ, "OPENAI_API_KEY", name),
+            base_url=environ.get("OPENAI_BASE_URL") or None,
+            name=text,
+            **options,
+        )
+    if prefix == "anthropic":
+        return _anthropic(
+            rest,
+            api_key=_require_key(environ, "ANTHROPIC_API_KEY", name),
+            base_url=environ.get("ANTHROPIC_BASE_URL") or None,
+            name=text,
+            **options,
+        )
+    if prefix == "deepseek":
+        return _openai(
+            rest,
+            api_key=_require_key(environ, "DEEPSEEK_API_KEY", name),
+            base_url=environ.get("DEEPSEEK_BASE_URL") or DEEPSEEK_BASE_URL,
+            name=text,
+            **options,
+        )
+    if prefix == "openai-compatible":
+        base_url, hash_, model = rest.rpartition("#")
+        if not hash_ or not base_url.strip() or not model.strip():
+            raise UserError(
+                f"model name {name!r}: write openai-compatible:BASE_URL#MODEL, for example "
+                "openai-compatible:http://127.0.0.1:8000/v1#qwen3-8b"
+            )
+        base_url = base_url.strip()
+        if not base_url.startswith(("http://", "https://")):
+            raise UserError(
+                f"model name {name!r}: the base URL must start with http:// or https://"
+            )
+        return _openai(
+            model.strip(),
+            api_key=environ.get("OPENAI_API_KEY") or "none",
+            base_url=base_url,
+            name=text,
+            **options,
+        )
+    if prefix == "scripted":
+        return _scripted(rest, name=text)
+    raise UserError(f"unknown model provider {prefix!r} in {name!r}; use one of: {FORMS}")
+
+
+def _require_key(environ: Mapping[str, str], var: str, name: str) -> str:
+    key = environ.get(var, "").strip()
+    if not key:
+        raise UserError(f"model {name!r} needs an API key: set the environment variable {var}")
+    return key
+
+
+def _missing_sdk(exc: ImportError, package: str) -> bool:
+    return (exc.name or "").split(".")[0] == package
+
+
+def _openai(model: str, **kwargs: Any) -> Model:
+    try:
+        from tether.models.openai import OpenAIModel
+    except ImportError as exc:
+        if not _missing_sdk(exc, "openai"):
+            raise
+        raise UserError(
+            "the OpenAI SDK is not installed; install it with: pip install 'tether[openai]'"
+        ) from exc
+    return OpenAIModel(model, **kwargs)
+
+
+def _anthropic(model: str, **kwargs: Any) -> Model:
+    try:
+        from tether.models.anthropic import AnthropicModel
+    except ImportError as exc:
+        if not _missing_sdk(exc, "anthropic"):
+            raise
+        raise UserError(
+            "the Anthropic SDK is not installed; install it with: pip install 'tether[anthropic]'"
+        ) from exc
+    return AnthropicModel(model, **kwargs)
+
+
+def _scripted(ref: str, *, name: str) -> Model:
+    from tether.models.scripted import ScriptedModel
+
+    path = Path(ref).expanduser()
+    if path.is_file():
+        return ScriptedModel(responses=load_script(path), name=name)
+    if _POLICY_REF.match(ref):
+        policy = _import_policy(ref)
+        if isinstance(policy, Model):
+            return policy
+        if not callable(policy):
+            raise UserError(
+                f"{ref!r} is not a function: a scripted policy is f(request) -> response"
+            )
+        return ScriptedModel(policy=policy, name=name)
+    raise UserError(
+        f"scripted model {name!r}: no file {str(path)!r}, and {ref!r} is not a "
+        "module:function reference"
+    )
+
+
+def load_script(path: Path) -> list[Any]:
+    """The responses of a script file: a JSON or YAML list (or a mapping with a
+    `responses` list). Each item is a text or a mapping such as
+    `{"text": ..., "tool_calls": [{"name": ..., "arguments": {...}}]}`."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read the script {str(path)!r}: {exc}") from exc
+    try:
+        data: Any = (
+            json.loads(raw) if path.suffix.lower() == ".json" else yaml.safe_load(raw)
+        )  # YAML is a superset of JSON, so other suffixes parse either
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise UserError(f"the script {str(path)!r} is not valid JSON/YAML: {exc}") from exc
+    if isinstance(data, Mapping) and "responses" in data:
+        data = data["responses"]
+    if not isinstance(data, list):
+        raise UserError(f"the script {str(path)!r} must hold a list of responses")
+    for i, item in enumerate(data):
+        if not isinstance(item, str | Mapping):
+            raise UserError(
+                f"the script {str(path)!r}: response {i + 1} must be a text or a mapping, "
+                f"not {type(item).__name__}"
+            )
+    return data
+
+
+def _import_policy(ref: str) -> Any:
+    module_name, _, attr = ref.partition(":")
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:  # let `tether run --model scripted:mypolicy:act` find ./mypolicy.py
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserError(f"cannot import the policy module {module_name!r}: {exc}") from exc
+    finally:
+        if added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(cwd)
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise UserError(f"module {module_name!r} has no {attr!r}") from None

@@ -200,6 +200,27 @@ def sql_backend(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
 
 
 @pytest.fixture
+def backend_factory(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
+) -> Callable[[str], Backend]:
+    """`backend_factory(kind)`: one more, empty database of `kind` for this test."""
+    count = 0
+
+    def make(kind: str) -> Backend:
+        nonlocal count
+        count += 1
+        if kind == "sqlite":
+            path = tmp_path / f"extra-{count}.db"
+            return Backend("sqlite", f"sqlite:///{path}", path=path, clock=clock)
+        if kind == "postgres":
+            url = request.getfixturevalue("pg_schema_url")()
+            return Backend("postgres", url, clock=clock)
+        return make_backend(kind, tmp_path, request, clock)
+
+    return make
+
+
+@pytest.fixture
 async def store(backend: Backend) -> AsyncIterator[Store]:
     """An open store on `backend`, closed afterwards."""
     s = await backend.open()

@@ -217,15 +217,19 @@ class SqlStore:
 
     # --- migrations ---------------------------------------------------------------------
 
+    def _refuse_foreign(self, tables: set[str]) -> None:
+        """`CorruptDatabase` if the database holds tables but is not tether's."""
+        if tables and "tether_schema" not in tables:
+            raise errors.CorruptDatabase(
+                f"{self.url} holds tables {sorted(tables)[:5]} but is not a tether database;"
+                " it was left untouched — point --db at a new file or an empty database"
+            )
+
     def _migrate_sync(self, target: int = SCHEMA_VERSION) -> int:
         with self._tx(write=True) as conn:
             self._lock_migrations(conn)
             tables = self._existing_tables(conn)
-            if tables and "tether_schema" not in tables:
-                raise errors.CorruptDatabase(
-                    f"{self.url} holds tables {sorted(tables)[:5]} but is not a tether database;"
-                    " point --db at a new file or an empty database"
-                )
+            self._refuse_foreign(tables)
             current = 0
             if "tether_schema" in tables:
                 row = self._x(conn, "SELECT MAX(version) AS v FROM tether_schema").fetchone()

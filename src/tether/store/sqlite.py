@@ -99,17 +99,24 @@ class SQLiteStore(SqlStore):
             conn = sqlite3.connect(
                 self.path, isolation_level=None, timeout=self.busy_timeout_ms / 1000
             )
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
+        try:
             conn.row_factory = sqlite3.Row
-            # Check the header before anything can write to the file.
-            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
+            # Check the header, and that the file is ours, before anything writes to it
+            # (switching to WAL rewrites the header of someone else's database).
+            self._refuse_foreign(self._existing_tables(conn))
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise errors.StoreConfigError(f"cannot switch {self.path} to WAL mode (got {mode})")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
-            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
             conn.execute("PRAGMA foreign_keys=ON")
-        except sqlite3.Error as exc:
-            raise _translate(exc, self.path) from exc
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise _translate(exc, self.path) from exc
+            raise
         self._conn = conn
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:

@@ -1,0 +1,311 @@
+"""Versioned migrations on SQLite and PostgreSQL: from empty, from the previous version,
+refusal of a newer schema, and one schema whichever way it was reached."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sqlite3
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tether import errors
+from tether import events as ev
+from tether.store import SCHEMA_VERSION, TaskPatch
+from tether.store._sql import migrations
+from tether.store.base import ArtifactRecord, OpRecord, blob_hash
+from tether.store.sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from conftest import Backend
+
+AddTask = Callable[..., Awaitable[Any]]
+V2_TABLES = {"ops", "artifacts", "approvals"}
+V1_TABLES = {"tasks", "events", "ledgers", "blobs"}
+
+
+def tables(backend: Backend) -> set[str]:
+    conn = backend.raw()
+    try:
+        if backend.kind == "sqlite":
+            rows = conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            ).fetchall()
+            return {r["name"] for r in rows}
+        rows = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        ).fetchall()
+        return {r["table_name"] for r in rows}
+    finally:
+        conn.close()
+
+
+def schema_rows(backend: Backend) -> list[tuple[int, str]]:
+    conn = backend.raw()
+    try:
+        rows = conn.execute("SELECT version, name FROM tether_schema ORDER BY version").fetchall()
+        return [(int(r["version"]), r["name"]) for r in rows]
+    finally:
+        conn.close()
+
+
+def schema_shape(backend: Backend) -> dict[str, Any]:
+    """Tables, columns (with types, nullability, defaults, keys) and indexes."""
+    conn = backend.raw()
+    try:
+        if backend.kind == "sqlite":
+            out: dict[str, Any] = {}
+            for r in conn.execute(
+                "SELECT type, name, tbl_name, sql FROM sqlite_master"
+                " WHERE name NOT LIKE 'sqlite_%' AND name <> 'tether_schema' ORDER BY name"
+            ).fetchall():
+                entry: dict[str, Any] = {"type": r["type"], "table": r["tbl_name"], "sql": r["sql"]}
+                if r["type"] == "table":
+                    entry["columns"] = [
+                        tuple(c) for c in conn.execute(f"PRAGMA table_xinfo({r['name']})")
+                    ]
+                    entry["fks"] = [
+                        tuple(c) for c in conn.execute(f"PRAGMA foreign_key_list({r['name']})")
+                    ]
+                out[r["name"]] = entry
+            return out
+        cols = conn.execute(
+            "SELECT table_name, column_name, ordinal_position, data_type, is_nullable,"
+            " column_default FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name <> 'tether_schema'"
+            " ORDER BY table_name, ordinal_position"
+        ).fetchall()
+        idx = conn.execute(
+            "SELECT tablename, indexname, indexdef FROM pg_indexes"
+            " WHERE schemaname = current_schema() ORDER BY indexname"
+        ).fetchall()
+        cons = conn.execute(
+            "SELECT tc.table_name, tc.constraint_type, kcu.column_name"
+            " FROM information_schema.table_constraints tc"
+            " JOIN information_schema.key_column_usage kcu"
+            "   ON tc.constraint_name = kcu.constraint_name"
+            "  AND tc.table_schema = kcu.table_schema"
+            " WHERE tc.table_schema = current_schema()"
+            " ORDER BY 1, 2, 3"
+        ).fetchall()
+        schema = conn.execute("SELECT current_schema() AS s").fetchone()["s"]
+        return {
+            "columns": [tuple(r.values()) for r in cols],
+            "indexes": [
+                (r["tablename"], r["indexname"], r["indexdef"].replace(f"{schema}.", ""))
+                for r in idx
+            ],
+            "constraints": [tuple(r.values()) for r in cons],
+        }
+    finally:
+        conn.close()
+
+
+def test_migration_files_are_numbered_alike_for_both_dialects() -> None:
+    for dialect in ("sqlite", "postgres"):
+        found = migrations(dialect)
+        assert [v for v, _, _ in found] == list(range(1, SCHEMA_VERSION + 1)), dialect
+    assert [n for _, n, _ in migrations("sqlite")] == [n for _, n, _ in migrations("postgres")]
+
+
+async def test_migrate_from_empty(sql_backend: Backend, add_task: AddTask) -> None:
+    store = await sql_backend.open()
+    try:
+        assert await store.schema_version() == SCHEMA_VERSION
+        assert tables(sql_backend) == V1_TABLES | V2_TABLES | {"tether_schema"}
+        assert schema_rows(sql_backend) == [(v, n) for v, n, _ in migrations(sql_backend.kind)]
+        await add_task(store, "t")
+        assert (await store.get_task("t")).status == "queued"
+    finally:
+        await store.close()
+    # Opening again migrates nothing.
+    again = await sql_backend.open()
+    try:
+        assert await again.schema_version() == SCHEMA_VERSION
+        assert len(schema_rows(sql_backend)) == SCHEMA_VERSION
+        assert (await again.get_task("t")).last_seq == 1
+    finally:
+        await again.close()
+
+
+async def test_migrate_from_previous_version(sql_backend: Backend, add_task: AddTask) -> None:
+    old = await sql_backend.open(migrate_to=1)
+    try:
+        assert await old.schema_version() == 1
+        assert tables(sql_backend) == V1_TABLES | {"tether_schema"}
+        await add_task(old, "t")
+        lease = await old.claim("w", 60, task_id="t")
+        assert lease is not None
+        await old.commit(
+            "t", lease.token, [ev.UserMessage(text="before")], task=TaskPatch(status="running")
+        )
+        ref = await old.put_blob(b"old blob")
+        task_before = await old.get_task("t")
+        events_before = await old.read_events("t")
+        ledger_before = await old.get_ledger("t")
+    finally:
+        await old.close()
+
+    new = await sql_backend.open()
+    try:
+        assert await new.schema_version() == SCHEMA_VERSION
+        assert tables(sql_backend) == V1_TABLES | V2_TABLES | {"tether_schema"}
+        assert [v for v, _ in schema_rows(sql_backend)] == list(range(1, SCHEMA_VERSION + 1))
+        assert await new.get_task("t") == task_before
+        assert await new.read_events("t") == events_before
+        assert await new.get_ledger("t") == ledger_before
+        assert await new.get_blob(ref) == b"old blob"
+        # Usable, including the tables the new version added, and the lease carried over.
+        op = OpRecord(
+            op_id="o1", task_id="t", round=1, call_index=0, tool="fetch", args={},
+            args_hash="h", effect="read", status="intended",
+        )  # fmt: skip
+        art = ArtifactRecord(
+            artifact_id="a1", task_id="t", kind="evidence", name="n", blob_hash=ref, size=8
+        )
+        res = await new.commit(
+            "t", lease.token, [ev.UserMessage(text="after")], ops=[op], artifacts=[art]
+        )
+        assert res.first_seq == task_before.last_seq + 1
+        assert [o.op_id for o in await new.get_ops("t")] == ["o1"]
+        assert (await new.get_artifact("a1")).blob_hash == blob_hash(b"old blob")
+    finally:
+        await new.close()
+
+
+def _dump(backend: Backend) -> list[Any]:
+    conn = backend.raw()
+    try:
+        out: list[Any] = []
+        for table in sorted(tables(backend)):
+            rows = conn.execute(f"SELECT * FROM {table}").fetchall()
+            out.append((table, sorted(repr(tuple(dict(r).values())) for r in rows)))
+        return out
+    finally:
+        conn.close()
+
+
+async def test_newer_schema_is_refused_and_nothing_is_written(
+    sql_backend: Backend, add_task: AddTask
+) -> None:
+    store = await sql_backend.open(migrate_to=1)
+    try:
+        await add_task(store, "t")
+    finally:
+        await store.close()
+    conn = sql_backend.raw()
+    try:
+        conn.execute(
+            "INSERT INTO tether_schema (version, name, applied_at) VALUES (99, 'future', 0)"
+        )
+    finally:
+        conn.close()
+    before = _dump(sql_backend)
+    file_before = sql_backend.path.read_bytes() if sql_backend.path else None
+
+    with pytest.raises(errors.SchemaTooNew) as exc:
+        await sql_backend.open()
+    assert isinstance(exc.value, errors.UserError) and exc.value.exit_code == 2
+    assert (exc.value.fields["found"], exc.value.fields["supported"]) == (99, SCHEMA_VERSION)
+    assert "version 99" in str(exc.value) and "upgrade tether" in str(exc.value)
+
+    # Not migrated to 2 on the way, not touched at all.
+    assert _dump(sql_backend) == before
+    assert not tables(sql_backend) & V2_TABLES
+    if sql_backend.path is not None:
+        assert sql_backend.path.read_bytes() == file_before
+
+
+async def test_migrating_gives_the_same_schema_as_a_fresh_database(
+    sql_backend: Backend, backend_factory: Callable[[str], Backend]
+) -> None:
+    fresh = backend_factory(sql_backend.kind)
+
+    old = await sql_backend.open(migrate_to=1)
+    await old.close()
+    migrated = await sql_backend.open()
+    await migrated.close()
+    new = await fresh.open()
+    await new.close()
+
+    shape = schema_shape(fresh)
+    assert shape == schema_shape(sql_backend)
+    # The comparison sees what matters: every table of every migration is in it.
+    names = {c[0] for c in shape["columns"]} if fresh.kind == "postgres" else set(shape)
+    assert names >= V1_TABLES | V2_TABLES
+
+
+@pytest.mark.postgres
+async def test_both_dialects_define_the_same_columns(
+    backend_factory: Callable[[str], Backend],
+) -> None:
+    lite = backend_factory("sqlite")
+    pg = backend_factory("postgres")
+    for b in (lite, pg):
+        s = await b.open()
+        await s.close()
+    lite_shape = schema_shape(lite)
+    lite_cols = {
+        (name, col[1])
+        for name, entry in lite_shape.items()
+        if entry["type"] == "table"
+        for col in entry["columns"]
+    }
+    pg_cols = {(c[0], c[1]) for c in schema_shape(pg)["columns"]}
+    assert lite_cols == pg_cols
+    lite_idx = {n for n, e in lite_shape.items() if e["type"] == "index"}
+    pg_idx = {i[1] for i in schema_shape(pg)["indexes"] if not i[1].endswith("_pkey")}
+    assert lite_idx == pg_idx
+
+
+async def test_concurrent_first_opens_migrate_once(sql_backend: Backend) -> None:
+    stores = await asyncio.gather(*(sql_backend.open() for _ in range(4)))
+    try:
+        for s in stores:
+            assert await s.schema_version() == SCHEMA_VERSION
+    finally:
+        for s in stores:
+            await s.close()
+    assert [v for v, _ in schema_rows(sql_backend)] == list(range(1, SCHEMA_VERSION + 1))
+
+
+async def test_foreign_sqlite_database_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.execute("INSERT INTO customers (name) VALUES ('ada')")
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(errors.CorruptDatabase, match="not a tether database"):
+        await SQLiteStore.open(path)
+    assert path.read_bytes() == before
+
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite at all\n" * 200)
+    with pytest.raises(errors.CorruptDatabase) as exc:
+        await SQLiteStore.open(junk)
+    assert junk.read_bytes() == b"this is not sqlite at all\n" * 200
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.postgres
+async def test_foreign_postgres_schema_is_refused_untouched(
+    backend_factory: Callable[[str], Backend],
+) -> None:
+    pg = backend_factory("postgres")
+    schema = re.search(r"schema=(\w+)", pg.url)
+    assert schema is not None
+    # The schema holds another application's table.
+    conn = pg.raw()
+    try:
+        conn.execute(f'CREATE SCHEMA "{schema.group(1)}"')
+        conn.execute("CREATE TABLE customers (id INT)")
+    finally:
+        conn.close()
+    with pytest.raises(errors.CorruptDatabase, match="not a tether database"):
+        await pg.open()
+    assert tables(pg) == {"customers"}

@@ -174,9 +174,22 @@ class ApprovalRequired(ToolSignal):
 # --- cancellation --------------------------------------------------------------------
 
 
-class TaskCancelled(BaseException):  # noqa: N818 - a signal, not an error
+class TaskCancelled(BaseException):
     """The task was cancelled; unwinds through `except Exception`."""
 
     def __init__(self, task_id: str) -> None:
         self.task_id = task_id
         super().__init__(f"task {task_id} was cancelled")
+
+
+class TaskBusy(UserError):
+    """Another worker holds this task's lease."""
+
+    def __init__(self, task_id: str, owner: str | None, expires_at: float | None) -> None:
+        self.task_id = task_id
+        super().__init__(
+            f"task {task_id} is being run by worker {owner!r} (lease until {expires_at}); "
+            "wait for it to finish or for its lease to expire",
+            task_id=task_id,
+            owner=owner,
+        )

@@ -14,9 +14,16 @@ from typing import Final, Literal, get_args
 from tether import errors
 
 TaskStatus = Literal[
-    "queued", "running", "waiting", "suspended", "stalled",
-    "satisfied", "abandoned", "cancelled", "failed",
-]  # fmt: skip
+    "queued",
+    "running",
+    "waiting",
+    "suspended",
+    "stalled",
+    "satisfied",
+    "abandoned",
+    "cancelled",
+    "failed",
+]
 StopReason = Literal[
     "delivered",
     "budget_exhausted",
@@ -38,9 +45,17 @@ ACTIVE: Final[frozenset[str]] = frozenset(STATUSES) - TERMINAL
 TRANSITIONS: Final[dict[str, frozenset[str]]] = {
     "queued": frozenset({"running", "suspended", "cancelled", "failed"}),
     "running": frozenset(
-        {"queued", "waiting", "suspended", "stalled",
-         "satisfied", "abandoned", "cancelled", "failed"}
-    ),  # fmt: skip
+        {
+            "queued",
+            "waiting",
+            "suspended",
+            "stalled",
+            "satisfied",
+            "abandoned",
+            "cancelled",
+            "failed",
+        }
+    ),
     "waiting": frozenset({"queued", "running", "suspended", "cancelled", "abandoned", "failed"}),
     "suspended": frozenset({"queued", "running", "cancelled", "abandoned", "failed"}),
     "stalled": frozenset({"queued", "running", "suspended", "cancelled", "failed"}),
@@ -54,9 +69,14 @@ TRANSITIONS: Final[dict[str, frozenset[str]]] = {
 TERMINAL_REASONS: Final[dict[str, frozenset[str]]] = {
     "satisfied": frozenset({"delivered"}),
     "abandoned": frozenset(
-        {"budget_exhausted", "environment_unrecoverable", "needs_user_input",
-         "non_convergent", "max_rounds"}
-    ),  # fmt: skip
+        {
+            "budget_exhausted",
+            "environment_unrecoverable",
+            "needs_user_input",
+            "non_convergent",
+            "max_rounds",
+        }
+    ),
     "cancelled": frozenset({"cancelled_by_user"}),
     "failed": frozenset({"environment_unrecoverable", "internal_error", "budget_exhausted"}),
 }
@@ -87,7 +107,9 @@ def check_transition(
         raise errors.IllegalTransition(task_id, src, dst)
     if dst in TERMINAL:
         if stop_reason is None:
-            raise errors.IllegalTransition(task_id, src, dst, "a terminal state needs a stop_reason")
+            raise errors.IllegalTransition(
+                task_id, src, dst, "a terminal state needs a stop_reason"
+            )
         if stop_reason not in TERMINAL_REASONS[dst]:
             raise errors.IllegalTransition(
                 task_id, src, dst, f"stop_reason {stop_reason!r} does not fit {dst!r}"

@@ -109,16 +109,23 @@ class ScriptedModel:
                 tool_calls=response.tool_calls,
                 usage=Usage(
                     input_tokens=tokens.estimate_request(request),
-                    cached_input_tokens=self._cached_tokens(request) if request.purpose == "act" else 0,
+                    cached_input_tokens=self._cached_tokens(request)
+                    if request.purpose == "act"
+                    else 0,
                     output_tokens=tokens.estimate_text(out_text),
                 ),
                 model=response.model or self.name,
                 latency_ms=response.latency_ms,
-                finish_reason=response.finish_reason or ("tool_calls" if response.tool_calls else "stop"),
+                finish_reason=response.finish_reason
+                or ("tool_calls" if response.tool_calls else "stop"),
             )
         elif not response.model:
             response = ModelResponse(
-                response.text, response.tool_calls, response.usage, self.name,
-                response.latency_ms, response.finish_reason,
-            )  # fmt: skip
+                response.text,
+                response.tool_calls,
+                response.usage,
+                self.name,
+                response.latency_ms,
+                response.finish_reason,
+            )
         return response

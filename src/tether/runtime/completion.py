@@ -31,7 +31,12 @@ class CheckResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {"id": self.id, "passed": self.passed, "detail": self.detail, "checked": self.checked}
+        return {
+            "id": self.id,
+            "passed": self.passed,
+            "detail": self.detail,
+            "checked": self.checked,
+        }
 
 
 def _call_check(target: str, workspace: Path | None) -> tuple[bool, str]:

@@ -174,7 +174,11 @@ class Context:
             # Group an entry with the continuation that follows it.
             j = idx - 1
             group = [self.entries[j]]
-            if self.entries[j].kind == "continuation" and j > 0 and self.entries[j - 1].kind == "round":
+            if (
+                self.entries[j].kind == "continuation"
+                and j > 0
+                and self.entries[j - 1].kind == "round"
+            ):
                 j -= 1
                 group.insert(0, self.entries[j])
             if any(e.kind == "summary" for e in group):

@@ -183,7 +183,11 @@ def audit(
     ]
     # Mechanical breaker on the focus item: no progress raises it, progress resets it.
     focus = facts.focus
-    if focus is not None and ledger.has_item(focus) and ledger.item(focus).status in L.OPEN_STATUSES:
+    if (
+        focus is not None
+        and ledger.has_item(focus)
+        and ledger.item(focus).status in L.OPEN_STATUSES
+    ):
         state = ledger.item(focus)
         progressed = any(
             c.item_id == focus and (c.status not in (None, "in_progress", "pending") or c.evidence)
@@ -336,8 +340,11 @@ def judge_request(
     messages = [Message("user", json.dumps(payload, ensure_ascii=False, sort_keys=True))]
     if retry_note:
         messages.append(
-            Message("user", f"Your previous answer could not be used ({retry_note}). "
-                    "Answer again with one JSON object only.")  # fmt: skip
+            Message(
+                "user",
+                f"Your previous answer could not be used ({retry_note}). "
+                "Answer again with one JSON object only.",
+            )
         )
     return ModelRequest(
         purpose="judge",
@@ -404,7 +411,11 @@ async def rule_verdict(spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> Verdic
         if isinstance(rule, OpRule):
             ops = ops if ops is not None else await env.succeeded_ops()
             hit = next(
-                (o for o in reversed(ops) if o.tool == rule.tool and _args_match(rule.args, o.args)),
+                (
+                    o
+                    for o in reversed(ops)
+                    if o.tool == rule.tool and _args_match(rule.args, o.args)
+                ),
                 None,
             )
             if hit:
@@ -422,7 +433,9 @@ async def rule_verdict(spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> Verdic
             )
             if found:
                 changes.append(
-                    ProposedChange(item.id, "done", (f"artifact:{found.artifact_id}",), "rule: artifact")
+                    ProposedChange(
+                        item.id, "done", (f"artifact:{found.artifact_id}",), "rule: artifact"
+                    )
                 )
         elif isinstance(rule, FileRule):
             if env.workspace is None:

@@ -1,0 +1,91 @@
+"""Built-in tools: workspace file tools and `read_artifact`."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from tether import errors
+from tether.store.base import Store
+from tether.tools import files
+from tether.tools.registry import Tool, ToolContext, ToolRegistry
+
+READ_ARTIFACT = "read_artifact"
+
+
+def _file_tool(name: str) -> Tool:
+    schema = next(s for s in files.FILE_TOOL_SCHEMAS if s.name == name)
+
+    async def run(args: Mapping[str, Any], ctx: ToolContext) -> str:
+        if ctx.workspace is None:
+            raise errors.ToolFailed(f"{name}: this task has no workspace folder")
+        return await files.run_file_tool(files.Workspace(ctx.workspace), name, args)
+
+    effect = files.FILE_TOOL_EFFECTS[name]
+    # Writing the same content twice leaves the same file; appending twice does not.
+    return Tool(
+        name=name,
+        description=schema.description,
+        parameters=schema.parameters,
+        fn=run,
+        effect=effect,
+        idempotent=name != "append_file",
+        service="workspace",
+    )
+
+
+def read_artifact_tool(store_getter: Callable[[], Store]) -> Tool:
+    """`read_artifact(artifact_id, offset=0, limit=4000)`: a slice of a stored artifact."""
+
+    async def run(args: Mapping[str, Any], ctx: ToolContext) -> str:
+        aid = args.get("artifact_id")
+        if not isinstance(aid, str) or not aid:
+            raise errors.ToolFailed("read_artifact: artifact_id (a string) is required")
+        offset = args.get("offset", 0)
+        limit = args.get("limit", 4000)
+        if not isinstance(offset, int) or offset < 0:
+            raise errors.ToolFailed("read_artifact: offset must be a non-negative integer")
+        if not isinstance(limit, int) or not 1 <= limit <= 20_000:
+            raise errors.ToolFailed("read_artifact: limit must be an integer from 1 to 20000")
+        extra = set(args) - {"artifact_id", "offset", "limit"}
+        if extra:
+            raise errors.ToolFailed(f"read_artifact: unknown arguments {sorted(extra)}")
+        store = store_getter()
+        try:
+            art = await store.get_artifact(aid)
+        except KeyError:
+            raise errors.ToolFailed(f"read_artifact: no artifact {aid!r}") from None
+        if art.task_id != ctx.task_id:
+            raise errors.ToolFailed(f"read_artifact: no artifact {aid!r}")
+        text = (await store.get_blob(art.blob_hash)).decode("utf-8", errors="replace")
+        part = text[offset : offset + limit]
+        rest = max(0, len(text) - offset - len(part))
+        tail = f"\n[{rest} more characters after offset {offset + len(part)}]" if rest else ""
+        return part + tail
+
+    return Tool(
+        name=READ_ARTIFACT,
+        description="Read part of a stored artifact (a large tool output) by id.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "artifact_id": {"type": "string"},
+                "offset": {"type": "integer", "minimum": 0, "default": 0},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 20000, "default": 4000},
+            },
+            "required": ["artifact_id"],
+            "additionalProperties": False,
+        },
+        fn=run,
+        effect="read",
+    )
+
+
+def default_registry(store_getter: Callable[[], Store]) -> ToolRegistry:
+    """A registry with the workspace file tools and `read_artifact`."""
+    reg = ToolRegistry(_file_tool(s.name) for s in files.FILE_TOOL_SCHEMAS)
+    reg.add(read_artifact_tool(store_getter))
+    return reg
+
+
+AsyncToolFn = Callable[..., Awaitable[str]]

@@ -1,0 +1,119 @@
+"""Creating tasks from specs and reading their status."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from tether import events as ev
+from tether import ledger as L
+from tether.spec import TaskSpec
+from tether.store.base import Store, TaskRecord
+
+
+def new_task_id() -> str:
+    """A short, sortable, unique task id."""
+    return f"t{int(time.time()):x}{secrets.token_hex(3)}"
+
+
+def ledger_from_spec(spec: TaskSpec) -> L.Ledger:
+    """A fresh ledger whose skeleton is the spec's objective, acceptance and items."""
+    return L.from_spec(
+        spec.objective,
+        [(i.id, i.title, i.milestone) for i in spec.items],
+        acceptance=[(a.id, a.description) for a in spec.acceptance],
+        milestones=[(m.id, m.title) for m in spec.milestones],
+    )
+
+
+async def create_task(
+    store: Store,
+    spec: TaskSpec,
+    *,
+    task_id: str | None = None,
+    workspace: str | Path | None = None,
+) -> TaskRecord:
+    """Store a new queued task with its ledger; returns the task record."""
+    tid = task_id or new_task_id()
+    ws = workspace if workspace is not None else spec.workspace
+    ws_str = str(Path(ws).resolve()) if ws is not None else None
+    ledger = ledger_from_spec(spec)
+    return await store.create_task(
+        task_id=tid,
+        name=spec.name,
+        spec=spec.model_dump(mode="json"),
+        ledger=ledger,
+        workspace=ws_str,
+        events=[
+            ev.TaskCreated(
+                name=spec.name, objective=spec.objective, items=len(spec.items), workspace=ws_str
+            )
+        ],
+    )
+
+
+def budget_view(task: TaskRecord) -> dict[str, Any]:
+    """Limits and use of the task's budget."""
+    spec_budget = dict(task.spec.get("budget", {}))
+    u = task.usage
+    return {
+        "limits": spec_budget,
+        "used": {
+            "tokens": int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0)),
+            "input_tokens": int(u.get("input_tokens", 0)),
+            "output_tokens": int(u.get("output_tokens", 0)),
+            "cached_tokens": int(u.get("cached_tokens", 0)),
+            "money_usd": round(float(u.get("cost_usd", 0.0)), 6),
+            "wall_seconds": round(float(u.get("wall_seconds", 0.0)), 3),
+            "rounds": int(u.get("rounds", 0)),
+            "model_calls": int(u.get("model_calls", 0)),
+        },
+    }
+
+
+async def status_dict(store: Store, task_id: str) -> dict[str, Any]:
+    """The `status --json` document (DESIGN.md section 9)."""
+    task = await store.get_task(task_id)
+    rec = await store.get_ledger(task_id)
+    ledger = rec.to_ledger()
+    items = [
+        {
+            "id": d.id,
+            "title": d.title,
+            "milestone": d.milestone,
+            "status": s.status,
+            "evidence": list(s.evidence),
+            "attempts": s.attempts,
+            "breaker": s.breaker,
+            "note": s.note,
+        }
+        for d, s in ledger.items()
+    ]
+    return {
+        "task_id": task.task_id,
+        "name": task.name,
+        "version": task.version,
+        "status": task.status,
+        "stop_reason": task.stop_reason,
+        "current_milestone": task.current_milestone,
+        "workspace": task.workspace,
+        "ledger": {
+            "objective": ledger.skeleton.objective,
+            "version": ledger.version,
+            "progress": ledger.progress().to_dict(),
+            "items": items,
+        },
+        "budget": budget_view(task),
+        "waiting": task.waiting,
+        "lease": {
+            "owner": task.lease_owner,
+            "expires_at": task.lease_expiry,
+            "fencing_token": task.fencing_token,
+        },
+        "heartbeat_at": task.heartbeat_at,
+        "created_at": task.created_at,
+        "updated_at": task.updated_at,
+        "last_seq": task.last_seq,
+    }

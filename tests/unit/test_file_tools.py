@@ -237,7 +237,7 @@ async def test_write_is_atomic_when_replace_fails(
     def boom(src: Any, dst: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(files.os, "replace", boom)
+    monkeypatch.setattr(os, "replace", boom)
     with pytest.raises(errors.ToolFailed, match="No space left on device"):
         await call(ws, "write_file", path="f.txt", content="new content")
     with pytest.raises(errors.ToolFailed):
@@ -261,7 +261,7 @@ async def test_write_goes_through_a_temp_file_in_the_same_folder(
 
     (root / "d").mkdir()
     (root / "d" / "f.txt").write_text("old")
-    monkeypatch.setattr(files.os, "replace", spy)
+    monkeypatch.setattr(os, "replace", spy)
     await call(ws, "write_file", path="d/f.txt", content="new")
     [(src, dst)] = seen
     assert Path(src).parent == Path(dst).parent == root.resolve() / "d"

@@ -423,3 +423,13 @@ def test_long_input_is_truncated_in_the_message(tmp_path: Path) -> None:
     exc, p = load_bad(tmp_path, BASE + f"limits: {{max_rounds: '{'9x' * 500}'}}\n")
     text = assert_clear(exc, p, "limits.max_rounds", max_problems=1)
     assert "9x" * 50 not in text
+
+
+def test_duplicate_keys_are_refused(tmp_path: Path) -> None:
+    # YAML itself forbids duplicate keys; PyYAML keeps the last silently, which would
+    # let a second `limits:` block quietly replace the first.
+    exc, p = load_bad(
+        tmp_path,
+        BASE + "limits: {max_rounds: 5}\nlimits: {max_attempts_per_item: 2}\n",
+    )
+    assert_clear(exc, p, "limits", "line 5", max_problems=1)

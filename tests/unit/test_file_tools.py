@@ -431,3 +431,20 @@ async def test_defaults_apply(tree: tuple[Workspace, Path, Path]) -> None:
     ws, _, _ = tree
     assert "hello.txt" in await run_file_tool(ws, "list_files", {})
     assert await run_file_tool(ws, "read_file", {"path": "hello.txt"}) == "hello world"
+
+
+@pytest.mark.parametrize("block", [1, 3, 7, 64])
+def test_read_streams_across_blocks(
+    tree: tuple[Workspace, Path, Path], monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    ws, root, _ = tree
+    text = "".join(chr(0x61 + n % 26) + ("é" if n % 5 == 0 else "") for n in range(50))
+    (root / "t.txt").write_text(text, encoding="utf-8")
+    monkeypatch.setattr(files, "_READ_BLOCK", block)
+    for offset in [0, 1, 6, 7, 30, len(text) - 1, len(text)]:
+        for limit in [1, 5, 7, 20, 1000]:
+            out = ws.read_file("t.txt", offset, limit)
+            want = text[offset : offset + limit]
+            assert out.split("\n[... ", 1)[0] == want
+            left = len(text) - offset - len(want)
+            assert (f"[... {left} more characters" in out) == (left > 0)

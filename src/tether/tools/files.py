@@ -35,6 +35,7 @@ from tether.models.base import ToolSchema
 #: Default and largest number of characters `read_file` returns in one call.
 DEFAULT_READ_LIMIT: Final[int] = 20_000
 MAX_READ_LIMIT: Final[int] = 200_000
+_READ_BLOCK: Final[int] = 1 << 20
 
 Effect = Literal["read", "write"]
 
@@ -128,12 +129,19 @@ class Workspace:
             raise errors.ToolFailed(f"no such file: {shown}") from None
         except OSError as exc:
             raise errors.ToolFailed(f"cannot read {shown}: {exc.strerror}") from None
+        # Stream the file so a huge one costs `limit` characters of memory, not its size.
+        parts: list[str] = []
+        total = 0
         with open(fd, encoding="utf-8", errors="replace", newline="") as fh:
-            text = fh.read()
-        total = len(text)
+            while block := fh.read(_READ_BLOCK):
+                start, end = total, total + len(block)
+                lo, hi = max(offset, start), min(offset + limit, end)
+                if lo < hi:
+                    parts.append(block[lo - start : hi - start])
+                total = end
         if offset > total:
             return f"[offset {offset} is past the end of {shown}, which has {total} characters]"
-        chunk = text[offset : offset + limit]
+        chunk = "".join(parts)
         remaining = total - offset - len(chunk)
         if remaining > 0:
             nxt = offset + len(chunk)

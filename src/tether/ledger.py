@@ -302,12 +302,15 @@ class Ledger:
             lines.append("Acceptance:")
             lines.extend(f"  - [{i}] {d}" for i, d in self.skeleton.acceptance)
         titles = dict(self.skeleton.milestones)
-        current: object = object()
+        start = object()
+        current: object = start
         for d, s in self.items():
             if d.milestone != current:
-                current = d.milestone
                 if d.milestone is not None:
                     lines.append(f"Milestone {d.milestone}: {titles.get(d.milestone, '')}".rstrip())
+                elif current is not start:
+                    lines.append("Other items:")
+                current = d.milestone
             line = f"  {_MARK[s.status]} {d.id}: {d.title}"
             extra = []
             if s.status == "done" and s.evidence:
@@ -378,7 +381,7 @@ def apply(ledger: Ledger, changes: Sequence[ItemChange]) -> LedgerUpdate:
     evidence. The version rises by one iff something changed.
     """
     states = list(ledger.states)
-    diff: list[FieldChange] = []
+    touched: list[int] = []
     for ch in changes:
         if not ledger.has_item(ch.item_id):
             raise errors.LedgerError(f"unknown ledger item {ch.item_id!r}")
@@ -386,15 +389,13 @@ def apply(ledger: Ledger, changes: Sequence[ItemChange]) -> LedgerUpdate:
         old = states[idx]
         new = old
         if ch.evidence:
-            merged = old.evidence + tuple(e for e in ch.evidence if e not in old.evidence)
+            merged = tuple(dict.fromkeys(old.evidence + tuple(ch.evidence)))
             new = replace(new, evidence=merged)
         if ch.status is not None:
             if ch.status not in ITEM_STATUSES:
                 raise errors.LedgerError(f"unknown item status {ch.status!r}")
             if ch.status == "done" and not new.evidence:
-                raise errors.LedgerError(
-                    f"item {ch.item_id!r} cannot become done without evidence"
-                )
+                raise errors.LedgerError(f"item {ch.item_id!r} cannot become done without evidence")
             if ch.status == "pending" and old.status == "done":
                 # Re-opened work: its old evidence no longer proves anything.
                 new = replace(new, evidence=())
@@ -405,11 +406,18 @@ def apply(ledger: Ledger, changes: Sequence[ItemChange]) -> LedgerUpdate:
             new = replace(new, attempts=max(0, new.attempts + ch.attempts_delta))
         if ch.breaker is not None:
             new = replace(new, breaker=max(0, ch.breaker))
-        for fname in ("status", "evidence", "attempts", "breaker", "note"):
-            b, a = getattr(old, fname), getattr(new, fname)
-            if b != a:
-                diff.append(FieldChange(ch.item_id, fname, b, a))
         states[idx] = new
+        if idx not in touched:
+            touched.append(idx)
+    # The diff is the net change per item, so changes that cancel out are no change.
+    diff: list[FieldChange] = []
+    for idx in touched:
+        before, after = ledger.states[idx], states[idx]
+        item_id = ledger.skeleton.items[idx].id
+        for fname in ("status", "evidence", "attempts", "breaker", "note"):
+            b, a = getattr(before, fname), getattr(after, fname)
+            if b != a:
+                diff.append(FieldChange(item_id, fname, b, a))
     if not diff:
         return LedgerUpdate(ledger, LedgerDiff())
     new_ledger = Ledger(ledger.skeleton, tuple(states), ledger.version + 1, ledger._index)

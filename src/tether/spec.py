@@ -14,15 +14,34 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
 
 from tether import errors
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+_SEP = "\n"
+#: Union tags pydantic puts into error locations; the user never wrote them.
+_TAGS = frozenset({"op", "file", "artifact", "command", "callable"})
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_kind(value: Any) -> str:
+    # A check with a `callable` key is a CallableCheck; anything else a CommandCheck, so
+    # a typo is reported once, against the fields of the kind the user meant.
+    if isinstance(value, dict):
+        return "callable" if "callable" in value else "command"
+    return "callable" if isinstance(value, CallableCheck) else "command"
 
 
 class CommandCheck(_Strict):
@@ -44,7 +63,13 @@ class AcceptanceCriterion(_Strict):
 
     id: str = Field(pattern=_ID)
     description: str = Field(min_length=1)
-    check: CommandCheck | CallableCheck | None = None
+    check: (
+        Annotated[
+            Annotated[CommandCheck, Tag("command")] | Annotated[CallableCheck, Tag("callable")],
+            Discriminator(_check_kind),
+        ]
+        | None
+    ) = None
 
 
 class OpRule(_Strict):
@@ -178,7 +203,7 @@ class TaskSpec(_Strict):
                     f"(expected one of {ms_ids or 'none declared'})"
                 )
         if problems:
-            raise ValueError("; ".join(problems))
+            raise ValueError(_SEP.join(problems))
         return self
 
     def milestone_of(self, item_id: str) -> str | None:
@@ -190,12 +215,27 @@ class TaskSpec(_Strict):
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:
-    return ".".join(str(p) for p in loc) or "(top level)"
+    parts: list[str] = []
+    for n, p in enumerate(loc):
+        if n > 0 and loc[n - 1] in ("done_when", "check") and p in _TAGS:
+            continue
+        parts.append(str(p))
+    return ".".join(parts) or "(top level)"
 
 
-def _describe(err: Any) -> str:
+def _describe(err: Any) -> list[str]:
     loc = _loc(tuple(err["loc"]))
     kind = err["type"]
+    if kind == "value_error":
+        msg = str(err.get("ctx", {}).get("error", err["msg"]))
+        lines = [ln for ln in msg.split(_SEP) if ln.strip()]
+        if loc == "(top level)":
+            return lines
+        return [f"{loc}: {ln}" for ln in lines]
+    return [_describe_one(err, loc, kind)]
+
+
+def _describe_one(err: Any, loc: str, kind: str) -> str:
     if kind == "extra_forbidden":
         return f"{loc}: unknown field (check the spelling; allowed fields are listed in the docs)"
     if kind == "missing":
@@ -216,8 +256,27 @@ def parse_spec(data: Any, *, source: str = "<spec>") -> TaskSpec:
     try:
         return TaskSpec.model_validate(data)
     except ValidationError as exc:
-        problems = [_describe(e) for e in exc.errors()]
+        problems = [p for e in exc.errors() for p in _describe(e)]
         raise errors.SpecError("the spec is not valid", source=source, problems=problems) from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe loader that refuses a key given twice in one mapping (YAML allows it
+    silently; in a contract it is always a mistake)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"the key {key!r} appears twice in one mapping",
+                    key_node.start_mark,
+                )
+            seen[key] = True
+        return super().construct_mapping(node, deep=deep)
 
 
 def load_spec(path: str | Path) -> TaskSpec:
@@ -231,7 +290,7 @@ def load_spec(path: str | Path) -> TaskSpec:
     except (OSError, UnicodeDecodeError) as exc:
         raise errors.SpecError(f"cannot read the file ({exc})", source=source) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -215,7 +215,8 @@ class AnthropicModel:
     (default `ANTHROPIC_BASE_URL` or Anthropic's) and `timeout`, with the SDK's own
     retries and tracing turned off (tether emits its own spans), and `aclose()`
     closes it. Retries follow `retry` (default: `max_retries` retries after the first
-    attempt); `on_retry` sees each one.
+    attempt); `on_retry` sees each one. The API has no `temperature` any more, so a
+    request's temperature is not sent; `extra_body` adds raw fields to every request.
     """
 
     provider = "anthropic"
@@ -233,8 +234,10 @@ class AnthropicModel:
         sleep: Callable[[float], Awaitable[None]] | None = None,
         on_retry: Callable[[RetryEvent], None] | None = None,
         name: str | None = None,
+        extra_body: Mapping[str, Any] | None = None,
     ) -> None:
         self.model = model
+        self.extra_body = dict(extra_body or {})
         self.name = name or f"anthropic:{model}"
         self.retry = retry or RetryPolicy(max_attempts=max(0, max_retries) + 1)
         self._sleep = sleep
@@ -266,8 +269,10 @@ class AnthropicModel:
             params["system"] = system
         if request.tools:
             params["tools"] = to_anthropic_tools(request)
-        if request.temperature is not None:
-            params["temperature"] = request.temperature
+        # The current messages API (and SDK) has no sampling parameters: a request's
+        # `temperature` is not sent. Use `extra_body` for fields the SDK lacks.
+        if self.extra_body:
+            params["extra_body"] = dict(self.extra_body)
         return params
 
     async def complete(self, request: ModelRequest) -> ModelResponse:

@@ -54,15 +54,17 @@ DEFAULT_PRICES: Mapping[str, Price] = {
     "gpt-5-nano": Price(0.05, 0.005, 0.40),
     "o3": Price(2.00, 0.50, 8.00),
     "o4-mini": Price(1.10, 0.275, 4.40),
-    # Anthropic (cache reads at 0.1x input, 5-minute cache writes at 1.25x input)
-    "claude-opus-4-6": Price(5.00, 0.50, 25.00, 6.25),
-    "claude-opus-4-5": Price(5.00, 0.50, 25.00, 6.25),
-    "claude-opus-4": Price(15.00, 1.50, 75.00, 18.75),
+    # Anthropic (cache reads at 0.1x input, 5-minute cache writes at 1.25x input). The
+    # bare family names price later versions at the family's latest known price.
+    "claude-opus": Price(5.00, 0.50, 25.00, 6.25),
+    "claude-opus-4-0": Price(15.00, 1.50, 75.00, 18.75),
+    "claude-opus-4-1": Price(15.00, 1.50, 75.00, 18.75),
+    "claude-opus-4-2025": Price(15.00, 1.50, 75.00, 18.75),  # claude-opus-4-20250514
     "claude-3-opus": Price(15.00, 1.50, 75.00, 18.75),
-    "claude-sonnet-4": Price(3.00, 0.30, 15.00, 3.75),
+    "claude-sonnet": Price(3.00, 0.30, 15.00, 3.75),
     "claude-3-7-sonnet": Price(3.00, 0.30, 15.00, 3.75),
     "claude-3-5-sonnet": Price(3.00, 0.30, 15.00, 3.75),
-    "claude-haiku-4": Price(1.00, 0.10, 5.00, 1.25),
+    "claude-haiku": Price(1.00, 0.10, 5.00, 1.25),
     "claude-3-5-haiku": Price(0.80, 0.08, 4.00, 1.00),
     "claude-3-haiku": Price(0.25, 0.03, 1.25, 0.30),
     # DeepSeek (cache hits are cheap; no charge for cache writes)

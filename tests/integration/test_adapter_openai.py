@@ -534,3 +534,18 @@ async def test_openai_itself_gets_max_completion_tokens_and_cache_key() -> None:
     assert params["max_completion_tokens"] == 2048
     assert "max_tokens" not in params
     assert params["prompt_cache_key"] == "tether-t-42"
+
+
+async def test_truncated_arguments_say_why(provider: FakeProvider, model: OpenAIModel) -> None:
+    provider.queue(
+        200,
+        completion(
+            tool_calls=[fn_call("call_1", "write_file", '{"path": "report.md", "text": "Lorem ip')],
+            finish_reason="length",
+        ),
+    )
+    resp = await model.complete(request())
+    (call,) = resp.tool_calls
+    assert call.arguments is None
+    assert call.error is not None and "cut off by the output token limit" in call.error
+    assert resp.finish_reason == "length"

@@ -94,3 +94,7 @@ def test_overrides_replace_and_extend() -> None:
 def test_bad_override_is_rejected() -> None:
     with pytest.raises(ValueError):
         PriceTable({"x": (1.0, 2.0)})  # type: ignore[dict-item]
+
+
+def test_script_file_names_are_not_model_names() -> None:
+    assert price_for("scripted:gpt-4.1.yaml") is None

@@ -38,6 +38,7 @@ DEFAULT_MAX_RETRIES = 3
 EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 JSON_INSTRUCTION = "Answer with one JSON object and nothing else: no prose, no code fences."
 _PREVIEW = 200
+TRUNCATED_HINT = " (The answer was cut off by the output token limit: keep arguments shorter.)"
 
 
 def system_blocks(request: ModelRequest) -> list[dict[str, Any]]:
@@ -197,6 +198,13 @@ def parse_anthropic_response(
         )
         usage = Usage(input_tokens=tokens.estimate_request(request), output_tokens=output)
     stop = data.get("stop_reason")
+    if stop == "max_tokens":
+        calls = [
+            c
+            if c.error is None
+            else ToolCall(c.id, c.name, None, c.raw_arguments, c.error + TRUNCATED_HINT)
+            for c in calls
+        ]
     return ModelResponse(
         text=text,
         tool_calls=tuple(calls),

@@ -37,6 +37,7 @@ from tether.models.base import Message, ModelRequest, ModelResponse, ToolCall, U
 DEFAULT_TIMEOUT = 300.0
 DEFAULT_MAX_RETRIES = 3
 _PREVIEW = 200
+TRUNCATED_HINT = " (The answer was cut off by the output token limit: keep arguments shorter.)"
 
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
 
@@ -189,8 +190,10 @@ def parse_openai_response(
             error = f"there is no tool named {name!r}. Available tools: {', '.join(sorted(known))}."
             arguments = None
         calls.append(ToolCall(call_id, name, arguments, raw_text, error))
-    usage = _usage(data.get("usage"), request, text, calls)
     finish = choice.get("finish_reason")
+    if finish == "length":
+        calls = [_truncated(c) for c in calls]
+    usage = _usage(data.get("usage"), request, text, calls)
     return ModelResponse(
         text=text,
         tool_calls=tuple(calls),
@@ -199,6 +202,13 @@ def parse_openai_response(
         latency_ms=latency_ms,
         finish_reason=str(finish) if finish is not None else None,
     )
+
+
+def _truncated(call: ToolCall) -> ToolCall:
+    """Say why a call's arguments broke when the output limit cut the answer."""
+    if call.error is None:
+        return call
+    return ToolCall(call.id, call.name, None, call.raw_arguments, call.error + TRUNCATED_HINT)
 
 
 def _content_text(content: object) -> str:

@@ -85,6 +85,8 @@ def _coerce(value: PriceLike) -> Price:
 
 def _bare(model: str) -> str:
     name = model.strip().lower()
+    if name.startswith("scripted:"):
+        return name  # a script's file name is not a model name
     if "#" in name:  # "openai-compatible:http://host/v1#model"
         name = name.rsplit("#", 1)[1]
     # "openai:gpt-4.1", "anthropic:claude-…", "openai/gpt-4.1", "deepseek/deepseek-chat"

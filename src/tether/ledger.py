@@ -289,8 +289,13 @@ class Ledger:
 
     # -- rendering ---------------------------------------------------------------------
 
-    def render(self, *, header: str = "GOAL LEDGER") -> str:
-        """Compact text for prompts. Deterministic: same state, same bytes."""
+    def render(self, *, header: str = "GOAL LEDGER", compact: bool = False) -> str:
+        """Compact text for prompts. Deterministic: same state, same bytes.
+
+        `compact=True` lists done items by id only (one line per group), which keeps
+        continuation messages short on long checklists; open, blocked and skipped items
+        are always shown in full.
+        """
         p = self.progress()
         lines = [
             f"{header} (version {self.version})",
@@ -298,32 +303,27 @@ class Ledger:
             f"Progress: {p.done}/{p.total} done, {p.open} open, {p.blocked} blocked, "
             f"{p.skipped} skipped",
         ]
-        if self.skeleton.acceptance:
+        if self.skeleton.acceptance and not compact:
             lines.append("Acceptance:")
             lines.extend(f"  - [{i}] {d}" for i, d in self.skeleton.acceptance)
         titles = dict(self.skeleton.milestones)
-        start = object()
-        current: object = start
+        groups: list[tuple[str | None, list[tuple[ItemDef, ItemState]]]] = []
         for d, s in self.items():
-            if d.milestone != current:
-                if d.milestone is not None:
-                    lines.append(f"Milestone {d.milestone}: {titles.get(d.milestone, '')}".rstrip())
-                elif current is not start:
-                    lines.append("Other items:")
-                current = d.milestone
-            line = f"  {_MARK[s.status]} {d.id}: {d.title}"
-            extra = []
-            if s.status == "done" and s.evidence:
-                extra.append("evidence " + ", ".join(s.evidence[:3]))
-            if s.status in ("blocked", "skipped") and s.note:
-                extra.append(f"{s.status}: {s.note}")
-            elif s.status in OPEN_STATUSES and s.attempts:
-                extra.append(f"attempts {s.attempts}")
-                if s.note:
-                    extra.append(f"last: {s.note}")
-            if extra:
-                line += " (" + "; ".join(extra) + ")"
-            lines.append(line)
+            if not groups or groups[-1][0] != d.milestone:
+                groups.append((d.milestone, []))
+            groups[-1][1].append((d, s))
+        for n, (milestone, members) in enumerate(groups):
+            if milestone is not None:
+                lines.append(f"Milestone {milestone}: {titles.get(milestone, '')}".rstrip())
+            elif n > 0:
+                lines.append("Other items:")
+            done_ids = [d.id for d, s in members if s.status == "done"]
+            if compact and done_ids:
+                lines.append(f"  [x] done ({len(done_ids)}): {', '.join(done_ids)}")
+            for d, s in members:
+                if compact and s.status == "done":
+                    continue
+                lines.append(_render_item(d, s))
         nxt = self.next_item()
         lines.append(f"Next: {nxt}" if nxt else "Next: nothing open")
         return "\n".join(lines)
@@ -331,6 +331,22 @@ class Ledger:
     def render_json(self) -> str:
         """Canonical JSON (sorted keys, no spaces)."""
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+def _render_item(d: ItemDef, s: ItemState) -> str:
+    line = f"  {_MARK[s.status]} {d.id}: {d.title}"
+    extra = []
+    if s.status == "done" and s.evidence:
+        extra.append("evidence " + ", ".join(s.evidence[:3]))
+    if s.status in ("blocked", "skipped") and s.note:
+        extra.append(f"{s.status}: {s.note}")
+    elif s.status in OPEN_STATUSES and s.attempts:
+        extra.append(f"attempts {s.attempts}")
+        if s.note:
+            extra.append(f"last: {s.note}")
+    if extra:
+        line += " (" + "; ".join(extra) + ")"
+    return line
 
 
 @dataclass(frozen=True)

@@ -75,17 +75,24 @@ class ScriptedModel:
 
     def _cached_tokens(self, request: ModelRequest) -> int:
         # Imitate a provider's prefix cache: the unchanged leading part of the
-        # serialized request (tools, system, then messages) counts as cached.
+        # serialized request (tools, system, then messages) counts as cached, measured
+        # with the same estimator as the input tokens.
         parts = [json.dumps([t.to_dict() for t in request.tools], sort_keys=True), request.system]
         parts += [json.dumps(m.to_dict(), sort_keys=True) for m in request.messages]
-        cached = 0
+        same = 0
         for n, part in enumerate(parts):
             if n < len(self._last_prefix) and self._last_prefix[n] == part:
-                cached += tokens.estimate_text(part)
+                same += 1
             else:
                 break
         self._last_prefix = parts
-        return cached
+        if same < 2:
+            return 0
+        return (
+            tokens.estimate_tools(request.tools)
+            + tokens.estimate_text(request.system)
+            + sum(tokens.estimate_message(m) for m in request.messages[: same - 2])
+        )
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer the next scripted response, or ask the policy."""

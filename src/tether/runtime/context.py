@@ -86,14 +86,33 @@ def turn_message(kind: str, ledger: Ledger, *, epoch: bool) -> str:
     )
 
 
-def continuation_message(ledger: Ledger, reason: str = "", gaps: Sequence[str] = ()) -> str:
-    """The message appended after a `continue` verdict: the judged ledger and what is next."""
+def continuation_message(
+    ledger: Ledger,
+    reason: str = "",
+    gaps: Sequence[str] = (),
+    changed: Sequence[str] = (),
+) -> str:
+    """The message appended after a `continue` verdict: the judged ledger (done, open and
+    blocked, with evidence for what changed) and what is next."""
     parts = ["Progress update from the runtime (judged after your last round)."]
     if reason:
         parts.append(f"Judge: {reason}")
+    lines = []
+    for item_id in changed:
+        if ledger.has_item(item_id):
+            s = ledger.item(item_id)
+            ev = (
+                f" (evidence {', '.join(s.evidence[:3])})"
+                if s.evidence and s.status == "done"
+                else ""
+            )
+            note = f" ({s.note})" if s.note and s.status in ("blocked", "skipped") else ""
+            lines.append(f"  - {item_id} is now {s.status}{ev}{note}")
+    if lines:
+        parts.append("Changed this round:\n" + "\n".join(lines))
     if gaps:
         parts.append("Completion check found gaps:\n" + "\n".join(f"  - {g}" for g in gaps))
-    parts.append(ledger.render(header="CURRENT GOAL LEDGER"))
+    parts.append(ledger.render(header="CURRENT GOAL LEDGER", compact=True))
     nxt = ledger.next_item()
     if nxt:
         parts.append(f"Work on {nxt} next: {ledger.definition(nxt).title}")

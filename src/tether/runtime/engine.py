@@ -1047,7 +1047,9 @@ class _TaskRun:
         limit = self.spec.context.preview_chars
         artifact = None
         content = text
-        if len(text) > limit:
+        # read_artifact returns a slice the model asked for; previewing it again would
+        # send the model round in circles.
+        if len(text) > limit and tool.name != READ_ARTIFACT:
             ref = await self.store.put_blob(text.encode("utf-8"))
             artifact = ArtifactRecord(
                 artifact_id=f"{record.op_id}.out",
@@ -1264,7 +1266,8 @@ class _TaskRun:
             )
         continuation = ""
         if outcome.decision == "continue":
-            continuation = continuation_message(new, outcome.reason)
+            changed = list(dict.fromkeys(outcome.update.diff.status_changes()))
+            continuation = continuation_message(new, outcome.reason, changed=changed)
         verdict_event = ev.JudgeVerdict(
             round=facts.round,
             decision=outcome.decision,

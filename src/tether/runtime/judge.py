@@ -318,6 +318,24 @@ def parse_verdict(text: str) -> Verdict:
     )
 
 
+def compact_ledger(ledger: L.Ledger) -> dict[str, Any]:
+    """The ledger as the judge sees it: open and blocked items in full, done ones by id."""
+    items = []
+    done = []
+    for d, s in ledger.items():
+        if s.status == "done":
+            done.append(d.id)
+        else:
+            items.append({"id": d.id, "title": d.title, "status": s.status, "note": s.note})
+    return {
+        "version": ledger.version,
+        "progress": ledger.progress().to_dict(),
+        "items": items,
+        "done": done,
+        "next": ledger.next_item(),
+    }
+
+
 def judge_request(
     spec: TaskSpec,
     ledger: L.Ledger,
@@ -331,7 +349,7 @@ def judge_request(
     payload = {
         "objective": spec.objective,
         "user_messages": list(user_words),
-        "ledger": ledger.to_dict(),
+        "ledger": compact_ledger(ledger),
         "round": facts.round,
         "focus_item": facts.focus,
         "agent_text": facts.text[:4000],

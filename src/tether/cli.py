@@ -402,6 +402,7 @@ async def _drive(
             view.live = live
             return await engine.run(task_id)
     finally:
+        await models.aclose()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGINT)
 
@@ -552,11 +553,14 @@ def worker(
                 ran = False
                 for t in reversed(claimable):
                     spec = parse_spec(t.spec, source=f"task {t.task_id}")
-                    engine = Engine(store, build_models(spec, model), stop=stop)
+                    models = build_models(spec, model)
+                    engine = Engine(store, models, stop=stop)
                     try:
                         res = await engine.run(t.task_id)
                     except errors.TaskBusy:
                         continue
+                    finally:
+                        await models.aclose()
                     ran = True
                     done += 1
                     err.print(f"task {res.task_id}: {res.status} {res.stop_reason or ''}")

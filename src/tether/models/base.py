@@ -28,7 +28,11 @@ class ToolSchema:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {"name": self.name, "description": self.description, "parameters": dict(self.parameters)}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": dict(self.parameters),
+        }
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,9 @@ class ToolCall:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ToolCall:
         """Inverse of `to_dict`."""
-        return cls(d["id"], d["name"], d.get("arguments"), d.get("raw_arguments", ""), d.get("error"))
+        return cls(
+            d["id"], d["name"], d.get("arguments"), d.get("raw_arguments", ""), d.get("error")
+        )
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,10 @@ class Context:
         self, purpose: Purpose = "act", *, task_id: str | None = None, max_output_tokens: int = 2048
     ) -> ModelRequest:
         """The request for the next act call."""
+        # The ledger sits at the tail of the system prompt; the part before it is stable
+        # across epochs, so providers with explicit breakpoints can cache it apart.
+        cut = self.system.rfind("\n\nGOAL LEDGER")
+        meta = {"system_stable_prefix": cut} if cut > 0 else {}
         return ModelRequest(
             purpose=purpose,
             system=self.system,
@@ -161,6 +165,7 @@ class Context:
             tools=self.tools,
             max_output_tokens=max_output_tokens,
             task_id=task_id,
+            metadata=meta,
         )
 
     def raw_estimate(self) -> int:

@@ -70,6 +70,17 @@ class ModelSet:
         """One model for every purpose."""
         return cls(model, model, model, model if review else None)
 
+    async def aclose(self) -> None:
+        """Close the models' HTTP clients (each distinct model once)."""
+        seen: set[int] = set()
+        for m in (self.actor, self.judge, self.compact, self.review):
+            if m is None or id(m) in seen:
+                continue
+            seen.add(id(m))
+            close = getattr(m, "aclose", None)
+            if close is not None:
+                await close()
+
 
 @dataclass(frozen=True)
 class Snapshot:

@@ -1,0 +1,41 @@
+# One Makefile for people and CI: `make demo`, `make test`, `make lint`, `make bench`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint format bench all clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.base: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	touch $@ $(VENV)/.base
+
+demo: $(VENV)/.base  ## run the offline demo on the embedded SQLite store
+	$(BIN)/tether demo
+
+test: $(VENV)/.dev  ## run every test tier (PostgreSQL ones need TETHER_TEST_PG_URL)
+	$(BIN)/pytest -q
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
+
+format: $(VENV)/.dev
+	$(BIN)/ruff check --fix src tests benchmarks
+	$(BIN)/ruff format src tests benchmarks
+
+bench: $(VENV)/.dev  ## benchmarks, printed side by side with their floors
+	$(BIN)/python benchmarks/run_all.py
+
+all: lint test
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info src/*.egg-info

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -64,13 +65,16 @@ class ScriptedModel:
         responses: Sequence[ModelResponse | str | Mapping[str, Any]] | None = None,
         policy: Policy | None = None,
         name: str = "scripted",
+        keep_requests: int | None = None,
     ) -> None:
         if (responses is None) == (policy is None):
             raise errors.UserError("give ScriptedModel either responses or a policy, not both")
         self.name = name
         self._responses = list(responses or [])
         self._policy = policy
-        self.requests: list[ModelRequest] = []
+        # Every request seen (the last `keep_requests` of them, if set), for tests.
+        self.requests: deque[ModelRequest] = deque(maxlen=keep_requests)
+        self.calls = 0
         self._last_prefix: list[str] = []
 
     def _cached_tokens(self, request: ModelRequest) -> int:
@@ -97,6 +101,7 @@ class ScriptedModel:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer the next scripted response, or ask the policy."""
         self.requests.append(request)
+        self.calls += 1
         if self._policy is not None:
             out = self._policy(request)
             if inspect.isawaitable(out):
@@ -106,7 +111,7 @@ class ScriptedModel:
             if not self._responses:
                 raise errors.ModelError(
                     f"scripted model {self.name!r} ran out of responses after "
-                    f"{len(self.requests) - 1} calls"
+                    f"{self.calls - 1} calls"
                 )
             response = _coerce(self._responses.pop(0))
         if response.usage == Usage():

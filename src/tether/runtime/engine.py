@@ -175,6 +175,7 @@ class Engine:
         stop: asyncio.Event | None = None,
         max_rounds_this_run: int | None = None,
         services: Mapping[str, Any] | None = None,
+        epoch_every_turn: bool = False,
     ) -> None:
         self.store = store
         self.models = models
@@ -188,6 +189,8 @@ class Engine:
         self.stop = stop or asyncio.Event()
         self.max_rounds_this_run = max_rounds_this_run
         self.services = dict(services or {})
+        # The naive cache policy (re-render the system tail at every turn), for benchmarks.
+        self.epoch_every_turn = epoch_every_turn
 
     # ---------------------------------------------------------------- entry point
 
@@ -542,6 +545,8 @@ class _TaskRun:
         """Whether this turn re-renders the system prompt (DESIGN.md section 4)."""
         if first or not self.usage.get("system_blob") or not self.ctx.system:
             return True, "task start"
+        if self.e.epoch_every_turn:
+            return True, "every turn (naive policy)"
         if int(self.usage.get("system_version", 0)) != self.task.version:
             return True, "goal changed"
         if self.usage.get("epoch_due"):

@@ -499,27 +499,32 @@ class SqlStore:
             if token is not None:
                 sets["heartbeat_at"] = now
             if ledger is not None:
-                lrow = self._x(
+                # Check and write in one statement: the version guard is in the WHERE.
+                lsets = "state = :st, version = :v, updated_at = :now"
+                params: dict[str, Any] = {
+                    "id": task_id,
+                    "st": _dumps(ledger.state),
+                    "v": ledger.version,
+                    "ev": ledger.expected_version,
+                    "now": now,
+                }
+                if ledger.skeleton is not None:
+                    lsets += ", skeleton = :sk"
+                    params["sk"] = _dumps(ledger.skeleton)
+                cur = self._x(
                     conn,
-                    "SELECT version FROM ledgers WHERE task_id = :id",
-                    {"id": task_id},
-                ).fetchone()
-                if lrow is None or int(lrow["version"]) != ledger.expected_version:
+                    f"UPDATE ledgers SET {lsets} WHERE task_id = :id AND version = :ev",
+                    params,
+                )
+                if cur.rowcount != 1:
+                    lrow = self._x(
+                        conn, "SELECT version FROM ledgers WHERE task_id = :id", {"id": task_id}
+                    ).fetchone()
                     found = None if lrow is None else int(lrow["version"])
                     raise errors.ConcurrentUpdate(
                         f"task {task_id}: ledger version is {found},"
                         f" expected {ledger.expected_version}"
                     )
-                lsets = "state = :st, version = :v, updated_at = :now"
-                params = {"id": task_id, "st": _dumps(ledger.state), "v": ledger.version}
-                if ledger.skeleton is not None:
-                    lsets += ", skeleton = :sk"
-                    params["sk"] = _dumps(ledger.skeleton)
-                self._x(
-                    conn,
-                    f"UPDATE ledgers SET {lsets} WHERE task_id = :id",
-                    {**params, "now": now},
-                )
             first = int(row["last_seq"]) + 1
             last = first + len(items) - 1
             if items:

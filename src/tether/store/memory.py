@@ -105,9 +105,12 @@ class MemoryStore:
             )
             self._tasks[task_id] = rec
             self._ledgers[task_id] = LedgerRecord(
-                task_id, _copy(ledger.skeleton.to_dict()), _copy(ledger.state_dict()),
-                ledger.version, now,
-            )  # fmt: skip
+                task_id,
+                _copy(ledger.skeleton.to_dict()),
+                _copy(ledger.state_dict()),
+                ledger.version,
+                now,
+            )
             self._events[task_id] = [
                 self._stored(task_id, n + 1, e, 1, None, now) for n, e in enumerate(events)
             ]

@@ -33,6 +33,11 @@ def _redact(url: str) -> str:
     return url
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def split_schema(url: str) -> tuple[str, str | None]:
     """Remove tether's own `schema=` parameter from a libpq URL."""
     parts = urlsplit(url)
@@ -93,16 +98,16 @@ class PostgresStore(SqlStore):
             ) from exc
         try:
             # A direct first connection gives libpq's own words when the server is away.
-            with psycopg.connect(
+            conn = psycopg.connect(
                 self._conninfo, connect_timeout=max(1, int(connect_timeout)), autocommit=True
-            ) as conn:
-                if self.schema:
-                    conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+            )
         except psycopg.Error as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise errors.StoreUnavailable(
-                f"cannot connect to PostgreSQL at {self.url}: {first}"
+                f"cannot connect to PostgreSQL at {self.url}: {_first_line(exc)}"
             ) from exc
+        with conn:
+            if self.schema:
+                self._create_schema(conn, psycopg)
         schema = self.schema
 
         def configure(conn: Any) -> None:
@@ -119,6 +124,21 @@ class PostgresStore(SqlStore):
             name="tether",
         )
         self._pool.open(wait=True, timeout=connect_timeout)
+
+    def _create_schema(self, conn: Any, psycopg: Any) -> None:
+        try:
+            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateSchema):
+            # IF NOT EXISTS is not safe against a concurrent creator; it exists now.
+            pass
+        except psycopg.OperationalError as exc:
+            raise errors.StoreUnavailable(
+                f"PostgreSQL at {self.url} failed: {_first_line(exc)}"
+            ) from exc
+        except psycopg.Error as exc:
+            raise errors.StoreConfigError(
+                f"cannot create the schema {self.schema!r} at {self.url}: {_first_line(exc)}"
+            ) from exc
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.to_thread(fn, *args)

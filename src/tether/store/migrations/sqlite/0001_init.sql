@@ -31,7 +31,7 @@ CREATE TABLE events (
     fencing_token INTEGER,
     at REAL NOT NULL,
     PRIMARY KEY (task_id, seq)
-) STRICT, WITHOUT ROWID;
+) STRICT;
 CREATE TABLE ledgers (
     task_id TEXT PRIMARY KEY REFERENCES tasks (task_id),
     skeleton TEXT NOT NULL,

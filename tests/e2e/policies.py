@@ -1,0 +1,77 @@
+"""Scripted policies the CLI end-to-end tests run with `--model scripted:...`.
+
+The tests put the repository root on `PYTHONPATH` of the `tether` subprocess, so these
+import as `tests.e2e.policies:<name>`. Every policy works from the request alone: the
+act policy reads `Next: <item>` from the newest goal ledger in the prompt and writes
+`out/<item>.txt`; the specs the tests use judge by `done_when` op rules
+(`models.judge: rules`), so no judge policy is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+from tether.models.base import ModelRequest, ModelResponse
+from tether.models.scripted import tool_call
+
+_NEXT = re.compile(r"^Next: (\S+)", re.M)
+_OPEN = re.compile(r"^\s*\[[ ~]\] (\S+):", re.M)
+
+
+def _ledger_text(request: ModelRequest) -> str:
+    for m in reversed(request.messages):
+        if m.role == "user" and "GOAL LEDGER" in m.content:
+            return m.content
+    return request.system
+
+
+def _next_item(request: ModelRequest) -> str | None:
+    found = _NEXT.findall(_ledger_text(request))
+    if not found or found[-1] == "nothing":
+        return None
+    return found[-1]
+
+
+def _write(item: str) -> Any:
+    return tool_call("write_file", path=f"out/{item}.txt", content=f"{item} done\n")
+
+
+def _other(request: ModelRequest) -> ModelResponse | str:
+    if request.purpose == "compact":
+        return "Earlier rounds wrote some files. Progress is whatever the ledger says."
+    if request.purpose == "review":
+        return '{"passed": true, "gaps": [], "reopen": []}'
+    # judge (only when a spec does not say `models.judge: rules`): no opinion
+    return '{"changes": [], "decision": "continue", "reason": "rules decide"}'
+
+
+def done_policy(request: ModelRequest) -> ModelResponse | str:
+    """One write per round for the ledger's next item; says done when nothing is open."""
+    if request.purpose != "act":
+        return _other(request)
+    item = _next_item(request)
+    if item is None:
+        return ModelResponse("All items are closed.")
+    return ModelResponse(f"Writing {item}.", (_write(item),))
+
+
+async def slow_policy(request: ModelRequest) -> ModelResponse | str:
+    """`done_policy`, but every call takes 0.2 s (for the Ctrl-C test)."""
+    await asyncio.sleep(0.2)
+    return done_policy(request)
+
+
+def fast_policy(request: ModelRequest) -> ModelResponse | str:
+    """Writes the files of every open item in one round."""
+    if request.purpose != "act":
+        return _other(request)
+    text = _ledger_text(request)
+    items = list(dict.fromkeys(_OPEN.findall(text)))
+    nxt = _next_item(request)
+    if nxt and nxt not in items:
+        items.insert(0, nxt)
+    if not items:
+        return ModelResponse("All items are closed.")
+    return ModelResponse(f"Writing {len(items)} files.", tuple(_write(i) for i in items))

@@ -197,7 +197,14 @@ def _import_policy(ref: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UserError(f"cannot import the policy module {module_name!r}: {exc}") from exc
+        raise UserError(f"cannot import the policy module {module_name!r}: {exc}") from None
+    except Exception as exc:  # the user's module failed while loading: say where
+        where = ""
+        if isinstance(exc, SyntaxError):
+            where = f" ({exc.filename}, line {exc.lineno}: {exc.msg})"
+        raise UserError(
+            f"the policy module {module_name!r} failed to load: {type(exc).__name__}{where or ': ' + str(exc)}"
+        ) from None
     finally:
         if added:
             with contextlib.suppress(ValueError):

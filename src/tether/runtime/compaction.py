@@ -123,7 +123,9 @@ async def compact_context(run: _TaskRun, budget: int) -> None:
     run.usage["system_blob"] = await run.store.put_blob(ctx.system.encode())
     run.usage["system_version"] = run.task.version
     run.usage["system_at"] = run.e.clock.now()
-    # Still too big (huge recent entries): trim tool outputs, then give up clearly.
+    # Still too big: trim long tool outputs, then fold the oldest kept rounds into the
+    # summary one by one, then shorten the summary; give up clearly only when the system
+    # prompt and tools alone do not fit.
     if ctx.estimate() > budget:
         for e in ctx.entries[1:]:
             e.messages = [
@@ -135,10 +137,25 @@ async def compact_context(run: _TaskRun, budget: int) -> None:
                 for m in e.messages
             ]
             e.tokens = sum(tokens.estimate_message(m) for m in e.messages)
+    while ctx.estimate() > budget and len(ctx.entries) > 1:
+        dropped = ctx.entries.pop(1)
+        older.append(dropped)
+        note = _mechanical_summary([dropped]).splitlines()[1:]
+        head = ctx.entries[0]
+        text = head.messages[0].content + ("\n" + "\n".join(note) if note else "")
+        head.messages = [Message("user", text)]
+        head.tokens = tokens.estimate_message(head.messages[0])
+    if ctx.estimate() > budget:
+        head = ctx.entries[0]
+        room = max(0, budget - (ctx.estimate() - head.tokens)) * 3
+        if room > len(SUMMARY_PREFIX) + 40:
+            head.messages = [Message("user", head.messages[0].content[: room - 20] + "\n[cut]")]
+            head.tokens = tokens.estimate_message(head.messages[0])
     if ctx.estimate() > budget:
         raise errors.UserError(
-            f"after compaction the context still needs {ctx.estimate()} tokens, over the "
-            f"budget of {budget}; raise context.input_budget_tokens in the spec"
+            f"the context budget of {budget} tokens cannot hold this task's system prompt, "
+            f"tools and a summary ({ctx.estimate()} tokens needed); raise "
+            "context.input_budget_tokens in the spec"
         )
     snapshot = {
         "entries": [

@@ -141,6 +141,24 @@ def _default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def owner_is_dead(owner: str | None) -> bool:
+    """True when a lease owner is a process of this machine that no longer exists."""
+    if not owner:
+        return False
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    import os
+
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def op_id_for(task_id: str, round_no: int, call_index: int) -> str:
     """Deterministic op id: the idempotency key of one tool call."""
     return f"{task_id}.r{round_no}.c{call_index}"
@@ -194,14 +212,23 @@ class Engine:
 
     # ---------------------------------------------------------------- entry point
 
-    async def run(self, task_id: str) -> RunResult:
-        """Claim `task_id` and drive it until it is terminal, waiting or interrupted."""
+    async def run(self, task_id: str, *, force: bool = False) -> RunResult:
+        """Claim `task_id` and drive it until it is terminal, waiting or interrupted.
+
+        A lease held by a dead process on this machine is taken over; `force` takes over
+        any lease (for a worker known to be gone). Fencing keeps that safe.
+        """
         lease = await self.store.claim(self.worker_id, self.lease_ttl, task_id=task_id)
         if lease is None:
             task = await self.store.get_task(task_id)
             if lifecycle.is_terminal(task.status):
                 return RunResult(task_id, task.status, task.stop_reason, task.waiting, 0)
-            raise errors.TaskBusy(task_id, task.lease_owner, task.lease_expiry)
+            if force or owner_is_dead(task.lease_owner):
+                lease = await self.store.claim(
+                    self.worker_id, self.lease_ttl, task_id=task_id, force=True
+                )
+            if lease is None:
+                raise errors.TaskBusy(task_id, task.lease_owner, task.lease_expiry)
         run = _TaskRun(self, task_id, lease.token)
         beat = asyncio.create_task(run.heartbeat())
         try:
@@ -1273,6 +1300,7 @@ class _TaskRun:
             facts=facts,
             limits=self.spec.limits,
             item_limits=item_limits,
+            rule_items=frozenset(i.id for i in self.spec.items if i.done_when is not None),
         )
         new = outcome.update.ledger
         p = new.progress()

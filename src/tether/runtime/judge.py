@@ -129,10 +129,13 @@ def audit(
     facts: RoundFacts,
     limits: Limits,
     item_limits: Mapping[str, int] | None = None,
+    rule_items: frozenset[str] = frozenset(),
 ) -> AuditOutcome:
     """Check the verdicts against the ledger and the evidence; return what may be written.
 
-    Rule verdicts come first and win over LLM verdicts for the same item.
+    Rule verdicts come first and win over LLM verdicts for the same item. An item with a
+    `done_when` rule (`rule_items`) becomes done only through its rule: a model cannot
+    talk it into done.
     """
     warnings: list[AuditWarning] = []
     accepted: list[ProposedChange] = []
@@ -163,6 +166,16 @@ def audit(
                     )
                 )
             status = ch.status
+            if status == "done" and verdict.source != "rules" and ch.item_id in rule_items:
+                warnings.append(
+                    AuditWarning(
+                        "rule_item_done_by_judge",
+                        f"{verdict.source} judge marked {ch.item_id} done, but its done_when "
+                        "rule decides that; refused",
+                        {"item": ch.item_id},
+                    )
+                )
+                continue
             if status == "done" and not good and not current.evidence:
                 warnings.append(
                     AuditWarning(

@@ -615,15 +615,23 @@ class SqlStore:
 
     # --- leases -------------------------------------------------------------------------
 
-    def _claim_sync(self, worker_id: str, ttl: float, task_id: str | None) -> Lease | None:
+    def _claim_sync(
+        self, worker_id: str, ttl: float, task_id: str | None, force: bool = False
+    ) -> Lease | None:
         now = self.clock.now()
         with self._tx(write=True) as conn:
             if task_id is not None:
+                free = (
+                    ""
+                    if force
+                    else (
+                        " AND (lease_owner IS NULL OR lease_expiry IS NULL OR lease_expiry <= :now)"
+                    )
+                )
                 row = self._x(
                     conn,
                     "SELECT task_id, status, fencing_token FROM tasks WHERE task_id = :id"
-                    " AND (lease_owner IS NULL OR lease_expiry IS NULL OR lease_expiry <= :now)"
-                    f"{self.FOR_UPDATE}",
+                    f"{free}{self.FOR_UPDATE}",
                     {"id": task_id, "now": now},
                 ).fetchone()
                 if row is None:
@@ -663,10 +671,14 @@ class SqlStore:
         return row  # type: ignore[no-any-return]
 
     async def claim(
-        self, worker_id: str, ttl: float, *, task_id: str | None = None
+        self, worker_id: str, ttl: float, *, task_id: str | None = None, force: bool = False
     ) -> Lease | None:
-        """Take the lease on a claimable task (or on `task_id`); the token rises."""
-        return await self._run(self._claim_sync, worker_id, ttl, task_id)
+        """Take the lease on a claimable task (or on `task_id`); the token rises.
+
+        `force` takes `task_id` even from a live lease (its owner is known to be dead);
+        the risen token makes any commit of the old owner fail with `StaleLease`.
+        """
+        return await self._run(self._claim_sync, worker_id, ttl, task_id, force)
 
     def _renew_sync(self, task_id: str, token: int, ttl: float) -> float:
         now = self.clock.now()

@@ -267,9 +267,13 @@ class Store(Protocol):
         ...
 
     async def claim(
-        self, worker_id: str, ttl: float, *, task_id: str | None = None
+        self, worker_id: str, ttl: float, *, task_id: str | None = None, force: bool = False
     ) -> Lease | None:
-        """Take the lease on a claimable task (or on `task_id`); the token rises."""
+        """Take the lease on a claimable task (or on `task_id`); the token rises.
+
+        `force` takes `task_id` even from a live lease, for an owner known to be dead;
+        the risen fencing token refuses anything the old owner still tries to commit.
+        """
         ...
 
     async def renew(self, task_id: str, token: int, ttl: float) -> float:

@@ -254,9 +254,9 @@ class MemoryStore:
             return CommitResult(first, first + len(stored) - 1)
 
     async def claim(
-        self, worker_id: str, ttl: float, *, task_id: str | None = None
+        self, worker_id: str, ttl: float, *, task_id: str | None = None, force: bool = False
     ) -> Lease | None:
-        """Take the lease on a claimable task."""
+        """Take the lease on a claimable task (`force`: even from a live lease)."""
         async with self._lock:
             now = self.clock.now()
 
@@ -265,7 +265,7 @@ class MemoryStore:
 
             if task_id is not None:
                 rec = self._task(task_id)
-                if not free(rec) or lifecycle.is_terminal(rec.status):
+                if (not force and not free(rec)) or lifecycle.is_terminal(rec.status):
                     return None
             else:
                 cands = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ async def test_requests_in_a_turn_are_byte_identical_prefixes(
     assert result.status == "satisfied"
     acts = [r for r in model.requests if r.purpose == "act"]
     assert len(acts) == 6
-    for prev, cur in zip(acts, acts[1:], strict=False):
+    for prev, cur in itertools.pairwise(acts):
         # Everything the previous request sent is sent again, byte for byte, first.
         assert _is_prefix(serialized(prev), serialized(cur))
         assert cur.system == prev.system
@@ -59,7 +60,7 @@ async def test_resume_inside_the_cache_window_keeps_the_system_prompt(
     assert first.status == "queued"
     before = [r for r in model.requests if r.purpose == "act"]
     clock.advance(30)  # well inside the provider's cache lifetime
-    _, second = await run_task(
+    _, _second = await run_task(
         store, spec, tmp_path, model, task_id=tid, clock=clock, max_rounds_this_run=2
     )
     after = [r for r in model.requests if r.purpose == "act"][len(before) :]

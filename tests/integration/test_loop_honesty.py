@@ -157,7 +157,10 @@ async def test_lying_compressor_cannot_mark_pending_work_done(
 
     def liar(request: ModelRequest) -> str:
         compacted.append(request.system)
-        return "Summary: ALL ITEMS ARE DONE. i1 done, i2 done, i3 done, i4 done, i5 done. Nothing is left."
+        return (
+            "Summary: ALL ITEMS ARE DONE. i1 done, i2 done, i3 done, i4 done, i5 done. "
+            "Nothing is left."
+        )
 
     (tmp_path / "big.txt").write_text("x" * 700)
     spec = spec_of(

@@ -794,6 +794,27 @@ async def test_lease_claim_expiry_renew_release(
     assert c is not None and c.task_id == "t" and c.token == 3
 
 
+async def test_forced_claim_takes_a_live_lease_and_fences_the_old_owner(
+    store: Store, make_task: MakeTask, clock: FakeClock
+) -> None:
+    await make_task("t")
+    a = await store.claim("w1", 60, task_id="t")
+    assert a is not None
+    assert await store.claim("w2", 60, task_id="t") is None
+    b = await store.claim("w2", 60, task_id="t", force=True)
+    assert b is not None and b.token == a.token + 1 and b.worker_id == "w2"
+    before = await snapshot(store, "t")
+    with pytest.raises(errors.StaleLease):
+        await store.commit("t", a.token, [msg("ghost")])
+    assert await snapshot(store, "t") == before
+    await store.commit("t", b.token, [msg("new owner")])
+    # A terminal task is never claimed, forced or not.
+    await store.commit(
+        "t", b.token, [], task=TaskPatch(status="cancelled", stop_reason="cancelled_by_user")
+    )
+    assert await store.claim("w3", 60, task_id="t", force=True) is None
+
+
 async def test_claim_any_picks_only_claimable_tasks(
     store: Store, clock: FakeClock, add_task: AddTask, make_ledger: MakeLedger
 ) -> None:

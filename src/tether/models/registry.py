@@ -202,8 +202,9 @@ def _import_policy(ref: str) -> Any:
         where = ""
         if isinstance(exc, SyntaxError):
             where = f" ({exc.filename}, line {exc.lineno}: {exc.msg})"
+        detail = where or f": {exc}"
         raise UserError(
-            f"the policy module {module_name!r} failed to load: {type(exc).__name__}{where or ': ' + str(exc)}"
+            f"the policy module {module_name!r} failed to load: {type(exc).__name__}{detail}"
         ) from None
     finally:
         if added:

@@ -187,3 +187,40 @@ def test_second_ctrl_c_quits_at_once_and_the_task_still_resumes(tmp_path: Path) 
     resumed = tether("resume", tid, "--model", FAST, "--json", cwd=tmp_path)
     final = json_out(resumed)
     assert (final["status"], final["stop_reason"]) == ("satisfied", "delivered")
+
+
+def test_cancel_of_a_running_task_stops_it_between_rounds(tmp_path: Path) -> None:
+    """`tether cancel` while `tether run` works: the run stops after its current round
+    (exit 1: the task did not deliver), the task is cancelled by the user, the log ends
+    on a whole round and the lease is released."""
+    write_spec(tmp_path / "spec.yaml", N_ITEMS, name="slow-thirty")
+    proc = popen_tether("run", "spec.yaml", "--model", SLOW, cwd=tmp_path)
+    try:
+        _wait_for(tmp_path / "out" / "i1.txt", proc)
+        tid = _task_id(tmp_path)
+        cancel = tether("cancel", tid, cwd=tmp_path)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert_ok(cancel)
+    assert "cancel requested" in cancel.stdout
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err
+    doc_p, evs_p = tether_many(
+        [(("status", tid, "--json"), tmp_path), (("events", tid, "--json"), tmp_path)]
+    )
+    doc = json_out(doc_p)
+    assert (doc["status"], doc["stop_reason"]) == ("cancelled", "cancelled_by_user")
+    if "lease" in doc:
+        assert doc["lease"]["owner"] is None
+    evs = json_out(evs_p)
+    assert evs[-1]["type"] == "task.status"
+    assert (evs[-1]["data"]["src"], evs[-1]["data"]["dst"]) == ("running", "cancelled")
+    assert any(e["type"] == "task.cancel_requested" for e in evs)
+    started = [e["data"]["round"] for e in evs if e["type"] == "round.started"]
+    judged = [e["data"]["round"] for e in evs if e["type"] == "judge.verdict"]
+    assert started == judged
+    done = [i for i in doc["ledger"]["items"] if i["status"] == "done"]
+    assert len(done) == len(started) < N_ITEMS

@@ -193,3 +193,11 @@ class TaskBusy(UserError):
             task_id=task_id,
             owner=owner,
         )
+
+
+class ValidationFailed(ToolSignal):
+    """The call worked but its result breaks the tool's post-condition."""
+
+
+class OutcomeUnknown(ToolSignal):
+    """The request may have reached the service, but no answer came back."""

@@ -150,6 +150,46 @@ class Limits(_Strict):
     breaker_cooldown_seconds: float = Field(default=60.0, gt=0)
 
 
+class ToolPermission(_Strict):
+    """A tool on the allowlist, with what the contract says about it."""
+
+    name: str = Field(min_length=1)
+    approval: bool | None = Field(
+        default=None,
+        description="require a human's approval; default: only for risky effects "
+        "(delete, send, pay, publish)",
+    )
+    max_attempts: int | None = Field(default=None, gt=0, description="transient retries")
+
+
+class McpServer(_Strict):
+    """An MCP server whose tools join the task's registry (stdio command or HTTP URL)."""
+
+    name: str = Field(pattern=_ID)
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    url: str | None = None
+    tools: list[str] | None = Field(default=None, description="expose only these tools")
+    timeout: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of command (stdio) or url (streamable HTTP)")
+        return self
+
+
+class ServicePolicy(_Strict):
+    """Breaker and concurrency settings of one external service (shared by all workers)."""
+
+    max_concurrency: int | None = Field(default=None, gt=0)
+    failure_rate: float | None = Field(default=None, gt=0, le=1)
+    min_calls: int | None = Field(default=None, gt=0)
+    window_seconds: float = Field(default=60.0, gt=0)
+    cooldown_seconds: float | None = Field(default=None, gt=0)
+
+
 class Models(_Strict):
     """Model names by purpose; judge, compact and review default to the actor's."""
 
@@ -176,7 +216,9 @@ class TaskSpec(_Strict):
     acceptance: list[AcceptanceCriterion] = Field(default_factory=list)
     milestones: list[Milestone] = Field(default_factory=list)
     items: list[ChecklistItem] = Field(min_length=1)
-    tools: list[str] = Field(default_factory=list)
+    tools: list[str | ToolPermission] = Field(default_factory=list)
+    mcp_servers: list[McpServer] = Field(default_factory=list)
+    services: dict[str, ServicePolicy] = Field(default_factory=dict)
     budget: Budget = Field(default_factory=Budget)
     limits: Limits = Field(default_factory=Limits)
     models: Models = Field(default_factory=Models)
@@ -205,6 +247,17 @@ class TaskSpec(_Strict):
         if problems:
             raise ValueError(_SEP.join(problems))
         return self
+
+    def tool_names(self) -> list[str]:
+        """The allowlist, as names."""
+        return [t if isinstance(t, str) else t.name for t in self.tools]
+
+    def permission(self, name: str) -> ToolPermission | None:
+        """What the contract says about one allowed tool (None if not allowed)."""
+        for t in self.tools:
+            if (t if isinstance(t, str) else t.name) == name:
+                return ToolPermission(name=t) if isinstance(t, str) else t
+        return None
 
     def milestone_of(self, item_id: str) -> str | None:
         """The milestone id of an item, or None."""

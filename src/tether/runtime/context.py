@@ -56,7 +56,7 @@ def render_contract(spec: TaskSpec) -> str:
         lines.append("Acceptance criteria:")
         lines += [f"  - [{a.id}] {a.description}" for a in spec.acceptance]
     if spec.tools:
-        lines.append("Allowed tools: " + ", ".join(spec.tools))
+        lines.append("Allowed tools: " + ", ".join(spec.tool_names()))
     return "\n".join(lines)
 
 

@@ -444,7 +444,7 @@ class _TaskRun:
         self.usage = dict(self.task.usage)
         self.usage.setdefault("last_seq", self.task.last_seq)
         self.workspace = Path(self.task.workspace) if self.task.workspace else None
-        allow = list(self.spec.tools) if self.spec.tools else self.e.registry.names()
+        allow = self.spec.tool_names() if self.spec.tools else self.e.registry.names()
         if READ_ARTIFACT not in allow:
             allow.append(READ_ARTIFACT)
         self.tools = self.e.registry.allowed(allow)

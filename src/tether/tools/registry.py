@@ -1,28 +1,50 @@
 """The tool registry: what a tool declares and how the runtime finds it.
 
-A tool declares its JSON-schema arguments, its `effect` (`read`, `write`, or a risky
-one: `delete`, `send`, `pay`, `publish`), whether it is `idempotent`, and the async
-function that runs it. The runtime journals every call as an op and passes the op id
-as the idempotency key in `ToolContext`.
+A tool declares its arguments (a JSON schema, derived from type hints by `@tool`), its
+`effect` (`read`, `write`, or a risky one: `delete`, `send`, `pay`, `publish`), whether
+it is `idempotent`, its `service` (for breakers and concurrency limits), a timeout and a
+retry policy, and optionally `validate(result)` (a post-condition) and
+`reconcile(op, ctx)` (asks the outside world whether an op already happened). The
+runtime journals every call as an op and passes the op id as the idempotency key in
+`ToolContext`.
+
+```python
+@tether.tool(effect="write", service="tickets", reconcile=find_ticket)
+async def create_ticket(title: str, body: str, ctx: tether.ToolContext) -> dict:
+    return await api.post("/tickets", json=..., headers={"Idempotency-Key": ctx.op_id})
+```
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import json
 import logging
+import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from tether import errors
 from tether.models.base import ToolSchema
+from tether.tools.retry import FailureClass, RetryPolicy
 
 Effect = Literal["read", "write", "delete", "send", "pay", "publish"]
+EFFECTS: Final[tuple[str, ...]] = typing.get_args(Effect)
 RISKY: Final[frozenset[str]] = frozenset({"delete", "send", "pay", "publish"})
 
 
 @dataclass(frozen=True)
 class ToolContext:
-    """What a running tool may know about its call."""
+    """What a running tool may know about its call.
+
+    `op_id` is the idempotency key: send it to the service (an `Idempotency-Key`
+    header, a unique column) so a re-sent call after a crash takes effect once.
+    """
 
     op_id: str
     task_id: str
@@ -31,9 +53,25 @@ class ToolContext:
     workspace: Path | None
     logger: logging.Logger
     services: Mapping[str, Any] = field(default_factory=dict)
+    attempt: int = 1
 
 
-ToolFn = Callable[[Mapping[str, Any], ToolContext], Awaitable[str]]
+@dataclass(frozen=True)
+class Reconciliation:
+    """What the outside world says about an op whose outcome was unknown.
+
+    `done`: it happened (`result` is backfilled); `not_done`: it did not (safe to send
+    again with the same key); `unknown`: the service cannot tell.
+    """
+
+    outcome: Literal["done", "not_done", "unknown"]
+    result: Any = None
+
+
+ToolFn = Callable[[Mapping[str, Any], ToolContext], Awaitable[Any]]
+Validator = Callable[[Any], "bool | str | None"]
+Reconciler = Callable[[Any, ToolContext], Awaitable[Reconciliation]]
+Classifier = Callable[[BaseException], "FailureClass | None"]
 
 
 @dataclass(frozen=True)
@@ -48,10 +86,133 @@ class Tool:
     idempotent: bool = True
     service: str | None = None
     timeout: float = 60.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    validate: Validator | None = None
+    reconcile: Reconciler | None = None
+    classify: Classifier | None = None
+    args_model: type[BaseModel] | None = None
 
     def schema(self) -> ToolSchema:
         """The model-facing schema."""
         return ToolSchema(self.name, self.description, self.parameters)
+
+    @property
+    def risky(self) -> bool:
+        """True for effects that need approval by default."""
+        return self.effect in RISKY
+
+    def check_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate arguments; a clear deterministic `ToolFailed` when they are wrong."""
+        if self.args_model is None:
+            return dict(args)
+        try:
+            model = self.args_model.model_validate(dict(args))
+        except ValidationError as exc:
+            problems = []
+            for e in exc.errors()[:5]:
+                where = ".".join(str(p) for p in e["loc"]) or "(arguments)"
+                if e["type"] == "extra_forbidden":
+                    problems.append(f"{where}: unknown argument")
+                elif e["type"] == "missing":
+                    problems.append(f"{where}: required argument is missing")
+                else:
+                    got = repr(e.get("input"))
+                    got = got if len(got) <= 60 else got[:57] + "..."
+                    problems.append(f"{where}: {e['msg']} (got {got})")
+            raise errors.ToolFailed(
+                f"bad arguments for {self.name}: " + "; ".join(problems)
+            ) from None
+        return model.model_dump()
+
+
+def render_result(result: Any) -> str:
+    """A tool's return value as the text the model reads."""
+    if isinstance(result, str):
+        return result
+    if result is None:
+        return "ok"
+    try:
+        return json.dumps(result, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return str(result)
+
+
+def _context_param(sig: inspect.Signature, hints: Mapping[str, Any]) -> str | None:
+    for name, _ in sig.parameters.items():
+        if hints.get(name) is ToolContext or name == "ctx":
+            return name
+    return None
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    effect: Effect = "read",
+    idempotent: bool | None = None,
+    service: str | None = None,
+    timeout: float = 60.0,
+    retry: RetryPolicy | None = None,
+    validate: Validator | None = None,
+    reconcile: Reconciler | None = None,
+    classify: Classifier | None = None,
+) -> Any:
+    """Make a `Tool` from a sync or async function; its type hints give the schema.
+
+    A parameter annotated `ToolContext` (or named `ctx`) receives the call's context.
+    `idempotent` defaults to True for reads and False for anything with effects.
+    """
+    if effect not in EFFECTS:
+        raise errors.UserError(f"effect {effect!r} is not one of {', '.join(EFFECTS)}")
+
+    def build(f: Callable[..., Any]) -> Tool:
+        sig = inspect.signature(f)
+        hints = typing.get_type_hints(f)
+        ctx_name = _context_param(sig, hints)
+        fields: dict[str, Any] = {}
+        for pname, param in sig.parameters.items():
+            if pname == ctx_name:
+                continue
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise errors.UserError(f"tool {f.__name__}: *args/**kwargs are not supported")
+            ann = hints.get(pname, Any)
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[pname] = (ann, default)
+        tname = name or f.__name__
+        model = create_model(
+            f"{tname}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+        )
+        schema = model.model_json_schema()
+        schema.pop("title", None)
+        is_async = inspect.iscoroutinefunction(f)
+
+        async def run(args: Mapping[str, Any], ctx: ToolContext) -> Any:
+            kwargs = dict(args)
+            if ctx_name is not None:
+                kwargs[ctx_name] = ctx
+            if is_async:
+                return await f(**kwargs)
+            return await asyncio.to_thread(f, **kwargs)
+
+        doc = (description or inspect.getdoc(f) or tname).strip()
+        return Tool(
+            name=tname,
+            description=doc,
+            parameters=schema,
+            fn=run,
+            effect=effect,
+            idempotent=(effect == "read") if idempotent is None else idempotent,
+            service=service,
+            timeout=timeout,
+            retry=retry or RetryPolicy(),
+            validate=validate,
+            reconcile=reconcile,
+            classify=classify,
+            args_model=model,
+        )
+
+    return build(fn) if fn is not None else build
 
 
 class ToolRegistry:
@@ -65,6 +226,11 @@ class ToolRegistry:
     def add(self, tool: Tool) -> None:
         """Register a tool (a later one with the same name replaces it)."""
         self._tools[tool.name] = tool
+
+    def extend(self, tools: Iterable[Tool]) -> None:
+        """Register several tools."""
+        for t in tools:
+            self.add(t)
 
     def get(self, name: str) -> Tool | None:
         """A tool by name, or None."""

@@ -240,3 +240,33 @@ def test_run_that_ends_waiting_then_cancel(tmp_path: Path) -> None:
     after = json_out(tether("status", doc["task_id"], "--json", cwd=tmp_path))
     assert (after["status"], after["stop_reason"]) == ("cancelled", "cancelled_by_user")
     assert after["waiting"] is None
+
+
+def test_names_and_text_with_square_brackets_are_printed_verbatim(tmp_path: Path) -> None:
+    """A task's name, objective or any text in its events is data, not rich markup:
+    `[b]` must not vanish and `[/draft]` must not crash the command."""
+    name = "tidy [/draft]"
+    objective = "Tidy the [b]docs[/b] folder; see [the guide](GUIDE.md)"
+    write_spec(tmp_path / "spec.yaml", 1, name=name, objective=objective)
+    doc = json_out(tether("run", "spec.yaml", "--model", DONE, "--json", cwd=tmp_path))
+    assert (doc["name"], doc["ledger"]["objective"]) == (name, objective)
+    tid = doc["task_id"]
+    listing, events, status, timeline = tether_many(
+        [
+            (("list",), tmp_path),
+            (("events", tid), tmp_path),
+            (("status", tid), tmp_path),
+            (("timeline", tid), tmp_path),
+        ]
+    )
+    procs = {"list": listing, "events": events, "status": status, "timeline": timeline}
+    broken = {
+        cmd: p.stderr.strip().splitlines()[-1:]
+        for cmd, p in procs.items()
+        if p.returncode != 0 or "Traceback" in p.stderr
+    }
+    assert not broken, broken
+    assert name in listing.stdout
+    assert objective in events.stdout
+    assert name in status.stdout and objective in status.stdout
+    assert objective in timeline.stdout

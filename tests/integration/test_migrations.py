@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 AddTask = Callable[..., Awaitable[Any]]
 V2_TABLES = {"ops", "artifacts", "approvals"}
 V1_TABLES = {"tasks", "events", "ledgers", "blobs"}
+V3_TABLES = {"shared_state"}
 
 
 def tables(backend: Backend) -> set[str]:
@@ -115,7 +116,7 @@ async def test_migrate_from_empty(sql_backend: Backend, add_task: AddTask) -> No
     store = await sql_backend.open()
     try:
         assert await store.schema_version() == SCHEMA_VERSION
-        assert tables(sql_backend) == V1_TABLES | V2_TABLES | {"tether_schema"}
+        assert tables(sql_backend) == V1_TABLES | V2_TABLES | V3_TABLES | {"tether_schema"}
         assert schema_rows(sql_backend) == [(v, n) for v, n, _ in migrations(sql_backend.kind)]
         await add_task(store, "t")
         assert (await store.get_task("t")).status == "queued"
@@ -152,7 +153,7 @@ async def test_migrate_from_previous_version(sql_backend: Backend, add_task: Add
     new = await sql_backend.open()
     try:
         assert await new.schema_version() == SCHEMA_VERSION
-        assert tables(sql_backend) == V1_TABLES | V2_TABLES | {"tether_schema"}
+        assert tables(sql_backend) == V1_TABLES | V2_TABLES | V3_TABLES | {"tether_schema"}
         assert [v for v, _ in schema_rows(sql_backend)] == list(range(1, SCHEMA_VERSION + 1))
         assert await new.get_task("t") == task_before
         assert await new.read_events("t") == events_before
@@ -172,6 +173,8 @@ async def test_migrate_from_previous_version(sql_backend: Backend, add_task: Add
         assert res.first_seq == task_before.last_seq + 1
         assert [o.op_id for o in await new.get_ops("t")] == ["o1"]
         assert (await new.get_artifact("a1")).blob_hash == blob_hash(b"old blob")
+        assert await new.update_shared("k", lambda doc, now: ({"n": 1}, doc)) is None
+        assert await new.get_shared("k") == {"n": 1}
     finally:
         await new.close()
 
@@ -212,9 +215,9 @@ async def test_newer_schema_is_refused_and_nothing_is_written(
     assert (exc.value.fields["found"], exc.value.fields["supported"]) == (99, SCHEMA_VERSION)
     assert "version 99" in str(exc.value) and "upgrade tether" in str(exc.value)
 
-    # Not migrated to 2 on the way, not touched at all.
+    # Not migrated to 2 or 3 on the way, not touched at all.
     assert _dump(sql_backend) == before
-    assert not tables(sql_backend) & V2_TABLES
+    assert not tables(sql_backend) & (V2_TABLES | V3_TABLES)
     if sql_backend.path is not None:
         assert sql_backend.path.read_bytes() == file_before
 
@@ -235,7 +238,7 @@ async def test_migrating_gives_the_same_schema_as_a_fresh_database(
     assert shape == schema_shape(sql_backend)
     # The comparison sees what matters: every table of every migration is in it.
     names = {c[0] for c in shape["columns"]} if fresh.kind == "postgres" else set(shape)
-    assert names >= V1_TABLES | V2_TABLES
+    assert names >= V1_TABLES | V2_TABLES | V3_TABLES
 
 
 @pytest.mark.postgres

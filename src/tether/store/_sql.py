@@ -29,6 +29,7 @@ from tether.store.base import (
     LedgerRecord,
     LedgerWrite,
     OpRecord,
+    SharedUpdate,
     StoredEvent,
     TaskPatch,
     TaskRecord,
@@ -784,6 +785,60 @@ class SqlStore:
     async def get_artifact(self, artifact_id: str) -> ArtifactRecord:
         """One artifact; `KeyError` if absent."""
         return await self._run(self._get_artifact_sync, artifact_id)
+
+    # --- shared state -------------------------------------------------------------------
+
+    def _update_shared_sync(self, key: str, fn: SharedUpdate[T]) -> T:
+        now = self.clock.now()
+        with self._tx(write=True) as conn:
+            # Lock the key's row, creating it first (as JSON null, i.e. "absent") so there
+            # is a row to lock; the insert waits for a concurrent inserter of the same key.
+            # A row a concurrent updater deleted meanwhile is not returned: insert again.
+            row = None
+            for _ in range(100):
+                self._x(
+                    conn,
+                    "INSERT INTO shared_state (key, value, updated_at) VALUES (:k, 'null', :now)"
+                    " ON CONFLICT (key) DO NOTHING",
+                    {"k": key, "now": now},
+                )
+                row = self._x(
+                    conn,
+                    f"SELECT value FROM shared_state WHERE key = :k{self.FOR_UPDATE}",
+                    {"k": key},
+                ).fetchone()
+                if row is not None:
+                    break
+            if row is None:
+                raise errors.ConcurrentUpdate(f"shared state {key!r}: cannot lock its row")
+            doc, value = fn(self._json_out(row["value"]), now)
+            if doc is None:
+                self._x(conn, "DELETE FROM shared_state WHERE key = :k", {"k": key})
+            else:
+                self._x(
+                    conn,
+                    "UPDATE shared_state SET value = :v, updated_at = :now WHERE key = :k",
+                    {"k": key, "v": _dumps(doc), "now": now},
+                )
+            return value
+
+    async def update_shared(self, key: str, fn: SharedUpdate[T]) -> T:
+        """Read-modify-write the shared document `key` atomically (see `Store`)."""
+        return await self._run(self._update_shared_sync, key, fn)
+
+    def _get_shared_sync(self, key: str) -> dict[str, Any] | None:
+        with self._tx(write=False) as conn:
+            row = self._x(
+                conn, "SELECT value FROM shared_state WHERE key = :k", {"k": key}
+            ).fetchone()
+        if row is None:
+            return None
+        doc: dict[str, Any] | None = self._json_out(row["value"])
+        return doc
+
+    async def get_shared(self, key: str) -> dict[str, Any] | None:
+        """The shared document `key`, or None if absent."""
+        return await self._run(self._get_shared_sync, key)
 
 
 def iter_statements(script: str) -> Iterator[str]:

@@ -7,7 +7,10 @@ The store knows nothing of models or tools. It keeps:
 - **events**: the append-only log, `(task_id, seq)` unique and gapless per task;
 - **ledgers**: skeleton and state with their own version;
 - **blobs**: content-addressed payloads (full prompts, tool outputs);
-- **ops**, **artifacts**, **approvals**: projections later parts fill.
+- **ops**, **artifacts**, **approvals**: projections later parts fill;
+- **shared state**: small JSON documents by key, read and rewritten atomically by
+  `update_shared` and shared by every worker of the database (other parts keep their
+  breakers and concurrency slots there; the store does not know what they mean).
 
 `commit` is the only write path for a running task: one transaction appends events and
 updates projections, guarded by the fencing token the caller got from `claim`.
@@ -16,15 +19,20 @@ updates projections, guarded by the fencing token the caller got from `claim`.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from tether import events as ev
 from tether.ledger import Ledger
 
+T = TypeVar("T")
+
+#: `fn(document or None, now) -> (new document or None, value)` for `update_shared`.
+SharedUpdate = Callable[[dict[str, Any] | None, float], tuple[dict[str, Any] | None, T]]
+
 #: Highest schema version this tether understands (one per migration file).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def blob_hash(data: bytes) -> str:
@@ -304,6 +312,23 @@ class Store(Protocol):
 
     async def get_artifact(self, artifact_id: str) -> ArtifactRecord:
         """One artifact; `KeyError` if absent."""
+        ...
+
+    async def update_shared(self, key: str, fn: SharedUpdate[T]) -> T:
+        """Read-modify-write the shared document `key` in one transaction; fn's value.
+
+        The document (None if absent) is read with its row locked, `fn(document, now)`
+        (now from the store's clock) computes the new document (None deletes it), which
+        is written before the lock is released; concurrent updaters of the same key, in
+        this process or any other, run one after the other. `fn` runs synchronously,
+        possibly in a store thread, and may run inside the database's transaction: it
+        must be a quick pure function (no I/O, no awaiting). If it raises, nothing is
+        written and the exception propagates.
+        """
+        ...
+
+    async def get_shared(self, key: str) -> dict[str, Any] | None:
+        """The shared document `key`, or None if absent."""
         ...
 
     async def schema_version(self) -> int:

@@ -11,7 +11,7 @@ import copy
 import dataclasses
 import json
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from tether import errors, lifecycle
 from tether import events as ev
@@ -26,11 +26,14 @@ from tether.store.base import (
     LedgerRecord,
     LedgerWrite,
     OpRecord,
+    SharedUpdate,
     StoredEvent,
     TaskPatch,
     TaskRecord,
     blob_hash,
 )
+
+T = TypeVar("T")
 
 
 def _copy(obj: Any) -> Any:
@@ -51,6 +54,7 @@ class MemoryStore:
         self._blobs: dict[str, bytes] = {}
         self._ops: dict[str, OpRecord] = {}
         self._artifacts: dict[str, ArtifactRecord] = {}
+        self._shared: dict[str, dict[str, Any]] = {}
 
     @classmethod
     async def open(cls, clock: Clock | None = None) -> MemoryStore:
@@ -338,6 +342,22 @@ class MemoryStore:
     async def get_artifact(self, artifact_id: str) -> ArtifactRecord:
         """One artifact."""
         return self._artifacts[artifact_id]
+
+    async def update_shared(self, key: str, fn: SharedUpdate[T]) -> T:
+        """Read-modify-write the shared document `key` atomically (see `Store`)."""
+        async with self._lock:
+            old = self._shared.get(key)
+            doc, value = fn(None if old is None else _copy(old), self.clock.now())
+            if doc is None:
+                self._shared.pop(key, None)
+            else:
+                self._shared[key] = _copy(doc)
+            return value
+
+    async def get_shared(self, key: str) -> dict[str, Any] | None:
+        """The shared document `key`, or None if absent."""
+        doc = self._shared.get(key)
+        return None if doc is None else _copy(doc)
 
     async def close(self) -> None:
         """Nothing to release."""

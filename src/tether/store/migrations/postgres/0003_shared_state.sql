@@ -1,0 +1,7 @@
+-- tether schema 3: small JSON documents shared by all workers of a database, by key
+-- (circuit breakers and concurrency slots of services, for one).
+CREATE TABLE shared_state (
+    key TEXT PRIMARY KEY,
+    value JSONB NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL
+);

@@ -222,6 +222,37 @@ class OpCommitted(Event):
     round: int
 
 
+@_register("op.retry_scheduled")
+class OpRetryScheduled(Event):
+    """A transient failure; the next attempt's time is stored (durable backoff)."""
+
+    op_id: str
+    attempt: int
+    next_attempt_at: float
+    delay: float
+    error_class: str
+    error: str = ""
+
+
+@_register("op.reconciled")
+class OpReconciled(Event):
+    """Recovery asked the outside world about an op whose outcome was unknown."""
+
+    op_id: str
+    outcome: str
+    detail: str = ""
+
+
+@_register("breaker.changed")
+class BreakerChanged(Event):
+    """A service's shared circuit breaker changed state."""
+
+    service: str
+    src: str
+    dst: str
+    reason: str = ""
+
+
 @_register("artifact.stored")
 class ArtifactStored(Event):
     """A content-addressed artifact was stored."""

@@ -140,7 +140,7 @@ async def test_a_looping_model_gets_its_item_blocked_and_the_task_moves_on(
     ledger = (await store.get_ledger(tid)).to_ledger()
     state = ledger.item("i1")
     assert state.status == "blocked"
-    assert state.attempts == 3 and "failed 3 attempts" in state.note
+    assert state.attempts == 3 and "non-convergent: read_file failed 3 times" in state.note
     assert "missing.txt" in state.note  # the last error is kept
     assert ledger.item("i2").status == "done" and ledger.item("i3").status == "done"
     assert result.status == "satisfied"  # blocked items do not stop delivery
@@ -237,3 +237,22 @@ async def test_completion_check_failures_become_work(store: MemoryStore, tmp_pat
     assert [c["passed"] for c in checks] == [False, True]
     assert checks[0]["gaps"] == ["i2 has the wrong text"]
     assert written.count("out/i2.txt") == 2  # reopened by the reviewer, then redone
+
+
+async def test_different_failing_calls_use_up_the_items_attempts(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    tries = {"n": 0}
+
+    def actor(request: ModelRequest) -> ModelResponse:
+        text = request.messages[-1].content if request.messages else ""
+        if "Next: i1" in text or len(request.messages) < 2:
+            tries["n"] += 1  # a different missing file every time: not the same call
+            return ModelResponse("try", (tool_call("read_file", path=f"missing-{tries['n']}.txt"),))
+        return honest_actor(request)
+
+    spec = spec_of(2, limits={"no_progress_rounds": 10, "max_attempts_per_item": 3})
+    tid, result = await run_task(store, spec, tmp_path, ScriptedModel(policy=actor))
+    state = (await store.get_ledger(tid)).to_ledger().item("i1")
+    assert state.status == "blocked" and "failed 3 attempts" in state.note
+    assert result.status == "satisfied"

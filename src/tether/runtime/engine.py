@@ -28,7 +28,7 @@ from tether import errors, failpoints, lifecycle
 from tether import events as ev
 from tether import ledger as L
 from tether.clock import Clock, SystemClock
-from tether.models.base import Message, Model, ModelRequest, ModelResponse, ToolCall
+from tether.models.base import Message, Model, ModelRequest, ModelResponse
 from tether.runtime import judge as J
 from tether.runtime.builtins import READ_ARTIFACT, default_registry
 from tether.runtime.compaction import compact_context
@@ -40,9 +40,11 @@ from tether.runtime.context import (
     render_system,
     turn_message,
 )
+from tether.runtime.ops import Guard, OpOutcome, OpRunner, Pause
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import (
     UNSET,
+    ApprovalRecord,
     ArtifactRecord,
     LedgerWrite,
     OpRecord,
@@ -51,7 +53,7 @@ from tether.store.base import (
     TaskRecord,
     blob_hash,
 )
-from tether.tools.registry import Tool, ToolContext, ToolRegistry
+from tether.tools.registry import Tool, ToolRegistry
 
 log = logging.getLogger("tether.engine")
 
@@ -115,22 +117,6 @@ class RunResult:
     interrupted: bool = False
 
 
-@dataclass
-class _OpOutcome:
-    call: ToolCall
-    op_id: str
-    tool: str
-    effect: str
-    status: str  # succeeded | failed
-    content: str
-    summary: str
-    error: str | None = None
-    error_class: str | None = None
-    artifact: ArtifactRecord | None = None
-    record: OpRecord | None = None
-    duration_ms: float = 0.0
-
-
 class _Stop(Exception):
     """The loop must stop (terminal, waiting, suspended, interrupted)."""
 
@@ -157,11 +143,6 @@ def owner_is_dead(owner: str | None) -> bool:
     except PermissionError:
         return False
     return False
-
-
-def op_id_for(task_id: str, round_no: int, call_index: int) -> str:
-    """Deterministic op id: the idempotency key of one tool call."""
-    return f"{task_id}.r{round_no}.c{call_index}"
 
 
 def _preview(text: str, limit: int) -> str:
@@ -194,6 +175,7 @@ class Engine:
         max_rounds_this_run: int | None = None,
         services: Mapping[str, Any] | None = None,
         epoch_every_turn: bool = False,
+        guard: Guard | None = None,
     ) -> None:
         self.store = store
         self.models = models
@@ -209,6 +191,8 @@ class Engine:
         self.services = dict(services or {})
         # The naive cache policy (re-render the system tail at every turn), for benchmarks.
         self.epoch_every_turn = epoch_every_turn
+        # Shared breakers and concurrency limits per service (None: no limits).
+        self.guard = guard
 
     # ---------------------------------------------------------------- entry point
 
@@ -311,6 +295,7 @@ class _TaskRun:
         ledger: L.Ledger | None = None,
         ops: Sequence[OpRecord] = (),
         artifacts: Sequence[ArtifactRecord] = (),
+        approvals: Sequence[ApprovalRecord] = (),
         waiting: Any = UNSET,
         wake_at: Any = UNSET,
     ) -> int:
@@ -328,7 +313,14 @@ class _TaskRun:
             current_milestone=(ledger or self.ledger).current_milestone(),
         )
         res = await self.store.commit(
-            self.task_id, self.token, events, task=patch, ledger=write, ops=ops, artifacts=artifacts
+            self.task_id,
+            self.token,
+            events,
+            task=patch,
+            ledger=write,
+            ops=ops,
+            artifacts=artifacts,
+            approvals=approvals,
         )
         if ledger is not None:
             self.ledger = ledger
@@ -351,6 +343,8 @@ class _TaskRun:
         extra: Sequence[ev.Event] = (),
         waiting: Any = UNSET,
         wake_at: Any = UNSET,
+        ops: Sequence[OpRecord] = (),
+        approvals: Sequence[ApprovalRecord] = (),
     ) -> None:
         """Move the task (with its event) in one commit."""
         if waiting is UNSET and dst != "waiting":
@@ -361,6 +355,8 @@ class _TaskRun:
             stop_reason=stop_reason,
             waiting=waiting,
             wake_at=wake_at,
+            ops=ops,
+            approvals=approvals,
         )
 
     def snapshot(self, message: str) -> None:
@@ -499,7 +495,14 @@ class _TaskRun:
                 )
             )
             ops = await self.store.get_ops(self.task_id)
-            in_doubt = [o for o in ops if o.status in ("intended", "dispatched", "unknown")]
+            # Ops in doubt are settled by the interrupted round when it resumes: each one
+            # is reconciled, re-sent with its original op id, or left to a human.
+            in_doubt = [
+                o
+                for o in ops
+                if o.status
+                in ("intended", "dispatched", "unknown", "retry_wait", "awaiting_approval")
+            ]
             events.append(
                 ev.RecoveryStep(step="ops", details={"in_doubt": [o.op_id for o in in_doubt]})
             )
@@ -558,8 +561,6 @@ class _TaskRun:
         await self.commit(events, status="running", ledger=ledger, waiting=None, wake_at=None)
         self.ctx.append(Entry("turn", [Message("user", text)]))
         self.snapshot(f"turn {turn} ({kind})")
-        if in_doubt:
-            await self.settle_in_doubt(in_doubt)
         inflight = self.usage.get("inflight")
         if inflight:
             await self.round(resume=inflight)
@@ -628,36 +629,6 @@ class _TaskRun:
         if ratio:
             self.ctx.calibrator.ratio = float(ratio)
             self.ctx.calibrator.samples = 1
-
-    async def settle_in_doubt(self, ops: Sequence[OpRecord]) -> None:
-        """Ops whose outcome is unknown after a crash: re-send idempotent ones with the
-        same op id; anything else waits for a human (never guess)."""
-        unsafe = []
-        for op in ops:
-            tool = self.e.registry.get(op.tool)
-            if tool is None or not tool.idempotent:
-                unsafe.append(op)
-        if unsafe:
-            what = ", ".join(f"{o.op_id} ({o.tool})" for o in unsafe)
-            await self.set_status(
-                "waiting",
-                reason="op outcome unknown",
-                waiting={
-                    "kind": "human",
-                    "reason": f"the outcome of {what} is unknown after a crash and the tool "
-                    "can neither be reconciled nor safely retried; check it and resume",
-                    "ops": [o.op_id for o in unsafe],
-                },
-                extra=[
-                    ev.AuditWarning(
-                        code="op_in_doubt",
-                        message=f"ops in doubt need a human: {what}",
-                        details={"ops": [o.op_id for o in unsafe]},
-                    )
-                ],
-            )
-            raise _Stop
-        # Idempotent: the interrupted round re-sends them with the same op ids.
 
     # ------------------------------------------------------------ the round
 
@@ -911,12 +882,17 @@ class _TaskRun:
         else:
             focus = resume.get("focus")
             response = ModelResponse.from_dict(await self.get_json(resume["response_blob"]))
-        outcomes = await self.act(round_no, response)
-        await self.write_back(round_no, focus, response, outcomes)
+        runner = OpRunner(self)
+        try:
+            outcomes = await runner.act(round_no, response)
+        except Pause:
+            raise _Stop from None
+        await self.write_back(round_no, focus, response, outcomes, runner.pending_events)
         facts = J.RoundFacts(
             round=round_no,
             focus=focus,
             text=response.text,
+            non_convergent=(self.usage.get("unjudged") or {}).get("non_convergent"),
             ops=tuple(
                 J.OpSummary(
                     o.op_id,
@@ -943,200 +919,13 @@ class _TaskRun:
 
     # ------------------------------------------------------------ act
 
-    async def act(self, round_no: int, response: ModelResponse) -> list[_OpOutcome]:
-        """Phase 4 and 5: run each tool call through the allowlist, journal, dispatch."""
-        outcomes: list[_OpOutcome] = []
-        allowed = {t.name: t for t in self.tools}
-        existing = {o.op_id: o for o in await self.store.get_ops(self.task_id)}
-        for idx, call in enumerate(response.tool_calls):
-            op_id = op_id_for(self.task_id, round_no, idx)
-            tool = allowed.get(call.name)
-            prior = existing.get(op_id)
-            if prior is not None and prior.status in ("succeeded", "failed"):
-                # Committed before a crash: never send again; replay the stored result.
-                res = prior.result or {}
-                outcomes.append(
-                    _OpOutcome(
-                        call,
-                        op_id,
-                        prior.tool,
-                        prior.effect,
-                        prior.status,
-                        str(res.get("content", "")),
-                        str(res.get("summary", "")),
-                        (prior.error or {}).get("message"),
-                        (prior.error or {}).get("class"),
-                        record=prior,
-                    )
-                )
-                continue
-            if tool is None:
-                known = self.e.registry.get(call.name) is not None
-                msg = (
-                    f"not permitted: the tool {call.name!r} is not allowed for this task"
-                    if known
-                    else f"not permitted: there is no tool named {call.name!r}"
-                )
-                msg += f"; allowed tools: {', '.join(sorted(allowed))}"
-                outcomes.append(self.failed(call, op_id, call.name, "read", msg, "not_permitted"))
-                continue
-            if call.arguments is None or call.error:
-                msg = f"malformed call to {call.name}: {call.error or 'arguments missing'}"
-                self.usage["malformed_calls"] = int(self.usage.get("malformed_calls", 0)) + 1
-                outcomes.append(self.failed(call, op_id, tool.name, tool.effect, msg, "malformed"))
-                continue
-            args = dict(call.arguments)
-            args_hash = blob_hash(json.dumps(args, sort_keys=True).encode())
-            record = OpRecord(
-                op_id=op_id,
-                task_id=self.task_id,
-                round=round_no,
-                call_index=idx,
-                tool=tool.name,
-                args=args,
-                args_hash=args_hash,
-                effect=tool.effect,
-                status="intended",
-                task_version=self.task.version,
-            )
-            if tool.effect != "read" and prior is None:
-                await self.commit(
-                    [
-                        ev.OpIntended(
-                            op_id=op_id,
-                            tool=tool.name,
-                            args=args,
-                            round=round_no,
-                            call_index=idx,
-                            effect=tool.effect,
-                        )
-                    ],
-                    ops=[record],
-                )
-                failpoints.hit("after_op_intent")
-            outcomes.append(await self.dispatch(tool, call, record))
-        return outcomes
-
-    def failed(
-        self, call: ToolCall, op_id: str, tool: str, effect: str, msg: str, cls: str
-    ) -> _OpOutcome:
-        rec = OpRecord(
-            op_id=op_id,
-            task_id=self.task_id,
-            round=0,
-            call_index=0,
-            tool=tool,
-            args=dict(call.arguments or {"_raw": call.raw_arguments[:2000]}),
-            args_hash=blob_hash(call.raw_arguments.encode()),
-            effect=effect,
-            status="failed",
-            error={"class": cls, "message": msg},
-            task_version=self.task.version,
-        )
-        return _OpOutcome(
-            call, op_id, tool, effect, "failed", f"ERROR: {msg}", msg[:200], msg, cls, record=rec
-        )
-
-    async def dispatch(self, tool: Tool, call: ToolCall, record: OpRecord) -> _OpOutcome:
-        ctx = ToolContext(
-            op_id=record.op_id,
-            task_id=self.task_id,
-            task_version=self.task.version,
-            fencing_token=self.token,
-            workspace=self.workspace,
-            logger=log.getChild(f"tool.{tool.name}"),
-            services=self.e.services,
-        )
-        t0 = time.perf_counter()
-        status, error, cls = "succeeded", None, None
-        try:
-            text = await asyncio.wait_for(tool.fn(record.args, ctx), tool.timeout)
-        except errors.ToolFailed as exc:
-            status, error, cls, text = "failed", str(exc), "deterministic", ""
-        except errors.RetryLater as exc:
-            status, error, cls, text = "failed", str(exc), "transient", ""
-        except TimeoutError:
-            status, error, cls, text = "failed", f"timed out after {tool.timeout}s", "transient", ""
-        except errors.ToolSignal as exc:
-            status, error, cls, text = "failed", str(exc), "deterministic", ""
-        except Exception as exc:  # a tool's bug is the tool's failure, not the runtime's
-            status, error, cls, text = "failed", f"{type(exc).__name__}: {exc}", "deterministic", ""
-        failpoints.hit("after_op_dispatch")
-        ms = (time.perf_counter() - t0) * 1000
-        if status == "failed":
-            msg = f"ERROR ({cls}): {error}"
-            rec = OpRecord(
-                **{
-                    **record.__dict__,
-                    "status": "failed",
-                    "attempts": record.attempts + 1,
-                    "error": {"class": cls, "message": error},
-                }
-            )
-            return _OpOutcome(
-                call,
-                record.op_id,
-                tool.name,
-                tool.effect,
-                "failed",
-                msg,
-                (error or "")[:200],
-                error,
-                cls,
-                record=rec,
-                duration_ms=ms,
-            )
-        text = str(text)
-        limit = self.spec.context.preview_chars
-        artifact = None
-        content = text
-        # read_artifact returns a slice the model asked for; previewing it again would
-        # send the model round in circles.
-        if len(text) > limit and tool.name != READ_ARTIFACT:
-            ref = await self.store.put_blob(text.encode("utf-8"))
-            artifact = ArtifactRecord(
-                artifact_id=f"{record.op_id}.out",
-                task_id=self.task_id,
-                kind="tool_output",
-                name=f"{tool.name} output",
-                blob_hash=ref,
-                size=len(text),
-                source=record.op_id,
-                task_version=self.task.version,
-                deps=(f"op:{record.op_id}",),
-            )
-            content = (
-                f"{_preview(text, limit)}\n[... {len(text) - limit} more characters. The full "
-                f"output is artifact {artifact.artifact_id}; call read_artifact(artifact_id="
-                f'"{artifact.artifact_id}", offset={limit}) to read on.]'
-            )
-        rec = OpRecord(
-            **{
-                **record.__dict__,
-                "status": "succeeded",
-                "attempts": record.attempts + 1,
-                "result": {
-                    "summary": text[:200],
-                    "content": content,
-                    "artifact_id": artifact.artifact_id if artifact else None,
-                },
-            }
-        )
-        return _OpOutcome(
-            call,
-            record.op_id,
-            tool.name,
-            tool.effect,
-            "succeeded",
-            content,
-            text[:200],
-            artifact=artifact,
-            record=rec,
-            duration_ms=ms,
-        )
-
     async def write_back(
-        self, round_no: int, focus: str | None, response: ModelResponse, outcomes: list[_OpOutcome]
+        self,
+        round_no: int,
+        focus: str | None,
+        response: ModelResponse,
+        outcomes: list[OpOutcome],
+        extra: Sequence[ev.Event] = (),
     ) -> None:
         """Phase 6: one commit with the round's results, then the judge runs."""
         failpoints.hit("after_op_result")
@@ -1145,10 +934,14 @@ class _TaskRun:
             Message("tool", o.content, tool_call_id=o.call.id, name=o.call.name) for o in outcomes
         ]
         blob = await self.put_json([m.to_dict() for m in msgs])
-        events: list[ev.Event] = []
         ops: list[OpRecord] = []
         arts: list[ArtifactRecord] = []
+        events: list[ev.Event] = list(extra)
         for o in outcomes:
+            if o.replayed:
+                # Its result was committed before a crash or a pause: commit it, no more.
+                events.append(ev.OpCommitted(op_id=o.op_id, round=round_no))
+                continue
             events.append(
                 ev.OpResult(
                     op_id=o.op_id,
@@ -1193,9 +986,11 @@ class _TaskRun:
         )
         self.usage["rounds"] = round_no
         self.usage.pop("inflight", None)
+        non_convergent = self.track_failures(outcomes)
         self.usage["unjudged"] = {
             "round": round_no,
             "focus": focus,
+            "non_convergent": non_convergent,
             "ops": [
                 {
                     "op_id": o.op_id,
@@ -1216,11 +1011,32 @@ class _TaskRun:
         self.ctx.append(Entry("round", msgs, round_no))
         self.snapshot(f"round {round_no}: {len(outcomes)} tool calls")
 
+    def track_failures(self, outcomes: Sequence[OpOutcome]) -> str | None:
+        """Count identical failures (same tool, same arguments, same error class); the
+        first key that reaches the limit makes the round non-convergent."""
+        counts = dict(self.usage.get("failure_keys", {}))
+        hit = None
+        limit = self.spec.limits.same_failure_repeats
+        for o in outcomes:
+            if o.status != "failed" or o.replayed:
+                continue
+            key = f"{o.tool}|{o.args_hash[-16:]}|{o.error_class}"
+            counts[key] = int(counts.get(key, 0)) + 1
+            if counts[key] >= limit and hit is None:
+                hit = (
+                    f"{o.tool} failed {counts[key]} times with the same arguments "
+                    f"({o.error_class}: {(o.error or '')[:120]})"
+                )
+        # Keep the map small: only the most recent keys matter.
+        self.usage["failure_keys"] = dict(list(counts.items())[-200:])
+        return hit
+
     def facts_from_dict(self, d: Mapping[str, Any]) -> J.RoundFacts:
         return J.RoundFacts(
             round=int(d["round"]),
             focus=d.get("focus"),
             text=str(d.get("text", "")),
+            non_convergent=d.get("non_convergent"),
             ops=tuple(
                 J.OpSummary(
                     o["op_id"],

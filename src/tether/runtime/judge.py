@@ -91,6 +91,7 @@ class RoundFacts:
     focus: str | None
     text: str
     ops: tuple[OpSummary, ...] = ()
+    non_convergent: str | None = None
 
     @property
     def failed_ops(self) -> int:
@@ -216,7 +217,9 @@ def audit(
             max_attempts = (item_limits or {}).get(focus, limits.max_attempts_per_item)
             last_error = next((o.error for o in reversed(facts.ops) if o.error), None)
             reason = None
-            if breaker >= limits.no_progress_rounds:
+            if facts.non_convergent:
+                reason = f"non-convergent: {facts.non_convergent}"
+            elif breaker >= limits.no_progress_rounds:
                 reason = f"no progress in {breaker} rounds"
             elif failed and attempts >= max_attempts:
                 reason = f"failed {attempts} attempts"
@@ -254,6 +257,12 @@ def audit(
             )
         )
         decision = "continue"
+    elif facts.non_convergent and (focus is None or not ledger.has_item(focus)):
+        warnings.append(
+            AuditWarning("non_convergent", f"needs human judgement: {facts.non_convergent}")
+        )
+        decision = "need_user"
+        reason = f"needs human judgement: {facts.non_convergent}"
     elif not open_items and proposed == "continue":
         decision = "satisfied"
         reason = reason or "no open items left"

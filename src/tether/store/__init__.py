@@ -13,6 +13,7 @@ from tether import errors
 from tether.clock import Clock
 from tether.store.base import (
     SCHEMA_VERSION,
+    ApprovalRecord,
     ArtifactRecord,
     CommitResult,
     Lease,
@@ -30,6 +31,7 @@ DEFAULT_URL = "sqlite:///.tether/tether.db"
 __all__ = [
     "DEFAULT_URL",
     "SCHEMA_VERSION",
+    "ApprovalRecord",
     "ArtifactRecord",
     "CommitResult",
     "Lease",

@@ -23,6 +23,7 @@ from tether.ledger import Ledger
 from tether.store.base import (
     SCHEMA_VERSION,
     UNSET,
+    ApprovalRecord,
     ArtifactRecord,
     CommitResult,
     Lease,
@@ -454,6 +455,7 @@ class SqlStore:
         ledger: LedgerWrite | None,
         ops: Sequence[OpRecord],
         artifacts: Sequence[ArtifactRecord],
+        approvals: Sequence[ApprovalRecord] = (),
     ) -> CommitResult:
         now = self.clock.now()
         with self._tx(write=True) as conn:
@@ -535,6 +537,8 @@ class SqlStore:
                 self._upsert_op(conn, op, now)
             for art in artifacts:
                 self._insert_artifact(conn, art, now)
+            for appr in approvals:
+                self._upsert_approval(conn, appr, now)
             # Crash tests stop the process here: events written, projection not yet.
             failpoints.hit("during_commit")
             assignments = ", ".join(f"{k} = :{k}" for k in sets)
@@ -555,11 +559,66 @@ class SqlStore:
         ledger: LedgerWrite | None = None,
         ops: Sequence[OpRecord] = (),
         artifacts: Sequence[ArtifactRecord] = (),
+        approvals: Sequence[ApprovalRecord] = (),
     ) -> CommitResult:
         """Append events and update projections atomically (see `Store.commit`)."""
         return await self._run(
-            self._commit_sync, task_id, token, events, task, ledger, ops, artifacts
+            self._commit_sync, task_id, token, events, task, ledger, ops, artifacts, approvals
         )
+
+    def _upsert_approval(self, conn: Any, appr: ApprovalRecord, now: float) -> None:
+        self._x(
+            conn,
+            "INSERT INTO approvals (request_id, task_id, op_id, status, request, decision,"
+            " decided_by, created_at, decided_at) VALUES (:rid, :tid, :op, :st, :req, :dec,"
+            " :by, :now, :dat) ON CONFLICT (request_id) DO UPDATE SET status = excluded.status,"
+            " decision = excluded.decision, decided_by = excluded.decided_by,"
+            " decided_at = excluded.decided_at",
+            {
+                "rid": appr.request_id,
+                "tid": appr.task_id,
+                "op": appr.op_id,
+                "st": appr.status,
+                "req": _dumps(appr.request),
+                "dec": None if appr.decision is None else _dumps(appr.decision),
+                "by": appr.decided_by,
+                "now": appr.created_at or now,
+                "dat": appr.decided_at,
+            },
+        )
+
+    def _get_approvals_sync(
+        self, task_id: str, statuses: Collection[str] | None
+    ) -> list[ApprovalRecord]:
+        with self._tx(write=False) as conn:
+            rows = self._x(
+                conn,
+                "SELECT request_id, task_id, op_id, status, request, decision, decided_by,"
+                " created_at, decided_at FROM approvals WHERE task_id = :id"
+                " ORDER BY created_at, request_id",
+                {"id": task_id},
+            ).fetchall()
+        out = [
+            ApprovalRecord(
+                request_id=r["request_id"],
+                task_id=r["task_id"],
+                status=r["status"],
+                request=self._json_out(r["request"]),
+                op_id=r["op_id"],
+                decision=self._json_out(r["decision"]),
+                decided_by=r["decided_by"],
+                created_at=r["created_at"],
+                decided_at=r["decided_at"],
+            )
+            for r in rows
+        ]
+        return [a for a in out if statuses is None or a.status in statuses]
+
+    async def get_approvals(
+        self, task_id: str, statuses: Collection[str] | None = None
+    ) -> list[ApprovalRecord]:
+        """A task's approval requests, oldest first."""
+        return await self._run(self._get_approvals_sync, task_id, statuses)
 
     def _upsert_op(self, conn: Any, op: OpRecord, now: float) -> None:
         params = {

@@ -205,6 +205,21 @@ class ArtifactRecord:
 
 
 @dataclass(frozen=True)
+class ApprovalRecord:
+    """A request for a human decision, and the decision once made."""
+
+    request_id: str
+    task_id: str
+    status: str  # pending | approved | rejected
+    request: dict[str, Any]
+    op_id: str | None = None
+    decision: dict[str, Any] | None = None
+    decided_by: str | None = None
+    created_at: float = 0.0
+    decided_at: float | None = None
+
+
+@dataclass(frozen=True)
 class CommitResult:
     """Sequence numbers the commit's events received."""
 
@@ -265,6 +280,7 @@ class Store(Protocol):
         ledger: LedgerWrite | None = None,
         ops: Sequence[OpRecord] = (),
         artifacts: Sequence[ArtifactRecord] = (),
+        approvals: Sequence[ApprovalRecord] = (),
     ) -> CommitResult:
         """Append events and update projections atomically.
 
@@ -312,6 +328,12 @@ class Store(Protocol):
 
     async def get_artifact(self, artifact_id: str) -> ArtifactRecord:
         """One artifact; `KeyError` if absent."""
+        ...
+
+    async def get_approvals(
+        self, task_id: str, statuses: Collection[str] | None = None
+    ) -> list[ApprovalRecord]:
+        """A task's approval requests, oldest first."""
         ...
 
     async def update_shared(self, key: str, fn: SharedUpdate[T]) -> T:

@@ -20,6 +20,7 @@ from tether.ledger import Ledger
 from tether.store.base import (
     SCHEMA_VERSION,
     UNSET,
+    ApprovalRecord,
     ArtifactRecord,
     CommitResult,
     Lease,
@@ -55,6 +56,7 @@ class MemoryStore:
         self._ops: dict[str, OpRecord] = {}
         self._artifacts: dict[str, ArtifactRecord] = {}
         self._shared: dict[str, dict[str, Any]] = {}
+        self._approvals: dict[str, ApprovalRecord] = {}
 
     @classmethod
     async def open(cls, clock: Clock | None = None) -> MemoryStore:
@@ -166,6 +168,7 @@ class MemoryStore:
         ledger: LedgerWrite | None = None,
         ops: Sequence[OpRecord] = (),
         artifacts: Sequence[ArtifactRecord] = (),
+        approvals: Sequence[ApprovalRecord] = (),
     ) -> CommitResult:
         """Append events and update projections atomically."""
         async with self._lock:
@@ -254,6 +257,12 @@ class MemoryStore:
                     self._artifacts[art.artifact_id] = dataclasses.replace(
                         old_art, valid=art.valid, meta=art.meta
                     )
+            for appr in approvals:
+                old_appr = self._approvals.get(appr.request_id)
+                self._approvals[appr.request_id] = dataclasses.replace(
+                    copy.deepcopy(appr),
+                    created_at=old_appr.created_at if old_appr else (appr.created_at or now),
+                )
             self._tasks[task_id] = dataclasses.replace(rec, **changes)
             return CommitResult(first, first + len(stored) - 1)
 
@@ -338,6 +347,14 @@ class MemoryStore:
         arts = [a for a in self._artifacts.values() if a.task_id == task_id]
         arts.sort(key=lambda a: (a.created_at, a.artifact_id))
         return arts
+
+    async def get_approvals(
+        self, task_id: str, statuses: Collection[str] | None = None
+    ) -> list[ApprovalRecord]:
+        """A task's approval requests, oldest first."""
+        out = [a for a in self._approvals.values() if a.task_id == task_id]
+        out.sort(key=lambda a: (a.created_at, a.request_id))
+        return [a for a in out if statuses is None or a.status in statuses]
 
     async def get_artifact(self, artifact_id: str) -> ArtifactRecord:
         """One artifact."""

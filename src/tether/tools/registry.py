@@ -180,9 +180,7 @@ def tool(
             default = ... if param.default is inspect.Parameter.empty else param.default
             fields[pname] = (ann, default)
         tname = name or f.__name__
-        model = create_model(
-            f"{tname}_arguments", __config__=ConfigDict(extra="forbid"), **fields
-        )
+        model = create_model(f"{tname}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
         schema = model.model_json_schema()
         schema.pop("title", None)
         is_async = inspect.iscoroutinefunction(f)

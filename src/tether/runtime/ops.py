@@ -1,0 +1,711 @@
+"""Acting: every tool call of a round, through permissions, the op journal and retries.
+
+Each call passes the allowlist and its argument schema, then the approval policy (risky
+effects wait for a human unless the contract relaxes it), then the service's shared
+breaker and concurrency limit. A call with effects is journaled as an op intent (its
+`op_id` is the idempotency key) and committed before dispatch. Failures are handled by
+class: transient ones are retried on a stored schedule, unknown outcomes are reconciled
+(or retried with the same key when the tool is idempotent, or left to a human), and
+deterministic and validation failures go back to the model.
+
+Op states: `intended → dispatched → succeeded | failed | unknown`, plus `retry_wait`
+(a transient failure with its next attempt time) and `awaiting_approval`. The round's
+write-back commits the final state together with `op.committed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tether import errors, failpoints
+from tether import events as ev
+from tether.models.base import ModelResponse, ToolCall
+from tether.runtime.builtins import READ_ARTIFACT
+from tether.store.base import ApprovalRecord, ArtifactRecord, OpRecord, blob_hash
+from tether.tools import failures
+from tether.tools.registry import Reconciliation, Tool, ToolContext, render_result
+from tether.tools.retry import RetryPolicy, decide
+
+if TYPE_CHECKING:
+    from tether.runtime.engine import _TaskRun
+
+#: Backoffs up to this long are waited out in the worker; longer ones park the task as
+#: `waiting` until the stored time, releasing the lease.
+INLINE_WAIT_MAX = 30.0
+
+
+class Pause(Exception):
+    """The round cannot go on now (approval, long backoff, op in doubt)."""
+
+
+class Admission(Protocol):
+    """What a service guard answers."""
+
+    allowed: bool
+    retry_at: float | None
+    reason: str
+
+
+class Guard(Protocol):
+    """Shared breakers and concurrency limits (see `tether.tools.breaker`)."""
+
+    async def admit(self, service: str, holder: str) -> Admission:
+        """May a call to `service` go now?"""
+        ...
+
+    async def release(self, service: str, holder: str) -> None:
+        """Give the concurrency slot back."""
+        ...
+
+    async def record(self, service: str, ok: bool, holder: str) -> list[Any]:
+        """Count an outcome; returns breaker transitions."""
+        ...
+
+
+@dataclass
+class OpOutcome:
+    """One tool call's final outcome in a round."""
+
+    call: ToolCall
+    op_id: str
+    tool: str
+    effect: str
+    status: str  # succeeded | failed
+    content: str
+    summary: str
+    error: str | None = None
+    error_class: str | None = None
+    artifact: ArtifactRecord | None = None
+    record: OpRecord | None = None
+    duration_ms: float = 0.0
+    args_hash: str = ""
+    replayed: bool = False
+
+
+def op_id_for(task_id: str, round_no: int, call_index: int) -> str:
+    """Deterministic op id: the idempotency key of one tool call."""
+    return f"{task_id}.r{round_no}.c{call_index}"
+
+
+def _hash_args(args: Mapping[str, Any]) -> str:
+    return blob_hash(json.dumps(args, sort_keys=True, default=str).encode())
+
+
+class OpRunner:
+    """Runs the tool calls of one round for a `_TaskRun`."""
+
+    def __init__(self, run: _TaskRun) -> None:
+        self.run = run
+        self.store = run.store
+        self.clock = run.e.clock
+        self.rng = random.Random()
+        self.pending_events: list[ev.Event] = []
+
+    # ------------------------------------------------------------------ entry
+
+    async def act(self, round_no: int, response: ModelResponse) -> list[OpOutcome]:
+        """Phases 4 and 5 for every tool call of the round."""
+        run = self.run
+        outcomes: list[OpOutcome] = []
+        allowed = {t.name: t for t in run.tools}
+        existing = {o.op_id: o for o in await self.store.get_ops(run.task_id)}
+        for idx, call in enumerate(response.tool_calls):
+            op_id = op_id_for(run.task_id, round_no, idx)
+            prior = existing.get(op_id)
+            if prior is not None and prior.status in ("succeeded", "failed"):
+                outcomes.append(self.replay(call, prior))
+                continue
+            tool = allowed.get(call.name)
+            if tool is None:
+                known = run.e.registry.get(call.name) is not None
+                msg = (
+                    f"not permitted: the tool {call.name!r} is not allowed for this task"
+                    if known
+                    else f"not permitted: there is no tool named {call.name!r}"
+                )
+                msg += f"; allowed tools: {', '.join(sorted(allowed))}"
+                outcomes.append(
+                    self.refused(call, op_id, round_no, idx, call.name, msg, "not_permitted")
+                )
+                continue
+            if call.arguments is None or call.error:
+                msg = f"malformed call to {call.name}: {call.error or 'arguments missing'}"
+                run.usage["malformed_calls"] = int(run.usage.get("malformed_calls", 0)) + 1
+                outcomes.append(
+                    self.refused(call, op_id, round_no, idx, tool.name, msg, "malformed")
+                )
+                continue
+            try:
+                args = tool.check_args(call.arguments)
+            except errors.ToolFailed as exc:
+                run.usage["malformed_calls"] = int(run.usage.get("malformed_calls", 0)) + 1
+                outcomes.append(
+                    self.refused(call, op_id, round_no, idx, tool.name, str(exc), "deterministic")
+                )
+                continue
+            record = prior or OpRecord(
+                op_id=op_id,
+                task_id=run.task_id,
+                round=round_no,
+                call_index=idx,
+                tool=tool.name,
+                args=args,
+                args_hash=_hash_args(args),
+                effect=tool.effect,
+                status="intended",
+                task_version=run.task.version,
+            )
+            approved = await self.approval(tool, call, record)
+            if isinstance(approved, OpOutcome):
+                outcomes.append(approved)
+                continue
+            if approved is not None and approved != record.args:
+                try:
+                    args = tool.check_args(approved)
+                except errors.ToolFailed as exc:
+                    outcomes.append(
+                        self.refused(
+                            call, op_id, round_no, idx, tool.name, str(exc), "deterministic"
+                        )
+                    )
+                    continue
+                record = replace(record, args=args, args_hash=_hash_args(args))
+            try:
+                outcomes.append(await self.execute(tool, call, record, fresh=prior is None))
+            except Pause:
+                await self.save_finished(outcomes)
+                raise
+        return outcomes
+
+    async def save_finished(self, outcomes: list[OpOutcome]) -> None:
+        """Before pausing a round, make its finished calls durable so that resuming
+        replays them instead of sending them again."""
+        new = [o for o in outcomes if not o.replayed and o.record is not None]
+        if not new:
+            return
+        events: list[ev.Event] = []
+        for o in new:
+            events.append(
+                ev.OpResult(
+                    op_id=o.op_id,
+                    tool=o.tool,
+                    status=o.status,
+                    summary=o.summary,
+                    artifact_id=o.artifact.artifact_id if o.artifact else None,
+                    error_class=o.error_class,
+                    error=o.error,
+                    duration_ms=o.duration_ms,
+                )
+            )
+            o.replayed = True
+        await self.run.commit(
+            events + self.pending_events,
+            ops=[o.record for o in new if o.record is not None],
+            artifacts=[o.artifact for o in new if o.artifact is not None],
+        )
+        self.pending_events = []
+
+    # ------------------------------------------------------------------ outcomes
+
+    def replay(self, call: ToolCall, prior: OpRecord) -> OpOutcome:
+        """An op that finished before a crash: never sent again, its result reused."""
+        res = prior.result or {}
+        err = prior.error or {}
+        return OpOutcome(
+            call,
+            prior.op_id,
+            prior.tool,
+            prior.effect,
+            prior.status,
+            str(
+                res.get("content")
+                or (f"ERROR ({err.get('class')}): {err.get('message')}" if err else "")
+            ),
+            str(res.get("summary") or err.get("message") or ""),
+            err.get("message"),
+            err.get("class"),
+            record=prior,
+            args_hash=prior.args_hash,
+            replayed=True,
+        )
+
+    def refused(
+        self, call: ToolCall, op_id: str, round_no: int, idx: int, tool: str, msg: str, cls: str
+    ) -> OpOutcome:
+        """A call that never ran (not permitted, malformed, bad arguments, rejected)."""
+        args = dict(call.arguments or {"_raw": call.raw_arguments[:2000]})
+        rec = OpRecord(
+            op_id=op_id,
+            task_id=self.run.task_id,
+            round=round_no,
+            call_index=idx,
+            tool=tool,
+            args=args,
+            args_hash=_hash_args(args),
+            effect="read",
+            status="failed",
+            error={"class": cls, "message": msg},
+            task_version=self.run.task.version,
+        )
+        return OpOutcome(
+            call,
+            op_id,
+            tool,
+            "read",
+            "failed",
+            f"ERROR: {msg}",
+            msg[:200],
+            msg,
+            cls,
+            record=rec,
+            args_hash=rec.args_hash,
+        )
+
+    def failure(
+        self, call: ToolCall, tool: Tool, record: OpRecord, cls: str, msg: str, ms: float
+    ) -> OpOutcome:
+        """A call that ran (or tried to) and failed."""
+        rec = replace(
+            record, status="failed", error={"class": cls, "message": msg}, next_attempt_at=None
+        )
+        return OpOutcome(
+            call,
+            record.op_id,
+            tool.name,
+            tool.effect,
+            "failed",
+            f"ERROR ({cls}): {msg}",
+            msg[:200],
+            msg,
+            cls,
+            record=rec,
+            duration_ms=ms,
+            args_hash=record.args_hash,
+        )
+
+    async def success(
+        self, call: ToolCall, tool: Tool, record: OpRecord, raw: Any, ms: float
+    ) -> OpOutcome:
+        """A call that succeeded; a large output becomes an artifact with a preview."""
+        run = self.run
+        text = render_result(raw)
+        limit = run.spec.context.preview_chars
+        artifact = None
+        content = text
+        # read_artifact returns a slice the model asked for; previewing it again would
+        # send the model round in circles.
+        if len(text) > limit and tool.name != READ_ARTIFACT:
+            ref = await self.store.put_blob(text.encode("utf-8"))
+            artifact = ArtifactRecord(
+                artifact_id=f"{record.op_id}.out",
+                task_id=run.task_id,
+                kind="tool_output",
+                name=f"{tool.name} output",
+                blob_hash=ref,
+                size=len(text),
+                source=record.op_id,
+                task_version=run.task.version,
+                deps=(f"op:{record.op_id}",),
+            )
+            content = (
+                f"{text[:limit]}\n[... {len(text) - limit} more characters. The full output is "
+                f"artifact {artifact.artifact_id}; call read_artifact(artifact_id="
+                f'"{artifact.artifact_id}", offset={limit}) to read on.]'
+            )
+        result = {
+            "summary": text[:200],
+            "content": content,
+            "artifact_id": artifact.artifact_id if artifact else None,
+        }
+        rec = replace(record, status="succeeded", result=result, error=None, next_attempt_at=None)
+        return OpOutcome(
+            call,
+            record.op_id,
+            tool.name,
+            tool.effect,
+            "succeeded",
+            content,
+            text[:200],
+            artifact=artifact,
+            record=rec,
+            duration_ms=ms,
+            args_hash=record.args_hash,
+        )
+
+    # ------------------------------------------------------------------ approvals
+
+    async def approval(
+        self, tool: Tool, call: ToolCall, record: OpRecord
+    ) -> Mapping[str, Any] | OpOutcome | None:
+        """Approved args (maybe modified), a refusal outcome, or None when no approval
+        is needed. Raises `Pause` while a decision is pending."""
+        run = self.run
+        perm = run.spec.permission(tool.name)
+        needed = perm.approval if perm is not None and perm.approval is not None else tool.risky
+        if not needed:
+            return None
+        request_id = f"{record.op_id}.approval"
+        decided = {a.request_id: a for a in await self.store.get_approvals(run.task_id)}
+        appr = decided.get(request_id)
+        if appr is None:
+            appr = ApprovalRecord(
+                request_id=request_id,
+                task_id=run.task_id,
+                op_id=record.op_id,
+                status="pending",
+                request={
+                    "kind": "op",
+                    "tool": tool.name,
+                    "effect": tool.effect,
+                    "args": record.args,
+                    "what": f"{tool.name}({json.dumps(record.args, ensure_ascii=False)[:300]})",
+                    "impact": f"a {tool.effect} action on {tool.service or 'an external system'}",
+                    "options": ["approve", "reject", "modify"],
+                },
+                created_at=self.clock.now(),
+            )
+            await run.commit(
+                [
+                    ev.OpIntended(
+                        op_id=record.op_id,
+                        tool=tool.name,
+                        args=record.args,
+                        round=record.round,
+                        call_index=record.call_index,
+                        effect=tool.effect,
+                    ),
+                    ev.ApprovalRequested(
+                        request_id=request_id,
+                        what=appr.request["what"],
+                        impact=appr.request["impact"],
+                        op_id=record.op_id,
+                    ),
+                ],
+                ops=[replace(record, status="awaiting_approval")],
+                approvals=[appr],
+            )
+        if appr.status == "pending":
+            await run.set_status(
+                "waiting",
+                reason="approval required",
+                waiting={
+                    "kind": "approval",
+                    "request_id": request_id,
+                    "reason": f"approve or reject {appr.request['what']} "
+                    f"(tether approve {run.task_id} {request_id})",
+                },
+            )
+            raise Pause
+        if appr.status == "rejected":
+            who = appr.decided_by or "a human"
+            msg = f"not permitted: {who} rejected {tool.name} for this call"
+            reason = (appr.decision or {}).get("reason")
+            if reason:
+                msg += f" ({reason})"
+            return self.refused(
+                call, record.op_id, record.round, record.call_index, tool.name, msg, "rejected"
+            )
+        modified = (appr.decision or {}).get("modified_args")
+        return dict(modified) if isinstance(modified, Mapping) else dict(record.args)
+
+    async def in_doubt(self, tool: Tool, record: OpRecord, detail: str) -> None:
+        """An op whose outcome nobody can tell: wait for a human, never guess."""
+        run = self.run
+        request_id = f"{record.op_id}.in_doubt"
+        existing = {a.request_id: a for a in await self.store.get_approvals(run.task_id)}
+        appr = existing.get(request_id)
+        if appr is not None and appr.status != "pending":
+            return
+        if appr is None:
+            appr = ApprovalRecord(
+                request_id=request_id,
+                task_id=run.task_id,
+                op_id=record.op_id,
+                status="pending",
+                request={
+                    "kind": "op_in_doubt",
+                    "tool": tool.name,
+                    "args": record.args,
+                    "what": f"did {tool.name}({json.dumps(record.args, ensure_ascii=False)[:200]}) "
+                    f"take effect? ({detail})",
+                    "impact": "approve to send it again with the same idempotency key, reject "
+                    "to record it as failed",
+                    "options": ["approve", "reject"],
+                },
+                created_at=self.clock.now(),
+            )
+        await run.set_status(
+            "waiting",
+            reason="op outcome unknown",
+            extra=[
+                ev.AuditWarning(
+                    code="op_in_doubt",
+                    message=f"the outcome of {record.op_id} ({tool.name}) is unknown and the tool "
+                    "can neither be reconciled nor safely retried; a human must decide",
+                    details={"op_id": record.op_id, "detail": detail},
+                ),
+                ev.ApprovalRequested(
+                    request_id=request_id,
+                    what=appr.request["what"],
+                    impact=appr.request["impact"],
+                    op_id=record.op_id,
+                    options=["approve", "reject"],
+                ),
+            ],
+            waiting={
+                "kind": "human",
+                "request_id": request_id,
+                "ops": [record.op_id],
+                "reason": f"the outcome of {record.op_id} ({tool.name}) is unknown after "
+                f"{detail}; check it, then: tether approve {run.task_id} {request_id} (send "
+                f"again) or tether reject {run.task_id} {request_id} (record as failed)",
+            },
+            ops=[replace(record, status="unknown")],
+            approvals=[appr],
+        )
+        raise Pause
+
+    # ------------------------------------------------------------------ execution
+
+    def context(self, tool: Tool, record: OpRecord, attempt: int) -> ToolContext:
+        """The context a tool function receives."""
+        import logging
+
+        run = self.run
+        return ToolContext(
+            op_id=record.op_id,
+            task_id=run.task_id,
+            task_version=run.task.version,
+            fencing_token=run.token,
+            workspace=run.workspace,
+            logger=logging.getLogger(f"tether.tool.{tool.name}"),
+            services=run.e.services,
+            attempt=attempt,
+        )
+
+    def policy(self, tool: Tool) -> RetryPolicy:
+        """The tool's retry policy, with the contract's override of attempts."""
+        perm = self.run.spec.permission(tool.name)
+        if perm is not None and perm.max_attempts is not None:
+            return replace(tool.retry, max_attempts=perm.max_attempts)
+        return tool.retry
+
+    async def reconcile(self, tool: Tool, record: OpRecord) -> Reconciliation:
+        """Ask the outside world whether an op happened (journaled)."""
+        if tool.reconcile is None:
+            return Reconciliation("unknown")
+        try:
+            rec = await asyncio.wait_for(
+                tool.reconcile(record, self.context(tool, record, record.attempts)), tool.timeout
+            )
+        except Exception as exc:  # a failing reconcile tells us nothing
+            rec = Reconciliation("unknown", f"reconcile failed: {type(exc).__name__}: {exc}")
+        await self.run.commit(
+            [ev.OpReconciled(op_id=record.op_id, outcome=rec.outcome, detail=str(rec.result)[:200])]
+        )
+        return rec
+
+    async def execute(
+        self, tool: Tool, call: ToolCall, record: OpRecord, *, fresh: bool
+    ) -> OpOutcome:
+        """Run one call to its end: success, failure, or a `Pause`."""
+        run = self.run
+        effectful = tool.effect != "read"
+        # Only a non-idempotent tool that cannot reconcile needs the extra `dispatched`
+        # mark: for the others a crash before or after sending is handled the same way.
+        mark_dispatch = effectful and not tool.idempotent and tool.reconcile is None
+        attempt = record.attempts
+        t0 = time.perf_counter()
+        if not fresh:
+            outcome = await self.recover(tool, call, record)
+            if outcome is not None:
+                return outcome
+        elif effectful:
+            await run.commit(
+                [
+                    ev.OpIntended(
+                        op_id=record.op_id,
+                        tool=tool.name,
+                        args=record.args,
+                        round=record.round,
+                        call_index=record.call_index,
+                        effect=tool.effect,
+                    )
+                ],
+                ops=[record],
+            )
+            failpoints.hit("after_op_intent")
+        policy = self.policy(tool)
+        while True:
+            if record.status == "retry_wait" and record.next_attempt_at is not None:
+                await self.wait_until(record, record.next_attempt_at)
+            holder = f"{run.task_id}:{record.op_id}:{attempt + 1}"
+            guard: Guard | None = run.e.guard
+            if guard is not None and tool.service:
+                adm = await guard.admit(tool.service, holder)
+                if not adm.allowed:
+                    when = f" until {adm.retry_at:.0f}" if adm.retry_at else ""
+                    msg = (
+                        f"service {tool.service} is unavailable{when}: {adm.reason}; "
+                        "work on something else"
+                    )
+                    return self.failure(call, tool, record, "transient", msg, 0.0)
+            attempt += 1
+            record = replace(record, attempts=attempt)
+            if mark_dispatch:
+                record = replace(record, status="dispatched")
+                await run.commit(
+                    [ev.OpDispatched(op_id=record.op_id, attempt=attempt)], ops=[record]
+                )
+            t1 = time.perf_counter()
+            raw: Any = None
+            exc: BaseException | None = None
+            try:
+                raw = await asyncio.wait_for(
+                    tool.fn(record.args, self.context(tool, record, attempt)), tool.timeout
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # classified below; a tool's bug is the tool's failure
+                exc = e
+            failpoints.hit("after_op_dispatch")
+            ms = (time.perf_counter() - t1) * 1000
+            ok = exc is None
+            cls_msg: failures.Classified | None = None
+            if exc is not None:
+                cls_msg = failures.classify(exc, has_effect=effectful)
+                if tool.classify is not None:
+                    override = tool.classify(exc)
+                    if override is not None:
+                        cls_msg = failures.Classified(override, cls_msg.message, cls_msg.delay)
+                ok = cls_msg.cls in ("deterministic", "validation")  # the service answered
+            if guard is not None and tool.service:
+                await guard.release(tool.service, holder)
+                for t in await guard.record(tool.service, ok, holder):
+                    self.pending_events.append(
+                        ev.BreakerChanged(service=t.service, src=t.src, dst=t.dst, reason=t.reason)
+                    )
+            if exc is None:
+                problem = self.validate(tool, raw)
+                if problem is not None:
+                    self.count_validation()
+                    return self.failure(call, tool, record, "validation", problem, ms)
+                return await self.success(call, tool, record, raw, ms)
+            assert cls_msg is not None
+            cls, msg = cls_msg.cls, cls_msg.message
+            if cls == "unknown":
+                rec = await self.reconcile(tool, record)
+                if rec.outcome == "done":
+                    return await self.success(call, tool, record, rec.result, ms)
+                if rec.outcome == "unknown" and not tool.idempotent:
+                    await self.in_doubt(tool, record, msg)
+                # not done, or idempotent: sending again with the same key is safe.
+                cls = "transient"
+            if cls in ("deterministic", "validation"):
+                if cls == "validation":
+                    self.count_validation()
+                return self.failure(call, tool, record, cls, msg, (time.perf_counter() - t0) * 1000)
+            decision = decide(policy, attempt, "transient", hint=cls_msg.delay, rng=self.rng)
+            if not decision.retry:
+                return self.failure(
+                    call, tool, record, "transient", f"{msg} ({decision.reason})", ms
+                )
+            next_at = self.clock.now() + decision.delay
+            record = replace(
+                record,
+                status="retry_wait",
+                next_attempt_at=next_at,
+                error={"class": "transient", "message": msg},
+            )
+            await run.commit(
+                [
+                    ev.OpRetryScheduled(
+                        op_id=record.op_id,
+                        attempt=attempt,
+                        next_attempt_at=next_at,
+                        delay=decision.delay,
+                        error_class="transient",
+                        error=msg[:300],
+                    )
+                ],
+                ops=[record],
+            )
+
+    async def wait_until(self, record: OpRecord, at: float) -> None:
+        """Wait for a stored retry time: in the worker if short, else park the task."""
+        run = self.run
+        delay = at - self.clock.now()
+        if delay <= 0:
+            return
+        if delay <= INLINE_WAIT_MAX:
+            await self.clock.sleep(delay)
+            return
+        await run.set_status(
+            "waiting",
+            reason="retry scheduled",
+            waiting={
+                "kind": "retry",
+                "until": at,
+                "reason": f"{record.tool} failed transiently; attempt {record.attempts + 1} "
+                f"is scheduled for {at:.0f}",
+            },
+            wake_at=at,
+        )
+        raise Pause
+
+    async def recover(self, tool: Tool, call: ToolCall, record: OpRecord) -> OpOutcome | None:
+        """An op found unfinished after a crash: settle it here (an outcome), or return
+        None to send it (again) with its original op id."""
+        status = record.status
+        if status in ("retry_wait", "awaiting_approval"):
+            return None  # resume the stored schedule / send the approved call
+        existing = {a.request_id: a for a in await self.store.get_approvals(self.run.task_id)}
+        human = existing.get(f"{record.op_id}.in_doubt")
+        if human is not None and human.status == "approved":
+            return None
+        if human is not None and human.status == "rejected":
+            who = human.decided_by or "a human"
+            return self.failure(
+                call, tool, record, "deterministic", f"{who} recorded this call as failed", 0.0
+            )
+        effectful = tool.effect != "read"
+        if status == "intended" and effectful and not tool.idempotent and tool.reconcile is None:
+            # No `dispatched` mark was written: the crash came before sending.
+            return None
+        if tool.reconcile is not None and effectful:
+            rec = await self.reconcile(tool, record)
+            if rec.outcome == "done":
+                return await self.success(call, tool, record, rec.result, 0.0)
+            if rec.outcome == "not_done":
+                return None
+        if tool.idempotent or not effectful:
+            return None  # the same idempotency key makes a second send harmless
+        await self.in_doubt(tool, record, "a crash while it was in flight")
+        return None
+
+    def validate(self, tool: Tool, raw: Any) -> str | None:
+        """Run the tool's post-condition; a message when it is broken."""
+        if tool.validate is None:
+            return None
+        try:
+            verdict = tool.validate(raw)
+        except errors.ValidationFailed as exc:
+            return str(exc) or "the result failed validation"
+        except Exception as exc:
+            return f"validator raised {type(exc).__name__}: {exc}"
+        if verdict is None or verdict is True:
+            return None
+        if verdict is False:
+            return "the result failed validation"
+        return str(verdict)
+
+    def count_validation(self) -> None:
+        """Validation failures are counted (they go back to the model, limited)."""
+        u = self.run.usage
+        u["validation_failures"] = int(u.get("validation_failures", 0)) + 1

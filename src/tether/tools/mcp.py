@@ -1,0 +1,433 @@
+"""MCP tool sources: the tools of MCP servers, as tether `Tool`s.
+
+A contract may name MCP servers (`spec.McpServer`: a stdio `command` with `args` and
+`env`, or a streamable HTTP `url`). `McpSources` opens all of them through the official
+`mcp` SDK (2.x), lists their tools (following `next_cursor` pages) and gives them to the
+registry:
+
+```python
+async with McpSources(spec.mcp_servers) as sources:
+    registry.extend(sources.tools())
+    ...  # run the task; every MCP tool call goes through the open sessions
+```
+
+Tool annotations map to effects: `readOnlyHint` → `read`, `destructiveHint` → `delete`,
+anything else (unannotated tools included) → `write`. Read tools are idempotent, others
+only with `idempotentHint`. The service (for breakers and concurrency limits) is the
+server's name; the name the model sees is the MCP tool's own name.
+
+Failures are classified for the runtime:
+
+- a result with `is_error=True`, or an error response from the server, raises a
+  deterministic `errors.ToolFailed` carrying the server's text;
+- a timeout or a lost connection means the call may have run: `errors.OutcomeUnknown`
+  for tools with effects, a retryable `errors.ToolFailed` for read tools.
+
+The op id travels to the server in the request's `_meta` under `OP_ID_META_KEY`, so a
+server that cares can deduplicate a re-sent call.
+
+The sources use anyio task groups underneath: enter and exit them in the same asyncio
+task (calls may come from any task of the same event loop).
+"""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import IO, Any, Final, cast
+
+import jsonschema  # type: ignore[import-untyped]
+import mcp_types
+from mcp.client import Client
+from mcp.client._input_required import InputRequiredRoundsExceededError
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from tether import __version__, errors
+from tether.spec import McpServer
+from tether.tools.registry import Effect, Tool, ToolContext
+
+OP_ID_META_KEY: Final = "tether/op_id"
+"""The `_meta` key of a `tools/call` request that carries tether's op id."""
+
+TIMEOUT_GRACE: Final = 1.0
+"""Seconds the runtime's own timeout of an MCP tool exceeds the server's `timeout`, so
+the MCP request times out first and is classified by the tool's effect."""
+
+_MAX_PAGES: Final = 1000
+
+
+def effect_for(annotations: mcp_types.ToolAnnotations | None) -> tuple[Effect, bool]:
+    """The `(effect, idempotent)` of an MCP tool with these annotations.
+
+    `readOnlyHint` → `read` (always idempotent); `destructiveHint` → `delete`; anything
+    else, and no annotations at all, → `write`. Tools with effects are idempotent only
+    with `idempotentHint`.
+    """
+    if annotations is None:
+        return "write", False
+    effect: Effect
+    if annotations.read_only_hint:
+        effect = "read"
+    elif annotations.destructive_hint:
+        effect = "delete"
+    else:
+        effect = "write"
+    return effect, effect == "read" or annotations.idempotent_hint is True
+
+
+@dataclass(frozen=True)
+class McpTool(Tool):
+    """A `Tool` served by an MCP server; arguments are checked against its JSON schema."""
+
+    server: str = ""
+    output_schema: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    validator: Any = field(default=None, compare=False, repr=False)
+
+    def check_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate arguments against the tool's input schema before anything is sent.
+
+        A mismatch is a clear deterministic `ToolFailed`; a tool whose schema cannot be
+        compiled is checked by the server alone.
+        """
+        data = dict(args)
+        if self.validator is None:
+            return data
+        found = sorted(self.validator.iter_errors(data), key=lambda e: [str(p) for p in e.path])
+        if not found:
+            return data
+        problems = []
+        for err in found[:5]:
+            where = ".".join(str(p) for p in err.absolute_path) or "(arguments)"
+            problems.append(f"{where}: {_clip(str(err.message), 160)}")
+        raise errors.ToolFailed(f"bad arguments for {self.name}: " + "; ".join(problems))
+
+
+class McpToolSource:
+    """One MCP server, connected: its tools as tether `Tool`s (an async context manager).
+
+    Entering starts the server (stdio) or connects to it (streamable HTTP) and lists its
+    tools; a server that cannot be started or reached raises `errors.UserError` naming it.
+    Exiting closes the session and stops the server process.
+    """
+
+    def __init__(self, server: McpServer) -> None:
+        self.server = server
+        self._client: Client | None = None
+        self._stack: AsyncExitStack | None = None
+        self._stderr: IO[str] | None = None
+        self._tools: list[Tool] = []
+
+    @property
+    def target(self) -> str:
+        """The command line or URL of the server, for messages."""
+        if self.server.command is not None:
+            return shlex.join([self.server.command, *self.server.args])
+        return str(self.server.url)
+
+    async def __aenter__(self) -> McpToolSource:
+        async with AsyncExitStack() as stack:
+            try:
+                if self.server.command is not None:
+                    # The server's stderr goes to a file: quiet, and the reason it died.
+                    self._stderr = stack.enter_context(
+                        tempfile.TemporaryFile(  # noqa: SIM115 (closed by the stack)
+                            "w+", encoding="utf-8", errors="replace"
+                        )
+                    )
+                    params = StdioServerParameters(
+                        command=self.server.command,
+                        args=list(self.server.args),
+                        env=dict(self.server.env) or None,
+                    )
+                    target: Any = stdio_client(params, errlog=self._stderr)
+                else:
+                    target = self.server.url
+                client = Client(
+                    target,
+                    read_timeout_seconds=self.server.timeout,
+                    client_info=mcp_types.Implementation(name="tether", version=__version__),
+                    cache=None,
+                )
+                self._client = await stack.enter_async_context(client)
+                listed = await self._list_all(self._client)
+            except Exception as exc:
+                self._client = None
+                raise self._start_failed(exc) from exc
+            self._tools = self._select(listed)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        stack, self._stack = self._stack, None
+        self._client = None
+        self._stderr = None
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc, tb)
+
+    def tools(self) -> list[Tool]:
+        """The server's tools (only those named in `server.tools`, when given)."""
+        return list(self._tools)
+
+    async def call(self, tool: Tool, args: Mapping[str, Any], op_id: str | None = None) -> Any:
+        """Call `tool` on the server; the result as `Tool.fn` returns it.
+
+        Text content is joined; structured content, when present, is returned instead
+        (the SDK's `{"result": x}` wrapper of non-object results unwrapped).
+        """
+        client = self._client
+        if client is None:
+            raise errors.ToolFailed(
+                f"MCP server {self.server.name!r} is not connected", retryable=True
+            )
+        meta = cast(mcp_types.RequestParamsMeta, {OP_ID_META_KEY: op_id}) if op_id else None
+        try:
+            result = await client.call_tool(
+                tool.name, dict(args), read_timeout_seconds=self.server.timeout, meta=meta
+            )
+        except MCPError as exc:
+            if exc.code == mcp_types.REQUEST_TIMEOUT:
+                raise self._lost(tool, f"no answer within {self.server.timeout}s") from exc
+            if exc.code == mcp_types.CONNECTION_CLOSED:
+                raise self._lost(tool, "the connection was lost") from exc
+            raise errors.ToolFailed(f"{tool.name}: {exc.message}") from exc
+        except InputRequiredRoundsExceededError as exc:
+            raise errors.ToolFailed(
+                f"{tool.name}: the tool asks for input that tether cannot give"
+            ) from exc
+        except ValidationError as exc:
+            if tool.effect == "read":
+                raise errors.ToolFailed(f"{tool.name}: the server sent a malformed result") from exc
+            raise errors.OutcomeUnknown(
+                f"{tool.name}: the server sent a malformed result; the call may have taken effect"
+            ) from exc
+        except Exception as exc:
+            raise self._lost(tool, _first_line(exc)) from exc
+        if result.is_error:
+            raise errors.ToolFailed(_text_of(result.content) or f"{tool.name} failed")
+        return _value_of(result, _output_schema(tool))
+
+    # --- internals --------------------------------------------------------------------
+
+    async def _list_all(self, client: Client) -> list[mcp_types.Tool]:
+        out: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _ in range(_MAX_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            out.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor or cursor in seen:
+                break
+            seen.add(cursor)
+        return out
+
+    def _select(self, listed: list[mcp_types.Tool]) -> list[Tool]:
+        by_name = {t.name: t for t in listed}
+        wanted = self.server.tools
+        if wanted is not None:
+            missing = [n for n in wanted if n not in by_name]
+            if missing:
+                raise errors.UserError(
+                    f"MCP server {self.server.name!r} ({self.target}) has no tool "
+                    + ", ".join(repr(n) for n in missing)
+                    + "; it offers: "
+                    + (", ".join(sorted(by_name)) or "no tools")
+                )
+            chosen = [by_name[n] for n in dict.fromkeys(wanted)]
+        else:
+            chosen = list(by_name.values())
+        return [self._make_tool(t) for t in chosen]
+
+    def _make_tool(self, remote: mcp_types.Tool) -> Tool:
+        effect, idempotent = effect_for(remote.annotations)
+        source = self
+
+        async def run(args: Mapping[str, Any], ctx: ToolContext) -> Any:
+            return await source.call(tool, args, ctx.op_id)
+
+        schema = dict(remote.input_schema)
+        description = (
+            remote.description or remote.title or (remote.annotations and remote.annotations.title)
+        )
+        tool = McpTool(
+            name=remote.name,
+            description=(description or remote.name).strip(),
+            parameters=schema,
+            fn=run,
+            effect=effect,
+            idempotent=idempotent,
+            service=self.server.name,
+            timeout=self.server.timeout + TIMEOUT_GRACE,
+            server=self.server.name,
+            output_schema=remote.output_schema,
+            validator=_compile(schema),
+        )
+        return tool
+
+    def _lost(self, tool: Tool, why: str) -> errors.ToolSignal:
+        where = f"MCP server {self.server.name!r}"
+        if tool.effect == "read":
+            return errors.ToolFailed(f"{tool.name}: {where}: {why}", retryable=True)
+        return errors.OutcomeUnknown(
+            f"{tool.name}: {where}: {why}; the call may or may not have taken effect"
+        )
+
+    def _start_failed(self, exc: BaseException) -> errors.UserError:
+        if isinstance(exc, errors.UserError):
+            return exc
+        reason = _first_line(exc)
+        tail = self._stderr_tail()
+        if tail and tail not in reason:
+            reason += f" (server stderr: {tail})"
+        verb = "could not be started" if self.server.command is not None else "could not be reached"
+        return errors.UserError(
+            f"MCP server {self.server.name!r} ({self.target}) {verb}: {reason}",
+            server=self.server.name,
+        )
+
+    def _stderr_tail(self) -> str:
+        f = self._stderr
+        if f is None or f.closed:
+            return ""
+        try:
+            f.flush()
+            f.seek(0)
+            lines = [ln.strip() for ln in f.read()[-8192:].splitlines() if ln.strip()]
+        except (OSError, ValueError):
+            return ""
+        return _clip(lines[-1], 300) if lines else ""
+
+
+def _output_schema(tool: Tool) -> Mapping[str, Any] | None:
+    return tool.output_schema if isinstance(tool, McpTool) else None
+
+
+class McpSources:
+    """All MCP servers of a spec, opened together (an async context manager).
+
+    `tools()` gives every server's tools. Entering opens the servers one after another;
+    if one cannot start, those already open are closed and its `errors.UserError` is
+    raised. Two servers offering the same tool name is a `UserError` too.
+    """
+
+    def __init__(self, servers: Sequence[McpServer]) -> None:
+        self.servers = list(servers)
+        self._sources: list[McpToolSource] = []
+        self._stack: AsyncExitStack | None = None
+
+    async def __aenter__(self) -> McpSources:
+        async with AsyncExitStack() as stack:
+            sources = []
+            owner: dict[str, str] = {}
+            for server in self.servers:
+                source = await stack.enter_async_context(McpToolSource(server))
+                for t in source.tools():
+                    if t.name in owner:
+                        raise errors.UserError(
+                            f"MCP servers {owner[t.name]!r} and {server.name!r} both offer a "
+                            f"tool named {t.name!r}; keep one with `tools:` on either server"
+                        )
+                    owner[t.name] = server.name
+                sources.append(source)
+            self._sources = sources
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        stack, self._stack = self._stack, None
+        self._sources = []
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc, tb)
+
+    @property
+    def sources(self) -> list[McpToolSource]:
+        """The open sources, in spec order."""
+        return list(self._sources)
+
+    def tools(self) -> list[Tool]:
+        """Every open server's tools, in spec order."""
+        return [t for s in self._sources for t in s.tools()]
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def _compile(schema: Mapping[str, Any]) -> Any:
+    """A JSON-schema validator for a tool's input schema, or None if it does not compile."""
+    try:
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        cls.check_schema(schema)
+        return cls(schema)
+    except Exception:
+        return None
+
+
+def _text_of(content: Sequence[mcp_types.ContentBlock]) -> str:
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, mcp_types.TextContent):
+            parts.append(block.text)
+        elif isinstance(block, mcp_types.EmbeddedResource):
+            res = block.resource
+            text = getattr(res, "text", None)
+            parts.append(text if isinstance(text, str) else f"[resource {res.uri}]")
+        elif isinstance(block, mcp_types.ResourceLink):
+            parts.append(f"[resource {block.uri}]")
+        else:
+            parts.append(f"[{block.type} {getattr(block, 'mime_type', '')}]".replace(" ]", "]"))
+    return "\n".join(parts)
+
+
+def _value_of(result: mcp_types.CallToolResult, output_schema: Mapping[str, Any] | None) -> Any:
+    structured = result.structured_content
+    if structured is not None:
+        if (
+            isinstance(structured, dict)
+            and set(structured) == {"result"}
+            and output_schema is not None
+            and set(output_schema.get("properties") or {}) == {"result"}
+        ):
+            return structured["result"]
+        return structured
+    text = _text_of(result.content)
+    return text if result.content else None
+
+
+def _first_line(exc: BaseException) -> str:
+    leaf = exc
+    while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
+        leaf = leaf.exceptions[0]
+    lines = [ln.strip() for ln in str(leaf).splitlines() if ln.strip()]
+    first = lines[0] if lines else ""
+    name = type(leaf).__name__
+    return _clip(f"{name}: {first}" if first else name, 300)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+__all__ = [
+    "OP_ID_META_KEY",
+    "TIMEOUT_GRACE",
+    "McpSources",
+    "McpTool",
+    "McpToolSource",
+    "effect_for",
+]

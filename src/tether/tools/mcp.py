@@ -26,19 +26,22 @@ Failures are classified for the runtime:
 The op id travels to the server in the request's `_meta` under `OP_ID_META_KEY`, so a
 server that cares can deduplicate a re-sent call.
 
-The sources use anyio task groups underneath: enter and exit them in the same asyncio
-task (calls may come from any task of the same event loop).
+Each server's session lives in a task of its own, so a source may be opened and closed
+from different asyncio tasks and called from any task of the same event loop. Starting
+is bounded by the SDK's timeouts (about 10 s of discovery plus `timeout` per request);
+cancelling a start stops the server process.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import shlex
 import tempfile
 from collections.abc import Mapping, Sequence
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import IO, Any, Final, cast
+from typing import IO, Any, Final, TextIO, cast
 
 import jsonschema  # type: ignore[import-untyped]
 import mcp_types
@@ -51,6 +54,8 @@ from pydantic import ValidationError
 from tether import __version__, errors
 from tether.spec import McpServer
 from tether.tools.registry import Effect, Tool, ToolContext
+
+logger = logging.getLogger(__name__)
 
 OP_ID_META_KEY: Final = "tether/op_id"
 """The `_meta` key of a `tools/call` request that carries tether's op id."""
@@ -119,9 +124,10 @@ class McpToolSource:
     def __init__(self, server: McpServer) -> None:
         self.server = server
         self._client: Client | None = None
-        self._stack: AsyncExitStack | None = None
         self._stderr: IO[str] | None = None
         self._tools: list[Tool] = []
+        self._runner: asyncio.Task[None] | None = None
+        self._closing: asyncio.Event | None = None
 
     @property
     def target(self) -> str:
@@ -131,36 +137,26 @@ class McpToolSource:
         return str(self.server.url)
 
     async def __aenter__(self) -> McpToolSource:
-        async with AsyncExitStack() as stack:
-            try:
-                if self.server.command is not None:
-                    # The server's stderr goes to a file: quiet, and the reason it died.
-                    self._stderr = stack.enter_context(
-                        tempfile.TemporaryFile(  # noqa: SIM115 (closed by the stack)
-                            "w+", encoding="utf-8", errors="replace"
-                        )
-                    )
-                    params = StdioServerParameters(
-                        command=self.server.command,
-                        args=list(self.server.args),
-                        env=dict(self.server.env) or None,
-                    )
-                    target: Any = stdio_client(params, errlog=self._stderr)
-                else:
-                    target = self.server.url
-                client = Client(
-                    target,
-                    read_timeout_seconds=self.server.timeout,
-                    client_info=mcp_types.Implementation(name="tether", version=__version__),
-                    cache=None,
-                )
-                self._client = await stack.enter_async_context(client)
-                listed = await self._list_all(self._client)
-            except Exception as exc:
-                self._client = None
-                raise self._start_failed(exc) from exc
-            self._tools = self._select(listed)
-            self._stack = stack.pop_all()
+        if self._runner is not None:
+            raise RuntimeError("McpToolSource is already open")
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._closing = asyncio.Event()
+        # The SDK's anyio task groups must be entered and left by one task; a task of
+        # our own holds the session, so callers may open and close us from any task.
+        self._runner = asyncio.create_task(
+            self._hold(ready, self._closing), name=f"tether-mcp-{self.server.name}"
+        )
+        try:
+            await asyncio.shield(ready)
+        except BaseException:
+            # Cancelled while starting: abandon the start (the SDK still stops the process).
+            self._closing.set()
+            if not ready.done():
+                self._runner.cancel()
+            await self._stop()
+            if ready.done() and not ready.cancelled():
+                ready.exception()  # retrieved: the failure raised here is the one that counts
+            raise
         return self
 
     async def __aexit__(
@@ -169,11 +165,75 @@ class McpToolSource:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        stack, self._stack = self._stack, None
+        if self._closing is not None:
+            self._closing.set()
+        await self._stop()
+
+    async def _stop(self) -> None:
+        runner, self._runner = self._runner, None
         self._client = None
-        self._stderr = None
-        if stack is not None:
-            await stack.__aexit__(exc_type, exc, tb)
+        if runner is None:
+            return
+        try:
+            # Shielded: a cancelled caller still leaves no server process behind.
+            await asyncio.shield(runner)
+        except asyncio.CancelledError:
+            if not runner.cancelled():
+                raise  # the caller was cancelled, not the runner
+
+    async def _hold(self, ready: asyncio.Future[None], closing: asyncio.Event) -> None:
+        """The session's lifetime: connect, list, announce, wait for `closing`, close."""
+        try:
+            with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as file:
+                errlog = cast(TextIO, file)
+                # The server's stderr goes to a file: quiet, and the reason it died.
+                self._stderr = errlog
+                try:
+                    async with self._connect(errlog) as client:
+                        try:
+                            tools = self._select(await self._list_all(client))
+                        except Exception as exc:
+                            ready.set_exception(self._start_failed(exc))
+                            return
+                        self._tools = tools
+                        self._client = client
+                        ready.set_result(None)
+                        await closing.wait()
+                        self._client = None
+                except Exception as exc:
+                    if not ready.done():
+                        ready.set_exception(self._start_failed(exc))
+                    else:
+                        logger.warning(
+                            "MCP server %r did not close cleanly: %s",
+                            self.server.name,
+                            _first_line(exc),
+                        )
+                finally:
+                    self._client = None
+                    self._stderr = None
+        except asyncio.CancelledError:
+            if not ready.done():
+                ready.cancel()
+            raise
+
+    def _connect(self, errlog: TextIO) -> Client:
+        target: Any
+        if self.server.command is not None:
+            params = StdioServerParameters(
+                command=self.server.command,
+                args=list(self.server.args),
+                env=dict(self.server.env) or None,
+            )
+            target = stdio_client(params, errlog=errlog)
+        else:
+            target = self.server.url
+        return Client(
+            target,
+            read_timeout_seconds=self.server.timeout,
+            client_info=mcp_types.Implementation(name="tether", version=__version__),
+            cache=None,
+        )
 
     def tools(self) -> list[Tool]:
         """The server's tools (only those named in `server.tools`, when given)."""
@@ -316,32 +376,38 @@ def _output_schema(tool: Tool) -> Mapping[str, Any] | None:
 class McpSources:
     """All MCP servers of a spec, opened together (an async context manager).
 
-    `tools()` gives every server's tools. Entering opens the servers one after another;
-    if one cannot start, those already open are closed and its `errors.UserError` is
-    raised. Two servers offering the same tool name is a `UserError` too.
+    `tools()` gives every server's tools. Entering starts the servers concurrently; if
+    one cannot start, the others are closed again and the `errors.UserError` of the first
+    failing server (in spec order) is raised. Two servers offering the same tool name is
+    a `UserError` too.
     """
 
     def __init__(self, servers: Sequence[McpServer]) -> None:
         self.servers = list(servers)
         self._sources: list[McpToolSource] = []
-        self._stack: AsyncExitStack | None = None
 
     async def __aenter__(self) -> McpSources:
-        async with AsyncExitStack() as stack:
-            sources = []
+        sources = [McpToolSource(server) for server in self.servers]
+        try:
+            results = await asyncio.gather(
+                *(source.__aenter__() for source in sources), return_exceptions=True
+            )
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
             owner: dict[str, str] = {}
-            for server in self.servers:
-                source = await stack.enter_async_context(McpToolSource(server))
+            for source in sources:
                 for t in source.tools():
                     if t.name in owner:
                         raise errors.UserError(
-                            f"MCP servers {owner[t.name]!r} and {server.name!r} both offer a "
-                            f"tool named {t.name!r}; keep one with `tools:` on either server"
+                            f"MCP servers {owner[t.name]!r} and {source.server.name!r} both "
+                            f"offer a tool named {t.name!r}; keep one with `tools:` on either"
                         )
-                    owner[t.name] = server.name
-                sources.append(source)
-            self._sources = sources
-            self._stack = stack.pop_all()
+                    owner[t.name] = source.server.name
+        except BaseException:
+            await _close_all(sources)
+            raise
+        self._sources = sources
         return self
 
     async def __aexit__(
@@ -350,10 +416,8 @@ class McpSources:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        stack, self._stack = self._stack, None
-        self._sources = []
-        if stack is not None:
-            await stack.__aexit__(exc_type, exc, tb)
+        sources, self._sources = self._sources, []
+        await _close_all(sources)
 
     @property
     def sources(self) -> list[McpToolSource]:
@@ -366,6 +430,11 @@ class McpSources:
 
 
 # --- helpers ---------------------------------------------------------------------------
+
+
+async def _close_all(sources: Sequence[McpToolSource]) -> None:
+    """Close sources concurrently (closing one that never opened does nothing)."""
+    await asyncio.gather(*(source.__aexit__(None, None, None) for source in sources))
 
 
 def _compile(schema: Mapping[str, Any]) -> Any:

@@ -1,0 +1,150 @@
+"""A real MCP server for tether's tests, built with the official SDK (`MCPServer`).
+
+Run it over stdio (the default) or over streamable HTTP on an ephemeral port::
+
+    python tests/mcp_server.py            # stdio
+    python tests/mcp_server.py --http     # prints "PORT <n>" on stdout, serves /mcp
+
+Tools (their annotations drive tether's effect mapping):
+
+- `add(a, b)`: read-only.
+- `delete_note(name)`: destructive.
+- `put_note(name, text)`: idempotent (not read-only, not destructive); structured result.
+- `plain(x)`: no annotations at all.
+- `fail(msg)`: always fails, so the client sees `is_error=True` with `msg` in the text.
+- `slow(seconds)`: unannotated, sleeps; `slow_read(seconds)`: read-only, sleeps.
+- `whoami()`: read-only; the value of `MCP_TEST_TAG` in the server's environment.
+- `op_key()`: read-only; the `tether/op_id` the client sent in the request's `_meta`.
+- `crash()`: unannotated; kills the server process in the middle of the call.
+
+`MCP_TEST_PAGE_SIZE=n` in the environment makes `tools/list` answer in pages of `n`
+tools linked by `next_cursor`, so clients must follow the cursor to see every tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+from typing import Any
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ListToolsResult, PaginatedRequestParams, ToolAnnotations
+
+_NOTES: dict[str, str] = {}
+
+
+class PagedServer(MCPServer):
+    """An `MCPServer` that pages its tool listing when `MCP_TEST_PAGE_SIZE` is set."""
+
+    async def _handle_list_tools(
+        self, ctx: Any, params: PaginatedRequestParams | None
+    ) -> ListToolsResult:
+        tools = await self.list_tools()
+        size = int(os.environ.get("MCP_TEST_PAGE_SIZE", "0") or 0)
+        if size <= 0:
+            return ListToolsResult(tools=tools)
+        start = int(params.cursor) if params is not None and params.cursor else 0
+        end = start + size
+        return ListToolsResult(
+            tools=tools[start:end], next_cursor=str(end) if end < len(tools) else None
+        )
+
+
+server: PagedServer = PagedServer("tether-test-server")
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@server.tool(annotations=ToolAnnotations(destructive_hint=True))
+def delete_note(name: str) -> str:
+    """Delete a note."""
+    existed = _NOTES.pop(name, None) is not None
+    return f"deleted {name}" if existed else f"no note {name}"
+
+
+@server.tool(annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False))
+def put_note(name: str, text: str) -> dict[str, Any]:
+    """Create or replace a note."""
+    _NOTES[name] = text
+    return {"name": name, "size": len(text)}
+
+
+@server.tool()
+def plain(x: str) -> str:
+    """Echo the argument back (no annotations)."""
+    return f"plain:{x}"
+
+
+@server.tool()
+def fail(msg: str) -> str:
+    """Always fail with `msg`."""
+    raise ToolError(msg)
+
+
+@server.tool()
+async def slow(seconds: float) -> str:
+    """Sleep, then answer (unannotated, so a write)."""
+    await asyncio.sleep(seconds)
+    return "slept"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def slow_read(seconds: float) -> str:
+    """Sleep, then answer (read-only)."""
+    await asyncio.sleep(seconds)
+    return "slept"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def whoami() -> str:
+    """The `MCP_TEST_TAG` environment variable of the server process."""
+    return os.environ.get("MCP_TEST_TAG", "")
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def op_key(ctx: Context) -> str:
+    """The op id the client sent in the request's `_meta` (`tether/op_id`)."""
+    meta = ctx.request_context.meta or {}
+    return str(meta.get("tether/op_id", ""))
+
+
+@server.tool()
+def crash() -> str:
+    """Kill the server process mid-call, so the client never gets an answer."""
+    os._exit(7)
+
+
+async def _serve_http() -> None:
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app = server.streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    print(f"PORT {port}", flush=True)
+    try:
+        await uvicorn.Server(config).serve(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def main(argv: list[str]) -> None:
+    """Serve over stdio, or over streamable HTTP with `--http`."""
+    if "--http" in argv:
+        asyncio.run(_serve_http())
+    else:
+        server.run("stdio")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import os
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -11,6 +15,9 @@ from tether.tools import files
 from tether.tools.registry import Tool, ToolContext, ToolRegistry
 
 READ_ARTIFACT = "read_artifact"
+
+#: Extra tools for the CLI: `module:attr,module:attr`, each attr a `Tool` or a list of them.
+TOOLS_ENV = "TETHER_TOOLS"
 
 
 def _file_tool(name: str) -> Tool:
@@ -81,10 +88,55 @@ def read_artifact_tool(store_getter: Callable[[], Store]) -> Tool:
     )
 
 
+def _import_tools(ref: str) -> list[Tool]:
+    """The tools named by `module:attr` (a `Tool` or a list of them), imported with the
+    working folder on `sys.path` like scripted policies."""
+    module_name, sep, attr = ref.strip().partition(":")
+    if not module_name or not sep or not attr:
+        raise errors.UserError(f"{TOOLS_ENV}: {ref!r} is not a module:attr reference")
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise errors.UserError(
+            f"{TOOLS_ENV}: cannot import the tool module {module_name!r}: {exc}"
+        ) from None
+    except Exception as exc:  # the user's module failed while loading: say where
+        where = ""
+        if isinstance(exc, SyntaxError):
+            where = f" ({exc.filename}, line {exc.lineno}: {exc.msg})"
+        raise errors.UserError(
+            f"{TOOLS_ENV}: the tool module {module_name!r} failed to load: "
+            f"{type(exc).__name__}{where or f': {exc}'}"
+        ) from None
+    finally:
+        if added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(cwd)
+    try:
+        value = getattr(module, attr)
+    except AttributeError:
+        raise errors.UserError(f"{TOOLS_ENV}: module {module_name!r} has no {attr!r}") from None
+    found = [value] if isinstance(value, Tool) else value
+    if not isinstance(found, list | tuple) or not all(isinstance(t, Tool) for t in found):
+        raise errors.UserError(
+            f"{TOOLS_ENV}: {ref!r} is neither a Tool nor a list of Tools "
+            f"(got {type(value).__name__})"
+        )
+    return list(found)
+
+
 def default_registry(store_getter: Callable[[], Store]) -> ToolRegistry:
-    """A registry with the workspace file tools and `read_artifact`."""
+    """A registry with the workspace file tools, `read_artifact`, and the tools named by
+    `TETHER_TOOLS` (`module:attr,...`)."""
     reg = ToolRegistry(_file_tool(s.name) for s in files.FILE_TOOL_SCHEMAS)
     reg.add(read_artifact_tool(store_getter))
+    for ref in os.environ.get(TOOLS_ENV, "").split(","):
+        if ref.strip():
+            reg.extend(_import_tools(ref))
     return reg
 
 

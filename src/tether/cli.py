@@ -37,8 +37,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# Markup is off: task names, objectives and events are user text and must print as-is.
+out = Console(highlight=False, soft_wrap=True, markup=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
 DbOpt = Annotated[
     str | None,
@@ -386,7 +387,7 @@ async def _drive(
         nonlocal presses
         presses += 1
         if presses == 1:
-            err.print("[yellow]stopping after the current step (Ctrl-C again to quit now)[/]")
+            err.print(Text("stopping after the current step (Ctrl-C again to quit now)", "yellow"))
             stop.set()
         else:
             raise SystemExit(130)
@@ -413,7 +414,7 @@ def _finish(store_doc: dict[str, Any], result: Any, json_out: bool) -> None:
     else:
         out.print(_status_view(store_doc))
         if result.interrupted:
-            out.print(f"[yellow]interrupted; continue with: tether resume {result.task_id}[/]")
+            out.print(Text(f"interrupted; continue with: tether resume {result.task_id}", "yellow"))
     if result.interrupted:
         raise typer.Exit(130)
     if result.status in ("abandoned", "failed", "cancelled"):
@@ -446,7 +447,11 @@ def run(
             task = await create_task(store, contract, workspace=ws)
             if not json_out:
                 out.print(
-                    f"task [bold cyan]{task.task_id}[/] created ({len(contract.items)} items)"
+                    Text.assemble(
+                        "task ",
+                        (task.task_id, "bold cyan"),
+                        f" created ({len(contract.items)} items)",
+                    )
                 )
             result = await _drive(store, task.task_id, model, quiet=json_out)
             return await status_dict(store, task.task_id), result
@@ -525,6 +530,87 @@ def cancel(task_id: str, db: DbOpt = None) -> None:
             await store.close()
 
     out.print(_run(main))
+
+
+@app.command()
+def approve(
+    task_id: str,
+    request_id: str,
+    db: DbOpt = None,
+    modify: Annotated[
+        str | None, typer.Option("--modify", help="Approve with these arguments (a JSON object).")
+    ] = None,
+    by: Annotated[str, typer.Option("--by", help="Who decides (journaled).")] = "cli",
+) -> None:
+    """Approve a pending request (optionally with modified arguments)."""
+    from tether import approvals
+
+    args = None
+    if modify is not None:
+        try:
+            args = json.loads(modify)
+        except json.JSONDecodeError as exc:
+            raise _fail(errors.UserError(f"--modify is not valid JSON: {exc}"), 2) from None
+        if not isinstance(args, dict):
+            raise _fail(errors.UserError("--modify must be a JSON object of tool arguments"), 2)
+
+    async def main() -> Any:
+        return await _with_store(
+            db,
+            lambda s: approvals.decide(
+                s, task_id, request_id, "approve", by=by, modified_args=args
+            ),
+            create=False,
+        )
+
+    _run(main)
+    out.print(f"approved {request_id}; continue with: tether resume {task_id}")
+
+
+@app.command()
+def reject(
+    task_id: str,
+    request_id: str,
+    db: DbOpt = None,
+    reason: Annotated[str, typer.Option("--reason", help="Why (the model is told).")] = "",
+    by: Annotated[str, typer.Option("--by", help="Who decides (journaled).")] = "cli",
+) -> None:
+    """Reject a pending request; the model is told and the task goes on without it."""
+    from tether import approvals
+
+    async def main() -> Any:
+        return await _with_store(
+            db,
+            lambda s: approvals.decide(s, task_id, request_id, "reject", by=by, reason=reason),
+            create=False,
+        )
+
+    _run(main)
+    out.print(f"rejected {request_id}; continue with: tether resume {task_id}")
+
+
+@app.command()
+def approvals(task_id: str, db: DbOpt = None, json_out: JsonOpt = False) -> None:
+    """List a task's approval requests."""
+
+    async def main() -> list[Any]:
+        return await _with_store(db, lambda s: _all_approvals(s, task_id), create=False)
+
+    items = _run(main)
+    if json_out:
+        out.print_json(json.dumps([a.__dict__ for a in items]))
+        return
+    table = Table("request", "status", "what", "decided by", box=None, header_style="bold")
+    for a in items:
+        table.add_row(
+            a.request_id, a.status, str(a.request.get("what", ""))[:80], a.decided_by or ""
+        )
+    out.print(table)
+
+
+async def _all_approvals(store: Store, task_id: str) -> list[Any]:
+    await store.get_task(task_id)
+    return await store.get_approvals(task_id)
 
 
 @app.command()
@@ -613,8 +699,12 @@ def demo(
             task = await create_task(store, contract, workspace=folder)
             if not json_out:
                 out.print(
-                    f"[bold]tether demo[/]: cataloguing {demo_mod.N_DOCS} documents in {folder}\n"
-                    f"task [bold cyan]{task.task_id}[/], model {model_name}, store {db_url}"
+                    Text.assemble(
+                        ("tether demo", "bold"),
+                        f": cataloguing {demo_mod.N_DOCS} documents in {folder}\ntask ",
+                        (task.task_id, "bold cyan"),
+                        f", model {model_name}, store {db_url}",
+                    )
                 )
             result = await _drive(store, task.task_id, model_name, quiet=json_out)
             evs = await store.read_events(task.task_id)
@@ -636,7 +726,7 @@ def demo(
             table.add_row(k, str(v))
         out.print(table)
         out.print(
-            f"\nSee it again: [bold]tether timeline {doc['task_id']} --db {db_url}[/]"
+            f"\nSee it again: tether timeline {doc['task_id']} --db {db_url}"
             + ("" if keep else f"\n(the demo folder {folder} is temporary)")
         )
     if doc["status"] != "satisfied":

@@ -59,6 +59,7 @@ class TaskCreated(Event):
     objective: str
     items: int
     workspace: str | None = None
+    preexisting: dict[str, str] = Field(default_factory=dict)
 
 
 @_register("task.status")

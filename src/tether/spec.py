@@ -86,6 +86,10 @@ class FileRule(_Strict):
     kind: Literal["file"] = "file"
     path: str
     contains: str | None = None
+    fresh: bool = Field(
+        default=True,
+        description="the file must differ from what was there when the task was created",
+    )
 
 
 class ArtifactRule(_Strict):

@@ -26,6 +26,9 @@ def sample(annotation: Any, n: int = 1) -> Any:
     if origin is list:
         (inner,) = typing.get_args(annotation)
         return [sample(inner, n), sample(inner, n + 1)]
+    if origin is dict and typing.get_args(annotation)[1] is not typing.Any:
+        key_type, value_type = typing.get_args(annotation)
+        return {sample(key_type, n): sample(value_type, n)}
     if origin is dict or annotation is dict:
         return {"key": n, "nested": {"list": [1, "two", None], "flag": True}}
     if annotation is str:

@@ -202,6 +202,7 @@ class Engine:
         A lease held by a dead process on this machine is taken over; `force` takes over
         any lease (for a worker known to be gone). Fencing keeps that safe.
         """
+        before = await self.store.get_task(task_id)
         lease = await self.store.claim(self.worker_id, self.lease_ttl, task_id=task_id)
         if lease is None:
             task = await self.store.get_task(task_id)
@@ -213,7 +214,7 @@ class Engine:
                 )
             if lease is None:
                 raise errors.TaskBusy(task_id, task.lease_owner, task.lease_expiry)
-        run = _TaskRun(self, task_id, lease.token)
+        run = _TaskRun(self, task_id, lease.token, previous_owner=before.lease_owner)
         beat = asyncio.create_task(run.heartbeat())
         try:
             return await run.drive()
@@ -244,8 +245,11 @@ class Engine:
 class _TaskRun:
     """The state of one claimed task while an engine drives it."""
 
-    def __init__(self, engine: Engine, task_id: str, token: int) -> None:
+    def __init__(
+        self, engine: Engine, task_id: str, token: int, previous_owner: str | None = None
+    ) -> None:
         self.e = engine
+        self.previous_owner = previous_owner
         self.store = engine.store
         self.task_id = task_id
         self.token = token
@@ -261,6 +265,7 @@ class _TaskRun:
         self.ctx: Context
         self.workspace: Path | None = None
         self.user_words: list[str] = []
+        self.preexisting: dict[str, str] = {}
         self.tools: list[Tool] = []
         self.status = "queued"
 
@@ -393,6 +398,27 @@ class _TaskRun:
 
     async def drive(self) -> RunResult:
         await self.load()
+        if self.spec.mcp_servers and not lifecycle.is_terminal(self.status):
+            from tether.tools.mcp import McpSources
+
+            # MCP servers live as long as this run; their tools join the registry.
+            async with McpSources(self.spec.mcp_servers) as sources:
+                self.add_tools(sources.tools())
+                return await self.drive_loaded()
+        return await self.drive_loaded()
+
+    def add_tools(self, tools: Sequence[Tool]) -> None:
+        """Tools from a source opened for this run (MCP), filtered by the allowlist."""
+        by_name = {t.name: t for t in tools}
+        if self.spec.tools:
+            extra = [by_name[n] for n in self.spec.tool_names() if n in by_name]
+        else:
+            extra = list(tools)
+        have = {t.name for t in self.tools}
+        self.tools.extend(t for t in extra if t.name not in have)
+        self.known_tools.update(by_name)
+
+    async def drive_loaded(self) -> RunResult:
         try:
             if lifecycle.is_terminal(self.status):
                 return self.result()
@@ -444,8 +470,13 @@ class _TaskRun:
         if READ_ARTIFACT not in allow:
             allow.append(READ_ARTIFACT)
         self.tools = self.e.registry.allowed(allow)
+        self.known_tools: dict[str, Tool] = {
+            n: t for n in self.e.registry.names() if (t := self.e.registry.get(n))
+        }
         words = await self.store.read_events(self.task_id, types={"user.message"})
         self.user_words = [str(w.data.get("text", "")) for w in words]
+        created = await self.store.read_events(self.task_id, limit=1, types={"task.created"})
+        self.preexisting = dict(created[0].data.get("preexisting", {})) if created else {}
 
     # ------------------------------------------------------------ turns and recovery
 
@@ -469,7 +500,7 @@ class _TaskRun:
         in_doubt: list[OpRecord] = []
         if not first:
             events.append(
-                ev.RecoveryStarted(worker_id=self.e.worker_id, previous_owner=self.task.lease_owner)
+                ev.RecoveryStarted(worker_id=self.e.worker_id, previous_owner=self.previous_owner)
             )
             events.append(
                 ev.RecoveryStep(
@@ -1252,6 +1283,7 @@ class _RuleEnv:
     def __init__(self, run: _TaskRun) -> None:
         self.run = run
         self.workspace = run.workspace
+        self.preexisting = run.preexisting
         self.artifacts: list[ArtifactRecord] = []
         self.events: list[ev.Event] = []
 

@@ -403,6 +403,8 @@ class RuleEnv(Protocol):
     """What the rule judge may look at."""
 
     workspace: Path | None
+    #: Hashes of files that existed before the task (see `FileRule.fresh`).
+    preexisting: dict[str, str]
 
     async def succeeded_ops(self) -> list[OpRecord]:
         """Committed ops that succeeded."""
@@ -491,7 +493,13 @@ async def rule_verdict(spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> Verdic
                 continue
             import hashlib
 
-            digest = hashlib.sha256(content.encode()).hexdigest()[:16]
+            try:
+                full = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError:
+                continue
+            if rule.fresh and env.preexisting.get(rule.path) == full:
+                continue  # the same file was there before the task started
+            digest = full[:16]
             ref = await env.record_evidence(
                 item.id, f"file {rule.path} exists ({len(content)} chars, sha256 {digest})"
             )

@@ -123,7 +123,7 @@ class OpRunner:
                 continue
             tool = allowed.get(call.name)
             if tool is None:
-                known = run.e.registry.get(call.name) is not None
+                known = call.name in run.known_tools
                 msg = (
                     f"not permitted: the tool {call.name!r} is not allowed for this task"
                     if known

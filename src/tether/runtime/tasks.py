@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 from tether import events as ev
 from tether import ledger as L
-from tether.spec import TaskSpec
+from tether.spec import FileRule, TaskSpec
 from tether.store.base import Store, TaskRecord
 
 
@@ -40,6 +41,7 @@ async def create_task(
     ws = workspace if workspace is not None else spec.workspace
     ws_str = str(Path(ws).resolve()) if ws is not None else None
     ledger = ledger_from_spec(spec)
+    preexisting = _preexisting(spec, Path(ws_str)) if ws_str else {}
     return await store.create_task(
         task_id=tid,
         name=spec.name,
@@ -48,10 +50,27 @@ async def create_task(
         workspace=ws_str,
         events=[
             ev.TaskCreated(
-                name=spec.name, objective=spec.objective, items=len(spec.items), workspace=ws_str
+                name=spec.name,
+                objective=spec.objective,
+                items=len(spec.items),
+                workspace=ws_str,
+                preexisting=preexisting,
             )
         ],
     )
+
+
+def _preexisting(spec: TaskSpec, workspace: Path) -> dict[str, str]:
+    """Hashes of the files `done_when` file rules name that already exist, so that a
+    leftover from an earlier run does not count as this task's work."""
+    out: dict[str, str] = {}
+    for item in spec.items:
+        rule = item.done_when
+        if isinstance(rule, FileRule) and rule.fresh:
+            path = workspace / rule.path
+            if path.is_file():
+                out[rule.path] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
 
 
 def budget_view(task: TaskRecord) -> dict[str, Any]:

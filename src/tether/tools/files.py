@@ -201,6 +201,9 @@ class Workspace:
             with open(fd, "w", encoding="utf-8", newline="") as fh:
                 fh.write(content)
                 fh.flush()
+                # mkstemp makes 0600 files; give the result the mode a plain open()
+                # would (or keep the mode of the file it replaces).
+                os.fchmod(fh.fileno(), _target_mode(real))
                 os.fsync(fh.fileno())
             os.replace(tmp, real)
         except BaseException as exc:
@@ -210,6 +213,15 @@ class Workspace:
                 raise errors.ToolFailed(f"cannot write {shown}: {exc.strerror}") from None
             raise
         _fsync_dir(parent)
+
+
+def _target_mode(path: Path) -> int:
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -180,7 +180,11 @@ def tool(
             default = ... if param.default is inspect.Parameter.empty else param.default
             fields[pname] = (ann, default)
         tname = name or f.__name__
-        model = create_model(f"{tname}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+        # Strict: the model was shown a JSON schema; `false` for an integer or "5" for a
+        # number is a mistake to report, not to coerce silently.
+        model = create_model(
+            f"{tname}_arguments", __config__=ConfigDict(extra="forbid", strict=True), **fields
+        )
         schema = model.model_json_schema()
         schema.pop("title", None)
         is_async = inspect.iscoroutinefunction(f)

@@ -1,0 +1,89 @@
+"""Human decisions on approval requests, from the CLI, the web page or Python.
+
+A request is created by the runtime (a risky tool call, or an op whose outcome is
+unknown) and the task waits. A decision is journaled with who made it; once no request
+of the task is pending, the task is queued again so a worker (or `tether resume`)
+continues it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Literal
+
+from tether import errors
+from tether import events as ev
+from tether.store.base import ApprovalRecord, Store, TaskPatch
+
+Decision = Literal["approve", "reject"]
+
+
+async def pending(store: Store, task_id: str) -> list[ApprovalRecord]:
+    """The task's requests still waiting for a decision."""
+    await store.get_task(task_id)
+    return await store.get_approvals(task_id, statuses={"pending"})
+
+
+async def decide(
+    store: Store,
+    task_id: str,
+    request_id: str,
+    decision: Decision,
+    *,
+    by: str = "user",
+    modified_args: Mapping[str, Any] | None = None,
+    reason: str = "",
+) -> ApprovalRecord:
+    """Approve (optionally with modified arguments) or reject a pending request."""
+    task = await store.get_task(task_id)
+    requests = {a.request_id: a for a in await store.get_approvals(task_id)}
+    req = requests.get(request_id)
+    if req is None:
+        known = ", ".join(sorted(requests)) or "none"
+        raise errors.UserError(
+            f"task {task_id} has no approval request {request_id!r} (requests: {known})"
+        )
+    if req.status != "pending":
+        raise errors.UserError(
+            f"request {request_id} was already {req.status} by {req.decided_by or 'someone'}"
+        )
+    if modified_args is not None:
+        if decision != "approve":
+            raise errors.UserError("--modify goes with approve, not reject")
+        if "modify" not in req.request.get("options", []):
+            raise errors.UserError(
+                f"request {request_id} cannot be modified, only approved or rejected"
+            )
+        if not isinstance(modified_args, Mapping):
+            raise errors.UserError("--modify must be a JSON object of tool arguments")
+    now = getattr(store, "clock", None)
+    at = now.now() if now is not None else None
+    record = replace(
+        req,
+        status="approved" if decision == "approve" else "rejected",
+        decision={
+            "decision": "modify" if modified_args is not None else decision,
+            "modified_args": dict(modified_args) if modified_args is not None else None,
+            "reason": reason,
+        },
+        decided_by=by,
+        decided_at=at,
+    )
+    events: list[ev.Event] = [
+        ev.ApprovalDecided(
+            request_id=request_id,
+            decision=record.decision["decision"] if record.decision else decision,
+            by=by,
+            modified_args=dict(modified_args) if modified_args is not None else None,
+        )
+    ]
+    still = [a for a in requests.values() if a.status == "pending" and a.request_id != request_id]
+    patch = None
+    if task.status == "waiting" and not still:
+        events.append(
+            ev.TaskStatusChanged(src="waiting", dst="queued", reason=f"{request_id} {decision}d")
+        )
+        patch = TaskPatch(status="queued", waiting=None, wake_at=None)
+    await store.commit(task_id, None, events, task=patch, approvals=[record])
+    return record

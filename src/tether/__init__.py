@@ -22,7 +22,8 @@ from tether.runtime.engine import Engine, ModelSet, RunResult
 from tether.runtime.tasks import create_task, status_dict
 from tether.spec import TaskSpec, load_spec, parse_spec
 from tether.store import Store, open_store
-from tether.tools.registry import Tool, ToolContext, ToolRegistry
+from tether.tools.registry import Reconciliation, Tool, ToolContext, ToolRegistry, tool
+from tether.tools.retry import RetryPolicy
 
 __version__ = "0.1.0"
 
@@ -37,7 +38,9 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ModelSet",
+    "Reconciliation",
     "RetryLater",
+    "RetryPolicy",
     "RunResult",
     "ScriptedModel",
     "SpecError",
@@ -61,5 +64,6 @@ __all__ = [
     "open_store",
     "parse_spec",
     "status_dict",
+    "tool",
     "tool_call",
 ]

@@ -106,14 +106,24 @@ async def test_concurrency_limit_holds_across_workers(
     assert adm.retry_at == pytest.approx(clock.now() + 2)
     assert set((await one.state(SVC))["slots"]) == {"a", "b"}
 
-    # A waiting caller gets the slot as soon as another worker releases one (well
-    # before the 30 s slot ttl could free one).
-    patient = guard(handles[1], clock, max_wait=20, poll_interval=0.5)
+    # A waiting caller gets the slot once another worker releases one: its sleep
+    # between polls lasts until the release is done.
+    gate, polled = asyncio.Event(), asyncio.Event()
+    sleeps: list[float] = []
+
+    class GatedClock(FakeClock):
+        async def sleep(self, seconds: float) -> None:
+            sleeps.append(seconds)
+            polled.set()
+            await gate.wait()
+
+    patient = ServiceGuard(handles[1], {SVC: CFG}, clock=GatedClock(), poll_interval=0.5)
     waiting = asyncio.create_task(patient.admit(SVC, "c"))
-    await asyncio.sleep(0)
+    await asyncio.wait_for(polled.wait(), 30)  # it found no slot and sleeps
     await one.release(SVC, "a")
+    gate.set()
     adm = await waiting
-    assert adm.allowed
+    assert adm.allowed and sleeps == [0.5]
     assert set((await one.state(SVC))["slots"]) == {"b", "c"}
 
 

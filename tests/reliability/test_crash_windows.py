@@ -17,9 +17,11 @@ Each seed picks which call of the task (1..N_ITEMS) the fault hits.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -188,6 +190,16 @@ class CLI:
         res = self("resume", tid, "--model", POLICY, "--json", timeout=timeout)
         assert res.returncode == 0, res.stderr[-2000:]
         return dict(json.loads(res.stdout))
+
+    def start(self, spec: Path, ws: Path) -> subprocess.Popen[str]:
+        """`tether run` in the background (to be killed by the test)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+        env.update(self.env, PYTHONPATH=str(ROOT), TETHER_TOOLS=TOOLS)
+        cmd = [sys.executable, "-m", "tether.cli", "run", str(spec), "--model", POLICY,
+               "--workspace", str(ws), "--json", "--db", self.db]  # fmt: skip
+        return subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True
+        )
 
     def status(self, tid: str) -> dict[str, Any]:
         """`tether status --json`."""
@@ -439,6 +451,7 @@ def test_postgres_row_written_once_across_a_crash(
 
 
 RETRY_AFTER = 34.0  # above the engine's inline-wait limit (30 s): the task is parked
+RETRY_SHORT = 6.0  # below it: the worker waits
 
 
 def test_restart_in_a_long_backoff_keeps_the_stored_schedule(
@@ -459,6 +472,7 @@ def test_restart_in_a_long_backoff_keeps_the_stored_schedule(
     assert [(p["attempt"], p["outcome"]) for p in api.stats()["posts"]] == [("1", "unavailable")]
 
     # A restart well before the stored time: parked again at the same time, no call.
+    assert until - time.time() > 31, "the machine is too slow for this test's timing"
     early = cli.resume(tid)
     assert early["status"] == "waiting" and float(early["waiting"]["until"]) == until
     assert len(api.stats()["posts"]) == 1
@@ -505,3 +519,46 @@ def test_tether_tools_registers_tools_and_reports_bad_references(
         monkeypatch.setenv("TETHER_TOOLS", ref)
         with pytest.raises(errors.UserError, match=says):
             default_registry(store)
+
+
+def test_worker_killed_during_an_inline_backoff_resumes_the_schedule(
+    tmp_path: Path, ws: Path, api: TicketAPI, sqlite_cli: CLI
+) -> None:
+    """A backoff short enough to be waited out in the worker; the worker is killed
+    (SIGKILL, a real crash) while it waits. The resumed worker takes over the dead
+    worker's lease and makes attempt 2 at the stored time: not at once, not attempt 1."""
+    cli = sqlite_cli
+    api.faults(unavailable=[1], retry_after=RETRY_SHORT)
+    proc = cli.start(spec_file(tmp_path, "create_ticket"), ws)
+    db = tmp_path / "tether.db"
+    query = "SELECT task_id, data FROM events WHERE type = 'op.retry_scheduled'"
+    found: list[tuple[str, str]] = []
+    try:
+        deadline = time.time() + 30
+        while not found and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+            if db.exists():
+                with (
+                    contextlib.closing(sqlite3.connect(db, timeout=10)) as conn,
+                    contextlib.suppress(sqlite3.OperationalError),  # not migrated yet
+                ):
+                    found = list(conn.execute(query))
+        assert found, "the retry was never scheduled"
+        proc.kill()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+    tid, data = found[0]
+    until = float(json.loads(data)["next_attempt_at"])
+    assert time.time() < until - 1  # killed while waiting
+    assert [p["attempt"] for p in api.stats()["posts"]] == ["1"]
+
+    assert_delivered(cli.resume(tid))
+    op = f"{tid}.r1.c0"
+    retry = api.stats()["posts"][1]
+    assert (retry["key"], retry["attempt"], retry["outcome"]) == (op, "2", "created")
+    assert until - 0.01 <= retry["at"] <= until + 5
+    evs = cli.events(tid)
+    assert len(of_type(evs, "op.retry_scheduled")) == 1
+    assert_one_ticket_per_item(api, evs, "create_ticket")

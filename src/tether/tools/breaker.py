@@ -26,8 +26,10 @@ The state document:
  "slots": {holder: expires, ...}}   # concurrency slots in use
 ```
 
-Callers record before they release: `record(ok)` gives the breaker its verdict, and
-`release` frees the concurrency slot. What counts as a failure is the caller's choice;
+After the call, `record(ok)` gives the breaker its verdict and `release` frees the
+concurrency slot; the two are independent, in either order. A holder that never does
+either (its worker died) loses its slot after the slot ttl and its half-open probe
+after `probe_timeout_seconds`. What counts as a failure is the caller's choice;
 it should be the service's fault (a timeout, a reset connection, 429, 5xx), not a
 deterministic error such as a rejected argument.
 """
@@ -373,8 +375,8 @@ class ServiceGuard:
     try:
         ok = await call()
     finally:
-        transitions = await guard.record("tickets", ok, op_id)
         await guard.release("tickets", op_id)
+    transitions = await guard.record("tickets", ok, op_id)  # -> events
     ```
 
     `holder` names one call (an op id, say): the same holder admitted again keeps its

@@ -37,7 +37,7 @@ def _file_tool(name: str) -> Tool:
         fn=run,
         effect=effect,
         idempotent=name != "append_file",
-        service="workspace",
+        service=None,  # local files need no breaker or concurrency limit
     )
 
 

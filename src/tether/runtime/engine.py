@@ -29,16 +29,14 @@ from tether import events as ev
 from tether import ledger as L
 from tether.clock import Clock, SystemClock
 from tether.models.base import Message, Model, ModelRequest, ModelResponse
+from tether.runtime import guards, recovery, verdicts
 from tether.runtime import judge as J
+from tether.runtime._signals import Stop as _Stop
 from tether.runtime.builtins import READ_ARTIFACT, default_registry
 from tether.runtime.compaction import compact_context
-from tether.runtime.completion import parse_review, review_request, run_acceptance
 from tether.runtime.context import (
     Context,
     Entry,
-    continuation_message,
-    render_system,
-    turn_message,
 )
 from tether.runtime.ops import Guard, OpOutcome, OpRunner, Pause
 from tether.spec import TaskSpec, parse_spec
@@ -51,7 +49,6 @@ from tether.store.base import (
     Store,
     TaskPatch,
     TaskRecord,
-    blob_hash,
 )
 from tether.tools.registry import Tool, ToolRegistry
 
@@ -117,14 +114,23 @@ class RunResult:
     interrupted: bool = False
 
 
-class _Stop(Exception):
-    """The loop must stop (terminal, waiting, suspended, interrupted)."""
-
-
 def _default_worker_id() -> str:
     import os
 
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def default_guard(store: Store, spec: TaskSpec, clock: Clock) -> Guard:
+    """Shared breakers and concurrency limits for the services of a task's tools,
+    configured from the contract (`services`, `limits`)."""
+    from tether.tools.breaker import ServiceConfig, ServiceGuard
+
+    configs = {
+        name: ServiceConfig.from_spec(policy, spec.limits) for name, policy in spec.services.items()
+    }
+    return ServiceGuard(
+        store, configs, default=ServiceConfig.from_spec(None, spec.limits), clock=clock
+    )
 
 
 def owner_is_dead(owner: str | None) -> bool:
@@ -265,6 +271,7 @@ class _TaskRun:
         self.ctx: Context
         self.workspace: Path | None = None
         self.user_words: list[str] = []
+        self.guard: Guard | None = None
         self.preexisting: dict[str, str] = {}
         self.tools: list[Tool] = []
         self.status = "queued"
@@ -422,7 +429,7 @@ class _TaskRun:
         try:
             if lifecycle.is_terminal(self.status):
                 return self.result()
-            await self.start_turn()
+            await recovery.start_turn(self)
             while True:
                 await self.round()
         except _Stop:
@@ -470,6 +477,7 @@ class _TaskRun:
         if READ_ARTIFACT not in allow:
             allow.append(READ_ARTIFACT)
         self.tools = self.e.registry.allowed(allow)
+        self.guard = self.e.guard or default_guard(self.store, self.spec, self.e.clock)
         self.known_tools: dict[str, Tool] = {
             n: t for n in self.e.registry.names() if (t := self.e.registry.get(n))
         }
@@ -480,285 +488,7 @@ class _TaskRun:
 
     # ------------------------------------------------------------ turns and recovery
 
-    async def start_turn(self) -> None:
-        """Recover if needed, move to running, assemble the context, open a turn."""
-        events: list[ev.Event] = []
-        first = int(self.usage.get("turns", 0)) == 0
-        kind = "start" if first else "resume"
-        ledger = self.ledger
-        if self.task.cancel_requested:
-            await self.set_status("cancelled", "cancelled_by_user", "cancel requested")
-            raise _Stop
-        events.append(
-            ev.LeaseClaimed(
-                worker_id=self.e.worker_id,
-                token=self.token,
-                expires_at=self.e.clock.now() + self.e.lease_ttl,
-            )
-        )
-        reopened: list[str] = []
-        in_doubt: list[OpRecord] = []
-        if not first:
-            events.append(
-                ev.RecoveryStarted(worker_id=self.e.worker_id, previous_owner=self.previous_owner)
-            )
-            events.append(
-                ev.RecoveryStep(
-                    step="version",
-                    details={"version": self.task.version, "cancel": self.task.cancel_requested},
-                )
-            )
-            artifacts = await self.store.get_artifacts(self.task_id)
-            missing = []
-            for art in artifacts:
-                if not art.valid:
-                    continue
-                try:
-                    data = await self.store.get_blob(art.blob_hash)
-                    ok = blob_hash(data) == art.blob_hash
-                except KeyError:
-                    ok = False
-                if not ok:
-                    missing.append(art.artifact_id)
-            events.append(
-                ev.RecoveryStep(
-                    step="artifacts", details={"checked": len(artifacts), "invalid": missing}
-                )
-            )
-            ops = await self.store.get_ops(self.task_id)
-            # Ops in doubt are settled by the interrupted round when it resumes: each one
-            # is reconciled, re-sent with its original op id, or left to a human.
-            in_doubt = [
-                o
-                for o in ops
-                if o.status
-                in ("intended", "dispatched", "unknown", "retry_wait", "awaiting_approval")
-            ]
-            events.append(
-                ev.RecoveryStep(step="ops", details={"in_doubt": [o.op_id for o in in_doubt]})
-            )
-            good_ops = {o.op_id for o in ops if o.status == "succeeded"}
-            good_arts = {
-                a.artifact_id for a in artifacts if a.valid and a.artifact_id not in missing
-            }
-
-            def resolves(ref: str) -> bool:
-                kind_, _, ident = ref.partition(":")
-                return (kind_ == "op" and ident in good_ops) or (
-                    kind_ == "artifact" and ident in good_arts
-                )
-
-            for d, s in ledger.items():
-                if s.status == "done" and not any(resolves(r) for r in s.evidence):
-                    ledger = L.reopen(ledger, d.id, "evidence no longer resolves").ledger
-                    reopened.append(d.id)
-            events.append(ev.RecoveryStep(step="ledger", details={"reopened": reopened}))
-            if reopened:
-                events.append(
-                    ev.LedgerUpdated(
-                        version=ledger.version,
-                        diff=[{"item": i, "field": "status", "after": "pending"} for i in reopened],
-                        cause="recovery",
-                    )
-                )
-        if self.status != "running":
-            events.append(self._status_event("running", reason=kind))
-        await self.rebuild_context()
-        epoch, why = self.epoch_needed(first)
-        if epoch:
-            self.ctx.system = render_system(self.spec, ledger)
-            self.usage["system_blob"] = await self.store.put_blob(self.ctx.system.encode())
-            self.usage["system_version"] = self.task.version
-            self.usage["system_at"] = self.e.clock.now()
-        text = turn_message(kind, ledger, epoch=epoch)
-        turn = int(self.usage.get("turns", 0)) + 1
-        self.usage["turns"] = turn
-        self.usage["turn_started_round"] = int(self.usage.get("rounds", 0))
-        if not first:
-            events.append(
-                ev.RecoveryStep(step="context", details={"entries": len(self.ctx.entries)})
-            )
-        events.append(
-            ev.TurnStarted(
-                turn=turn,
-                kind=kind,
-                epoch=epoch,
-                epoch_reason=why,
-                system_blob=self.usage.get("system_blob"),
-                system_chars=len(self.ctx.system),
-                message=text,
-            )
-        )
-        await self.commit(events, status="running", ledger=ledger, waiting=None, wake_at=None)
-        self.ctx.append(Entry("turn", [Message("user", text)]))
-        self.snapshot(f"turn {turn} ({kind})")
-        inflight = self.usage.get("inflight")
-        if inflight:
-            await self.round(resume=inflight)
-        unjudged = self.usage.get("unjudged")
-        if unjudged:
-            facts = self.facts_from_dict(unjudged)
-            await self.judge_round(facts, text="")
-
-    def epoch_needed(self, first: bool) -> tuple[bool, str]:
-        """Whether this turn re-renders the system prompt (DESIGN.md section 4)."""
-        if first or not self.usage.get("system_blob") or not self.ctx.system:
-            return True, "task start"
-        if self.e.epoch_every_turn:
-            return True, "every turn (naive policy)"
-        if int(self.usage.get("system_version", 0)) != self.task.version:
-            return True, "goal changed"
-        if self.usage.get("epoch_due"):
-            return True, "after compaction"
-        last = float(self.usage.get("last_call_at", 0.0))
-        if self.e.clock.now() - last > self.spec.context.cache_ttl_seconds:
-            return True, "provider cache expired"
-        return False, ""
-
-    async def rebuild_context(self) -> None:
-        """Context from the last snapshot plus the history entries after it."""
-        schemas = tuple(t.schema() for t in self.tools)
-        self.ctx = Context(system="", tools=schemas)
-        if self.usage.get("system_blob"):
-            with contextlib.suppress(KeyError):
-                self.ctx.system = (await self.store.get_blob(self.usage["system_blob"])).decode()
-        after = 0
-        snap = self.usage.get("ctx_blob")
-        if snap:
-            doc = await self.get_json(snap)
-            for e in doc["entries"]:
-                self.ctx.append(
-                    Entry(e["kind"], [Message.from_dict(m) for m in e["messages"]], e.get("round"))
-                )
-            after = int(self.usage.get("ctx_after_seq", 0))
-        hist = await self.store.read_events(
-            self.task_id,
-            after=after,
-            types={"turn.started", "round.committed", "judge.verdict", "user.message"},
-        )
-        pending_round = int((self.usage.get("inflight") or {}).get("round", 0))
-        for h in hist:
-            d = h.data
-            if h.type == "turn.started" and d.get("message"):
-                self.ctx.append(Entry("turn", [Message("user", d["message"])]))
-            elif h.type == "round.committed" and d.get("messages_blob"):
-                if pending_round and d.get("round") == pending_round:
-                    continue
-                msgs = await self.get_json(d["messages_blob"])
-                self.ctx.append(
-                    Entry("round", [Message.from_dict(m) for m in msgs], d.get("round"))
-                )
-            elif h.type == "judge.verdict" and d.get("continuation"):
-                self.ctx.append(
-                    Entry("continuation", [Message("user", d["continuation"])], d.get("round"))
-                )
-            elif h.type == "user.message":
-                self.ctx.append(
-                    Entry("turn", [Message("user", f"Message from the user: {d['text']}")])
-                )
-        ratio = self.usage.get("token_ratio")
-        if ratio:
-            self.ctx.calibrator.ratio = float(ratio)
-            self.ctx.calibrator.samples = 1
-
     # ------------------------------------------------------------ the round
-
-    async def guard(self) -> None:
-        """Checks between steps: stop request, cancellation, lease, loop guards, budget."""
-        if self.lease_lost:
-            raise errors.StaleLease(self.task_id, self.token, None)
-        if self.e.stop.is_set():
-            await self.set_status("queued", reason="interrupted; resume to continue")
-            raise _Stop
-        task = await self.store.get_task(self.task_id)
-        if task.cancel_requested:
-            await self.set_status("cancelled", "cancelled_by_user", "cancel requested")
-            raise _Stop
-        if task.version != self.task.version:
-            # The goal changed under us: re-read everything in a fresh turn.
-            await self.set_status("queued", reason="goal changed; restarting the turn")
-            raise _Stop
-        if (
-            self.e.max_rounds_this_run is not None
-            and self.rounds_this_run >= self.e.max_rounds_this_run
-        ):
-            await self.set_status("queued", reason="round limit for this run reached")
-            raise _Stop
-        rounds = int(self.usage.get("rounds", 0))
-        if rounds >= self.spec.limits.max_rounds:
-            await self.set_status(
-                "waiting",
-                reason="max_rounds",
-                waiting={
-                    "kind": "human",
-                    "reason": f"max_rounds ({self.spec.limits.max_rounds}) reached with "
-                    f"{len(self.ledger.open_items())} items open; raise the limit and resume",
-                },
-            )
-            raise _Stop
-        ms = self.ledger.current_milestone()
-        per_ms = self.spec.limits.max_rounds_per_milestone
-        if ms is not None and per_ms is not None:
-            used = int(self.usage.get("milestone_rounds", {}).get(ms, 0))
-            if used >= per_ms:
-                await self.set_status(
-                    "waiting",
-                    reason="max_rounds_per_milestone",
-                    waiting={
-                        "kind": "human",
-                        "reason": f"milestone {ms} used its {per_ms} rounds; raise the limit "
-                        "and resume",
-                    },
-                )
-                raise _Stop
-        await self.check_budget()
-
-    async def check_budget(self) -> None:
-        """Threshold events at 50% and 80%; suspension at 100% (DESIGN.md section 7)."""
-        b = self.spec.budget
-        u = self.usage
-        used = {
-            "tokens": (b.tokens, int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0))),
-            "money_usd": (b.money_usd, float(u.get("cost_usd", 0.0))),
-            "wall_seconds": (b.wall_seconds, float(u.get("wall_seconds", 0.0))),
-            "rounds": (b.rounds, int(u.get("rounds", 0))),
-        }
-        marks = set(u.get("budget_marks", []))
-        out: list[ev.Event] = []
-        exhausted = None
-        for res, (limit, val) in used.items():
-            if not limit:
-                continue
-            pct = 100.0 * float(val) / float(limit)
-            for level in (50, 80, 100):
-                key = f"task:{res}:{level}"
-                if pct >= level and key not in marks:
-                    marks.add(key)
-                    out.append(
-                        ev.BudgetThreshold(
-                            scope="task",
-                            resource=res,
-                            percent=level,
-                            used=float(val),
-                            limit=float(limit),
-                        )
-                    )
-            if pct >= 100:
-                exhausted = res
-        u["budget_marks"] = sorted(marks)
-        if exhausted:
-            await self.set_status(
-                "suspended",
-                reason="budget_exhausted",
-                extra=out,
-                waiting={
-                    "kind": "budget",
-                    "reason": f"the {exhausted} budget is used up; raise it and resume",
-                },
-            )
-            raise _Stop
-        if out:
-            await self.commit(out)
 
     async def call_model(self, model: Model, request: ModelRequest) -> ModelResponse:
         """One model call with latency measured; errors become `ModelError`."""
@@ -866,7 +596,7 @@ class _TaskRun:
     async def round(self, resume: Mapping[str, Any] | None = None) -> None:
         """One round: decide, act, verify, write back, judge."""
         if resume is None:
-            await self.guard()
+            await guards.guard(self)
         round_no = int(resume["round"]) if resume else int(self.usage.get("rounds", 0)) + 1
         ledger = self.ledger
         events: list[ev.Event] = []
@@ -946,7 +676,7 @@ class _TaskRun:
                 waiting={"kind": "human", "reason": help_text},
             )
             raise _Stop
-        await self.judge_round(facts, response.text)
+        await verdicts.judge_round(self, facts, response.text)
 
     # ------------------------------------------------------------ act
 
@@ -1062,211 +792,7 @@ class _TaskRun:
         self.usage["failure_keys"] = dict(list(counts.items())[-200:])
         return hit
 
-    def facts_from_dict(self, d: Mapping[str, Any]) -> J.RoundFacts:
-        return J.RoundFacts(
-            round=int(d["round"]),
-            focus=d.get("focus"),
-            text=str(d.get("text", "")),
-            non_convergent=d.get("non_convergent"),
-            ops=tuple(
-                J.OpSummary(
-                    o["op_id"],
-                    o["tool"],
-                    o.get("args", {}),
-                    o["status"],
-                    o.get("summary", ""),
-                    o.get("error"),
-                    o.get("artifact_id"),
-                )
-                for o in d.get("ops", [])
-            ),
-        )
-
     # ------------------------------------------------------------ judge
-
-    async def judge_round(self, facts: J.RoundFacts, text: str) -> None:
-        """Rule judge, LLM judge, audit; commit the verdict; act on the decision."""
-        env = _RuleEnv(self)
-        verdicts = [await J.rule_verdict(self.spec, self.ledger, env)]
-        extra_events: list[ev.Event] = list(env.events)
-        judge_model = self.e.models.judge
-        judges = ["rules"]
-        if judge_model is not None:
-            judges.append(judge_model.name)
-            retry_note = None
-            verdict = None
-            for _attempt in range(2):
-                req = J.judge_request(
-                    self.spec,
-                    self.ledger,
-                    facts,
-                    user_words=self.user_words,
-                    task_id=self.task_id,
-                    retry_note=retry_note,
-                )
-                try:
-                    resp = await self.call_model(judge_model, req)
-                except errors.ModelError as exc:
-                    await self.commit(extra_events, artifacts=env.artifacts)
-                    await self.model_failed("judge", judge_model, exc)
-                    raise
-                extra_events.append(
-                    await self.record_call("judge", judge_model, req, resp, facts.round)
-                )
-                try:
-                    verdict = J.parse_verdict(resp.text)
-                    break
-                except J.VerdictParseError as exc:
-                    retry_note = str(exc)
-            if verdict is None:
-                extra_events.append(
-                    ev.AuditWarning(
-                        code="verdict_unparsed",
-                        message=f"the judge's verdict could not be parsed twice ({retry_note}); "
-                        "treated as no change",
-                    )
-                )
-            else:
-                verdicts.append(verdict)
-        ops = await self.store.get_ops(self.task_id, statuses={"succeeded"})
-        good_ops = {o.op_id for o in ops}
-        good_arts = {a.artifact_id for a in await self.store.get_artifacts(self.task_id) if a.valid}
-        good_arts |= {a.artifact_id for a in env.artifacts}
-
-        def resolves(ref: str) -> bool:
-            kind, _, ident = ref.partition(":")
-            return (kind == "op" and ident in good_ops) or (
-                kind == "artifact" and ident in good_arts
-            )
-
-        item_limits = {i.id: i.max_attempts for i in self.spec.items if i.max_attempts}
-        outcome = J.audit(
-            self.ledger,
-            verdicts,
-            resolves=resolves,
-            facts=facts,
-            limits=self.spec.limits,
-            item_limits=item_limits,
-            rule_items=frozenset(i.id for i in self.spec.items if i.done_when is not None),
-        )
-        new = outcome.update.ledger
-        p = new.progress()
-        for w in outcome.warnings:
-            extra_events.append(
-                ev.AuditWarning(code=w.code, message=w.message, details=dict(w.details))
-            )
-        continuation = ""
-        if outcome.decision == "continue":
-            changed = list(dict.fromkeys(outcome.update.diff.status_changes()))
-            continuation = continuation_message(new, outcome.reason, changed=changed)
-        verdict_event = ev.JudgeVerdict(
-            round=facts.round,
-            decision=outcome.decision,
-            reason=outcome.reason,
-            goal=self.spec.objective,
-            done=p.done,
-            total=p.total,
-            percent=p.percent,
-            changes=outcome.update.diff.to_list(),
-            judges=judges,
-            continuation=continuation,
-        )
-        events: list[ev.Event] = [*extra_events, verdict_event]
-        if outcome.update.changed:
-            events.append(ev.LedgerUpdated(version=new.version, diff=outcome.update.diff.to_list()))
-        self.usage.pop("unjudged", None)
-        failpoints.hit("before_ledger_write")
-        await self.commit(events, ledger=new, artifacts=env.artifacts)
-        if continuation:
-            self.ctx.append(Entry("continuation", [Message("user", continuation)], facts.round))
-        self.snapshot(f"round {facts.round}: {outcome.decision} ({p.done}/{p.total} done)")
-        if outcome.decision == "satisfied":
-            await self.complete(facts.round)
-        elif outcome.decision == "abandon":
-            await self.set_status("abandoned", "environment_unrecoverable", outcome.reason)
-            raise _Stop
-        elif outcome.decision == "need_user":
-            await self.set_status(
-                "waiting",
-                reason="needs_user_input",
-                waiting={"kind": "human", "reason": outcome.reason or "the judge asks for a human"},
-            )
-            raise _Stop
-
-    async def complete(self, round_no: int) -> None:
-        """The completion check on a proposed `satisfied`."""
-        checks = await run_acceptance(self.spec, self.workspace)
-        gaps = [f"acceptance {c.id} failed: {c.detail}" for c in checks if not c.passed]
-        reviewer = self.e.models.review if self.spec.review else None
-        if self.spec.review and reviewer is None:
-            reviewer = self.e.models.judge or self.e.models.actor
-        events: list[ev.Event] = []
-        reopen: tuple[str, ...] = ()
-        if not gaps and reviewer is not None:
-            arts = [
-                {"artifact_id": a.artifact_id, "name": a.name, "kind": a.kind, "size": a.size}
-                for a in (await self.store.get_artifacts(self.task_id))[-50:]
-                if a.valid
-            ]
-            req = review_request(self.spec, self.ledger, checks, arts, self.task_id)
-            try:
-                resp = await self.call_model(reviewer, req)
-            except errors.ModelError as exc:
-                await self.model_failed("review", reviewer, exc)
-                raise
-            events.append(await self.record_call("review", reviewer, req, resp, round_no))
-            review = parse_review(resp.text)
-            if not review.passed:
-                gaps += list(review.gaps) or ["the reviewer did not accept the work"]
-                reopen = tuple(r for r in review.reopen if self.ledger.has_item(r))
-        passed = not gaps
-        events.append(
-            ev.CompletionChecked(
-                passed=passed,
-                results=[c.to_dict() for c in checks],
-                reviewer=reviewer.name if reviewer else None,
-                gaps=gaps,
-            )
-        )
-        if passed:
-            await self.set_status("satisfied", "delivered", "completion check passed", extra=events)
-            self.snapshot("delivered")
-            raise _Stop
-        failures = int(self.usage.get("completion_failures", 0)) + 1
-        self.usage["completion_failures"] = failures
-        ledger = self.ledger
-        for r in reopen:
-            ledger = L.reopen(ledger, r, "reviewer: redo").ledger
-        if ledger.version != self.ledger.version:
-            events.append(ev.LedgerUpdated(version=ledger.version, diff=[], cause="review"))
-        if failures >= 3 or (not ledger.open_items() and failures >= 2):
-            await self.commit(events, ledger=ledger)
-            await self.set_status(
-                "waiting",
-                reason="needs_user_input",
-                waiting={
-                    "kind": "human",
-                    "reason": "the completion check failed "
-                    f"{failures} times: " + "; ".join(gaps)[:800],
-                },
-            )
-            raise _Stop
-        text = continuation_message(ledger, "the completion check failed", gaps)
-        events.append(
-            ev.JudgeVerdict(
-                round=round_no,
-                decision="continue",
-                reason="completion check failed",
-                goal=self.spec.objective,
-                done=ledger.progress().done,
-                total=ledger.progress().total,
-                percent=ledger.progress().percent,
-                continuation=text,
-                judges=["completion"],
-            )
-        )
-        await self.commit(events, ledger=ledger)
-        self.ctx.append(Entry("continuation", [Message("user", text)], round_no))
 
     # ------------------------------------------------------------ context budget
 
@@ -1275,47 +801,3 @@ class _TaskRun:
         budget = self.spec.context.input_budget_tokens
         if self.ctx.estimate() > budget:
             await compact_context(self, budget)
-
-
-class _RuleEnv:
-    """What the rule judge may look at, with evidence artifacts it creates."""
-
-    def __init__(self, run: _TaskRun) -> None:
-        self.run = run
-        self.workspace = run.workspace
-        self.preexisting = run.preexisting
-        self.artifacts: list[ArtifactRecord] = []
-        self.events: list[ev.Event] = []
-
-    async def succeeded_ops(self) -> list[OpRecord]:
-        return await self.run.store.get_ops(self.run.task_id, statuses={"succeeded"})
-
-    async def valid_artifacts(self) -> list[ArtifactRecord]:
-        return [a for a in await self.run.store.get_artifacts(self.run.task_id) if a.valid]
-
-    async def record_evidence(self, item_id: str, text: str) -> str:
-        ref = await self.run.store.put_blob(text.encode("utf-8"))
-        n = int(self.run.usage.get("evidence_count", 0)) + 1
-        self.run.usage["evidence_count"] = n
-        art = ArtifactRecord(
-            artifact_id=f"{self.run.task_id}.ev{n}",
-            task_id=self.run.task_id,
-            kind="evidence",
-            name=item_id,
-            blob_hash=ref,
-            size=len(text),
-            source="rule judge",
-            task_version=self.run.task.version,
-        )
-        self.artifacts.append(art)
-        self.events.append(
-            ev.ArtifactStored(
-                artifact_id=art.artifact_id,
-                kind="evidence",
-                name=item_id,
-                blob=ref,
-                size=len(text),
-                source="rule judge",
-            )
-        )
-        return f"artifact:{art.artifact_id}"

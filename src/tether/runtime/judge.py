@@ -406,8 +406,8 @@ class RuleEnv(Protocol):
     #: Hashes of files that existed before the task (see `FileRule.fresh`).
     preexisting: dict[str, str]
 
-    async def succeeded_ops(self) -> list[OpRecord]:
-        """Committed ops that succeeded."""
+    async def succeeded_ops(self, tools: Sequence[str] = ()) -> list[OpRecord]:
+        """Committed ops that succeeded (of these tools, if given)."""
         ...
 
     async def valid_artifacts(self) -> list[ArtifactRecord]:
@@ -444,6 +444,15 @@ async def rule_verdict(spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> Verdic
     changes: list[ProposedChange] = []
     ops: list[OpRecord] | None = None
     arts: list[ArtifactRecord] | None = None
+    rule_tools = sorted(
+        {
+            i.done_when.tool
+            for i in spec.items
+            if isinstance(i.done_when, OpRule)
+            and ledger.has_item(i.id)
+            and ledger.item(i.id).status in L.OPEN_STATUSES
+        }
+    )
     for item in spec.items:
         rule = item.done_when
         if rule is None or not ledger.has_item(item.id):
@@ -451,7 +460,7 @@ async def rule_verdict(spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> Verdic
         if ledger.item(item.id).status not in L.OPEN_STATUSES:
             continue
         if isinstance(rule, OpRule):
-            ops = ops if ops is not None else await env.succeeded_ops()
+            ops = ops if ops is not None else await env.succeeded_ops(rule_tools)
             hit = next(
                 (
                     o

@@ -47,9 +47,20 @@ class Pause(Exception):
 class Admission(Protocol):
     """What a service guard answers."""
 
-    allowed: bool
-    retry_at: float | None
-    reason: str
+    @property
+    def allowed(self) -> bool:
+        """May the call go now?"""
+        ...
+
+    @property
+    def retry_at(self) -> float | None:
+        """When to try again, if refused."""
+        ...
+
+    @property
+    def reason(self) -> str:
+        """Why."""
+        ...
 
 
 class Guard(Protocol):
@@ -114,7 +125,7 @@ class OpRunner:
         run = self.run
         outcomes: list[OpOutcome] = []
         allowed = {t.name: t for t in run.tools}
-        existing = {o.op_id: o for o in await self.store.get_ops(run.task_id)}
+        existing = {o.op_id: o for o in await self.store.get_ops(run.task_id, round=round_no)}
         for idx, call in enumerate(response.tool_calls):
             op_id = op_id_for(run.task_id, round_no, idx)
             prior = existing.get(op_id)
@@ -546,9 +557,13 @@ class OpRunner:
             if record.status == "retry_wait" and record.next_attempt_at is not None:
                 await self.wait_until(record, record.next_attempt_at)
             holder = f"{run.task_id}:{record.op_id}:{attempt + 1}"
-            guard: Guard | None = run.e.guard
+            guard: Guard | None = run.guard
             if guard is not None and tool.service:
                 adm = await guard.admit(tool.service, holder)
+                for t in getattr(adm, "transitions", ()):
+                    self.pending_events.append(
+                        ev.BreakerChanged(service=t.service, src=t.src, dst=t.dst, reason=t.reason)
+                    )
                 if not adm.allowed:
                     when = f" until {adm.retry_at:.0f}" if adm.retry_at else ""
                     msg = (
@@ -571,6 +586,9 @@ class OpRunner:
                     tool.fn(record.args, self.context(tool, record, attempt)), tool.timeout
                 )
             except asyncio.CancelledError:
+                if guard is not None and tool.service:
+                    # Give the slot back now; a leaked one would hold the limit for its ttl.
+                    await asyncio.shield(guard.release(tool.service, holder))
                 raise
             except Exception as e:  # classified below; a tool's bug is the tool's failure
                 exc = e

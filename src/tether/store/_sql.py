@@ -800,35 +800,79 @@ class SqlStore:
         """Bytes by content address; `KeyError` if absent."""
         return await self._run(self._get_blob_sync, ref)
 
-    def _get_ops_sync(self, task_id: str, statuses: Collection[str] | None) -> list[OpRecord]:
+    @staticmethod
+    def _in(params: dict[str, Any], column: str, prefix: str, values: Collection[Any]) -> str:
+        names = []
+        for n, v in enumerate(sorted(values)):
+            params[f"{prefix}{n}"] = v
+            names.append(f":{prefix}{n}")
+        return f" AND {column} IN ({', '.join(names)})"
+
+    def _get_ops_sync(
+        self,
+        task_id: str,
+        statuses: Collection[str] | None,
+        op_ids: Collection[str] | None = None,
+        round_no: int | None = None,
+        tools: Collection[str] | None = None,
+    ) -> list[OpRecord]:
+        params: dict[str, Any] = {"id": task_id}
+        where = "task_id = :id"
+        if statuses is not None:
+            if not statuses:
+                return []
+            where += self._in(params, "status", "s", statuses)
+        if op_ids is not None:
+            if not op_ids:
+                return []
+            where += self._in(params, "op_id", "o", op_ids)
+        if tools is not None:
+            if not tools:
+                return []
+            where += self._in(params, "tool", "t", tools)
+        if round_no is not None:
+            where += " AND round = :round"
+            params["round"] = round_no
         with self._tx(write=False) as conn:
             rows = self._x(
-                conn,
-                f"SELECT {_OP_COLS} FROM ops WHERE task_id = :id ORDER BY round, call_index",
-                {"id": task_id},
+                conn, f"SELECT {_OP_COLS} FROM ops WHERE {where} ORDER BY round, call_index", params
             ).fetchall()
-        ops = [self._op(r) for r in rows]
-        return [o for o in ops if statuses is None or o.status in statuses]
+        return [self._op(r) for r in rows]
 
     async def get_ops(
-        self, task_id: str, statuses: Collection[str] | None = None
+        self,
+        task_id: str,
+        statuses: Collection[str] | None = None,
+        *,
+        op_ids: Collection[str] | None = None,
+        round: int | None = None,
+        tools: Collection[str] | None = None,
     ) -> list[OpRecord]:
-        """The op journal of a task, in (round, call_index) order."""
-        return await self._run(self._get_ops_sync, task_id, statuses)
+        """The op journal of a task, in (round, call_index) order, optionally filtered."""
+        return await self._run(self._get_ops_sync, task_id, statuses, op_ids, round, tools)
 
-    def _get_artifacts_sync(self, task_id: str) -> list[ArtifactRecord]:
+    def _get_artifacts_sync(
+        self, task_id: str, artifact_ids: Collection[str] | None = None
+    ) -> list[ArtifactRecord]:
+        params: dict[str, Any] = {"id": task_id}
+        where = "task_id = :id"
+        if artifact_ids is not None:
+            if not artifact_ids:
+                return []
+            where += self._in(params, "artifact_id", "a", artifact_ids)
         with self._tx(write=False) as conn:
             rows = self._x(
                 conn,
-                f"SELECT {_ART_COLS} FROM artifacts WHERE task_id = :id"
-                " ORDER BY created_at, artifact_id",
-                {"id": task_id},
+                f"SELECT {_ART_COLS} FROM artifacts WHERE {where} ORDER BY created_at, artifact_id",
+                params,
             ).fetchall()
         return [self._artifact(r) for r in rows]
 
-    async def get_artifacts(self, task_id: str) -> list[ArtifactRecord]:
-        """A task's artifacts, oldest first."""
-        return await self._run(self._get_artifacts_sync, task_id)
+    async def get_artifacts(
+        self, task_id: str, *, artifact_ids: Collection[str] | None = None
+    ) -> list[ArtifactRecord]:
+        """A task's artifacts, oldest first (only `artifact_ids`, if given)."""
+        return await self._run(self._get_artifacts_sync, task_id, artifact_ids)
 
     def _get_artifact_sync(self, artifact_id: str) -> ArtifactRecord:
         with self._tx(write=False) as conn:

@@ -317,12 +317,22 @@ class Store(Protocol):
         ...
 
     async def get_ops(
-        self, task_id: str, statuses: Collection[str] | None = None
+        self,
+        task_id: str,
+        statuses: Collection[str] | None = None,
+        *,
+        op_ids: Collection[str] | None = None,
+        round: int | None = None,
+        tools: Collection[str] | None = None,
     ) -> list[OpRecord]:
-        """The op journal of a task, in (round, call_index) order."""
+        """The op journal of a task, in (round, call_index) order, optionally filtered by
+        status, op id, round or tool (each filter uses an index, so a long task's round
+        never reads its whole journal)."""
         ...
 
-    async def get_artifacts(self, task_id: str) -> list[ArtifactRecord]:
+    async def get_artifacts(
+        self, task_id: str, *, artifact_ids: Collection[str] | None = None
+    ) -> list[ArtifactRecord]:
         """A task's artifacts, oldest first."""
         ...
 

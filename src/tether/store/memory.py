@@ -335,16 +335,36 @@ class MemoryStore:
         return self._blobs[ref]
 
     async def get_ops(
-        self, task_id: str, statuses: Collection[str] | None = None
+        self,
+        task_id: str,
+        statuses: Collection[str] | None = None,
+        *,
+        op_ids: Collection[str] | None = None,
+        round: int | None = None,
+        tools: Collection[str] | None = None,
     ) -> list[OpRecord]:
-        """The op journal of a task."""
-        ops = [o for o in self._ops.values() if o.task_id == task_id]
+        """The op journal of a task, optionally filtered."""
+        ops = [
+            o
+            for o in self._ops.values()
+            if o.task_id == task_id
+            and (statuses is None or o.status in statuses)
+            and (op_ids is None or o.op_id in op_ids)
+            and (round is None or o.round == round)
+            and (tools is None or o.tool in tools)
+        ]
         ops.sort(key=lambda o: (o.round, o.call_index))
-        return [o for o in ops if statuses is None or o.status in statuses]
+        return ops
 
-    async def get_artifacts(self, task_id: str) -> list[ArtifactRecord]:
-        """A task's artifacts, oldest first."""
-        arts = [a for a in self._artifacts.values() if a.task_id == task_id]
+    async def get_artifacts(
+        self, task_id: str, *, artifact_ids: Collection[str] | None = None
+    ) -> list[ArtifactRecord]:
+        """A task's artifacts, oldest first (only `artifact_ids`, if given)."""
+        arts = [
+            a
+            for a in self._artifacts.values()
+            if a.task_id == task_id and (artifact_ids is None or a.artifact_id in artifact_ids)
+        ]
         arts.sort(key=lambda a: (a.created_at, a.artifact_id))
         return arts
 

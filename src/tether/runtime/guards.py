@@ -1,0 +1,113 @@
+"""Checks between rounds: stop requests, cancellation, goal changes, loop guards, budgets.
+
+Budgets (DESIGN.md section 7) emit `budget.threshold` events at 50% and 80% and suspend
+the task at 100%; since the check runs before every model call, the cap is never
+exceeded by more than one call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tether import errors
+from tether import events as ev
+from tether.runtime._signals import Stop as _Stop
+
+if TYPE_CHECKING:
+    from tether.runtime.engine import _TaskRun
+
+
+async def guard(run: _TaskRun) -> None:
+    """Checks between steps: stop request, cancellation, lease, loop guards, budget."""
+    if run.lease_lost:
+        raise errors.StaleLease(run.task_id, run.token, None)
+    if run.e.stop.is_set():
+        await run.set_status("queued", reason="interrupted; resume to continue")
+        raise _Stop
+    task = await run.store.get_task(run.task_id)
+    if task.cancel_requested:
+        await run.set_status("cancelled", "cancelled_by_user", "cancel requested")
+        raise _Stop
+    if task.version != run.task.version:
+        # The goal changed under us: re-read everything in a fresh turn.
+        await run.set_status("queued", reason="goal changed; restarting the turn")
+        raise _Stop
+    if run.e.max_rounds_this_run is not None and run.rounds_this_run >= run.e.max_rounds_this_run:
+        await run.set_status("queued", reason="round limit for this run reached")
+        raise _Stop
+    rounds = int(run.usage.get("rounds", 0))
+    if rounds >= run.spec.limits.max_rounds:
+        await run.set_status(
+            "waiting",
+            reason="max_rounds",
+            waiting={
+                "kind": "human",
+                "reason": f"max_rounds ({run.spec.limits.max_rounds}) reached with "
+                f"{len(run.ledger.open_items())} items open; raise the limit and resume",
+            },
+        )
+        raise _Stop
+    ms = run.ledger.current_milestone()
+    per_ms = run.spec.limits.max_rounds_per_milestone
+    if ms is not None and per_ms is not None:
+        used = int(run.usage.get("milestone_rounds", {}).get(ms, 0))
+        if used >= per_ms:
+            await run.set_status(
+                "waiting",
+                reason="max_rounds_per_milestone",
+                waiting={
+                    "kind": "human",
+                    "reason": f"milestone {ms} used its {per_ms} rounds; raise the limit "
+                    "and resume",
+                },
+            )
+            raise _Stop
+    await check_budget(run)
+
+
+async def check_budget(run: _TaskRun) -> None:
+    """Threshold events at 50% and 80%; suspension at 100% (DESIGN.md section 7)."""
+    b = run.spec.budget
+    u = run.usage
+    used = {
+        "tokens": (b.tokens, int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0))),
+        "money_usd": (b.money_usd, float(u.get("cost_usd", 0.0))),
+        "wall_seconds": (b.wall_seconds, float(u.get("wall_seconds", 0.0))),
+        "rounds": (b.rounds, int(u.get("rounds", 0))),
+    }
+    marks = set(u.get("budget_marks", []))
+    out: list[ev.Event] = []
+    exhausted = None
+    for res, (limit, val) in used.items():
+        if not limit:
+            continue
+        pct = 100.0 * float(val) / float(limit)
+        for level in (50, 80, 100):
+            key = f"task:{res}:{level}"
+            if pct >= level and key not in marks:
+                marks.add(key)
+                out.append(
+                    ev.BudgetThreshold(
+                        scope="task",
+                        resource=res,
+                        percent=level,
+                        used=float(val),
+                        limit=float(limit),
+                    )
+                )
+        if pct >= 100:
+            exhausted = res
+    u["budget_marks"] = sorted(marks)
+    if exhausted:
+        await run.set_status(
+            "suspended",
+            reason="budget_exhausted",
+            extra=out,
+            waiting={
+                "kind": "budget",
+                "reason": f"the {exhausted} budget is used up; raise it and resume",
+            },
+        )
+        raise _Stop
+    if out:
+        await run.commit(out)

@@ -1,0 +1,199 @@
+"""Turn starts and recovery: claim, recover in order, rebuild the context, open a turn.
+
+Recovery follows DESIGN.md section 6: read the task version and cancellation; verify
+stored artifacts; list ops whose outcome is unknown (the interrupted round settles each
+one: reconcile, re-send with its op id, or leave it to a human); restore ledger items
+whose evidence no longer resolves; assemble a fresh context from the snapshot, the
+summary and recent events. Each step is a `recovery.*` event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+from tether import events as ev
+from tether import ledger as L
+from tether.models.base import Message
+from tether.runtime._signals import Stop as _Stop
+from tether.runtime.context import Context, Entry, render_system, turn_message
+from tether.store.base import OpRecord, blob_hash
+
+if TYPE_CHECKING:
+    from tether.runtime.engine import _TaskRun
+from tether.runtime.verdicts import facts_from_dict, judge_round
+
+
+async def start_turn(run: _TaskRun) -> None:
+    """Recover if needed, move to running, assemble the context, open a turn."""
+    events: list[ev.Event] = []
+    first = int(run.usage.get("turns", 0)) == 0
+    kind = "start" if first else "resume"
+    ledger = run.ledger
+    if run.task.cancel_requested:
+        await run.set_status("cancelled", "cancelled_by_user", "cancel requested")
+        raise _Stop
+    events.append(
+        ev.LeaseClaimed(
+            worker_id=run.e.worker_id,
+            token=run.token,
+            expires_at=run.e.clock.now() + run.e.lease_ttl,
+        )
+    )
+    reopened: list[str] = []
+    in_doubt: list[OpRecord] = []
+    if not first:
+        events.append(
+            ev.RecoveryStarted(worker_id=run.e.worker_id, previous_owner=run.previous_owner)
+        )
+        events.append(
+            ev.RecoveryStep(
+                step="version",
+                details={"version": run.task.version, "cancel": run.task.cancel_requested},
+            )
+        )
+        artifacts = await run.store.get_artifacts(run.task_id)
+        missing = []
+        for art in artifacts:
+            if not art.valid:
+                continue
+            try:
+                data = await run.store.get_blob(art.blob_hash)
+                ok = blob_hash(data) == art.blob_hash
+            except KeyError:
+                ok = False
+            if not ok:
+                missing.append(art.artifact_id)
+        events.append(
+            ev.RecoveryStep(
+                step="artifacts", details={"checked": len(artifacts), "invalid": missing}
+            )
+        )
+        ops = await run.store.get_ops(run.task_id)
+        # Ops in doubt are settled by the interrupted round when it resumes: each one
+        # is reconciled, re-sent with its original op id, or left to a human.
+        in_doubt = [
+            o
+            for o in ops
+            if o.status in ("intended", "dispatched", "unknown", "retry_wait", "awaiting_approval")
+        ]
+        events.append(
+            ev.RecoveryStep(step="ops", details={"in_doubt": [o.op_id for o in in_doubt]})
+        )
+        good_ops = {o.op_id for o in ops if o.status == "succeeded"}
+        good_arts = {a.artifact_id for a in artifacts if a.valid and a.artifact_id not in missing}
+
+        def resolves(ref: str) -> bool:
+            kind_, _, ident = ref.partition(":")
+            return (kind_ == "op" and ident in good_ops) or (
+                kind_ == "artifact" and ident in good_arts
+            )
+
+        for d, s in ledger.items():
+            if s.status == "done" and not any(resolves(r) for r in s.evidence):
+                ledger = L.reopen(ledger, d.id, "evidence no longer resolves").ledger
+                reopened.append(d.id)
+        events.append(ev.RecoveryStep(step="ledger", details={"reopened": reopened}))
+        if reopened:
+            events.append(
+                ev.LedgerUpdated(
+                    version=ledger.version,
+                    diff=[{"item": i, "field": "status", "after": "pending"} for i in reopened],
+                    cause="recovery",
+                )
+            )
+    if run.status != "running":
+        events.append(run._status_event("running", reason=kind))
+    await rebuild_context(run)
+    epoch, why = epoch_needed(run, first)
+    if epoch:
+        run.ctx.system = render_system(run.spec, ledger)
+        run.usage["system_blob"] = await run.store.put_blob(run.ctx.system.encode())
+        run.usage["system_version"] = run.task.version
+        run.usage["system_at"] = run.e.clock.now()
+    text = turn_message(kind, ledger, epoch=epoch)
+    turn = int(run.usage.get("turns", 0)) + 1
+    run.usage["turns"] = turn
+    run.usage["turn_started_round"] = int(run.usage.get("rounds", 0))
+    if not first:
+        events.append(ev.RecoveryStep(step="context", details={"entries": len(run.ctx.entries)}))
+    events.append(
+        ev.TurnStarted(
+            turn=turn,
+            kind=kind,
+            epoch=epoch,
+            epoch_reason=why,
+            system_blob=run.usage.get("system_blob"),
+            system_chars=len(run.ctx.system),
+            message=text,
+        )
+    )
+    await run.commit(events, status="running", ledger=ledger, waiting=None, wake_at=None)
+    run.ctx.append(Entry("turn", [Message("user", text)]))
+    run.snapshot(f"turn {turn} ({kind})")
+    inflight = run.usage.get("inflight")
+    if inflight:
+        await run.round(resume=inflight)
+    unjudged = run.usage.get("unjudged")
+    if unjudged:
+        facts = facts_from_dict(run, unjudged)
+        await judge_round(run, facts, text="")
+
+
+def epoch_needed(run: _TaskRun, first: bool) -> tuple[bool, str]:
+    """Whether this turn re-renders the system prompt (DESIGN.md section 4)."""
+    if first or not run.usage.get("system_blob") or not run.ctx.system:
+        return True, "task start"
+    if run.e.epoch_every_turn:
+        return True, "every turn (naive policy)"
+    if int(run.usage.get("system_version", 0)) != run.task.version:
+        return True, "goal changed"
+    if run.usage.get("epoch_due"):
+        return True, "after compaction"
+    last = float(run.usage.get("last_call_at", 0.0))
+    if run.e.clock.now() - last > run.spec.context.cache_ttl_seconds:
+        return True, "provider cache expired"
+    return False, ""
+
+
+async def rebuild_context(run: _TaskRun) -> None:
+    """Context from the last snapshot plus the history entries after it."""
+    schemas = tuple(t.schema() for t in run.tools)
+    run.ctx = Context(system="", tools=schemas)
+    if run.usage.get("system_blob"):
+        with contextlib.suppress(KeyError):
+            run.ctx.system = (await run.store.get_blob(run.usage["system_blob"])).decode()
+    after = 0
+    snap = run.usage.get("ctx_blob")
+    if snap:
+        doc = await run.get_json(snap)
+        for e in doc["entries"]:
+            run.ctx.append(
+                Entry(e["kind"], [Message.from_dict(m) for m in e["messages"]], e.get("round"))
+            )
+        after = int(run.usage.get("ctx_after_seq", 0))
+    hist = await run.store.read_events(
+        run.task_id,
+        after=after,
+        types={"turn.started", "round.committed", "judge.verdict", "user.message"},
+    )
+    pending_round = int((run.usage.get("inflight") or {}).get("round", 0))
+    for h in hist:
+        d = h.data
+        if h.type == "turn.started" and d.get("message"):
+            run.ctx.append(Entry("turn", [Message("user", d["message"])]))
+        elif h.type == "round.committed" and d.get("messages_blob"):
+            if pending_round and d.get("round") == pending_round:
+                continue
+            msgs = await run.get_json(d["messages_blob"])
+            run.ctx.append(Entry("round", [Message.from_dict(m) for m in msgs], d.get("round")))
+        elif h.type == "judge.verdict" and d.get("continuation"):
+            run.ctx.append(
+                Entry("continuation", [Message("user", d["continuation"])], d.get("round"))
+            )
+        elif h.type == "user.message":
+            run.ctx.append(Entry("turn", [Message("user", f"Message from the user: {d['text']}")]))
+    ratio = run.usage.get("token_ratio")
+    if ratio:
+        run.ctx.calibrator.ratio = float(ratio)
+        run.ctx.calibrator.samples = 1

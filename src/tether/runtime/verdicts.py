@@ -1,0 +1,275 @@
+"""After a round: rule judge, LLM judge, audits, the verdict, and the completion check."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tether import errors, failpoints
+from tether import events as ev
+from tether import ledger as L
+from tether.models.base import Message
+from tether.runtime import judge as J
+from tether.runtime._signals import Stop as _Stop
+from tether.runtime.completion import parse_review, review_request, run_acceptance
+from tether.runtime.context import Entry, continuation_message
+from tether.store.base import ArtifactRecord, OpRecord
+
+if TYPE_CHECKING:
+    from tether.runtime.engine import _TaskRun
+
+
+def facts_from_dict(run: _TaskRun, d: Mapping[str, Any]) -> J.RoundFacts:
+    return J.RoundFacts(
+        round=int(d["round"]),
+        focus=d.get("focus"),
+        text=str(d.get("text", "")),
+        non_convergent=d.get("non_convergent"),
+        ops=tuple(
+            J.OpSummary(
+                o["op_id"],
+                o["tool"],
+                o.get("args", {}),
+                o["status"],
+                o.get("summary", ""),
+                o.get("error"),
+                o.get("artifact_id"),
+            )
+            for o in d.get("ops", [])
+        ),
+    )
+
+
+async def judge_round(run: _TaskRun, facts: J.RoundFacts, text: str) -> None:
+    """Rule judge, LLM judge, audit; commit the verdict; act on the decision."""
+    env = _RuleEnv(run)
+    verdicts = [await J.rule_verdict(run.spec, run.ledger, env)]
+    extra_events: list[ev.Event] = list(env.events)
+    judge_model = run.e.models.judge
+    judges = ["rules"]
+    if judge_model is not None:
+        judges.append(judge_model.name)
+        retry_note = None
+        verdict = None
+        for _attempt in range(2):
+            req = J.judge_request(
+                run.spec,
+                run.ledger,
+                facts,
+                user_words=run.user_words,
+                task_id=run.task_id,
+                retry_note=retry_note,
+            )
+            try:
+                resp = await run.call_model(judge_model, req)
+            except errors.ModelError as exc:
+                await run.commit(extra_events, artifacts=env.artifacts)
+                await run.model_failed("judge", judge_model, exc)
+                raise
+            extra_events.append(await run.record_call("judge", judge_model, req, resp, facts.round))
+            try:
+                verdict = J.parse_verdict(resp.text)
+                break
+            except J.VerdictParseError as exc:
+                retry_note = str(exc)
+        if verdict is None:
+            extra_events.append(
+                ev.AuditWarning(
+                    code="verdict_unparsed",
+                    message=f"the judge's verdict could not be parsed twice ({retry_note}); "
+                    "treated as no change",
+                )
+            )
+        else:
+            verdicts.append(verdict)
+    # Resolve only the refs the verdicts cite: a long task never reads its whole journal.
+    cited = {ref for v in verdicts for c in v.changes for ref in c.evidence}
+    op_ids = {r.partition(":")[2] for r in cited if r.startswith("op:")}
+    art_ids = {r.partition(":")[2] for r in cited if r.startswith("artifact:")}
+    ops = await run.store.get_ops(run.task_id, statuses={"succeeded"}, op_ids=op_ids)
+    good_ops = {o.op_id for o in ops}
+    good_arts = {
+        a.artifact_id
+        for a in await run.store.get_artifacts(run.task_id, artifact_ids=art_ids)
+        if a.valid
+    }
+    good_arts |= {a.artifact_id for a in env.artifacts}
+
+    def resolves(ref: str) -> bool:
+        kind, _, ident = ref.partition(":")
+        return (kind == "op" and ident in good_ops) or (kind == "artifact" and ident in good_arts)
+
+    item_limits = {i.id: i.max_attempts for i in run.spec.items if i.max_attempts}
+    outcome = J.audit(
+        run.ledger,
+        verdicts,
+        resolves=resolves,
+        facts=facts,
+        limits=run.spec.limits,
+        item_limits=item_limits,
+        rule_items=frozenset(i.id for i in run.spec.items if i.done_when is not None),
+    )
+    new = outcome.update.ledger
+    p = new.progress()
+    for w in outcome.warnings:
+        extra_events.append(
+            ev.AuditWarning(code=w.code, message=w.message, details=dict(w.details))
+        )
+    continuation = ""
+    if outcome.decision == "continue":
+        changed = list(dict.fromkeys(outcome.update.diff.status_changes()))
+        continuation = continuation_message(new, outcome.reason, changed=changed)
+    verdict_event = ev.JudgeVerdict(
+        round=facts.round,
+        decision=outcome.decision,
+        reason=outcome.reason,
+        goal=run.spec.objective,
+        done=p.done,
+        total=p.total,
+        percent=p.percent,
+        changes=outcome.update.diff.to_list(),
+        judges=judges,
+        continuation=continuation,
+    )
+    events: list[ev.Event] = [*extra_events, verdict_event]
+    if outcome.update.changed:
+        events.append(ev.LedgerUpdated(version=new.version, diff=outcome.update.diff.to_list()))
+    run.usage.pop("unjudged", None)
+    failpoints.hit("before_ledger_write")
+    await run.commit(events, ledger=new, artifacts=env.artifacts)
+    if continuation:
+        run.ctx.append(Entry("continuation", [Message("user", continuation)], facts.round))
+    run.snapshot(f"round {facts.round}: {outcome.decision} ({p.done}/{p.total} done)")
+    if outcome.decision == "satisfied":
+        await complete(run, facts.round)
+    elif outcome.decision == "abandon":
+        await run.set_status("abandoned", "environment_unrecoverable", outcome.reason)
+        raise _Stop
+    elif outcome.decision == "need_user":
+        await run.set_status(
+            "waiting",
+            reason="needs_user_input",
+            waiting={"kind": "human", "reason": outcome.reason or "the judge asks for a human"},
+        )
+        raise _Stop
+
+
+async def complete(run: _TaskRun, round_no: int) -> None:
+    """The completion check on a proposed `satisfied`."""
+    checks = await run_acceptance(run.spec, run.workspace)
+    gaps = [f"acceptance {c.id} failed: {c.detail}" for c in checks if not c.passed]
+    reviewer = run.e.models.review if run.spec.review else None
+    if run.spec.review and reviewer is None:
+        reviewer = run.e.models.judge or run.e.models.actor
+    events: list[ev.Event] = []
+    reopen: tuple[str, ...] = ()
+    if not gaps and reviewer is not None:
+        arts = [
+            {"artifact_id": a.artifact_id, "name": a.name, "kind": a.kind, "size": a.size}
+            for a in (await run.store.get_artifacts(run.task_id))[-50:]
+            if a.valid
+        ]
+        req = review_request(run.spec, run.ledger, checks, arts, run.task_id)
+        try:
+            resp = await run.call_model(reviewer, req)
+        except errors.ModelError as exc:
+            await run.model_failed("review", reviewer, exc)
+            raise
+        events.append(await run.record_call("review", reviewer, req, resp, round_no))
+        review = parse_review(resp.text)
+        if not review.passed:
+            gaps += list(review.gaps) or ["the reviewer did not accept the work"]
+            reopen = tuple(r for r in review.reopen if run.ledger.has_item(r))
+    passed = not gaps
+    events.append(
+        ev.CompletionChecked(
+            passed=passed,
+            results=[c.to_dict() for c in checks],
+            reviewer=reviewer.name if reviewer else None,
+            gaps=gaps,
+        )
+    )
+    if passed:
+        await run.set_status("satisfied", "delivered", "completion check passed", extra=events)
+        run.snapshot("delivered")
+        raise _Stop
+    failures = int(run.usage.get("completion_failures", 0)) + 1
+    run.usage["completion_failures"] = failures
+    ledger = run.ledger
+    for r in reopen:
+        ledger = L.reopen(ledger, r, "reviewer: redo").ledger
+    if ledger.version != run.ledger.version:
+        events.append(ev.LedgerUpdated(version=ledger.version, diff=[], cause="review"))
+    if failures >= 3 or (not ledger.open_items() and failures >= 2):
+        await run.commit(events, ledger=ledger)
+        await run.set_status(
+            "waiting",
+            reason="needs_user_input",
+            waiting={
+                "kind": "human",
+                "reason": f"the completion check failed {failures} times: " + "; ".join(gaps)[:800],
+            },
+        )
+        raise _Stop
+    text = continuation_message(ledger, "the completion check failed", gaps)
+    events.append(
+        ev.JudgeVerdict(
+            round=round_no,
+            decision="continue",
+            reason="completion check failed",
+            goal=run.spec.objective,
+            done=ledger.progress().done,
+            total=ledger.progress().total,
+            percent=ledger.progress().percent,
+            continuation=text,
+            judges=["completion"],
+        )
+    )
+    await run.commit(events, ledger=ledger)
+    run.ctx.append(Entry("continuation", [Message("user", text)], round_no))
+
+
+class _RuleEnv:
+    """What the rule judge may look at, with evidence artifacts it creates."""
+
+    def __init__(self, run: _TaskRun) -> None:
+        self.run = run
+        self.workspace = run.workspace
+        self.preexisting = run.preexisting
+        self.artifacts: list[ArtifactRecord] = []
+        self.events: list[ev.Event] = []
+
+    async def succeeded_ops(self, tools: Sequence[str] = ()) -> list[OpRecord]:
+        return await self.run.store.get_ops(
+            self.run.task_id, statuses={"succeeded"}, tools=set(tools) if tools else None
+        )
+
+    async def valid_artifacts(self) -> list[ArtifactRecord]:
+        return [a for a in await self.run.store.get_artifacts(self.run.task_id) if a.valid]
+
+    async def record_evidence(self, item_id: str, text: str) -> str:
+        ref = await self.run.store.put_blob(text.encode("utf-8"))
+        n = int(self.run.usage.get("evidence_count", 0)) + 1
+        self.run.usage["evidence_count"] = n
+        art = ArtifactRecord(
+            artifact_id=f"{self.run.task_id}.ev{n}",
+            task_id=self.run.task_id,
+            kind="evidence",
+            name=item_id,
+            blob_hash=ref,
+            size=len(text),
+            source="rule judge",
+            task_version=self.run.task.version,
+        )
+        self.artifacts.append(art)
+        self.events.append(
+            ev.ArtifactStored(
+                artifact_id=art.artifact_id,
+                kind="evidence",
+                name=item_id,
+                blob=ref,
+                size=len(text),
+                source="rule judge",
+            )
+        )
+        return f"artifact:{art.artifact_id}"

@@ -16,7 +16,7 @@ from tether import errors
 from tether import events as ev
 from tether.store.base import ApprovalRecord, Store, TaskPatch
 
-Decision = Literal["approve", "reject"]
+Decision = Literal["approve", "reject", "done"]
 
 
 async def pending(store: Store, task_id: str) -> list[ApprovalRecord]:
@@ -34,8 +34,10 @@ async def decide(
     by: str = "user",
     modified_args: Mapping[str, Any] | None = None,
     reason: str = "",
+    result: Any = None,
 ) -> ApprovalRecord:
-    """Approve (optionally with modified arguments) or reject a pending request."""
+    """Approve (optionally with modified arguments), reject, or — for an op whose outcome
+    was unknown — record that it did happen (`done`, with the `result` a human saw)."""
     task = await store.get_task(task_id)
     requests = {a.request_id: a for a in await store.get_approvals(task_id)}
     req = requests.get(request_id)
@@ -47,6 +49,10 @@ async def decide(
     if req.status != "pending":
         raise errors.UserError(
             f"request {request_id} was already {req.status} by {req.decided_by or 'someone'}"
+        )
+    if decision == "done" and req.request.get("kind") != "op_in_doubt":
+        raise errors.UserError(
+            f"--done is for ops whose outcome is unknown; {request_id} asks for an approval"
         )
     if modified_args is not None:
         if decision != "approve":
@@ -61,11 +67,12 @@ async def decide(
     at = now.now() if now is not None else None
     record = replace(
         req,
-        status="approved" if decision == "approve" else "rejected",
+        status="rejected" if decision == "reject" else "approved",
         decision={
             "decision": "modify" if modified_args is not None else decision,
             "modified_args": dict(modified_args) if modified_args is not None else None,
             "reason": reason,
+            "result": result,
         },
         decided_by=by,
         decided_at=at,

@@ -439,6 +439,9 @@ def run(
     async def main() -> tuple[dict[str, Any], Any]:
         contract = load_spec(spec)
         build_models(contract, model)  # refuse a bad model name before writing anything
+        from tether.runtime.builtins import default_registry
+
+        default_registry(lambda: None)  # type: ignore[arg-type,return-value]  # TETHER_TOOLS
         ws = workspace or (Path(contract.workspace) if contract.workspace else Path.cwd())
         if not ws.is_dir():
             raise errors.UserError(f"workspace {ws} is not a folder")
@@ -540,9 +543,16 @@ def approve(
     modify: Annotated[
         str | None, typer.Option("--modify", help="Approve with these arguments (a JSON object).")
     ] = None,
+    done: Annotated[
+        bool,
+        typer.Option("--done", help="For an op whose outcome was unknown: it did happen."),
+    ] = False,
+    result: Annotated[
+        str | None, typer.Option("--result", help="With --done: what the service returned.")
+    ] = None,
     by: Annotated[str, typer.Option("--by", help="Who decides (journaled).")] = "cli",
 ) -> None:
-    """Approve a pending request (optionally with modified arguments)."""
+    """Approve a pending request (optionally with modified arguments, or --done)."""
     from tether import approvals
 
     args = None
@@ -558,13 +568,29 @@ def approve(
         return await _with_store(
             db,
             lambda s: approvals.decide(
-                s, task_id, request_id, "approve", by=by, modified_args=args
+                s,
+                task_id,
+                request_id,
+                "done" if done else "approve",
+                by=by,
+                modified_args=args,
+                result=_maybe_json(result),
             ),
             create=False,
         )
 
     _run(main)
-    out.print(f"approved {request_id}; continue with: tether resume {task_id}")
+    what = "recorded as done" if done else "approved"
+    out.print(f"{what} {request_id}; continue with: tether resume {task_id}")
+
+
+def _maybe_json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 @app.command()

@@ -472,3 +472,32 @@ async def test_malformed_calls_are_clear_errors_never_dispatched(
     assert await events_of(store, tid, "op.intended") == []
     reply = next(m.content for m in model.requests[-1].messages if m.role == "tool")
     assert reply.startswith("ERROR") and "write_ticket" in reply
+
+
+async def test_a_human_can_record_that_an_op_in_doubt_did_happen(tmp_path: Path) -> None:
+    target = Target()
+
+    @tool(effect="write")  # not idempotent, no reconcile
+    def transfer(amount: int, ctx: ToolContext) -> str:
+        target.apply(ctx.op_id)
+        raise ConnectionResetError("connection reset by peer")
+
+    model = ScriptedModel(
+        [ModelResponse("go", (tool_call("transfer", amount=5),)), "NEED_HELP: done"]
+    )
+    store = await MemoryStore.open()
+    tid, engine = await start(
+        store, make_spec(["transfer"]), registry_with(transfer), model, tmp_path
+    )
+    assert (await engine.run(tid)).status == "waiting"
+    assert (await engine.run(tid)).status == "waiting"  # asking again does not ask twice
+    asked = await events_of(store, tid, "approval.requested")
+    assert len(asked) == 1 and "lost response" not in asked[0]["what"]
+    (req,) = await approvals.pending(store, tid)
+    with pytest.raises(errors.UserError):
+        await approvals.decide(store, tid, req.request_id, "approve", modified_args={"amount": 1})
+    await approvals.decide(store, tid, req.request_id, "done", by="ops", result={"ref": "X-9"})
+    await engine.run(tid)
+    assert target.total == 1  # never sent again
+    (res,) = [r for r in await events_of(store, tid, "op.result") if r["tool"] == "transfer"]
+    assert res["status"] == "succeeded" and "X-9" in res["summary"]

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,7 +39,7 @@ from tether.runtime.context import (
     Context,
     Entry,
 )
-from tether.runtime.ops import Guard, OpOutcome, OpRunner, Pause
+from tether.runtime.ops import INLINE_WAIT_MAX, Guard, OpOutcome, OpRunner, Pause
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import (
     UNSET,
@@ -182,6 +183,7 @@ class Engine:
         services: Mapping[str, Any] | None = None,
         epoch_every_turn: bool = False,
         guard: Guard | None = None,
+        inline_wait_max: float | None = None,
     ) -> None:
         self.store = store
         self.models = models
@@ -197,8 +199,18 @@ class Engine:
         self.services = dict(services or {})
         # The naive cache policy (re-render the system tail at every turn), for benchmarks.
         self.epoch_every_turn = epoch_every_turn
-        # Shared breakers and concurrency limits per service (None: no limits).
+        # Shared breakers and concurrency limits per service (None: from the contract).
         self.guard = guard
+        # Backoffs up to this long are waited out in the worker; longer ones park the
+        # task as `waiting` until the stored time and release the lease.
+        env_wait = os.environ.get("TETHER_INLINE_WAIT_MAX")
+        self.inline_wait_max = (
+            inline_wait_max
+            if inline_wait_max is not None
+            else float(env_wait)
+            if env_wait
+            else INLINE_WAIT_MAX
+        )
 
     # ---------------------------------------------------------------- entry point
 

@@ -433,6 +433,21 @@ class OpRunner:
         appr = existing.get(request_id)
         if appr is not None and appr.status != "pending":
             return
+        if appr is not None:
+            # Already asked: wait again without asking twice.
+            await run.set_status(
+                "waiting",
+                reason="op outcome unknown",
+                waiting={
+                    "kind": "human",
+                    "request_id": request_id,
+                    "ops": [record.op_id],
+                    "reason": f"{appr.request['what']}; decide with: tether approve "
+                    f"{run.task_id} {request_id} [--done] or tether reject {run.task_id} "
+                    f"{request_id}",
+                },
+            )
+            raise Pause
         if appr is None:
             appr = ApprovalRecord(
                 request_id=request_id,
@@ -445,9 +460,9 @@ class OpRunner:
                     "args": record.args,
                     "what": f"did {tool.name}({json.dumps(record.args, ensure_ascii=False)[:200]}) "
                     f"take effect? ({detail})",
-                    "impact": "approve to send it again with the same idempotency key, reject "
-                    "to record it as failed",
-                    "options": ["approve", "reject"],
+                    "impact": "approve to send it again with the same idempotency key, "
+                    "approve --done if it did take effect, reject to record it as failed",
+                    "options": ["approve", "done", "reject"],
                 },
                 created_at=self.clock.now(),
             )
@@ -466,7 +481,7 @@ class OpRunner:
                     what=appr.request["what"],
                     impact=appr.request["impact"],
                     op_id=record.op_id,
-                    options=["approve", "reject"],
+                    options=["approve", "done", "reject"],
                 ),
             ],
             waiting={
@@ -475,7 +490,8 @@ class OpRunner:
                 "ops": [record.op_id],
                 "reason": f"the outcome of {record.op_id} ({tool.name}) is unknown after "
                 f"{detail}; check it, then: tether approve {run.task_id} {request_id} (send "
-                f"again) or tether reject {run.task_id} {request_id} (record as failed)",
+                f"again), tether approve {run.task_id} {request_id} --done (it happened) or "
+                f"tether reject {run.task_id} {request_id} (record as failed)",
             },
             ops=[replace(record, status="unknown")],
             approvals=[appr],
@@ -661,7 +677,7 @@ class OpRunner:
         delay = at - self.clock.now()
         if delay <= 0:
             return
-        if delay <= INLINE_WAIT_MAX:
+        if delay <= run.e.inline_wait_max:
             await self.clock.sleep(delay)
             return
         await run.set_status(
@@ -686,12 +702,21 @@ class OpRunner:
         existing = {a.request_id: a for a in await self.store.get_approvals(self.run.task_id)}
         human = existing.get(f"{record.op_id}.in_doubt")
         if human is not None and human.status == "approved":
+            decision = human.decision or {}
+            if decision.get("decision") == "done":
+                # A human checked the outside world: it did happen. Backfill, never resend.
+                result = decision.get("result")
+                if result is None:
+                    result = f"{human.decided_by or 'a human'} recorded this call as done"
+                return await self.success(call, tool, record, result, 0.0)
             return None
         if human is not None and human.status == "rejected":
             who = human.decided_by or "a human"
-            return self.failure(
-                call, tool, record, "deterministic", f"{who} recorded this call as failed", 0.0
-            )
+            msg = f"{who} recorded this call as failed"
+            reason = (human.decision or {}).get("reason")
+            if reason:
+                msg += f" ({reason})"
+            return self.failure(call, tool, record, "deterministic", msg, 0.0)
         effectful = tool.effect != "read"
         if status == "intended" and effectful and not tool.idempotent and tool.reconcile is None:
             # No `dispatched` mark was written: the crash came before sending.
@@ -704,7 +729,8 @@ class OpRunner:
                 return None
         if tool.idempotent or not effectful:
             return None  # the same idempotency key makes a second send harmless
-        await self.in_doubt(tool, record, "a crash while it was in flight")
+        detail = "a lost response" if status == "unknown" else "a crash while it was in flight"
+        await self.in_doubt(tool, record, detail)
         return None
 
     def validate(self, tool: Tool, raw: Any) -> str | None:

@@ -45,6 +45,7 @@ from tether.store.base import (
     UNSET,
     ApprovalRecord,
     ArtifactRecord,
+    Lease,
     LedgerWrite,
     OpRecord,
     Store,
@@ -232,23 +233,18 @@ class Engine:
                 )
             if lease is None:
                 raise errors.TaskBusy(task_id, task.lease_owner, task.lease_expiry)
-        run = _TaskRun(self, task_id, lease.token, previous_owner=before.lease_owner)
-        beat = asyncio.create_task(run.heartbeat())
-        try:
-            return await run.drive()
-        finally:
-            beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beat
-            with contextlib.suppress(errors.StaleLease, errors.TaskNotFound):
-                await self.store.release(task_id, lease.token)
+        return await self._drive(lease, before.lease_owner)
 
     async def run_next(self) -> RunResult | None:
         """Claim any claimable task and run it; None when there is nothing to do."""
         lease = await self.store.claim(self.worker_id, self.lease_ttl)
         if lease is None:
             return None
-        run = _TaskRun(self, lease.task_id, lease.token)
+        return await self._drive(lease, None)
+
+    async def _drive(self, lease: Lease, previous_owner: str | None) -> RunResult:
+        """Drive a claimed task with a heartbeat; give the lease back at the end."""
+        run = _TaskRun(self, lease.task_id, lease.token, previous_owner=previous_owner)
         beat = asyncio.create_task(run.heartbeat())
         try:
             return await run.drive()
@@ -715,30 +711,9 @@ class _TaskRun:
                 # Its result was committed before a crash or a pause: commit it, no more.
                 events.append(ev.OpCommitted(op_id=o.op_id, round=round_no))
                 continue
-            events.append(
-                ev.OpResult(
-                    op_id=o.op_id,
-                    tool=o.tool,
-                    status=o.status,
-                    summary=o.summary,
-                    artifact_id=o.artifact.artifact_id if o.artifact else None,
-                    error_class=o.error_class,
-                    error=o.error,
-                    duration_ms=o.duration_ms,
-                )
-            )
+            events.extend(o.result_events())
             if o.artifact is not None:
                 arts.append(o.artifact)
-                events.append(
-                    ev.ArtifactStored(
-                        artifact_id=o.artifact.artifact_id,
-                        kind=o.artifact.kind,
-                        name=o.artifact.name,
-                        blob=o.artifact.blob_hash,
-                        size=o.artifact.size,
-                        source=o.op_id,
-                    )
-                )
             if o.record is not None:
                 rec = o.record
                 if rec.round == 0:

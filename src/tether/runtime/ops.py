@@ -98,6 +98,33 @@ class OpOutcome:
     args_hash: str = ""
     replayed: bool = False
 
+    def result_events(self) -> list[ev.Event]:
+        """The journal entries of this outcome: its result, and its artifact if any."""
+        out: list[ev.Event] = [
+            ev.OpResult(
+                op_id=self.op_id,
+                tool=self.tool,
+                status=self.status,
+                summary=self.summary,
+                artifact_id=self.artifact.artifact_id if self.artifact else None,
+                error_class=self.error_class,
+                error=self.error,
+                duration_ms=self.duration_ms,
+            )
+        ]
+        if self.artifact is not None:
+            out.append(
+                ev.ArtifactStored(
+                    artifact_id=self.artifact.artifact_id,
+                    kind=self.artifact.kind,
+                    name=self.artifact.name,
+                    blob=self.artifact.blob_hash,
+                    size=self.artifact.size,
+                    source=self.op_id,
+                )
+            )
+        return out
+
 
 def op_id_for(task_id: str, round_no: int, call_index: int) -> str:
     """Deterministic op id: the idempotency key of one tool call."""
@@ -202,18 +229,7 @@ class OpRunner:
             return
         events: list[ev.Event] = []
         for o in new:
-            events.append(
-                ev.OpResult(
-                    op_id=o.op_id,
-                    tool=o.tool,
-                    status=o.status,
-                    summary=o.summary,
-                    artifact_id=o.artifact.artifact_id if o.artifact else None,
-                    error_class=o.error_class,
-                    error=o.error,
-                    duration_ms=o.duration_ms,
-                )
-            )
+            events.extend(o.result_events())
             o.replayed = True
         await self.run.commit(
             events + self.pending_events,
@@ -433,22 +449,9 @@ class OpRunner:
         appr = existing.get(request_id)
         if appr is not None and appr.status != "pending":
             return
-        if appr is not None:
-            # Already asked: wait again without asking twice.
-            await run.set_status(
-                "waiting",
-                reason="op outcome unknown",
-                waiting={
-                    "kind": "human",
-                    "request_id": request_id,
-                    "ops": [record.op_id],
-                    "reason": f"{appr.request['what']}; decide with: tether approve "
-                    f"{run.task_id} {request_id} [--done] or tether reject {run.task_id} "
-                    f"{request_id}",
-                },
-            )
-            raise Pause
+        first = appr is None
         if appr is None:
+            args = json.dumps(record.args, ensure_ascii=False)[:200]
             appr = ApprovalRecord(
                 request_id=request_id,
                 task_id=run.task_id,
@@ -458,18 +461,27 @@ class OpRunner:
                     "kind": "op_in_doubt",
                     "tool": tool.name,
                     "args": record.args,
-                    "what": f"did {tool.name}({json.dumps(record.args, ensure_ascii=False)[:200]}) "
-                    f"take effect? ({detail})",
+                    "what": f"did {tool.name}({args}) take effect? (outcome unknown after "
+                    f"{detail})",
                     "impact": "approve to send it again with the same idempotency key, "
                     "approve --done if it did take effect, reject to record it as failed",
                     "options": ["approve", "done", "reject"],
                 },
                 created_at=self.clock.now(),
             )
-        await run.set_status(
-            "waiting",
-            reason="op outcome unknown",
-            extra=[
+        tid = run.task_id
+        waiting = {
+            "kind": "human",
+            "request_id": request_id,
+            "ops": [record.op_id],
+            "reason": f"{appr.request['what']}; check it, then: tether approve {tid} "
+            f"{request_id} (send again), tether approve {tid} {request_id} --done (it "
+            f"happened) or tether reject {tid} {request_id} (record as failed)",
+        }
+        # Ask once: a resume while the request is pending only waits again.
+        extra: list[ev.Event] = []
+        if first:
+            extra = [
                 ev.AuditWarning(
                     code="op_in_doubt",
                     message=f"the outcome of {record.op_id} ({tool.name}) is unknown and the tool "
@@ -483,18 +495,14 @@ class OpRunner:
                     op_id=record.op_id,
                     options=["approve", "done", "reject"],
                 ),
-            ],
-            waiting={
-                "kind": "human",
-                "request_id": request_id,
-                "ops": [record.op_id],
-                "reason": f"the outcome of {record.op_id} ({tool.name}) is unknown after "
-                f"{detail}; check it, then: tether approve {run.task_id} {request_id} (send "
-                f"again), tether approve {run.task_id} {request_id} --done (it happened) or "
-                f"tether reject {run.task_id} {request_id} (record as failed)",
-            },
-            ops=[replace(record, status="unknown")],
-            approvals=[appr],
+            ]
+        await run.set_status(
+            "waiting",
+            reason="op outcome unknown",
+            extra=extra,
+            waiting=waiting,
+            ops=[replace(record, status="unknown")] if first else (),
+            approvals=[appr] if first else (),
         )
         raise Pause
 

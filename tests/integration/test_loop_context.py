@@ -256,3 +256,38 @@ async def test_different_failing_calls_use_up_the_items_attempts(
     state = (await store.get_ledger(tid)).to_ledger().item("i1")
     assert state.status == "blocked" and "failed 3 attempts" in state.note
     assert result.status == "satisfied"
+
+
+async def test_a_lost_evidence_artifact_reopens_its_item_on_recovery(tmp_path: Path) -> None:
+    import sqlite3
+
+    from tether.store.sqlite import SQLiteStore
+
+    db = tmp_path / "t.db"
+    store = await SQLiteStore.open(db)
+    spec = spec_of(2)
+    tid, first = await run_task(
+        store, spec, tmp_path, ScriptedModel(policy=honest_actor), max_rounds_this_run=1
+    )
+    led = (await store.get_ledger(tid)).to_ledger()
+    (ref,) = led.item("i1").evidence
+    art = await store.get_artifact(ref.partition(":")[2])
+    await store.close()
+    # Someone deletes the evidence behind the ledger's back.
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM blobs WHERE hash = ?", (art.blob_hash,))
+    store = await SQLiteStore.open(db)
+    try:
+        _, result = await run_task(
+            store, spec, tmp_path, ScriptedModel(policy=honest_actor), task_id=tid
+        )
+        steps = {e["step"]: e["details"] for e in await events_of(store, tid, "recovery.step")}
+        assert steps["artifacts"]["invalid"] == [art.artifact_id]
+        assert steps["ledger"]["reopened"] == ["i1"]
+        assert (await store.get_artifact(art.artifact_id)).valid is False
+        # The rule judge proved it again with fresh evidence, and the task delivered.
+        assert result.status == "satisfied"
+        led = (await store.get_ledger(tid)).to_ledger()
+        assert led.item("i1").status == "done" and ref not in led.item("i1").evidence
+    finally:
+        await store.close()

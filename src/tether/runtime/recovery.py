@@ -10,6 +10,7 @@ summary and recent events. Each step is a `recovery.*` event.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tether import events as ev
@@ -17,7 +18,7 @@ from tether import ledger as L
 from tether.models.base import Message
 from tether.runtime._signals import Stop as _Stop
 from tether.runtime.context import Context, Entry, render_system, turn_message
-from tether.store.base import OpRecord, blob_hash
+from tether.store.base import ArtifactRecord, OpRecord, blob_hash
 
 if TYPE_CHECKING:
     from tether.runtime.engine import _TaskRun
@@ -41,6 +42,7 @@ async def start_turn(run: _TaskRun) -> None:
         )
     )
     reopened: list[str] = []
+    invalidated: list[ArtifactRecord] = []
     in_doubt: list[OpRecord] = []
     if not first:
         events.append(
@@ -52,7 +54,12 @@ async def start_turn(run: _TaskRun) -> None:
                 details={"version": run.task.version, "cancel": run.task.cancel_requested},
             )
         )
-        artifacts = await run.store.get_artifacts(run.task_id)
+        # Verify what the ledger's evidence rests on (hash and presence). Reading every
+        # artifact of a long task at each turn would grow without bound.
+        cited = {ref for _, st in ledger.items() for ref in st.evidence}
+        art_ids = {r.partition(":")[2] for r in cited if r.startswith("artifact:")}
+        op_ids = {r.partition(":")[2] for r in cited if r.startswith("op:")}
+        artifacts = await run.store.get_artifacts(run.task_id, artifact_ids=art_ids)
         missing = []
         for art in artifacts:
             if not art.valid:
@@ -64,23 +71,25 @@ async def start_turn(run: _TaskRun) -> None:
                 ok = False
             if not ok:
                 missing.append(art.artifact_id)
+                invalidated.append(replace(art, valid=False))
         events.append(
             ev.RecoveryStep(
                 step="artifacts", details={"checked": len(artifacts), "invalid": missing}
             )
         )
-        ops = await run.store.get_ops(run.task_id)
         # Ops in doubt are settled by the interrupted round when it resumes: each one
         # is reconciled, re-sent with its original op id, or left to a human.
-        in_doubt = [
-            o
-            for o in ops
-            if o.status in ("intended", "dispatched", "unknown", "retry_wait", "awaiting_approval")
-        ]
+        in_doubt = await run.store.get_ops(
+            run.task_id,
+            statuses={"intended", "dispatched", "unknown", "retry_wait", "awaiting_approval"},
+        )
         events.append(
             ev.RecoveryStep(step="ops", details={"in_doubt": [o.op_id for o in in_doubt]})
         )
-        good_ops = {o.op_id for o in ops if o.status == "succeeded"}
+        good_ops = {
+            o.op_id
+            for o in await run.store.get_ops(run.task_id, statuses={"succeeded"}, op_ids=op_ids)
+        }
         good_arts = {a.artifact_id for a in artifacts if a.valid and a.artifact_id not in missing}
 
         def resolves(ref: str) -> bool:
@@ -128,7 +137,14 @@ async def start_turn(run: _TaskRun) -> None:
             message=text,
         )
     )
-    await run.commit(events, status="running", ledger=ledger, waiting=None, wake_at=None)
+    await run.commit(
+        events,
+        status="running",
+        ledger=ledger,
+        waiting=None,
+        wake_at=None,
+        artifacts=invalidated,
+    )
     run.ctx.append(Entry("turn", [Message("user", text)]))
     run.snapshot(f"turn {turn} ({kind})")
     inflight = run.usage.get("inflight")

@@ -466,6 +466,38 @@ def run(
 
 
 @app.command()
+def submit(
+    spec: Annotated[Path, typer.Argument(help="Task spec (YAML).")],
+    db: DbOpt = None,
+    workspace: Annotated[
+        Path | None, typer.Option("--workspace", help="Folder the task works in (default: cwd).")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Queue a task for `tether worker` processes without running it here."""
+    from tether.runtime.tasks import create_task
+    from tether.spec import load_spec
+
+    async def main() -> str:
+        contract = load_spec(spec)
+        ws = workspace or (Path(contract.workspace) if contract.workspace else Path.cwd())
+        if not ws.is_dir():
+            raise errors.UserError(f"workspace {ws} is not a folder")
+        store = await _open(db)
+        try:
+            task = await create_task(store, contract, workspace=ws)
+            return task.task_id
+        finally:
+            await store.close()
+
+    task_id = _run(main)
+    if json_out:
+        out.print_json(json.dumps({"task_id": task_id, "status": "queued"}))
+    else:
+        out.print(task_id)
+
+
+@app.command()
 def resume(
     task_id: str, model: ModelOpt = None, db: DbOpt = None, json_out: JsonOpt = False
 ) -> None:

@@ -1,0 +1,54 @@
+"""Dependencies point one way (DESIGN.md section 2): the store knows nothing of models,
+tools, the runtime or the interfaces; the ledger knows nothing of the store."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "tether"
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            if node.module == "tether":
+                out.update(f"tether.{a.name}" for a in node.names)
+    return out
+
+
+def offending(files: list[Path], forbidden: tuple[str, ...]) -> list[str]:
+    bad = []
+    for f in files:
+        for mod in imports_of(f):
+            if mod.startswith(forbidden):
+                bad.append(f"{f.relative_to(SRC)} imports {mod}")
+    return bad
+
+
+def test_store_imports_no_runtime_models_tools_or_interfaces() -> None:
+    files = sorted((SRC / "store").glob("*.py"))
+    assert files
+    forbidden = ("tether.runtime", "tether.models", "tether.tools", "tether.cli", "tether.web")
+    assert offending(files, forbidden) == []
+
+
+def test_domain_modules_do_not_reach_up() -> None:
+    files = [SRC / f for f in ("ledger.py", "spec.py", "lifecycle.py", "events.py", "errors.py")]
+    forbidden = ("tether.store", "tether.runtime", "tether.models", "tether.tools", "tether.cli")
+    assert offending(files, forbidden) == []
+
+
+def test_runtime_does_not_import_the_interfaces() -> None:
+    files = sorted((SRC / "runtime").glob("*.py"))
+    assert offending(files, ("tether.cli", "tether.web")) == []
+
+
+def test_the_check_sees_imports() -> None:
+    # Guard against a check that cannot fail: it does see the engine's imports.
+    assert "tether.store.base" in imports_of(SRC / "runtime" / "engine.py")

@@ -693,7 +693,14 @@ def worker(
             loop.add_signal_handler(signal.SIGTERM, stop.set)
         try:
             while not stop.is_set():
-                claimable = await store.list_tasks(statuses={"queued", "stalled", "running"})
+                now = time.time()
+                claimable = [
+                    t
+                    for t in await store.list_tasks(
+                        statuses={"queued", "stalled", "running", "waiting"}, limit=1000
+                    )
+                    if t.status != "waiting" or (t.wake_at is not None and t.wake_at <= now)
+                ]
                 ran = False
                 for t in reversed(claimable):
                     spec = parse_spec(t.spec, source=f"task {t.task_id}")

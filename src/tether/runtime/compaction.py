@@ -120,7 +120,7 @@ async def compact_context(run: _TaskRun, budget: int) -> None:
     # A compaction breaks the cached prefix anyway: start a new epoch with the current
     # ledger at the tail of the system prompt.
     ctx.system = render_system(run.spec, run.ledger)
-    run.usage["system_blob"] = await run.store.put_blob(ctx.system.encode())
+    run.usage["system_blob"] = run.stage_blob(ctx.system.encode())
     run.usage["system_version"] = run.task.version
     run.usage["system_at"] = run.e.clock.now()
     # Still too big: trim long tool outputs, then fold the oldest kept rounds into the
@@ -163,8 +163,8 @@ async def compact_context(run: _TaskRun, budget: int) -> None:
             for e in ctx.entries
         ]
     }
-    blob = await run.store.put_blob(json.dumps(snapshot, sort_keys=True).encode())
-    summary_blob = await run.store.put_blob(summary.encode())
+    blob = run.stage_blob(json.dumps(snapshot, sort_keys=True).encode())
+    summary_blob = run.stage_blob(summary.encode())
     run.usage["ctx_blob"] = blob
     run.usage["ctx_after_seq"] = int(run.usage.get("last_seq", 0))
     run.usage["compactions"] = int(run.usage.get("compactions", 0)) + 1

@@ -51,6 +51,7 @@ from tether.store.base import (
     Store,
     TaskPatch,
     TaskRecord,
+    blob_hash,
 )
 from tether.tools.registry import Tool, ToolRegistry
 
@@ -120,6 +121,10 @@ def _default_worker_id() -> str:
     import os
 
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _fact_status(o: OpOutcome) -> str:
+    return "deferred" if o.retry_at is not None else o.status
 
 
 def default_guard(store: Store, spec: TaskSpec, clock: Clock) -> Guard:
@@ -279,6 +284,7 @@ class _TaskRun:
         self.ctx: Context
         self.workspace: Path | None = None
         self.user_words: list[str] = []
+        self.pending_blobs: dict[str, bytes] = {}
         self.guard: Guard | None = None
         self.preexisting: dict[str, str] = {}
         self.tools: list[Tool] = []
@@ -341,7 +347,9 @@ class _TaskRun:
             ops=ops,
             artifacts=artifacts,
             approvals=approvals,
+            blobs=list(self.pending_blobs.values()),
         )
+        self.pending_blobs.clear()
         if ledger is not None:
             self.ledger = ledger
         if status is not None:
@@ -399,11 +407,16 @@ class _TaskRun:
             )
         )
 
+    def stage_blob(self, data: bytes) -> str:
+        """A blob that goes into the store with the next commit (the one whose events
+        reference it): one transaction instead of one per blob."""
+        ref = blob_hash(data)
+        self.pending_blobs[ref] = data
+        return ref
+
     async def put_json(self, obj: Any) -> str:
-        """Store a JSON document as a blob."""
-        return await self.store.put_blob(
-            json.dumps(obj, ensure_ascii=False, sort_keys=True).encode("utf-8")
-        )
+        """Stage a JSON document as a blob (stored by the next commit)."""
+        return self.stage_blob(json.dumps(obj, ensure_ascii=False, sort_keys=True).encode("utf-8"))
 
     async def get_json(self, ref: str) -> Any:
         """Read a JSON blob."""
@@ -653,7 +666,7 @@ class _TaskRun:
             response = ModelResponse.from_dict(await self.get_json(resume["response_blob"]))
         runner = OpRunner(self)
         try:
-            outcomes = await runner.act(round_no, response)
+            outcomes = await runner.act(round_no, response, resumed=resume is not None)
         except Pause:
             raise _Stop from None
         await self.write_back(round_no, focus, response, outcomes, runner.pending_events)
@@ -667,7 +680,7 @@ class _TaskRun:
                     o.op_id,
                     o.tool,
                     dict(o.call.arguments or {}),
-                    o.status,
+                    _fact_status(o),
                     o.summary,
                     o.error,
                     o.artifact.artifact_id if o.artifact else None,
@@ -685,6 +698,34 @@ class _TaskRun:
             )
             raise _Stop
         await verdicts.judge_round(self, facts, response.text)
+        if facts.deferred:
+            await self.wait_for_services([o for o in outcomes if o.retry_at is not None])
+
+    async def wait_for_services(self, held: Sequence[OpOutcome]) -> None:
+        """Every call of the round met an open breaker: rather than spend model calls
+        (and the item's attempts) on a service that is known to be down, wait for its
+        next chance — in the worker if short, else parked as `waiting` until then."""
+        now = self.e.clock.now()
+        until = min((o.retry_at for o in held if o.retry_at), default=now + 1.0)
+        services = sorted({o.tool for o in held})
+        delay = until - now
+        if delay <= 0:
+            return
+        if delay <= self.e.inline_wait_max:
+            await self.e.clock.sleep(delay)
+            return
+        await self.set_status(
+            "waiting",
+            reason="service unavailable",
+            waiting={
+                "kind": "external",
+                "until": until,
+                "reason": f"{', '.join(services)}: the service's circuit breaker is open "
+                f"until {until:.0f}; the task continues then",
+            },
+            wake_at=until,
+        )
+        raise _Stop
 
     # ------------------------------------------------------------ act
 
@@ -744,7 +785,7 @@ class _TaskRun:
                     "op_id": o.op_id,
                     "tool": o.tool,
                     "args": dict(o.call.arguments or {}),
-                    "status": o.status,
+                    "status": _fact_status(o),
                     "summary": o.summary,
                     "error": o.error,
                     "artifact_id": o.artifact.artifact_id if o.artifact else None,
@@ -766,7 +807,7 @@ class _TaskRun:
         hit = None
         limit = self.spec.limits.same_failure_repeats
         for o in outcomes:
-            if o.status != "failed" or o.replayed:
+            if o.status != "failed" or o.replayed or o.retry_at is not None:
                 continue
             key = f"{o.tool}|{o.args_hash[-16:]}|{o.error_class}"
             counts[key] = int(counts.get(key, 0)) + 1

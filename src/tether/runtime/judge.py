@@ -95,8 +95,14 @@ class RoundFacts:
 
     @property
     def failed_ops(self) -> int:
-        """How many ops failed."""
-        return sum(1 for o in self.ops if o.status != "succeeded")
+        """How many ops failed (calls deferred by an open breaker are not failures)."""
+        return sum(1 for o in self.ops if o.status not in ("succeeded", "deferred"))
+
+    @property
+    def deferred(self) -> bool:
+        """True when every call of the round was held back by an open breaker: the round
+        was no attempt at its item and must not count against it."""
+        return bool(self.ops) and all(o.status == "deferred" for o in self.ops)
 
 
 @dataclass(frozen=True)
@@ -198,7 +204,8 @@ def audit(
     # Mechanical breaker on the focus item: no progress raises it, progress resets it.
     focus = facts.focus
     if (
-        focus is not None
+        not facts.deferred
+        and focus is not None
         and ledger.has_item(focus)
         and ledger.item(focus).status in L.OPEN_STATUSES
     ):

@@ -97,6 +97,8 @@ class OpOutcome:
     duration_ms: float = 0.0
     args_hash: str = ""
     replayed: bool = False
+    #: Set when an open breaker held the call back: the service's next chance.
+    retry_at: float | None = None
 
     def result_events(self) -> list[ev.Event]:
         """The journal entries of this outcome: its result, and its artifact if any."""
@@ -147,12 +149,19 @@ class OpRunner:
 
     # ------------------------------------------------------------------ entry
 
-    async def act(self, round_no: int, response: ModelResponse) -> list[OpOutcome]:
-        """Phases 4 and 5 for every tool call of the round."""
+    async def act(
+        self, round_no: int, response: ModelResponse, *, resumed: bool = True
+    ) -> list[OpOutcome]:
+        """Phases 4 and 5 for every tool call of the round (`resumed`: the round was
+        interrupted before, so some of its ops may already be journaled)."""
         run = self.run
         outcomes: list[OpOutcome] = []
         allowed = {t.name: t for t in run.tools}
-        existing = {o.op_id: o for o in await self.store.get_ops(run.task_id, round=round_no)}
+        existing = (
+            {o.op_id: o for o in await self.store.get_ops(run.task_id, round=round_no)}
+            if resumed
+            else {}
+        )
         for idx, call in enumerate(response.tool_calls):
             op_id = op_id_for(run.task_id, round_no, idx)
             prior = existing.get(op_id)
@@ -328,7 +337,7 @@ class OpRunner:
         # read_artifact returns a slice the model asked for; previewing it again would
         # send the model round in circles.
         if len(text) > limit and tool.name != READ_ARTIFACT:
-            ref = await self.store.put_blob(text.encode("utf-8"))
+            ref = self.run.stage_blob(text.encode("utf-8"))
             artifact = ArtifactRecord(
                 artifact_id=f"{record.op_id}.out",
                 task_id=run.task_id,
@@ -556,6 +565,7 @@ class OpRunner:
         # mark: for the others a crash before or after sending is handled the same way.
         mark_dispatch = effectful and not tool.idempotent and tool.reconcile is None
         attempt = record.attempts
+        first_attempt = attempt
         t0 = time.perf_counter()
         if not fresh:
             outcome = await self.recover(tool, call, record)
@@ -594,7 +604,11 @@ class OpRunner:
                         f"service {tool.service} is unavailable{when}: {adm.reason}; "
                         "work on something else"
                     )
-                    return self.failure(call, tool, record, "transient", msg, 0.0)
+                    out = self.failure(call, tool, record, "transient", msg, 0.0)
+                    if attempt == first_attempt:
+                        # Held back before any attempt: no try at all, only a delay.
+                        out.retry_at = adm.retry_at
+                    return out
             attempt += 1
             record = replace(record, attempts=attempt)
             if mark_dispatch:
@@ -628,8 +642,13 @@ class OpRunner:
                         cls_msg = failures.Classified(override, cls_msg.message, cls_msg.delay)
                 ok = cls_msg.cls in ("deterministic", "validation")  # the service answered
             if guard is not None and tool.service:
-                await guard.release(tool.service, holder)
-                for t in await guard.record(tool.service, ok, holder):
+                finish = getattr(guard, "finish", None)
+                if finish is not None:
+                    transitions = await finish(tool.service, ok, holder)
+                else:
+                    await guard.release(tool.service, holder)
+                    transitions = await guard.record(tool.service, ok, holder)
+                for t in transitions:
                     self.pending_events.append(
                         ev.BreakerChanged(service=t.service, src=t.src, dst=t.dst, reason=t.reason)
                     )

@@ -117,7 +117,7 @@ async def start_turn(run: _TaskRun) -> None:
     epoch, why = epoch_needed(run, first)
     if epoch:
         run.ctx.system = render_system(run.spec, ledger)
-        run.usage["system_blob"] = await run.store.put_blob(run.ctx.system.encode())
+        run.usage["system_blob"] = run.stage_blob(run.ctx.system.encode())
         run.usage["system_version"] = run.task.version
         run.usage["system_at"] = run.e.clock.now()
     text = turn_message(kind, ledger, epoch=epoch)

@@ -248,7 +248,7 @@ class _RuleEnv:
         return [a for a in await self.run.store.get_artifacts(self.run.task_id) if a.valid]
 
     async def record_evidence(self, item_id: str, text: str) -> str:
-        ref = await self.run.store.put_blob(text.encode("utf-8"))
+        ref = self.run.stage_blob(text.encode("utf-8"))
         n = int(self.run.usage.get("evidence_count", 0)) + 1
         self.run.usage["evidence_count"] = n
         art = ArtifactRecord(

@@ -456,6 +456,7 @@ class SqlStore:
         ops: Sequence[OpRecord],
         artifacts: Sequence[ArtifactRecord],
         approvals: Sequence[ApprovalRecord] = (),
+        blobs: Sequence[bytes] = (),
     ) -> CommitResult:
         now = self.clock.now()
         with self._tx(write=True) as conn:
@@ -539,6 +540,13 @@ class SqlStore:
                 self._insert_artifact(conn, art, now)
             for appr in approvals:
                 self._upsert_approval(conn, appr, now)
+            if blobs:
+                self._xmany(
+                    conn,
+                    "INSERT INTO blobs (hash, size, data, created_at) VALUES (:h, :s, :d, :t)"
+                    " ON CONFLICT (hash) DO NOTHING",
+                    [{"h": blob_hash(b), "s": len(b), "d": bytes(b), "t": now} for b in blobs],
+                )
             # Crash tests stop the process here: events written, projection not yet.
             failpoints.hit("during_commit")
             assignments = ", ".join(f"{k} = :{k}" for k in sets)
@@ -560,10 +568,20 @@ class SqlStore:
         ops: Sequence[OpRecord] = (),
         artifacts: Sequence[ArtifactRecord] = (),
         approvals: Sequence[ApprovalRecord] = (),
+        blobs: Sequence[bytes] = (),
     ) -> CommitResult:
         """Append events and update projections atomically (see `Store.commit`)."""
         return await self._run(
-            self._commit_sync, task_id, token, events, task, ledger, ops, artifacts, approvals
+            self._commit_sync,
+            task_id,
+            token,
+            events,
+            task,
+            ledger,
+            ops,
+            artifacts,
+            approvals,
+            blobs,
         )
 
     def _upsert_approval(self, conn: Any, appr: ApprovalRecord, now: float) -> None:

@@ -281,6 +281,7 @@ class Store(Protocol):
         ops: Sequence[OpRecord] = (),
         artifacts: Sequence[ArtifactRecord] = (),
         approvals: Sequence[ApprovalRecord] = (),
+        blobs: Sequence[bytes] = (),
     ) -> CommitResult:
         """Append events and update projections atomically.
 

@@ -169,6 +169,7 @@ class MemoryStore:
         ops: Sequence[OpRecord] = (),
         artifacts: Sequence[ArtifactRecord] = (),
         approvals: Sequence[ApprovalRecord] = (),
+        blobs: Sequence[bytes] = (),
     ) -> CommitResult:
         """Append events and update projections atomically."""
         async with self._lock:
@@ -257,6 +258,8 @@ class MemoryStore:
                     self._artifacts[art.artifact_id] = dataclasses.replace(
                         old_art, valid=art.valid, meta=art.meta
                     )
+            for data in blobs:
+                self._blobs.setdefault(blob_hash(data), bytes(data))
             for appr in approvals:
                 old_appr = self._approvals.get(appr.request_id)
                 self._approvals[appr.request_id] = dataclasses.replace(

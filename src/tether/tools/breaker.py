@@ -55,7 +55,7 @@ AdmissionCause = Literal["closed", "probe", "open", "probing", "busy"]
 
 #: The window keeps at most this many of the most recent calls, so that a busy service's
 #: document stays small; the failure rate is that of these calls.
-MAX_WINDOW_CALLS = 1000
+MAX_WINDOW_CALLS = 200
 #: A caller refused while another's probe is outstanding may try again this soon.
 PROBE_RETRY_SECONDS = 1.0
 
@@ -413,6 +413,12 @@ class ServiceGuard:
         way, up to `max_wait`; then refuses with `cause="busy"`.
         """
         cfg = self.config(service)
+        if cfg.max_concurrency is None:
+            # No slot to take: a closed breaker needs no write, so the common case costs
+            # one read instead of a write transaction that every worker would queue on.
+            doc = await self.store.get_shared(service_key(service))
+            if doc is None or doc.get("state", "closed") == "closed":
+                return Admission(True, None, "breaker closed", "closed")
 
         def step(doc: dict[str, Any] | None, now: float) -> tuple[dict[str, Any] | None, Admission]:
             new, adm = admit_call(
@@ -447,6 +453,19 @@ class ServiceGuard:
             doc: dict[str, Any] | None, now: float
         ) -> tuple[dict[str, Any] | None, list[Transition]]:
             new, transitions = record(doc, now, policy, ok, holder, service=service)
+            return _stored(new), transitions
+
+        return await self.store.update_shared(service_key(service), step)
+
+    async def finish(self, service: str, ok: bool, holder: str) -> list[Transition]:
+        """`release` and `record` in one transaction (the engine's path after a call)."""
+        cfg = self.config(service)
+
+        def step(
+            doc: dict[str, Any] | None, now: float
+        ) -> tuple[dict[str, Any] | None, list[Transition]]:
+            base = release_slot(doc, holder) if cfg.max_concurrency is not None and doc else doc
+            new, transitions = record(base, now, cfg.breaker, ok, holder, service=service)
             return _stored(new), transitions
 
         return await self.store.update_shared(service_key(service), step)

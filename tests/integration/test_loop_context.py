@@ -56,7 +56,7 @@ async def test_resume_inside_the_cache_window_keeps_the_system_prompt(
     clock = FakeClock()
     spec = spec_of(6, context={"cache_ttl_seconds": 300})
     model = ScriptedModel(policy=honest_actor)
-    tid, first = await run_task(store, spec, tmp_path, model, clock=clock, max_rounds_this_run=2)
+    tid, _first = await run_task(store, spec, tmp_path, model, clock=clock, max_rounds_this_run=2)
     assert first.status == "queued"
     before = [r for r in model.requests if r.purpose == "act"]
     clock.advance(30)  # well inside the provider's cache lifetime
@@ -266,7 +266,7 @@ async def test_a_lost_evidence_artifact_reopens_its_item_on_recovery(tmp_path: P
     db = tmp_path / "t.db"
     store = await SQLiteStore.open(db)
     spec = spec_of(2)
-    tid, first = await run_task(
+    tid, _first = await run_task(
         store, spec, tmp_path, ScriptedModel(policy=honest_actor), max_rounds_this_run=1
     )
     led = (await store.get_ledger(tid)).to_ledger()

@@ -56,7 +56,7 @@ async def test_resume_inside_the_cache_window_keeps_the_system_prompt(
     clock = FakeClock()
     spec = spec_of(6, context={"cache_ttl_seconds": 300})
     model = ScriptedModel(policy=honest_actor)
-    tid, _first = await run_task(store, spec, tmp_path, model, clock=clock, max_rounds_this_run=2)
+    tid, first = await run_task(store, spec, tmp_path, model, clock=clock, max_rounds_this_run=2)
     assert first.status == "queued"
     before = [r for r in model.requests if r.purpose == "act"]
     clock.advance(30)  # well inside the provider's cache lifetime

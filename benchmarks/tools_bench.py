@@ -272,7 +272,7 @@ def _commit_kind(events: Any) -> str:
 
 def _guard_kind(fn: Any) -> str:
     q = getattr(fn, "__qualname__", "")
-    for name in ("admit", "release", "record"):
+    for name in ("admit", "finish", "release", "record"):
         if f".{name}." in q:
             return f"guard {name}"
     return "shared update"
@@ -297,6 +297,7 @@ def instrument(store: Store) -> None:
 
     wrap("commit", lambda _t, _tok, events, **_k: _commit_kind(events), True, sized=True)
     wrap("update_shared", lambda _key, fn: _guard_kind(fn), True)
+    wrap("get_shared", lambda *_a, **_k: "guard admit (read only)", False)
     wrap("put_blob", lambda *_a, **_k: "messages blob", True)
     for name in _READS:
         wrap(name, lambda *_a, _n=name, **_k: f"read ({_n})", False)
@@ -308,9 +309,9 @@ def op_windows() -> Iterator[None]:
     act0 = ops_mod.OpRunner.act
     wb0 = engine_mod._TaskRun.write_back
 
-    async def act(self: Any, round_no: int, response: ModelResponse) -> Any:
+    async def act(self: Any, round_no: int, response: ModelResponse, **kw: Any) -> Any:
         PROBE.begin(round_no)
-        return await act0(self, round_no, response)
+        return await act0(self, round_no, response, **kw)
 
     async def write_back(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -667,6 +668,7 @@ async def run_variant(
     retry: RetryPolicy | None = None,
     seed: int = 1,
     floor: Floor | None = None,
+    allow_park: bool = False,
 ) -> Run:
     service = Service(fail_rate=fail_rate, seed=seed)
     try:
@@ -702,7 +704,8 @@ async def run_variant(
             wall = time.perf_counter() - t0
             samples, writes_all = PROBE.samples, PROBE.writes_all
             PROBE.samples = []
-            if result.rounds != rounds or len(samples) != rounds:
+            parked = allow_park and result.status == "waiting"
+            if not parked and (result.rounds != rounds or len(samples) != rounds):
                 final = await store.get_task(task.task_id)
                 raise RuntimeError(
                     f"{variant.key}: {result.rounds} rounds of {rounds} ({len(samples)} op "
@@ -797,9 +800,11 @@ PARTS = (
     ("intent commit", "intent commit"),
     ("dispatched commit", "dispatched commit"),
     ("guard admit", "guard: admit (update_shared)"),
+    ("guard admit (read only)", "guard: admit, breaker closed (get_shared)"),
+    ("guard finish", "guard: release + record (update_shared)"),
     ("guard release", "guard: release (update_shared)"),
     ("guard record", "guard: record (update_shared)"),
-    ("messages blob", "messages blob (put_blob)"),
+    ("messages blob", "messages blob (put_blob; now inside the round commit)"),
     ("round commit", "round commit (result + op.committed)"),
 )
 
@@ -1058,8 +1063,9 @@ def part_b_table(run: Run, command: str, p: float, k: int, extra: Run | None) ->
         ok = sum(1 for o in ex_ops if o.status == "succeeded")
         opened = extra.breaker_openings
         table.add_row(
-            f"for contrast, {len(ex_ops)} rounds WITH the shared breaker (default thresholds): "
-            "ops succeeded / failed fast on an open breaker / breaker openings",
+            "for contrast, up to 100 rounds WITH the shared breaker (default "
+            f"thresholds): {len(ex_ops)} ops ran before the task was parked until the "
+            "breaker's next chance; ops succeeded / held back by the open breaker / openings",
             f"{ok} / {refused} / {opened}",
             "opens at >= 30% of >= 10 calls,",
             "then cools down 60 s",
@@ -1120,7 +1126,9 @@ async def part_b(backend: Backend, rounds: int, contrast: int) -> tuple[Run, Run
     if contrast:
         log(f"  {backend.name}: {contrast} rounds with the default shared breaker")
         vb = Variant("retries_breaker", "breaker", True, True, True)
-        extra = await run_variant(backend, vb, contrast, fail_rate=FAIL_P, retry=retry, seed=SEED)
+        extra = await run_variant(
+            backend, vb, contrast, fail_rate=FAIL_P, retry=retry, seed=SEED, allow_park=True
+        )
     return run, extra
 
 

@@ -141,3 +141,27 @@ async def test_per_purpose_usage_is_tracked(store: MemoryStore, tmp_path: Path) 
     assert usage["by_purpose"]["act"]["calls"] == 2
     assert usage["by_purpose"]["judge"]["calls"] == 2
     assert usage["model_calls"] == 4
+
+
+async def test_a_milestone_budget_suspends_the_task(store: MemoryStore, tmp_path: Path) -> None:
+    def costly(request: ModelRequest) -> ModelResponse:
+        resp = _stuck(request)
+        return ModelResponse(resp.text, resp.tool_calls, Usage(input_tokens=400, output_tokens=100))
+
+    spec = spec_of(
+        2,
+        milestones=[{"id": "m1", "title": "first", "budget": {"tokens": 2000}}],
+        items=[
+            {"id": "i1", "title": "t1", "milestone": "m1",
+             "done_when": {"kind": "file", "path": "out/i1.txt"}},
+            {"id": "i2", "title": "t2", "done_when": {"kind": "file", "path": "out/i2.txt"}},
+        ],
+        limits={"no_progress_rounds": 100},
+    )  # fmt: skip
+    tid, result = await run_task(store, spec, tmp_path, ScriptedModel(policy=costly))
+    assert result.status == "suspended"
+    marks = [(e["scope"], e["percent"]) for e in await events_of(store, tid, "budget.threshold")]
+    assert marks == [("milestone:m1", 50), ("milestone:m1", 80), ("milestone:m1", 100)]
+    task = await store.get_task(tid)
+    assert task.waiting is not None and task.waiting["scope"] == "milestone:m1"
+    assert 2000 <= task.usage["milestone_usage"]["m1"]["tokens"] <= 2000 + 500

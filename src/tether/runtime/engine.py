@@ -307,6 +307,13 @@ class _TaskRun:
 
     def _tick_wall(self) -> None:
         now = time.monotonic()
+        ms = self.ledger.current_milestone() if hasattr(self, "ledger") else None
+        if ms is not None:
+            per = dict(self.usage.get("milestone_usage", {}))
+            m = dict(per.get(ms, {}))
+            m["wall_seconds"] = float(m.get("wall_seconds", 0.0)) + now - self.wall_mark
+            per[ms] = m
+            self.usage["milestone_usage"] = per
         self.usage["wall_seconds"] = (
             float(self.usage.get("wall_seconds", 0.0)) + now - self.wall_mark
         )
@@ -552,6 +559,14 @@ class _TaskRun:
         )
         self.usage["cost_usd"] = float(self.usage.get("cost_usd", 0.0)) + cost
         self.usage["last_call_at"] = self.e.clock.now()
+        ms = self.ledger.current_milestone()
+        if ms is not None:
+            per = dict(self.usage.get("milestone_usage", {}))
+            m = dict(per.get(ms, {}))
+            m["tokens"] = int(m.get("tokens", 0)) + u.input_tokens + u.output_tokens
+            m["cost_usd"] = float(m.get("cost_usd", 0.0)) + cost
+            per[ms] = m
+            self.usage["milestone_usage"] = per
         by_purpose = dict(self.usage.get("by_purpose", {}))
         p = dict(by_purpose.get(purpose, {}))
         for k, v in (

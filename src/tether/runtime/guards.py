@@ -65,47 +65,83 @@ async def guard(run: _TaskRun) -> None:
     await check_budget(run)
 
 
-async def check_budget(run: _TaskRun) -> None:
-    """Threshold events at 50% and 80%; suspension at 100% (DESIGN.md section 7)."""
+def _budget_scopes(run: _TaskRun) -> list[tuple[str, dict[str, tuple[float | None, float]]]]:
+    """(scope, {resource: (limit, used)}) for the task and the current milestone."""
     b = run.spec.budget
     u = run.usage
-    used = {
-        "tokens": (b.tokens, int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0))),
-        "money_usd": (b.money_usd, float(u.get("cost_usd", 0.0))),
-        "wall_seconds": (b.wall_seconds, float(u.get("wall_seconds", 0.0))),
-        "rounds": (b.rounds, int(u.get("rounds", 0))),
-    }
+    scopes = [
+        (
+            "task",
+            {
+                "tokens": (
+                    b.tokens,
+                    int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0)),
+                ),
+                "money_usd": (b.money_usd, float(u.get("cost_usd", 0.0))),
+                "wall_seconds": (b.wall_seconds, float(u.get("wall_seconds", 0.0))),
+                "rounds": (b.rounds, int(u.get("rounds", 0))),
+            },
+        )
+    ]
+    ms = run.ledger.current_milestone()
+    spec_ms = next((m for m in run.spec.milestones if m.id == ms), None)
+    if spec_ms is not None:
+        mb = spec_ms.budget
+        mu = dict(u.get("milestone_usage", {}).get(ms, {}))
+        scopes.append(
+            (
+                f"milestone:{ms}",
+                {
+                    "tokens": (mb.tokens, int(mu.get("tokens", 0))),
+                    "money_usd": (mb.money_usd, float(mu.get("cost_usd", 0.0))),
+                    "wall_seconds": (mb.wall_seconds, float(mu.get("wall_seconds", 0.0))),
+                    "rounds": (mb.rounds, int(u.get("milestone_rounds", {}).get(ms, 0))),
+                },
+            )
+        )
+    return scopes
+
+
+async def check_budget(run: _TaskRun) -> None:
+    """Threshold events at 50% and 80%; suspension at 100% (DESIGN.md section 7), for
+    the task and for the current milestone. The check runs before every model call, so
+    a cap is never exceeded by more than one call."""
+    u = run.usage
     marks = set(u.get("budget_marks", []))
     out: list[ev.Event] = []
     exhausted = None
-    for res, (limit, val) in used.items():
-        if not limit:
-            continue
-        pct = 100.0 * float(val) / float(limit)
-        for level in (50, 80, 100):
-            key = f"task:{res}:{level}"
-            if pct >= level and key not in marks:
-                marks.add(key)
-                out.append(
-                    ev.BudgetThreshold(
-                        scope="task",
-                        resource=res,
-                        percent=level,
-                        used=float(val),
-                        limit=float(limit),
+    for scope, used in _budget_scopes(run):
+        for res, (limit, val) in used.items():
+            if not limit:
+                continue
+            pct = 100.0 * float(val) / float(limit)
+            for level in (50, 80, 100):
+                key = f"{scope}:{res}:{level}"
+                if pct >= level and key not in marks:
+                    marks.add(key)
+                    out.append(
+                        ev.BudgetThreshold(
+                            scope=scope,
+                            resource=res,
+                            percent=level,
+                            used=float(val),
+                            limit=float(limit),
+                        )
                     )
-                )
-        if pct >= 100:
-            exhausted = res
+            if pct >= 100 and exhausted is None:
+                exhausted = (scope, res)
     u["budget_marks"] = sorted(marks)
     if exhausted:
+        scope, res = exhausted
         await run.set_status(
             "suspended",
             reason="budget_exhausted",
             extra=out,
             waiting={
                 "kind": "budget",
-                "reason": f"the {exhausted} budget is used up; raise it and resume",
+                "scope": scope,
+                "reason": f"the {res} budget of the {scope.replace(':', ' ')} is used up; "
+                "raise it and resume",
             },
         )
         raise _Stop

@@ -129,6 +129,8 @@ async def _serve_http() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
+    # Listen before telling the port: a client that connects at once is queued, not refused.
+    sock.listen(128)
     app = server.streamable_http_app(host="127.0.0.1")
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     print(f"PORT {port}", flush=True)

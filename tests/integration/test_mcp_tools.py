@@ -301,6 +301,26 @@ async def test_unreachable_url_is_a_user_error() -> None:
 # --- streamable HTTP -----------------------------------------------------------------------
 
 
+def _wait_for_http(port: int, timeout: float = 10.0) -> None:
+    """Until the server answers HTTP at all (uvicorn starts after the port is bound)."""
+    import http.client
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+        try:
+            conn.request("GET", "/")
+            conn.getresponse().read()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+        finally:
+            conn.close()
+
+
 @pytest.fixture
 def http_url() -> Iterator[str]:
     """The test server over streamable HTTP on an ephemeral port."""
@@ -314,7 +334,9 @@ def http_url() -> Iterator[str]:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line.startswith("PORT "), line
-        yield f"http://127.0.0.1:{int(line.split()[1])}/mcp"
+        port = int(line.split()[1])
+        _wait_for_http(port)
+        yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.terminate()
         try:

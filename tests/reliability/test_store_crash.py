@@ -121,6 +121,28 @@ def start_child(
     )
 
 
+def wait_backends_gone(url: str, timeout: float = 20.0) -> None:
+    """Until no server backend of the killed child (same application_name) is left."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    from tests.conftest import pg_connect
+
+    app = dict(parse_qsl(urlsplit(url).query)).get("application_name")
+    if not app:
+        return
+    deadline = time.monotonic() + timeout
+    with pg_connect(url) as conn:
+        while True:
+            row = conn.execute(
+                "SELECT count(*) AS n FROM pg_stat_activity"
+                " WHERE application_name = %s AND pid <> pg_backend_pid()",
+                (app,),
+            ).fetchone()
+            if row["n"] == 0 or time.monotonic() > deadline:
+                return
+            time.sleep(0.02)
+
+
 def wait_claimed(proc: subprocess.Popen[str]) -> int:
     assert proc.stdout is not None
     line = proc.stdout.readline().split()
@@ -170,6 +192,13 @@ async def crash_many(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+        if backend.kind == "postgres":
+            # A COMMIT the child sent just before it died may still be running on the
+            # server: the outcome is final only once its backend is gone.
+            await asyncio.to_thread(wait_backends_gone, backend.url)
         if how == "kill":
             assert proc.returncode == -signal.SIGKILL, (seed, err)
         else:

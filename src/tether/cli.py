@@ -351,7 +351,7 @@ class _ProgressView:
                 _ledger_bar(p),
                 Text(
                     f"round {s.round}  status {s.status}  current item {s.focus or '-'}\n"
-                    f"tokens {s.tokens}  cost ${s.cost_usd:.4f}  cache hit "
+                    f"tokens {s.tokens}  cost ${s.cost_usd:.4f}  prompt cache hit (act) "
                     f"{100 * s.cache_hit_rate:.0f}%\n{s.message}"
                 ),
             ),

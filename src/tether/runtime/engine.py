@@ -94,6 +94,7 @@ class Snapshot:
     focus: str | None
     progress: L.Progress
     tokens: int
+    #: Cached and total input tokens of the actor's calls (the cache hit rate).
     cached_tokens: int
     input_tokens: int
     cost_usd: float
@@ -407,8 +408,10 @@ class _TaskRun:
                 focus=self.ledger.next_item(),
                 progress=self.ledger.progress(),
                 tokens=int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0)),
-                cached_tokens=int(u.get("cached_tokens", 0)),
-                input_tokens=int(u.get("input_tokens", 0)),
+                # The cache hit rate that matters is the actor's: judge and compaction
+                # calls have prompts of their own and are not meant to share a prefix.
+                cached_tokens=int(u.get("by_purpose", {}).get("act", {}).get("cached", 0)),
+                input_tokens=int(u.get("by_purpose", {}).get("act", {}).get("input", 0)),
                 cost_usd=float(u.get("cost_usd", 0.0)),
                 message=message,
             )

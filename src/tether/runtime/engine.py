@@ -435,6 +435,7 @@ class _TaskRun:
     # ------------------------------------------------------------ the drive
 
     async def drive(self) -> RunResult:
+        """Load the task, open its MCP sources if any, and run it."""
         await self.load()
         if self.spec.mcp_servers and not lifecycle.is_terminal(self.status):
             from tether.tools.mcp import McpSources
@@ -457,6 +458,7 @@ class _TaskRun:
         self.known_tools.update(by_name)
 
     async def drive_loaded(self) -> RunResult:
+        """Start a turn and run rounds until the task stops, waits or is interrupted."""
         try:
             if lifecycle.is_terminal(self.status):
                 return self.result()
@@ -481,6 +483,7 @@ class _TaskRun:
         return self.result()
 
     def result(self) -> RunResult:
+        """How this run ended."""
         return RunResult(
             self.task_id,
             self.status,

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 
 def facts_from_dict(run: _TaskRun, d: Mapping[str, Any]) -> J.RoundFacts:
+    """The round facts saved before a crash (`usage["unjudged"]`), for judging it after."""
     return J.RoundFacts(
         round=int(d["round"]),
         focus=d.get("focus"),

@@ -50,6 +50,10 @@ DbOpt = Annotated[
         show_default=False,
     ),
 ]
+AfterOpt = Annotated[int, typer.Option("--after", help="Only events with seq > SEQ.")]
+TypesOpt = Annotated[
+    list[str] | None, typer.Option("--type", help="Only these event types (repeatable).")
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 ModelOpt = Annotated[
     str | None,
@@ -230,11 +234,9 @@ def events(
     task_id: str,
     db: DbOpt = None,
     json_out: JsonOpt = False,
-    after: Annotated[int, typer.Option("--after", help="Only events with seq > SEQ.")] = 0,
+    after: AfterOpt = 0,
     limit: Annotated[int | None, typer.Option("--limit", help="At most this many.")] = None,
-    type_: Annotated[
-        list[str] | None, typer.Option("--type", help="Only these event types (repeatable).")
-    ] = None,
+    type_: TypesOpt = None,
 ) -> None:
     """Print a task's events (append-only log)."""
 
@@ -310,10 +312,8 @@ def _describe_event(e: Any) -> tuple[str, str]:
 def timeline(
     task_id: str,
     db: DbOpt = None,
-    after: Annotated[int, typer.Option("--after", help="Only events with seq > SEQ.")] = 0,
-    type_: Annotated[
-        list[str] | None, typer.Option("--type", help="Only these event types (repeatable).")
-    ] = None,
+    after: AfterOpt = 0,
+    type_: TypesOpt = None,
 ) -> None:
     """A readable, coloured timeline of a task."""
 

@@ -6,7 +6,7 @@ import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tether import errors
@@ -138,6 +138,3 @@ def default_registry(store_getter: Callable[[], Store]) -> ToolRegistry:
         if ref.strip():
             reg.extend(_import_tools(ref))
     return reg
-
-
-AsyncToolFn = Callable[..., Awaitable[str]]

@@ -159,10 +159,6 @@ def owner_is_dead(owner: str | None) -> bool:
     return False
 
 
-def _preview(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit]
-
-
 def _cost(model: str, response: ModelResponse) -> float:
     try:
         from tether.models import pricing
@@ -306,19 +302,24 @@ class _TaskRun:
             except errors.TetherError as exc:  # a passing store fault: try again next beat
                 log.warning("lease renewal failed: %s", exc)
 
-    def _tick_wall(self) -> None:
+    def _tick_wall(self, milestone: str | None) -> None:
         now = time.monotonic()
-        ms = self.ledger.current_milestone() if hasattr(self, "ledger") else None
-        if ms is not None:
-            per = dict(self.usage.get("milestone_usage", {}))
-            m = dict(per.get(ms, {}))
-            m["wall_seconds"] = float(m.get("wall_seconds", 0.0)) + now - self.wall_mark
-            per[ms] = m
-            self.usage["milestone_usage"] = per
-        self.usage["wall_seconds"] = (
-            float(self.usage.get("wall_seconds", 0.0)) + now - self.wall_mark
-        )
+        spent = now - self.wall_mark
+        self.usage["wall_seconds"] = float(self.usage.get("wall_seconds", 0.0)) + spent
+        self._count_for_milestone(milestone, wall_seconds=spent)
         self.wall_mark = now
+
+    def _count_for_milestone(self, milestone: str | None, **amounts: float) -> None:
+        """Add to the milestone's share of the usage (its budget is checked like the
+        task's)."""
+        if milestone is None:
+            return
+        per = dict(self.usage.get("milestone_usage", {}))
+        m = dict(per.get(milestone, {}))
+        for key, amount in amounts.items():
+            m[key] = m.get(key, 0) + amount
+        per[milestone] = m
+        self.usage["milestone_usage"] = per
 
     async def commit(
         self,
@@ -334,7 +335,8 @@ class _TaskRun:
         wake_at: Any = UNSET,
     ) -> int:
         """Commit events and projections (usage always) under our fencing token."""
-        self._tick_wall()
+        milestone = self.ledger.current_milestone()
+        self._tick_wall(milestone)
         write = None
         if ledger is not None and ledger.version != self.ledger.version:
             write = LedgerWrite.of(ledger, self.ledger.version)
@@ -344,7 +346,7 @@ class _TaskRun:
             usage=dict(self.usage),
             waiting=waiting,
             wake_at=wake_at,
-            current_milestone=(ledger or self.ledger).current_milestone(),
+            current_milestone=ledger.current_milestone() if ledger is not None else milestone,
         )
         res = await self.store.commit(
             self.task_id,
@@ -565,14 +567,11 @@ class _TaskRun:
         )
         self.usage["cost_usd"] = float(self.usage.get("cost_usd", 0.0)) + cost
         self.usage["last_call_at"] = self.e.clock.now()
-        ms = self.ledger.current_milestone()
-        if ms is not None:
-            per = dict(self.usage.get("milestone_usage", {}))
-            m = dict(per.get(ms, {}))
-            m["tokens"] = int(m.get("tokens", 0)) + u.input_tokens + u.output_tokens
-            m["cost_usd"] = float(m.get("cost_usd", 0.0)) + cost
-            per[ms] = m
-            self.usage["milestone_usage"] = per
+        self._count_for_milestone(
+            self.ledger.current_milestone(),
+            tokens=u.input_tokens + u.output_tokens,
+            cost_usd=cost,
+        )
         by_purpose = dict(self.usage.get("by_purpose", {}))
         p = dict(by_purpose.get(purpose, {}))
         for k, v in (

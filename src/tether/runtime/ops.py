@@ -128,6 +128,18 @@ class OpOutcome:
         return out
 
 
+def _intent(tool: Tool, record: OpRecord) -> ev.OpIntended:
+    """The journal entry written (and committed) before an op is sent."""
+    return ev.OpIntended(
+        op_id=record.op_id,
+        tool=tool.name,
+        args=record.args,
+        round=record.round,
+        call_index=record.call_index,
+        effect=tool.effect,
+    )
+
+
 def op_id_for(task_id: str, round_no: int, call_index: int) -> str:
     """Deterministic op id: the idempotency key of one tool call."""
     return f"{task_id}.r{round_no}.c{call_index}"
@@ -387,35 +399,20 @@ class OpRunner:
         if not needed:
             return None
         request_id = f"{record.op_id}.approval"
-        decided = {a.request_id: a for a in await self.store.get_approvals(run.task_id)}
-        appr = decided.get(request_id)
+        appr = await self.request(request_id)
         if appr is None:
-            appr = ApprovalRecord(
-                request_id=request_id,
-                task_id=run.task_id,
-                op_id=record.op_id,
-                status="pending",
-                request={
-                    "kind": "op",
-                    "tool": tool.name,
-                    "effect": tool.effect,
-                    "args": record.args,
-                    "what": f"{tool.name}({json.dumps(record.args, ensure_ascii=False)[:300]})",
-                    "impact": f"a {tool.effect} action on {tool.service or 'an external system'}",
-                    "options": ["approve", "reject", "modify"],
-                },
-                created_at=self.clock.now(),
+            appr = self.new_request(
+                request_id,
+                record,
+                kind="op",
+                what=f"{tool.name}({json.dumps(record.args, ensure_ascii=False)[:300]})",
+                impact=f"a {tool.effect} action on {tool.service or 'an external system'}",
+                options=["approve", "reject", "modify"],
+                effect=tool.effect,
             )
             await run.commit(
                 [
-                    ev.OpIntended(
-                        op_id=record.op_id,
-                        tool=tool.name,
-                        args=record.args,
-                        round=record.round,
-                        call_index=record.call_index,
-                        effect=tool.effect,
-                    ),
+                    _intent(tool, record),
                     ev.ApprovalRequested(
                         request_id=request_id,
                         what=appr.request["what"],
@@ -450,33 +447,60 @@ class OpRunner:
         modified = (appr.decision or {}).get("modified_args")
         return dict(modified) if isinstance(modified, Mapping) else dict(record.args)
 
+    async def request(self, request_id: str) -> ApprovalRecord | None:
+        """The approval request with this id, if the task has one."""
+        for appr in await self.store.get_approvals(self.run.task_id):
+            if appr.request_id == request_id:
+                return appr
+        return None
+
+    def new_request(
+        self,
+        request_id: str,
+        record: OpRecord,
+        *,
+        kind: str,
+        what: str,
+        impact: str,
+        options: list[str],
+        **extra: Any,
+    ) -> ApprovalRecord:
+        """A pending request for a human decision about one op."""
+        return ApprovalRecord(
+            request_id=request_id,
+            task_id=self.run.task_id,
+            op_id=record.op_id,
+            status="pending",
+            request={
+                "kind": kind,
+                "tool": record.tool,
+                "args": record.args,
+                "what": what,
+                "impact": impact,
+                "options": options,
+                **extra,
+            },
+            created_at=self.clock.now(),
+        )
+
     async def in_doubt(self, tool: Tool, record: OpRecord, detail: str) -> None:
         """An op whose outcome nobody can tell: wait for a human, never guess."""
         run = self.run
         request_id = f"{record.op_id}.in_doubt"
-        existing = {a.request_id: a for a in await self.store.get_approvals(run.task_id)}
-        appr = existing.get(request_id)
+        appr = await self.request(request_id)
         if appr is not None and appr.status != "pending":
             return
         first = appr is None
         if appr is None:
             args = json.dumps(record.args, ensure_ascii=False)[:200]
-            appr = ApprovalRecord(
-                request_id=request_id,
-                task_id=run.task_id,
-                op_id=record.op_id,
-                status="pending",
-                request={
-                    "kind": "op_in_doubt",
-                    "tool": tool.name,
-                    "args": record.args,
-                    "what": f"did {tool.name}({args}) take effect? (outcome unknown after "
-                    f"{detail})",
-                    "impact": "approve to send it again with the same idempotency key, "
-                    "approve --done if it did take effect, reject to record it as failed",
-                    "options": ["approve", "done", "reject"],
-                },
-                created_at=self.clock.now(),
+            appr = self.new_request(
+                request_id,
+                record,
+                kind="op_in_doubt",
+                what=f"did {tool.name}({args}) take effect? (outcome unknown after {detail})",
+                impact="approve to send it again with the same idempotency key, "
+                "approve --done if it did take effect, reject to record it as failed",
+                options=["approve", "done", "reject"],
             )
         tid = run.task_id
         waiting = {
@@ -573,16 +597,7 @@ class OpRunner:
                 return outcome
         elif effectful:
             await run.commit(
-                [
-                    ev.OpIntended(
-                        op_id=record.op_id,
-                        tool=tool.name,
-                        args=record.args,
-                        round=record.round,
-                        call_index=record.call_index,
-                        effect=tool.effect,
-                    )
-                ],
+                [_intent(tool, record)],
                 ops=[record],
             )
             failpoints.hit("after_op_intent")
@@ -726,8 +741,7 @@ class OpRunner:
         status = record.status
         if status in ("retry_wait", "awaiting_approval"):
             return None  # resume the stored schedule / send the approved call
-        existing = {a.request_id: a for a in await self.store.get_approvals(self.run.task_id)}
-        human = existing.get(f"{record.op_id}.in_doubt")
+        human = await self.request(f"{record.op_id}.in_doubt")
         if human is not None and human.status == "approved":
             decision = human.decision or {}
             if decision.get("decision") == "done":

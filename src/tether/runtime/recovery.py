@@ -123,7 +123,6 @@ async def start_turn(run: _TaskRun) -> None:
     text = turn_message(kind, ledger, epoch=epoch)
     turn = int(run.usage.get("turns", 0)) + 1
     run.usage["turns"] = turn
-    run.usage["turn_started_round"] = int(run.usage.get("rounds", 0))
     if not first:
         events.append(ev.RecoveryStep(step="context", details={"entries": len(run.ctx.entries)}))
     events.append(
@@ -164,8 +163,6 @@ def epoch_needed(run: _TaskRun, first: bool) -> tuple[bool, str]:
         return True, "every turn (naive policy)"
     if int(run.usage.get("system_version", 0)) != run.task.version:
         return True, "goal changed"
-    if run.usage.get("epoch_due"):
-        return True, "after compaction"
     last = float(run.usage.get("last_call_at", 0.0))
     if run.e.clock.now() - last > run.spec.context.cache_ttl_seconds:
         return True, "provider cache expired"

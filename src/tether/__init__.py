@@ -4,6 +4,7 @@ The public Python API. Everything else is importable but may change without noti
 """
 
 from tether.clock import Clock, FakeClock, SystemClock
+from tether.decisions import abandon_task, retry_item, waive_item
 from tether.errors import (
     ApprovalRequired,
     RetryLater,
@@ -59,11 +60,14 @@ __all__ = [
     "Usage",
     "UserError",
     "__version__",
+    "abandon_task",
     "create_task",
     "load_spec",
     "open_store",
     "parse_spec",
+    "retry_item",
     "status_dict",
     "tool",
     "tool_call",
+    "waive_item",
 ]

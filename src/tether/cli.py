@@ -126,6 +126,7 @@ def _ledger_bar(progress: dict[str, Any], width: int = 40) -> Text:
         ("in_progress", "blue", "█"),
         ("blocked", "red", "█"),
         ("skipped", "magenta", "█"),
+        ("waived", "magenta", "▓"),
         ("pending", "grey50", "░"),
     ]
     bar = Text()
@@ -157,6 +158,16 @@ def _status_view(doc: dict[str, Any]) -> Group:
     lines.append(_ledger_bar(doc["ledger"]["progress"]))
     if doc.get("waiting"):
         lines.append(Text(f"waiting: {doc['waiting'].get('reason', doc['waiting'])}", "yellow"))
+        partial = doc["waiting"].get("partial")
+        if partial:
+            lines.append(_partial_view(partial))
+    if doc.get("waivers"):
+        lines.append(
+            Text(
+                "waived: " + "; ".join(f"{w['id']} ({w['reason']})" for w in doc["waivers"]),
+                "magenta",
+            )
+        )
     used = doc["budget"]["used"]
     lines.append(
         Text(
@@ -170,11 +181,33 @@ def _status_view(doc: dict[str, Any]) -> Group:
         table.add_column(col)
     for it in doc["ledger"]["items"]:
         st = it["status"]
-        colour = {"done": "green", "blocked": "red", "in_progress": "blue", "skipped": "magenta"}
+        colour = {
+            "done": "green",
+            "blocked": "red",
+            "in_progress": "blue",
+            "skipped": "magenta",
+            "waived": "magenta",
+        }
         detail = ", ".join(it["evidence"][:2]) if st == "done" else it["note"]
         table.add_row(it["id"], Text(st, colour.get(st, "white")), str(it["attempts"]), detail)
     lines.append(table)
     return Group(*lines)
+
+
+def _partial_view(partial: dict[str, Any]) -> Text:
+    """The partial-completion record a human decides on."""
+    text = Text("partial completion: ", "bold")
+    text.append(f"{len(partial.get('done', []))} done")
+    for key, style in (("blocked", "red"), ("waived", "magenta"), ("skipped", "magenta")):
+        for it in partial.get(key, []):
+            text.append(f"\n  {key} ", style)
+            text.append(f"{it['id']}: {it.get('reason') or '-'}")
+    remaining = [it["id"] for it in partial.get("remaining", [])]
+    if remaining:
+        text.append(f"\n  remaining: {', '.join(remaining)}")
+    for item, prop in (partial.get("proposed") or {}).items():
+        text.append(f"\n  the judge proposed {prop.get('status')} for {item}: {prop.get('note')}")
+    return text
 
 
 @app.command()
@@ -441,7 +474,11 @@ def run(
         build_models(contract, model)  # refuse a bad model name before writing anything
         from tether.runtime.builtins import default_registry
 
-        default_registry(lambda: None)  # type: ignore[arg-type,return-value]  # TETHER_TOOLS
+        registry = default_registry(lambda: None)  # type: ignore[arg-type,return-value]
+        from tether.runtime.engine import check_tools
+
+        if not contract.mcp_servers:  # MCP tools are known once their servers run
+            check_tools(contract, registry.names())
         ws = workspace or (Path(contract.workspace) if contract.workspace else Path.cwd())
         if not ws.is_dir():
             raise errors.UserError(f"workspace {ws} is not a folder")
@@ -647,6 +684,75 @@ def reject(
     out.print(f"rejected {request_id}; continue with: tether resume {task_id}")
 
 
+ByOpt = Annotated[str, typer.Option("--by", help="Who decides (journaled).")]
+
+
+def _decide(db: str | None, task_id: str, action: Callable[[Store], Awaitable[str]]) -> None:
+    async def main() -> str:
+        store = await _open(db, create=False)
+        try:
+            return await action(store)
+        finally:
+            await store.close()
+
+    out.print(Text(_run(main)))
+
+
+@app.command()
+def retry(
+    task_id: str,
+    item: Annotated[str, typer.Argument(help="The item to work on again.")],
+    hint: Annotated[
+        str | None, typer.Option("--hint", help="A hint for the model about this item.")
+    ] = None,
+    by: ByOpt = "cli",
+    db: DbOpt = None,
+) -> None:
+    """Send a blocked (or skipped, or waived) item back to work, its counters reset."""
+    from tether.decisions import retry_item
+
+    async def action(store: Store) -> str:
+        await retry_item(store, task_id, item, hint=hint, by=by)
+        return f"{item} is pending again; continue with: tether resume {task_id}"
+
+    _decide(db, task_id, action)
+
+
+@app.command()
+def waive(
+    task_id: str,
+    item: Annotated[str, typer.Argument(help="The item to deliver without.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why it may stay undone.")] = "",
+    by: ByOpt = "cli",
+    db: DbOpt = None,
+) -> None:
+    """Let the task be delivered without an item (it ends delivered_with_waivers)."""
+    from tether.decisions import waive_item
+
+    async def action(store: Store) -> str:
+        await waive_item(store, task_id, item, reason=reason, by=by)
+        return f"{item} waived; continue with: tether resume {task_id}"
+
+    _decide(db, task_id, action)
+
+
+@app.command()
+def abandon(
+    task_id: str,
+    reason: Annotated[str, typer.Option("--reason", help="Why the task is given up.")] = "",
+    by: ByOpt = "cli",
+    db: DbOpt = None,
+) -> None:
+    """End a task as abandoned (abandoned_by_user)."""
+    from tether.decisions import abandon_task
+
+    async def action(store: Store) -> str:
+        await abandon_task(store, task_id, reason=reason, by=by)
+        return f"task {task_id} abandoned"
+
+    _decide(db, task_id, action)
+
+
 @app.command()
 def approvals(task_id: str, db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """List a task's approval requests."""
@@ -772,6 +878,13 @@ def demo(
                     )
                 )
             result = await _drive(store, task.task_id, model_name, quiet=json_out)
+            waiting = (await store.get_task(task.task_id)).waiting or {}
+            if waiting.get("kind") == "decision":
+                # The demo plays the user: the corrupted scan is listed in summary.md, so
+                # the team can be told; everything else must have been done.
+                result = (
+                    await _demo_decide(store, task.task_id, waiting, model_name, json_out) or result
+                )
             evs = await store.read_events(task.task_id)
             return await status_dict(store, task.task_id), result, evs
         finally:
@@ -798,6 +911,31 @@ def demo(
         raise typer.Exit(1)
 
 
+async def _demo_decide(
+    store: Store, task_id: str, waiting: dict[str, Any], model_name: str, quiet: bool
+) -> Any:
+    from tether import demo as demo_mod
+    from tether.decisions import waive_item
+
+    partial = waiting.get("partial") or {}
+    blocked = [b["id"] for b in partial.get("blocked", [])]
+    if not quiet:
+        out.print(Text(f"\nthe task waits for a decision: {waiting.get('reason', '')}", "yellow"))
+        out.print(_partial_view(partial))
+    if blocked != [demo_mod.BROKEN] or partial.get("remaining"):
+        return None  # not what the demo expects: leave the decision to the user
+    reason = "corrupted scan, listed in summary.md"
+    if not quiet:
+        out.print(
+            Text.assemble(
+                ("\nas the user: ", "bold"),
+                f'tether waive {task_id} {demo_mod.BROKEN} --reason "{reason}"\n',
+            )
+        )
+    await waive_item(store, task_id, demo_mod.BROKEN, reason=reason, by="demo user")
+    return await _drive(store, task_id, model_name, quiet=quiet)
+
+
 def _demo_summary(doc: dict[str, Any], evs: list[Any], wall: float, folder: Path) -> dict[str, Any]:
     kinds: dict[str, int] = {}
     for e in evs:
@@ -813,12 +951,15 @@ def _demo_summary(doc: dict[str, Any], evs: list[Any], wall: float, folder: Path
     checks = next((e.data for e in reversed(evs) if e.type == "completion.checked"), None)
     p = doc["ledger"]["progress"]
     blocked = [
-        i["id"] + ": " + i["note"] for i in doc["ledger"]["items"] if i["status"] == "blocked"
+        i["id"] + ": " + i["note"]
+        for i in doc["ledger"]["items"]
+        if i["status"] in ("blocked", "waived")
     ]
     return {
         "result": f"{doc['status']} ({doc['stop_reason']})",
-        "ledger": f"{p['done']}/{p['total']} done, {p['blocked']} blocked",
-        "blocked": "; ".join(blocked) or "none",
+        "ledger": f"{p['done']}/{p['total']} done, {p['blocked']} blocked, "
+        f"{p.get('waived', 0)} waived",
+        "blocked or waived": "; ".join(blocked) or "none",
         "rounds": doc["budget"]["used"]["rounds"],
         "model calls": ", ".join(f"{k} {v}" for k, v in sorted(by_purpose.items())),
         "tool calls": f"{len(ops)} ({sum(1 for o in ops if o['status'] != 'succeeded')} failed)",

@@ -303,6 +303,35 @@ class AuditWarning(Event):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
+@_register("decision.requested")
+class DecisionRequested(Event):
+    """Nothing is open but not everything is finished: a human decides (retry an item,
+    waive it, or abandon the task). `partial` is the partial-completion record."""
+
+    reason: str
+    partial: dict[str, Any] = Field(default_factory=dict)
+
+
+@_register("item.retried")
+class ItemRetried(Event):
+    """A human sent an item back to work, its counters reset, with an optional hint."""
+
+    item: str
+    by: str = "user"
+    hint: str = ""
+    previous: str = ""
+
+
+@_register("item.waived")
+class ItemWaived(Event):
+    """A human waived an item: the task may be delivered without it."""
+
+    item: str
+    by: str = "user"
+    reason: str = ""
+    previous: str = ""
+
+
 @_register("completion.checked")
 class CompletionChecked(Event):
     """The completion check ran on a proposed `satisfied`."""

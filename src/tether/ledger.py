@@ -20,7 +20,7 @@ from typing import Any, Final, Literal, get_args
 
 from tether import errors
 
-ItemStatus = Literal["pending", "in_progress", "done", "blocked", "skipped"]
+ItemStatus = Literal["pending", "in_progress", "done", "blocked", "skipped", "waived"]
 ITEM_STATUSES: Final[tuple[str, ...]] = get_args(ItemStatus)
 OPEN_STATUSES: Final[frozenset[str]] = frozenset({"pending", "in_progress"})
 _MARK: Final[dict[str, str]] = {
@@ -29,6 +29,7 @@ _MARK: Final[dict[str, str]] = {
     "done": "[x]",
     "blocked": "[!]",
     "skipped": "[-]",
+    "waived": "[w]",
 }
 
 
@@ -39,6 +40,8 @@ class ItemDef:
     id: str
     title: str
     milestone: str | None = None
+    #: The contract lets this item end `skipped` (with a reason) instead of `done`.
+    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,11 @@ class Skeleton:
             "objective": self.objective,
             "acceptance": [{"id": i, "description": d} for i, d in self.acceptance],
             "milestones": [{"id": i, "title": t} for i, t in self.milestones],
-            "items": [{"id": i.id, "title": i.title, "milestone": i.milestone} for i in self.items],
+            "items": [
+                {"id": i.id, "title": i.title, "milestone": i.milestone}
+                | ({"optional": True} if i.optional else {})
+                for i in self.items
+            ],
         }
 
     @classmethod
@@ -67,7 +74,8 @@ class Skeleton:
             acceptance=tuple((a["id"], a["description"]) for a in data.get("acceptance", [])),
             milestones=tuple((m["id"], m["title"]) for m in data.get("milestones", [])),
             items=tuple(
-                ItemDef(i["id"], i["title"], i.get("milestone")) for i in data.get("items", [])
+                ItemDef(i["id"], i["title"], i.get("milestone"), bool(i.get("optional", False)))
+                for i in data.get("items", [])
             ),
         )
 
@@ -151,6 +159,7 @@ class Progress:
     in_progress: int
     blocked: int
     skipped: int
+    waived: int = 0
 
     @property
     def percent(self) -> float:
@@ -171,6 +180,7 @@ class Progress:
             "in_progress": self.in_progress,
             "blocked": self.blocked,
             "skipped": self.skipped,
+            "waived": self.waived,
             "percent": self.percent,
         }
 
@@ -225,11 +235,29 @@ class Ledger:
             in_progress=counts["in_progress"],
             blocked=counts["blocked"],
             skipped=counts["skipped"],
+            waived=counts["waived"],
         )
 
     def open_items(self) -> list[str]:
         """Ids of items still pending or in progress, in contract order."""
         return [d.id for d, s in self.items() if s.status in OPEN_STATUSES]
+
+    def is_finished(self, item_id: str) -> bool:
+        """True when an item needs no more work for the task to be delivered: `done`,
+        `waived` (by a human), or `skipped` when the contract marks it optional."""
+        s = self.item(item_id)
+        return s.status in ("done", "waived") or (
+            s.status == "skipped" and self.definition(item_id).optional
+        )
+
+    def gaps(self) -> list[str]:
+        """Ids of items that keep the task from being delivered (open, blocked, or
+        skipped without the contract's leave), in contract order."""
+        return [d.id for d, _ in self.items() if not self.is_finished(d.id)]
+
+    def waivers(self) -> list[str]:
+        """Ids of items finished without being done (waived, or optional and skipped)."""
+        return [d.id for d, s in self.items() if s.status in ("waived", "skipped")]
 
     def next_item(self) -> str | None:
         """The item to work on next: the first in progress, else the first pending."""
@@ -301,7 +329,7 @@ class Ledger:
             f"{header} (version {self.version})",
             f"Objective: {self.skeleton.objective}",
             f"Progress: {p.done}/{p.total} done, {p.open} open, {p.blocked} blocked, "
-            f"{p.skipped} skipped",
+            f"{p.skipped} skipped" + (f", {p.waived} waived" if p.waived else ""),
         ]
         if self.skeleton.acceptance and not compact:
             lines.append("Acceptance:")
@@ -338,7 +366,7 @@ def _render_item(d: ItemDef, s: ItemState) -> str:
     extra = []
     if s.status == "done" and s.evidence:
         extra.append("evidence " + ", ".join(s.evidence[:3]))
-    if s.status in ("blocked", "skipped") and s.note:
+    if s.status in ("blocked", "skipped", "waived") and s.note:
         extra.append(f"{s.status}: {s.note}")
     elif s.status in OPEN_STATUSES and s.attempts:
         extra.append(f"attempts {s.attempts}")
@@ -376,14 +404,14 @@ class ItemChange:
 
 def from_spec(
     objective: str,
-    items: Sequence[tuple[str, str, str | None]],
+    items: Sequence[tuple[str, str, str | None] | tuple[str, str, str | None, bool]],
     acceptance: Sequence[tuple[str, str]] = (),
     milestones: Sequence[tuple[str, str]] = (),
 ) -> Ledger:
-    """A fresh ledger from plain tuples: `(id, title, milestone)` per item."""
+    """A fresh ledger from plain tuples: `(id, title, milestone[, optional])` per item."""
     sk = Skeleton(
         objective=objective,
-        items=tuple(ItemDef(i, t, m) for i, t, m in items),
+        items=tuple(ItemDef(*i) for i in items),
         acceptance=tuple(acceptance),
         milestones=tuple(milestones),
     )
@@ -466,6 +494,19 @@ def block(ledger: Ledger, item_id: str, reason: str) -> LedgerUpdate:
 def skip(ledger: Ledger, item_id: str, reason: str) -> LedgerUpdate:
     """Mark an item skipped with its reason."""
     return apply(ledger, [ItemChange(item_id, status="skipped", note=reason)])
+
+
+def waive(ledger: Ledger, item_id: str, reason: str) -> LedgerUpdate:
+    """Mark an item waived (a human's decision) with its reason."""
+    return apply(ledger, [ItemChange(item_id, status="waived", note=reason)])
+
+
+def retry(ledger: Ledger, item_id: str, note: str) -> LedgerUpdate:
+    """Return an item to pending with its counters reset (a human's decision)."""
+    return apply(
+        ledger,
+        [ItemChange(item_id, status="pending", note=note, breaker=0, attempts_delta=-(10**9))],
+    )
 
 
 def reopen(ledger: Ledger, item_id: str, reason: str) -> LedgerUpdate:

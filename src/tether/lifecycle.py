@@ -26,6 +26,8 @@ TaskStatus = Literal[
 ]
 StopReason = Literal[
     "delivered",
+    "delivered_with_waivers",
+    "abandoned_by_user",
     "budget_exhausted",
     "environment_unrecoverable",
     "needs_user_input",
@@ -43,7 +45,7 @@ ACTIVE: Final[frozenset[str]] = frozenset(STATUSES) - TERMINAL
 #: Every allowed transition. A terminal task may only be re-opened (back to `queued`)
 #: by a goal change, which raises its version; a cancelled task stays cancelled.
 TRANSITIONS: Final[dict[str, frozenset[str]]] = {
-    "queued": frozenset({"running", "suspended", "cancelled", "failed"}),
+    "queued": frozenset({"running", "suspended", "cancelled", "abandoned", "failed"}),
     "running": frozenset(
         {
             "queued",
@@ -58,7 +60,7 @@ TRANSITIONS: Final[dict[str, frozenset[str]]] = {
     ),
     "waiting": frozenset({"queued", "running", "suspended", "cancelled", "abandoned", "failed"}),
     "suspended": frozenset({"queued", "running", "cancelled", "abandoned", "failed"}),
-    "stalled": frozenset({"queued", "running", "suspended", "cancelled", "failed"}),
+    "stalled": frozenset({"queued", "running", "suspended", "cancelled", "abandoned", "failed"}),
     "satisfied": frozenset({"queued"}),
     "abandoned": frozenset({"queued"}),
     "failed": frozenset({"queued"}),
@@ -67,9 +69,10 @@ TRANSITIONS: Final[dict[str, frozenset[str]]] = {
 
 #: Which stop reasons each terminal state accepts.
 TERMINAL_REASONS: Final[dict[str, frozenset[str]]] = {
-    "satisfied": frozenset({"delivered"}),
+    "satisfied": frozenset({"delivered", "delivered_with_waivers"}),
     "abandoned": frozenset(
         {
+            "abandoned_by_user",
             "budget_exhausted",
             "environment_unrecoverable",
             "needs_user_input",

@@ -129,14 +129,31 @@ class Milestone(_Strict):
     budget: Budget = Field(default_factory=Budget)
 
 
+class EvidenceLinks(_Strict):
+    """Evidence the contract links to an item wherever it was produced: ops of these
+    tools, artifacts with these names."""
+
+    tools: list[str] = Field(default_factory=list)
+    artifacts: list[str] = Field(default_factory=list)
+
+
 class ChecklistItem(_Strict):
-    """One unit of work the ledger tracks."""
+    """One unit of work the ledger tracks.
+
+    Evidence belongs to an item when it is the item's own `done_when` result, an op or
+    artifact produced in a round whose focus was the item, or one `evidence_from` links
+    to it. Evidence already credited to another item counts only with
+    `shared_evidence: true`. An `optional` item may end `skipped` instead of `done`.
+    """
 
     id: str = Field(pattern=_ID)
     title: str = Field(min_length=1)
     milestone: str | None = None
     done_when: DoneWhen | None = None
     max_attempts: int | None = Field(default=None, gt=0)
+    optional: bool = False
+    shared_evidence: bool = False
+    evidence_from: EvidenceLinks = Field(default_factory=EvidenceLinks)
 
 
 class Limits(_Strict):

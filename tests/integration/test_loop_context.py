@@ -9,11 +9,20 @@ import pytest
 
 from tether import tokens
 from tether.clock import FakeClock
+from tether.decisions import waive_item
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.store.memory import MemoryStore
 
-from .loop_support import by_purpose, events_of, honest_actor, run_task, serialized, spec_of
+from .loop_support import (
+    by_purpose,
+    events_of,
+    honest_actor,
+    ledger_of,
+    run_task,
+    serialized,
+    spec_of,
+)
 
 
 @pytest.fixture
@@ -143,9 +152,18 @@ async def test_a_looping_model_gets_its_item_blocked_and_the_task_moves_on(
     assert state.attempts == 3 and "non-convergent: read_file failed 3 times" in state.note
     assert "missing.txt" in state.note  # the last error is kept
     assert ledger.item("i2").status == "done" and ledger.item("i3").status == "done"
-    assert result.status == "satisfied"  # blocked items do not stop delivery
+    # A blocked item is not delivered work: the task waits for a human's decision.
+    assert result.status == "waiting"
+    task = await store.get_task(tid)
+    assert task.waiting is not None and task.waiting["kind"] == "decision"
+    assert [b["id"] for b in task.waiting["partial"]["blocked"]] == ["i1"]
     warnings = [w["code"] for w in await events_of(store, tid, "audit.warning")]
     assert "item_blocked" in warnings
+    await waive_item(store, tid, "i1", reason="the input is missing", by="ops")
+    _, again = await run_task(store, spec, tmp_path, ScriptedModel(policy=actor), task_id=tid)
+    task = await store.get_task(tid)
+    assert again.status == "satisfied" and task.stop_reason == "delivered_with_waivers"
+    assert (await ledger_of(store, tid)).item("i1").status == "waived"
 
 
 async def test_malformed_and_unknown_tool_calls_go_back_to_the_model(
@@ -255,7 +273,8 @@ async def test_different_failing_calls_use_up_the_items_attempts(
     tid, result = await run_task(store, spec, tmp_path, ScriptedModel(policy=actor))
     state = (await store.get_ledger(tid)).to_ledger().item("i1")
     assert state.status == "blocked" and "failed 3 attempts" in state.note
-    assert result.status == "satisfied"
+    assert result.status == "waiting"  # the blocked item waits for a human decision
+    assert (await store.get_task(tid)).waiting["kind"] == "decision"
 
 
 async def test_a_lost_evidence_artifact_reopens_its_item_on_recovery(tmp_path: Path) -> None:

@@ -253,6 +253,7 @@ def test_progress_counts(led: Ledger) -> None:
         "in_progress": 1,
         "blocked": 1,
         "skipped": 0,
+        "waived": 0,
         "percent": 25.0,
     }
     assert lg.progress("m1") == Progress(2, 1, 0, 1, 0, 0)

@@ -113,6 +113,9 @@ class ModelRequest:
     json_output: bool = False
     task_id: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    #: The goal ledger as data (`Ledger.to_dict()` plus `next`), so a policy or a judge
+    #: need not parse the prompt. Not sent to providers; not part of the stored prompt.
+    ledger: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (what the blob store keeps of a prompt)."""

@@ -21,7 +21,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +139,19 @@ def default_guard(store: Store, spec: TaskSpec, clock: Clock) -> Guard:
     return ServiceGuard(
         store, configs, default=ServiceConfig.from_spec(None, spec.limits), clock=clock
     )
+
+
+def check_tools(spec: TaskSpec, known: Sequence[str]) -> None:
+    """Refuse a contract that names a tool nobody registered (a typo would otherwise
+    leave the model without the tool it needs, silently)."""
+    have = set(known)
+    missing = [n for n in spec.tool_names() if n not in have]
+    if missing:
+        raise errors.SpecError(
+            f"the contract names tools that are not registered: {', '.join(missing)} "
+            f"(known: {', '.join(sorted(have)) or 'none'}); register them "
+            "(TETHER_TOOLS, or the registry in Python) or fix the tools list"
+        )
 
 
 def owner_is_dead(owner: str | None) -> bool:
@@ -454,7 +467,8 @@ class _TaskRun:
         if self.spec.tools:
             extra = [by_name[n] for n in self.spec.tool_names() if n in by_name]
         else:
-            extra = list(tools)
+            extra = [t for t in tools if t.effect == "read"]
+        check_tools(self.spec, [*self.e.registry.names(), *by_name])
         have = {t.name for t in self.tools}
         self.tools.extend(t for t in extra if t.name not in have)
         self.known_tools.update(by_name)
@@ -509,7 +523,19 @@ class _TaskRun:
         self.usage = dict(self.task.usage)
         self.usage.setdefault("last_seq", self.task.last_seq)
         self.workspace = Path(self.task.workspace) if self.task.workspace else None
-        allow = self.spec.tool_names() if self.spec.tools else self.e.registry.names()
+        # No allowlist permits the read-only tools only: anything that writes, or has a
+        # risky effect, must be named in the contract.
+        allow = (
+            self.spec.tool_names()
+            if self.spec.tools
+            else [
+                n
+                for n in self.e.registry.names()
+                if (t := self.e.registry.get(n)) is not None and t.effect == "read"
+            ]
+        )
+        if not self.spec.mcp_servers:
+            check_tools(self.spec, self.e.registry.names())
         if READ_ARTIFACT not in allow:
             allow.append(READ_ARTIFACT)
         self.tools = self.e.registry.allowed(allow)
@@ -639,10 +665,13 @@ class _TaskRun:
         if resume is None:
             await guards.guard(self)
         round_no = int(resume["round"]) if resume else int(self.usage.get("rounds", 0)) + 1
+        if resume is None:
+            await verdicts.settle(self, round_no)
         ledger = self.ledger
         events: list[ev.Event] = []
         if resume is None:
             focus = ledger.next_item()
+            verdicts.note_focus(self, round_no, focus)
             if focus is not None and ledger.item(focus).status == "pending":
                 up = L.start(ledger, focus)
                 ledger = up.ledger
@@ -652,7 +681,10 @@ class _TaskRun:
                     )
                 )
             await self.ensure_fits()
-            request = self.ctx.request("act", task_id=self.task_id)
+            request = replace(
+                self.ctx.request("act", task_id=self.task_id),
+                ledger={**ledger.to_dict(), "next": focus},
+            )
             estimate = self.ctx.raw_estimate()
             failpoints.hit("before_model_call")
             try:
@@ -795,7 +827,7 @@ class _TaskRun:
         )
         self.usage["rounds"] = round_no
         self.usage.pop("inflight", None)
-        non_convergent = self.track_failures(outcomes)
+        non_convergent = self.track_failures(outcomes, focus)
         self.usage["unjudged"] = {
             "round": round_no,
             "focus": focus,
@@ -820,16 +852,17 @@ class _TaskRun:
         self.ctx.append(Entry("round", msgs, round_no))
         self.snapshot(f"round {round_no}: {len(outcomes)} tool calls")
 
-    def track_failures(self, outcomes: Sequence[OpOutcome]) -> str | None:
-        """Count identical failures (same tool, same arguments, same error class); the
-        first key that reaches the limit makes the round non-convergent."""
+    def track_failures(self, outcomes: Sequence[OpOutcome], focus: str | None) -> str | None:
+        """Count identical failures (same item, tool, arguments and error class); the
+        first key that reaches the limit makes the round non-convergent. Keys carry the
+        item so a human's retry of it starts the count afresh."""
         counts = dict(self.usage.get("failure_keys", {}))
         hit = None
         limit = self.spec.limits.same_failure_repeats
         for o in outcomes:
             if o.status != "failed" or o.replayed or o.retry_at is not None:
                 continue
-            key = f"{o.tool}|{o.args_hash[-16:]}|{o.error_class}"
+            key = f"{focus}|{o.tool}|{o.args_hash[-16:]}|{o.error_class}"
             counts[key] = int(counts.get(key, 0)) + 1
             if counts[key] >= limit and hit is None:
                 hit = (

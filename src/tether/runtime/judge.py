@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -115,165 +115,406 @@ class AuditWarning:
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """What the runtime knows of one evidence ref that resolves (a committed, succeeded
+    op or a valid artifact of this task)."""
+
+    ref: str
+    #: The round that produced it and that round's focus item (None: not from a round).
+    round: int | None = None
+    focus: str | None = None
+    #: The op's tool, or the artifact's name.
+    tool: str | None = None
+    name: str | None = None
+    #: The item whose own `done_when` rule produced it.
+    rule_item: str | None = None
+    #: What it is (tool and arguments, or content): repeating the same call is no
+    #: progress even under a new op id.
+    fingerprint: str = ""
+
+
+@dataclass(frozen=True)
+class ItemPolicy:
+    """What the contract says about judging one item."""
+
+    rule: bool = False
+    optional: bool = False
+    shared_evidence: bool = False
+    link_tools: frozenset[str] = frozenset()
+    link_artifacts: frozenset[str] = frozenset()
+    max_attempts: int | None = None
+
+    @classmethod
+    def of_spec(cls, spec: TaskSpec) -> dict[str, ItemPolicy]:
+        """Every item's policy, by id."""
+        return {
+            i.id: cls(
+                rule=i.done_when is not None,
+                optional=i.optional,
+                shared_evidence=i.shared_evidence,
+                link_tools=frozenset(i.evidence_from.tools),
+                link_artifacts=frozenset(i.evidence_from.artifacts),
+                max_attempts=i.max_attempts,
+            )
+            for i in spec.items
+        }
+
+
+@dataclass(frozen=True)
 class AuditOutcome:
-    """The audited result: the ledger update, the decision, and warnings."""
+    """The audited result: the ledger update, the decision, and warnings.
+
+    `decision` is the runtime's, not the judge's: `satisfied` only when every item is
+    finished (done with its own evidence, waived, or optional and skipped), and
+    `need_decision` when nothing is open but something is not finished.
+    """
 
     update: L.LedgerUpdate
-    decision: Decision
+    decision: RuntimeDecision
     reason: str
     accepted: tuple[ProposedChange, ...]
     warnings: tuple[AuditWarning, ...]
+    #: Fingerprints of the evidence newly credited to each item (for `seen`).
+    credited: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Statuses a judge proposed that only a human may decide: `{item: (status, note)}`.
+    proposals: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+
+RuntimeDecision = Literal["continue", "satisfied", "need_decision", "need_user"]
+
+#: Statuses a judge may only propose: the runtime blocks, a human skips or waives.
+_PROPOSAL_ONLY = frozenset({"blocked", "skipped", "waived"})
 
 
 # --- the audit (pure) -------------------------------------------------------------------
+
+
+def belongs(ev: Evidence, item_id: str, policy: ItemPolicy, *, from_rule: bool) -> bool:
+    """Whether evidence may prove `item_id`: the item's own rule result, produced in a
+    round focused on the item, or linked to it by the contract."""
+    if from_rule or ev.rule_item == item_id or ev.focus == item_id:
+        return True
+    if ev.tool is not None and ev.tool in policy.link_tools:
+        return True
+    return ev.name is not None and ev.name in policy.link_artifacts
+
+
+class _Audit:
+    """One audit: the verdicts' changes checked one by one against the evidence."""
+
+    def __init__(
+        self,
+        ledger: L.Ledger,
+        evidence: Callable[[str], Evidence | None],
+        policies: Mapping[str, ItemPolicy],
+    ) -> None:
+        self.ledger = ledger
+        self.evidence = evidence
+        self.policies = policies
+        self.warnings: list[AuditWarning] = []
+        self.accepted: list[ProposedChange] = []
+        self.proposals: dict[str, tuple[str, str]] = {}
+        # Who holds each evidence ref already (the ledger's, then this audit's).
+        self.owner: dict[str, str] = {}
+        for d, st in ledger.items():
+            for ref in st.evidence:
+                self.owner.setdefault(ref, d.id)
+        self.credited: dict[str, list[str]] = {}
+
+    def warn(self, code: str, message: str, **details: Any) -> None:
+        self.warnings.append(AuditWarning(code, message, details))
+
+    def policy(self, item_id: str) -> ItemPolicy:
+        return self.policies.get(item_id, ItemPolicy())
+
+    def own_evidence(self, source: str, ch: ProposedChange) -> tuple[Evidence, ...]:
+        """The cited refs that resolve and belong to the item; warnings for the rest."""
+        item, policy = ch.item_id, self.policy(ch.item_id)
+        good: list[Evidence] = []
+        unresolved, foreign, taken = [], [], []
+        for ref in dict.fromkeys(ch.evidence):
+            found = self.evidence(ref)
+            if found is None:
+                unresolved.append(ref)
+            elif not belongs(found, item, policy, from_rule=source == "rules"):
+                foreign.append(ref)
+            elif self.owner.get(ref, item) != item and not policy.shared_evidence:
+                taken.append(f"{ref} ({self.owner[ref]})")
+            else:
+                good.append(found)
+        if unresolved:
+            self.warn(
+                "unresolved_evidence",
+                f"{source} judge cited evidence that does not resolve for {item}: "
+                + ", ".join(unresolved),
+                item=item,
+                refs=unresolved,
+            )
+        if foreign:
+            self.warn(
+                "evidence_not_item",
+                f"{source} judge cited evidence for {item} that has nothing to do with it "
+                f"(not its rule's result, not made while working on it, not linked by the "
+                f"contract): {', '.join(foreign)}",
+                item=item,
+                refs=foreign,
+            )
+        if taken:
+            self.warn(
+                "evidence_already_credited",
+                f"{source} judge cited evidence for {item} that already proves another item "
+                f"(the contract does not allow shared evidence for it): {', '.join(taken)}",
+                item=item,
+                refs=taken,
+            )
+        return tuple(good)
+
+    def consider(self, source: str, ch: ProposedChange) -> None:
+        """Accept, trim or refuse one proposed change."""
+        item = ch.item_id
+        if not self.ledger.has_item(item):
+            self.warn("unknown_item", f"{source} judge named unknown item {item!r}", item=item)
+            return
+        current = self.ledger.item(item)
+        status = ch.status
+        if status in _PROPOSAL_ONLY and source != "rules":
+            self.proposals[item] = (str(status), ch.note or "")
+            self.warn(
+                f"judge_proposed_{status}",
+                f"{source} judge proposed {status} for {item}"
+                + (f" ({ch.note})" if ch.note else "")
+                + "; only the runtime blocks and only a human or the contract skips or "
+                "waives: status unchanged",
+                item=item,
+                note=ch.note or "",
+            )
+            status = None
+        if status == "done" and source != "rules" and self.policy(item).rule:
+            self.warn(
+                "rule_item_done_by_judge",
+                f"{source} judge marked {item} done, but its done_when rule decides that; refused",
+                item=item,
+            )
+            status = None
+        if current.status not in L.OPEN_STATUSES and status is None:
+            return  # evidence for a finished or blocked item changes nothing
+        good = self.own_evidence(source, ch)
+        if status == "done" and not good:
+            # Evidence attached earlier (maybe an unrelated read) does not carry an item
+            # to done: the verdict that says done must cite its own proof.
+            self.warn(
+                "done_without_evidence",
+                f"{source} judge marked {item} done without citing evidence of its own that "
+                "resolves; refused",
+                item=item,
+            )
+            status = None
+        new = tuple(e for e in good if e.ref not in current.evidence)
+        if status == current.status or (status is None and not new):
+            if not new:
+                return
+            status = None
+        refs = tuple(e.ref for e in new) if status != "done" else tuple(e.ref for e in good)
+        self.accepted.append(ProposedChange(item, status, refs, ch.note))
+        for e in good:
+            self.owner.setdefault(e.ref, item)
+        self.credited.setdefault(item, []).extend(e.fingerprint for e in new if e.fingerprint)
+
+
+def _focus_change(
+    ledger: L.Ledger,
+    facts: RoundFacts,
+    accepted: Sequence[ProposedChange],
+    fresh: Sequence[str],
+    limits: Limits,
+    policy: ItemPolicy,
+) -> tuple[L.ItemChange | None, AuditWarning | None]:
+    """The mechanical breaker on the focus item.
+
+    Progress is the item becoming done, or new evidence of its own from this round that
+    is not a repeat of earlier work (`fresh`). A non-convergent round (the same failing
+    call again) counts against the item whatever else was attached, and every round
+    with failed calls is an attempt.
+    """
+    focus = facts.focus
+    if facts.deferred or focus is None or not ledger.has_item(focus):
+        return None, None
+    state = ledger.item(focus)
+    if state.status not in L.OPEN_STATUSES:
+        return None, None
+    done = any(c.item_id == focus and c.status == "done" for c in accepted)
+    progressed = done or (bool(fresh) and not facts.non_convergent)
+    failed = facts.failed_ops > 0 and not done
+    attempts = state.attempts + (1 if failed else 0)
+    breaker = 0 if progressed else state.breaker + 1
+    max_attempts = policy.max_attempts or limits.max_attempts_per_item
+    reason = None
+    if done:
+        pass
+    elif facts.non_convergent:
+        reason = f"non-convergent: {facts.non_convergent}"
+    elif breaker >= limits.no_progress_rounds:
+        reason = f"no progress in {breaker} rounds"
+    elif failed and attempts >= max_attempts:
+        reason = f"failed {attempts} attempts"
+    last_error = next((o.error for o in reversed(facts.ops) if o.error), None)
+    if reason and last_error:
+        reason += f"; last error: {last_error[:160]}"
+    change = L.ItemChange(
+        focus,
+        attempts_delta=1 if failed else 0,
+        breaker=breaker,
+        status="blocked" if reason else None,
+        note=reason,
+    )
+    warning = AuditWarning("item_blocked", f"{focus} blocked: {reason}", {"item": focus})
+    return change, warning if reason else None
+
+
+def _decide(
+    ledger: L.Ledger,
+    verdicts: Sequence[Verdict],
+    facts: RoundFacts,
+    warnings: list[AuditWarning],
+) -> tuple[RuntimeDecision, str]:
+    """The runtime's decision: the judge proposes, the ledger decides."""
+    llm = [v for v in verdicts if v.source != "rules"]
+    proposed: Decision = llm[-1].decision if llm else "continue"
+    reason = llm[-1].reason if llm else ""
+    open_items = ledger.open_items()
+    gaps = ledger.gaps()
+    if open_items:
+        if proposed == "satisfied":
+            warnings.append(
+                AuditWarning(
+                    "satisfied_with_pending",
+                    f"judge said satisfied but {len(open_items)} items are still open "
+                    f"({', '.join(open_items[:5])}{'...' if len(open_items) > 5 else ''}); "
+                    "refused",
+                    {"open": open_items},
+                )
+            )
+            return "continue", reason
+        if facts.non_convergent and (facts.focus is None or not ledger.has_item(facts.focus)):
+            warnings.append(
+                AuditWarning("non_convergent", f"needs human judgement: {facts.non_convergent}")
+            )
+            return "need_user", f"needs human judgement: {facts.non_convergent}"
+        if proposed == "abandon":
+            # Giving up is a human's call: the judge's proposal goes to one.
+            warnings.append(
+                AuditWarning("judge_proposed_abandon", f"judge proposed to abandon: {reason}")
+            )
+            return "need_user", f"the judge proposes to abandon the task: {reason}"[:800]
+        if proposed == "need_user":
+            return "need_user", reason
+        return "continue", reason
+    if gaps:
+        if proposed == "satisfied":
+            warnings.append(
+                AuditWarning(
+                    "satisfied_with_gaps",
+                    f"judge said satisfied but {len(gaps)} items are not done "
+                    f"({', '.join(gaps[:5])}{'...' if len(gaps) > 5 else ''}); refused",
+                    {"gaps": gaps},
+                )
+            )
+        return "need_decision", f"{len(gaps)} of {len(ledger.states)} items are not done"
+    return "satisfied", reason or "every item is finished"
 
 
 def audit(
     ledger: L.Ledger,
     verdicts: Sequence[Verdict],
     *,
-    resolves: Callable[[str], bool],
+    evidence: Callable[[str], Evidence | None],
     facts: RoundFacts,
     limits: Limits,
-    item_limits: Mapping[str, int] | None = None,
-    rule_items: frozenset[str] = frozenset(),
+    policies: Mapping[str, ItemPolicy] | None = None,
+    seen: Mapping[str, Collection[str]] | None = None,
 ) -> AuditOutcome:
     """Check the verdicts against the ledger and the evidence; return what may be written.
 
-    Rule verdicts come first and win over LLM verdicts for the same item. An item with a
-    `done_when` rule (`rule_items`) becomes done only through its rule: a model cannot
-    talk it into done.
+    - An item becomes `done` only with evidence cited in that verdict that resolves and
+      belongs to it (see `belongs`); evidence already credited to another item needs
+      the item's `shared_evidence`. An item with a `done_when` rule is done only by it.
+    - A judge's `blocked`, `skipped` or `waived` is a proposal (a warning and a record
+      for the human), never a status change.
+    - The focus item's breaker rises on a round without progress; past the limits the
+      runtime blocks the item.
+    - The decision is the runtime's: `satisfied` only when every item is finished.
+
+    Rule verdicts come first and win over LLM verdicts for the same item. `seen` holds
+    the fingerprints of evidence already credited to each item, to tell progress from
+    repetition.
     """
-    warnings: list[AuditWarning] = []
-    accepted: list[ProposedChange] = []
-    seen: set[str] = set()
+    run = _Audit(ledger, evidence, policies or {})
+    done_items: set[str] = set()
     for verdict in verdicts:
         for ch in verdict.changes:
-            if not ledger.has_item(ch.item_id):
-                warnings.append(
-                    AuditWarning(
-                        "unknown_item",
-                        f"{verdict.source} judge named unknown item {ch.item_id!r}",
-                        {"item": ch.item_id},
-                    )
-                )
+            if ch.item_id in done_items:
                 continue
-            if ch.item_id in seen:
-                continue
-            current = ledger.item(ch.item_id)
-            good = tuple(e for e in ch.evidence if resolves(e))
-            bad = [e for e in ch.evidence if not resolves(e)]
-            if bad:
-                warnings.append(
-                    AuditWarning(
-                        "unresolved_evidence",
-                        f"{verdict.source} judge cited evidence that does not resolve for "
-                        f"{ch.item_id}: {', '.join(bad)}",
-                        {"item": ch.item_id, "refs": bad},
-                    )
-                )
-            status = ch.status
-            if status == "done" and verdict.source != "rules" and ch.item_id in rule_items:
-                warnings.append(
-                    AuditWarning(
-                        "rule_item_done_by_judge",
-                        f"{verdict.source} judge marked {ch.item_id} done, but its done_when "
-                        "rule decides that; refused",
-                        {"item": ch.item_id},
-                    )
-                )
-                continue
-            if status == "done" and not good and not current.evidence:
-                warnings.append(
-                    AuditWarning(
-                        "done_without_evidence",
-                        f"{verdict.source} judge marked {ch.item_id} done without evidence "
-                        "that resolves; refused",
-                        {"item": ch.item_id},
-                    )
-                )
-                continue
-            if status == current.status and not good:
-                continue
-            accepted.append(ProposedChange(ch.item_id, status, good, ch.note))
-            seen.add(ch.item_id)
-
+            before = len(run.accepted)
+            run.consider(verdict.source, ch)
+            if len(run.accepted) > before and run.accepted[-1].status is not None:
+                done_items.add(ch.item_id)
     changes = [
-        L.ItemChange(c.item_id, status=c.status, evidence=c.evidence, note=c.note) for c in accepted
+        L.ItemChange(c.item_id, status=c.status, evidence=c.evidence, note=c.note)
+        for c in run.accepted
     ]
-    # Mechanical breaker on the focus item: no progress raises it, progress resets it.
     focus = facts.focus
-    if (
-        not facts.deferred
-        and focus is not None
-        and ledger.has_item(focus)
-        and ledger.item(focus).status in L.OPEN_STATUSES
-    ):
-        state = ledger.item(focus)
-        progressed = any(
-            c.item_id == focus and (c.status not in (None, "in_progress", "pending") or c.evidence)
-            for c in accepted
-        )
-        if progressed:
-            if state.breaker:
-                changes.append(L.ItemChange(focus, breaker=0))
-        else:
-            failed = facts.failed_ops > 0
-            breaker = state.breaker + 1
-            attempts = state.attempts + (1 if failed else 0)
-            max_attempts = (item_limits or {}).get(focus, limits.max_attempts_per_item)
-            last_error = next((o.error for o in reversed(facts.ops) if o.error), None)
-            reason = None
-            if facts.non_convergent:
-                reason = f"non-convergent: {facts.non_convergent}"
-            elif breaker >= limits.no_progress_rounds:
-                reason = f"no progress in {breaker} rounds"
-            elif failed and attempts >= max_attempts:
-                reason = f"failed {attempts} attempts"
-            if reason and last_error:
-                reason += f"; last error: {last_error[:160]}"
-            changes.append(
-                L.ItemChange(
-                    focus,
-                    attempts_delta=1 if failed else 0,
-                    breaker=breaker,
-                    status="blocked" if reason else None,
-                    note=reason if reason else None,
-                )
-            )
-            if reason:
-                warnings.append(
-                    AuditWarning("item_blocked", f"{focus} blocked: {reason}", {"item": focus})
-                )
+    earlier = set((seen or {}).get(focus or "", ()))
+    fresh = [
+        fp
+        for c in run.accepted
+        if c.item_id == focus
+        for ref in c.evidence
+        if (e := evidence(ref)) is not None
+        and (e.round == facts.round or e.rule_item == focus)
+        and (fp := e.fingerprint or ref) not in earlier
+    ]
+    policy = run.policy(focus) if focus else ItemPolicy()
+    change, blocked = _focus_change(ledger, facts, run.accepted, fresh, limits, policy)
+    if change is not None:
+        changes.append(change)
+    if blocked is not None:
+        run.warnings.append(blocked)
     update = L.apply(ledger, changes)
-    new = update.ledger
+    decision, reason = _decide(update.ledger, verdicts, facts, run.warnings)
+    return AuditOutcome(
+        update,
+        decision,
+        reason,
+        tuple(run.accepted),
+        tuple(run.warnings),
+        {k: tuple(v) for k, v in run.credited.items()},
+        dict(run.proposals),
+    )
 
-    # The decision: the runtime owns completion.
-    llm = [v for v in verdicts if v.source != "rules"]
-    proposed: Decision = llm[-1].decision if llm else "continue"
-    reason = llm[-1].reason if llm else ""
-    open_items = new.open_items()
-    decision: Decision = proposed
-    if proposed == "satisfied" and open_items:
-        warnings.append(
-            AuditWarning(
-                "satisfied_with_pending",
-                f"judge said satisfied but {len(open_items)} items are still open "
-                f"({', '.join(open_items[:5])}{'...' if len(open_items) > 5 else ''}); refused",
-                {"open": open_items},
+
+def partial_record(ledger: L.Ledger, proposals: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What was done and what was not, for a human deciding how a task ends."""
+    rec: dict[str, Any] = {
+        "done": [],
+        "blocked": [],
+        "waived": [],
+        "skipped": [],
+        "remaining": [],
+        "proposed": dict(proposals or {}),
+    }
+    for d, s in ledger.items():
+        entry: dict[str, Any] = {"id": d.id, "title": d.title}
+        if s.status == "done":
+            rec["done"].append({**entry, "evidence": list(s.evidence)})
+        elif s.status == "blocked":
+            rec["blocked"].append(
+                {**entry, "reason": s.note, "attempts": s.attempts, "evidence": list(s.evidence)}
             )
-        )
-        decision = "continue"
-    elif facts.non_convergent and (focus is None or not ledger.has_item(focus)):
-        warnings.append(
-            AuditWarning("non_convergent", f"needs human judgement: {facts.non_convergent}")
-        )
-        decision = "need_user"
-        reason = f"needs human judgement: {facts.non_convergent}"
-    elif not open_items and proposed == "continue":
-        decision = "satisfied"
-        reason = reason or "no open items left"
-    return AuditOutcome(update, decision, reason, tuple(accepted), tuple(warnings))
+        elif s.status in ("waived", "skipped"):
+            rec[s.status].append({**entry, "reason": s.note, "optional": d.optional})
+        else:
+            rec["remaining"].append({**entry, "status": s.status})
+    return rec
 
 
 # --- the LLM judge ----------------------------------------------------------------------
@@ -283,16 +524,23 @@ You are the judge of a long-running agent task. After each round you read the go
 ledger, the round's op journal (tool calls with their status and results) and the
 agent's words, and you decide which ledger items changed.
 
-Rules:
-- Mark an item done only when a succeeded op or an artifact in the journal proves it;
-  cite it in "evidence" by its evidence_ref (e.g. "op:..." or "artifact:...").
+Rules (the runtime audits every verdict against them; what breaks them is refused):
+- Mark an item done only when a succeeded op or an artifact proves it, and cite that
+  proof in the same change's "evidence" by its evidence_ref ("op:..." or
+  "artifact:..."). Evidence attached earlier does not carry an item to done.
+- Evidence must belong to the item: its own done_when rule's result, an op or artifact
+  made in a round whose focus_item was that item, or one the contract links to it.
+  One piece of evidence proves one item, unless the contract allows sharing.
 - The agent's own claims ("all done") are not evidence.
-- Mark an item blocked only with a note saying why.
-- decision is one of: continue, satisfied (every item is done, blocked or skipped),
-  abandon (the task cannot be done at all), need_user (a human must decide).
+- You may only propose "blocked" or "skipped" (with a note): the runtime blocks items
+  that make no progress, and only a human (or the contract, for optional items) skips
+  or waives them. Your proposal is shown to the human; it changes no status.
+- decision is one of: continue, satisfied (every item is done with its own evidence),
+  abandon (propose giving up; a human decides), need_user (a human must decide).
+  The runtime decides when the task is finished, whatever you answer.
 
 Answer with one JSON object and nothing else:
-{"changes": [{"item": "<id>", "status": "done|blocked|skipped|in_progress|pending",
+{"changes": [{"item": "<id>", "status": "done|in_progress|pending|blocked|skipped",
   "evidence": ["op:..."], "note": "..."}], "decision": "continue", "reason": "..."}
 """
 
@@ -300,7 +548,7 @@ Answer with one JSON object and nothing else:
 class _ChangeModel(BaseModel):
     model_config = ConfigDict(extra="ignore")
     item: str
-    status: Literal["pending", "in_progress", "done", "blocked", "skipped"] | None = None
+    status: L.ItemStatus | None = None
     evidence: list[str] = Field(default_factory=list)
     note: str | None = None
 
@@ -400,6 +648,7 @@ def judge_request(
         max_output_tokens=1024,
         json_output=True,
         task_id=task_id,
+        ledger={**ledger.to_dict(), "next": ledger.next_item()},
     )
 
 
@@ -449,6 +698,7 @@ async def _run_command(command: str, cwd: Path | None, timeout: float) -> tuple[
 async def rule_verdict(spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> Verdict:
     """Check open items' `done_when` rules; propose `done` with evidence for those met."""
     changes: list[ProposedChange] = []
+    credited = {ref for _, st in ledger.items() for ref in st.evidence}
     ops: list[OpRecord] | None = None
     arts: list[ArtifactRecord] | None = None
     rule_tools = sorted(
@@ -468,11 +718,15 @@ async def rule_verdict(spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> Verdic
             continue
         if isinstance(rule, OpRule):
             ops = ops if ops is not None else await env.succeeded_ops(rule_tools)
+            # An op that already proves another item proves this one only with leave.
+            taken = set() if item.shared_evidence else credited
             hit = next(
                 (
                     o
                     for o in reversed(ops)
-                    if o.tool == rule.tool and _args_match(rule.args, o.args)
+                    if o.tool == rule.tool
+                    and _args_match(rule.args, o.args)
+                    and f"op:{o.op_id}" not in taken
                 ),
                 None,
             )

@@ -23,7 +23,7 @@ def ledger_from_spec(spec: TaskSpec) -> L.Ledger:
     """A fresh ledger whose skeleton is the spec's objective, acceptance and items."""
     return L.from_spec(
         spec.objective,
-        [(i.id, i.title, i.milestone) for i in spec.items],
+        [(i.id, i.title, i.milestone, i.optional) for i in spec.items],
         acceptance=[(a.id, a.description) for a in spec.acceptance],
         milestones=[(m.id, m.title) for m in spec.milestones],
     )
@@ -124,6 +124,11 @@ async def status_dict(store: Store, task_id: str) -> dict[str, Any]:
             "progress": ledger.progress().to_dict(),
             "items": items,
         },
+        "waivers": [
+            {"id": d.id, "status": s.status, "reason": s.note}
+            for d, s in ledger.items()
+            if s.status in ("waived", "skipped")
+        ],
         "budget": budget_view(task),
         "waiting": task.waiting,
         "lease": {

@@ -85,31 +85,17 @@ async def judge_round(run: _TaskRun, facts: J.RoundFacts, text: str) -> None:
             verdicts.append(verdict)
     # Resolve only the refs the verdicts cite: a long task never reads its whole journal.
     cited = {ref for v in verdicts for c in v.changes for ref in c.evidence}
-    op_ids = {r.partition(":")[2] for r in cited if r.startswith("op:")}
-    art_ids = {r.partition(":")[2] for r in cited if r.startswith("artifact:")}
-    ops = await run.store.get_ops(run.task_id, statuses={"succeeded"}, op_ids=op_ids)
-    good_ops = {o.op_id for o in ops}
-    good_arts = {
-        a.artifact_id
-        for a in await run.store.get_artifacts(run.task_id, artifact_ids=art_ids)
-        if a.valid
-    }
-    good_arts |= {a.artifact_id for a in env.artifacts}
-
-    def resolves(ref: str) -> bool:
-        kind, _, ident = ref.partition(":")
-        return (kind == "op" and ident in good_ops) or (kind == "artifact" and ident in good_arts)
-
-    item_limits = {i.id: i.max_attempts for i in run.spec.items if i.max_attempts}
+    known = await resolve_evidence(run, cited, env.artifacts, facts)
     outcome = J.audit(
         run.ledger,
         verdicts,
-        resolves=resolves,
+        evidence=known.get,
         facts=facts,
         limits=run.spec.limits,
-        item_limits=item_limits,
-        rule_items=frozenset(i.id for i in run.spec.items if i.done_when is not None),
+        policies=J.ItemPolicy.of_spec(run.spec),
+        seen={k: tuple(v) for k, v in run.usage.get("credited", {}).items()},
     )
+    _remember(run, outcome)
     new = outcome.update.ledger
     p = new.progress()
     for w in outcome.warnings:
@@ -143,9 +129,8 @@ async def judge_round(run: _TaskRun, facts: J.RoundFacts, text: str) -> None:
     run.snapshot(f"round {facts.round}: {outcome.decision} ({p.done}/{p.total} done)")
     if outcome.decision == "satisfied":
         await complete(run, facts.round)
-    elif outcome.decision == "abandon":
-        await run.set_status("abandoned", "environment_unrecoverable", outcome.reason)
-        raise _Stop
+    elif outcome.decision == "need_decision":
+        await await_decision(run, outcome.reason)
     elif outcome.decision == "need_user":
         await run.set_status(
             "waiting",
@@ -153,6 +138,129 @@ async def judge_round(run: _TaskRun, facts: J.RoundFacts, text: str) -> None:
             waiting={"kind": "human", "reason": outcome.reason or "the judge asks for a human"},
         )
         raise _Stop
+
+
+def _remember(run: _TaskRun, outcome: J.AuditOutcome) -> None:
+    """Keep what the next audits need: evidence fingerprints credited to each item (to
+    tell progress from repetition) and statuses a judge proposed for a human."""
+    if outcome.credited:
+        credited = {k: list(v) for k, v in run.usage.get("credited", {}).items()}
+        for item, fps in outcome.credited.items():
+            credited[item] = list(dict.fromkeys([*credited.get(item, []), *fps]))[-100:]
+        run.usage["credited"] = credited
+    if outcome.proposals:
+        proposals = dict(run.usage.get("proposals", {}))
+        for item, (status, note) in outcome.proposals.items():
+            proposals[item] = {"status": status, "note": note}
+        run.usage["proposals"] = proposals
+
+
+def focus_of(run: _TaskRun, round_no: int) -> str | None:
+    """The focus item of a past round, from the run's focus log."""
+    log = run.usage.get("focus_log") or []
+    found: str | None = None
+    for start, item in log:
+        if int(start) > round_no:
+            break
+        found = item
+    return found
+
+
+def note_focus(run: _TaskRun, round_no: int, focus: str | None) -> None:
+    """Log the focus of a round when it changes (a few entries per item, not per round)."""
+    log = list(run.usage.get("focus_log") or [])
+    if not log or log[-1][1] != focus:
+        log.append([round_no, focus])
+        run.usage["focus_log"] = log[-2000:]
+
+
+async def resolve_evidence(
+    run: _TaskRun,
+    refs: set[str],
+    staged: Sequence[ArtifactRecord],
+    facts: J.RoundFacts,
+) -> dict[str, J.Evidence]:
+    """What the runtime knows of each cited ref that resolves: a succeeded op or a valid
+    artifact of this task, with the round (and its focus) that produced it."""
+    art_ids = {r.partition(":")[2] for r in refs if r.startswith("artifact:")}
+    arts = {a.artifact_id: a for a in staged if a.artifact_id in art_ids}
+    missing = art_ids - set(arts)
+    if missing:
+        for a in await run.store.get_artifacts(run.task_id, artifact_ids=missing):
+            if a.valid:
+                arts[a.artifact_id] = a
+    op_ids = {r.partition(":")[2] for r in refs if r.startswith("op:")}
+    op_ids |= {a.source for a in arts.values() if a.kind == "tool_output" and a.source}
+    ops = (
+        {
+            o.op_id: o
+            for o in await run.store.get_ops(run.task_id, statuses={"succeeded"}, op_ids=op_ids)
+        }
+        if op_ids
+        else {}
+    )
+
+    def where(round_no: int) -> str | None:
+        return facts.focus if round_no == facts.round else focus_of(run, round_no)
+
+    known: dict[str, J.Evidence] = {}
+    for op in ops.values():
+        known[f"op:{op.op_id}"] = J.Evidence(
+            f"op:{op.op_id}",
+            round=op.round,
+            focus=where(op.round),
+            tool=op.tool,
+            fingerprint=f"{op.tool}|{op.args_hash}",
+        )
+    for art in arts.values():
+        ref = f"artifact:{art.artifact_id}"
+        made_by = ops.get(art.source) if art.kind == "tool_output" else None
+        if art.kind == "tool_output" and made_by is None:
+            continue  # the output of an op that did not succeed proves nothing
+        rule_item = art.name if art.source == "rule judge" else None
+        known[ref] = J.Evidence(
+            ref,
+            round=made_by.round if made_by else None,
+            focus=where(made_by.round) if made_by else None,
+            tool=made_by.tool if made_by else None,
+            name=art.name,
+            rule_item=rule_item,
+            fingerprint=f"{made_by.tool}|{made_by.args_hash}" if made_by else art.blob_hash,
+        )
+    return known
+
+
+async def await_decision(run: _TaskRun, reason: str) -> None:
+    """Nothing is open but not everything is finished: wait for a human's decision
+    (retry an item, waive it, or abandon the task) with the partial-completion record."""
+    partial = J.partial_record(run.ledger, run.usage.get("proposals"))
+    blocked = ", ".join(b["id"] for b in partial["blocked"][:10])
+    text = (
+        f"{reason}"
+        + (f"; blocked: {blocked}" if blocked else "")
+        + f". Decide: tether retry {run.task_id} ITEM [--hint TEXT], "
+        f"tether waive {run.task_id} ITEM --reason TEXT, or "
+        f"tether abandon {run.task_id} --reason TEXT"
+    )
+    await run.set_status(
+        "waiting",
+        reason="needs_user_input",
+        extra=[ev.DecisionRequested(reason=text, partial=partial)],
+        waiting={"kind": "decision", "reason": text, "partial": partial},
+    )
+    run.snapshot("waiting for a decision")
+    raise _Stop
+
+
+async def settle(run: _TaskRun, round_no: int) -> None:
+    """Before a round: with nothing open there is nothing to ask the model; finish
+    (through the completion check) or wait for a human's decision."""
+    if run.ledger.open_items():
+        return
+    gaps = run.ledger.gaps()
+    if gaps:
+        await await_decision(run, f"{len(gaps)} of {len(run.ledger.states)} items are not done")
+    await complete(run, round_no)
 
 
 async def complete(run: _TaskRun, round_no: int) -> None:
@@ -190,8 +298,14 @@ async def complete(run: _TaskRun, round_no: int) -> None:
             gaps=gaps,
         )
     )
+    if passed and run.ledger.gaps():
+        # Defence in depth: no path reaches delivery with an unfinished item.
+        await await_decision(run, f"{len(run.ledger.gaps())} items are not done")
     if passed:
-        await run.set_status("satisfied", "delivered", "completion check passed", extra=events)
+        waived = run.ledger.waivers()
+        why = "completion check passed" + (f"; waived: {', '.join(waived)}" if waived else "")
+        stop = "delivered_with_waivers" if waived else "delivered"
+        await run.set_status("satisfied", stop, why, extra=events)
         run.snapshot("delivered")
         raise _Stop
     failures = int(run.usage.get("completion_failures", 0)) + 1

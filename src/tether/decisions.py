@@ -1,0 +1,155 @@
+"""A human's decisions about a task's items: retry one, waive one, or abandon the task.
+
+Only the runtime blocks an item and only a human (or the contract, for optional items)
+lets the task finish without one. When nothing is open but something is not done, the
+task waits (kind `decision`) with a partial-completion record; these three verbs answer
+it, from the CLI or from Python. Each is journaled with who decided, when and why.
+
+They write from outside any worker (an out-of-band commit without the lease), so they
+refuse a task a live worker is running: the ledger is the runtime's while a round is in
+flight, and its version check refuses a write that raced with one anyway.
+"""
+
+from __future__ import annotations
+
+from tether import errors, lifecycle
+from tether import events as ev
+from tether import ledger as L
+from tether.store.base import LedgerWrite, Store, TaskPatch, TaskRecord
+
+#: Task states a human may decide in: not terminal and not being run by a worker.
+_DECIDABLE = frozenset({"queued", "waiting", "suspended", "stalled"})
+
+
+def _now(store: Store) -> float | None:
+    clock = getattr(store, "clock", None)
+    return clock.now() if clock is not None else None
+
+
+async def _decidable(store: Store, task_id: str, verb: str) -> TaskRecord:
+    task = await store.get_task(task_id)
+    if lifecycle.is_terminal(task.status):
+        raise errors.UserError(
+            f"task {task_id} is {task.status} ({task.stop_reason}); nothing to {verb}"
+        )
+    if task.status not in _DECIDABLE:
+        raise errors.UserError(
+            f"task {task_id} is {task.status}: a worker is running it; {verb} it when it "
+            "waits (or cancel it)"
+        )
+    return task
+
+
+def _reason(text: str | None, what: str) -> str:
+    value = (text or "").strip()
+    if not value:
+        raise errors.UserError(f"{what} needs a reason (--reason TEXT)")
+    return value[:2000]
+
+
+async def _write(
+    store: Store,
+    task: TaskRecord,
+    before: L.Ledger,
+    update: L.LedgerUpdate,
+    events: list[ev.Event],
+    *,
+    usage: dict[str, object] | None = None,
+) -> None:
+    """Commit the ledger change, its events and — when the task waited for a decision
+    or something else a human answers — queue it again so a worker continues."""
+    events = [
+        *events,
+        ev.LedgerUpdated(version=update.ledger.version, diff=update.diff.to_list(), cause="human"),
+    ]
+    patch: TaskPatch | None = None
+    if task.status in ("waiting", "suspended", "stalled"):
+        events.append(ev.TaskStatusChanged(src=task.status, dst="queued", reason="a human decided"))
+        patch = TaskPatch(status="queued", waiting=None, wake_at=None, usage=usage)
+    elif usage is not None:
+        patch = TaskPatch(usage=usage)
+    await store.commit(
+        task.task_id,
+        None,
+        events,
+        task=patch,
+        ledger=LedgerWrite.of(update.ledger, before.version),
+    )
+
+
+async def retry_item(
+    store: Store, task_id: str, item_id: str, *, hint: str | None = None, by: str = "user"
+) -> L.Ledger:
+    """Send an item back to work: pending again with its attempt and breaker counters
+    reset; `hint` reaches the model as a message from the user in the next turn."""
+    task = await _decidable(store, task_id, "retry")
+    ledger = (await store.get_ledger(task_id)).to_ledger()
+    if not ledger.has_item(item_id):
+        known = ", ".join(d.id for d, _ in ledger.items())
+        raise errors.UserError(f"task {task_id} has no item {item_id!r} (items: {known})")
+    previous = ledger.item(item_id).status
+    if previous == "done":
+        raise errors.UserError(f"item {item_id} is done; there is nothing to retry")
+    hint_text = (hint or "").strip()[:4000]
+    note = f"retry requested by {by}" + (f": {hint_text}" if hint_text else "")
+    update = L.retry(ledger, item_id, note)
+    events: list[ev.Event] = [
+        ev.ItemRetried(item=item_id, by=by, hint=hint_text, previous=previous)
+    ]
+    if hint_text:
+        events.append(ev.UserMessage(text=f"About item {item_id}: {hint_text}", by=by))
+    # The failures that blocked the item are forgotten, or the first identical failure
+    # after the retry would block it again at once.
+    usage = dict(task.usage)
+    keys = dict(usage.get("failure_keys", {}))
+    usage["failure_keys"] = {k: v for k, v in keys.items() if not k.startswith(f"{item_id}|")}
+    credited = dict(usage.get("credited", {}))
+    credited.pop(item_id, None)
+    usage["credited"] = credited
+    proposals = dict(usage.get("proposals", {}))
+    proposals.pop(item_id, None)
+    usage["proposals"] = proposals
+    await _write(store, task, ledger, update, events, usage=usage)
+    return update.ledger
+
+
+async def waive_item(
+    store: Store, task_id: str, item_id: str, *, reason: str, by: str = "user"
+) -> L.Ledger:
+    """Let the task be delivered without an item (`delivered_with_waivers`)."""
+    why = _reason(reason, "waive")
+    task = await _decidable(store, task_id, "waive")
+    ledger = (await store.get_ledger(task_id)).to_ledger()
+    if not ledger.has_item(item_id):
+        known = ", ".join(d.id for d, _ in ledger.items())
+        raise errors.UserError(f"task {task_id} has no item {item_id!r} (items: {known})")
+    previous = ledger.item(item_id).status
+    if previous in ("done", "waived"):
+        raise errors.UserError(f"item {item_id} is already {previous}")
+    update = L.waive(ledger, item_id, f"waived by {by}: {why}")
+    events: list[ev.Event] = [ev.ItemWaived(item=item_id, by=by, reason=why, previous=previous)]
+    await _write(store, task, ledger, update, events)
+    return update.ledger
+
+
+async def abandon_task(store: Store, task_id: str, *, reason: str, by: str = "user") -> TaskRecord:
+    """End the task as `abandoned` (`abandoned_by_user`): a human gave up on it."""
+    why = _reason(reason, "abandon")
+    task = await _decidable(store, task_id, "abandon")
+    events: list[ev.Event] = [
+        ev.TaskStatusChanged(
+            src=task.status,
+            dst="abandoned",
+            stop_reason="abandoned_by_user",
+            reason=f"abandoned by {by}: {why}",
+        )
+    ]
+    await store.commit(
+        task_id,
+        None,
+        events,
+        task=TaskPatch(
+            status="abandoned", stop_reason="abandoned_by_user", waiting=None, wake_at=None
+        ),
+    )
+    return await store.get_task(task_id)

@@ -215,7 +215,7 @@ async def test_symlink_inside_workspace_is_followed(tree: tuple[Workspace, Path,
 async def test_write_creates_parents_and_reads_back(tree: tuple[Workspace, Path, Path]) -> None:
     ws, root, _ = tree
     out = await call(ws, "write_file", path="a/b/c.txt", content="héllo\nwörld\r\n")
-    assert out == "wrote 13 characters to a/b/c.txt"
+    assert out == "created a/b/c.txt with 13 characters"
     assert (root / "a/b/c.txt").read_bytes() == "héllo\nwörld\r\n".encode()
     assert await call(ws, "read_file", path="a/b/c.txt") == "héllo\nwörld\r\n"
 
@@ -226,6 +226,34 @@ async def test_write_replaces_and_leaves_no_temp_files(tree: tuple[Workspace, Pa
         await call(ws, "write_file", path="f.txt", content=f"version {n}")
     assert (root / "f.txt").read_text() == "version 4"
     assert sorted(p.name for p in root.iterdir()) == ["f.txt", "hello.txt"]
+
+
+async def test_outputs_say_whether_the_file_was_created(
+    tree: tuple[Workspace, Path, Path],
+) -> None:
+    ws, root, _ = tree
+    made = await call(ws, "write_file", path="new.txt", content="one")
+    again = await call(ws, "write_file", path="./new.txt", content="two")
+    old = await call(ws, "write_file", path="hello.txt", content="bye")
+    appended = await call(ws, "append_file", path="hello.txt", content="!")
+    assert made == "created new.txt with 3 characters"
+    assert again == "wrote 3 characters to new.txt (replacing its previous content)"
+    assert files.says_created(made)
+    assert not any(files.says_created(o) for o in (again, old, appended))
+    assert (root / "hello.txt").read_text() == "bye!"
+
+
+def test_existing_file(tree: tuple[Workspace, Path, Path]) -> None:
+    ws, root, outside = tree
+    (root / "dir").mkdir()
+    (root / "link.txt").symlink_to("hello.txt")
+    (root / "out.txt").symlink_to(outside / "secret.txt")
+    real = root.resolve() / "hello.txt"
+    assert ws.existing_file("hello.txt") == real
+    assert ws.existing_file("./dir/../hello.txt") == real
+    assert ws.existing_file("link.txt") == real  # the file a symlink names
+    for path in ["missing.txt", "dir", ".", "../outside/secret.txt", "out.txt", "/etc/hosts"]:
+        assert ws.existing_file(path) is None, path
 
 
 async def test_write_is_atomic_when_replace_fails(
@@ -286,8 +314,9 @@ async def test_write_under_a_file_fails_cleanly(tree: tuple[Workspace, Path, Pat
 async def test_append(tree: tuple[Workspace, Path, Path]) -> None:
     ws, root, _ = tree
     out = await call(ws, "append_file", path="log/notes.md", content="one\n")
-    assert out == "appended 4 characters to log/notes.md (now 4 characters)"
-    await call(ws, "append_file", path="log/notes.md", content="two\n")
+    assert out == "created log/notes.md with 4 characters"
+    out = await call(ws, "append_file", path="log/notes.md", content="two\n")
+    assert out == "appended 4 characters to log/notes.md (now 8 characters)"
     await call(ws, "append_file", path="hello.txt", content="!")
     assert (root / "log/notes.md").read_text() == "one\ntwo\n"
     assert (root / "hello.txt").read_text() == "hello world!"

@@ -1,4 +1,12 @@
-"""Built-in tools: workspace file tools and `read_artifact`."""
+"""Built-in tools: workspace file tools and `read_artifact`.
+
+`write_file` and `append_file` are `write`s, except a call that would change a file
+which existed before the task started: that one is an `overwrite`, which needs a human's
+approval unless the contract relaxes it (`tools: [{name: write_file, approval: false}]`).
+A file counts as the task's own when an earlier op of the task made it: a succeeded
+write whose output says `created ...`, or a write still in flight (this round's, or one
+interrupted by a crash) that was let through as a plain `write`, i.e. found no file.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +20,42 @@ from typing import Any
 from tether import errors
 from tether.store.base import Store
 from tether.tools import files
-from tether.tools.registry import Tool, ToolContext, ToolRegistry
+from tether.tools.registry import Effect, Tool, ToolContext, ToolRegistry
 
 READ_ARTIFACT = "read_artifact"
 
 #: Extra tools for the CLI: `module:attr,module:attr`, each attr a `Tool` or a list of them.
 TOOLS_ENV = "TETHER_TOOLS"
+
+
+#: The file tools that change a file, and whose calls may be overwrites.
+_WRITERS = ("write_file", "append_file")
+#: Op states of a call that may have taken effect but has no stored result yet.
+_IN_FLIGHT = ("intended", "dispatched", "unknown", "retry_wait")
+
+
+async def _write_effect(args: Mapping[str, Any], ctx: ToolContext) -> Effect:
+    """`overwrite` when this call would change a file that existed before the task
+    started, else `write` (a new file, or one the task made itself)."""
+    if ctx.workspace is None:
+        return "write"  # the call fails: there is nothing to overwrite
+    ws = files.Workspace(ctx.workspace)
+    path = args.get("path")
+    target = ws.existing_file(path) if isinstance(path, str) else None
+    if target is None:
+        return "write"
+    if ctx.journal is None:
+        return "overwrite"  # nobody can say the task made it: ask
+    for op in await ctx.journal(_WRITERS, ("succeeded", *_IN_FLIGHT)):
+        earlier = op.args.get("path")
+        if not isinstance(earlier, str) or ws.existing_file(earlier) != target:
+            continue
+        if op.status == "succeeded":
+            if files.says_created(str((op.result or {}).get("summary", ""))):
+                return "write"
+        elif op.effect == "write":
+            return "write"
+    return "overwrite"
 
 
 def _file_tool(name: str) -> Tool:
@@ -38,6 +76,7 @@ def _file_tool(name: str) -> Tool:
         effect=effect,
         idempotent=name != "append_file",
         service=None,  # local files need no breaker or concurrency limit
+        effect_of=_write_effect if name in _WRITERS else None,
     )
 
 

@@ -19,7 +19,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,7 +29,7 @@ from tether.models.base import ModelResponse, ToolCall
 from tether.runtime.builtins import READ_ARTIFACT
 from tether.store.base import ApprovalRecord, ArtifactRecord, OpRecord, blob_hash
 from tether.tools import failures
-from tether.tools.registry import Reconciliation, Tool, ToolContext, render_result
+from tether.tools.registry import RISKY, Reconciliation, Tool, ToolContext, render_result
 from tether.tools.retry import RetryPolicy, decide
 
 if TYPE_CHECKING:
@@ -394,8 +394,12 @@ class OpRunner:
         """Approved args (maybe modified), a refusal outcome, or None when no approval
         is needed. Raises `Pause` while a decision is pending."""
         run = self.run
+        effect = await self._call_effect(tool, record)
         perm = run.spec.permission(tool.name)
-        needed = perm.approval if perm is not None and perm.approval is not None else tool.risky
+        if perm is not None and perm.approval is not None:
+            needed = perm.approval
+        else:
+            needed = effect in RISKY
         if not needed:
             return None
         request_id = f"{record.op_id}.approval"
@@ -406,13 +410,13 @@ class OpRunner:
                 record,
                 kind="op",
                 what=f"{tool.name}({json.dumps(record.args, ensure_ascii=False)[:300]})",
-                impact=f"a {tool.effect} action on {tool.service or 'an external system'}",
+                impact=self._impact(tool, effect, record.args),
                 options=["approve", "reject", "modify"],
-                effect=tool.effect,
+                effect=effect,
             )
             await run.commit(
                 [
-                    _intent(tool, record),
+                    _intent(tool, record).model_copy(update={"effect": effect}),
                     ev.ApprovalRequested(
                         request_id=request_id,
                         what=appr.request["what"],
@@ -420,7 +424,7 @@ class OpRunner:
                         op_id=record.op_id,
                     ),
                 ],
-                ops=[replace(record, status="awaiting_approval")],
+                ops=[replace(record, status="awaiting_approval", effect=effect)],
                 approvals=[appr],
             )
         if appr.status == "pending":
@@ -446,6 +450,33 @@ class OpRunner:
             )
         modified = (appr.decision or {}).get("modified_args")
         return dict(modified) if isinstance(modified, Mapping) else dict(record.args)
+
+    async def _call_effect(self, tool: Tool, record: OpRecord) -> str:
+        """The effect of this call: the one already journaled for it when it was asked
+        about (a decision made once stays made), else the tool's, refined per call."""
+        if tool.effect_of is None:
+            return tool.effect
+        if record.status == "awaiting_approval" or record.effect != tool.effect:
+            return record.effect
+        store, task_id = self.store, self.run.task_id
+
+        async def journal(
+            tools: Collection[str], statuses: Collection[str] | None = None
+        ) -> list[OpRecord]:
+            return await store.get_ops(task_id, statuses, tools=tools)
+
+        ctx = replace(self.context(tool, record, record.attempts), journal=journal)
+        return await tool.call_effect(record.args, ctx)
+
+    @staticmethod
+    def _impact(tool: Tool, effect: str, args: Mapping[str, Any]) -> str:
+        """What an approval request says the call would do."""
+        path = args.get("path")
+        if effect == "overwrite" and tool.effect_of is not None and isinstance(path, str):
+            # Only a per-call refinement knows the thing was there before the task.
+            return f"overwrites {path}, which existed before the task started"
+        article = "an" if effect[:1] in "aeiou" else "a"
+        return f"{article} {effect} action on {tool.service or 'an external system'}"
 
     async def request(self, request_id: str) -> ApprovalRecord | None:
         """The approval request with this id, if the task has one."""

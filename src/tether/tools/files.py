@@ -10,10 +10,15 @@ Writes are atomic: the new content goes to a temporary file in the same folder, 
 flushed to disk, then moved over the target with `os.replace`, so a crash leaves
 either the old file or the new one, never half of it.
 
+`write_file` and `append_file` say in their output whether they created the file: it
+begins with `created ` (see `says_created`) exactly when the file did not exist before.
+The runtime reads that back from the op journal to tell a file the task made from one
+that was there before it started (changing the latter is an `overwrite`).
+
 The model-facing surface is `FILE_TOOL_SCHEMAS` (what the model sees),
-`FILE_TOOL_EFFECTS` (for the approval policy and the op journal) and the async
-dispatcher `run_file_tool`, which validates arguments and runs the blocking IO in a
-thread.
+`FILE_TOOL_EFFECTS` (the declared effects, for the approval policy and the op journal)
+and the async dispatcher `run_file_tool`, which validates arguments and runs the
+blocking IO in a thread.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from tether.models.base import ToolSchema
 DEFAULT_READ_LIMIT: Final[int] = 20_000
 MAX_READ_LIMIT: Final[int] = 200_000
 _READ_BLOCK: Final[int] = 1 << 20
+#: How the output of `write_file` and `append_file` begins when they made a new file.
+CREATED_PREFIX: Final[str] = "created "
 
 Effect = Literal["read", "write"]
 
@@ -151,23 +158,37 @@ class Workspace:
             )
         return chunk
 
+    def existing_file(self, path: str) -> Path | None:
+        """The resolved path if `path` names a file that exists now, else None (also
+        for a folder or a path that is not permitted)."""
+        try:
+            real = self.resolve(path)
+        except errors.ToolFailed:
+            return None
+        return real if real.is_file() else None
+
     def write_file(self, path: str, content: str) -> str:
         """Replace (or create) a file with `content`, atomically."""
         real = self._writable(path)
+        existed = real.exists()
         self._atomic_write(real, content)
-        return f"wrote {len(content)} characters to {self.relative(real)}"
+        shown = self.relative(real)
+        if not existed:
+            return f"{CREATED_PREFIX}{shown} with {len(content)} characters"
+        return f"wrote {len(content)} characters to {shown} (replacing its previous content)"
 
     def append_file(self, path: str, content: str) -> str:
         """Append `content` to a file (created if missing), atomically."""
         real = self._writable(path)
-        old = ""
-        if real.exists():
-            try:
-                old = real.read_text(encoding="utf-8", errors="strict")
-            except UnicodeDecodeError:
-                raise errors.ToolFailed(
-                    f"cannot append to {self.relative(real)}: it is not UTF-8 text"
-                ) from None
+        if not real.exists():
+            self._atomic_write(real, content)
+            return f"{CREATED_PREFIX}{self.relative(real)} with {len(content)} characters"
+        try:
+            old = real.read_text(encoding="utf-8", errors="strict")
+        except UnicodeDecodeError:
+            raise errors.ToolFailed(
+                f"cannot append to {self.relative(real)}: it is not UTF-8 text"
+            ) from None
         self._atomic_write(real, old + content)
         return (
             f"appended {len(content)} characters to {self.relative(real)} "
@@ -213,6 +234,11 @@ class Workspace:
                 raise errors.ToolFailed(f"cannot write {shown}: {exc.strerror}") from None
             raise
         _fsync_dir(parent)
+
+
+def says_created(output: str) -> bool:
+    """True if a `write_file` or `append_file` output says the call made a new file."""
+    return output.startswith(CREATED_PREFIX)
 
 
 def _target_mode(path: Path) -> int:
@@ -324,7 +350,9 @@ FILE_TOOL_SCHEMAS: Final[tuple[ToolSchema, ...]] = (
     ),
 )
 
-#: Each file tool's effect, for the approval policy and the op journal.
+#: Each file tool's declared effect, for the approval policy and the op journal. A call
+#: of `write_file` or `append_file` that changes a file which existed before the task
+#: started is an `overwrite` (decided per call in `tether.runtime.builtins`).
 FILE_TOOL_EFFECTS: Final[dict[str, Effect]] = {
     "list_files": "read",
     "read_file": "read",

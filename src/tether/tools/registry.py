@@ -1,12 +1,20 @@
 """The tool registry: what a tool declares and how the runtime finds it.
 
 A tool declares its arguments (a JSON schema, derived from type hints by `@tool`), its
-`effect` (`read`, `write`, or a risky one: `delete`, `send`, `pay`, `publish`), whether
-it is `idempotent`, its `service` (for breakers and concurrency limits), a timeout and a
-retry policy, and optionally `validate(result)` (a post-condition) and
-`reconcile(op, ctx)` (asks the outside world whether an op already happened). The
-runtime journals every call as an op and passes the op id as the idempotency key in
-`ToolContext`.
+`effect` (`read`, `write`, or a risky one that needs a human's approval by default:
+`overwrite`, `delete`, `send`, `pay`, `publish`), whether it is `idempotent`, its
+`service` (for breakers and concurrency limits), a timeout and a retry policy, and
+optionally `validate(result)` (a post-condition) and `reconcile(op, ctx)` (asks the
+outside world whether an op already happened). The runtime journals every call as an
+op and passes the op id as the idempotency key in `ToolContext`.
+
+`overwrite` means changing something that existed before the task started (a file the
+user had, say), as opposed to `write`, which adds something new or changes what the
+task itself made.
+
+A tool whose effect depends on its arguments may also give `effect_of(args, ctx)`,
+which refines the declared effect for one call before the approval policy looks at it
+(the built-in `write_file` answers `overwrite` for a file the task did not create).
 
 ```python
 @tether.tool(effect="write", service="tickets", reconcile=find_ticket)
@@ -22,10 +30,10 @@ import inspect
 import json
 import logging
 import typing
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
@@ -33,9 +41,23 @@ from tether import errors
 from tether.models.base import ToolSchema
 from tether.tools.retry import FailureClass, RetryPolicy
 
-Effect = Literal["read", "write", "delete", "send", "pay", "publish"]
+if TYPE_CHECKING:
+    from tether.store.base import OpRecord
+
+Effect = Literal["read", "write", "overwrite", "delete", "send", "pay", "publish"]
 EFFECTS: Final[tuple[str, ...]] = typing.get_args(Effect)
-RISKY: Final[frozenset[str]] = frozenset({"delete", "send", "pay", "publish"})
+#: Effects that need a human's approval unless the contract says `approval: false`.
+RISKY: Final[frozenset[str]] = frozenset({"overwrite", "delete", "send", "pay", "publish"})
+
+
+class Journal(Protocol):
+    """Read-only access to one task's op journal."""
+
+    def __call__(
+        self, tools: Collection[str], statuses: Collection[str] | None = None
+    ) -> Awaitable[Sequence[OpRecord]]:
+        """The task's ops of these tools (only these statuses, if given), oldest first."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -54,6 +76,9 @@ class ToolContext:
     logger: logging.Logger
     services: Mapping[str, Any] = field(default_factory=dict)
     attempt: int = 1
+    #: Read-only access to this task's op journal: `await journal(tools, statuses)`.
+    #: Given to `Tool.effect_of` hooks (None when a tool runs).
+    journal: Journal | None = None
 
 
 @dataclass(frozen=True)
@@ -72,11 +97,18 @@ ToolFn = Callable[[Mapping[str, Any], ToolContext], Awaitable[Any]]
 Validator = Callable[[Any], "bool | str | None"]
 Reconciler = Callable[[Any, ToolContext], Awaitable[Reconciliation]]
 Classifier = Callable[[BaseException], "FailureClass | None"]
+EffectHook = Callable[[Mapping[str, Any], ToolContext], "Awaitable[Effect] | Effect"]
 
 
 @dataclass(frozen=True)
 class Tool:
-    """A tool the model may call."""
+    """A tool the model may call.
+
+    `effect_of(args, ctx)` (optional, sync or async) refines `effect` for one call with
+    checked arguments, before the approval policy decides; `ctx.journal` reads this
+    task's earlier ops. A `ToolFailed` from it keeps the declared effect (the call will
+    fail the same way when it runs).
+    """
 
     name: str
     description: str
@@ -91,6 +123,7 @@ class Tool:
     reconcile: Reconciler | None = None
     classify: Classifier | None = None
     args_model: type[BaseModel] | None = None
+    effect_of: EffectHook | None = None
 
     def schema(self) -> ToolSchema:
         """The model-facing schema."""
@@ -98,8 +131,25 @@ class Tool:
 
     @property
     def risky(self) -> bool:
-        """True for effects that need approval by default."""
+        """True when the declared effect needs approval by default (a call's effect,
+        see `call_effect`, may be riskier)."""
         return self.effect in RISKY
+
+    async def call_effect(self, args: Mapping[str, Any], ctx: ToolContext) -> Effect:
+        """The effect of one call: the declared `effect`, refined by `effect_of`."""
+        if self.effect_of is None:
+            return self.effect
+        try:
+            answer = self.effect_of(args, ctx)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except errors.ToolFailed:
+            return self.effect
+        if answer not in EFFECTS:
+            raise errors.UserError(
+                f"tool {self.name}: effect_of answered {answer!r}, not one of {', '.join(EFFECTS)}"
+            )
+        return answer
 
     def check_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Validate arguments; a clear deterministic `ToolFailed` when they are wrong."""
@@ -157,11 +207,13 @@ def tool(
     validate: Validator | None = None,
     reconcile: Reconciler | None = None,
     classify: Classifier | None = None,
+    effect_of: EffectHook | None = None,
 ) -> Any:
     """Make a `Tool` from a sync or async function; its type hints give the schema.
 
     A parameter annotated `ToolContext` (or named `ctx`) receives the call's context.
     `idempotent` defaults to True for reads and False for anything with effects.
+    `effect_of` refines `effect` per call (see `Tool`).
     """
     if effect not in EFFECTS:
         raise errors.UserError(f"effect {effect!r} is not one of {', '.join(EFFECTS)}")
@@ -212,6 +264,7 @@ def tool(
             reconcile=reconcile,
             classify=classify,
             args_model=model,
+            effect_of=effect_of,
         )
 
     return build(fn) if fn is not None else build

@@ -152,7 +152,7 @@ def _status_view(doc: dict[str, Any]) -> Group:
         (doc["task_id"], "bold cyan"),
         f"  {doc['name']}  v{doc['version']}  ",
         (doc["status"], f"bold {style}"),
-        (f" ({doc['stop_reason']})" if doc["stop_reason"] else "", style),
+        (f" ({_stop_text(doc)})" if doc["stop_reason"] else "", style),
     )
     lines: list[Any] = [head, Text(f"goal: {doc['ledger']['objective']}")]
     lines.append(_ledger_bar(doc["ledger"]["progress"]))
@@ -192,6 +192,14 @@ def _status_view(doc: dict[str, Any]) -> Group:
         table.add_row(it["id"], Text(st, colour.get(st, "white")), str(it["attempts"]), detail)
     lines.append(table)
     return Group(*lines)
+
+
+def _stop_text(doc: dict[str, Any]) -> str:
+    """The stop reason, with what was waived when the task was delivered without it."""
+    reason = str(doc["stop_reason"])
+    if reason == "delivered_with_waivers" and doc.get("waivers"):
+        reason += ": " + ", ".join(w["id"] for w in doc["waivers"])
+    return reason
 
 
 def _partial_view(partial: dict[str, Any]) -> Text:
@@ -956,7 +964,7 @@ def _demo_summary(doc: dict[str, Any], evs: list[Any], wall: float, folder: Path
         if i["status"] in ("blocked", "waived")
     ]
     return {
-        "result": f"{doc['status']} ({doc['stop_reason']})",
+        "result": f"{doc['status']} ({_stop_text(doc)})",
         "ledger": f"{p['done']}/{p['total']} done, {p['blocked']} blocked, "
         f"{p.get('waived', 0)} waived",
         "blocked or waived": "; ".join(blocked) or "none",

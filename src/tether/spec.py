@@ -178,7 +178,7 @@ class ToolPermission(_Strict):
     approval: bool | None = Field(
         default=None,
         description="require a human's approval; default: only for risky effects "
-        "(delete, send, pay, publish)",
+        "(overwrite, delete, send, pay, publish)",
     )
     max_attempts: int | None = Field(default=None, gt=0, description="transient retries")
 

@@ -123,16 +123,17 @@ def test_outputs_are_as_readable_as_the_files_the_demo_wrote_itself(demo: dict[s
 # --- what the database says -------------------------------------------------------------------
 
 
-def test_status_satisfied_with_the_broken_document_blocked(demo: dict[str, Any]) -> None:
+def test_status_satisfied_with_the_broken_document_waived(demo: dict[str, Any]) -> None:
     doc = demo["status"]
-    assert (doc["status"], doc["stop_reason"]) == ("satisfied", "delivered")
+    assert (doc["status"], doc["stop_reason"]) == ("satisfied", "delivered_with_waivers")
+    assert [w["id"] for w in doc["waivers"]] == [BROKEN]
     items = {i["id"]: i for i in doc["ledger"]["items"]}
     expected_ids = [doc_id(n) for n in range(1, N_DOCS + 1)] + ["catalog", "summary", "notice"]
     assert [i["id"] for i in doc["ledger"]["items"]] == expected_ids
     broken = items.pop(BROKEN)
-    assert broken["status"] == "blocked"
+    assert broken["status"] == "waived"
     assert broken["evidence"] == []
-    assert broken["note"], "a blocked item says why"
+    assert "corrupted scan" in broken["note"], "a waived item says why"
     for item_id, item in items.items():
         assert item["status"] == "done", item_id
         assert item["evidence"], item_id
@@ -169,6 +170,15 @@ def test_events_show_compaction_a_verdict_per_round_and_the_blocked_item(
         if e["type"] == "audit.warning" and e["data"]["code"] == "item_blocked"
     ]
     assert [w["details"].get("item") for w in blocked] == [BROKEN]
+    # Blocked is not finished: the task waited for a decision, the demo's user waived it.
+    asked = [e["data"] for e in evs if e["type"] == "decision.requested"]
+    assert len(asked) == 1
+    assert [b["id"] for b in asked[0]["partial"]["blocked"]] == [BROKEN]
+    assert len(asked[0]["partial"]["done"]) == 42 and not asked[0]["partial"]["remaining"]
+    waived = [e["data"] for e in evs if e["type"] == "item.waived"]
+    assert [(w["item"], w["by"]) for w in waived] == [(BROKEN, "demo user")]
+    order = [e["type"] for e in evs if e["type"] in ("decision.requested", "item.waived")]
+    assert order == ["decision.requested", "item.waived"]
     checks = [e["data"] for e in evs if e["type"] == "completion.checked"]
     assert checks and checks[-1]["passed"]
     assert {r["id"] for r in checks[-1]["results"]} == {
@@ -178,7 +188,10 @@ def test_events_show_compaction_a_verdict_per_round_and_the_blocked_item(
     }
     last = evs[-1]
     assert last["type"] == "task.status"
-    assert (last["data"]["dst"], last["data"]["stop_reason"]) == ("satisfied", "delivered")
+    assert (last["data"]["dst"], last["data"]["stop_reason"]) == (
+        "satisfied",
+        "delivered_with_waivers",
+    )
 
 
 def test_compaction_never_marks_work_done(demo: dict[str, Any]) -> None:
@@ -204,9 +217,9 @@ def test_demo_json_output(demo: dict[str, Any]) -> None:
     assert set(out) == {"status", "summary"}
     assert out["status"] == demo["status"]
     summary = out["summary"]
-    assert summary["result"] == "satisfied (delivered)"
-    assert summary["ledger"] == "42/43 done, 1 blocked"
-    assert summary["blocked"].startswith(f"{BROKEN}:")
+    assert summary["result"] == f"satisfied (delivered_with_waivers: {BROKEN})"
+    assert summary["ledger"] == "42/43 done, 0 blocked, 1 waived"
+    assert summary["blocked or waived"].startswith(f"{BROKEN}: waived by demo user")
     assert int(summary["compactions"]) >= 1
     assert "item_blocked" in summary["audit warnings"]
     assert summary["outputs"] == "catalog.csv, summary.md, notice.md"
@@ -221,7 +234,7 @@ def test_demo_in_a_temporary_folder_prints_what_happened(tmp_path: Path) -> None
     proc = tether("demo", cwd=tmp_path, env=cli_env(TMPDIR=str(tmp)), timeout=DEMO_TIMEOUT)
     assert_ok(proc)
     assert "what happened" in proc.stdout
-    assert "satisfied (delivered)" in proc.stdout
+    assert f"satisfied (delivered_with_waivers: {BROKEN})" in proc.stdout
     assert "doc-23" in proc.stdout
     assert "Traceback" not in proc.stderr
     made = [p for p in tmp.iterdir() if p.name.startswith("tether-demo-")]
@@ -231,5 +244,6 @@ def test_demo_in_a_temporary_folder_prints_what_happened(tmp_path: Path) -> None
     assert m, proc.stdout
     timeline = tether("timeline", m.group(1), "--db", m.group(2), cwd=tmp_path)
     assert_ok(timeline)
-    assert "satisfied (delivered)" in timeline.stdout
+    assert "satisfied (delivered_with_waivers)" in timeline.stdout
+    assert "item.waived" in timeline.stdout
     assert not (tmp_path / ".tether").exists(), "the demo keeps its database in its folder"

@@ -1,14 +1,13 @@
 """The engine: claims a task and drives it, turn by turn and round by round.
 
-A round has six phases (DESIGN.md section 3): read state, assemble context, decide
+A round has six phases (docs/architecture.md): read state, assemble context, decide
 (one model call, journaled and committed before any tool runs), act (each call checked
 against the allowlist and journaled as an op), verify, and write back (one commit,
 guarded by the fencing token). Then the judge runs and its audited verdict is committed.
 
-Crash points are marked with fail points. On restart the engine recovers in the order
-of DESIGN.md section 6 and continues in a new turn; a round whose model response was
-committed is finished from the recorded response, so a crash never pays twice for the
-same decision.
+Crash points are marked with fail points. On restart the engine recovers in order (see
+`recovery`) and continues in a new turn; a round whose model response was committed is
+finished from the recorded response, so a crash never pays twice for the same decision.
 """
 
 from __future__ import annotations

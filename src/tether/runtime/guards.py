@@ -1,6 +1,6 @@
 """Checks between rounds: stop requests, cancellation, goal changes, loop guards, budgets.
 
-Budgets (DESIGN.md section 7) emit `budget.threshold` events at 50% and 80% and suspend
+Budgets emit `budget.threshold` events at 50% and 80% and suspend
 the task at 100%; since the check runs before every model call, the cap is never
 exceeded by more than one call.
 """
@@ -103,7 +103,7 @@ def _budget_scopes(run: _TaskRun) -> list[tuple[str, dict[str, tuple[float | Non
 
 
 async def check_budget(run: _TaskRun) -> None:
-    """Threshold events at 50% and 80%; suspension at 100% (DESIGN.md section 7), for
+    """Threshold events at 50% and 80%; suspension at 100%, for
     the task and for the current milestone. The check runs before every model call, so
     a cap is never exceeded by more than one call."""
     u = run.usage

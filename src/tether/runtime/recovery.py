@@ -1,6 +1,6 @@
 """Turn starts and recovery: claim, recover in order, rebuild the context, open a turn.
 
-Recovery follows DESIGN.md section 6: read the task version and cancellation; verify
+Recovery, in order (docs/architecture.md): read the task version and cancellation; verify
 stored artifacts; list ops whose outcome is unknown (the interrupted round settles each
 one: reconcile, re-send with its op id, or leave it to a human); restore ledger items
 whose evidence no longer resolves; assemble a fresh context from the snapshot, the
@@ -156,7 +156,7 @@ async def start_turn(run: _TaskRun) -> None:
 
 
 def epoch_needed(run: _TaskRun, first: bool) -> tuple[bool, str]:
-    """Whether this turn re-renders the system prompt (DESIGN.md section 4)."""
+    """Whether this turn re-renders the system prompt (an epoch boundary)."""
     if first or not run.usage.get("system_blob") or not run.ctx.system:
         return True, "task start"
     if run.e.epoch_every_turn:

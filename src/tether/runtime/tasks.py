@@ -93,7 +93,7 @@ def budget_view(task: TaskRecord) -> dict[str, Any]:
 
 
 async def status_dict(store: Store, task_id: str) -> dict[str, Any]:
-    """The `status --json` document (DESIGN.md section 9)."""
+    """The `status --json` document (a public contract: keep its fields)."""
     task = await store.get_task(task_id)
     rec = await store.get_ledger(task_id)
     ledger = rec.to_ledger()

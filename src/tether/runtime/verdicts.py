@@ -260,6 +260,8 @@ async def settle(run: _TaskRun, round_no: int) -> None:
     gaps = run.ledger.gaps()
     if gaps:
         await await_decision(run, f"{len(gaps)} of {len(run.ledger.states)} items are not done")
+    if run.usage.get("completion_failed_round") == int(run.usage.get("rounds", 0)):
+        return  # the check just failed: the model gets a round to mend what it found
     await complete(run, round_no)
 
 
@@ -310,6 +312,7 @@ async def complete(run: _TaskRun, round_no: int) -> None:
         raise _Stop
     failures = int(run.usage.get("completion_failures", 0)) + 1
     run.usage["completion_failures"] = failures
+    run.usage["completion_failed_round"] = int(run.usage.get("rounds", 0))
     ledger = run.ledger
     for r in reopen:
         ledger = L.reopen(ledger, r, "reviewer: redo").ledger

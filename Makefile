@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint format bench all clean
+.PHONY: demo test lint format bench bench-peers all clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,10 @@ format: $(VENV)/.dev
 
 bench: $(VENV)/.dev  ## benchmarks, printed side by side with their floors
 	$(BIN)/python benchmarks/run_all.py
+
+bench-peers: $(VENV)/.dev  ## tether, LangGraph and DBOS on the same agent loop (PEERS_ARGS="--n 100,1000,2000")
+	$(BIN)/pip install -q -e '.[dev,bench,peers]'
+	$(BIN)/python benchmarks/peers/run.py $(PEERS_ARGS)
 
 all: lint test
 

@@ -3,18 +3,24 @@
 The compressor (a `compact` model call) is given the current ledger and told never to
 turn pending work into done work. Whatever it writes, the ledger is not touched: the
 summary enters the history as a user message that defers to the ledger, and the system
-prompt is re-rendered with the current ledger at its tail (a new cache epoch). If the
-compressor fails, a mechanical summary is used so the task never dies of compaction.
+prompt is re-rendered with the current ledger at its tail (a new cache epoch). A summary
+that claims completion the ledger does not record, in any wording, raises an audit
+warning, and the runtime appends a note to it: the claim was not accepted, and here is
+the ledger. If the compressor fails, a mechanical summary is used so the task never dies
+of compaction.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Literal
 
 from tether import errors, failpoints, tokens
 from tether import events as ev
+from tether.ledger import Ledger
 from tether.models.base import Message, ModelRequest
 from tether.runtime.context import SUMMARY_PREFIX, Entry, render_system, transcript
 
@@ -32,16 +38,542 @@ results.
 """
 
 
-def _claimed_done(summary: str, open_items: list[str]) -> list[str]:
-    hits = []
-    for item in open_items:
-        for line in summary.splitlines():
-            if re.search(rf"(?<![\w.-]){re.escape(item)}(?![\w-])", line) and re.search(
-                r"\b(done|complete[d]?|finished)\b", line, re.I
-            ):
-                hits.append(item)
-                break
-    return hits
+# -- completion claims ----------------------------------------------------------------
+#
+# The compressor is told not to turn pending work into done work, but it is a model: it
+# may still write "all items done" or "- [x] i3". `completion_claims` reads a summary
+# the way a later model would and reports what it asserts beyond the ledger. It is a
+# heuristic reader, tuned to flag claims in any ordinary wording and to stay quiet on
+# honest progress reports ("i1 is done; i3 is still pending").
+
+#: Statuses that close an item for the purpose of a "the task is finished" claim.
+#: Compared as strings so statuses added later (e.g. "waived") need no import.
+FINISHED_STATUSES: Final[frozenset[str]] = frozenset({"done", "waived", "skipped"})
+
+
+@dataclass(frozen=True)
+class ClaimFindings:
+    """What a summary asserts beyond the ledger: items called done, a whole-task claim."""
+
+    items: tuple[str, ...] = ()
+    global_phrase: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.items) or self.global_phrase is not None
+
+    def describe(self) -> str:
+        """The claims in words, for the note the model reads next."""
+        parts = []
+        if self.global_phrase is not None:
+            parts.append(f'that the whole task is finished ("{self.global_phrase}")')
+        if self.items:
+            verb = "is" if len(self.items) == 1 else "are"
+            parts.append(f"that {', '.join(self.items)} {verb} done")
+        return " and ".join(parts)
+
+
+_WORD = r"[\w'-]+"
+_B = r"(?<![\w/.\\-])"  # no word, path or dotted-name character before
+_E = r"(?![\w/\\-]|\.\w)"  # ...nor after ("out/i1.txt" does not mention i1)
+_CHECKED, _UNCHECKED = "☑", "☐"
+
+# Per-item vocabulary. "both": the phrase may stand before or after the item ("done: i3",
+# "i3 done"); "post": only after it ("i3 complete", but "complete i3" is an instruction);
+# "pre": only before it (a checkbox).
+_DONE_BOTH = (
+    r"done|completed|finished|resolved|delivered|succeeded|handled|accomplished|achieved|"
+    r"fulfilled|satisfied|closed|implemented|wrapped up|taken care of|checked off|"
+    r"ticked off|marked (?:as )?(?:done|complete|completed|finished)"
+)
+_DONE_POST = r"complete|successful|successfully"
+_OPEN_WORDS = (
+    r"pending|open|remaining|remain|remains|outstanding|in[ _]progress|ongoing|todo|"
+    r"to[ -]do|tbd|wip|not started|unstarted|started|starting|blocked|failed|failing|"
+    r"fails|incomplete|unfinished|undone|left|next|waiting|awaiting|queued|planned|"
+    r"skipped|waived|retry|retrying|needs|need|needed|requires|still|not|never|no|"
+    r"partial|partially|attempted|tried|trying|working on|except|excluding|besides|"
+    r"apart from|other than"
+)
+_PHRASE = re.compile(
+    rf"{_B}(?P<both>{_DONE_BOTH}){_E}|{_B}(?P<post>{_DONE_POST}){_E}|"
+    rf"(?P<mark>[✅✔✓])|(?P<pre>{_CHECKED})|(?P<openmark>[{_UNCHECKED}⬜❌⏳])|"
+    rf"{_B}(?P<open>{_OPEN_WORDS}){_E}"
+)
+
+
+def _wordset(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+# Words that, shortly before a done-word, make it not a claim: negation, hedging,
+# conditions, plans, and reported speech ("the actor claimed i3 was done").
+_HEDGES = _wordset(
+    "not no never cannot yet almost nearly mostly partially partly half barely hardly if "
+    "once until unless whether before when will would should must could might can may "
+    "need needs needed to get awaiting without nor neither ensure sure verify check "
+    "confirm claimed claims claim said says reported thought believed assumed wrongly "
+    "falsely supposedly allegedly pretended expected hope hoped plan planned nothing none "
+    "zero 0"
+)
+_NEGATED_AFTER = re.compile(r"\s*(?:[:=?]\s*)?(?:false|no|not|never|0)(?![\w])")
+
+# Whole-task vocabulary.
+_DONE_G = (
+    r"(?:done|complete|completed|finished|resolved|delivered|handled|accomplished|achieved|"
+    r"succeeded|closed|fulfilled|met|satisfied|written|implemented|wrapped up|"
+    r"taken care of|checked off|ticked off)"
+)
+_NOUNS = (
+    r"(?:items?|tasks?|subtasks?|steps?|files?|todos?|to-dos?|milestones?|goals?|"
+    r"objectives?|deliverables?|requirements?|entries|things|parts|pieces|work|jobs?|"
+    r"checklist(?: items?)?|ledger items?|of them|of it)"
+)
+_COPULA = (
+    r"(?:,? (?:have|has|had|are|were|is|was|got|now|all|been|also|already|fully|"
+    r"successfully|completely|each|individually|finally|officially|therefore|thus))*"
+)
+_EXCEPT = (
+    r"(?:except(?: for)?|but(?: not)?|apart from|other than|besides|save for|excluding|"
+    r"aside from|with the exception of|minus)"
+)
+# (pattern, kind). "weak": counts only in a sentence that names no item, where it cannot
+# be about one item ("i3 is fully completed" is a per-item claim). "verb": not when an
+# item is its subject ("i1 completed all its steps"). "else": claims every item but the
+# ones the line names ("i3 is open, everything else is done").
+_GLOBAL: Final[tuple[tuple[re.Pattern[str], str], ...]] = tuple(
+    (re.compile(p), kind)
+    for p, kind in (
+        (
+            r"\b(?:everything else|all (?:the )?(?:other|remaining) (?:items?|tasks?|steps?|"
+            rf"work|files?)|the rest(?: of (?:the |them)?(?:items?|tasks?|work)?)?)(?:'s)?"
+            rf"{_COPULA} {_DONE_G}\b",
+            "else",
+        ),
+        # all items are done / all 5 items have been completed / every step finished
+        (
+            rf"\b(?:all|every|each)(?! (?:the )?(?:other|remaining)\b)(?: {_WORD}){{0,3}}? {_NOUNS}"
+            rf"(?: (?:in|on|of|from) (?:the |this |our |my )?{_WORD})?"
+            rf"(?P<exc> {_EXCEPT} [^.;!?]{{1,80}}?)?{_COPULA} {_DONE_G}\b",
+            "strong",
+        ),
+        # everything is done / everything finished / all the work is complete
+        (
+            rf"\b(?:everything|all (?:the )?work)(?: (?:in|on|from) (?:the |this |our )?"
+            rf"{_WORD})?(?:'s)?(?P<exc> {_EXCEPT} [^.;!?]{{1,80}}?)?{_COPULA} {_DONE_G}\b",
+            "strong",
+        ),
+        # (the) task is complete / objective achieved / mission accomplished / work is done
+        (
+            r"(?:^|[:,]\s*|\s[-–—]+\s*|\b(?:the|this|our|my)\s+)"
+            r"(?:(?:whole|entire|overall|main)\s+)?(?:task|job|work|objective|goal|mission|"
+            rf"project|assignment|checklist|ledger)(?:'s)?{_COPULA} (?:{_DONE_G}|reached)\b",
+            "strong",
+        ),
+        # finished all the items / completed everything / did them all
+        (
+            r"\b(?:finished|completed|done|did|resolved|delivered|handled|closed|"
+            r"accomplished|achieved|fulfilled|wrapped up|ticked off|checked off|knocked out|"
+            rf"took care of|taken care of)(?: off| up)? (?:(?:all|every|each)\b(?:(?: {_WORD})"
+            rf"{{0,3}}? {_NOUNS}\b)?|everything\b|(?:them|it|these|those) all\b)",
+            "verb",
+        ),
+        # completed the task / achieved the objective
+        (
+            r"\b(?:completed|finished|accomplished|achieved|met|fulfilled|delivered|"
+            r"satisfied|wrapped up|closed out) (?:the |our |my |this )?"
+            r"(?:(?:whole|entire|overall|full) )?(?:task|objective|goal|job|mission|"
+            r"assignment|project|checklist|ledger|acceptance criteria)\b",
+            "strong",
+        ),
+        # nothing left to do / nothing remains / no items remaining / zero items left
+        (
+            r"\bnothing(?: (?:else|more|further|is|was))* (?:left|remains|remaining|"
+            r"outstanding|pending|to do|to be done|to work on)\b|"
+            r"\bno (?:more |further |other )?(?:remaining |pending |outstanding )?"
+            r"(?:items?|work|tasks?|steps?|todos?)(?: (?:is|are))? (?:left|remain|remains|"
+            r"remaining|outstanding|pending|to do)\b|"
+            r"\bno (?:remaining|pending|outstanding|unfinished|incomplete) "
+            r"(?:items?|work|tasks?|steps?|todos?)\b|"
+            r"\b(?:zero|0) (?:items? )?(?:left|remaining|outstanding)\b",
+            "strong",
+        ),
+        # we're done / I have finished (with nothing after it)
+        (
+            r"\b(?:we|i)(?:'re|'m|'ve| are| am| have| had)(?: (?:now|all|fully|completely|"
+            r"successfully|finally|officially))* (?:done|finished|complete|completed)\b"
+            r"(?=\s*(?:$|[.!,;:]|now\b|here\b|and\b|with (?:everything|it all|all\b|the "
+            r"(?:whole |entire )?(?:task|job|work|checklist|project)\b)))",
+            "strong",
+        ),
+        (r"\bdone and dusted\b|\bthat's a wrap\b", "strong"),
+        (
+            r"\b(?:all )?(?:the )?acceptance (?:criteria|checks?)(?: (?:are|were|have|has|"
+            r"been|now|all|fully))* (?:met|satisfied|passed|pass|fulfilled|done|green)\b",
+            "strong",
+        ),
+        (r"\ball (?:now )?(?:done|complete|completed|finished|wrapped up)\b", "weak"),
+        (r"\b(?:fully|completely|entirely|totally) (?:done|complete|completed|finished)\b", "weak"),
+        (
+            r"\b100 ?(?:%|percent|per cent)(?: {_WORD}){0,2}? (?:complete|completed|done|"
+            r"finished)\b|\b(?:completion|progress)\s*[:=]?\s*(?:is |at |of )?100 ?"
+            r"(?:%|percent)",
+            "weak",
+        ),
+        (
+            r"\b(?:overall |final |task |current )?status\s*[:=]?\s*(?:is\s+)?(?:done|"
+            r"complete|completed|finished|success|successful|delivered|satisfied)\b",
+            "weak",
+        ),
+        (
+            r"\bready (?:for|to) (?:delivery|deliver|be delivered|ship|hand ?off|handoff|"
+            r"submission)\b",
+            "weak",
+        ),
+    )
+)
+_RATIO = (
+    re.compile(
+        r"\b(\d+)\s*(?:/|of|out of)\s*(\d+)(?: [\w'-]+){0,2}? (?:are |were |have been |is )?"
+        r"(?:done|complete|completed|finished)\b"
+    ),
+    re.compile(
+        r"\b(?:done|completed|complete|finished)\s*[:=]?\s*(\d+)\s*(?:/|of|out of)\s*(\d+)\b"
+    ),
+)
+_BARE = frozenset(
+    {"done", "complete", "completed", "finished", "all done", "task complete", "task done"}
+)
+_GLOBAL_HEDGES = _HEDGES | {"far", "whenever", "wait", "waiting", "until"}
+_GLOBAL_NOT_AFTER = re.compile(
+    r"\s*(?:\?|(?:when|once|if|only|after|as soon as|until|unless|yet)\b)"
+)
+_OBJECT_AFTER = re.compile(r"\s*(?:to do |to be done )?(?:for|on|of|in|with|about|regarding|at)\b")
+
+_BULLET = re.compile(r"^\s*(?:[-*+•·]|\d+[.)])\s+")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\s*;\s*")
+_SOFT = re.compile(r"\s*,\s*|\s+[-–—]+\s+|\s*\|\s*")
+_HARD = re.compile(r"\s+(?:but|while|whereas|however|although|though|whilst)\s+")
+_LABEL = re.compile(
+    rf"(?:(?:not|still|yet|to|in|left|now|so|far|work|items?)\s+)*{_WORD}:(?=\s|$)"
+    rf"|[{_CHECKED}{_UNCHECKED}]"
+)
+_JOINERS = _wordset("and or the of to with are is were was have has been & plus")
+_FILLER = _wordset("and or & plus also both as well items item the")
+
+
+@dataclass(frozen=True)
+class _Mention:
+    start: int
+    end: int
+    item: str
+
+
+@dataclass(frozen=True)
+class _Phrase:
+    start: int
+    end: int
+    done: bool
+    where: Literal["both", "post", "pre"]
+
+
+def _clean(line: str) -> tuple[str, bool, bool]:
+    """`(text, is_heading, is_bullet)`: lower case, markdown and decoration removed."""
+    text = line.replace("\ufe0f", "").replace("’", "'").replace("‘", "'").lower()
+    bold_line = bool(re.fullmatch(r"\s*(?:[-*+]\s+)?\*\*[^*]+\*\*\s*:?\s*", text))
+    text = re.sub(r"^\s*>+\s?", "", text)
+    heading = bool(re.match(r"^\s*#+\s", text)) or bold_line
+    text = re.sub(r"^\s*#+\s*", "", text)
+    bullet = bool(_BULLET.match(text))
+    text = _BULLET.sub("", text)
+    text = re.sub(r"\[[x✓✔]\]", f" {_CHECKED} ", text)
+    text = re.sub(r"\[[ ~!\-]?\]", f" {_UNCHECKED} ", text)
+    bullet = bullet or text.lstrip().startswith((_CHECKED, _UNCHECKED))
+    text = re.sub(r"\*+|__|`+|~~|(?<!\w)_|_(?!\w)", "", text)
+    # "i3: pending -> done" reports a transition to done.
+    text = re.sub(r"\b(?:pending|open|in[ _]progress|todo|blocked)\s*(?:->|=>|→)\s*", "", text)
+    text = re.sub(r"->|=>|→|[()\[\]{}\"]", " ", text)
+    return re.sub(r"\s+", " ", text).strip(), heading, bullet
+
+
+def _logical_lines(summary: str) -> list[tuple[str, bool, bool]]:
+    """Cleaned lines; a sentence that wraps ("i1, i2 and" / "i3 are done") is joined."""
+    out: list[tuple[str, bool, bool]] = []
+    for raw in summary.splitlines():
+        text, heading, bullet = _clean(raw)
+        prev = out[-1][0] if out else ""
+        wraps = prev.endswith(",") or (prev[-1:].isalnum() and prev.rsplit(" ", 1)[-1] in _JOINERS)
+        if text and wraps and not (heading or bullet or re.match(rf"{_WORD}:(?:\s|$)", text)):
+            out[-1] = (f"{prev} {text}", out[-1][1], out[-1][2])
+        else:
+            out.append((text, heading, bullet))
+    return out
+
+
+@dataclass(frozen=True)
+class _Names:
+    """One regex for every item id and (distinctive) title, and who each names."""
+
+    pattern: re.Pattern[str] | None
+    lookup: dict[str, str]
+
+
+def _names(ledger: Ledger) -> _Names:
+    lookup: dict[str, str] = {}
+    for d, _ in ledger.items():
+        if key := " ".join(d.id.lower().split()):
+            lookup.setdefault(key, d.id)
+        title = " ".join(d.title.lower().split())
+        if len(title.split()) >= 2 or len(title) >= 12:
+            lookup.setdefault(title, d.id)
+    if not lookup:
+        return _Names(None, lookup)
+    alts = sorted(lookup, key=len, reverse=True)  # the longest name wins at a position
+    body = "|".join(r"\s+".join(re.escape(w) for w in name.split(" ")) for name in alts)
+    return _Names(re.compile(f"{_B}(?:{body}){_E}"), lookup)
+
+
+def _mentions(text: str, names: _Names) -> list[_Mention]:
+    if names.pattern is None:
+        return []
+    return [
+        _Mention(m.start(), m.end(), names.lookup[" ".join(m.group(0).split())])
+        for m in names.pattern.finditer(text)
+    ]
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(rf"[\w']+|[{_CHECKED}{_UNCHECKED}✅✔✓⬜❌⏳]", text)
+
+
+def _phrases(text: str, mentions: list[_Mention]) -> list[_Phrase]:
+    out = []
+    for m in _PHRASE.finditer(text):
+        if any(k.start < m.end() and m.start() < k.end for k in mentions):
+            continue  # part of an item's title
+        kind = m.lastgroup
+        if kind in ("open", "openmark"):
+            out.append(_Phrase(m.start(), m.end(), False, "both"))
+            continue
+        before = _words(text[: m.start()])[-3:]
+        negated = any(w in _HEDGES or w.endswith("n't") for w in before) or bool(
+            _NEGATED_AFTER.match(text, m.end())
+        )
+        where: Literal["both", "post", "pre"] = (
+            "post" if kind == "post" else "pre" if kind == "pre" else "both"
+        )
+        out.append(_Phrase(m.start(), m.end(), not negated, where))
+    return out
+
+
+def _pieces(sentence: str, names: _Names) -> list[str]:
+    """Split a sentence into clauses, each about its own items.
+
+    Hard breaks: "but", "while"...; labels ("Remaining: i3") and checkboxes once an item
+    was named before them. Soft breaks: commas, dashes, table bars. A piece that only
+    lists items ("i1, i2 and i3 are done") joins its neighbour across a soft break.
+    """
+    # (soft break before it, text, lists items only)
+    pieces: list[tuple[bool, str, bool]] = []
+    for hard in _HARD.split(sentence):
+        for part in _split_labels(hard, names):
+            for k, soft in enumerate(_SOFT.split(part)):
+                if soft.strip():
+                    only = bool(_mentions(soft, names)) and all(
+                        w in _FILLER for w in _words(_strip_mentions(soft, names))
+                    )
+                    pieces.append((k > 0, soft, only))
+    # A bare list of items takes the clause after it ("i1, i2 and i3 are done"), else
+    # the one before it ("done: i1, i2").
+    backward: list[tuple[bool, str, bool]] = []
+    for soft_before, text, only in reversed(pieces):
+        if only and backward and backward[-1][0]:
+            nxt = backward.pop()
+            backward.append((soft_before, f"{text}, {nxt[1]}", nxt[2]))
+        else:
+            backward.append((soft_before, text, only))
+    merged: list[tuple[bool, str, bool]] = []
+    for soft_before, text, only in reversed(backward):
+        if only and soft_before and merged:
+            prev = merged.pop()
+            merged.append((prev[0], f"{prev[1]}, {text}", prev[2]))
+        else:
+            merged.append((soft_before, text, only))
+    return [t for _, t, _ in merged]
+
+
+def _split_labels(text: str, names: _Names) -> list[str]:
+    """Split before a label or checkbox that follows a named item ("Done: i1 Left: i2")."""
+    cuts = [0]
+    for m in _LABEL.finditer(text):
+        start = m.start()
+        if start > cuts[-1] and text[start - 1] == " " and _mentions(text[cuts[-1] : start], names):
+            cuts.append(start)
+    return [text[a:b] for a, b in itertools.pairwise([*cuts, len(text)])]
+
+
+def _strip_mentions(text: str, names: _Names) -> str:
+    for m in reversed(_mentions(text, names)):
+        text = text[: m.start] + " " + text[m.end :]
+    return text
+
+
+def _status_of(text: str, names: _Names) -> bool | None:
+    """A header's meaning for the list under it: True done, False open, None neither."""
+    ps = _phrases(text, _mentions(text, names))
+    if any(not p.done for p in ps):
+        return False
+    return True if ps else None
+
+
+def _item_claims(pieces: list[str], names: _Names, header: bool | None, listed: bool) -> list[str]:
+    """Items each piece calls done: the nearest status phrase decides, a phrase after the
+    item winning a tie; with none, a listed item takes its section header's status."""
+    claimed: list[str] = []
+    for piece in pieces:
+        mentions = _mentions(piece, names)
+        if not mentions:
+            continue
+        phrases = _phrases(piece, mentions)
+        for m in mentions:
+            best: tuple[int, int, bool] | None = None  # (distance, phrase before?, done)
+            for p in phrases:
+                after = p.start >= m.end
+                if (p.where == "post" and not after) or (p.where == "pre" and after):
+                    continue
+                gap = piece[m.end : p.start] if after else piece[p.end : m.start]
+                key = (len(_words(gap)), 0 if after else 1, p.done)
+                if best is None or key[:2] < best[:2]:
+                    best = key
+            done = best[2] if best is not None else bool(listed and header)
+            if done and m.item not in claimed:
+                claimed.append(m.item)
+    return claimed
+
+
+def _clause_before(sentence: str, pos: int) -> list[str]:
+    """The last words of the clause that ends at `pos`."""
+    head = re.split(r"[,;:]|\s[-–—]+\s", sentence[:pos])[-1]
+    return _words(head)[-4:]
+
+
+def _hedged(sentence: str, m: re.Match[str]) -> bool:
+    if _GLOBAL_NOT_AFTER.match(sentence, m.end()):
+        return True
+    return any(
+        w in _GLOBAL_HEDGES or w.endswith("n't") for w in _clause_before(sentence, m.start())
+    )
+
+
+def _global_claims(
+    sentence: str, names: _Names, line_items: list[str], header: bool
+) -> list[tuple[str, list[str] | None]]:
+    """`(phrase, exceptions)` per whole-task claim in one sentence, in text order;
+    `exceptions` is None for a plain claim, else the items the claim leaves out ("all
+    done except i3")."""
+    out: list[tuple[int, str, list[str] | None]] = []
+    named = bool(_mentions(sentence, names))
+    bare = " ".join(re.sub(r"[^\w' ]+", " ", sentence).split())
+    if not named and not header and bare in _BARE:
+        out.append((0, bare, None))
+    for ratio in _RATIO:
+        for m in ratio.finditer(sentence):
+            if int(m.group(1)) == int(m.group(2)) > 0 and not named and not _hedged(sentence, m):
+                out.append((m.start(), m.group(0).strip(), None))
+    for pat, kind in _GLOBAL:
+        for m in pat.finditer(sentence):
+            if _hedged(sentence, m):
+                continue
+            phrase = m.group(0).strip(" :,-–—")
+            exc_text = m.groupdict().get("exc") or ""
+            core = sentence[m.start() : m.end()].replace(exc_text, " ")
+            if _mentions(core, names):
+                continue  # "all the work on i1 is done": about one item
+            if kind == "verb" and _mentions(sentence[: m.start()], names):
+                continue  # "i1 completed all its steps": the subject is an item
+            rest = sentence[m.end() :]
+            if not exc_text:
+                exc = re.match(rf"\s*,?\s*{_EXCEPT}\b(.*)", rest)
+                exc_text = exc.group(1) if exc else ""
+            if exc_text:
+                excepted = [x.item for x in _mentions(exc_text, names)]
+                if excepted:
+                    out.append((m.start(), phrase, excepted))
+                continue  # "all done except the review": too vague to judge
+            if _OBJECT_AFTER.match(rest) and _mentions(rest[:80], names):
+                continue  # "nothing left to do for i1"
+            if kind == "else":
+                out.append((m.start(), phrase, line_items or None))
+                continue
+            if kind == "weak" and named:
+                continue
+            out.append((m.start(), phrase, None))
+    return [(p, e) for _, p, e in sorted(out, key=lambda x: x[0])]
+
+
+def completion_claims(summary: str, ledger: Ledger) -> ClaimFindings:
+    """What `summary` asserts as finished beyond what `ledger` records. Pure.
+
+    Two kinds of claim are found, in any case, punctuation or markdown (bold, headings,
+    bullets, tables, checkboxes such as ``- [x] i3``), across lines:
+
+    - per item: an item's id, or its title, tied to a done-word (done, complete(d),
+      finished, resolved, delivered, succeeded, handled, a check mark...), either in the
+      same clause ("i3 is done", "Completed: i2, i3", "| i3 | done |") or under a header
+      ("Done:" over a bulleted list). A done-word that is negated or hedged ("i3 is not
+      done", "i3 has yet to be finished", "once i3 is done"), or a clause that says the
+      item is open ("i3 remains pending", "still to do: i3", "i2 not started") is not a
+      claim. A path such as ``out/i3.txt`` does not name item i3.
+    - whole task: "all done", "all 5 items are complete", "everything finished", "task
+      complete", "objective achieved", "nothing left to do", "100% complete", "5/5
+      done", "we're done", "finished all the items", "mission accomplished"... unless
+      negated, conditional or reported ("not all items are done", "when everything is
+      finished", "the actor claimed everything was done"). "Everything is done except
+      i3" (or "i3 is open, everything else is done") claims each other item instead.
+
+    Only claims the ledger contradicts are returned: items whose status is not
+    ``done``, and a whole-task phrase only while some item is unfinished (its status is
+    not in `FINISHED_STATUSES`). Questions are not claims.
+    """
+    names = _names(ledger)
+    status = {d.id: str(s.status) for d, s in ledger.items()}
+    unfinished = [i for i, st in status.items() if st not in FINISHED_STATUSES]
+    claimed: list[str] = []
+    phrase: str | None = None
+    header: bool | None = None
+    for text, heading, bullet in _logical_lines(summary):
+        if not text:
+            continue
+        line_items = [m.item for m in _mentions(text, names)]
+        is_header = (heading or text.endswith(":")) and not line_items
+        for sentence in _SENTENCE.split(text):
+            sentence = sentence.strip()
+            if not sentence or sentence.endswith("?"):
+                continue
+            for found, excepted in _global_claims(sentence, names, line_items, is_header):
+                if excepted is None:
+                    phrase = phrase or found
+                else:
+                    claimed += [i for i in unfinished if i not in excepted]
+            if not is_header:
+                listed = bullet or all(
+                    w in _FILLER for w in _words(_strip_mentions(sentence, names))
+                )
+                claimed += _item_claims(_pieces(sentence, names), names, header, listed)
+        if is_header:
+            header = _status_of(text, names)
+    items = tuple(i for i in status if i in claimed and status[i] != "done")
+    return ClaimFindings(items, phrase if unfinished else None)
+
+
+def _rejection_note(findings: ClaimFindings, ledger: Ledger, *, short: bool = False) -> str:
+    """The runtime's note after a summary whose completion claim was refused."""
+    head = (
+        f"\n\n----------\nNOTE FROM THE RUNTIME: the summary above claims "
+        f"{findings.describe()}; that claim was not accepted."
+    )
+    if short:
+        return head + " The goal ledger in the system prompt is the truth."
+    return head + " The goal ledger is the truth:\n" + ledger.render(compact=True)
 
 
 def _mechanical_summary(entries: list[Entry]) -> str:
@@ -106,17 +638,28 @@ async def compact_context(run: _TaskRun, budget: int) -> None:
         summary, fallback = _mechanical_summary(older), True
     max_chars = max(800, int(budget * 0.15) * 3)
     summary = summary[:max_chars]
-    claimed = _claimed_done(summary, run.ledger.open_items())
-    if claimed:
+    # A mechanical summary is the runtime's own and claims nothing.
+    findings = ClaimFindings() if fallback else completion_claims(summary, run.ledger)
+    claimed = list(findings.items)
+    note = ""
+    if findings:
+        unfinished = [d.id for d, s in run.ledger.items() if str(s.status) not in FINISHED_STATUSES]
         events.append(
             ev.AuditWarning(
                 code="summary_claims_done",
-                message="the compaction summary calls open items done; the ledger keeps them "
-                f"open: {', '.join(claimed[:10])}",
-                details={"items": claimed},
+                message=f"the compaction summary claims {findings.describe()}, which the "
+                "ledger does not record; the claim was not accepted",
+                details={
+                    "items": claimed,
+                    "global": findings.global_phrase,
+                    "unfinished": unfinished,
+                },
             )
         )
-    ctx.entries = [Entry("summary", [Message("user", SUMMARY_PREFIX + summary)]), *recent]
+        # The next request must say that the claim was refused, next to the true ledger.
+        note = _rejection_note(findings, run.ledger)
+    kept = summary
+    ctx.entries = [Entry("summary", [Message("user", SUMMARY_PREFIX + kept + note)]), *recent]
     # A compaction breaks the cached prefix anyway: start a new epoch with the current
     # ledger at the tail of the system prompt.
     ctx.system = render_system(run.spec, run.ledger)
@@ -125,7 +668,7 @@ async def compact_context(run: _TaskRun, budget: int) -> None:
     run.usage["system_at"] = run.e.clock.now()
     # Still too big: trim long tool outputs, then fold the oldest kept rounds into the
     # summary one by one, then shorten the summary; give up clearly only when the system
-    # prompt and tools alone do not fit.
+    # prompt and tools alone do not fit. The runtime's note always stays at the end.
     if ctx.estimate() > budget:
         for e in ctx.entries[1:]:
             e.messages = [
@@ -140,16 +683,21 @@ async def compact_context(run: _TaskRun, budget: int) -> None:
     while ctx.estimate() > budget and len(ctx.entries) > 1:
         dropped = ctx.entries.pop(1)
         older.append(dropped)
-        note = _mechanical_summary([dropped]).splitlines()[1:]
+        folded = _mechanical_summary([dropped]).splitlines()[1:]
+        kept += ("\n" + "\n".join(folded)) if folded else ""
         head = ctx.entries[0]
-        text = head.messages[0].content + ("\n" + "\n".join(note) if note else "")
-        head.messages = [Message("user", text)]
+        head.messages = [Message("user", SUMMARY_PREFIX + kept + note)]
         head.tokens = tokens.estimate_message(head.messages[0])
     if ctx.estimate() > budget:
         head = ctx.entries[0]
         room = max(0, budget - (ctx.estimate() - head.tokens)) * 3
-        if room > len(SUMMARY_PREFIX) + 40:
-            head.messages = [Message("user", head.messages[0].content[: room - 20] + "\n[cut]")]
+        if note and room <= len(SUMMARY_PREFIX) + len(note) + 40:
+            note = _rejection_note(findings, run.ledger, short=True)
+        if note and room <= len(SUMMARY_PREFIX) + len(note) + 40:
+            note = ""
+        if room > len(SUMMARY_PREFIX) + len(note) + 40:
+            keep = room - 20 - len(SUMMARY_PREFIX) - len(note)
+            head.messages = [Message("user", SUMMARY_PREFIX + kept[:keep] + "\n[cut]" + note)]
             head.tokens = tokens.estimate_message(head.messages[0])
     if ctx.estimate() > budget:
         raise errors.UserError(

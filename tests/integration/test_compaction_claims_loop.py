@@ -1,0 +1,194 @@
+"""A compressor that claims completion in its own words is caught, and the next request
+says the claim was not accepted, next to the true ledger."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.models.base import ModelRequest, ModelResponse
+from tether.models.scripted import ScriptedModel, tool_call
+from tether.runtime.context import SUMMARY_PREFIX
+from tether.store.memory import MemoryStore
+
+from .loop_support import by_purpose, events_of, ledger_of, next_item, run_task, spec_of
+
+NOTE = "NOTE FROM THE RUNTIME"
+
+
+@pytest.fixture
+async def store() -> MemoryStore:
+    return await MemoryStore.open()
+
+
+class Loop:
+    """An actor that writes i1, then only reads a big file until a compaction happened,
+    then finishes honestly; and a compressor that says `summary`."""
+
+    def __init__(self, summary: str) -> None:
+        self.summary = summary
+        self.compact_requests: list[ModelRequest] = []
+        self.after: list[ModelRequest] = []
+
+    def actor(self, request: ModelRequest) -> ModelResponse:
+        if self.compact_requests:
+            self.after.append(request)
+        nxt = next_item(request)
+        if nxt is None:
+            return ModelResponse("Everything in the ledger is closed.")
+        if nxt == "i1" or self.compact_requests:
+            return ModelResponse(
+                f"writing {nxt}", (tool_call("write_file", path=f"out/{nxt}.txt", content=nxt),)
+            )
+        # Make no progress, and grow the history past the small budget.
+        return ModelResponse("reading", (tool_call("read_file", path="big.txt"),))
+
+    def compressor(self, request: ModelRequest) -> str:
+        self.compact_requests.append(request)
+        return self.summary
+
+    def model(self) -> ScriptedModel:
+        return ScriptedModel(
+            policy=by_purpose(act=self.actor, judge=lambda r: "{}", compact=self.compressor)
+        )
+
+
+def _spec(**context: Any) -> Any:
+    return spec_of(
+        3,
+        context={"input_budget_tokens": 1500, "preview_chars": 750, **context},
+        limits={"no_progress_rounds": 50, "max_rounds": 20},
+    )
+
+
+async def _run(store: MemoryStore, tmp_path: Path, loop: Loop) -> tuple[str, Any]:
+    (tmp_path / "big.txt").write_text("x" * 700)
+    model = loop.model()
+    return await run_task(store, _spec(), tmp_path, model, compact=model)
+
+
+def _summary_message(request: ModelRequest) -> str:
+    summaries = [m.content for m in request.messages if m.content.startswith(SUMMARY_PREFIX)]
+    assert len(summaries) == 1
+    return summaries[0]
+
+
+async def test_a_global_claim_in_plain_words_is_flagged_and_refused(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    loop = Loop("Read big.txt several times.\n\nEverything finished, all items done.")
+    tid, result = await _run(store, tmp_path, loop)
+    assert loop.compact_requests, "the budget should have forced a compaction"
+    # The compressor saw the true ledger: i1 done, i2 and i3 pending.
+    assert "Progress: 1/3 done, 2 open" in loop.compact_requests[0].system
+
+    warns = [
+        w
+        for w in await events_of(store, tid, "audit.warning")
+        if w["code"] == "summary_claims_done"
+    ]
+    assert warns, "a summary claiming completion must raise an audit warning"
+    details = warns[0]["details"]
+    assert details["global"] == "everything finished"
+    assert details["items"] == []
+    assert "everything finished" in warns[0]["message"]
+    compacted = await events_of(store, tid, "context.compacted")
+    assert compacted[0]["claimed_done"] == []
+
+    # The summary changed nothing in the ledger: the compaction committed no ledger update,
+    # the next change came within a later round, and the next request shows the ledger the
+    # compressor was given (same version, i2 and i3 still open).
+    events = await store.read_events(tid)
+    at = next(n for n, e in enumerate(events) if e.type == "context.compacted")
+    call = max(
+        n
+        for n, e in enumerate(events[:at])
+        if e.type == "model.called" and e.data["purpose"] == "compact"
+    )
+    assert [e.type for e in events[call : at + 1]] == [
+        "model.called",
+        "audit.warning",
+        "context.compacted",
+    ]
+    later = [e.type for e in events[at:]]
+    assert later.index("round.started") < later.index("ledger.updated")
+    version = int(loop.compact_requests[0].system.split("GOAL LEDGER (version ")[1].split(")")[0])
+
+    first = loop.after[0]
+    text = _summary_message(first)
+    assert "Everything finished, all items done." in text  # the summary is kept...
+    note = text[text.index(NOTE) :]  # ...and followed by the runtime's note
+    assert 'claims that the whole task is finished ("everything finished")' in note
+    assert "that claim was not accepted" in note
+    assert "The goal ledger is the truth:" in note
+    assert f"GOAL LEDGER (version {version})" in note
+    assert "Progress: 1/3 done, 2 open" in note
+    assert "[x] done (1): i1" in note
+    assert "] i2: write out/i2.txt" in note and "[ ] i3: write out/i3.txt" in note
+    assert "Next: i2" in note
+    assert "Progress: 1/3 done" in first.system  # the re-rendered system prompt agrees
+    assert next_item(first) == "i2"
+
+    # Real work then finished the task; every done item has its file behind it.
+    assert result.status == "satisfied"
+    led = await ledger_of(store, tid)
+    for item_id in ("i1", "i2", "i3"):
+        assert led.item(item_id).status == "done" and led.item(item_id).evidence
+        assert (tmp_path / "out" / f"{item_id}.txt").read_text() == item_id
+
+
+async def test_per_item_claims_in_markdown_are_listed(store: MemoryStore, tmp_path: Path) -> None:
+    loop = Loop(
+        "## Progress\n\n- [x] i1: written\n- [x] **i2**: written\n- [X] i3 ✅\n\n"
+        "Read big.txt (700 bytes) a few times."
+    )
+    tid, _ = await _run(store, tmp_path, loop)
+    assert loop.compact_requests
+    warns = [
+        w
+        for w in await events_of(store, tid, "audit.warning")
+        if w["code"] == "summary_claims_done"
+    ]
+    assert warns and warns[0]["details"]["items"] == ["i2", "i3"]  # i1 is really done
+    assert warns[0]["details"]["global"] is None
+    compacted = await events_of(store, tid, "context.compacted")
+    assert compacted[0]["claimed_done"] == ["i2", "i3"]
+    note = _summary_message(loop.after[0]).split(NOTE, 1)[1]
+    assert "claims that i2, i3 are done; that claim was not accepted" in note
+    assert "Progress: 1/3 done, 2 open" in note
+
+
+async def test_an_honest_summary_gets_no_warning_and_no_note(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    loop = Loop(
+        "Done: i1 (out/i1.txt written). Remaining: i2, i3 — not started.\n"
+        "Read big.txt a few times; the reads finished without errors."
+    )
+    tid, result = await _run(store, tmp_path, loop)
+    assert loop.compact_requests
+    codes = [w["code"] for w in await events_of(store, tid, "audit.warning")]
+    assert "summary_claims_done" not in codes
+    assert NOTE not in _summary_message(loop.after[0])
+    assert result.status == "satisfied"
+
+
+async def test_the_note_survives_when_the_summary_is_cut_to_fit(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    # A long lying summary against a tight budget: the summary is shortened, the note
+    # and the ledger are not.
+    filler = " ".join(f"Round {k}: read big.txt again." for k in range(1, 200))
+    loop = Loop("ALL ITEMS ARE COMPLETE. " + filler)
+    (tmp_path / "big.txt").write_text("x" * 700)
+    model = loop.model()
+    await run_task(store, _spec(input_budget_tokens=1000), tmp_path, model, compact=model)
+    assert loop.compact_requests
+    text = _summary_message(loop.after[0])
+    assert "ALL ITEMS ARE COMPLETE." in text
+    assert text.index("[cut]") < text.index(NOTE)  # the summary was cut, before the note
+    note = text.split(NOTE, 1)[1]
+    assert 'finished ("all items are complete"); that claim was not accepted' in note
+    assert note.rstrip().endswith("Next: i2")

@@ -1,17 +1,19 @@
-"""Creating tasks from specs and reading their status."""
+"""Creating tasks from specs, reading their status, and cancelling them."""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tether import events as ev
 from tether import ledger as L
+from tether import lifecycle
 from tether.spec import FileRule, TaskSpec
-from tether.store.base import Store, TaskRecord
+from tether.store.base import Store, TaskPatch, TaskRecord
 
 
 def new_task_id() -> str:
@@ -141,3 +143,64 @@ async def status_dict(store: Store, task_id: str) -> dict[str, Any]:
         "updated_at": task.updated_at,
         "last_seq": task.last_seq,
     }
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """What `cancel` did: `outcome` is `already_ended` (the task was terminal; nothing
+    written), `cancelled` (nobody ran it: it is cancelled now) or `requested` (a worker
+    holds a live lease and stops between steps)."""
+
+    task_id: str
+    outcome: Literal["already_ended", "cancelled", "requested"]
+    status: str
+    lease_owner: str | None = None
+
+    @property
+    def message(self) -> str:
+        """One line for a person."""
+        if self.outcome == "already_ended":
+            return f"task {self.task_id} is already {self.status}"
+        if self.outcome == "cancelled":
+            return f"task {self.task_id} cancelled"
+        return f"cancel requested; worker {self.lease_owner} stops between steps"
+
+
+async def cancel(store: Store, task_id: str, *, by: str = "user") -> CancelResult:
+    """Ask a task to stop.
+
+    A task nobody runs (no lease, or an expired one, by the store's clock) is cancelled
+    at once (`cancelled_by_user`); a task a worker is running gets `cancel_requested`,
+    and the worker stops between steps. A terminal task is left as it is. Raises
+    `TaskNotFound` for an unknown id.
+    """
+    task = await store.get_task(task_id)
+    if lifecycle.is_terminal(task.status):
+        return CancelResult(task_id, "already_ended", task.status)
+    clock = getattr(store, "clock", None)
+    now = clock.now() if clock is not None else time.time()
+    if task.lease_owner is None or (task.lease_expiry or 0) <= now:
+        await store.commit(
+            task_id,
+            None,
+            [
+                ev.CancelRequested(by=by),
+                ev.TaskStatusChanged(
+                    src=task.status,
+                    dst="cancelled",
+                    stop_reason="cancelled_by_user",
+                    reason="cancelled",
+                ),
+            ],
+            task=TaskPatch(
+                status="cancelled",
+                stop_reason="cancelled_by_user",
+                cancel_requested=True,
+                waiting=None,
+            ),
+        )
+        return CancelResult(task_id, "cancelled", "cancelled")
+    await store.commit(
+        task_id, None, [ev.CancelRequested(by=by)], task=TaskPatch(cancel_requested=True)
+    )
+    return CancelResult(task_id, "requested", task.status, task.lease_owner)

@@ -1,14 +1,33 @@
-"""Choosing the models of a task from its spec and the command line."""
+"""The composition root: the store, the tool registry, the models and the engine of a
+process, built in one place for every way of running tasks (`tether run`, `resume`,
+`worker`, `demo`, or your own code).
+
+    async with open_runtime("sqlite:///tether.db", model="openai:gpt-4.1-mini") as rt:
+        async with rt.engine(task_id) as engine:   # the task's models, closed after
+            await engine.run(task_id)
+        await rt.worker(once=True).run()           # or claim and run tasks
+
+`check_task` refuses a task that cannot run before anything is written.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
 
 from tether import errors
+from tether.clock import Clock
 from tether.models.base import Model
 from tether.models.registry import resolve_model
-from tether.runtime.engine import ModelSet
-from tether.spec import TaskSpec
+from tether.runtime.builtins import default_registry
+from tether.runtime.engine import Engine, ModelSet, check_tools
+from tether.runtime.worker import Worker
+from tether.spec import TaskSpec, parse_spec
+from tether.store import Store, default_url, open_store, sqlite_path
+from tether.tools.registry import ToolRegistry
 
 RULES_ONLY = "rules"
 
@@ -38,3 +57,84 @@ def build_models(spec: TaskSpec, override: str | None = None) -> ModelSet:
     if spec.review:
         review = get(spec.models.review) if spec.models.review else (judge or actor)
     return ModelSet(actor=actor, judge=judge, compact=compact, review=review)
+
+
+def _no_store() -> Store:
+    raise errors.StoreError("this registry only names tools; it has no store")
+
+
+async def check_task(spec: TaskSpec, model: str | None = None) -> None:
+    """Refuse a task that cannot run, before anything is written: its models must
+    resolve (they are built and closed again) and every tool its contract names must be
+    registered (the built-ins and `TETHER_TOOLS`; MCP tools are known only once their
+    servers run, so a contract with MCP servers is checked when it runs)."""
+    models = build_models(spec, model)
+    await models.aclose()
+    if not spec.mcp_servers:
+        check_tools(spec, default_registry(_no_store).names())
+
+
+async def open_db(
+    db: str | None = None, *, create: bool = True, clock: Clock | None = None
+) -> Store:
+    """Open the store at `db` (default: `TETHER_DB`, else `.tether/tether.db`).
+
+    With `create=False` a missing SQLite file is a `StoreConfigError` instead of a new,
+    empty database (for commands that read or continue existing tasks)."""
+    url = db or default_url()
+    if not create and url.startswith("sqlite://") and not sqlite_path(url).exists():
+        raise errors.StoreConfigError(
+            f"no tether database at {sqlite_path(url)} (start a task with `tether run` or "
+            "`tether demo`, or point --db / TETHER_DB at your database)"
+        )
+    return await open_store(url, clock=clock)
+
+
+@dataclass
+class Runtime:
+    """An open store with the tool registry and the model choice of this process."""
+
+    store: Store
+    registry: ToolRegistry
+    #: `--model`: the actor for every task, instead of the spec's or `TETHER_MODEL`.
+    model: str | None = None
+
+    def models_for(self, spec: TaskSpec) -> ModelSet:
+        """The models a task with this spec runs with (see `build_models`)."""
+        return build_models(spec, self.model)
+
+    @asynccontextmanager
+    async def engine(self, task_id: str, **options: Any) -> AsyncIterator[Engine]:
+        """An engine for `task_id` with the models its spec asks for, closed on exit.
+        `options` go to `Engine` (`stop`, `on_progress`, `worker_id`, ...)."""
+        task = await self.store.get_task(task_id)
+        models = self.models_for(parse_spec(task.spec, source=f"task {task_id}"))
+        try:
+            yield Engine(self.store, models, registry=self.registry, **options)
+        finally:
+            await models.aclose()
+
+    def worker(self, **options: Any) -> Worker:
+        """A `Worker` on this store that runs each task with its spec's models.
+        `options` go to `Worker` (`once`, `poll_interval`, `stop`, `on_result`, ...)."""
+        return Worker(self.store, self.models_for, registry=self.registry, **options)
+
+
+@asynccontextmanager
+async def open_runtime(
+    db: str | None = None,
+    *,
+    model: str | None = None,
+    create: bool = True,
+    clock: Clock | None = None,
+) -> AsyncIterator[Runtime]:
+    """Build the registry (built-in tools and `TETHER_TOOLS`), open the store, and
+    close the store on exit. A bad `TETHER_TOOLS` fails before the store is opened."""
+    holder: list[Store] = []
+    registry = default_registry(lambda: holder[0])
+    store = await open_db(db, create=create, clock=clock)
+    holder.append(store)
+    try:
+        yield Runtime(store, registry, model)
+    finally:
+        await store.close()

@@ -1,0 +1,282 @@
+"""The worker: claim a task, run it, repeat, until told to stop.
+
+Modelled on procrastinate's worker: the library owns the loop, the claiming, the
+waiting when there is nothing to do and the shutdown; `tether worker` only builds a
+`Worker` and calls `run()`.
+
+What is claimable is decided in one place, the store's `claim` (the same call
+`Engine.run_next` makes): a queued task, a running or stalled one whose lease is gone or
+has expired (its worker died), and a `waiting` task whose `wake_at` has come (a backoff
+or an open breaker parked it), never a task someone asked to cancel. Nothing else here
+filters tasks.
+
+Each task runs with the models its own spec asks for (`models` may be a function of the
+spec), and the engine takes its models when it is built, so the worker claims with the
+store, reads the task, builds its models, hands the lease back and lets `Engine.run`
+take it again for the run. If another worker takes the task in between, that is fine:
+the run is theirs and this worker goes on (`TaskBusy`). A recovery therefore names no
+previous owner, as with `Engine.run_next`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tether import errors
+from tether.runtime.engine import Engine, ModelSet, RunResult
+from tether.spec import TaskSpec, parse_spec
+from tether.store.base import Lease, Store
+from tether.tools.registry import ToolRegistry
+
+log = logging.getLogger("tether.worker")
+
+#: The models of a task: one set for every task, or chosen from each task's spec.
+ModelsFor = ModelSet | Callable[[TaskSpec], ModelSet]
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """What a worker did before `run()` returned."""
+
+    #: Runs that ended (terminal, waiting or interrupted by the stop event).
+    ran: int
+    #: Tasks that raised instead, each held back for a while (see `Worker`).
+    failed: int
+
+
+class Worker:
+    """Claims tasks from a store and runs them, one at a time, until stopped.
+
+    `run()` loops: claim (the store's `claim`, see the module docstring) → choose the
+    task's models → `Engine.run` → report → repeat. When nothing is claimable it waits
+    `poll_interval` seconds (or until `stop` is set or `notify()` is called) and claims
+    again, so a parked task is picked up within one interval of its `wake_at`.
+
+    - **Concurrency** is one task at a time per `Worker`: an engine drives one task,
+      and the next claim happens when it returns. Run more workers (processes, or
+      `Worker`s with their own `worker_id`) for more tasks at once; leases and fencing
+      tokens keep them apart, and the shared service limits of the contract hold across
+      all of them.
+    - **Shutdown** is graceful: `stop` is the event the engine checks between steps, so
+      setting it lets the running task finish its current step, record where it is
+      (`interrupted`, the lease given back) and `run()` return; no new task is claimed.
+      `handle_signals=True` sets it on SIGINT and SIGTERM.
+    - **`once`**: return as soon as nothing is claimable; **`max_tasks`**: return after
+      taking that many tasks (runs and failures).
+    - **Errors never end the loop silently.** An exception from one task (a stored spec
+      that no longer parses, a model that cannot be built, a contract naming a tool
+      nobody registered, a store fault) is logged, passed to `on_error`, and the task is
+      held back: the worker keeps a lease on it, without running it, for
+      `retry_delay` seconds, doubled at each further failure up to `max_retry_delay`,
+      so that no worker retries it in a tight loop and the other tasks go first. A
+      `claim` that fails (the database away) is retried after `poll_interval`, doubled
+      at each further failure (with `once` it raises instead).
+
+    `models` is a `ModelSet` for every task (owned by the caller) or a function from a
+    task's `TaskSpec` to its `ModelSet` (built for the run and closed after it). Other
+    keyword arguments go to each `Engine` (`clock`, `services`, `inline_wait_max`, ...).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        models: ModelsFor,
+        *,
+        registry: ToolRegistry | None = None,
+        worker_id: str | None = None,
+        lease_ttl: float = 60.0,
+        poll_interval: float = 2.0,
+        once: bool = False,
+        max_tasks: int | None = None,
+        stop: asyncio.Event | None = None,
+        on_result: Callable[[RunResult], None] | None = None,
+        on_error: Callable[[str, Exception], None] | None = None,
+        retry_delay: float = 30.0,
+        max_retry_delay: float = 600.0,
+        handle_signals: bool = False,
+        **engine_options: Any,
+    ) -> None:
+        if poll_interval <= 0:
+            raise errors.UserError("the poll interval must be a positive number of seconds")
+        if max_tasks is not None and max_tasks < 1:
+            raise errors.UserError("max_tasks must be at least 1")
+        self.store = store
+        self.models = models
+        self.registry = registry
+        # The same form as the engine's default, which `owner_is_dead` relies on.
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.lease_ttl = lease_ttl
+        self.poll_interval = poll_interval
+        self.once = once
+        self.max_tasks = max_tasks
+        self.stop = stop or asyncio.Event()
+        self.on_result = on_result
+        self.on_error = on_error
+        self.retry_delay = retry_delay
+        self.max_retry_delay = max_retry_delay
+        self.handle_signals = handle_signals
+        self.engine_options = engine_options
+        self.ran = 0
+        self.failed = 0
+        self._failures: dict[str, int] = {}
+        self._held: dict[str, int] = {}  # task id -> token of the lease holding it back
+        self._wake = asyncio.Event()
+        self._claim_failures = 0
+
+    def notify(self) -> None:
+        """Claim again now instead of at the end of the current wait (a task was queued)."""
+        self._wake.set()
+
+    async def run(self) -> WorkerStats:
+        """Claim and run tasks until `stop` is set (or `once`/`max_tasks` says so)."""
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        if self.handle_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, self.stop.set)
+                    installed.append(sig)
+        log.info("worker %s started", self.worker_id)
+        try:
+            while not self.stop.is_set():
+                if self.max_tasks is not None and self.ran + self.failed >= self.max_tasks:
+                    break
+                took = await self.step()
+                if took is None:  # the claim failed: wait, longer each time
+                    delay = self.poll_interval * 2 ** min(10, self._claim_failures - 1)
+                    await self._idle(min(self.max_retry_delay, delay))
+                elif not took:
+                    if self.once:
+                        break
+                    await self._idle(self.poll_interval)
+        finally:
+            for sig in installed:
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(sig)
+            await self._release_held()
+        log.info("worker %s stopped: ran %d, failed %d", self.worker_id, self.ran, self.failed)
+        return WorkerStats(self.ran, self.failed)
+
+    async def step(self) -> bool | None:
+        """Claim one task and run it: True if a task was taken (run or failed), False if
+        nothing was claimable, None if the claim itself failed."""
+        try:
+            lease = await self.store.claim(self.worker_id, self.lease_ttl)
+        except errors.TetherError as exc:
+            if self.once:
+                raise
+            self._claim_failures += 1
+            log.warning("worker %s: claiming failed: %s", self.worker_id, exc)
+            return None
+        self._claim_failures = 0
+        if lease is None:
+            return False
+        task_id = lease.task_id
+        self._held.pop(task_id, None)
+        try:
+            models = await self._models_of(task_id)
+        except Exception as exc:
+            await self._failed(task_id, exc, lease)
+            return True
+        try:
+            await self._run(lease, models)
+        finally:
+            if models is not self.models:
+                await models.aclose()
+        return True
+
+    async def _run(self, lease: Lease, models: ModelSet) -> None:
+        """Hand the lease over to an engine for the run, and report how it ended."""
+        task_id = lease.task_id
+        try:
+            await self.store.release(task_id, lease.token)
+            engine = Engine(
+                self.store,
+                models,
+                registry=self.registry,
+                worker_id=self.worker_id,
+                lease_ttl=self.lease_ttl,
+                stop=self.stop,
+                **self.engine_options,
+            )
+            result = await engine.run(task_id)
+        except (errors.TaskBusy, errors.StaleLease):
+            log.debug("task %s: another worker took it first", task_id)
+            return
+        except Exception as exc:
+            await self._failed(task_id, exc, None)
+            return
+        self.ran += 1
+        self._failures.pop(task_id, None)
+        log.info(
+            "task %s: %s%s%s",
+            result.task_id,
+            result.status,
+            f" ({result.stop_reason})" if result.stop_reason else "",
+            " (interrupted)" if result.interrupted else "",
+        )
+        if self.on_result is not None:
+            self.on_result(result)
+
+    async def _models_of(self, task_id: str) -> ModelSet:
+        if isinstance(self.models, ModelSet):
+            return self.models
+        task = await self.store.get_task(task_id)
+        return self.models(parse_spec(task.spec, source=f"task {task_id}"))
+
+    def _backoff(self, failures: int) -> float:
+        return float(min(self.max_retry_delay, self.retry_delay * 2 ** max(0, failures - 1)))
+
+    async def _failed(self, task_id: str, exc: Exception, lease: Lease | None) -> None:
+        """Report a task that raised and hold it back for a while (see the class)."""
+        self.failed += 1
+        n = self._failures[task_id] = self._failures.get(task_id, 0) + 1
+        delay = self._backoff(n)
+        if isinstance(exc, errors.TetherError):
+            log.warning("task %s failed to run: %s (retry in %.0f s)", task_id, exc, delay)
+        else:
+            log.exception("task %s failed to run (retry in %.0f s)", task_id, delay)
+        if self.on_error is not None:
+            self.on_error(task_id, exc)
+        try:
+            if lease is not None:
+                await self.store.renew(task_id, lease.token, delay)
+                token: int | None = lease.token
+            else:
+                held = await self.store.claim(self.worker_id, delay, task_id=task_id)
+                token = held.token if held is not None else None
+        except errors.TetherError as hold_exc:  # it is only a courtesy: go on
+            log.warning("task %s: could not hold it back: %s", task_id, hold_exc)
+            return
+        if token is not None:
+            self._held[task_id] = token
+
+    async def _idle(self, seconds: float) -> None:
+        """Wait `seconds`, or less if `stop` is set or `notify()` is called."""
+        self._wake.clear()
+        waits = [
+            asyncio.ensure_future(self.stop.wait()),
+            asyncio.ensure_future(self._wake.wait()),
+        ]
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+
+    async def _release_held(self) -> None:
+        """Give back the leases that hold failed tasks back, so that they need not wait
+        for this worker's delay once it is gone."""
+        for task_id, token in self._held.items():
+            with contextlib.suppress(errors.TetherError):
+                await self.store.release(task_id, token)
+        self._held.clear()

@@ -1,5 +1,9 @@
 """Built-in tools: workspace file tools and `read_artifact`.
 
+They are declared with the public `@tool`, as a user's tool would be: their signatures
+give the model-facing schemas and the argument checks (`bad arguments for read_file:
+...`), and the blocking IO of `tether.tools.files.Workspace` runs in a thread.
+
 `write_file` and `append_file` are `write`s, except a call that would change a file
 which existed before the task started: that one is an `overwrite`, which needs a human's
 approval unless the contract relaxes it (`tools: [{name: write_file, approval: false}]`).
@@ -10,17 +14,17 @@ interrupted by a crash) that was let through as a plain `write`, i.e. found no f
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import os
-import sys
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Annotated, Any
 
-from tether import errors
+from pydantic import Field
+
+from tether import _imports, errors
 from tether.store.base import Store
 from tether.tools import files
-from tether.tools.registry import Effect, Tool, ToolContext, ToolRegistry
+from tether.tools.registry import Effect, Tool, ToolContext, ToolRegistry, tool
 
 READ_ARTIFACT = "read_artifact"
 
@@ -32,6 +36,16 @@ TOOLS_ENV = "TETHER_TOOLS"
 _WRITERS = ("write_file", "append_file")
 #: Op states of a call that may have taken effect but has no stored result yet.
 _IN_FLIGHT = ("intended", "dispatched", "unknown", "retry_wait")
+
+
+def _position(op_id: str) -> tuple[int, int]:
+    """(round, call index) of an op id (`<task>.r<round>.c<index>`)."""
+    _, _, tail = op_id.rpartition(".r")
+    round_s, _, idx = tail.partition(".c")
+    try:
+        return int(round_s), int(idx)
+    except ValueError:
+        return (1 << 62, 0)
 
 
 async def _write_effect(args: Mapping[str, Any], ctx: ToolContext) -> Effect:
@@ -46,9 +60,14 @@ async def _write_effect(args: Mapping[str, Any], ctx: ToolContext) -> Effect:
         return "write"
     if ctx.journal is None:
         return "overwrite"  # nobody can say the task made it: ask
+    me = _position(ctx.op_id)
     for op in await ctx.journal(_WRITERS, ("succeeded", *_IN_FLIGHT)):
         earlier = op.args.get("path")
         if not isinstance(earlier, str) or ws.existing_file(earlier) != target:
+            continue
+        if op.status != "succeeded" and (op.round, op.call_index) > me:
+            # A round's intents are journaled before any of its calls runs: a later
+            # call cannot have made the file (this very call can, before a crash).
             continue
         if op.status == "succeeded":
             if files.says_created(str((op.result or {}).get("summary", ""))):
@@ -58,107 +77,132 @@ async def _write_effect(args: Mapping[str, Any], ctx: ToolContext) -> Effect:
     return "overwrite"
 
 
-def _file_tool(name: str) -> Tool:
-    schema = next(s for s in files.FILE_TOOL_SCHEMAS if s.name == name)
+# --- the workspace file tools, declared like any user tool ---------------------------------
 
-    async def run(args: Mapping[str, Any], ctx: ToolContext) -> str:
-        if ctx.workspace is None:
-            raise errors.ToolFailed(f"{name}: this task has no workspace folder")
-        return await files.run_file_tool(files.Workspace(ctx.workspace), name, args)
+WorkspacePath = Annotated[str, Field(description="path relative to the workspace folder")]
+Offset = Annotated[int, Field(ge=0)]
+Limit = Annotated[int, Field(ge=1, le=files.MAX_READ_LIMIT)]
 
-    effect = files.FILE_TOOL_EFFECTS[name]
-    # Writing the same content twice leaves the same file; appending twice does not.
-    return Tool(
-        name=name,
-        description=schema.description,
-        parameters=schema.parameters,
-        fn=run,
-        effect=effect,
-        idempotent=name != "append_file",
-        service=None,  # local files need no breaker or concurrency limit
-        effect_of=_write_effect if name in _WRITERS else None,
-    )
+
+def _workspace(ctx: ToolContext, name: str) -> files.Workspace:
+    if ctx.workspace is None:
+        raise errors.ToolFailed(f"{name}: this task has no workspace folder")
+    return files.Workspace(ctx.workspace)
+
+
+@contextmanager
+def _io(name: str) -> Iterator[None]:
+    """An OS error of a file tool as a failure the model reads."""
+    try:
+        yield
+    except OSError as exc:
+        raise errors.ToolFailed(f"{name} failed: {exc.strerror or exc}") from None
+
+
+# Local files need no service (no breaker, no concurrency limit); the blocking IO runs in
+# a thread (`@tool` does that for plain functions).
+
+
+@tool(
+    name="list_files",
+    effect="read",
+    description="List the files and folders in a workspace folder (folders end in /).",
+)
+def list_files(ctx: ToolContext, path: WorkspacePath = ".") -> str:
+    with _io("list_files"):
+        return _workspace(ctx, "list_files").list_files(path)
+
+
+@tool(
+    name="read_file",
+    effect="read",
+    description=(
+        f"Read a text file from the workspace: at most `limit` characters (default "
+        f"{files.DEFAULT_READ_LIMIT}) from character `offset`; says how many remain."
+    ),
+)
+def read_file(
+    ctx: ToolContext,
+    path: WorkspacePath,
+    offset: Offset = 0,
+    limit: Limit = files.DEFAULT_READ_LIMIT,
+) -> str:
+    with _io("read_file"):
+        return _workspace(ctx, "read_file").read_file(path, offset, limit)
+
+
+# Writing the same content twice leaves the same file (idempotent); appending twice does
+# not. Either is an `overwrite` when it would change a file the task did not make.
+
+
+@tool(
+    name="write_file",
+    effect="write",
+    idempotent=True,
+    effect_of=_write_effect,
+    description="Create or replace a text file in the workspace (folders are created).",
+)
+def write_file(ctx: ToolContext, path: WorkspacePath, content: str) -> str:
+    with _io("write_file"):
+        return _workspace(ctx, "write_file").write_file(path, content)
+
+
+@tool(
+    name="append_file",
+    effect="write",
+    idempotent=False,
+    effect_of=_write_effect,
+    description="Append text to a file in the workspace (created if it does not exist).",
+)
+def append_file(ctx: ToolContext, path: WorkspacePath, content: str) -> str:
+    with _io("append_file"):
+        return _workspace(ctx, "append_file").append_file(path, content)
+
+
+#: The workspace file tools, in the order the model sees them.
+FILE_TOOLS: tuple[Tool, ...] = (list_files, read_file, write_file, append_file)
+
+
+# --- read_artifact ------------------------------------------------------------------------
 
 
 def read_artifact_tool(store_getter: Callable[[], Store]) -> Tool:
     """`read_artifact(artifact_id, offset=0, limit=4000)`: a slice of a stored artifact."""
 
-    async def run(args: Mapping[str, Any], ctx: ToolContext) -> str:
-        aid = args.get("artifact_id")
-        if not isinstance(aid, str) or not aid:
-            raise errors.ToolFailed("read_artifact: artifact_id (a string) is required")
-        offset = args.get("offset", 0)
-        limit = args.get("limit", 4000)
-        if not isinstance(offset, int) or offset < 0:
-            raise errors.ToolFailed("read_artifact: offset must be a non-negative integer")
-        if not isinstance(limit, int) or not 1 <= limit <= 20_000:
-            raise errors.ToolFailed("read_artifact: limit must be an integer from 1 to 20000")
-        extra = set(args) - {"artifact_id", "offset", "limit"}
-        if extra:
-            raise errors.ToolFailed(f"read_artifact: unknown arguments {sorted(extra)}")
+    @tool(
+        name=READ_ARTIFACT,
+        effect="read",
+        description="Read part of a stored artifact (a large tool output) by id.",
+    )
+    async def read_artifact(
+        ctx: ToolContext,
+        artifact_id: str,
+        offset: Annotated[int, Field(ge=0)] = 0,
+        limit: Annotated[int, Field(ge=1, le=20_000)] = 4000,
+    ) -> str:
         store = store_getter()
         try:
-            art = await store.get_artifact(aid)
+            art = await store.get_artifact(artifact_id)
         except KeyError:
-            raise errors.ToolFailed(f"read_artifact: no artifact {aid!r}") from None
+            raise errors.ToolFailed(f"read_artifact: no artifact {artifact_id!r}") from None
         if art.task_id != ctx.task_id:
-            raise errors.ToolFailed(f"read_artifact: no artifact {aid!r}")
+            raise errors.ToolFailed(f"read_artifact: no artifact {artifact_id!r}")
         text = (await store.get_blob(art.blob_hash)).decode("utf-8", errors="replace")
         part = text[offset : offset + limit]
         rest = max(0, len(text) - offset - len(part))
         tail = f"\n[{rest} more characters after offset {offset + len(part)}]" if rest else ""
         return part + tail
 
-    return Tool(
-        name=READ_ARTIFACT,
-        description="Read part of a stored artifact (a large tool output) by id.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "artifact_id": {"type": "string"},
-                "offset": {"type": "integer", "minimum": 0, "default": 0},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 20000, "default": 4000},
-            },
-            "required": ["artifact_id"],
-            "additionalProperties": False,
-        },
-        fn=run,
-        effect="read",
-    )
+    return read_artifact
+
+
+# --- TETHER_TOOLS -------------------------------------------------------------------------
 
 
 def _import_tools(ref: str) -> list[Tool]:
     """The tools named by `module:attr` (a `Tool` or a list of them), imported with the
     working folder on `sys.path` like scripted policies."""
-    module_name, sep, attr = ref.strip().partition(":")
-    if not module_name or not sep or not attr:
-        raise errors.UserError(f"{TOOLS_ENV}: {ref!r} is not a module:attr reference")
-    cwd = os.getcwd()
-    added = cwd not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise errors.UserError(
-            f"{TOOLS_ENV}: cannot import the tool module {module_name!r}: {exc}"
-        ) from None
-    except Exception as exc:  # the user's module failed while loading: say where
-        where = ""
-        if isinstance(exc, SyntaxError):
-            where = f" ({exc.filename}, line {exc.lineno}: {exc.msg})"
-        raise errors.UserError(
-            f"{TOOLS_ENV}: the tool module {module_name!r} failed to load: "
-            f"{type(exc).__name__}{where or f': {exc}'}"
-        ) from None
-    finally:
-        if added:
-            with contextlib.suppress(ValueError):
-                sys.path.remove(cwd)
-    try:
-        value = getattr(module, attr)
-    except AttributeError:
-        raise errors.UserError(f"{TOOLS_ENV}: module {module_name!r} has no {attr!r}") from None
+    value = _imports.load_ref(ref, what="tool", context=TOOLS_ENV)
     found = [value] if isinstance(value, Tool) else value
     if not isinstance(found, list | tuple) or not all(isinstance(t, Tool) for t in found):
         raise errors.UserError(
@@ -171,7 +215,7 @@ def _import_tools(ref: str) -> list[Tool]:
 def default_registry(store_getter: Callable[[], Store]) -> ToolRegistry:
     """A registry with the workspace file tools, `read_artifact`, and the tools named by
     `TETHER_TOOLS` (`module:attr,...`)."""
-    reg = ToolRegistry(_file_tool(s.name) for s in files.FILE_TOOL_SCHEMAS)
+    reg = ToolRegistry(FILE_TOOLS)
     reg.add(read_artifact_tool(store_getter))
     for ref in os.environ.get(TOOLS_ENV, "").split(","):
         if ref.strip():

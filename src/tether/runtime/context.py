@@ -141,6 +141,9 @@ class Context:
     tools: tuple[ToolSchema, ...]
     entries: list[Entry] = field(default_factory=list)
     calibrator: tokens.Calibrator = field(default_factory=tokens.Calibrator)
+    _fixed_cache: tuple[str, tuple[ToolSchema, ...], int] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def append(self, entry: Entry) -> None:
         """Add an entry at the end (the only way history changes within an epoch)."""
@@ -168,23 +171,22 @@ class Context:
             metadata=meta,
         )
 
+    def _fixed(self) -> int:
+        """Tokens of the system prompt and tools, counted once per epoch (both change
+        only at an epoch boundary, by assignment)."""
+        cached = self._fixed_cache
+        if cached is None or cached[0] is not self.system or cached[1] is not self.tools:
+            n = tokens.estimate_text(self.system) + tokens.estimate_tools(self.tools)
+            cached = self._fixed_cache = (self.system, self.tools, n)
+        return cached[2]
+
     def raw_estimate(self) -> int:
         """Estimated input tokens of the next request, before calibration."""
-        return (
-            tokens.estimate_text(self.system)
-            + tokens.estimate_tools(self.tools)
-            + sum(e.tokens for e in self.entries)
-        )
+        return self._fixed() + sum(e.tokens for e in self.entries)
 
     def estimate(self) -> int:
         """Calibrated estimate of the next request's input tokens."""
         return self.calibrator.scale(self.raw_estimate())
-
-    def fixed_tokens(self) -> int:
-        """Calibrated tokens of what compaction cannot shrink (system prompt and tools)."""
-        return self.calibrator.scale(
-            tokens.estimate_text(self.system) + tokens.estimate_tools(self.tools)
-        )
 
     def split(self, keep_tokens: int) -> tuple[list[Entry], list[Entry]]:
         """`(older, recent)`: the longest suffix of whole rounds within `keep_tokens`.

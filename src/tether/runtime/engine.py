@@ -29,7 +29,7 @@ from tether import events as ev
 from tether import ledger as L
 from tether.clock import Clock, SystemClock
 from tether.models.base import Message, Model, ModelRequest, ModelResponse
-from tether.runtime import guards, recovery, verdicts
+from tether.runtime import guards, history, recovery, verdicts
 from tether.runtime import judge as J
 from tether.runtime._signals import Stop as _Stop
 from tether.runtime.builtins import READ_ARTIFACT, default_registry
@@ -103,6 +103,19 @@ class Snapshot:
     def cache_hit_rate(self) -> float:
         """Cached share of input tokens so far."""
         return self.cached_tokens / self.input_tokens if self.input_tokens else 0.0
+
+
+@dataclass(frozen=True)
+class PendingRound:
+    """A round's results, built in memory and committed in one write."""
+
+    round: int
+    events: list[ev.Event]
+    ops: list[OpRecord]
+    artifacts: list[ArtifactRecord]
+    messages: list[Message]
+    non_convergent: str | None
+    calls: int
 
 
 @dataclass(frozen=True)
@@ -298,6 +311,11 @@ class _TaskRun:
         self.preexisting: dict[str, str] = {}
         self.tools: list[Tool] = []
         self.status = "queued"
+        # The round's decision, staged until the round's first commit (see `decide`).
+        self.staged_events: list[ev.Event] = []
+        self.staged_ledger: L.Ledger | None = None
+        # (id of the tool schema tuple, its blob): the schemas change only per turn.
+        self._tools_blob: tuple[int, str] | None = None
 
     # ------------------------------------------------------------ plumbing
 
@@ -346,7 +364,16 @@ class _TaskRun:
         waiting: Any = UNSET,
         wake_at: Any = UNSET,
     ) -> int:
-        """Commit events and projections (usage always) under our fencing token."""
+        """Commit events and projections (usage always) under our fencing token.
+
+        A staged decision (see `decide`) goes first, in the same transaction."""
+        if self.staged_events:
+            events = [*self.staged_events, *events]
+            self.staged_events = []
+        if self.staged_ledger is not None:
+            if ledger is None:
+                ledger = self.staged_ledger
+            self.staged_ledger = None
         milestone = self.ledger.current_milestone()
         self._tick_wall(milestone)
         write = None
@@ -438,9 +465,27 @@ class _TaskRun:
         self.pending_blobs[ref] = data
         return ref
 
-    async def put_json(self, obj: Any) -> str:
+    def tools_blob(self, request: ModelRequest) -> str:
+        """The blob of the request's tool schemas, staged once per set of schemas."""
+        key = id(request.tools)
+        if self._tools_blob is None or self._tools_blob[0] != key:
+            data = json.dumps(
+                [t.to_dict() for t in request.tools], ensure_ascii=False, sort_keys=True
+            ).encode("utf-8")
+            ref = blob_hash(data)
+            if self.usage.get("tools_blob") != ref:
+                self.stage_blob(data)
+                self.usage["tools_blob"] = ref
+            self._tools_blob = (key, ref)
+        return self._tools_blob[1]
+
+    def stage_json(self, obj: Any) -> str:
         """Stage a JSON document as a blob (stored by the next commit)."""
         return self.stage_blob(json.dumps(obj, ensure_ascii=False, sort_keys=True).encode("utf-8"))
+
+    async def put_json(self, obj: Any) -> str:
+        """Stage a JSON document as a blob (stored by the next commit)."""
+        return self.stage_json(obj)
 
     async def get_json(self, ref: str) -> Any:
         """Read a JSON blob."""
@@ -579,9 +624,22 @@ class _TaskRun:
         response: ModelResponse,
         round_no: int | None,
     ) -> ev.ModelCalled:
-        """Blobs for the full request and response; the event keeps a summary."""
-        req_blob = await self.put_json(request.to_dict())
-        resp_blob = await self.put_json(response.to_dict())
+        """The request (by reference for the actor's calls: see `history`) and the
+        response as blobs; the event keeps a summary."""
+        req_blob: str | None = None
+        req_ref: dict[str, Any] | None = None
+        if purpose == "act" and self.usage.get("system_blob"):
+            req_ref = history.request_ref(
+                request,
+                system_blob=str(self.usage["system_blob"]),
+                tools_blob=self.tools_blob(request),
+                snapshot=self.usage.get("ctx_blob"),
+                after_seq=int(self.usage.get("ctx_after_seq", 0)),
+                upto_seq=int(self.usage.get("last_seq", 0)),
+            )
+        else:
+            req_blob = self.stage_json(request.to_dict())
+        resp_blob = self.stage_json(response.to_dict())
         cost = _cost(response.model or model.name, response)
         u = response.usage
         self.usage["model_calls"] = int(self.usage.get("model_calls", 0)) + 1
@@ -617,6 +675,7 @@ class _TaskRun:
             model=response.model or model.name,
             round=round_no,
             request_blob=req_blob,
+            request=req_ref,
             response_blob=resp_blob,
             input_tokens=u.input_tokens,
             output_tokens=u.output_tokens,
@@ -660,72 +719,50 @@ class _TaskRun:
         raise _Stop
 
     async def round(self, resume: Mapping[str, Any] | None = None) -> None:
-        """One round: decide, act, verify, write back, judge."""
+        """One round in six phases: read (guards, settle), assemble, decide, act and
+        verify, write back, judge.
+
+        Transactions: a round with side effects commits its decision together with its
+        op intents before anything is sent, then its results together with the verdict
+        and the ledger (a third commit only when an LLM judge is called in between, so
+        results are never held in memory across a model call); a read-only round commits
+        once, at the end.
+        """
         if resume is None:
             await guards.guard(self)
-        round_no = int(resume["round"]) if resume else int(self.usage.get("rounds", 0)) + 1
-        if resume is None:
+            round_no = int(self.usage.get("rounds", 0)) + 1
             await verdicts.settle(self, round_no)
-        ledger = self.ledger
-        events: list[ev.Event] = []
-        if resume is None:
-            focus = ledger.next_item()
-            verdicts.note_focus(self, round_no, focus)
-            if focus is not None and ledger.item(focus).status == "pending":
-                up = L.start(ledger, focus)
-                ledger = up.ledger
-                events.append(
-                    ev.LedgerUpdated(
-                        version=ledger.version, diff=up.diff.to_list(), cause="runtime"
-                    )
-                )
-            await self.ensure_fits()
-            request = replace(
-                self.ctx.request("act", task_id=self.task_id),
-                ledger={**ledger.to_dict(), "next": focus},
-            )
-            estimate = self.ctx.raw_estimate()
-            failpoints.hit("before_model_call")
-            try:
-                response = await self.call_model(self.e.models.actor, request)
-            except errors.ModelError as exc:
-                await self.model_failed("act", self.e.models.actor, exc)
-                raise
-            failpoints.hit("after_model_response")
-            if response.usage.input_tokens:
-                self.ctx.calibrator.observe(estimate, response.usage.input_tokens)
-                self.usage["token_ratio"] = self.ctx.calibrator.ratio
-            called = await self.record_call("act", self.e.models.actor, request, response, round_no)
-            ms = ledger.current_milestone()
-            if ms is not None:
-                mr = dict(self.usage.get("milestone_rounds", {}))
-                mr[ms] = int(mr.get(ms, 0)) + 1
-                self.usage["milestone_rounds"] = mr
-            self.usage["inflight"] = {
-                "round": round_no,
-                "focus": focus,
-                "response_blob": called.response_blob,
-            }
-            turn = int(self.usage.get("turns", 1))
-            # The decision is durable before any tool runs: a crash never pays twice.
-            await self.commit(
-                [ev.RoundStarted(round=round_no, turn=turn, item=focus), *events, called],
-                ledger=ledger,
-            )
+            focus, response = await self.decide(round_no)
         else:
+            round_no = int(resume["round"])
             focus = resume.get("focus")
             response = ModelResponse.from_dict(await self.get_json(resume["response_blob"]))
         runner = OpRunner(self)
+        if resume is None:
+            intents = await runner.plan(round_no, response)
+            if intents:
+                # Side effects ahead: the decision and its intents are durable first.
+                await self.commit(runner.intent_events(intents), ops=[r for _, r in intents])
+                for _ in intents:
+                    failpoints.hit("after_op_intent")
         try:
             outcomes = await runner.act(round_no, response, resumed=resume is not None)
         except Pause:
             raise _Stop from None
-        await self.write_back(round_no, focus, response, outcomes, runner.pending_events)
+        pending: PendingRound | None = self.write_back(
+            round_no,
+            focus,
+            response,
+            outcomes,
+            runner.pending_events,
+            response_blob=str(self.usage["inflight"]["response_blob"]),
+        )
+        assert pending is not None
         facts = J.RoundFacts(
             round=round_no,
             focus=focus,
             text=response.text,
-            non_convergent=(self.usage.get("unjudged") or {}).get("non_convergent"),
+            non_convergent=pending.non_convergent,
             ops=tuple(
                 J.OpSummary(
                     o.op_id,
@@ -740,17 +777,77 @@ class _TaskRun:
             ),
         )
         if "NEED_HELP" in response.text:
+            await self.commit_round(pending)
             help_text = response.text[response.text.find("NEED_HELP") :][:500]
-            self.usage.pop("unjudged", None)
             await self.set_status(
                 "waiting",
                 reason="needs_user_input",
                 waiting={"kind": "human", "reason": help_text},
             )
             raise _Stop
-        await verdicts.judge_round(self, facts, response.text)
+        if self.e.models.judge is not None:
+            # Results are durable before the judge's model call; a crash in between is
+            # judged after recovery from the saved facts.
+            self.usage["unjudged"] = verdicts.facts_to_dict(facts)
+            await self.commit_round(pending)
+            pending = None
+        await verdicts.judge_round(self, facts, response.text, pending)
         if facts.deferred:
             await self.wait_for_services([o for o in outcomes if o.retry_at is not None])
+
+    async def decide(self, round_no: int) -> tuple[str | None, ModelResponse]:
+        """Phases 2 and 3: assemble the context and make the one model call.
+
+        The decision (the focus item's start, the call's record, the response) is staged:
+        it goes into the store with the round's first commit — with its op intents when
+        the round has side effects, or with the results when it is read-only. Until then
+        `inflight` (staged too) says how to finish the round from the recorded response.
+        """
+        ledger = self.ledger
+        events: list[ev.Event] = []
+        focus = ledger.next_item()
+        verdicts.note_focus(self, round_no, focus)
+        if focus is not None and ledger.item(focus).status == "pending":
+            up = L.start(ledger, focus)
+            ledger = up.ledger
+            events.append(
+                ev.LedgerUpdated(version=ledger.version, diff=up.diff.to_list(), cause="runtime")
+            )
+        await self.ensure_fits()
+        request = replace(
+            self.ctx.request("act", task_id=self.task_id),
+            ledger={**ledger.to_dict(), "next": focus},
+        )
+        estimate = self.ctx.raw_estimate()
+        failpoints.hit("before_model_call")
+        try:
+            response = await self.call_model(self.e.models.actor, request)
+        except errors.ModelError as exc:
+            await self.model_failed("act", self.e.models.actor, exc)
+            raise
+        failpoints.hit("after_model_response")
+        if response.usage.input_tokens:
+            self.ctx.calibrator.observe(estimate, response.usage.input_tokens)
+            self.usage["token_ratio"] = self.ctx.calibrator.ratio
+        called = await self.record_call("act", self.e.models.actor, request, response, round_no)
+        ms = ledger.current_milestone()
+        if ms is not None:
+            mr = dict(self.usage.get("milestone_rounds", {}))
+            mr[ms] = int(mr.get(ms, 0)) + 1
+            self.usage["milestone_rounds"] = mr
+        self.usage["inflight"] = {
+            "round": round_no,
+            "focus": focus,
+            "response_blob": called.response_blob,
+        }
+        turn = int(self.usage.get("turns", 1))
+        self.staged_events = [
+            ev.RoundStarted(round=round_no, turn=turn, item=focus),
+            *events,
+            called,
+        ]
+        self.staged_ledger = ledger
+        return focus, response
 
     async def wait_for_services(self, held: Sequence[OpOutcome]) -> None:
         """Every call of the round met an open breaker: rather than spend model calls
@@ -780,21 +877,36 @@ class _TaskRun:
 
     # ------------------------------------------------------------ act
 
-    async def write_back(
+    def write_back(
         self,
         round_no: int,
         focus: str | None,
         response: ModelResponse,
         outcomes: list[OpOutcome],
         extra: Sequence[ev.Event] = (),
-    ) -> None:
-        """Phase 6: one commit with the round's results, then the judge runs."""
+        response_blob: str = "",
+    ) -> PendingRound:
+        """Phase 6: the round's results as one write (committed with the verdict, or
+        before an LLM judge's call)."""
         failpoints.hit("after_op_result")
         assistant = Message("assistant", response.text, tool_calls=response.tool_calls)
-        msgs = [assistant] + [
+        tool_msgs = [
             Message("tool", o.content, tool_call_id=o.call.id, name=o.call.name) for o in outcomes
         ]
-        blob = await self.put_json([m.to_dict() for m in msgs])
+        msgs = [assistant, *tool_msgs]
+        # Every message is stored once: the assistant's is the response blob, a tool's is
+        # its op's journaled result.
+        doc = history.round_doc(
+            response_blob,
+            [
+                (
+                    m,
+                    o.op_id if o.record is not None else None,
+                    str((o.record.result or {}).get("content")) if o.record else None,
+                )
+                for m, o in zip(tool_msgs, outcomes, strict=True)
+            ],
+        )
         ops: list[OpRecord] = []
         arts: list[ArtifactRecord] = []
         events: list[ev.Event] = list(extra)
@@ -807,12 +919,7 @@ class _TaskRun:
             if o.artifact is not None:
                 arts.append(o.artifact)
             if o.record is not None:
-                rec = o.record
-                if rec.round == 0:
-                    rec = OpRecord(
-                        **{**rec.__dict__, "round": round_no, "call_index": outcomes.index(o)}
-                    )
-                ops.append(rec)
+                ops.append(o.record)
             events.append(ev.OpCommitted(op_id=o.op_id, round=round_no))
         events.append(
             ev.RoundCommitted(
@@ -820,36 +927,28 @@ class _TaskRun:
                 turn=int(self.usage.get("turns", 1)),
                 ops=len(outcomes),
                 text=response.text[:500],
-                messages_blob=blob,
+                messages=doc,
                 item=focus,
             )
         )
         self.usage["rounds"] = round_no
         self.usage.pop("inflight", None)
-        non_convergent = self.track_failures(outcomes, focus)
-        self.usage["unjudged"] = {
-            "round": round_no,
-            "focus": focus,
-            "non_convergent": non_convergent,
-            "ops": [
-                {
-                    "op_id": o.op_id,
-                    "tool": o.tool,
-                    "args": dict(o.call.arguments or {}),
-                    "status": _fact_status(o),
-                    "summary": o.summary,
-                    "error": o.error,
-                    "artifact_id": o.artifact.artifact_id if o.artifact else None,
-                }
-                for o in outcomes
-            ],
-            "text": response.text[:2000],
-        }
-        await self.commit(events, ops=ops, artifacts=arts)
+        return PendingRound(
+            round_no, events, ops, arts, msgs, self.track_failures(outcomes, focus), len(outcomes)
+        )
+
+    async def commit_round(self, pending: PendingRound, **more: Any) -> None:
+        """Commit a round's results (with whatever else `more` carries) and show it."""
+        await self.commit(
+            [*pending.events, *more.pop("events", ())],
+            ops=pending.ops,
+            artifacts=[*pending.artifacts, *more.pop("artifacts", ())],
+            **more,
+        )
         failpoints.hit("after_round_commit")
         self.rounds_this_run += 1
-        self.ctx.append(Entry("round", msgs, round_no))
-        self.snapshot(f"round {round_no}: {len(outcomes)} tool calls")
+        self.ctx.append(Entry("round", pending.messages, pending.round))
+        self.snapshot(f"round {pending.round}: {pending.calls} tool calls")
 
     def track_failures(self, outcomes: Sequence[OpOutcome], focus: str | None) -> str | None:
         """Count identical failures (same item, tool, arguments and error class); the

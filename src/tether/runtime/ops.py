@@ -158,8 +158,50 @@ class OpRunner:
         self.clock = run.e.clock
         self.rng = random.Random()
         self.pending_events: list[ev.Event] = []
+        #: Op ids whose intent was committed with the round's decision (see `plan`).
+        self.journaled: set[str] = set()
 
     # ------------------------------------------------------------------ entry
+
+    async def plan(self, round_no: int, response: ModelResponse) -> list[tuple[Tool, OpRecord]]:
+        """The op intents of the round: every call with effects that passes the allowlist
+        and its argument schema and needs no approval. They are committed together with
+        the model's decision, before anything is sent, so a round with effects costs one
+        commit up front. (A call that needs a human's approval is journaled with its
+        request, when the round reaches it.)"""
+        run = self.run
+        allowed = {t.name: t for t in run.tools}
+        intents: list[tuple[Tool, OpRecord]] = []
+        for idx, call in enumerate(response.tool_calls):
+            tool = allowed.get(call.name)
+            if tool is None or tool.effect == "read" or call.arguments is None or call.error:
+                continue
+            try:
+                args = tool.check_args(call.arguments)
+            except errors.ToolFailed:
+                continue
+            record = OpRecord(
+                op_id=op_id_for(run.task_id, round_no, idx),
+                task_id=run.task_id,
+                round=round_no,
+                call_index=idx,
+                tool=tool.name,
+                args=args,
+                args_hash=_hash_args(args),
+                effect=tool.effect,
+                status="intended",
+                task_version=run.task.version,
+            )
+            if await self.needs_approval(tool, record):
+                continue
+            intents.append((tool, record))
+        self.journaled = {r.op_id for _, r in intents}
+        return intents
+
+    @staticmethod
+    def intent_events(intents: list[tuple[Tool, OpRecord]]) -> list[ev.Event]:
+        """The journal entries of planned intents."""
+        return [_intent(tool, record) for tool, record in intents]
 
     async def act(
         self, round_no: int, response: ModelResponse, *, resumed: bool = True
@@ -394,13 +436,10 @@ class OpRunner:
         """Approved args (maybe modified), a refusal outcome, or None when no approval
         is needed. Raises `Pause` while a decision is pending."""
         run = self.run
+        if record.op_id in self.journaled:
+            return None  # `plan` found it needs no approval, before it was journaled
         effect = await self._call_effect(tool, record)
-        perm = run.spec.permission(tool.name)
-        if perm is not None and perm.approval is not None:
-            needed = perm.approval
-        else:
-            needed = effect in RISKY
-        if not needed:
+        if not self._approval_needed(tool, effect):
             return None
         request_id = f"{record.op_id}.approval"
         appr = await self.request(request_id)
@@ -414,9 +453,10 @@ class OpRunner:
                 options=["approve", "reject", "modify"],
                 effect=effect,
             )
+            intent = [] if record.op_id in self.journaled else [_intent(tool, record)]
             await run.commit(
                 [
-                    _intent(tool, record).model_copy(update={"effect": effect}),
+                    *(i.model_copy(update={"effect": effect}) for i in intent),
                     ev.ApprovalRequested(
                         request_id=request_id,
                         what=appr.request["what"],
@@ -450,6 +490,16 @@ class OpRunner:
             )
         modified = (appr.decision or {}).get("modified_args")
         return dict(modified) if isinstance(modified, Mapping) else dict(record.args)
+
+    def _approval_needed(self, tool: Tool, effect: str) -> bool:
+        perm = self.run.spec.permission(tool.name)
+        if perm is not None and perm.approval is not None:
+            return perm.approval
+        return effect in RISKY
+
+    async def needs_approval(self, tool: Tool, record: OpRecord) -> bool:
+        """Whether this call waits for a human before it is sent."""
+        return self._approval_needed(tool, await self._call_effect(tool, record))
 
     async def _call_effect(self, tool: Tool, record: OpRecord) -> str:
         """The effect of this call: the one already journaled for it when it was asked
@@ -626,7 +676,7 @@ class OpRunner:
             outcome = await self.recover(tool, call, record)
             if outcome is not None:
                 return outcome
-        elif effectful:
+        elif effectful and record.op_id not in self.journaled:
             await run.commit(
                 [_intent(tool, record)],
                 ops=[record],

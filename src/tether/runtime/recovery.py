@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message
+from tether.runtime import history
 from tether.runtime._signals import Stop as _Stop
 from tether.runtime.context import Context, Entry, render_system, turn_message
 from tether.store.base import ArtifactRecord, OpRecord, blob_hash
@@ -176,36 +177,15 @@ async def rebuild_context(run: _TaskRun) -> None:
     if run.usage.get("system_blob"):
         with contextlib.suppress(KeyError):
             run.ctx.system = (await run.store.get_blob(run.usage["system_blob"])).decode()
-    after = 0
-    snap = run.usage.get("ctx_blob")
-    if snap:
-        doc = await run.get_json(snap)
-        for e in doc["entries"]:
-            run.ctx.append(
-                Entry(e["kind"], [Message.from_dict(m) for m in e["messages"]], e.get("round"))
-            )
-        after = int(run.usage.get("ctx_after_seq", 0))
-    hist = await run.store.read_events(
-        run.task_id,
-        after=after,
-        types={"turn.started", "round.committed", "judge.verdict", "user.message"},
-    )
     pending_round = int((run.usage.get("inflight") or {}).get("round", 0))
-    for h in hist:
-        d = h.data
-        if h.type == "turn.started" and d.get("message"):
-            run.ctx.append(Entry("turn", [Message("user", d["message"])]))
-        elif h.type == "round.committed" and d.get("messages_blob"):
-            if pending_round and d.get("round") == pending_round:
-                continue
-            msgs = await run.get_json(d["messages_blob"])
-            run.ctx.append(Entry("round", [Message.from_dict(m) for m in msgs], d.get("round")))
-        elif h.type == "judge.verdict" and d.get("continuation"):
-            run.ctx.append(
-                Entry("continuation", [Message("user", d["continuation"])], d.get("round"))
-            )
-        elif h.type == "user.message":
-            run.ctx.append(Entry("turn", [Message("user", f"Message from the user: {d['text']}")]))
+    for entry in await history.load_entries(
+        run.store,
+        run.task_id,
+        snapshot=run.usage.get("ctx_blob"),
+        after_seq=int(run.usage.get("ctx_after_seq", 0)),
+        skip_round=pending_round,
+    ):
+        run.ctx.append(entry)
     ratio = run.usage.get("token_ratio")
     if ratio:
         run.ctx.calibrator.ratio = float(ratio)

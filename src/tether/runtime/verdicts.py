@@ -16,7 +16,7 @@ from tether.runtime.context import Entry, continuation_message
 from tether.store.base import ArtifactRecord, OpRecord
 
 if TYPE_CHECKING:
-    from tether.runtime.engine import _TaskRun
+    from tether.runtime.engine import PendingRound, _TaskRun
 
 
 def facts_from_dict(run: _TaskRun, d: Mapping[str, Any]) -> J.RoundFacts:
@@ -41,9 +41,35 @@ def facts_from_dict(run: _TaskRun, d: Mapping[str, Any]) -> J.RoundFacts:
     )
 
 
-async def judge_round(run: _TaskRun, facts: J.RoundFacts, text: str) -> None:
-    """Rule judge, LLM judge, audit; commit the verdict; act on the decision."""
-    env = _RuleEnv(run)
+def facts_to_dict(facts: J.RoundFacts) -> dict[str, Any]:
+    """The round facts as saved with the results (`usage["unjudged"]`) when an LLM judge
+    is called after the results are committed."""
+    return {
+        "round": facts.round,
+        "focus": facts.focus,
+        "text": facts.text[:2000],
+        "non_convergent": facts.non_convergent,
+        "ops": [
+            {
+                "op_id": o.op_id,
+                "tool": o.tool,
+                "args": dict(o.args),
+                "status": o.status,
+                "summary": o.summary,
+                "error": o.error,
+                "artifact_id": o.artifact_id,
+            }
+            for o in facts.ops
+        ],
+    }
+
+
+async def judge_round(
+    run: _TaskRun, facts: J.RoundFacts, text: str, pending: PendingRound | None = None
+) -> None:
+    """Rule judge, LLM judge, audit; commit the verdict (with the round's results when
+    they are still `pending`); act on the decision."""
+    env = _RuleEnv(run, pending)
     verdicts = [await J.rule_verdict(run.spec, run.ledger, env)]
     extra_events: list[ev.Event] = list(env.events)
     judge_model = run.e.models.judge
@@ -64,7 +90,7 @@ async def judge_round(run: _TaskRun, facts: J.RoundFacts, text: str) -> None:
             try:
                 resp = await run.call_model(judge_model, req)
             except errors.ModelError as exc:
-                await run.commit(extra_events, artifacts=env.artifacts)
+                await run.commit(extra_events, artifacts=env.artifacts)  # results are in
                 await run.model_failed("judge", judge_model, exc)
                 raise
             extra_events.append(await run.record_call("judge", judge_model, req, resp, facts.round))
@@ -85,7 +111,8 @@ async def judge_round(run: _TaskRun, facts: J.RoundFacts, text: str) -> None:
             verdicts.append(verdict)
     # Resolve only the refs the verdicts cite: a long task never reads its whole journal.
     cited = {ref for v in verdicts for c in v.changes for ref in c.evidence}
-    known = await resolve_evidence(run, cited, env.artifacts, facts)
+    staged = [*env.artifacts, *(pending.artifacts if pending else ())]
+    known = await resolve_evidence(run, cited, staged, facts, pending.ops if pending else ())
     outcome = J.audit(
         run.ledger,
         verdicts,
@@ -110,7 +137,6 @@ async def judge_round(run: _TaskRun, facts: J.RoundFacts, text: str) -> None:
         round=facts.round,
         decision=outcome.decision,
         reason=outcome.reason,
-        goal=run.spec.objective,
         done=p.done,
         total=p.total,
         percent=p.percent,
@@ -123,7 +149,10 @@ async def judge_round(run: _TaskRun, facts: J.RoundFacts, text: str) -> None:
         events.append(ev.LedgerUpdated(version=new.version, diff=outcome.update.diff.to_list()))
     run.usage.pop("unjudged", None)
     failpoints.hit("before_ledger_write")
-    await run.commit(events, ledger=new, artifacts=env.artifacts)
+    if pending is not None:
+        await run.commit_round(pending, events=events, ledger=new, artifacts=env.artifacts)
+    else:
+        await run.commit(events, ledger=new, artifacts=env.artifacts)
     if continuation:
         run.ctx.append(Entry("continuation", [Message("user", continuation)], facts.round))
     run.snapshot(f"round {facts.round}: {outcome.decision} ({p.done}/{p.total} done)")
@@ -179,9 +208,11 @@ async def resolve_evidence(
     refs: set[str],
     staged: Sequence[ArtifactRecord],
     facts: J.RoundFacts,
+    staged_ops: Sequence[OpRecord] = (),
 ) -> dict[str, J.Evidence]:
     """What the runtime knows of each cited ref that resolves: a succeeded op or a valid
-    artifact of this task, with the round (and its focus) that produced it."""
+    artifact of this task, with the round (and its focus) that produced it. `staged`
+    and `staged_ops` are this round's, not yet committed: read from memory."""
     art_ids = {r.partition(":")[2] for r in refs if r.startswith("artifact:")}
     arts = {a.artifact_id: a for a in staged if a.artifact_id in art_ids}
     missing = art_ids - set(arts)
@@ -191,14 +222,11 @@ async def resolve_evidence(
                 arts[a.artifact_id] = a
     op_ids = {r.partition(":")[2] for r in refs if r.startswith("op:")}
     op_ids |= {a.source for a in arts.values() if a.kind == "tool_output" and a.source}
-    ops = (
-        {
-            o.op_id: o
-            for o in await run.store.get_ops(run.task_id, statuses={"succeeded"}, op_ids=op_ids)
-        }
-        if op_ids
-        else {}
-    )
+    ops = {o.op_id: o for o in staged_ops if o.op_id in op_ids and o.status == "succeeded"}
+    missing = op_ids - set(ops) - {o.op_id for o in staged_ops}
+    if missing:
+        for o in await run.store.get_ops(run.task_id, statuses={"succeeded"}, op_ids=missing):
+            ops[o.op_id] = o
 
     def where(round_no: int) -> str | None:
         return facts.focus if round_no == facts.round else focus_of(run, round_no)
@@ -335,7 +363,6 @@ async def complete(run: _TaskRun, round_no: int) -> None:
             round=round_no,
             decision="continue",
             reason="completion check failed",
-            goal=run.spec.objective,
             done=ledger.progress().done,
             total=ledger.progress().total,
             percent=ledger.progress().percent,
@@ -350,20 +377,31 @@ async def complete(run: _TaskRun, round_no: int) -> None:
 class _RuleEnv:
     """What the rule judge may look at, with evidence artifacts it creates."""
 
-    def __init__(self, run: _TaskRun) -> None:
+    def __init__(self, run: _TaskRun, pending: PendingRound | None = None) -> None:
         self.run = run
+        self.pending = pending
         self.workspace = run.workspace
         self.preexisting = run.preexisting
         self.artifacts: list[ArtifactRecord] = []
         self.events: list[ev.Event] = []
 
     async def succeeded_ops(self, tools: Sequence[str] = ()) -> list[OpRecord]:
-        return await self.run.store.get_ops(
+        stored = await self.run.store.get_ops(
             self.run.task_id, statuses={"succeeded"}, tools=set(tools) if tools else None
         )
+        if self.pending is None:
+            return stored
+        mine = {o.op_id for o in self.pending.ops}
+        fresh = [
+            o
+            for o in self.pending.ops
+            if o.status == "succeeded" and (not tools or o.tool in tools)
+        ]
+        return [o for o in stored if o.op_id not in mine] + fresh
 
     async def valid_artifacts(self) -> list[ArtifactRecord]:
-        return [a for a in await self.run.store.get_artifacts(self.run.task_id) if a.valid]
+        stored = [a for a in await self.run.store.get_artifacts(self.run.task_id) if a.valid]
+        return stored + (list(self.pending.artifacts) if self.pending else [])
 
     async def record_evidence(self, item_id: str, text: str) -> str:
         ref = self.run.stage_blob(text.encode("utf-8"))

@@ -1,0 +1,184 @@
+"""The conversation as stored: every message once, requests by reference.
+
+A round's messages are stored as a small document that points at what is already in
+the store: the model's response blob (the assistant message) and, for each tool call,
+the op whose journaled result is the tool message (its content inline only when the op
+record cannot give it back byte for byte, e.g. a refused call). A model request is
+stored as a reference too: its epoch's system prompt blob, the tool schemas blob, the
+last compaction snapshot, and the sequence number of the last event it includes.
+Rebuilding replays the history events after the snapshot up to that number, so a
+stored request costs a few hundred bytes whatever the size of the context window,
+and `rebuild_request` gives back the very request the model saw.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tether.models.base import Message, ModelRequest, ModelResponse, ToolSchema
+from tether.runtime.context import Entry
+from tether.store.base import Store
+
+#: Event types whose data adds to the conversation.
+HISTORY_TYPES = frozenset({"turn.started", "round.committed", "judge.verdict", "user.message"})
+#: Marks the reference formats (a plain request dict has no "ref" key).
+ROUND_REF = 2
+REQUEST_REF = 2
+
+
+def round_doc(
+    response_blob: str, tool_messages: Sequence[tuple[Message, str | None, str | None]]
+) -> dict[str, Any]:
+    """A round's messages by reference: `(message, op_id, journaled_content)` per tool
+    message; the content is stored inline unless the op's record holds the same text."""
+    tools: list[dict[str, Any]] = []
+    for msg, op_id, journaled in tool_messages:
+        entry: dict[str, Any] = {"id": msg.tool_call_id, "name": msg.name}
+        if op_id is not None and journaled == msg.content:
+            entry["op"] = op_id
+        else:
+            entry["content"] = msg.content
+        tools.append(entry)
+    return {"ref": ROUND_REF, "response": response_blob, "tools": tools}
+
+
+async def _json(store: Store, ref: str) -> Any:
+    return json.loads((await store.get_blob(ref)).decode("utf-8"))
+
+
+async def round_messages(store: Store, task_id: str, doc: Any) -> list[Message]:
+    """The messages of one round from its stored document (either format)."""
+    if not isinstance(doc, Mapping) or doc.get("ref") != ROUND_REF:
+        return [Message.from_dict(m) for m in doc]
+    response = ModelResponse.from_dict(await _json(store, doc["response"]))
+    msgs = [Message("assistant", response.text, tool_calls=response.tool_calls)]
+    op_ids = {t["op"] for t in doc["tools"] if "op" in t}
+    ops = {o.op_id: o for o in await store.get_ops(task_id, op_ids=op_ids)} if op_ids else {}
+    for t in doc["tools"]:
+        if "op" in t:
+            op = ops.get(t["op"])
+            content = str((op.result or {}).get("content", "")) if op is not None else ""
+        else:
+            content = t["content"]
+        msgs.append(Message("tool", content, tool_call_id=t["id"], name=t["name"]))
+    return msgs
+
+
+async def load_entries(
+    store: Store,
+    task_id: str,
+    *,
+    snapshot: str | None,
+    after_seq: int,
+    upto_seq: int | None = None,
+    skip_round: int = 0,
+) -> list[Entry]:
+    """History entries: the compaction snapshot, then the history events after
+    `after_seq` (up to `upto_seq`), leaving out the round `skip_round` (in flight)."""
+    entries: list[Entry] = []
+    after = 0
+    if snapshot:
+        doc = await _json(store, snapshot)
+        for e in doc["entries"]:
+            entries.append(
+                Entry(e["kind"], [Message.from_dict(m) for m in e["messages"]], e.get("round"))
+            )
+        after = after_seq
+    hist = await store.read_events(task_id, after=after, types=set(HISTORY_TYPES))
+    for h in hist:
+        if upto_seq is not None and h.seq > upto_seq:
+            break
+        d = h.data
+        if h.type == "turn.started" and d.get("message"):
+            entries.append(Entry("turn", [Message("user", d["message"])]))
+        elif h.type == "round.committed" and (d.get("messages") or d.get("messages_blob")):
+            if skip_round and d.get("round") == skip_round:
+                continue
+            doc = d.get("messages") or await _json(store, d["messages_blob"])
+            msgs = await round_messages(store, task_id, doc)
+            entries.append(Entry("round", msgs, d.get("round")))
+        elif h.type == "judge.verdict" and d.get("continuation"):
+            entries.append(
+                Entry("continuation", [Message("user", d["continuation"])], d.get("round"))
+            )
+        elif h.type == "user.message":
+            entries.append(Entry("turn", [Message("user", f"Message from the user: {d['text']}")]))
+    return entries
+
+
+def request_ref(
+    request: ModelRequest,
+    *,
+    system_blob: str,
+    tools_blob: str,
+    snapshot: str | None,
+    after_seq: int,
+    upto_seq: int,
+) -> dict[str, Any]:
+    """A request as a reference to what the store already holds."""
+    doc: dict[str, Any] = {
+        "ref": REQUEST_REF,
+        "purpose": request.purpose,
+        "system": system_blob,
+        "tools": tools_blob,
+        "upto_seq": upto_seq,
+        "max_output_tokens": request.max_output_tokens,
+    }
+    # Defaults are left out: a stored request is a few hundred bytes.
+    optional = {
+        "snapshot": snapshot,
+        "after_seq": after_seq,
+        "temperature": request.temperature,
+        "json_output": request.json_output,
+        "metadata": dict(request.metadata),
+    }
+    doc.update({k: v for k, v in optional.items() if v})
+    return doc
+
+
+async def rebuild_request(store: Store, task_id: str, doc: Mapping[str, Any]) -> ModelRequest:
+    """The request a stored model call sent, from its stored form (either format)."""
+    if doc.get("ref") != REQUEST_REF:
+        return ModelRequest(
+            purpose=doc["purpose"],
+            system=doc["system"],
+            messages=tuple(Message.from_dict(m) for m in doc["messages"]),
+            tools=tuple(ToolSchema(**t) for t in doc.get("tools", [])),
+            max_output_tokens=doc.get("max_output_tokens", 2048),
+            temperature=doc.get("temperature"),
+            json_output=bool(doc.get("json_output", False)),
+            task_id=doc.get("task_id"),
+            metadata=doc.get("metadata", {}),
+        )
+    system = (await store.get_blob(doc["system"])).decode("utf-8")
+    tools = tuple(ToolSchema(**t) for t in await _json(store, doc["tools"]))
+    entries = await load_entries(
+        store,
+        task_id,
+        snapshot=doc.get("snapshot"),
+        after_seq=int(doc.get("after_seq", 0)),
+        upto_seq=int(doc["upto_seq"]),
+    )
+    return ModelRequest(
+        purpose=doc["purpose"],
+        system=system,
+        messages=tuple(m for e in entries for m in e.messages),
+        tools=tools,
+        max_output_tokens=doc["max_output_tokens"],
+        temperature=doc.get("temperature"),
+        json_output=bool(doc.get("json_output", False)),
+        task_id=task_id,
+        metadata=doc.get("metadata", {}),
+    )
+
+
+async def load_call(store: Store, task_id: str, call_id: str) -> tuple[ModelRequest, Any]:
+    """The request and the stored response of one model call (`model.called` event)."""
+    for e in await store.read_events(task_id, types={"model.called"}):
+        if e.data.get("call_id") == call_id:
+            doc = e.data.get("request") or await _json(store, e.data["request_blob"])
+            request = await rebuild_request(store, task_id, doc)
+            return request, await _json(store, e.data["response_blob"])
+    raise KeyError(call_id)

@@ -1,0 +1,111 @@
+"""Every message is stored once and every request by reference, yet a stored model call
+gives back, byte for byte, the request the model saw."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.clock import FakeClock
+from tether.models.base import ModelRequest, ModelResponse
+from tether.models.scripted import ScriptedModel, tool_call
+from tether.runtime import history
+from tether.store import open_store
+from tether.store.base import Store
+
+from .loop_support import honest_actor, next_item, run_task, spec_of
+
+
+def _actor(request: ModelRequest) -> ModelResponse:
+    """Reads a big file (a large output: an artifact and a preview), fails a call now and
+    then (an inline error message), and writes the Next item's file."""
+    nxt = next_item(request)
+    if nxt is None:
+        return ModelResponse("all closed")
+    n = int(nxt[1:])
+    calls = [tool_call("read_file", path="big.txt")]
+    if n % 2:
+        calls.append(tool_call("read_file", path="missing.txt"))
+    calls.append(tool_call("write_file", path=f"out/{nxt}.txt", content=nxt))
+    return ModelResponse(f"working on {nxt}", tuple(calls))
+
+
+def _compact(request: ModelRequest) -> str:
+    return "Earlier rounds wrote some files; the ledger says which."
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path}/t.db"
+    s = await open_store(url)
+    yield s
+    await s.close()
+
+
+async def _stored_act_requests(store: Store, task_id: str) -> list[dict[str, Any]]:
+    out = []
+    for e in await store.read_events(task_id, types={"model.called"}):
+        if e.data["purpose"] != "act":
+            continue
+        request, _response = await history.load_call(store, task_id, e.data["call_id"])
+        out.append(request.to_dict())
+    return out
+
+
+async def test_stored_requests_rebuild_byte_identically(store: Store, tmp_path: Path) -> None:
+    (tmp_path / "big.txt").write_text("line of a big file\n" * 300)
+    clock = FakeClock()
+    spec = spec_of(12, context={"input_budget_tokens": 1500, "preview_chars": 400})
+    model = ScriptedModel(policy=_actor)
+    compact = ScriptedModel(policy=_compact)
+    tid, first = await run_task(
+        store, spec, tmp_path, model, compact=compact, clock=clock, max_rounds_this_run=3
+    )
+    assert first.status == "queued"
+    clock.advance(30)  # a resume inside the cache window: no new epoch
+    _, second = await run_task(
+        store, spec, tmp_path, model, compact=compact, clock=clock, task_id=tid
+    )
+    assert second.status == "satisfied"
+    seen = [r.to_dict() for r in model.requests if r.purpose == "act"]
+    stored = await _stored_act_requests(store, tid)
+    assert len(stored) == len(seen) >= 12
+    compactions = [e for e in await store.read_events(tid, types={"context.compacted"})]
+    assert compactions, "the budget is small enough to compact"
+    for n, (was, back) in enumerate(zip(seen, stored, strict=True)):
+        assert json.dumps(back, sort_keys=True) == json.dumps(was, sort_keys=True), n
+
+
+async def test_a_round_is_stored_by_reference(store: Store, tmp_path: Path) -> None:
+    (tmp_path / "big.txt").write_text("x" * 5000)
+    model = ScriptedModel(policy=_actor)
+    tid, result = await run_task(store, spec_of(2, context={"preview_chars": 200}), tmp_path, model)
+    assert result.status == "satisfied"
+    rounds = await store.read_events(tid, types={"round.committed"})
+    for r in rounds:
+        doc = r.data["messages"]
+        assert doc["ref"] == history.ROUND_REF and not r.data.get("messages_blob")
+        # Tool results come from the op journal; only a refused or failed call's error
+        # text (not what its record holds) is inline.
+        for t in doc["tools"]:
+            assert ("op" in t) != ("content" in t)
+            if "content" in t:
+                assert t["content"].startswith("ERROR")
+    calls = [e.data for e in await store.read_events(tid, types={"model.called"})]
+    act = [c for c in calls if c["purpose"] == "act"]
+    assert all(c["request"] and not c["request_blob"] for c in act)
+    assert all(len(json.dumps(c["request"])) < 600 for c in act)
+
+
+async def test_old_rows_with_whole_requests_still_load(tmp_path: Path) -> None:
+    """A request stored whole (before references) is read back as it was."""
+    store = await open_store("memory://")
+    model = ScriptedModel(policy=honest_actor)
+    tid, _ = await run_task(store, spec_of(1), tmp_path, model)
+    request = ModelRequest("act", "sys", (), max_output_tokens=10)
+    legacy = request.to_dict()
+    back = await history.rebuild_request(store, tid, legacy)
+    assert back.to_dict() == legacy

@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from tether import errors
+from tether import _validation, errors
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 _SEP = "\n"
@@ -288,37 +288,29 @@ class TaskSpec(_Strict):
         return None
 
 
+_TOP = "(top level)"
+_UNKNOWN_HINT = " (check the spelling; allowed fields are listed in the docs)"
+
+
 def _loc(loc: tuple[int | str, ...]) -> str:
-    parts: list[str] = []
-    for n, p in enumerate(loc):
-        if n > 0 and loc[n - 1] in ("done_when", "check") and p in _TAGS:
-            continue
-        parts.append(str(p))
-    return ".".join(parts) or "(top level)"
+    """Where an error is, without the discriminator tags pydantic adds to the path."""
+    kept = [
+        p
+        for n, p in enumerate(loc)
+        if not (n > 0 and loc[n - 1] in ("done_when", "check") and p in _TAGS)
+    ]
+    return _validation.where(kept, root=_TOP)
 
 
 def _describe(err: Any) -> list[str]:
+    """The lines of one pydantic error: a validator's own problems one per line, else
+    the wording shared with tool arguments (`tether._validation`)."""
     loc = _loc(tuple(err["loc"]))
-    kind = err["type"]
-    if kind == "value_error":
+    if err["type"] == "value_error":
         msg = str(err.get("ctx", {}).get("error", err["msg"]))
         lines = [ln for ln in msg.split(_SEP) if ln.strip()]
-        if loc == "(top level)":
-            return lines
-        return [f"{loc}: {ln}" for ln in lines]
-    return [_describe_one(err, loc, kind)]
-
-
-def _describe_one(err: Any, loc: str, kind: str) -> str:
-    if kind == "extra_forbidden":
-        return f"{loc}: unknown field (check the spelling; allowed fields are listed in the docs)"
-    if kind == "missing":
-        return f"{loc}: required field is missing"
-    got = err.get("input")
-    got_s = repr(got)
-    if len(got_s) > 60:
-        got_s = got_s[:57] + "..."
-    return f"{loc}: {err['msg']} (got {got_s})"
+        return lines if loc == _TOP else [f"{loc}: {ln}" for ln in lines]
+    return [_validation.describe_error(err, loc, noun="field", unknown_hint=_UNKNOWN_HINT)]
 
 
 def parse_spec(data: Any, *, source: str = "<spec>") -> TaskSpec:

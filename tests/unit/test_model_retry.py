@@ -14,11 +14,11 @@ from tether.models._retry import (
     RetryPolicy,
     backoff_delay,
     call_with_retry,
-    describe_status_error,
     is_transient_status,
     parse_retry_after,
     retry_delay,
 )
+from tether.models._sdk import describe_status_error
 
 # --- pure functions -----------------------------------------------------------------------
 

@@ -13,32 +13,30 @@
 - Usage: Anthropic reports `input_tokens` without the cached part; here
   `input_tokens = input + cache_read + cache_creation`, `cached_input_tokens =
   cache_read_input_tokens` and `cache_write_tokens = cache_creation_input_tokens`.
-- Retries: the SDK client is built with `max_retries=0`; `tether.models._retry` owns
-  the policy (429, 5xx and 529 "overloaded", timeouts, connection errors).
+- Client, retries, error mapping and usage normalization are shared with the OpenAI
+  adapter (`tether.models._sdk`): the SDK client is built with its own HTTP client,
+  `max_retries=0` and no tracing of its own; the `tether.retry` schedule retries 408,
+  409, 425, 429, 5xx and 529 "overloaded", timeouts and connection errors.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anthropic
 
-from tether import tokens
 from tether.errors import ModelError, UserError
-from tether.models._retry import RetryEvent, RetryPolicy, call_with_retry, sdk_classifier
-from tether.models.base import ModelRequest, ModelResponse, ToolCall, Usage
+from tether.models import _sdk
+from tether.models._retry import RetryEvent, RetryPolicy
+from tether.models.base import Message, ModelRequest, ModelResponse, ToolCall
 
-DEFAULT_TIMEOUT = 300.0
-DEFAULT_MAX_RETRIES = 3
+DEFAULT_TIMEOUT = _sdk.DEFAULT_TIMEOUT
+DEFAULT_MAX_RETRIES = _sdk.DEFAULT_MAX_RETRIES
 EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 JSON_INSTRUCTION = "Answer with one JSON object and nothing else: no prose, no code fences."
-_PREVIEW = 200
-TRUNCATED_HINT = " (The answer was cut off by the output token limit: keep arguments shorter.)"
+TRUNCATED_HINT = _sdk.TRUNCATED_HINT
 
 
 def system_blocks(request: ModelRequest) -> list[dict[str, Any]]:
@@ -67,35 +65,7 @@ def to_anthropic_messages(request: ModelRequest) -> list[dict[str, Any]]:
     cache breakpoint on the last block of the last message."""
     out: list[dict[str, Any]] = []
     for message in request.messages:
-        blocks: list[dict[str, Any]] = []
-        if message.role == "assistant":
-            role = "assistant"
-            if message.content:
-                blocks.append({"type": "text", "text": message.content})
-            for call in message.tool_calls:
-                blocks.append(
-                    {
-                        "type": "tool_use",
-                        "id": call.id,
-                        "name": call.name,
-                        "input": dict(call.arguments) if call.arguments is not None else {},
-                    }
-                )
-        elif message.role == "tool":
-            role = "user"
-            if not message.tool_call_id:
-                raise ValueError("a tool message needs the tool_call_id of the call it answers")
-            blocks.append(
-                {
-                    "type": "tool_result",
-                    "tool_use_id": message.tool_call_id,
-                    "content": message.content,
-                }
-            )
-        else:
-            role = "user"
-            if message.content:
-                blocks.append({"type": "text", "text": message.content})
+        role, blocks = _blocks(message)
         if out and out[-1]["role"] == role:
             out[-1]["content"].extend(blocks)
         else:
@@ -114,44 +84,30 @@ def to_anthropic_messages(request: ModelRequest) -> list[dict[str, Any]]:
     return out
 
 
+def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
+    """The role and content blocks of one message."""
+    blocks: list[dict[str, Any]] = []
+    if message.role == "tool":
+        if not message.tool_call_id:
+            raise ValueError("a tool message needs the tool_call_id of the call it answers")
+        result = {"type": "tool_result", "tool_use_id": message.tool_call_id}
+        return "user", [{**result, "content": message.content}]
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
+    if message.role != "assistant":
+        return "user", blocks
+    for call in message.tool_calls:
+        arguments = dict(call.arguments) if call.arguments is not None else {}
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": arguments})
+    return "assistant", blocks
+
+
 def to_anthropic_tools(request: ModelRequest) -> list[dict[str, Any]]:
     """The `tools` of a request (`input_schema` is the JSON schema of arguments)."""
     return [
         {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
         for t in request.tools
     ]
-
-
-def _tool_input(name: str, value: object) -> tuple[dict[str, Any] | None, str, str | None]:
-    if isinstance(value, Mapping):
-        return dict(value), json.dumps(value, ensure_ascii=False), None
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    if isinstance(value, str):
-        if not value.strip():
-            return {}, value, None
-        try:
-            decoded = json.loads(value)
-        except json.JSONDecodeError as exc:
-            preview = value if len(value) <= _PREVIEW else value[:_PREVIEW] + "…"
-            return (
-                None,
-                text,
-                f"the input of tool call {name!r} is not valid JSON ({exc.msg} at line "
-                f"{exc.lineno} column {exc.colno}): {preview!r}. Call the tool again with "
-                "a single JSON object as input.",
-            )
-        if isinstance(decoded, dict):
-            return decoded, text, None
-    return (
-        None,
-        text,
-        f"the input of tool call {name!r} must be a JSON object. Call the tool again "
-        "with a single JSON object as input.",
-    )
-
-
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def parse_anthropic_response(
@@ -171,40 +127,26 @@ def parse_anthropic_response(
         if kind == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])
         elif kind == "tool_use":
+            call_id = str(block.get("id") or f"toolu_{i}")
             name = str(block.get("name") or "")
-            arguments, raw, error = _tool_input(name, block.get("input"))
-            if known and name not in known:
-                arguments = None
-                error = (
-                    f"there is no tool named {name!r}. Available tools: {', '.join(sorted(known))}."
-                )
-            calls.append(
-                ToolCall(str(block.get("id") or f"toolu_{i}"), name, arguments, raw, error)
-            )
+            calls.append(_sdk.tool_call(call_id, name, block.get("input"), known, noun="input"))
     text = "".join(texts)
     raw_usage = data.get("usage")
     if isinstance(raw_usage, Mapping):
-        read = _int(raw_usage.get("cache_read_input_tokens"))
-        created = _int(raw_usage.get("cache_creation_input_tokens"))
-        usage = Usage(
-            input_tokens=_int(raw_usage.get("input_tokens")) + read + created,
-            output_tokens=_int(raw_usage.get("output_tokens")),
-            cached_input_tokens=read,
-            cache_write_tokens=created,
+        read = _sdk.as_int(raw_usage.get("cache_read_input_tokens"))
+        created = _sdk.as_int(raw_usage.get("cache_creation_input_tokens"))
+        # Anthropic's input_tokens leaves out what was read from or written to the cache.
+        usage = _sdk.usage(
+            _sdk.as_int(raw_usage.get("input_tokens")) + read + created,
+            _sdk.as_int(raw_usage.get("output_tokens")),
+            cached=read,
+            written=created,
         )
     else:
-        output = tokens.estimate_text(text) + sum(
-            tokens.estimate_text(c.name) + tokens.estimate_text(c.raw_arguments) for c in calls
-        )
-        usage = Usage(input_tokens=tokens.estimate_request(request), output_tokens=output)
+        usage = _sdk.estimated_usage(request, text, calls)
     stop = data.get("stop_reason")
     if stop == "max_tokens":
-        calls = [
-            c
-            if c.error is None
-            else ToolCall(c.id, c.name, None, c.raw_arguments, c.error + TRUNCATED_HINT)
-            for c in calls
-        ]
+        calls = _sdk.mark_truncated(calls)
     return ModelResponse(
         text=text,
         tool_calls=tuple(calls),
@@ -215,7 +157,7 @@ def parse_anthropic_response(
     )
 
 
-class AnthropicModel:
+class AnthropicModel(_sdk.SdkModel[anthropic.AsyncAnthropic]):
     """A `Model` over the Anthropic messages API with tool use and prompt caching.
 
     `client` may be an `anthropic.AsyncAnthropic` you built (then you close it);
@@ -244,26 +186,31 @@ class AnthropicModel:
         name: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
-        self.model = model
         self.extra_body = dict(extra_body or {})
-        self.name = name or f"anthropic:{model}"
-        self.retry = retry or RetryPolicy(max_attempts=max(0, max_retries) + 1)
-        self._sleep = sleep
-        self._on_retry = on_retry
-        self._owns_client = client is None
-        if client is None:
-            key = api_key or os.environ.get("ANTHROPIC_API_KEY")
-            if not key:
-                raise UserError("no Anthropic API key: set ANTHROPIC_API_KEY (or pass api_key=...)")
-            client = anthropic.AsyncAnthropic(
+        key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+        if client is None and not key:
+            raise UserError("no Anthropic API key: set ANTHROPIC_API_KEY (or pass api_key=...)")
+
+        def build() -> anthropic.AsyncAnthropic:
+            return anthropic.AsyncAnthropic(
                 api_key=key,
                 base_url=base_url,
                 timeout=timeout,
                 max_retries=0,
                 open_telemetry=False,
             )
-        self.client = client
-        self._classify = sdk_classifier(anthropic)
+
+        super().__init__(
+            model,
+            name=name or f"anthropic:{model}",
+            client=client,
+            build=build,
+            classify=_sdk.sdk_classifier(anthropic),
+            max_retries=max_retries,
+            retry=retry,
+            sleep=sleep,
+            on_retry=on_retry,
+        )
 
     def build_params(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of `messages.create` for a request."""
@@ -286,36 +233,7 @@ class AnthropicModel:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer one request; latency covers retries too."""
         params = self.build_params(request)
-        started = time.perf_counter()
-
-        async def call() -> dict[str, Any]:
-            message = await self.client.messages.create(**params)
-            body: dict[str, Any] = message.to_dict(mode="json", warnings=False)
-            return body
-
-        data = await call_with_retry(
-            call,
-            classify=self._classify,
-            policy=self.retry,
-            provider=self.name,
-            sleep=self._sleep or asyncio.sleep,
-            on_retry=self._on_retry,
-        )
-        latency_ms = (time.perf_counter() - started) * 1000.0
+        data, latency_ms = await self._send(lambda: self.client.messages.create(**params))
         return parse_anthropic_response(
             data, request, default_model=self.model, latency_ms=latency_ms
         )
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if this model built it."""
-        if self._owns_client:
-            await self.client.close()
-
-    async def __aenter__(self) -> AnthropicModel:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def __repr__(self) -> str:
-        return f"AnthropicModel({self.model!r}, base_url={str(self.client.base_url)!r})"

@@ -12,93 +12,32 @@ format at a `base_url`: vLLM, Ollama, llama.cpp server, DeepSeek, Qwen and other
   (`usage.prompt_tokens_details.cached_tokens`, or DeepSeek's
   `prompt_cache_hit_tokens`), model, finish reason and latency. A server that reports
   no usage gets the local estimate instead, so budgets still work.
-- Retries: the SDK client is built with `max_retries=0`; transient errors (timeouts,
-  connection errors, 429, 5xx) are retried by `tether.models._retry` with exponential
-  backoff and full jitter, honouring `retry-after`. Failures end as
-  `errors.ModelError` with `transient` and `status`.
+- Client, retries, error mapping and usage normalization are shared with the Anthropic
+  adapter (`tether.models._sdk`): the SDK client is built with its own HTTP client and
+  `max_retries=0`; transient errors (timeouts, connection errors, 408, 409, 425, 429,
+  5xx) are retried on the `tether.retry` schedule, honouring `retry-after`. Failures
+  end as `errors.ModelError` with `transient` and `status`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 import openai
 
-from tether import tokens
 from tether.errors import ModelError, UserError
-from tether.models._retry import RetryEvent, RetryPolicy, call_with_retry, sdk_classifier
+from tether.models import _sdk
+from tether.models._retry import RetryEvent, RetryPolicy
 from tether.models.base import Message, ModelRequest, ModelResponse, ToolCall, Usage
 
-DEFAULT_TIMEOUT = 300.0
-DEFAULT_MAX_RETRIES = 3
-_PREVIEW = 200
-TRUNCATED_HINT = " (The answer was cut off by the output token limit: keep arguments shorter.)"
+DEFAULT_TIMEOUT = _sdk.DEFAULT_TIMEOUT
+DEFAULT_MAX_RETRIES = _sdk.DEFAULT_MAX_RETRIES
+TRUNCATED_HINT = _sdk.TRUNCATED_HINT
 
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
-
-
-def parse_tool_arguments(name: str, raw: object) -> tuple[dict[str, Any] | None, str, str | None]:
-    """Decode a tool call's argument text: `(arguments, raw_text, error)`.
-
-    Empty text means "no arguments" (`{}`). Text that is not JSON, or JSON that is not
-    an object, gives `arguments=None` and an error message meant for the model.
-    Some OpenAI-compatible servers send the arguments as an object already; that is
-    accepted as is.
-    """
-    if isinstance(raw, Mapping):
-        return dict(raw), json.dumps(raw, ensure_ascii=False), None
-    text = "" if raw is None else str(raw)
-    if not text.strip():
-        return {}, text, None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        preview = text if len(text) <= _PREVIEW else text[:_PREVIEW] + "…"
-        return (
-            None,
-            text,
-            f"the arguments of tool call {name!r} are not valid JSON ({exc.msg} at line "
-            f"{exc.lineno} column {exc.colno}): {preview!r}. Call the tool again with a "
-            "single JSON object as arguments.",
-        )
-    if not isinstance(value, dict):
-        return (
-            None,
-            text,
-            f"the arguments of tool call {name!r} must be a JSON object, not "
-            f"{_json_type(value)}. Call the tool again with a single JSON object as "
-            "arguments.",
-        )
-    return value, text, None
-
-
-def _json_type(value: object) -> str:
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if value is None:
-        return "null"
-    return type(value).__name__
-
-
-def _int(value: object) -> int:
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value)
-    return 0
 
 
 def to_openai_messages(request: ModelRequest) -> list[dict[str, Any]]:
@@ -182,17 +121,10 @@ def parse_openai_response(
         function = raw_call.get("function") or {}
         name = str(function.get("name") or "")
         call_id = str(raw_call.get("id") or f"call_{i}")
-        arguments, raw_text, error = parse_tool_arguments(name, function.get("arguments"))
-        if not name:
-            error = "the tool call has no tool name. Call one of the listed tools by name."
-            arguments = None
-        elif known and name not in known:
-            error = f"there is no tool named {name!r}. Available tools: {', '.join(sorted(known))}."
-            arguments = None
-        calls.append(ToolCall(call_id, name, arguments, raw_text, error))
+        calls.append(_sdk.tool_call(call_id, name, function.get("arguments"), known))
     finish = choice.get("finish_reason")
     if finish == "length":
-        calls = [_truncated(c) for c in calls]
+        calls = _sdk.mark_truncated(calls)
     usage = _usage(data.get("usage"), request, text, calls)
     return ModelResponse(
         text=text,
@@ -202,13 +134,6 @@ def parse_openai_response(
         latency_ms=latency_ms,
         finish_reason=str(finish) if finish is not None else None,
     )
-
-
-def _truncated(call: ToolCall) -> ToolCall:
-    """Say why a call's arguments broke when the output limit cut the answer."""
-    if call.error is None:
-        return call
-    return ToolCall(call.id, call.name, None, call.raw_arguments, call.error + TRUNCATED_HINT)
 
 
 def _content_text(content: object) -> str:
@@ -229,32 +154,24 @@ def _content_text(content: object) -> str:
 
 def _usage(raw: object, request: ModelRequest, text: str, calls: list[ToolCall]) -> Usage:
     if not isinstance(raw, Mapping) or "prompt_tokens" not in raw:
-        # No usage reported (some local servers): fall back to the local estimate.
-        output = tokens.estimate_text(text) + sum(
-            tokens.estimate_text(c.name) + tokens.estimate_text(c.raw_arguments) for c in calls
-        )
-        return Usage(input_tokens=tokens.estimate_request(request), output_tokens=output)
-    prompt = _int(raw.get("prompt_tokens"))
+        return _sdk.estimated_usage(request, text, calls)  # some local servers report none
     details = raw.get("prompt_tokens_details")
-    cached = 0
-    written = 0
+    cached = written = 0
     if isinstance(details, Mapping):
-        cached = _int(details.get("cached_tokens"))
-        written = _int(details.get("cache_write_tokens"))
+        cached = _sdk.as_int(details.get("cached_tokens"))
+        written = _sdk.as_int(details.get("cache_write_tokens"))
     if not cached:
         # DeepSeek: prompt_tokens = prompt_cache_hit_tokens + prompt_cache_miss_tokens.
-        cached = _int(raw.get("prompt_cache_hit_tokens"))
-    cached = min(cached, prompt)
-    written = min(written, prompt - cached)
-    return Usage(
-        input_tokens=prompt,
-        output_tokens=_int(raw.get("completion_tokens")),
-        cached_input_tokens=cached,
-        cache_write_tokens=written,
+        cached = _sdk.as_int(raw.get("prompt_cache_hit_tokens"))
+    return _sdk.usage(
+        _sdk.as_int(raw.get("prompt_tokens")),
+        _sdk.as_int(raw.get("completion_tokens")),
+        cached=cached,
+        written=written,
     )
 
 
-class OpenAIModel:
+class OpenAIModel(_sdk.SdkModel[openai.AsyncOpenAI]):
     """A `Model` over OpenAI chat completions (or any OpenAI-compatible server).
 
     `client` may be an `openai.AsyncOpenAI` you built yourself (then you close it);
@@ -283,30 +200,34 @@ class OpenAIModel:
         max_tokens_field: MaxTokensField | None = None,
         name: str | None = None,
     ) -> None:
-        self.model = model
-        self.name = name or (f"openai:{model}" if base_url is None else model)
-        self.retry = retry or RetryPolicy(max_attempts=max(0, max_retries) + 1)
-        self._sleep = sleep
-        self._on_retry = on_retry
         is_openai = base_url is None or "api.openai.com" in base_url
         self.max_tokens_field: MaxTokensField = max_tokens_field or (
             "max_completion_tokens" if is_openai else "max_tokens"
         )
         self._send_cache_key = is_openai and client is None
-        self._owns_client = client is None
         if client is None and not api_key:
             api_key = os.environ.get("OPENAI_API_KEY") or None
             if api_key is None:
                 if is_openai:
                     raise UserError("no OpenAI API key: set OPENAI_API_KEY (or pass api_key=...)")
                 api_key = "none"  # local servers usually ignore the key
-        self.client = client or openai.AsyncOpenAI(
-            api_key=api_key,
-            base_url=base_url,
-            timeout=timeout,
-            max_retries=0,
+
+        def build() -> openai.AsyncOpenAI:
+            return openai.AsyncOpenAI(
+                api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
+            )
+
+        super().__init__(
+            model,
+            name=name or (f"openai:{model}" if base_url is None else model),
+            client=client,
+            build=build,
+            classify=_sdk.sdk_classifier(openai),
+            max_retries=max_retries,
+            retry=retry,
+            sleep=sleep,
+            on_retry=on_retry,
         )
-        self._classify = sdk_classifier(openai)
 
     def build_params(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of `chat.completions.create` for a request."""
@@ -329,34 +250,5 @@ class OpenAIModel:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer one request; latency covers retries too."""
         params = self.build_params(request)
-        started = time.perf_counter()
-
-        async def call() -> dict[str, Any]:
-            completion = await self.client.chat.completions.create(**params)
-            body: dict[str, Any] = completion.to_dict(mode="json", warnings=False)
-            return body
-
-        data = await call_with_retry(
-            call,
-            classify=self._classify,
-            policy=self.retry,
-            provider=self.name,
-            sleep=self._sleep or asyncio.sleep,
-            on_retry=self._on_retry,
-        )
-        latency_ms = (time.perf_counter() - started) * 1000.0
+        data, latency_ms = await self._send(lambda: self.client.chat.completions.create(**params))
         return parse_openai_response(data, request, default_model=self.model, latency_ms=latency_ms)
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if this model built it."""
-        if self._owns_client:
-            await self.client.close()
-
-    async def __aenter__(self) -> OpenAIModel:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def __repr__(self) -> str:
-        return f"OpenAIModel({self.model!r}, base_url={str(self.client.base_url)!r})"

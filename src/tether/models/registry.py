@@ -17,18 +17,15 @@ raise `errors.UserError` with a message that says what to do.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import json
 import os
-import re
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tether import _imports
 from tether.errors import UserError
 from tether.models.base import Model
 
@@ -38,8 +35,6 @@ FORMS = (
     "openai:MODEL, anthropic:MODEL, openai-compatible:BASE_URL#MODEL, deepseek:MODEL, "
     "scripted:PATH (JSON or YAML list of responses) or scripted:module:function"
 )
-
-_POLICY_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 def resolve_model(name: str, *, env: Mapping[str, str] | None = None, **options: Any) -> Model:
@@ -146,8 +141,8 @@ def _scripted(ref: str, *, name: str) -> Model:
     path = Path(ref).expanduser()
     if path.is_file():
         return ScriptedModel(responses=load_script(path), name=name)
-    if _POLICY_REF.match(ref):
-        policy = _import_policy(ref)
+    if _imports.is_ref(ref):
+        policy = _imports.load_ref(ref, what="policy")
         if isinstance(policy, Model):
             return policy
         if not callable(policy):
@@ -186,31 +181,3 @@ def load_script(path: Path) -> list[Any]:
                 f"not {type(item).__name__}"
             )
     return data
-
-
-def _import_policy(ref: str) -> Any:
-    module_name, _, attr = ref.partition(":")
-    cwd = os.getcwd()
-    added = cwd not in sys.path
-    if added:  # let `tether run --model scripted:mypolicy:act` find ./mypolicy.py
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UserError(f"cannot import the policy module {module_name!r}: {exc}") from None
-    except Exception as exc:  # the user's module failed while loading: say where
-        where = ""
-        if isinstance(exc, SyntaxError):
-            where = f" ({exc.filename}, line {exc.lineno}: {exc.msg})"
-        detail = where or f": {exc}"
-        raise UserError(
-            f"the policy module {module_name!r} failed to load: {type(exc).__name__}{detail}"
-        ) from None
-    finally:
-        if added:
-            with contextlib.suppress(ValueError):
-                sys.path.remove(cwd)
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise UserError(f"module {module_name!r} has no {attr!r}") from None

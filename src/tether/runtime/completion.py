@@ -5,7 +5,6 @@ checks and, when configured, an independent reviewer model.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,7 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tether import _imports
 from tether import ledger as L
+from tether.errors import UserError
 from tether.models.base import Message, ModelRequest
 from tether.runtime.judge import _run_command
 from tether.spec import CallableCheck, CommandCheck, TaskSpec
@@ -40,11 +41,10 @@ class CheckResult:
 
 
 def _call_check(target: str, workspace: Path | None) -> tuple[bool, str]:
-    module, _, func = target.partition(":")
     try:
-        fn = getattr(importlib.import_module(module), func)
-    except (ImportError, AttributeError) as exc:
-        return False, f"cannot load check {target}: {exc}"
+        fn = _imports.load_ref(target, what="check", context=f"check {target}")
+    except UserError as exc:
+        return False, str(exc)
     try:
         out = fn(workspace)
     except Exception as exc:  # a failing check is a result, not a crash

@@ -1,13 +1,19 @@
 """Failure classes: what an exception from a tool means for retrying.
 
 - **transient**: the call did not take effect and may work later (connection refused,
-  429, 503, `RetryLater`, `ToolFailed(retryable=True)`);
+  a connect timeout, 429, 503, `RetryLater`, `ToolFailed(retryable=True)`);
 - **unknown**: the call may have taken effect but no answer came (a timeout after
-  sending, a reset connection, 500/502/504 on a write): reconcile, or retry with the
-  same idempotency key when the tool is idempotent;
-- **deterministic**: retrying will not help (bad arguments, 4xx, permission, missing
-  file): the message goes back to the model;
-- **validation**: the call worked but the result breaks the post-condition.
+  sending, a reset connection, 409/500/502/504 on a call with effects,
+  `OutcomeUnknown`): reconcile, or retry with the same idempotency key when the tool is
+  idempotent. For a read there is nothing to duplicate, so these are transient;
+- **deterministic**: retrying will not help (bad arguments, other 4xx, permission,
+  missing file, `ToolFailed`, `ApprovalRequired` today): the message goes back to the
+  model;
+- **validation**: the call worked but the result breaks the post-condition
+  (`ValidationFailed`).
+
+HTTP statuses are read by `tether.retry.classify_status`, the same reading the model
+adapters use (see there for why 409 is `unknown` on a call with effects).
 """
 
 from __future__ import annotations
@@ -15,13 +21,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tether import errors
-from tether.tools.retry import FailureClass
+from tether.retry import FailureClass, classify_status, parse_retry_after
 
-_TRANSIENT_NAMES = ("ConnectError", "ConnectTimeout", "PoolTimeout", "ConnectionRefusedError")
-_UNKNOWN_NAMES = (
+__all__ = ["Classified", "classify", "classify_status"]
+
+#: Failures before anything was sent: the call cannot have taken effect.
+_TRANSIENT_NAMES = frozenset(
+    {"ConnectError", "ConnectTimeout", "PoolTimeout", "ConnectionRefusedError"}
+)
+#: Failures after the request may have been sent.
+_UNKNOWN_NAMES = frozenset({
     "ReadTimeout", "WriteTimeout", "RemoteProtocolError", "ReadError", "WriteError",
     "ConnectionResetError", "BrokenPipeError", "IncompleteRead", "ServerDisconnectedError",
-)  # fmt: skip
+})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -42,22 +54,8 @@ def _status(exc: BaseException) -> int | None:
     return None
 
 
-def classify_status(status: int, *, has_effect: bool) -> FailureClass:
-    """The class of an HTTP status: 408/425/429/503 transient; 500/502/504 unknown for a
-    call with effects (it may have run) and transient for a read; other 4xx
-    deterministic."""
-    if status in (408, 425, 429, 503):
-        return "transient"
-    if status >= 500:
-        return "unknown" if has_effect and status in (500, 502, 504) else "transient"
-    if status >= 400:
-        return "deterministic"
-    return "deterministic"
-
-
-def classify(exc: BaseException, *, has_effect: bool) -> Classified:
-    """Classify an exception raised by a tool (see the module docstring)."""
-    msg = str(exc) or type(exc).__name__
+def _signal(exc: errors.ToolSignal, msg: str, has_effect: bool) -> Classified:
+    """The class of a signal a tool raised on purpose."""
     if isinstance(exc, errors.RetryLater):
         return Classified("transient", msg, exc.delay)
     if isinstance(exc, errors.ValidationFailed):
@@ -66,23 +64,39 @@ def classify(exc: BaseException, *, has_effect: bool) -> Classified:
         return Classified("unknown" if has_effect else "transient", msg)
     if isinstance(exc, errors.ToolFailed):
         return Classified("transient" if exc.retryable else "deterministic", msg)
+    # `ApprovalRequired` (and any other signal): the runtime cannot pause a call that is
+    # already running, so the message goes back to the model.
+    return Classified("deterministic", f"{type(exc).__name__}: {msg}")
+
+
+def _http(exc: BaseException, status: int, msg: str, has_effect: bool) -> Classified:
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    delay = None
+    if headers is not None:
+        try:
+            delay = parse_retry_after(headers)
+        except (AttributeError, TypeError):  # not a mapping of headers after all
+            delay = None
+    return Classified(
+        classify_status(status, has_effect=has_effect), f"HTTP {status}: {msg}", delay
+    )
+
+
+def classify(exc: BaseException, *, has_effect: bool) -> Classified:
+    """Classify an exception raised by a tool (see the module docstring)."""
+    msg = str(exc) or type(exc).__name__
+    if isinstance(exc, errors.ToolSignal):
+        return _signal(exc, msg, has_effect)
     status = _status(exc)
     if status is not None:
-        cls = classify_status(status, has_effect=has_effect)
-        delay = None
-        headers = getattr(getattr(exc, "response", None), "headers", None)
-        if headers is not None:
-            try:
-                delay = float(headers.get("retry-after")) if headers.get("retry-after") else None
-            except (TypeError, ValueError):
-                delay = None
-        return Classified(cls, f"HTTP {status}: {msg}", delay)
+        return _http(exc, status, msg, has_effect)
+    in_doubt: FailureClass = "unknown" if has_effect else "transient"
     names = {c.__name__ for c in type(exc).__mro__}
-    if names & set(_TRANSIENT_NAMES) or isinstance(exc, ConnectionRefusedError):
+    if names & _TRANSIENT_NAMES:
         return Classified("transient", msg)
-    if isinstance(exc, TimeoutError) or names & set(_UNKNOWN_NAMES):
+    if isinstance(exc, TimeoutError) or names & _UNKNOWN_NAMES:
         what = f"{type(exc).__name__}: {msg}" if msg != type(exc).__name__ else msg
-        return Classified("unknown" if has_effect else "transient", what)
+        return Classified(in_doubt, what)
     if isinstance(exc, ConnectionError):
-        return Classified("unknown" if has_effect else "transient", msg)
+        return Classified(in_doubt, msg)
     return Classified("deterministic", f"{type(exc).__name__}: {msg}")

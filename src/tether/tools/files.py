@@ -15,27 +15,22 @@ begins with `created ` (see `says_created`) exactly when the file did not exist 
 The runtime reads that back from the op journal to tell a file the task made from one
 that was there before it started (changing the latter is an `overwrite`).
 
-The model-facing surface is `FILE_TOOL_SCHEMAS` (what the model sees),
-`FILE_TOOL_EFFECTS` (the declared effects, for the approval policy and the op journal)
-and the async dispatcher `run_file_tool`, which validates arguments and runs the
-blocking IO in a thread.
+This module is the blocking implementation (`Workspace`). The tools the model sees are
+declared in `tether.runtime.builtins` with the public `@tool`, like any user tool: their
+signatures give the schemas and the argument checks, and `@tool` runs the IO in a
+thread.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Mapping
 from pathlib import Path, PurePath
-from typing import Any, Final, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Final
 
 from tether import errors
-from tether.models.base import ToolSchema
 
 #: Default and largest number of characters `read_file` returns in one call.
 DEFAULT_READ_LIMIT: Final[int] = 20_000
@@ -43,8 +38,6 @@ MAX_READ_LIMIT: Final[int] = 200_000
 _READ_BLOCK: Final[int] = 1 << 20
 #: How the output of `write_file` and `append_file` begins when they made a new file.
 CREATED_PREFIX: Final[str] = "created "
-
-Effect = Literal["read", "write"]
 
 
 def _not_permitted(path: str, why: str = "is outside the workspace") -> errors.ToolFailed:
@@ -262,160 +255,3 @@ def _fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-# --- arguments ----------------------------------------------------------------------------
-
-
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class ListFilesArgs(_Args):
-    """Arguments of `list_files`."""
-
-    path: str = "."
-
-
-class ReadFileArgs(_Args):
-    """Arguments of `read_file`."""
-
-    path: str = Field(min_length=1)
-    offset: int = Field(default=0, ge=0)
-    limit: int = Field(default=DEFAULT_READ_LIMIT, ge=1, le=MAX_READ_LIMIT)
-
-
-class WriteFileArgs(_Args):
-    """Arguments of `write_file` and `append_file`."""
-
-    path: str = Field(min_length=1)
-    content: str
-
-
-_PATH = {"type": "string", "description": "path relative to the workspace folder"}
-
-#: What the model sees of each file tool.
-FILE_TOOL_SCHEMAS: Final[tuple[ToolSchema, ...]] = (
-    ToolSchema(
-        name="list_files",
-        description="List the files and folders in a workspace folder (folders end in /).",
-        parameters={
-            "type": "object",
-            "properties": {"path": {**_PATH, "default": "."}},
-            "required": [],
-            "additionalProperties": False,
-        },
-    ),
-    ToolSchema(
-        name="read_file",
-        description=(
-            f"Read a text file from the workspace: at most `limit` characters (default "
-            f"{DEFAULT_READ_LIMIT}) from character `offset`; says how many remain."
-        ),
-        parameters={
-            "type": "object",
-            "properties": {
-                "path": _PATH,
-                "offset": {"type": "integer", "minimum": 0, "default": 0},
-                "limit": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": MAX_READ_LIMIT,
-                    "default": DEFAULT_READ_LIMIT,
-                },
-            },
-            "required": ["path"],
-            "additionalProperties": False,
-        },
-    ),
-    ToolSchema(
-        name="write_file",
-        description="Create or replace a text file in the workspace (folders are created).",
-        parameters={
-            "type": "object",
-            "properties": {"path": _PATH, "content": {"type": "string"}},
-            "required": ["path", "content"],
-            "additionalProperties": False,
-        },
-    ),
-    ToolSchema(
-        name="append_file",
-        description="Append text to a file in the workspace (created if it does not exist).",
-        parameters={
-            "type": "object",
-            "properties": {"path": _PATH, "content": {"type": "string"}},
-            "required": ["path", "content"],
-            "additionalProperties": False,
-        },
-    ),
-)
-
-#: Each file tool's declared effect, for the approval policy and the op journal. A call
-#: of `write_file` or `append_file` that changes a file which existed before the task
-#: started is an `overwrite` (decided per call in `tether.runtime.builtins`).
-FILE_TOOL_EFFECTS: Final[dict[str, Effect]] = {
-    "list_files": "read",
-    "read_file": "read",
-    "write_file": "write",
-    "append_file": "write",
-}
-
-_ARGS: Final[dict[str, type[_Args]]] = {
-    "list_files": ListFilesArgs,
-    "read_file": ReadFileArgs,
-    "write_file": WriteFileArgs,
-    "append_file": WriteFileArgs,
-}
-
-
-def _describe(name: str, exc: ValidationError) -> str:
-    problems = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
-        if err["type"] == "extra_forbidden":
-            problems.append(f"{loc}: unexpected argument")
-        elif err["type"] == "missing":
-            problems.append(f"{loc}: required argument is missing")
-        else:
-            got = repr(err.get("input"))
-            if len(got) > 40:
-                got = got[:37] + "..."
-            problems.append(f"{loc}: {err['msg']} (got {got})")
-    return f"{name}: invalid arguments: " + "; ".join(problems)
-
-
-def _bind(ws: Workspace, name: str, args: _Args) -> Callable[[], str]:
-    if isinstance(args, ListFilesArgs):
-        return lambda: ws.list_files(args.path)
-    if isinstance(args, ReadFileArgs):
-        return lambda: ws.read_file(args.path, args.offset, args.limit)
-    assert isinstance(args, WriteFileArgs)
-    if name == "write_file":
-        return lambda: ws.write_file(args.path, args.content)
-    return lambda: ws.append_file(args.path, args.content)
-
-
-async def run_file_tool(ws: Workspace, name: str, args: Mapping[str, Any]) -> str:
-    """Run one file tool by name and return its textual result.
-
-    Bad arguments (wrong types, missing or extra fields), a path outside the workspace
-    and IO errors all raise `errors.ToolFailed` with a message meant for the model.
-    """
-    model = _ARGS.get(name)
-    if model is None:
-        raise errors.ToolFailed(f"unknown file tool {name!r} (known: {', '.join(sorted(_ARGS))})")
-    if not isinstance(args, Mapping):
-        raise errors.ToolFailed(f"{name}: invalid arguments: expected an object")
-    try:
-        parsed = model.model_validate(dict(args))
-    except ValidationError as exc:
-        raise errors.ToolFailed(_describe(name, exc)) from None
-    call = _bind(ws, name, parsed)
-
-    def guarded() -> str:
-        try:
-            return call()
-        except OSError as exc:
-            raise errors.ToolFailed(f"{name} failed: {exc.strerror or exc}") from None
-
-    return await asyncio.to_thread(guarded)

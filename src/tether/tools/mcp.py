@@ -53,7 +53,7 @@ from pydantic import ValidationError
 
 from tether import __version__, errors
 from tether.spec import McpServer
-from tether.tools.registry import Effect, Tool, ToolContext
+from tether.tools.registry import Effect, Tool, ToolContext, bad_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class McpTool(Tool):
         for err in found[:5]:
             where = ".".join(str(p) for p in err.absolute_path) or "(arguments)"
             problems.append(f"{where}: {_clip(str(err.message), 160)}")
-        raise errors.ToolFailed(f"bad arguments for {self.name}: " + "; ".join(problems))
+        raise bad_arguments(self.name, problems)
 
 
 class McpToolSource:

@@ -33,11 +33,12 @@ import typing
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypedDict, Unpack, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic.json_schema import GenerateJsonSchema
 
-from tether import errors
+from tether import _validation, errors
 from tether.models.base import ToolSchema
 from tether.tools.retry import FailureClass, RetryPolicy
 
@@ -158,21 +159,35 @@ class Tool:
         try:
             model = self.args_model.model_validate(dict(args))
         except ValidationError as exc:
-            problems = []
-            for e in exc.errors()[:5]:
-                where = ".".join(str(p) for p in e["loc"]) or "(arguments)"
-                if e["type"] == "extra_forbidden":
-                    problems.append(f"{where}: unknown argument")
-                elif e["type"] == "missing":
-                    problems.append(f"{where}: required argument is missing")
-                else:
-                    got = repr(e.get("input"))
-                    got = got if len(got) <= 60 else got[:57] + "..."
-                    problems.append(f"{where}: {e['msg']} (got {got})")
-            raise errors.ToolFailed(
-                f"bad arguments for {self.name}: " + "; ".join(problems)
-            ) from None
+            problems = _validation.describe(exc, noun="argument", root="(arguments)", limit=5)
+            raise bad_arguments(self.name, problems) from None
         return model.model_dump()
+
+
+def bad_arguments(tool: str, problems: Sequence[str]) -> errors.ToolFailed:
+    """The deterministic failure of a call whose arguments break the tool's schema."""
+    return errors.ToolFailed(f"bad arguments for {tool}: " + "; ".join(problems))
+
+
+class _ToolJsonSchema(GenerateJsonSchema):
+    """Schemas as models read them: no generated `title` on every field (pydantic's
+    "Path" for `path` says nothing and costs tokens on every request)."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+
+def arguments_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema of a tool's arguments model: an object with `properties`, a
+    `required` list (empty too) and no titles."""
+    schema = model.model_json_schema(schema_generator=_ToolJsonSchema)
+    schema.pop("title", None)
+    return {
+        "type": schema.pop("type", "object"),
+        "properties": schema.pop("properties", {}),
+        "required": schema.pop("required", []),
+        **schema,
+    }
 
 
 def render_result(result: Any) -> str:
@@ -194,8 +209,35 @@ def _context_param(sig: inspect.Signature, hints: Mapping[str, Any]) -> str | No
     return None
 
 
+class ToolOptions(TypedDict, total=False):
+    """The keyword arguments of `tool` (see there)."""
+
+    name: str | None
+    description: str | None
+    effect: Effect
+    idempotent: bool | None
+    service: str | None
+    timeout: float
+    retry: RetryPolicy | None
+    validate: Validator | None
+    reconcile: Reconciler | None
+    classify: Classifier | None
+    effect_of: EffectHook | None
+
+
+@overload
+def tool(fn: Callable[..., Any], /, **options: Unpack[ToolOptions]) -> Tool: ...
+
+
+@overload
+def tool(
+    fn: None = None, /, **options: Unpack[ToolOptions]
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def tool(
     fn: Callable[..., Any] | None = None,
+    /,
     *,
     name: str | None = None,
     description: str | None = None,
@@ -208,8 +250,9 @@ def tool(
     reconcile: Reconciler | None = None,
     classify: Classifier | None = None,
     effect_of: EffectHook | None = None,
-) -> Any:
-    """Make a `Tool` from a sync or async function; its type hints give the schema.
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a `Tool` from a sync or async function; its type hints give the schema
+    (`Annotated[int, Field(ge=0, description=...)]` constraints included).
 
     A parameter annotated `ToolContext` (or named `ctx`) receives the call's context.
     `idempotent` defaults to True for reads and False for anything with effects.
@@ -220,7 +263,7 @@ def tool(
 
     def build(f: Callable[..., Any]) -> Tool:
         sig = inspect.signature(f)
-        hints = typing.get_type_hints(f)
+        hints = typing.get_type_hints(f, include_extras=True)  # keep Field(...) constraints
         ctx_name = _context_param(sig, hints)
         fields: dict[str, Any] = {}
         for pname, param in sig.parameters.items():
@@ -237,8 +280,7 @@ def tool(
         model = create_model(
             f"{tname}_arguments", __config__=ConfigDict(extra="forbid", strict=True), **fields
         )
-        schema = model.model_json_schema()
-        schema.pop("title", None)
+        schema = arguments_schema(model)
         is_async = inspect.iscoroutinefunction(f)
 
         async def run(args: Mapping[str, Any], ctx: ToolContext) -> Any:

@@ -1,0 +1,60 @@
+"""Pydantic validation errors as short lines a person (or a model) can act on.
+
+One wording everywhere: a contract's fields (`tether.spec`) and a tool's arguments
+(`tether.tools.registry`) say the same things the same way:
+
+- `items.0.colour: unknown field` / `colour: unknown argument`
+- `items.0.title: required field is missing` / `path: required argument is missing`
+- `limit: Input should be less than or equal to 20000 (got 99999)` (pydantic's message,
+  with the offending value, clipped)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+#: The longest shown form of an offending value.
+MAX_SHOWN = 60
+
+
+def where(loc: Sequence[int | str], *, root: str) -> str:
+    """A dotted path for an error location (`items.0.title`), `root` when empty."""
+    return ".".join(str(p) for p in loc) or root
+
+
+def shown(value: Any, limit: int = MAX_SHOWN) -> str:
+    """`repr(value)`, clipped to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe_error(err: Mapping[str, Any], at: str, *, noun: str, unknown_hint: str = "") -> str:
+    """One error as a line: `at` is where (see `where`), `noun` what the keys are
+    (`field`, `argument`); `unknown_hint` follows "unknown <noun>"."""
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"{at}: unknown {noun}{unknown_hint}"
+    if kind == "missing":
+        return f"{at}: required {noun} is missing"
+    return f"{at}: {err['msg']} (got {shown(err.get('input'))})"
+
+
+def describe(
+    exc: ValidationError,
+    *,
+    noun: str,
+    root: str,
+    limit: int | None = None,
+    unknown_hint: str = "",
+) -> list[str]:
+    """The first `limit` errors of `exc` (all if None) as lines (see `describe_error`)."""
+    errs = exc.errors()
+    if limit is not None:
+        errs = errs[:limit]
+    return [
+        describe_error(e, where(e["loc"], root=root), noun=noun, unknown_hint=unknown_hint)
+        for e in errs
+    ]

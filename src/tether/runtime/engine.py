@@ -479,6 +479,15 @@ class _TaskRun:
             self._tools_blob = (key, ref)
         return self._tools_blob[1]
 
+    def stage_once(self, key: str, obj: Any) -> str:
+        """Stage a JSON document unless it is the one last staged under `key`."""
+        data = json.dumps(obj, ensure_ascii=False, sort_keys=True).encode("utf-8")
+        ref = blob_hash(data)
+        if self.usage.get(key) != ref:
+            self.stage_blob(data)
+            self.usage[key] = ref
+        return ref
+
     def stage_json(self, obj: Any) -> str:
         """Stage a JSON document as a blob (stored by the next commit)."""
         return self.stage_blob(json.dumps(obj, ensure_ascii=False, sort_keys=True).encode("utf-8"))
@@ -629,12 +638,15 @@ class _TaskRun:
         req_blob: str | None = None
         req_ref: dict[str, Any] | None = None
         if purpose == "act" and self.usage.get("system_blob"):
-            req_ref = history.request_ref(
-                request,
+            epoch = history.epoch_doc(
                 system_blob=str(self.usage["system_blob"]),
                 tools_blob=self.tools_blob(request),
                 snapshot=self.usage.get("ctx_blob"),
                 after_seq=int(self.usage.get("ctx_after_seq", 0)),
+            )
+            req_ref = history.request_ref(
+                request,
+                epoch_blob=self.stage_once("epoch_blob", epoch),
                 upto_seq=int(self.usage.get("last_seq", 0)),
             )
         else:

@@ -108,28 +108,32 @@ async def load_entries(
     return entries
 
 
-def request_ref(
-    request: ModelRequest,
-    *,
-    system_blob: str,
-    tools_blob: str,
-    snapshot: str | None,
-    after_seq: int,
-    upto_seq: int,
+def epoch_doc(
+    *, system_blob: str, tools_blob: str, snapshot: str | None, after_seq: int
 ) -> dict[str, Any]:
-    """A request as a reference to what the store already holds."""
-    doc: dict[str, Any] = {
-        "ref": REQUEST_REF,
-        "purpose": request.purpose,
+    """What every request of one epoch shares: the system prompt, the tool schemas and
+    the compaction snapshot the history starts from (stored once, as a blob)."""
+    return {
         "system": system_blob,
         "tools": tools_blob,
+        "snapshot": snapshot,
+        "after_seq": after_seq,
+    }
+
+
+def request_ref(request: ModelRequest, *, epoch_blob: str, upto_seq: int) -> dict[str, Any]:
+    """A request as a reference to what the store already holds: its epoch and the last
+    event of the history it carries (a few dozen bytes whatever the context size)."""
+    doc: dict[str, Any] = {
+        "ref": REQUEST_REF,
+        "epoch": epoch_blob,
         "upto_seq": upto_seq,
         "max_output_tokens": request.max_output_tokens,
     }
-    # Defaults are left out: a stored request is a few hundred bytes.
+    if request.purpose != "act":
+        doc["purpose"] = request.purpose
+    # Defaults are left out.
     optional = {
-        "snapshot": snapshot,
-        "after_seq": after_seq,
         "temperature": request.temperature,
         "json_output": request.json_output,
         "metadata": dict(request.metadata),
@@ -152,17 +156,18 @@ async def rebuild_request(store: Store, task_id: str, doc: Mapping[str, Any]) ->
             task_id=doc.get("task_id"),
             metadata=doc.get("metadata", {}),
         )
-    system = (await store.get_blob(doc["system"])).decode("utf-8")
-    tools = tuple(ToolSchema(**t) for t in await _json(store, doc["tools"]))
+    epoch = await _json(store, doc["epoch"])
+    system = (await store.get_blob(epoch["system"])).decode("utf-8")
+    tools = tuple(ToolSchema(**t) for t in await _json(store, epoch["tools"]))
     entries = await load_entries(
         store,
         task_id,
-        snapshot=doc.get("snapshot"),
-        after_seq=int(doc.get("after_seq", 0)),
+        snapshot=epoch.get("snapshot"),
+        after_seq=int(epoch.get("after_seq", 0)),
         upto_seq=int(doc["upto_seq"]),
     )
     return ModelRequest(
-        purpose=doc["purpose"],
+        purpose=doc.get("purpose", "act"),
         system=system,
         messages=tuple(m for e in entries for m in e.messages),
         tools=tools,

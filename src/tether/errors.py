@@ -4,8 +4,9 @@
    The CLI prints them as one paragraph and exits with code 2 (3 for an unknown task).
 2. **Runtime failures** (`TetherError` and its subclasses that are not user errors):
    stale leases, illegal transitions, storage faults.
-3. **Signals** that tools raise to steer the loop (`ToolSignal`): `ApprovalRequired`,
-   `RetryLater`, `ToolFailed`.
+3. **Signals** that tools raise to steer the loop (`ToolSignal`): `RetryLater`,
+   `ToolFailed`, `OutcomeUnknown`, `ValidationFailed` (and `ApprovalRequired`, which
+   today fails the call: see its docstring).
 
 Cancellation (`TaskCancelled`) derives from `BaseException` so that a tool's
 `except Exception` cannot swallow it.
@@ -168,7 +169,15 @@ class RetryLater(ToolSignal):
 
 
 class ApprovalRequired(ToolSignal):
-    """The tool needs a human's approval before it runs."""
+    """The tool needs a human's approval before it runs.
+
+    Not wired yet: the runtime cannot pause a call that is already running, so a tool
+    that raises this fails the call as a deterministic failure (`ApprovalRequired:
+    <message>` goes back to the model; nothing waits for a human, nothing is retried).
+    For calls that wait for a human before they run, declare a risky `effect`
+    (`overwrite`, `delete`, `send`, `pay`, `publish`), refine it per call with
+    `effect_of`, or set `approval: true` on the tool in the contract.
+    """
 
 
 # --- cancellation --------------------------------------------------------------------

@@ -373,3 +373,19 @@ def test_breaker_invariants(ops: list[tuple[str, str, bool]]) -> None:
             assert len(calls) < policy.min_calls or failed < policy.failure_rate * len(calls)
         if state["state"] == "open":
             assert state["until"] == state["opened_at"] + policy.cooldown_seconds
+
+
+def test_one_admission_and_guard_type_serve_the_runtime() -> None:
+    # `tether.runtime.ops` still declares its own `Admission` and `Guard` protocols; the
+    # breaker's types must keep satisfying them until it imports these instead.
+    import inspect
+
+    from tether.runtime import ops
+
+    adm = Admission(False, T0 + 5, "breaker open", "open")
+    for name in ("allowed", "retry_at", "reason"):
+        assert name in vars(ops.Admission)
+        assert hasattr(adm, name)
+    for name in ("admit", "release", "record"):
+        assert name in vars(ops.Guard) and name in vars(br.Guard)
+        assert inspect.iscoroutinefunction(getattr(br.ServiceGuard, name))

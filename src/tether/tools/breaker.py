@@ -39,7 +39,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from tether.clock import Clock, SystemClock
 
@@ -110,7 +110,10 @@ class Transition:
 
 @dataclass(frozen=True)
 class Admission:
-    """May a call go to the service now? If not, `retry_at` says when to try again."""
+    """May a call go to the service now? If not, `retry_at` says when to try again.
+
+    The one answer of a service guard (`Guard.admit`); a custom guard returns one too.
+    """
 
     allowed: bool
     retry_at: float | None
@@ -356,6 +359,23 @@ class ServiceConfig:
         )
 
 
+class Guard(Protocol):
+    """Shared breakers and concurrency limits, as the runtime uses them (`ServiceGuard`
+    is the store-backed one; a custom guard may stand in, e.g. in tests)."""
+
+    async def admit(self, service: str, holder: str) -> Admission:
+        """May a call to `service` go now? (takes a concurrency slot if so)"""
+        ...
+
+    async def release(self, service: str, holder: str) -> None:
+        """Give the concurrency slot back."""
+        ...
+
+    async def record(self, service: str, ok: bool, holder: str) -> list[Transition]:
+        """Count an outcome; returns the breaker transitions it caused."""
+        ...
+
+
 def service_key(service: str) -> str:
     """The shared-state key of a service's breaker and slots."""
     return f"service:{service}"
@@ -483,3 +503,9 @@ class ServiceGuard:
     async def state(self, service: str) -> dict[str, Any]:
         """The service's breaker and slots as stored (a copy)."""
         return normalize(await self.store.get_shared(service_key(service)))
+
+
+if TYPE_CHECKING:
+
+    def _is_a_guard(guard: ServiceGuard) -> Guard:  # mypy checks the protocol here
+        return guard

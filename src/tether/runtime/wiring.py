@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from tether import errors
@@ -90,14 +89,26 @@ async def open_db(
     return await open_store(url, clock=clock)
 
 
-@dataclass
 class Runtime:
-    """An open store with the tool registry and the model choice of this process."""
+    """An open store with the tool registry and the model choice of this process.
 
-    store: Store
-    registry: ToolRegistry
-    #: `--model`: the actor for every task, instead of the spec's or `TETHER_MODEL`.
-    model: str | None = None
+    The registry (the built-in tools and `TETHER_TOOLS`) is built when an engine or a
+    worker first needs it, unless one is given."""
+
+    def __init__(
+        self, store: Store, *, model: str | None = None, registry: ToolRegistry | None = None
+    ) -> None:
+        self.store = store
+        #: `--model`: the actor for every task, instead of the spec's or `TETHER_MODEL`.
+        self.model = model
+        self._registry = registry
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The tools every task of this process may use (as its contract allows)."""
+        if self._registry is None:
+            self._registry = default_registry(lambda: self.store)
+        return self._registry
 
     def models_for(self, spec: TaskSpec) -> ModelSet:
         """The models a task with this spec runs with (see `build_models`)."""
@@ -127,14 +138,11 @@ async def open_runtime(
     model: str | None = None,
     create: bool = True,
     clock: Clock | None = None,
+    registry: ToolRegistry | None = None,
 ) -> AsyncIterator[Runtime]:
-    """Build the registry (built-in tools and `TETHER_TOOLS`), open the store, and
-    close the store on exit. A bad `TETHER_TOOLS` fails before the store is opened."""
-    holder: list[Store] = []
-    registry = default_registry(lambda: holder[0])
+    """Open the store at `db` (see `open_db`) as a `Runtime`; close it on exit."""
     store = await open_db(db, create=create, clock=clock)
-    holder.append(store)
     try:
-        yield Runtime(store, registry, model)
+        yield Runtime(store, model=model, registry=registry)
     finally:
         await store.close()

@@ -104,8 +104,8 @@ class Worker:
         handle_signals: bool = False,
         **engine_options: Any,
     ) -> None:
-        if poll_interval <= 0:
-            raise errors.UserError("the poll interval must be a positive number of seconds")
+        if poll_interval < 0:
+            raise errors.UserError("the poll interval cannot be negative")
         if max_tasks is not None and max_tasks < 1:
             raise errors.UserError("max_tasks must be at least 1")
         self.store = store

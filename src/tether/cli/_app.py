@@ -1,0 +1,77 @@
+"""The Typer app, the consoles, the shared options, and running a command's coroutine."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from tether import errors
+from tether.store import Store
+
+T = TypeVar("T")
+app = typer.Typer(
+    name="tether",
+    help="tether: a durable runtime for long-running LLM agents.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+# Markup is off: task names, objectives and events are user text and must print as-is.
+out = Console(highlight=False, soft_wrap=True, markup=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+
+DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="Database URL: sqlite:///path (default .tether/tether.db) or postgresql://...; "
+        "also TETHER_DB.",
+        show_default=False,
+    ),
+]
+AfterOpt = Annotated[int, typer.Option("--after", help="Only events with seq > SEQ.")]
+TypesOpt = Annotated[
+    list[str] | None, typer.Option("--type", help="Only these event types (repeatable).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="Model for the task, e.g. openai:gpt-4.1-mini, anthropic:claude-sonnet-4-5, "
+        "openai-compatible:http://127.0.0.1:8000/v1#model, scripted:module:function.",
+    ),
+]
+ByOpt = Annotated[str, typer.Option("--by", help="Who decides (journaled).")]
+
+
+def fail(exc: BaseException, code: int) -> typer.Exit:
+    """Print a user-facing error; the exit to raise."""
+    err.print(Text(f"tether: {exc}", style="bold red"))
+    return typer.Exit(code)
+
+
+def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run an async command; user mistakes become one paragraph and an exit code."""
+    try:
+        return asyncio.run(main())
+    except errors.UserError as exc:
+        raise fail(exc, getattr(exc, "exit_code", 2)) from None
+    except errors.TetherError as exc:
+        raise fail(exc, 1) from None
+
+
+async def with_store(db: str | None, fn: Callable[[Store], Awaitable[T]], *, create: bool) -> T:
+    """Open the store, call `fn` with it, close it."""
+    from tether.runtime.wiring import open_db
+
+    store = await open_db(db, create=create)
+    try:
+        return await fn(store)
+    finally:
+        await store.close()

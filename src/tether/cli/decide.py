@@ -1,0 +1,189 @@
+"""A human's decisions: `cancel`, `approve`, `reject`, `retry`, `waive`, `abandon`,
+and the `approvals` list."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from tether import errors
+from tether.cli import views
+from tether.cli._app import ByOpt, DbOpt, JsonOpt, app, fail, out, run_async, with_store
+from tether.store import Store
+
+
+@app.command()
+def cancel(task_id: str, db: DbOpt = None) -> None:
+    """Ask a task to stop; a running worker stops between steps."""
+    from tether.runtime.tasks import cancel as cancel_task
+
+    async def main() -> str:
+        result = await with_store(db, lambda s: cancel_task(s, task_id, by="cli"), create=False)
+        return result.message
+
+    out.print(run_async(main))
+
+
+def _maybe_json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+@app.command()
+def approve(
+    task_id: str,
+    request_id: str,
+    db: DbOpt = None,
+    modify: Annotated[
+        str | None, typer.Option("--modify", help="Approve with these arguments (a JSON object).")
+    ] = None,
+    done: Annotated[
+        bool,
+        typer.Option("--done", help="For an op whose outcome was unknown: it did happen."),
+    ] = False,
+    result: Annotated[
+        str | None, typer.Option("--result", help="With --done: what the service returned.")
+    ] = None,
+    by: ByOpt = "cli",
+) -> None:
+    """Approve a pending request (optionally with modified arguments, or --done)."""
+    from tether import approvals
+
+    args = None
+    if modify is not None:
+        try:
+            args = json.loads(modify)
+        except json.JSONDecodeError as exc:
+            raise fail(errors.UserError(f"--modify is not valid JSON: {exc}"), 2) from None
+        if not isinstance(args, dict):
+            raise fail(errors.UserError("--modify must be a JSON object of tool arguments"), 2)
+
+    async def main() -> Any:
+        return await with_store(
+            db,
+            lambda s: approvals.decide(
+                s,
+                task_id,
+                request_id,
+                "done" if done else "approve",
+                by=by,
+                modified_args=args,
+                result=_maybe_json(result),
+            ),
+            create=False,
+        )
+
+    run_async(main)
+    what = "recorded as done" if done else "approved"
+    out.print(f"{what} {request_id}; continue with: tether resume {task_id}")
+
+
+@app.command()
+def reject(
+    task_id: str,
+    request_id: str,
+    db: DbOpt = None,
+    reason: Annotated[str, typer.Option("--reason", help="Why (the model is told).")] = "",
+    by: ByOpt = "cli",
+) -> None:
+    """Reject a pending request; the model is told and the task goes on without it."""
+    from tether import approvals
+
+    async def main() -> Any:
+        return await with_store(
+            db,
+            lambda s: approvals.decide(s, task_id, request_id, "reject", by=by, reason=reason),
+            create=False,
+        )
+
+    run_async(main)
+    out.print(f"rejected {request_id}; continue with: tether resume {task_id}")
+
+
+def _decide(db: str | None, action: Callable[[Store], Awaitable[str]]) -> None:
+    async def main() -> str:
+        return await with_store(db, action, create=False)
+
+    out.print(Text(run_async(main)))
+
+
+@app.command()
+def retry(
+    task_id: str,
+    item: Annotated[str, typer.Argument(help="The item to work on again.")],
+    hint: Annotated[
+        str | None, typer.Option("--hint", help="A hint for the model about this item.")
+    ] = None,
+    by: ByOpt = "cli",
+    db: DbOpt = None,
+) -> None:
+    """Send a blocked (or skipped, or waived) item back to work, its counters reset."""
+    from tether.decisions import retry_item
+
+    async def action(store: Store) -> str:
+        await retry_item(store, task_id, item, hint=hint, by=by)
+        return f"{item} is pending again; continue with: tether resume {task_id}"
+
+    _decide(db, action)
+
+
+@app.command()
+def waive(
+    task_id: str,
+    item: Annotated[str, typer.Argument(help="The item to deliver without.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why it may stay undone.")] = "",
+    by: ByOpt = "cli",
+    db: DbOpt = None,
+) -> None:
+    """Let the task be delivered without an item (it ends delivered_with_waivers)."""
+    from tether.decisions import waive_item
+
+    async def action(store: Store) -> str:
+        await waive_item(store, task_id, item, reason=reason, by=by)
+        return f"{item} waived; continue with: tether resume {task_id}"
+
+    _decide(db, action)
+
+
+@app.command()
+def abandon(
+    task_id: str,
+    reason: Annotated[str, typer.Option("--reason", help="Why the task is given up.")] = "",
+    by: ByOpt = "cli",
+    db: DbOpt = None,
+) -> None:
+    """End a task as abandoned (abandoned_by_user)."""
+    from tether.decisions import abandon_task
+
+    async def action(store: Store) -> str:
+        await abandon_task(store, task_id, reason=reason, by=by)
+        return f"task {task_id} abandoned"
+
+    _decide(db, action)
+
+
+@app.command()
+def approvals(task_id: str, db: DbOpt = None, json_out: JsonOpt = False) -> None:
+    """List a task's approval requests."""
+
+    async def main() -> list[Any]:
+        return await with_store(db, lambda s: _all_approvals(s, task_id), create=False)
+
+    items = run_async(main)
+    if json_out:
+        out.print_json(json.dumps([a.__dict__ for a in items]))
+        return
+    out.print(views.approvals_table(items))
+
+
+async def _all_approvals(store: Store, task_id: str) -> list[Any]:
+    await store.get_task(task_id)
+    return await store.get_approvals(task_id)

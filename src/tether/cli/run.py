@@ -1,0 +1,166 @@
+"""Running tasks here: `run`, `submit` (for a worker), `resume`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.live import Live
+from rich.text import Text
+
+from tether import errors, lifecycle
+from tether.cli import views
+from tether.cli._app import DbOpt, JsonOpt, ModelOpt, app, err, out, run_async
+
+if TYPE_CHECKING:
+    from tether.runtime.engine import RunResult
+    from tether.runtime.wiring import Runtime
+    from tether.spec import TaskSpec
+
+WorkspaceOpt = Annotated[
+    Path | None, typer.Option("--workspace", help="Folder the task works in (default: cwd).")
+]
+
+
+@contextlib.contextmanager
+def _first_ctrl_c_stops(stop: asyncio.Event) -> Iterator[None]:
+    """The first Ctrl-C sets `stop` (the engine parks the task after the current step);
+    the second quits at once."""
+    loop = asyncio.get_running_loop()
+    presses = 0
+
+    def on_sigint() -> None:
+        nonlocal presses
+        presses += 1
+        if presses == 1:
+            err.print(Text("stopping after the current step (Ctrl-C again to quit now)", "yellow"))
+            stop.set()
+        else:
+            raise SystemExit(130)
+
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGINT)
+
+
+async def drive(rt: Runtime, task_id: str, *, quiet: bool) -> RunResult:
+    """Run a task here until it is terminal, waiting or interrupted, showing progress
+    live on a terminal (unless `quiet`)."""
+    stop = asyncio.Event()
+    view = views.ProgressView()
+    async with rt.engine(task_id, on_progress=view.update, stop=stop) as engine:
+        with _first_ctrl_c_stops(stop):
+            if quiet or not out.is_terminal:
+                return await engine.run(task_id)
+            with Live(view, console=out, refresh_per_second=4, transient=False) as live:
+                view.live = live
+                return await engine.run(task_id)
+
+
+def _finish(store_doc: dict[str, Any], result: RunResult, json_out: bool) -> None:
+    if json_out:
+        out.print_json(json.dumps(store_doc))
+    else:
+        out.print(views.status_view(store_doc))
+        if result.interrupted:
+            out.print(views.interrupted(result.task_id))
+    if result.interrupted:
+        raise typer.Exit(130)
+    if result.status in ("abandoned", "failed", "cancelled"):
+        raise typer.Exit(1)
+
+
+def _workspace(contract: TaskSpec, workspace: Path | None) -> Path:
+    ws = workspace or (Path(contract.workspace) if contract.workspace else Path.cwd())
+    if not ws.is_dir():
+        raise errors.UserError(f"workspace {ws} is not a folder")
+    return ws
+
+
+@app.command()
+def run(
+    spec: Annotated[Path, typer.Argument(help="Task spec (YAML).")],
+    model: ModelOpt = None,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Start a task from a spec and drive it to a terminal or waiting state."""
+    from tether.runtime.tasks import create_task, status_dict
+    from tether.runtime.wiring import check_task, open_runtime
+    from tether.spec import load_spec
+
+    async def main() -> tuple[dict[str, Any], RunResult]:
+        contract = load_spec(spec)
+        await check_task(contract, model)  # refuse a bad model or tool before writing
+        ws = _workspace(contract, workspace)
+        async with open_runtime(db, model=model) as rt:
+            task = await create_task(rt.store, contract, workspace=ws)
+            if not json_out:
+                out.print(views.task_created(task.task_id, len(contract.items)))
+            result = await drive(rt, task.task_id, quiet=json_out)
+            return await status_dict(rt.store, task.task_id), result
+
+    doc, result = run_async(main)
+    _finish(doc, result, json_out)
+
+
+@app.command()
+def submit(
+    spec: Annotated[Path, typer.Argument(help="Task spec (YAML).")],
+    db: DbOpt = None,
+    workspace: WorkspaceOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Queue a task for `tether worker` processes without running it here."""
+    from tether.runtime.tasks import create_task
+    from tether.runtime.wiring import open_db
+    from tether.spec import load_spec
+
+    async def main() -> str:
+        contract = load_spec(spec)
+        ws = _workspace(contract, workspace)
+        store = await open_db(db)
+        try:
+            task = await create_task(store, contract, workspace=ws)
+            return task.task_id
+        finally:
+            await store.close()
+
+    task_id = run_async(main)
+    if json_out:
+        out.print_json(json.dumps({"task_id": task_id, "status": "queued"}))
+    else:
+        out.print(task_id)
+
+
+@app.command()
+def resume(
+    task_id: str, model: ModelOpt = None, db: DbOpt = None, json_out: JsonOpt = False
+) -> None:
+    """Continue a task (after a crash, a Ctrl-C, an approval or a fix)."""
+    from tether.runtime.tasks import status_dict
+    from tether.runtime.wiring import open_runtime
+
+    async def main() -> tuple[dict[str, Any], RunResult]:
+        async with open_runtime(db, model=model, create=False) as rt:
+            task = await rt.store.get_task(task_id)
+            if lifecycle.is_terminal(task.status):
+                raise errors.UserError(
+                    f"task {task_id} is {task.status} ({task.stop_reason}); nothing to resume"
+                )
+            result = await drive(rt, task_id, quiet=json_out)
+            return await status_dict(rt.store, task_id), result
+
+    doc, result = run_async(main)
+    _finish(doc, result, json_out)

@@ -1,0 +1,84 @@
+"""Reading tasks: `status`, `list`, `events`, `timeline`."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from tether.cli import views
+from tether.cli._app import AfterOpt, DbOpt, JsonOpt, TypesOpt, app, out, run_async, with_store
+
+
+@app.command()
+def status(task_id: str, db: DbOpt = None, json_out: JsonOpt = False) -> None:
+    """Show a task: state, ledger, budget, what it waits for."""
+    from tether.runtime.tasks import status_dict
+
+    async def main() -> dict[str, Any]:
+        return await with_store(db, lambda s: status_dict(s, task_id), create=False)
+
+    doc = run_async(main)
+    if json_out:
+        out.print_json(json.dumps(doc))
+    else:
+        out.print(views.status_view(doc))
+
+
+@app.command("list")
+def list_tasks(db: DbOpt = None, json_out: JsonOpt = False) -> None:
+    """List tasks, newest first."""
+
+    async def main() -> list[Any]:
+        return await with_store(db, lambda s: s.list_tasks(), create=False)
+
+    tasks = run_async(main)
+    if json_out:
+        out.print_json(json.dumps(views.task_rows(tasks)))
+        return
+    out.print(views.task_table(tasks))
+
+
+@app.command()
+def events(
+    task_id: str,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+    after: AfterOpt = 0,
+    limit: Annotated[int | None, typer.Option("--limit", help="At most this many.")] = None,
+    type_: TypesOpt = None,
+) -> None:
+    """Print a task's events (append-only log)."""
+
+    async def main() -> list[Any]:
+        return await with_store(
+            db,
+            lambda s: s.read_events(task_id, after=after, limit=limit, types=type_),
+            create=False,
+        )
+
+    evs = run_async(main)
+    if json_out:
+        out.print_json(json.dumps([e.to_dict() for e in evs]))
+        return
+    for e in evs:
+        out.print(views.event_line(e))
+
+
+@app.command()
+def timeline(
+    task_id: str,
+    db: DbOpt = None,
+    after: AfterOpt = 0,
+    type_: TypesOpt = None,
+) -> None:
+    """A readable, coloured timeline of a task."""
+
+    async def main() -> list[Any]:
+        return await with_store(
+            db, lambda s: s.read_events(task_id, after=after, types=type_), create=False
+        )
+
+    for e in run_async(main):
+        out.print(views.timeline_line(e))

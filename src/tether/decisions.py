@@ -12,9 +12,12 @@ flight, and its version check refuses a write that raced with one anyway.
 
 from __future__ import annotations
 
+from typing import Any
+
 from tether import errors, lifecycle
 from tether import events as ev
 from tether import ledger as L
+from tether.runtime.state import RunState
 from tether.store.base import LedgerWrite, Store, TaskPatch, TaskRecord
 
 #: Task states a human may decide in: not terminal and not being run by a worker.
@@ -54,7 +57,7 @@ async def _write(
     update: L.LedgerUpdate,
     events: list[ev.Event],
     *,
-    usage: dict[str, object] | None = None,
+    usage: dict[str, Any] | None = None,
 ) -> None:
     """Commit the ledger change, its events and — when the task waited for a decision
     or something else a human answers — queue it again so a worker continues."""
@@ -100,16 +103,13 @@ async def retry_item(
         events.append(ev.UserMessage(text=f"About item {item_id}: {hint_text}", by=by))
     # The failures that blocked the item are forgotten, or the first identical failure
     # after the retry would block it again at once.
-    usage = dict(task.usage)
-    keys = dict(usage.get("failure_keys", {}))
-    usage["failure_keys"] = {k: v for k, v in keys.items() if not k.startswith(f"{item_id}|")}
-    credited = dict(usage.get("credited", {}))
-    credited.pop(item_id, None)
-    usage["credited"] = credited
-    proposals = dict(usage.get("proposals", {}))
-    proposals.pop(item_id, None)
-    usage["proposals"] = proposals
-    await _write(store, task, ledger, update, events, usage=usage)
+    state = RunState.from_dict(task.usage)
+    state.failure_keys = {
+        k: v for k, v in state.failure_keys.items() if not k.startswith(f"{item_id}|")
+    }
+    state.credited.pop(item_id, None)
+    state.proposals.pop(item_id, None)
+    await _write(store, task, ledger, update, events, usage=state.to_dict())
     return update.ledger
 
 

@@ -27,6 +27,8 @@ from tether.tools import files
 from tether.tools.registry import Effect, Tool, ToolContext, ToolRegistry, tool
 
 READ_ARTIFACT = "read_artifact"
+#: What a contract without a `tools:` list may use: the built-in tools that only read.
+BUILTIN_READ_TOOLS = ("list_files", "read_file", READ_ARTIFACT)
 
 #: Extra tools for the CLI: `module:attr,module:attr`, each attr a `Tool` or a list of them.
 TOOLS_ENV = "TETHER_TOOLS"

@@ -663,9 +663,9 @@ async def compact_context(run: _TaskRun, budget: int) -> None:
     # A compaction breaks the cached prefix anyway: start a new epoch with the current
     # ledger at the tail of the system prompt.
     ctx.system = render_system(run.spec, run.ledger)
-    run.usage["system_blob"] = run.stage_blob(ctx.system.encode())
-    run.usage["system_version"] = run.task.version
-    run.usage["system_at"] = run.e.clock.now()
+    run.state.system_blob = run.stage_blob(ctx.system.encode())
+    run.state.system_version = run.task.version
+    run.state.system_at = run.e.clock.now()
     # Still too big: trim long tool outputs, then fold the oldest kept rounds into the
     # summary one by one, then shorten the summary; give up clearly only when the system
     # prompt and tools alone do not fit. The runtime's note always stays at the end.
@@ -713,9 +713,9 @@ async def compact_context(run: _TaskRun, budget: int) -> None:
     }
     blob = run.stage_blob(json.dumps(snapshot, sort_keys=True).encode())
     summary_blob = run.stage_blob(summary.encode())
-    run.usage["ctx_blob"] = blob
-    run.usage["ctx_after_seq"] = int(run.usage.get("last_seq", 0))
-    run.usage["compactions"] = int(run.usage.get("compactions", 0)) + 1
+    run.state.ctx_blob = blob
+    run.state.ctx_after_seq = run.state.last_seq
+    run.state.compactions += 1
     upto = max((e.round or 0) for e in older) if older else 0
     events.append(
         ev.ContextCompacted(

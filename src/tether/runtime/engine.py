@@ -32,14 +32,15 @@ from tether.models.base import Message, Model, ModelRequest, ModelResponse
 from tether.runtime import guards, history, recovery, verdicts
 from tether.runtime import judge as J
 from tether.runtime._signals import Stop as _Stop
-from tether.runtime.builtins import READ_ARTIFACT, default_registry
+from tether.runtime.builtins import BUILTIN_READ_TOOLS, READ_ARTIFACT, default_registry
 from tether.runtime.compaction import compact_context
 from tether.runtime.context import (
     Context,
     Entry,
 )
 from tether.runtime.ops import INLINE_WAIT_MAX, Guard, OpOutcome, OpRunner, Pause
-from tether.spec import TaskSpec, parse_spec
+from tether.runtime.state import RunState
+from tether.spec import OpRule, TaskSpec, parse_spec
 from tether.store.base import (
     UNSET,
     ApprovalRecord,
@@ -164,6 +165,13 @@ def check_tools(spec: TaskSpec, known: Sequence[str]) -> None:
             f"(known: {', '.join(sorted(have)) or 'none'}); register them "
             "(TETHER_TOOLS, or the registry in Python) or fix the tools list"
         )
+    for n, item in enumerate(spec.items):
+        rule = item.done_when
+        if isinstance(rule, OpRule) and rule.tool not in have:
+            raise errors.SpecError(
+                f"items.{n}.done_when: the tool {rule.tool!r} is not registered, so item "
+                f"{item.id!r} could never be done"
+            )
 
 
 def owner_is_dead(owner: str | None) -> bool:
@@ -302,7 +310,7 @@ class _TaskRun:
         self.task: TaskRecord
         self.spec: TaskSpec
         self.ledger: L.Ledger
-        self.usage: dict[str, Any] = {}
+        self.state = RunState()
         self.ctx: Context
         self.workspace: Path | None = None
         self.user_words: list[str] = []
@@ -335,21 +343,9 @@ class _TaskRun:
     def _tick_wall(self, milestone: str | None) -> None:
         now = time.monotonic()
         spent = now - self.wall_mark
-        self.usage["wall_seconds"] = float(self.usage.get("wall_seconds", 0.0)) + spent
-        self._count_for_milestone(milestone, wall_seconds=spent)
+        self.state.wall_seconds += spent
+        self.state.count_for_milestone(milestone, wall_seconds=spent)
         self.wall_mark = now
-
-    def _count_for_milestone(self, milestone: str | None, **amounts: float) -> None:
-        """Add to the milestone's share of the usage (its budget is checked like the
-        task's)."""
-        if milestone is None:
-            return
-        per = dict(self.usage.get("milestone_usage", {}))
-        m = dict(per.get(milestone, {}))
-        for key, amount in amounts.items():
-            m[key] = m.get(key, 0) + amount
-        per[milestone] = m
-        self.usage["milestone_usage"] = per
 
     async def commit(
         self,
@@ -382,7 +378,7 @@ class _TaskRun:
         patch = TaskPatch(
             status=status,
             stop_reason=stop_reason,
-            usage=dict(self.usage),
+            usage=self.state.to_dict(),
             waiting=waiting,
             wake_at=wake_at,
             current_milestone=ledger.current_milestone() if ledger is not None else milestone,
@@ -403,7 +399,7 @@ class _TaskRun:
             self.ledger = ledger
         if status is not None:
             self.status = status
-        self.usage["last_seq"] = res.last_seq
+        self.state.last_seq = res.last_seq
         return res.last_seq
 
     def _status_event(self, dst: str, stop_reason: str | None = None, reason: str = "") -> ev.Event:
@@ -440,20 +436,21 @@ class _TaskRun:
         """Tell the progress display."""
         if self.e.on_progress is None:
             return
-        u = self.usage
+        st = self.state
+        act = st.by_purpose.get("act")
         self.e.on_progress(
             Snapshot(
                 task_id=self.task_id,
                 status=self.status,
-                round=int(u.get("rounds", 0)),
+                round=st.rounds,
                 focus=self.ledger.next_item(),
                 progress=self.ledger.progress(),
-                tokens=int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0)),
+                tokens=st.tokens,
                 # The cache hit rate that matters is the actor's: judge and compaction
                 # calls have prompts of their own and are not meant to share a prefix.
-                cached_tokens=int(u.get("by_purpose", {}).get("act", {}).get("cached", 0)),
-                input_tokens=int(u.get("by_purpose", {}).get("act", {}).get("input", 0)),
-                cost_usd=float(u.get("cost_usd", 0.0)),
+                cached_tokens=act.cached if act else 0,
+                input_tokens=act.input if act else 0,
+                cost_usd=st.cost_usd,
                 message=message,
             )
         )
@@ -473,19 +470,19 @@ class _TaskRun:
                 [t.to_dict() for t in request.tools], ensure_ascii=False, sort_keys=True
             ).encode("utf-8")
             ref = blob_hash(data)
-            if self.usage.get("tools_blob") != ref:
+            if self.state.tools_blob != ref:
                 self.stage_blob(data)
-                self.usage["tools_blob"] = ref
+                self.state.tools_blob = ref
             self._tools_blob = (key, ref)
         return self._tools_blob[1]
 
-    def stage_once(self, key: str, obj: Any) -> str:
-        """Stage a JSON document unless it is the one last staged under `key`."""
+    def stage_epoch(self, obj: Any) -> str:
+        """Stage the epoch document unless it is the one staged last."""
         data = json.dumps(obj, ensure_ascii=False, sort_keys=True).encode("utf-8")
         ref = blob_hash(data)
-        if self.usage.get(key) != ref:
+        if self.state.epoch_blob != ref:
             self.stage_blob(data)
-            self.usage[key] = ref
+            self.state.epoch_blob = ref
         return ref
 
     def stage_json(self, obj: Any) -> str:
@@ -517,10 +514,8 @@ class _TaskRun:
     def add_tools(self, tools: Sequence[Tool]) -> None:
         """Tools from a source opened for this run (MCP), filtered by the allowlist."""
         by_name = {t.name: t for t in tools}
-        if self.spec.tools:
-            extra = [by_name[n] for n in self.spec.tool_names() if n in by_name]
-        else:
-            extra = [t for t in tools if t.effect == "read"]
+        # Without an allowlist only the built-in read tools run: none of a source's.
+        extra = [by_name[n] for n in self.spec.tool_names() if n in by_name]
         check_tools(self.spec, [*self.e.registry.names(), *by_name])
         have = {t.name for t in self.tools}
         self.tools.extend(t for t in extra if t.name not in have)
@@ -573,20 +568,12 @@ class _TaskRun:
                 f"stored spec of task {self.task_id} is invalid: {exc}"
             ) from exc
         self.ledger = (await self.store.get_ledger(self.task_id)).to_ledger()
-        self.usage = dict(self.task.usage)
-        self.usage.setdefault("last_seq", self.task.last_seq)
+        self.state = RunState.from_dict(self.task.usage)
+        self.state.last_seq = self.state.last_seq or self.task.last_seq
         self.workspace = Path(self.task.workspace) if self.task.workspace else None
         # No allowlist permits the read-only tools only: anything that writes, or has a
         # risky effect, must be named in the contract.
-        allow = (
-            self.spec.tool_names()
-            if self.spec.tools
-            else [
-                n
-                for n in self.e.registry.names()
-                if (t := self.e.registry.get(n)) is not None and t.effect == "read"
-            ]
-        )
+        allow = self.spec.tool_names() if self.spec.tools else list(BUILTIN_READ_TOOLS)
         if not self.spec.mcp_servers:
             check_tools(self.spec, self.e.registry.names())
         if READ_ARTIFACT not in allow:
@@ -637,52 +624,45 @@ class _TaskRun:
         response as blobs; the event keeps a summary."""
         req_blob: str | None = None
         req_ref: dict[str, Any] | None = None
-        if purpose == "act" and self.usage.get("system_blob"):
+        if purpose == "act" and self.state.system_blob:
             epoch = history.epoch_doc(
-                system_blob=str(self.usage["system_blob"]),
+                system_blob=self.state.system_blob,
                 tools_blob=self.tools_blob(request),
-                snapshot=self.usage.get("ctx_blob"),
-                after_seq=int(self.usage.get("ctx_after_seq", 0)),
+                snapshot=self.state.ctx_blob,
+                after_seq=self.state.ctx_after_seq,
             )
             req_ref = history.request_ref(
                 request,
-                epoch_blob=self.stage_once("epoch_blob", epoch),
-                upto_seq=int(self.usage.get("last_seq", 0)),
+                epoch_blob=self.stage_epoch(epoch),
+                upto_seq=self.state.last_seq,
             )
         else:
             req_blob = self.stage_json(request.to_dict())
         resp_blob = self.stage_json(response.to_dict())
         cost = _cost(response.model or model.name, response)
         u = response.usage
-        self.usage["model_calls"] = int(self.usage.get("model_calls", 0)) + 1
-        self.usage["input_tokens"] = int(self.usage.get("input_tokens", 0)) + u.input_tokens
-        self.usage["output_tokens"] = int(self.usage.get("output_tokens", 0)) + u.output_tokens
-        self.usage["cached_tokens"] = (
-            int(self.usage.get("cached_tokens", 0)) + u.cached_input_tokens
-        )
-        self.usage["cost_usd"] = float(self.usage.get("cost_usd", 0.0)) + cost
-        self.usage["last_call_at"] = self.e.clock.now()
-        self._count_for_milestone(
+        st = self.state
+        st.model_calls += 1
+        st.input_tokens += u.input_tokens
+        st.output_tokens += u.output_tokens
+        st.cached_tokens += u.cached_input_tokens
+        st.cost_usd += cost
+        st.last_call_at = self.e.clock.now()
+        st.count_for_milestone(
             self.ledger.current_milestone(),
             tokens=u.input_tokens + u.output_tokens,
             cost_usd=cost,
         )
-        by_purpose = dict(self.usage.get("by_purpose", {}))
-        p = dict(by_purpose.get(purpose, {}))
-        for k, v in (
-            ("calls", 1),
-            ("input", u.input_tokens),
-            ("output", u.output_tokens),
-            ("cached", u.cached_input_tokens),
-        ):
-            p[k] = int(p.get(k, 0)) + v
-        p["cost_usd"] = float(p.get("cost_usd", 0.0)) + cost
-        by_purpose[purpose] = p
-        self.usage["by_purpose"] = by_purpose
+        spend = st.spend(purpose)
+        spend.calls += 1
+        spend.input += u.input_tokens
+        spend.output += u.output_tokens
+        spend.cached += u.cached_input_tokens
+        spend.cost_usd += cost
         names = ", ".join(c.name for c in response.tool_calls)
         summary = (response.text[:160] + (f" [calls: {names}]" if names else "")).strip()
         return ev.ModelCalled(
-            call_id=f"{self.task_id}.{purpose}.{self.usage['model_calls']}",
+            call_id=f"{self.task_id}.{purpose}.{st.model_calls}",
             purpose=purpose,
             model=response.model or model.name,
             round=round_no,
@@ -742,7 +722,7 @@ class _TaskRun:
         """
         if resume is None:
             await guards.guard(self)
-            round_no = int(self.usage.get("rounds", 0)) + 1
+            round_no = self.state.rounds + 1
             await verdicts.settle(self, round_no)
             focus, response = await self.decide(round_no)
         else:
@@ -767,7 +747,7 @@ class _TaskRun:
             response,
             outcomes,
             runner.pending_events,
-            response_blob=str(self.usage["inflight"]["response_blob"]),
+            response_blob=str((self.state.inflight or {})["response_blob"]),
         )
         assert pending is not None
         facts = J.RoundFacts(
@@ -800,7 +780,7 @@ class _TaskRun:
         if self.e.models.judge is not None:
             # Results are durable before the judge's model call; a crash in between is
             # judged after recovery from the saved facts.
-            self.usage["unjudged"] = verdicts.facts_to_dict(facts)
+            self.state.unjudged = verdicts.facts_to_dict(facts)
             await self.commit_round(pending)
             pending = None
         await verdicts.judge_round(self, facts, response.text, pending)
@@ -840,19 +820,17 @@ class _TaskRun:
         failpoints.hit("after_model_response")
         if response.usage.input_tokens:
             self.ctx.calibrator.observe(estimate, response.usage.input_tokens)
-            self.usage["token_ratio"] = self.ctx.calibrator.ratio
+            self.state.token_ratio = self.ctx.calibrator.ratio
         called = await self.record_call("act", self.e.models.actor, request, response, round_no)
         ms = ledger.current_milestone()
         if ms is not None:
-            mr = dict(self.usage.get("milestone_rounds", {}))
-            mr[ms] = int(mr.get(ms, 0)) + 1
-            self.usage["milestone_rounds"] = mr
-        self.usage["inflight"] = {
+            self.state.milestone_rounds[ms] = self.state.milestone_rounds.get(ms, 0) + 1
+        self.state.inflight = {
             "round": round_no,
             "focus": focus,
             "response_blob": called.response_blob,
         }
-        turn = int(self.usage.get("turns", 1))
+        turn = self.state.turns or 1
         self.staged_events = [
             ev.RoundStarted(round=round_no, turn=turn, item=focus),
             *events,
@@ -936,15 +914,15 @@ class _TaskRun:
         events.append(
             ev.RoundCommitted(
                 round=round_no,
-                turn=int(self.usage.get("turns", 1)),
+                turn=self.state.turns or 1,
                 ops=len(outcomes),
                 text=response.text[:500],
                 messages=doc,
                 item=focus,
             )
         )
-        self.usage["rounds"] = round_no
-        self.usage.pop("inflight", None)
+        self.state.rounds = round_no
+        self.state.inflight = None
         return PendingRound(
             round_no, events, ops, arts, msgs, self.track_failures(outcomes, focus), len(outcomes)
         )
@@ -966,7 +944,7 @@ class _TaskRun:
         """Count identical failures (same item, tool, arguments and error class); the
         first key that reaches the limit makes the round non-convergent. Keys carry the
         item so a human's retry of it starts the count afresh."""
-        counts = dict(self.usage.get("failure_keys", {}))
+        counts = dict(self.state.failure_keys)
         hit = None
         limit = self.spec.limits.same_failure_repeats
         for o in outcomes:
@@ -980,7 +958,7 @@ class _TaskRun:
                     f"({o.error_class}: {(o.error or '')[:120]})"
                 )
         # Keep the map small: only the most recent keys matter.
-        self.usage["failure_keys"] = dict(list(counts.items())[-200:])
+        self.state.failure_keys = dict(list(counts.items())[-200:])
         return hit
 
     # ------------------------------------------------------------ judge

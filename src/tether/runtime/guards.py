@@ -35,7 +35,7 @@ async def guard(run: _TaskRun) -> None:
     if run.e.max_rounds_this_run is not None and run.rounds_this_run >= run.e.max_rounds_this_run:
         await run.set_status("queued", reason="round limit for this run reached")
         raise _Stop
-    rounds = int(run.usage.get("rounds", 0))
+    rounds = run.state.rounds
     if rounds >= run.spec.limits.max_rounds:
         await run.set_status(
             "waiting",
@@ -50,7 +50,7 @@ async def guard(run: _TaskRun) -> None:
     ms = run.ledger.current_milestone()
     per_ms = run.spec.limits.max_rounds_per_milestone
     if ms is not None and per_ms is not None:
-        used = int(run.usage.get("milestone_rounds", {}).get(ms, 0))
+        used = run.state.milestone_rounds.get(ms, 0)
         if used >= per_ms:
             await run.set_status(
                 "waiting",
@@ -68,18 +68,15 @@ async def guard(run: _TaskRun) -> None:
 def _budget_scopes(run: _TaskRun) -> list[tuple[str, dict[str, tuple[float | None, float]]]]:
     """(scope, {resource: (limit, used)}) for the task and the current milestone."""
     b = run.spec.budget
-    u = run.usage
+    st = run.state
     scopes = [
         (
             "task",
             {
-                "tokens": (
-                    b.tokens,
-                    int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0)),
-                ),
-                "money_usd": (b.money_usd, float(u.get("cost_usd", 0.0))),
-                "wall_seconds": (b.wall_seconds, float(u.get("wall_seconds", 0.0))),
-                "rounds": (b.rounds, int(u.get("rounds", 0))),
+                "tokens": (b.tokens, st.tokens),
+                "money_usd": (b.money_usd, st.cost_usd),
+                "wall_seconds": (b.wall_seconds, st.wall_seconds),
+                "rounds": (b.rounds, st.rounds),
             },
         )
     ]
@@ -87,7 +84,7 @@ def _budget_scopes(run: _TaskRun) -> list[tuple[str, dict[str, tuple[float | Non
     spec_ms = next((m for m in run.spec.milestones if m.id == ms), None)
     if spec_ms is not None:
         mb = spec_ms.budget
-        mu = dict(u.get("milestone_usage", {}).get(ms, {}))
+        mu = st.milestone_usage.get(spec_ms.id, {})
         scopes.append(
             (
                 f"milestone:{ms}",
@@ -95,7 +92,7 @@ def _budget_scopes(run: _TaskRun) -> list[tuple[str, dict[str, tuple[float | Non
                     "tokens": (mb.tokens, int(mu.get("tokens", 0))),
                     "money_usd": (mb.money_usd, float(mu.get("cost_usd", 0.0))),
                     "wall_seconds": (mb.wall_seconds, float(mu.get("wall_seconds", 0.0))),
-                    "rounds": (mb.rounds, int(u.get("milestone_rounds", {}).get(ms, 0))),
+                    "rounds": (mb.rounds, st.milestone_rounds.get(spec_ms.id, 0)),
                 },
             )
         )
@@ -106,8 +103,7 @@ async def check_budget(run: _TaskRun) -> None:
     """Threshold events at 50% and 80%; suspension at 100%, for
     the task and for the current milestone. The check runs before every model call, so
     a cap is never exceeded by more than one call."""
-    u = run.usage
-    marks = set(u.get("budget_marks", []))
+    marks = set(run.state.budget_marks)
     out: list[ev.Event] = []
     exhausted = None
     for scope, used in _budget_scopes(run):
@@ -130,7 +126,7 @@ async def check_budget(run: _TaskRun) -> None:
                     )
             if pct >= 100 and exhausted is None:
                 exhausted = (scope, res)
-    u["budget_marks"] = sorted(marks)
+    run.state.budget_marks = sorted(marks)
     if exhausted:
         scope, res = exhausted
         await run.set_status(

@@ -277,7 +277,18 @@ class _Audit:
             return
         current = self.ledger.item(item)
         status = ch.status
-        if status in _PROPOSAL_ONLY and source != "rules":
+        if current.status == "waived" and source != "rules":
+            # A human's waiver stands until a human retries the item.
+            if status not in (None, "waived"):
+                self.warn(
+                    "waived_item_changed_by_judge",
+                    f"{source} judge proposed {status} for {item}, which a human waived; refused",
+                    item=item,
+                )
+            return
+        if status == "skipped" and self.policy(item).optional and source != "rules":
+            pass  # the contract lets an optional item end skipped: not only a proposal
+        elif status in _PROPOSAL_ONLY and source != "rules":
             self.proposals[item] = (str(status), ch.note or "")
             self.warn(
                 f"judge_proposed_{status}",
@@ -360,14 +371,17 @@ def _focus_change(
     last_error = next((o.error for o in reversed(facts.ops) if o.error), None)
     if reason and last_error:
         reason += f"; last error: {last_error[:160]}"
+    # An optional item the runtime would block ends skipped: the contract allows it.
+    stop: L.ItemStatus = "skipped" if policy.optional else "blocked"
     change = L.ItemChange(
         focus,
         attempts_delta=1 if failed else 0,
         breaker=breaker,
-        status="blocked" if reason else None,
-        note=reason,
+        status=stop if reason else None,
+        note=(f"optional, skipped: {reason}" if policy.optional else reason) if reason else None,
     )
-    warning = AuditWarning("item_blocked", f"{focus} blocked: {reason}", {"item": focus})
+    code = "item_skipped" if policy.optional else "item_blocked"
+    warning = AuditWarning(code, f"{focus} {stop}: {reason}", {"item": focus})
     return change, warning if reason else None
 
 

@@ -237,7 +237,7 @@ class OpRunner:
                 continue
             if call.arguments is None or call.error:
                 msg = f"malformed call to {call.name}: {call.error or 'arguments missing'}"
-                run.usage["malformed_calls"] = int(run.usage.get("malformed_calls", 0)) + 1
+                run.state.malformed_calls += 1
                 outcomes.append(
                     self.refused(call, op_id, round_no, idx, tool.name, msg, "malformed")
                 )
@@ -245,7 +245,7 @@ class OpRunner:
             try:
                 args = tool.check_args(call.arguments)
             except errors.ToolFailed as exc:
-                run.usage["malformed_calls"] = int(run.usage.get("malformed_calls", 0)) + 1
+                run.state.malformed_calls += 1
                 outcomes.append(
                     self.refused(call, op_id, round_no, idx, tool.name, str(exc), "deterministic")
                 )
@@ -873,5 +873,4 @@ class OpRunner:
 
     def count_validation(self) -> None:
         """Validation failures are counted (they go back to the model, limited)."""
-        u = self.run.usage
-        u["validation_failures"] = int(u.get("validation_failures", 0)) + 1
+        self.run.state.validation_failures += 1

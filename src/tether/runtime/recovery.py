@@ -29,7 +29,7 @@ from tether.runtime.verdicts import facts_from_dict, judge_round
 async def start_turn(run: _TaskRun) -> None:
     """Recover if needed, move to running, assemble the context, open a turn."""
     events: list[ev.Event] = []
-    first = int(run.usage.get("turns", 0)) == 0
+    first = run.state.turns == 0
     kind = "start" if first else "resume"
     ledger = run.ledger
     if run.task.cancel_requested:
@@ -118,12 +118,12 @@ async def start_turn(run: _TaskRun) -> None:
     epoch, why = epoch_needed(run, first)
     if epoch:
         run.ctx.system = render_system(run.spec, ledger)
-        run.usage["system_blob"] = run.stage_blob(run.ctx.system.encode())
-        run.usage["system_version"] = run.task.version
-        run.usage["system_at"] = run.e.clock.now()
+        run.state.system_blob = run.stage_blob(run.ctx.system.encode())
+        run.state.system_version = run.task.version
+        run.state.system_at = run.e.clock.now()
     text = turn_message(kind, ledger, epoch=epoch)
-    turn = int(run.usage.get("turns", 0)) + 1
-    run.usage["turns"] = turn
+    turn = run.state.turns + 1
+    run.state.turns = turn
     if not first:
         events.append(ev.RecoveryStep(step="context", details={"entries": len(run.ctx.entries)}))
     events.append(
@@ -132,7 +132,7 @@ async def start_turn(run: _TaskRun) -> None:
             kind=kind,
             epoch=epoch,
             epoch_reason=why,
-            system_blob=run.usage.get("system_blob"),
+            system_blob=run.state.system_blob,
             system_chars=len(run.ctx.system),
             message=text,
         )
@@ -147,10 +147,10 @@ async def start_turn(run: _TaskRun) -> None:
     )
     run.ctx.append(Entry("turn", [Message("user", text)]))
     run.snapshot(f"turn {turn} ({kind})")
-    inflight = run.usage.get("inflight")
+    inflight = run.state.inflight
     if inflight:
         await run.round(resume=inflight)
-    unjudged = run.usage.get("unjudged")
+    unjudged = run.state.unjudged
     if unjudged:
         facts = facts_from_dict(run, unjudged)
         await judge_round(run, facts, text="")
@@ -158,13 +158,13 @@ async def start_turn(run: _TaskRun) -> None:
 
 def epoch_needed(run: _TaskRun, first: bool) -> tuple[bool, str]:
     """Whether this turn re-renders the system prompt (an epoch boundary)."""
-    if first or not run.usage.get("system_blob") or not run.ctx.system:
+    if first or not run.state.system_blob or not run.ctx.system:
         return True, "task start"
     if run.e.epoch_every_turn:
         return True, "every turn (naive policy)"
-    if int(run.usage.get("system_version", 0)) != run.task.version:
+    if run.state.system_version != run.task.version:
         return True, "goal changed"
-    last = float(run.usage.get("last_call_at", 0.0))
+    last = run.state.last_call_at
     if run.e.clock.now() - last > run.spec.context.cache_ttl_seconds:
         return True, "provider cache expired"
     return False, ""
@@ -174,19 +174,19 @@ async def rebuild_context(run: _TaskRun) -> None:
     """Context from the last snapshot plus the history entries after it."""
     schemas = tuple(t.schema() for t in run.tools)
     run.ctx = Context(system="", tools=schemas)
-    if run.usage.get("system_blob"):
+    if run.state.system_blob:
         with contextlib.suppress(KeyError):
-            run.ctx.system = (await run.store.get_blob(run.usage["system_blob"])).decode()
-    pending_round = int((run.usage.get("inflight") or {}).get("round", 0))
+            run.ctx.system = (await run.store.get_blob(run.state.system_blob)).decode()
+    pending_round = int((run.state.inflight or {}).get("round", 0))
     for entry in await history.load_entries(
         run.store,
         run.task_id,
-        snapshot=run.usage.get("ctx_blob"),
-        after_seq=int(run.usage.get("ctx_after_seq", 0)),
+        snapshot=run.state.ctx_blob,
+        after_seq=run.state.ctx_after_seq,
         skip_round=pending_round,
     ):
         run.ctx.append(entry)
-    ratio = run.usage.get("token_ratio")
+    ratio = run.state.token_ratio
     if ratio:
         run.ctx.calibrator.ratio = float(ratio)
         run.ctx.calibrator.samples = 1

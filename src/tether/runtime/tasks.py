@@ -12,6 +12,7 @@ from typing import Any, Literal
 from tether import events as ev
 from tether import ledger as L
 from tether import lifecycle
+from tether.runtime.state import RunState
 from tether.spec import FileRule, TaskSpec
 from tether.store.base import Store, TaskPatch, TaskRecord
 
@@ -78,18 +79,18 @@ def _preexisting(spec: TaskSpec, workspace: Path) -> dict[str, str]:
 def budget_view(task: TaskRecord) -> dict[str, Any]:
     """Limits and use of the task's budget."""
     spec_budget = dict(task.spec.get("budget", {}))
-    u = task.usage
+    st = RunState.from_dict(task.usage)
     return {
         "limits": spec_budget,
         "used": {
-            "tokens": int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0)),
-            "input_tokens": int(u.get("input_tokens", 0)),
-            "output_tokens": int(u.get("output_tokens", 0)),
-            "cached_tokens": int(u.get("cached_tokens", 0)),
-            "money_usd": round(float(u.get("cost_usd", 0.0)), 6),
-            "wall_seconds": round(float(u.get("wall_seconds", 0.0)), 3),
-            "rounds": int(u.get("rounds", 0)),
-            "model_calls": int(u.get("model_calls", 0)),
+            "tokens": st.tokens,
+            "input_tokens": st.input_tokens,
+            "output_tokens": st.output_tokens,
+            "cached_tokens": st.cached_tokens,
+            "money_usd": round(st.cost_usd, 6),
+            "wall_seconds": round(st.wall_seconds, 3),
+            "rounds": st.rounds,
+            "model_calls": st.model_calls,
         },
     }
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def facts_from_dict(run: _TaskRun, d: Mapping[str, Any]) -> J.RoundFacts:
-    """The round facts saved before a crash (`usage["unjudged"]`), for judging it after."""
+    """The round facts saved before a crash (`RunState.unjudged`), for judging it after."""
     return J.RoundFacts(
         round=int(d["round"]),
         focus=d.get("focus"),
@@ -42,7 +42,7 @@ def facts_from_dict(run: _TaskRun, d: Mapping[str, Any]) -> J.RoundFacts:
 
 
 def facts_to_dict(facts: J.RoundFacts) -> dict[str, Any]:
-    """The round facts as saved with the results (`usage["unjudged"]`) when an LLM judge
+    """The round facts as saved with the results (`RunState.unjudged`) when an LLM judge
     is called after the results are committed."""
     return {
         "round": facts.round,
@@ -120,7 +120,7 @@ async def judge_round(
         facts=facts,
         limits=run.spec.limits,
         policies=J.ItemPolicy.of_spec(run.spec),
-        seen={k: tuple(v) for k, v in run.usage.get("credited", {}).items()},
+        seen={k: tuple(v) for k, v in run.state.credited.items()},
     )
     _remember(run, outcome)
     new = outcome.update.ledger
@@ -147,7 +147,7 @@ async def judge_round(
     events: list[ev.Event] = [*extra_events, verdict_event]
     if outcome.update.changed:
         events.append(ev.LedgerUpdated(version=new.version, diff=outcome.update.diff.to_list()))
-    run.usage.pop("unjudged", None)
+    run.state.unjudged = None
     failpoints.hit("before_ledger_write")
     if pending is not None:
         await run.commit_round(pending, events=events, ledger=new, artifacts=env.artifacts)
@@ -172,21 +172,16 @@ async def judge_round(
 def _remember(run: _TaskRun, outcome: J.AuditOutcome) -> None:
     """Keep what the next audits need: evidence fingerprints credited to each item (to
     tell progress from repetition) and statuses a judge proposed for a human."""
-    if outcome.credited:
-        credited = {k: list(v) for k, v in run.usage.get("credited", {}).items()}
-        for item, fps in outcome.credited.items():
-            credited[item] = list(dict.fromkeys([*credited.get(item, []), *fps]))[-100:]
-        run.usage["credited"] = credited
-    if outcome.proposals:
-        proposals = dict(run.usage.get("proposals", {}))
-        for item, (status, note) in outcome.proposals.items():
-            proposals[item] = {"status": status, "note": note}
-        run.usage["proposals"] = proposals
+    credited = run.state.credited
+    for item, fps in outcome.credited.items():
+        credited[item] = list(dict.fromkeys([*credited.get(item, []), *fps]))[-100:]
+    for item, (status, note) in outcome.proposals.items():
+        run.state.proposals[item] = {"status": status, "note": note}
 
 
 def focus_of(run: _TaskRun, round_no: int) -> str | None:
     """The focus item of a past round, from the run's focus log."""
-    log = run.usage.get("focus_log") or []
+    log = run.state.focus_log
     found: str | None = None
     for start, item in log:
         if int(start) > round_no:
@@ -197,10 +192,10 @@ def focus_of(run: _TaskRun, round_no: int) -> str | None:
 
 def note_focus(run: _TaskRun, round_no: int, focus: str | None) -> None:
     """Log the focus of a round when it changes (a few entries per item, not per round)."""
-    log = list(run.usage.get("focus_log") or [])
+    log = run.state.focus_log
     if not log or log[-1][1] != focus:
         log.append([round_no, focus])
-        run.usage["focus_log"] = log[-2000:]
+        del log[:-2000]
 
 
 async def resolve_evidence(
@@ -261,7 +256,7 @@ async def resolve_evidence(
 async def await_decision(run: _TaskRun, reason: str) -> None:
     """Nothing is open but not everything is finished: wait for a human's decision
     (retry an item, waive it, or abandon the task) with the partial-completion record."""
-    partial = J.partial_record(run.ledger, run.usage.get("proposals"))
+    partial = J.partial_record(run.ledger, run.state.proposals)
     blocked = ", ".join(b["id"] for b in partial["blocked"][:10])
     text = (
         f"{reason}"
@@ -288,7 +283,7 @@ async def settle(run: _TaskRun, round_no: int) -> None:
     gaps = run.ledger.gaps()
     if gaps:
         await await_decision(run, f"{len(gaps)} of {len(run.ledger.states)} items are not done")
-    if run.usage.get("completion_failed_round") == int(run.usage.get("rounds", 0)):
+    if run.state.completion_failed_round == run.state.rounds:
         return  # the check just failed: the model gets a round to mend what it found
     await complete(run, round_no)
 
@@ -318,7 +313,12 @@ async def complete(run: _TaskRun, round_no: int) -> None:
         review = parse_review(resp.text)
         if not review.passed:
             gaps += list(review.gaps) or ["the reviewer did not accept the work"]
-            reopen = tuple(r for r in review.reopen if run.ledger.has_item(r))
+            # A human's waiver is not the reviewer's to undo.
+            reopen = tuple(
+                r
+                for r in review.reopen
+                if run.ledger.has_item(r) and run.ledger.item(r).status != "waived"
+            )
     passed = not gaps
     events.append(
         ev.CompletionChecked(
@@ -338,9 +338,9 @@ async def complete(run: _TaskRun, round_no: int) -> None:
         await run.set_status("satisfied", stop, why, extra=events)
         run.snapshot("delivered")
         raise _Stop
-    failures = int(run.usage.get("completion_failures", 0)) + 1
-    run.usage["completion_failures"] = failures
-    run.usage["completion_failed_round"] = int(run.usage.get("rounds", 0))
+    run.state.completion_failures += 1
+    failures = run.state.completion_failures
+    run.state.completion_failed_round = run.state.rounds
     ledger = run.ledger
     for r in reopen:
         ledger = L.reopen(ledger, r, "reviewer: redo").ledger
@@ -405,8 +405,8 @@ class _RuleEnv:
 
     async def record_evidence(self, item_id: str, text: str) -> str:
         ref = self.run.stage_blob(text.encode("utf-8"))
-        n = int(self.run.usage.get("evidence_count", 0)) + 1
-        self.run.usage["evidence_count"] = n
+        self.run.state.evidence_count += 1
+        n = self.run.state.evidence_count
         art = ArtifactRecord(
             artifact_id=f"{self.run.task_id}.ev{n}",
             task_id=self.run.task_id,

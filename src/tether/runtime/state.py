@@ -1,0 +1,186 @@
+"""The durable run state of a task: counters, spend, and the runtime's bookkeeping.
+
+`RunState` is what the engine keeps between rounds and across restarts, beside the
+ledger: how far the task got (rounds, turns), what it spent (tokens, money, wall time,
+per purpose and per milestone), where its context starts (system prompt and snapshot
+blobs), the round in flight, and what the judge's audits remember (evidence credited
+to each item, failures seen, a judge's proposals). It is stored as JSON in the task
+row's `usage` column, written with every commit under the fencing token; `from_dict`
+reads rows written by older versions (missing keys take their defaults, unknown keys
+are kept), and `to_dict` writes the same key names, so readers of `usage` see one
+format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Final
+
+#: Bumped when a field changes meaning; `from_dict` reads every older version.
+STATE_VERSION: Final = 2
+
+
+@dataclass
+class Spend:
+    """Calls, tokens and money of one purpose (act, judge, compact, review)."""
+
+    calls: int = 0
+    input: int = 0
+    output: int = 0
+    cached: int = 0
+    cost_usd: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "calls": self.calls,
+            "input": self.input,
+            "output": self.output,
+            "cached": self.cached,
+            "cost_usd": self.cost_usd,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Spend:
+        """Inverse of `to_dict` (tolerant)."""
+        d = d if isinstance(d, dict) else {}
+        return cls(
+            calls=int(d.get("calls", 0)),
+            input=int(d.get("input", 0)),
+            output=int(d.get("output", 0)),
+            cached=int(d.get("cached", 0)),
+            cost_usd=float(d.get("cost_usd", 0.0)),
+        )
+
+
+@dataclass
+class RunState:
+    """Everything the runtime remembers about a task besides its ledger and journal."""
+
+    # progress
+    rounds: int = 0
+    turns: int = 0
+    last_seq: int = 0
+    # spend
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float = 0.0
+    wall_seconds: float = 0.0
+    last_call_at: float = 0.0
+    by_purpose: dict[str, Spend] = field(default_factory=dict)
+    #: Per milestone: tokens, cost_usd, wall_seconds.
+    milestone_usage: dict[str, dict[str, float]] = field(default_factory=dict)
+    milestone_rounds: dict[str, int] = field(default_factory=dict)
+    # the context: epoch blobs and the last compaction snapshot
+    system_blob: str | None = None
+    system_version: int = 0
+    system_at: float = 0.0
+    tools_blob: str | None = None
+    epoch_blob: str | None = None
+    ctx_blob: str | None = None
+    ctx_after_seq: int = 0
+    compactions: int = 0
+    token_ratio: float | None = None
+    # the round in flight: its decision is committed, its results are not
+    inflight: dict[str, Any] | None = None
+    # a round whose results are committed but not yet judged (an LLM judge's call)
+    unjudged: dict[str, Any] | None = None
+    # the audits' memory
+    focus_log: list[list[Any]] = field(default_factory=list)
+    credited: dict[str, list[str]] = field(default_factory=dict)
+    proposals: dict[str, dict[str, str]] = field(default_factory=dict)
+    failure_keys: dict[str, int] = field(default_factory=dict)
+    evidence_count: int = 0
+    malformed_calls: int = 0
+    validation_failures: int = 0
+    completion_failures: int = 0
+    completion_failed_round: int | None = None
+    budget_marks: list[str] = field(default_factory=list)
+    #: Keys written by a newer tether, kept as they were.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # -- derived ------------------------------------------------------------------------
+
+    @property
+    def tokens(self) -> int:
+        """Input plus output tokens of every call."""
+        return self.input_tokens + self.output_tokens
+
+    def spend(self, purpose: str) -> Spend:
+        """The spend of one purpose (created on first use)."""
+        return self.by_purpose.setdefault(purpose, Spend())
+
+    def count_for_milestone(self, milestone: str | None, **amounts: float) -> None:
+        """Add to a milestone's share of the spend."""
+        if milestone is None:
+            return
+        m = self.milestone_usage.setdefault(milestone, {})
+        for key, amount in amounts.items():
+            m[key] = m.get(key, 0) + amount
+
+    # -- storage ------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON stored in the task row's `usage` column."""
+        out: dict[str, Any] = dict(self.extra)
+        for f in fields(self):
+            if f.name == "extra":
+                continue
+            value = getattr(self, f.name)
+            if f.name == "by_purpose":
+                value = {k: v.to_dict() for k, v in value.items()}
+            elif isinstance(value, dict | list):
+                value = _copy(value)
+            if value is None:
+                continue
+            out[f.name] = value
+        out["state_version"] = STATE_VERSION
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RunState:
+        """Read a stored `usage` document of any version (missing keys: defaults)."""
+        d = dict(data) if isinstance(data, dict) else {}
+        d.pop("state_version", None)
+        known = {f.name for f in fields(cls)} - {"extra"}
+        state = cls(extra={k: v for k, v in d.items() if k not in known})
+        for name in known & set(d):
+            value = d[name]
+            if name == "by_purpose":
+                value = {k: Spend.from_dict(v) for k, v in (value or {}).items()}
+            setattr(state, name, _coerce(getattr(cls(), name), value))
+        return state
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def _coerce(default: Any, value: Any) -> Any:
+    """A stored value in the type of the field's default (old rows stored ints as
+    floats now and then); a value of the wrong shape falls back to the default."""
+    if value is None:
+        return default if not isinstance(default, dict | list) else type(default)()
+    if isinstance(default, bool):
+        return bool(value)
+    if isinstance(default, int) and not isinstance(value, dict | list):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return default
+    if isinstance(default, float) and not isinstance(value, dict | list):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return default
+    if isinstance(default, dict) and not isinstance(value, dict):
+        return {}
+    if isinstance(default, list) and not isinstance(value, list):
+        return []
+    return _copy(value)

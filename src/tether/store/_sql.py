@@ -20,9 +20,9 @@ from tether import errors, failpoints, lifecycle
 from tether import events as ev
 from tether.clock import Clock, SystemClock
 from tether.ledger import Ledger
+from tether.store import _rules as rules
 from tether.store.base import (
     SCHEMA_VERSION,
-    UNSET,
     ApprovalRecord,
     ArtifactRecord,
     CommitResult,
@@ -53,6 +53,46 @@ _ART_COLS = (
     "artifact_id, task_id, kind, name, blob_hash, size, source, task_version, deps, valid, "
     "meta, created_at"
 )
+
+_APPROVAL_COLS = (
+    "request_id, task_id, op_id, status, request, decision, decided_by, created_at, decided_at"
+)
+
+
+def _upsert(table: str, cols: str, key: str, mutable: Sequence[str]) -> str:
+    """`INSERT ... ON CONFLICT (key) DO UPDATE` of the columns the rules let change."""
+    names = [c.strip() for c in cols.split(",")]
+    sets = ", ".join(f"{c} = excluded.{c}" for c in mutable)
+    return (
+        f"INSERT INTO {table} ({cols}) VALUES ({', '.join(':' + n for n in names)})"
+        f" ON CONFLICT ({key}) DO UPDATE SET {sets}"
+    )
+
+
+_OP_UPSERT = _upsert("ops", _OP_COLS, "op_id", (*rules.OP_OUTCOME, "updated_at"))
+_ARTIFACT_UPSERT = _upsert("artifacts", _ART_COLS, "artifact_id", rules.ARTIFACT_MUTABLE)
+_APPROVAL_UPSERT = _upsert("approvals", _APPROVAL_COLS, "request_id", rules.APPROVAL_MUTABLE)
+_BLOB_INSERT = (
+    "INSERT INTO blobs (hash, size, data, created_at) VALUES (:h, :s, :d, :t)"
+    " ON CONFLICT (hash) DO NOTHING"
+)
+
+
+def _nothing(*filters: Collection[Any] | None) -> bool:
+    """True if a filter is given and empty, so that no row can match."""
+    return any(f is not None and not f for f in filters)
+
+
+def _op_id(op: OpRecord) -> str:
+    return op.op_id
+
+
+def _artifact_id(art: ArtifactRecord) -> str:
+    return art.artifact_id
+
+
+def _request_id(appr: ApprovalRecord) -> str:
+    return appr.request_id
 
 
 def _dumps(obj: Any) -> str:
@@ -88,6 +128,11 @@ class SqlStore:
 
     def _tx(self, write: bool) -> AbstractContextManager[Any]:
         """A connection inside a transaction (write: takes the write lock at once)."""
+        raise NotImplementedError
+
+    def _auto(self) -> AbstractContextManager[Any]:
+        """A connection outside any transaction block: each statement is a transaction
+        of its own (reads of one statement, writes that check in their WHERE)."""
         raise NotImplementedError
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -258,7 +303,7 @@ class SqlStore:
             return current
 
     def _schema_version_sync(self) -> int:
-        with self._tx(write=False) as conn:
+        with self._auto() as conn:
             row = self._x(conn, "SELECT MAX(version) AS v FROM tether_schema").fetchone()
             return int(row["v"] or 0)
 
@@ -333,7 +378,7 @@ class SqlStore:
         )
 
     def _get_task_sync(self, task_id: str) -> TaskRecord:
-        with self._tx(write=False) as conn:
+        with self._auto() as conn:
             row = self._x(
                 conn, f"SELECT {_TASK_COLS} FROM tasks WHERE task_id = :id", {"id": task_id}
             ).fetchone()
@@ -354,7 +399,7 @@ class SqlStore:
                 params[f"s{n}"] = s
                 names.append(f":s{n}")
             where = f"WHERE status IN ({', '.join(names)})"
-        with self._tx(write=False) as conn:
+        with self._auto() as conn:
             rows = self._x(
                 conn,
                 f"SELECT {_TASK_COLS} FROM tasks {where} ORDER BY created_at DESC, task_id"
@@ -386,18 +431,20 @@ class SqlStore:
         if limit is not None:
             params["limit"] = limit
             lim = " LIMIT :limit"
-        with self._tx(write=False) as conn:
-            exists = self._x(
-                conn, "SELECT 1 AS x FROM tasks WHERE task_id = :id", {"id": task_id}
-            ).fetchone()
-            if not exists:
-                raise errors.TaskNotFound(task_id)
+        with self._auto() as conn:
             rows = self._x(
                 conn,
                 "SELECT task_id, seq, type, schema_version, data, task_version, fencing_token,"
                 f" at FROM events WHERE {where} ORDER BY seq{lim}",
                 params,
             ).fetchall()
+            # Events exist only for a task that does; ask only when there are none.
+            if not rows:
+                exists = self._x(
+                    conn, "SELECT 1 AS x FROM tasks WHERE task_id = :id", {"id": task_id}
+                ).fetchall()
+                if not exists:
+                    raise errors.TaskNotFound(task_id)
         return [
             StoredEvent(
                 task_id=r["task_id"],
@@ -423,7 +470,7 @@ class SqlStore:
         return await self._run(self._read_events_sync, task_id, after, limit, types)
 
     def _get_ledger_sync(self, task_id: str) -> LedgerRecord:
-        with self._tx(write=False) as conn:
+        with self._auto() as conn:
             row = self._x(
                 conn,
                 "SELECT task_id, skeleton, state, version, updated_at FROM ledgers"
@@ -458,7 +505,10 @@ class SqlStore:
         approvals: Sequence[ApprovalRecord] = (),
         blobs: Sequence[bytes] = (),
     ) -> CommitResult:
+        """Read the task under the write lock, check the rules, write (SQLite's way; the
+        PostgreSQL store sends one statement instead)."""
         now = self.clock.now()
+        guard = rules.CommitGuard.of(task_id, token, task, ledger)
         with self._tx(write=True) as conn:
             row = self._x(
                 conn,
@@ -468,40 +518,7 @@ class SqlStore:
             ).fetchone()
             if row is None:
                 raise errors.TaskNotFound(task_id)
-            current_token = int(row["fencing_token"])
-            if token is not None and token != current_token:
-                raise errors.StaleLease(task_id, token, current_token)
-            sets: dict[str, Any] = {"updated_at": now}
-            version = int(row["version"])
-            if task is not None:
-                if task.status is not None:
-                    lifecycle.check_transition(
-                        row["status"], task.status, task.stop_reason, task_id=task_id
-                    )
-                    sets["status"] = task.status
-                    sets["stop_reason"] = task.stop_reason
-                if task.version is not None:
-                    if task.version < version:
-                        raise errors.ConcurrentUpdate(
-                            f"task {task_id}: version cannot go back from {version}"
-                            f" to {task.version}"
-                        )
-                    version = task.version
-                    sets["version"] = version
-                if task.current_milestone is not UNSET:
-                    sets["current_milestone"] = task.current_milestone
-                if task.waiting is not UNSET:
-                    sets["waiting"] = None if task.waiting is None else _dumps(task.waiting)
-                if task.usage is not None:
-                    sets["usage"] = _dumps(task.usage)
-                if task.cancel_requested is not None:
-                    sets["cancel_requested"] = self._bool_in(task.cancel_requested)
-                if task.wake_at is not UNSET:
-                    sets["wake_at"] = task.wake_at
-                if task.spec is not None:
-                    sets["spec"] = _dumps(task.spec)
-            if token is not None:
-                sets["heartbeat_at"] = now
+            plan = rules.plan_commit(guard, self._state(row), task, len(items), now)
             if ledger is not None:
                 # Check and write in one statement: the version guard is in the WHERE.
                 lsets = "state = :st, version = :v, updated_at = :now"
@@ -524,38 +541,125 @@ class SqlStore:
                     lrow = self._x(
                         conn, "SELECT version FROM ledgers WHERE task_id = :id", {"id": task_id}
                     ).fetchone()
-                    found = None if lrow is None else int(lrow["version"])
-                    raise errors.ConcurrentUpdate(
-                        f"task {task_id}: ledger version is {found},"
-                        f" expected {ledger.expected_version}"
-                    )
-            first = int(row["last_seq"]) + 1
-            last = first + len(items) - 1
+                    guard.check_ledger(None if lrow is None else int(lrow["version"]))
+                    raise guard.refusal(self._state(row), ledger.expected_version)
             if items:
-                self._insert_events(conn, task_id, first, items, version, token, now)
-                sets["last_seq"] = last
-            for op in ops:
-                self._upsert_op(conn, op, now)
-            for art in artifacts:
-                self._insert_artifact(conn, art, now)
-            for appr in approvals:
-                self._upsert_approval(conn, appr, now)
-            if blobs:
-                self._xmany(
-                    conn,
-                    "INSERT INTO blobs (hash, size, data, created_at) VALUES (:h, :s, :d, :t)"
-                    " ON CONFLICT (hash) DO NOTHING",
-                    [{"h": blob_hash(b), "s": len(b), "d": bytes(b), "t": now} for b in blobs],
+                self._insert_events(
+                    conn, task_id, plan.first_seq, items, plan.events_version, token, now
                 )
+            self._write_records(conn, ops, artifacts, approvals, blobs, now)
             # Crash tests stop the process here: events written, projection not yet.
             failpoints.hit("during_commit")
+            sets = self._encode_changes(plan.changes)
             assignments = ", ".join(f"{k} = :{k}" for k in sets)
             self._x(
                 conn,
                 f"UPDATE tasks SET {assignments} WHERE task_id = :task_id",
                 {**sets, "task_id": task_id},
             )
-        return CommitResult(first, last)
+        return CommitResult(plan.first_seq, plan.last_seq)
+
+    @staticmethod
+    def _state(row: Row) -> rules.TaskState:
+        return rules.TaskState(
+            status=row["status"],
+            version=int(row["version"]),
+            fencing_token=int(row["fencing_token"]),
+            last_seq=int(row["last_seq"]),
+        )
+
+    def _encode_changes(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Task column values as the database takes them (JSON text, booleans)."""
+        out = {}
+        for k, v in changes.items():
+            if k in rules.JSON_COLUMNS:
+                v = None if v is None else _dumps(v)
+            elif k in rules.BOOL_COLUMNS:
+                v = self._bool_in(v)
+            out[k] = v
+        return out
+
+    def _write_records(
+        self,
+        conn: Any,
+        ops: Sequence[OpRecord],
+        artifacts: Sequence[ArtifactRecord],
+        approvals: Sequence[ApprovalRecord],
+        blobs: Sequence[bytes],
+        now: float,
+    ) -> None:
+        """Upsert a commit's ops, artifacts and approvals and add its blobs, one
+        `executemany` per table."""
+        if ops:
+            self._xmany(
+                conn,
+                _OP_UPSERT,
+                [self._op_params(o) for o in rules.collapse(ops, _op_id, rules.merge_op, now)],
+            )
+        if artifacts:
+            arts = rules.collapse(artifacts, _artifact_id, rules.merge_artifact, now)
+            self._xmany(conn, _ARTIFACT_UPSERT, [self._artifact_params(a) for a in arts])
+        if approvals:
+            apprs = rules.collapse(approvals, _request_id, rules.merge_approval, now)
+            self._xmany(conn, _APPROVAL_UPSERT, [self._approval_params(a) for a in apprs])
+        if blobs:
+            self._xmany(
+                conn,
+                _BLOB_INSERT,
+                [
+                    {"h": h, "s": len(b), "d": b, "t": now}
+                    for h, b in rules.unique_blobs(blobs).items()
+                ],
+            )
+
+    def _op_params(self, op: OpRecord) -> dict[str, Any]:
+        return {
+            "op_id": op.op_id,
+            "task_id": op.task_id,
+            "round": op.round,
+            "call_index": op.call_index,
+            "tool": op.tool,
+            "args": _dumps(op.args),
+            "args_hash": op.args_hash,
+            "effect": op.effect,
+            "status": op.status,
+            "attempts": op.attempts,
+            "next_attempt_at": op.next_attempt_at,
+            "result": None if op.result is None else _dumps(op.result),
+            "error": None if op.error is None else _dumps(op.error),
+            "task_version": op.task_version,
+            "created_at": op.created_at,
+            "updated_at": op.updated_at,
+        }
+
+    def _artifact_params(self, art: ArtifactRecord) -> dict[str, Any]:
+        return {
+            "artifact_id": art.artifact_id,
+            "task_id": art.task_id,
+            "kind": art.kind,
+            "name": art.name,
+            "blob_hash": art.blob_hash,
+            "size": art.size,
+            "source": art.source,
+            "task_version": art.task_version,
+            "deps": _dumps(list(art.deps)),
+            "valid": self._bool_in(art.valid),
+            "meta": _dumps(art.meta),
+            "created_at": art.created_at,
+        }
+
+    def _approval_params(self, appr: ApprovalRecord) -> dict[str, Any]:
+        return {
+            "request_id": appr.request_id,
+            "task_id": appr.task_id,
+            "op_id": appr.op_id,
+            "status": appr.status,
+            "request": _dumps(appr.request),
+            "decision": None if appr.decision is None else _dumps(appr.decision),
+            "decided_by": appr.decided_by,
+            "created_at": appr.created_at,
+            "decided_at": appr.decided_at,
+        }
 
     async def commit(
         self,
@@ -584,31 +688,10 @@ class SqlStore:
             blobs,
         )
 
-    def _upsert_approval(self, conn: Any, appr: ApprovalRecord, now: float) -> None:
-        self._x(
-            conn,
-            "INSERT INTO approvals (request_id, task_id, op_id, status, request, decision,"
-            " decided_by, created_at, decided_at) VALUES (:rid, :tid, :op, :st, :req, :dec,"
-            " :by, :now, :dat) ON CONFLICT (request_id) DO UPDATE SET status = excluded.status,"
-            " decision = excluded.decision, decided_by = excluded.decided_by,"
-            " decided_at = excluded.decided_at",
-            {
-                "rid": appr.request_id,
-                "tid": appr.task_id,
-                "op": appr.op_id,
-                "st": appr.status,
-                "req": _dumps(appr.request),
-                "dec": None if appr.decision is None else _dumps(appr.decision),
-                "by": appr.decided_by,
-                "now": appr.created_at or now,
-                "dat": appr.decided_at,
-            },
-        )
-
     def _get_approvals_sync(
         self, task_id: str, statuses: Collection[str] | None
     ) -> list[ApprovalRecord]:
-        with self._tx(write=False) as conn:
+        with self._auto() as conn:
             rows = self._x(
                 conn,
                 "SELECT request_id, task_id, op_id, status, request, decision, decided_by,"
@@ -636,60 +719,9 @@ class SqlStore:
         self, task_id: str, statuses: Collection[str] | None = None
     ) -> list[ApprovalRecord]:
         """A task's approval requests, oldest first."""
+        if _nothing(statuses):
+            return []
         return await self._run(self._get_approvals_sync, task_id, statuses)
-
-    def _upsert_op(self, conn: Any, op: OpRecord, now: float) -> None:
-        params = {
-            "op_id": op.op_id,
-            "task_id": op.task_id,
-            "round": op.round,
-            "call_index": op.call_index,
-            "tool": op.tool,
-            "args": _dumps(op.args),
-            "args_hash": op.args_hash,
-            "effect": op.effect,
-            "status": op.status,
-            "attempts": op.attempts,
-            "next_attempt_at": op.next_attempt_at,
-            "result": None if op.result is None else _dumps(op.result),
-            "error": None if op.error is None else _dumps(op.error),
-            "task_version": op.task_version,
-            "now": now,
-        }
-        self._x(
-            conn,
-            f"INSERT INTO ops ({_OP_COLS}) VALUES (:op_id, :task_id, :round, :call_index, :tool,"
-            " :args, :args_hash, :effect, :status, :attempts, :next_attempt_at, :result,"
-            " :error, :task_version, :now, :now)"
-            " ON CONFLICT (op_id) DO UPDATE SET status = excluded.status,"
-            " attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at,"
-            " result = excluded.result, error = excluded.error,"
-            " updated_at = excluded.updated_at",
-            params,
-        )
-
-    def _insert_artifact(self, conn: Any, art: ArtifactRecord, now: float) -> None:
-        self._x(
-            conn,
-            f"INSERT INTO artifacts ({_ART_COLS}) VALUES (:artifact_id, :task_id, :kind, :name,"
-            " :blob_hash, :size, :source, :task_version, :deps, :valid, :meta, :now)"
-            " ON CONFLICT (artifact_id) DO UPDATE SET valid = excluded.valid,"
-            " meta = excluded.meta",
-            {
-                "artifact_id": art.artifact_id,
-                "task_id": art.task_id,
-                "kind": art.kind,
-                "name": art.name,
-                "blob_hash": art.blob_hash,
-                "size": art.size,
-                "source": art.source,
-                "task_version": art.task_version,
-                "deps": _dumps(list(art.deps)),
-                "valid": self._bool_in(art.valid),
-                "meta": _dumps(art.meta),
-                "now": now,
-            },
-        )
 
     # --- leases -------------------------------------------------------------------------
 
@@ -699,13 +731,7 @@ class SqlStore:
         now = self.clock.now()
         with self._tx(write=True) as conn:
             if task_id is not None:
-                free = (
-                    ""
-                    if force
-                    else (
-                        " AND (lease_owner IS NULL OR lease_expiry IS NULL OR lease_expiry <= :now)"
-                    )
-                )
+                free = "" if force else f" AND {rules.LEASE_FREE_SQL}"
                 row = self._x(
                     conn,
                     "SELECT task_id, status, fencing_token FROM tasks WHERE task_id = :id"
@@ -720,11 +746,8 @@ class SqlStore:
             else:
                 row = self._x(
                     conn,
-                    "SELECT task_id, status, fencing_token FROM tasks WHERE"
-                    " (status IN ('queued', 'running', 'stalled')"
-                    "  OR (status = 'waiting' AND wake_at IS NOT NULL AND wake_at <= :now))"
-                    " AND (lease_owner IS NULL OR lease_expiry IS NULL OR lease_expiry <= :now)"
-                    " AND cancel_requested = :f"
+                    f"SELECT task_id, status, fencing_token FROM tasks WHERE {rules.CLAIMABLE_SQL}"
+                    f" AND {rules.LEASE_FREE_SQL}"
                     f" ORDER BY updated_at, task_id LIMIT 1{self.SKIP_LOCKED}",
                     {"now": now, "f": self._bool_in(False)},
                 ).fetchone()
@@ -758,17 +781,39 @@ class SqlStore:
         """
         return await self._run(self._claim_sync, worker_id, ttl, task_id, force)
 
+    def _lease_write(
+        self, task_id: str, token: int, *, renew: bool, sets: str, params: dict[str, Any]
+    ) -> None:
+        """One guarded UPDATE of the lease columns; `StaleLease` (or `TaskNotFound`) if
+        it matched nothing."""
+        with self._auto() as conn:
+            cur = self._x(
+                conn,
+                f"UPDATE tasks SET {sets} WHERE task_id = :id AND {rules.lease_held_sql(renew)}",
+                {**params, "id": task_id, "tok": token},
+            )
+            if cur.rowcount == 1:
+                return
+            rows = self._x(
+                conn,
+                "SELECT fencing_token, lease_owner FROM tasks WHERE task_id = :id",
+                {"id": task_id},
+            ).fetchall()
+        if not rows:
+            raise errors.TaskNotFound(task_id)
+        current = int(rows[0]["fencing_token"])
+        rules.check_lease(task_id, token, current, rows[0]["lease_owner"], renew=renew)
+        raise errors.StaleLease(task_id, token, current)  # it moved in between
+
     def _renew_sync(self, task_id: str, token: int, ttl: float) -> float:
         now = self.clock.now()
-        with self._tx(write=True) as conn:
-            row = self._get_task_in(conn, task_id)
-            if int(row["fencing_token"]) != token or row["lease_owner"] is None:
-                raise errors.StaleLease(task_id, token, int(row["fencing_token"]))
-            self._x(
-                conn,
-                "UPDATE tasks SET lease_expiry = :exp, heartbeat_at = :now WHERE task_id = :id",
-                {"exp": now + ttl, "now": now, "id": task_id},
-            )
+        self._lease_write(
+            task_id,
+            token,
+            renew=True,
+            sets="lease_expiry = :exp, heartbeat_at = :now",
+            params={"exp": now + ttl, "now": now},
+        )
         return now + ttl
 
     async def renew(self, task_id: str, token: int, ttl: float) -> float:
@@ -776,15 +821,9 @@ class SqlStore:
         return await self._run(self._renew_sync, task_id, token, ttl)
 
     def _release_sync(self, task_id: str, token: int) -> None:
-        with self._tx(write=True) as conn:
-            row = self._get_task_in(conn, task_id)
-            if int(row["fencing_token"]) != token:
-                raise errors.StaleLease(task_id, token, int(row["fencing_token"]))
-            self._x(
-                conn,
-                "UPDATE tasks SET lease_owner = NULL, lease_expiry = NULL WHERE task_id = :id",
-                {"id": task_id},
-            )
+        self._lease_write(
+            task_id, token, renew=False, sets="lease_owner = NULL, lease_expiry = NULL", params={}
+        )
 
     async def release(self, task_id: str, token: int) -> None:
         """Give the lease up; `StaleLease` if it is not ours."""
@@ -794,12 +833,9 @@ class SqlStore:
 
     def _put_blob_sync(self, data: bytes) -> str:
         ref = blob_hash(data)
-        with self._tx(write=True) as conn:
+        with self._auto() as conn:
             self._x(
-                conn,
-                "INSERT INTO blobs (hash, size, data, created_at) VALUES (:h, :s, :d, :t)"
-                " ON CONFLICT (hash) DO NOTHING",
-                {"h": ref, "s": len(data), "d": data, "t": self.clock.now()},
+                conn, _BLOB_INSERT, {"h": ref, "s": len(data), "d": data, "t": self.clock.now()}
             )
         return ref
 
@@ -808,7 +844,7 @@ class SqlStore:
         return await self._run(self._put_blob_sync, bytes(data))
 
     def _get_blob_sync(self, ref: str) -> bytes:
-        with self._tx(write=False) as conn:
+        with self._auto() as conn:
             row = self._x(conn, "SELECT data FROM blobs WHERE hash = :h", {"h": ref}).fetchone()
         if row is None:
             raise KeyError(ref)
@@ -851,7 +887,7 @@ class SqlStore:
         if round_no is not None:
             where += " AND round = :round"
             params["round"] = round_no
-        with self._tx(write=False) as conn:
+        with self._auto() as conn:
             rows = self._x(
                 conn, f"SELECT {_OP_COLS} FROM ops WHERE {where} ORDER BY round, call_index", params
             ).fetchall()
@@ -867,6 +903,8 @@ class SqlStore:
         tools: Collection[str] | None = None,
     ) -> list[OpRecord]:
         """The op journal of a task, in (round, call_index) order, optionally filtered."""
+        if _nothing(statuses, op_ids, tools):
+            return []  # an empty filter matches nothing: no query, no thread
         return await self._run(self._get_ops_sync, task_id, statuses, op_ids, round, tools)
 
     def _get_artifacts_sync(
@@ -878,7 +916,7 @@ class SqlStore:
             if not artifact_ids:
                 return []
             where += self._in(params, "artifact_id", "a", artifact_ids)
-        with self._tx(write=False) as conn:
+        with self._auto() as conn:
             rows = self._x(
                 conn,
                 f"SELECT {_ART_COLS} FROM artifacts WHERE {where} ORDER BY created_at, artifact_id",
@@ -890,10 +928,12 @@ class SqlStore:
         self, task_id: str, *, artifact_ids: Collection[str] | None = None
     ) -> list[ArtifactRecord]:
         """A task's artifacts, oldest first (only `artifact_ids`, if given)."""
+        if _nothing(artifact_ids):
+            return []
         return await self._run(self._get_artifacts_sync, task_id, artifact_ids)
 
     def _get_artifact_sync(self, artifact_id: str) -> ArtifactRecord:
-        with self._tx(write=False) as conn:
+        with self._auto() as conn:
             row = self._x(
                 conn,
                 f"SELECT {_ART_COLS} FROM artifacts WHERE artifact_id = :id",
@@ -948,7 +988,7 @@ class SqlStore:
         return await self._run(self._update_shared_sync, key, fn)
 
     def _get_shared_sync(self, key: str) -> dict[str, Any] | None:
-        with self._tx(write=False) as conn:
+        with self._auto() as conn:
             row = self._x(
                 conn, "SELECT value FROM shared_state WHERE key = :k", {"k": key}
             ).fetchone()

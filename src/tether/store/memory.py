@@ -17,9 +17,9 @@ from tether import errors, lifecycle
 from tether import events as ev
 from tether.clock import Clock, SystemClock
 from tether.ledger import Ledger
+from tether.store import _rules as rules
 from tether.store.base import (
     SCHEMA_VERSION,
-    UNSET,
     ApprovalRecord,
     ArtifactRecord,
     CommitResult,
@@ -174,100 +174,48 @@ class MemoryStore:
         """Append events and update projections atomically."""
         async with self._lock:
             rec = self._task(task_id)
-            if token is not None and token != rec.fencing_token:
-                raise errors.StaleLease(task_id, token, rec.fencing_token)
             now = self.clock.now()
-            changes: dict[str, Any] = {"updated_at": now}
-            version = rec.version
-            if task is not None:
-                if task.status is not None:
-                    lifecycle.check_transition(
-                        rec.status, task.status, task.stop_reason, task_id=task_id
-                    )
-                    changes["status"] = task.status
-                    changes["stop_reason"] = task.stop_reason
-                if task.version is not None:
-                    if task.version < version:
-                        raise errors.ConcurrentUpdate(f"task {task_id}: version cannot go back")
-                    version = task.version
-                    changes["version"] = version
-                if task.current_milestone is not UNSET:
-                    changes["current_milestone"] = task.current_milestone
-                if task.waiting is not UNSET:
-                    changes["waiting"] = _copy(task.waiting)
-                if task.usage is not None:
-                    changes["usage"] = _copy(task.usage)
-                if task.cancel_requested is not None:
-                    changes["cancel_requested"] = task.cancel_requested
-                if task.wake_at is not UNSET:
-                    changes["wake_at"] = task.wake_at
-                if task.spec is not None:
-                    changes["spec"] = _copy(task.spec)
-            if token is not None:
-                changes["heartbeat_at"] = now
+            guard = rules.CommitGuard.of(task_id, token, task, ledger)
+            cur = rules.TaskState(rec.status, rec.version, rec.fencing_token, rec.last_seq)
+            plan = rules.plan_commit(guard, cur, task, len(events), now)
             new_ledger = None
             if ledger is not None:
-                cur = self._ledgers[task_id]
-                if cur.version != ledger.expected_version:
-                    raise errors.ConcurrentUpdate(
-                        f"task {task_id}: ledger version is {cur.version},"
-                        f" expected {ledger.expected_version}"
-                    )
+                old_ledger = self._ledgers[task_id]
+                guard.check_ledger(old_ledger.version)
                 new_ledger = LedgerRecord(
                     task_id,
-                    _copy(ledger.skeleton) if ledger.skeleton is not None else cur.skeleton,
+                    _copy(ledger.skeleton) if ledger.skeleton is not None else old_ledger.skeleton,
                     _copy(ledger.state),
                     ledger.version,
                     now,
                 )
-            first = rec.last_seq + 1
             stored = [
-                self._stored(task_id, first + n, e, version, token, now)
+                self._stored(task_id, plan.first_seq + n, e, plan.events_version, token, now)
                 for n, e in enumerate(events)
             ]
-            if stored:
-                changes["last_seq"] = first + len(stored) - 1
+            changes = {
+                k: _copy(v) if k in rules.JSON_COLUMNS else v for k, v in plan.changes.items()
+            }
             # Everything validated: apply.
             self._events[task_id].extend(stored)
             if new_ledger is not None:
                 self._ledgers[task_id] = new_ledger
-            # Upserts as in SQL: an op's identity (tool, args, round...) is fixed at its
-            # first write, later writes change its outcome; an artifact's only validity
-            # and meta.
             for op in ops:
-                op = copy.deepcopy(op)
-                old = self._ops.get(op.op_id)
-                if old is None:
-                    self._ops[op.op_id] = dataclasses.replace(op, created_at=now, updated_at=now)
-                else:
-                    self._ops[op.op_id] = dataclasses.replace(
-                        old,
-                        status=op.status,
-                        attempts=op.attempts,
-                        next_attempt_at=op.next_attempt_at,
-                        result=op.result,
-                        error=op.error,
-                        updated_at=now,
-                    )
+                self._ops[op.op_id] = rules.merge_op(
+                    self._ops.get(op.op_id), copy.deepcopy(op), now
+                )
             for art in artifacts:
-                art = copy.deepcopy(art)
-                old_art = self._artifacts.get(art.artifact_id)
-                if old_art is None:
-                    self._artifacts[art.artifact_id] = dataclasses.replace(art, created_at=now)
-                else:
-                    self._artifacts[art.artifact_id] = dataclasses.replace(
-                        old_art, valid=art.valid, meta=art.meta
-                    )
-            for data in blobs:
-                self._blobs.setdefault(blob_hash(data), bytes(data))
+                self._artifacts[art.artifact_id] = rules.merge_artifact(
+                    self._artifacts.get(art.artifact_id), copy.deepcopy(art), now
+                )
+            for ref, data in rules.unique_blobs(blobs).items():
+                self._blobs.setdefault(ref, data)
             for appr in approvals:
-                old_appr = self._approvals.get(appr.request_id)
-                self._approvals[appr.request_id] = dataclasses.replace(
-                    copy.deepcopy(appr),
-                    created_at=old_appr.created_at if old_appr else (appr.created_at or now),
+                self._approvals[appr.request_id] = rules.merge_approval(
+                    self._approvals.get(appr.request_id), copy.deepcopy(appr), now
                 )
             self._tasks[task_id] = dataclasses.replace(rec, **changes)
-            return CommitResult(first, first + len(stored) - 1)
+            return CommitResult(plan.first_seq, plan.last_seq)
 
     async def claim(
         self, worker_id: str, ttl: float, *, task_id: str | None = None, force: bool = False
@@ -277,7 +225,7 @@ class MemoryStore:
             now = self.clock.now()
 
             def free(t: TaskRecord) -> bool:
-                return t.lease_owner is None or t.lease_expiry is None or t.lease_expiry <= now
+                return rules.lease_free(t.lease_owner, t.lease_expiry, now)
 
             if task_id is not None:
                 rec = self._task(task_id)
@@ -287,12 +235,7 @@ class MemoryStore:
                 cands = [
                     t
                     for t in self._tasks.values()
-                    if free(t)
-                    and not t.cancel_requested
-                    and (
-                        t.status in ("queued", "running", "stalled")
-                        or (t.status == "waiting" and t.wake_at is not None and t.wake_at <= now)
-                    )
+                    if free(t) and rules.claimable(t.status, t.wake_at, t.cancel_requested, now)
                 ]
                 if not cands:
                     return None
@@ -311,8 +254,7 @@ class MemoryStore:
         """Extend our lease."""
         async with self._lock:
             rec = self._task(task_id)
-            if rec.fencing_token != token or rec.lease_owner is None:
-                raise errors.StaleLease(task_id, token, rec.fencing_token)
+            rules.check_lease(task_id, token, rec.fencing_token, rec.lease_owner, renew=True)
             now = self.clock.now()
             self._tasks[task_id] = dataclasses.replace(
                 rec, lease_expiry=now + ttl, heartbeat_at=now
@@ -323,8 +265,7 @@ class MemoryStore:
         """Give the lease up."""
         async with self._lock:
             rec = self._task(task_id)
-            if rec.fencing_token != token:
-                raise errors.StaleLease(task_id, token, rec.fencing_token)
+            rules.check_lease(task_id, token, rec.fencing_token, rec.lease_owner, renew=False)
             self._tasks[task_id] = dataclasses.replace(rec, lease_owner=None, lease_expiry=None)
 
     async def put_blob(self, data: bytes) -> str:
@@ -347,6 +288,8 @@ class MemoryStore:
         tools: Collection[str] | None = None,
     ) -> list[OpRecord]:
         """The op journal of a task, optionally filtered."""
+        if any(f is not None and not f for f in (statuses, op_ids, tools)):
+            return []
         ops = [
             o
             for o in self._ops.values()
@@ -363,6 +306,8 @@ class MemoryStore:
         self, task_id: str, *, artifact_ids: Collection[str] | None = None
     ) -> list[ArtifactRecord]:
         """A task's artifacts, oldest first (only `artifact_ids`, if given)."""
+        if artifact_ids is not None and not artifact_ids:
+            return []
         arts = [
             a
             for a in self._artifacts.values()

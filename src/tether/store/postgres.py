@@ -9,20 +9,67 @@ tables in their own schema (created if missing), which tests use for isolation.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from tether import errors
+from tether import errors, failpoints
+from tether import events as ev
 from tether.clock import Clock
-from tether.store._sql import SqlStore
-from tether.store.base import SCHEMA_VERSION
+from tether.store import _rules as rules
+from tether.store._sql import SqlStore, _artifact_id, _dumps, _op_id, _request_id
+from tether.store.base import (
+    SCHEMA_VERSION,
+    ApprovalRecord,
+    ArtifactRecord,
+    CommitResult,
+    LedgerWrite,
+    OpRecord,
+    TaskPatch,
+)
 
 T = TypeVar("T")
 _PLACEHOLDER = re.compile(r"(?<![:\w]):(\w+)")
 _MIGRATION_LOCK = 0x7E7E_0001
+
+
+@functools.lru_cache(maxsize=1024)
+def _placeholders(query: str) -> str:
+    """`:name` -> `%(name)s` (casts `::type` left alone)."""
+    return _PLACEHOLDER.sub(r"%(\1)s", query)
+
+
+#: `jsonb_to_recordset` column lists: the record fields as SQL types.
+_OP_RECORD = (
+    "op_id text, task_id text, round int, call_index int, tool text, args jsonb,"
+    " args_hash text, effect text, status text, attempts int, next_attempt_at float8,"
+    " result jsonb, error jsonb, task_version int, created_at float8, updated_at float8"
+)
+_ARTIFACT_RECORD = (
+    "artifact_id text, task_id text, kind text, name text, blob_hash text, size bigint,"
+    " source text, task_version int, deps jsonb, valid boolean, meta jsonb, created_at float8"
+)
+_APPROVAL_RECORD = (
+    "request_id text, task_id text, op_id text, status text, request jsonb, decision jsonb,"
+    " decided_by text, created_at float8, decided_at float8"
+)
+
+
+def _recordset_upsert(table: str, record: str, key: str, mutable: Sequence[str]) -> str:
+    """A CTE upserting the JSON array parameter `:table` (rows shaped as `record`),
+    written only if the commit's guard held (`go` has its row)."""
+    cols = ", ".join(part.split()[0] for part in record.split(","))
+    picked = ", ".join(f"r.{c}" for c in cols.split(", "))
+    sets = ", ".join(f"{c} = excluded.{c}" for c in mutable)
+    return (
+        f"{table}_w AS (INSERT INTO {table} ({cols}) SELECT {picked} FROM go,"
+        f" jsonb_to_recordset(:{table}::jsonb) AS r({record})"
+        f" ON CONFLICT ({key}) DO UPDATE SET {sets})"
+    )
 
 
 def _redact(url: str) -> str:
@@ -144,21 +191,178 @@ class PostgresStore(SqlStore):
         return await asyncio.to_thread(fn, *args)
 
     def _sql(self, query: str) -> str:
-        return _PLACEHOLDER.sub(r"%(\1)s", query)
+        return _placeholders(query)
 
     @contextmanager
-    def _tx(self, write: bool) -> Iterator[Any]:
+    def _translated(self) -> Iterator[Any]:
+        """A pooled connection (autocommit); driver errors become tether's."""
         import psycopg
 
         if self._pool is None:
             raise errors.StoreError("the store is closed")
         try:
-            with self._pool.connection() as conn, conn.transaction():
+            with self._pool.connection() as conn:
                 yield conn
         except psycopg.OperationalError as exc:
             raise errors.StoreUnavailable(f"PostgreSQL at {self.url} failed: {exc}") from exc
         except psycopg.Error as exc:
             raise errors.StoreError(f"PostgreSQL error at {self.url}: {exc}") from exc
+
+    @contextmanager
+    def _tx(self, write: bool) -> Iterator[Any]:
+        with self._translated() as conn, conn.transaction():
+            yield conn
+
+    def _auto(self) -> AbstractContextManager[Any]:
+        return self._translated()
+
+    @staticmethod
+    def _in(params: dict[str, Any], column: str, prefix: str, values: Collection[Any]) -> str:
+        # One parameter for any number of values: one statement text, prepared once.
+        params[prefix] = sorted(values)
+        return f" AND {column} = ANY(:{prefix})"
+
+    # --- the one write path: one statement, one round trip ------------------------------
+
+    def _commit_sync(
+        self,
+        task_id: str,
+        token: int | None,
+        items: Sequence[ev.Event],
+        task: TaskPatch | None,
+        ledger: LedgerWrite | None,
+        ops: Sequence[OpRecord],
+        artifacts: Sequence[ArtifactRecord],
+        approvals: Sequence[ApprovalRecord] = (),
+        blobs: Sequence[bytes] = (),
+    ) -> CommitResult:
+        """The whole commit as ONE statement (its own transaction): the task row is
+        locked, the rules' guard is its WHERE, and every write hangs off the guarded row,
+        so a refused commit writes nothing. The guard's verdict on the returned row
+        names the refusal."""
+        now = self.clock.now()
+        guard = rules.CommitGuard.of(task_id, token, task, ledger)
+        query, params = self._commit_statement(
+            guard, task, ledger, items, ops, artifacts, approvals, blobs, now
+        )
+        with self._translated() as conn:
+            # Pipeline mode, so that the statement is on the server before the crash
+            # tests' fail point, and commits only at the sync that ends the pipeline.
+            with conn.pipeline():
+                cur = conn.execute(query, params)
+                failpoints.hit("during_commit")
+            row = cur.fetchone()
+        if row is None:
+            raise errors.TaskNotFound(task_id)
+        state = self._state(row)
+        if not row["applied"]:
+            lver = row["ledger_version"]
+            raise guard.refusal(state, None if lver is None else int(lver))
+        first, last = rules.seq_range(state.last_seq, len(items))
+        return CommitResult(first, last)
+
+    def _commit_statement(
+        self,
+        guard: rules.CommitGuard,
+        task: TaskPatch | None,
+        ledger: LedgerWrite | None,
+        items: Sequence[ev.Event],
+        ops: Sequence[OpRecord],
+        artifacts: Sequence[ArtifactRecord],
+        approvals: Sequence[ApprovalRecord],
+        blobs: Sequence[bytes],
+        now: float,
+    ) -> tuple[str, dict[str, Any]]:
+        params: dict[str, Any] = {"id": guard.task_id, "now": now, "tok": guard.token}
+        conds = []
+        if guard.token is not None:
+            conds.append("fencing_token = :tok")
+        if guard.sources is not None:
+            conds.append("status = ANY(:src::text[])")
+            params["src"] = sorted(guard.sources)
+        if guard.version is not None:
+            conds.append("version <= :ver")
+            params["ver"] = guard.version
+        ctes = [
+            "cur AS MATERIALIZED (SELECT task_id, status, version, fencing_token, last_seq"
+            " FROM tasks WHERE task_id = :id FOR UPDATE)",
+            f"ok AS (SELECT * FROM cur WHERE {' AND '.join(conds) or 'TRUE'})",
+        ]
+        final = "SELECT c.status, c.version, c.fencing_token, c.last_seq,"
+        if ledger is not None:
+            lsets = "state = :lst::jsonb, version = :lv, updated_at = :now"
+            params.update(lst=_dumps(ledger.state), lv=ledger.version, lev=ledger.expected_version)
+            if ledger.skeleton is not None:
+                lsets += ", skeleton = :lsk::jsonb"
+                params["lsk"] = _dumps(ledger.skeleton)
+            ctes.append(
+                f"led AS (UPDATE ledgers l SET {lsets} FROM ok WHERE l.task_id = ok.task_id"
+                " AND l.version = :lev RETURNING l.task_id)"
+            )
+            ctes.append("go AS MATERIALIZED (SELECT ok.* FROM ok JOIN led USING (task_id))")
+            final += " (SELECT version FROM ledgers WHERE task_id = :id) AS ledger_version,"
+        else:
+            ctes.append("go AS MATERIALIZED (SELECT * FROM ok)")
+            final += " NULL AS ledger_version,"
+        sets = []
+        for col, value in self._encode_changes(rules.task_changes(task, guard.token, now)).items():
+            cast = "::jsonb" if col in rules.JSON_COLUMNS else ""
+            sets.append(f"{col} = :c_{col}{cast}")
+            params[f"c_{col}"] = value
+        if items:
+            sets.append("last_seq = go.last_seq + :n")
+            params["n"] = len(items)
+        ctes.append(
+            f"tu AS (UPDATE tasks t SET {', '.join(sets)} FROM go WHERE t.task_id = go.task_id)"
+        )
+        if items:
+            version = ":ver" if task is not None and task.version is not None else "go.version"
+            rows = []
+            for n, event in enumerate(items, 1):
+                type_name, schema, data = ev.encode(event)
+                rows.append({"n": n, "type": type_name, "sv": schema, "data": data})
+            params["events"] = _dumps(rows)
+            ctes.append(
+                "ev AS (INSERT INTO events (task_id, seq, type, schema_version, data,"
+                " task_version, fencing_token, at)"
+                f" SELECT go.task_id, go.last_seq + r.n, r.type, r.sv, r.data, {version},"
+                " :tok::bigint, :now FROM go, jsonb_to_recordset(:events::jsonb)"
+                " AS r(n int, type text, sv int, data jsonb))"
+            )
+        if ops:
+            params["ops"] = _dumps(
+                [dataclasses.asdict(o) for o in rules.collapse(ops, _op_id, rules.merge_op, now)]
+            )
+            ctes.append(
+                _recordset_upsert("ops", _OP_RECORD, "op_id", (*rules.OP_OUTCOME, "updated_at"))
+            )
+        if artifacts:
+            arts = rules.collapse(artifacts, _artifact_id, rules.merge_artifact, now)
+            params["artifacts"] = _dumps([dataclasses.asdict(a) for a in arts])
+            ctes.append(
+                _recordset_upsert(
+                    "artifacts", _ARTIFACT_RECORD, "artifact_id", rules.ARTIFACT_MUTABLE
+                )
+            )
+        if approvals:
+            apprs = rules.collapse(approvals, _request_id, rules.merge_approval, now)
+            params["approvals"] = _dumps([dataclasses.asdict(a) for a in apprs])
+            ctes.append(
+                _recordset_upsert(
+                    "approvals", _APPROVAL_RECORD, "request_id", rules.APPROVAL_MUTABLE
+                )
+            )
+        if blobs:
+            unique = rules.unique_blobs(blobs)
+            params["bh"] = list(unique)
+            params["bd"] = list(unique.values())
+            ctes.append(
+                "bl AS (INSERT INTO blobs (hash, size, data, created_at)"
+                " SELECT u.h, octet_length(u.d), u.d, :now FROM go,"
+                " unnest(:bh::text[], :bd::bytea[]) AS u(h, d) ON CONFLICT (hash) DO NOTHING)"
+            )
+        final += " (SELECT count(*) FROM go) AS applied FROM cur c"
+        return self._sql("WITH " + ",\n".join(ctes) + "\n" + final), params
 
     def _xmany(self, conn: Any, query: str, rows: Sequence[Mapping[str, Any]]) -> None:
         if rows:

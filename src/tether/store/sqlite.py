@@ -124,6 +124,16 @@ class SQLiteStore(SqlStore):
         return await loop.run_in_executor(self._executor, fn, *args)
 
     @contextmanager
+    def _auto(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn
+        if conn is None:
+            raise errors.StoreError("the store is closed")
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
+
+    @contextmanager
     def _tx(self, write: bool) -> Iterator[sqlite3.Connection]:
         conn = self._conn
         if conn is None:

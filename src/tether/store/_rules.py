@@ -1,0 +1,308 @@
+"""The commit rules, written once for every store.
+
+Pure values and functions, no I/O. The memory store and the SQL stores all decide with
+these, so they cannot drift apart:
+
+- **fencing**: a commit, renewal or release with a token other than the task's current
+  one is refused with `StaleLease` (a commit with token `None` is out of band and needs
+  no lease; a renewal also needs a lease owner);
+- **lifecycle**: a status change must be a transition `lifecycle` allows;
+- **task version**: it never goes back;
+- **ledger version**: a ledger write is refused unless the stored version is the one
+  the writer read (`LedgerWrite.expected_version`);
+- **the task patch**: which columns a commit sets, and to what;
+- **event sequence**: a commit's events take the next numbers after `last_seq`, gapless;
+- **upserts**: an op's identity (tool, args, round...) is fixed at its first write and
+  later writes change only its outcome; an artifact's validity and meta may change; an
+  approval's decision may change. Repeated ids within one commit are merged in order.
+
+A store that checks inside its database (PostgreSQL checks in the commit statement
+itself) translates `CommitGuard` into SQL conditions and, when the database refuses,
+asks the guard for the error (`CommitGuard.refusal`), so the words are the same too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tether import errors, lifecycle
+from tether.store.base import (
+    UNSET,
+    ApprovalRecord,
+    ArtifactRecord,
+    LedgerWrite,
+    OpRecord,
+    TaskPatch,
+    blob_hash,
+)
+
+R = TypeVar("R")
+
+#: Task columns holding JSON documents, and booleans (stores encode them their way).
+JSON_COLUMNS = frozenset({"spec", "waiting", "usage"})
+BOOL_COLUMNS = frozenset({"cancel_requested"})
+
+#: What a later write of an op may change (with `updated_at`); the rest is its identity.
+OP_OUTCOME: tuple[str, ...] = ("status", "attempts", "next_attempt_at", "result", "error")
+#: What a later write of an artifact may change.
+ARTIFACT_MUTABLE: tuple[str, ...] = ("valid", "meta")
+#: What a later write of an approval may change (its request and creation time stay).
+APPROVAL_MUTABLE: tuple[str, ...] = ("status", "decision", "decided_by", "decided_at")
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """The columns of a stored task the rules look at."""
+
+    status: str
+    version: int
+    fencing_token: int
+    last_seq: int
+
+
+@functools.lru_cache(maxsize=256)
+def allowed_sources(dst: str, stop_reason: str | None) -> frozenset[str]:
+    """Every status from which `lifecycle` allows moving to `dst` with `stop_reason`."""
+    out = set()
+    for src in lifecycle.STATUSES:
+        try:
+            lifecycle.check_transition(src, dst, stop_reason)
+        except errors.IllegalTransition:
+            continue
+        out.add(src)
+    return frozenset(out)
+
+
+@dataclass(frozen=True)
+class CommitGuard:
+    """What must hold of the stored task (and ledger) for a commit to apply."""
+
+    task_id: str
+    #: The caller's fencing token; None is an out-of-band commit (no lease needed).
+    token: int | None = None
+    #: The target status and its stop reason, if the commit changes the status.
+    status: str | None = None
+    stop_reason: str | None = None
+    #: The new task version, if the commit sets one (it must not go back).
+    version: int | None = None
+    #: The ledger version the writer read, if the commit writes the ledger.
+    ledger_expected: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        task_id: str,
+        token: int | None,
+        task: TaskPatch | None = None,
+        ledger: LedgerWrite | None = None,
+    ) -> CommitGuard:
+        """The guard of a commit."""
+        return cls(
+            task_id=task_id,
+            token=token,
+            status=task.status if task is not None else None,
+            stop_reason=task.stop_reason if task is not None else None,
+            version=task.version if task is not None else None,
+            ledger_expected=ledger.expected_version if ledger is not None else None,
+        )
+
+    @property
+    def sources(self) -> frozenset[str] | None:
+        """The statuses the task may be in for the status change (None: no change)."""
+        if self.status is None:
+            return None
+        return allowed_sources(self.status, self.stop_reason)
+
+    def check_task(self, cur: TaskState) -> None:
+        """Raise `StaleLease`, `IllegalTransition` or `ConcurrentUpdate` (in this order)
+        unless the commit may apply to a task in state `cur`."""
+        if self.token is not None and self.token != cur.fencing_token:
+            raise errors.StaleLease(self.task_id, self.token, cur.fencing_token)
+        if self.status is not None:
+            lifecycle.check_transition(
+                cur.status, self.status, self.stop_reason, task_id=self.task_id
+            )
+        if self.version is not None and self.version < cur.version:
+            raise errors.ConcurrentUpdate(
+                f"task {self.task_id}: version cannot go back from {cur.version} to {self.version}"
+            )
+
+    def check_ledger(self, found: int | None) -> None:
+        """`ConcurrentUpdate` unless the stored ledger version is the expected one."""
+        if self.ledger_expected is not None and found != self.ledger_expected:
+            raise errors.ConcurrentUpdate(
+                f"task {self.task_id}: ledger version is {found}, expected {self.ledger_expected}"
+            )
+
+    def refusal(self, cur: TaskState, ledger_version: int | None) -> Exception:
+        """The error for a commit the database refused, judged on what it found."""
+        try:
+            self.check_task(cur)
+            self.check_ledger(ledger_version)
+        except (errors.StaleLease, errors.IllegalTransition, errors.ConcurrentUpdate) as exc:
+            return exc
+        # The ledger moved between the row lock and the read of its version.
+        return errors.ConcurrentUpdate(
+            f"task {self.task_id}: the ledger changed concurrently"
+            f" (expected version {self.ledger_expected})"
+        )
+
+
+def task_changes(patch: TaskPatch | None, token: int | None, now: float) -> dict[str, Any]:
+    """Task column -> new value for a commit (Python values; the store encodes JSON and
+    booleans). Always `updated_at`; `heartbeat_at` only when the lease holder commits.
+    `last_seq` is not included: see `seq_range`."""
+    changes: dict[str, Any] = {"updated_at": now}
+    if patch is not None:
+        if patch.status is not None:
+            changes["status"] = patch.status
+            changes["stop_reason"] = patch.stop_reason
+        if patch.version is not None:
+            changes["version"] = patch.version
+        if patch.current_milestone is not UNSET:
+            changes["current_milestone"] = patch.current_milestone
+        if patch.waiting is not UNSET:
+            changes["waiting"] = patch.waiting
+        if patch.usage is not None:
+            changes["usage"] = patch.usage
+        if patch.cancel_requested is not None:
+            changes["cancel_requested"] = patch.cancel_requested
+        if patch.wake_at is not UNSET:
+            changes["wake_at"] = patch.wake_at
+        if patch.spec is not None:
+            changes["spec"] = patch.spec
+    if token is not None:
+        changes["heartbeat_at"] = now
+    return changes
+
+
+def events_version(patch: TaskPatch | None, current: int) -> int:
+    """The task version a commit's events carry: the new one if the commit sets it."""
+    if patch is not None and patch.version is not None:
+        return patch.version
+    return current
+
+
+def seq_range(last_seq: int, count: int) -> tuple[int, int]:
+    """`(first, last)` sequence numbers of `count` new events (`last < first` if none)."""
+    return last_seq + 1, last_seq + count
+
+
+@dataclass(frozen=True)
+class CommitPlan:
+    """A checked commit: its events' numbers and version, and the task's new columns."""
+
+    first_seq: int
+    last_seq: int
+    events_version: int
+    changes: dict[str, Any]
+
+
+def plan_commit(
+    guard: CommitGuard,
+    cur: TaskState,
+    patch: TaskPatch | None,
+    n_events: int,
+    now: float,
+) -> CommitPlan:
+    """Check the task rules against `cur` (raising as `CommitGuard.check_task`) and
+    compute what the commit writes. The ledger rule is checked by the caller."""
+    guard.check_task(cur)
+    changes = task_changes(patch, guard.token, now)
+    first, last = seq_range(cur.last_seq, n_events)
+    if n_events:
+        changes["last_seq"] = last
+    return CommitPlan(first, last, events_version(patch, cur.version), changes)
+
+
+# --- upserts ------------------------------------------------------------------------------
+
+
+def merge_op(old: OpRecord | None, new: OpRecord, now: float) -> OpRecord:
+    """The op stored after writing `new` over `old` (None: first write)."""
+    if old is None:
+        return dataclasses.replace(new, created_at=now, updated_at=now)
+    outcome = {f: getattr(new, f) for f in OP_OUTCOME}
+    return dataclasses.replace(old, updated_at=now, **outcome)
+
+
+def merge_artifact(old: ArtifactRecord | None, new: ArtifactRecord, now: float) -> ArtifactRecord:
+    """The artifact stored after writing `new` over `old` (None: first write)."""
+    if old is None:
+        return dataclasses.replace(new, created_at=now)
+    return dataclasses.replace(old, **{f: getattr(new, f) for f in ARTIFACT_MUTABLE})
+
+
+def merge_approval(old: ApprovalRecord | None, new: ApprovalRecord, now: float) -> ApprovalRecord:
+    """The approval stored after writing `new` over `old` (None: first write)."""
+    if old is None:
+        return dataclasses.replace(new, created_at=new.created_at or now)
+    return dataclasses.replace(old, **{f: getattr(new, f) for f in APPROVAL_MUTABLE})
+
+
+def collapse(
+    records: Sequence[R],
+    key: Callable[[R], Hashable],
+    merge: Callable[[R | None, R, float], R],
+    now: float,
+) -> list[R]:
+    """One record per id, as writing `records` one after the other would leave them
+    (for stores that write a commit's records in one statement)."""
+    out: dict[Hashable, R] = {}
+    for rec in records:
+        k = key(rec)
+        out[k] = merge(out.get(k), rec, now)
+    return list(out.values())
+
+
+def unique_blobs(blobs: Sequence[bytes]) -> dict[str, bytes]:
+    """Content address -> bytes, each blob once."""
+    out: dict[str, bytes] = {}
+    for data in blobs:
+        out.setdefault(blob_hash(data), bytes(data))
+    return out
+
+
+# --- leases -------------------------------------------------------------------------------
+
+
+def check_lease(task_id: str, token: int, current: int, owner: str | None, *, renew: bool) -> None:
+    """`StaleLease` unless `token` is the current one (and, to renew, someone holds it)."""
+    if token != current or (renew and owner is None):
+        raise errors.StaleLease(task_id, token, current)
+
+
+def lease_held_sql(renew: bool) -> str:
+    """`check_lease` as an SQL condition on the task row (`:tok` the token)."""
+    return "fencing_token = :tok AND lease_owner IS NOT NULL" if renew else "fencing_token = :tok"
+
+
+def lease_free(owner: str | None, expiry: float | None, now: float) -> bool:
+    """True if nobody holds a live lease (the SQL stores say it as `LEASE_FREE_SQL`)."""
+    return owner is None or expiry is None or expiry <= now
+
+
+CLAIMABLE_STATUSES: tuple[str, ...] = ("queued", "running", "stalled")
+
+
+def claimable(status: str, wake_at: float | None, cancel_requested: bool, now: float) -> bool:
+    """True if a worker asking for any task may take this one (see `CLAIMABLE_SQL`)."""
+    if cancel_requested:
+        return False
+    return status in CLAIMABLE_STATUSES or (
+        status == "waiting" and wake_at is not None and wake_at <= now
+    )
+
+
+#: `lease_free` and `claimable` in SQL (`:now` the store's clock, `:f` false).
+LEASE_FREE_SQL = "(lease_owner IS NULL OR lease_expiry IS NULL OR lease_expiry <= :now)"
+CLAIMABLE_SQL = (
+    "(status IN ("
+    + ", ".join(f"'{s}'" for s in CLAIMABLE_STATUSES)
+    + ") OR (status = 'waiting' AND wake_at IS NOT NULL AND wake_at <= :now))"
+    " AND cancel_requested = :f"
+)

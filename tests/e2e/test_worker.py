@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import select
+import signal
 import subprocess
+import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from ._cli import cli_env, tether_command
@@ -65,3 +69,67 @@ def test_submit_refuses_a_bad_spec_and_writes_nothing(tmp_path: Path) -> None:
     assert res.returncode == 2
     assert "items.0.title" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / ".tether").exists()
+
+
+def _queue(tmp_path: Path, name: str, tools: list[str]) -> str:
+    spec = {
+        "objective": "write a file",
+        "items": [{"id": "a", "title": "write out/a.txt",
+                   "done_when": {"kind": "file", "path": "out/a.txt"}}],
+        "tools": tools,
+        "models": {"judge": "rules"},
+    }  # fmt: skip
+    ws = tmp_path / name
+    ws.mkdir()
+    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+    res = _tether("submit", f"{name}.yaml", "--workspace", str(ws), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip()
+
+
+def test_worker_stops_on_sigterm_between_tasks(tmp_path: Path) -> None:
+    """A long-running worker runs what is queued, then waits; SIGTERM ends it cleanly."""
+    tid = _queue(tmp_path, "ws", ["write_file"])
+    proc = subprocess.Popen(
+        [*tether_command(), "worker", "--model", POLICY, "--poll", "0.1"],
+        cwd=tmp_path,
+        env=cli_env(PYTHONPATH=str(ROOT)),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 60
+        seen = ""
+        # The worker reports each run on stderr: wait for this task's line.
+        while f"task {tid}: satisfied" not in seen:
+            ready, _, _ = select.select([proc.stderr], [], [], deadline - time.monotonic())
+            line = proc.stderr.readline() if ready else ""
+            if not line:
+                pytest.fail(f"no report from the worker (exit {proc.poll()}):\n{seen}")
+            seen += line
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, seen + err
+    assert "worker ran 1 task(s)" in err
+
+
+def test_worker_reports_a_task_it_cannot_run_and_goes_on(tmp_path: Path) -> None:
+    """A task whose contract names a tool this worker lacks (the submitter had it in
+    TETHER_TOOLS) is reported and left queued; the next task runs; the exit code is 1."""
+    bad = _queue(tmp_path, "bad", ["write_file", "create_ticket"])
+    good = _queue(tmp_path, "good", ["write_file"])
+    res = _tether("worker", "--once", "--model", POLICY, cwd=tmp_path)
+    assert res.returncode == 1, res.stderr
+    assert f"task {bad}: could not run:" in res.stderr and "create_ticket" in res.stderr
+    assert f"task {good}: satisfied" in res.stderr
+    assert "worker ran 1 task(s)" in res.stderr and "Traceback" not in res.stderr
+    docs = {t: json.loads(_tether("status", t, "--json", cwd=tmp_path).stdout) for t in (bad, good)}
+    assert docs[bad]["status"] == "queued" and docs[bad]["lease"]["owner"] is None
+    assert docs[good]["status"] == "satisfied"

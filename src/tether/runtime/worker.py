@@ -244,20 +244,18 @@ class Worker:
             log.warning("task %s failed to run: %s (retry in %.0f s)", task_id, exc, delay)
         else:
             log.exception("task %s failed to run (retry in %.0f s)", task_id, delay)
-        if self.on_error is not None:
-            self.on_error(task_id, exc)
         try:
             if lease is not None:
                 await self.store.renew(task_id, lease.token, delay)
-                token: int | None = lease.token
+                self._held[task_id] = lease.token
             else:
                 held = await self.store.claim(self.worker_id, delay, task_id=task_id)
-                token = held.token if held is not None else None
-        except errors.TetherError as hold_exc:  # it is only a courtesy: go on
+                if held is not None:
+                    self._held[task_id] = held.token
+        except errors.TetherError as hold_exc:  # only a courtesy to the other tasks
             log.warning("task %s: could not hold it back: %s", task_id, hold_exc)
-            return
-        if token is not None:
-            self._held[task_id] = token
+        if self.on_error is not None:
+            self.on_error(task_id, exc)
 
     async def _idle(self, seconds: float) -> None:
         """Wait `seconds`, or less if `stop` is set or `notify()` is called."""

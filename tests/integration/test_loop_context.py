@@ -199,7 +199,8 @@ async def test_malformed_and_unknown_tool_calls_go_back_to_the_model(
     assert [o["status"] for o in ops[:4]] == ["failed"] * 4
     assert [o["error_class"] for o in ops[:3]] == ["malformed", "not_permitted", "not_permitted"]
     assert not (tmp_path / "x").exists()
-    assert (await store.get_task(tid)).usage["malformed_calls"] == 1
+    # Bad JSON and wrong argument types both count as malformed calls.
+    assert (await store.get_task(tid)).usage["malformed_calls"] == 2
 
 
 async def test_need_help_and_max_rounds_wait_with_a_reason(

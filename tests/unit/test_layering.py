@@ -1,5 +1,6 @@
-"""Dependencies point one way (DESIGN.md section 2): the store knows nothing of models,
-tools, the runtime or the interfaces; the ledger knows nothing of the store."""
+"""Dependencies point one way: the store knows nothing of models, tools, the runtime or
+the interfaces; the ledger knows nothing of the store; the parts of a round know the
+engine only through the narrow protocols of `runtime/ports.py`."""
 
 from __future__ import annotations
 
@@ -47,6 +48,28 @@ def test_domain_modules_do_not_reach_up() -> None:
 def test_runtime_does_not_import_the_interfaces() -> None:
     files = sorted((SRC / "runtime").glob("*.py"))
     assert offending(files, ("tether.cli", "tether.web")) == []
+
+
+#: The parts of a round: they take their collaborators through `runtime.ports`.
+ROUND_PARTS = (
+    "ops",
+    "recovery",
+    "verdicts",
+    "guards",
+    "compaction",
+    "context",
+    "judge",
+    "completion",
+    "history",
+    "state",
+    "ports",
+)
+
+
+def test_round_parts_do_not_import_the_engine() -> None:
+    files = [SRC / "runtime" / f"{name}.py" for name in ROUND_PARTS]
+    assert all(f.is_file() for f in files)
+    assert offending(files, ("tether.runtime.engine", "tether.runtime.worker")) == []
 
 
 def test_the_check_sees_imports() -> None:

@@ -25,7 +25,7 @@ from tether.models.base import Message, ModelRequest
 from tether.runtime.context import SUMMARY_PREFIX, Entry, render_system, transcript
 
 if TYPE_CHECKING:
-    from tether.runtime.engine import _TaskRun
+    from tether.runtime.ports import CompactHost
 
 COMPACT_INSTRUCTIONS = """\
 You compress the history of a long-running agent task so that it fits the context
@@ -588,7 +588,7 @@ def _mechanical_summary(entries: list[Entry]) -> str:
     return "\n".join(lines[-60:])
 
 
-async def compact_context(run: _TaskRun, budget: int) -> None:
+async def compact_context(run: CompactHost, budget: int) -> None:
     """Compact `run.ctx` until the next request fits `budget` tokens."""
     ctx = run.ctx
     before = ctx.estimate()
@@ -621,7 +621,7 @@ async def compact_context(run: _TaskRun, budget: int) -> None:
         task_id=run.task_id,
     )
     failpoints.hit("during_compaction")
-    model = run.e.models.compact or run.e.models.actor
+    model = run.models.compact or run.models.actor
     events: list[ev.Event] = []
     fallback = False
     try:
@@ -665,7 +665,7 @@ async def compact_context(run: _TaskRun, budget: int) -> None:
     ctx.system = render_system(run.spec, run.ledger)
     run.state.system_blob = run.stage_blob(ctx.system.encode())
     run.state.system_version = run.task.version
-    run.state.system_at = run.e.clock.now()
+    run.state.system_at = run.clock.now()
     # Still too big: trim long tool outputs, then fold the oldest kept rounds into the
     # summary one by one, then shorten the summary; give up clearly only when the system
     # prompt and tools alone do not fit. The runtime's note always stays at the end.

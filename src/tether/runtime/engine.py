@@ -39,6 +39,8 @@ from tether.runtime.context import (
     Entry,
 )
 from tether.runtime.ops import INLINE_WAIT_MAX, Guard, OpOutcome, OpRunner, Pause
+from tether.runtime.ports import ModelSet as ModelSet  # re-exported: public
+from tether.runtime.ports import PendingRound
 from tether.runtime.state import RunState
 from tether.spec import OpRule, TaskSpec, parse_spec
 from tether.store.base import (
@@ -56,32 +58,6 @@ from tether.store.base import (
 from tether.tools.registry import Tool, ToolRegistry
 
 log = logging.getLogger("tether.engine")
-
-
-@dataclass
-class ModelSet:
-    """Models by purpose. `judge=None` means rule judging only."""
-
-    actor: Model
-    judge: Model | None = None
-    compact: Model | None = None
-    review: Model | None = None
-
-    @classmethod
-    def single(cls, model: Model, *, review: bool = False) -> ModelSet:
-        """One model for every purpose."""
-        return cls(model, model, model, model if review else None)
-
-    async def aclose(self) -> None:
-        """Close the models' HTTP clients (each distinct model once)."""
-        seen: set[int] = set()
-        for m in (self.actor, self.judge, self.compact, self.review):
-            if m is None or id(m) in seen:
-                continue
-            seen.add(id(m))
-            close = getattr(m, "aclose", None)
-            if close is not None:
-                await close()
 
 
 @dataclass(frozen=True)
@@ -104,19 +80,6 @@ class Snapshot:
     def cache_hit_rate(self) -> float:
         """Cached share of input tokens so far."""
         return self.cached_tokens / self.input_tokens if self.input_tokens else 0.0
-
-
-@dataclass(frozen=True)
-class PendingRound:
-    """A round's results, built in memory and committed in one write."""
-
-    round: int
-    events: list[ev.Event]
-    ops: list[OpRecord]
-    artifacts: list[ArtifactRecord]
-    messages: list[Message]
-    non_convergent: str | None
-    calls: int
 
 
 @dataclass(frozen=True)
@@ -300,6 +263,15 @@ class _TaskRun:
         self.e = engine
         self.previous_owner = previous_owner
         self.store = engine.store
+        # What the parts of a round need of the engine (see `ports`).
+        self.clock: Clock = engine.clock
+        self.models = engine.models
+        self.services: Mapping[str, Any] = engine.services
+        self.inline_wait_max = engine.inline_wait_max
+        self.worker_id = engine.worker_id
+        self.lease_ttl = engine.lease_ttl
+        self.epoch_every_turn = engine.epoch_every_turn
+        self.max_rounds_this_run = engine.max_rounds_this_run
         self.task_id = task_id
         self.token = token
         self.rounds_this_run = 0
@@ -402,7 +374,12 @@ class _TaskRun:
         self.state.last_seq = res.last_seq
         return res.last_seq
 
-    def _status_event(self, dst: str, stop_reason: str | None = None, reason: str = "") -> ev.Event:
+    def stop_requested(self) -> bool:
+        """True once the worker was asked to stop between steps."""
+        return self.e.stop.is_set()
+
+    def status_event(self, dst: str, stop_reason: str | None = None, reason: str = "") -> ev.Event:
+        """The status-change event from the current status."""
         return ev.TaskStatusChanged(
             src=self.status, dst=dst, stop_reason=stop_reason, reason=reason
         )
@@ -423,7 +400,7 @@ class _TaskRun:
         if waiting is UNSET and dst != "waiting":
             waiting = None
         await self.commit(
-            [*extra, self._status_event(dst, stop_reason, reason)],
+            [*extra, self.status_event(dst, stop_reason, reason)],
             status=dst,
             stop_reason=stop_reason,
             waiting=waiting,
@@ -527,6 +504,7 @@ class _TaskRun:
             if lifecycle.is_terminal(self.status):
                 return self.result()
             await recovery.start_turn(self)
+            await self.finish_interrupted()
             while True:
                 await self.round()
         except _Stop:
@@ -679,16 +657,17 @@ class _TaskRun:
             tool_calls=len(response.tool_calls),
         )
 
-    async def model_failed(self, purpose: str, model: Model, exc: errors.ModelError) -> None:
+    async def model_failed(self, purpose: str, model: Model, exc: Exception) -> None:
         """A model call failed after its retries: wait, never die silently."""
+        transient = isinstance(exc, errors.ModelError) and exc.transient
         event = ev.ModelFailed(
             call_id=f"{self.task_id}.{purpose}.failed",
             purpose=purpose,
             model=model.name,
             error=str(exc),
-            transient=exc.transient,
+            transient=transient,
         )
-        if exc.transient:
+        if transient:
             wake = self.e.clock.now() + 60.0
             await self.set_status(
                 "waiting",
@@ -786,6 +765,15 @@ class _TaskRun:
         await verdicts.judge_round(self, facts, response.text, pending)
         if facts.deferred:
             await self.wait_for_services([o for o in outcomes if o.retry_at is not None])
+
+    async def finish_interrupted(self) -> None:
+        """A round a crash interrupted: finish it from its recorded decision, or judge
+        it from its saved facts when only the verdict was missing."""
+        if self.state.inflight:
+            await self.round(resume=self.state.inflight)
+        if self.state.unjudged:
+            facts = verdicts.facts_from_dict(self.state.unjudged)
+            await verdicts.judge_round(self, facts, text="")
 
     async def decide(self, round_no: int) -> tuple[str | None, ModelResponse]:
         """Phases 2 and 3: assemble the context and make the one model call.

@@ -14,14 +14,14 @@ from tether import events as ev
 from tether.runtime._signals import Stop as _Stop
 
 if TYPE_CHECKING:
-    from tether.runtime.engine import _TaskRun
+    from tether.runtime.ports import GuardHost
 
 
-async def guard(run: _TaskRun) -> None:
+async def guard(run: GuardHost) -> None:
     """Checks between steps: stop request, cancellation, lease, loop guards, budget."""
     if run.lease_lost:
         raise errors.StaleLease(run.task_id, run.token, None)
-    if run.e.stop.is_set():
+    if run.stop_requested():
         await run.set_status("queued", reason="interrupted; resume to continue")
         raise _Stop
     task = await run.store.get_task(run.task_id)
@@ -32,7 +32,7 @@ async def guard(run: _TaskRun) -> None:
         # The goal changed under us: re-read everything in a fresh turn.
         await run.set_status("queued", reason="goal changed; restarting the turn")
         raise _Stop
-    if run.e.max_rounds_this_run is not None and run.rounds_this_run >= run.e.max_rounds_this_run:
+    if run.max_rounds_this_run is not None and run.rounds_this_run >= run.max_rounds_this_run:
         await run.set_status("queued", reason="round limit for this run reached")
         raise _Stop
     rounds = run.state.rounds
@@ -65,7 +65,7 @@ async def guard(run: _TaskRun) -> None:
     await check_budget(run)
 
 
-def _budget_scopes(run: _TaskRun) -> list[tuple[str, dict[str, tuple[float | None, float]]]]:
+def _budget_scopes(run: GuardHost) -> list[tuple[str, dict[str, tuple[float | None, float]]]]:
     """(scope, {resource: (limit, used)}) for the task and the current milestone."""
     b = run.spec.budget
     st = run.state
@@ -99,7 +99,7 @@ def _budget_scopes(run: _TaskRun) -> list[tuple[str, dict[str, tuple[float | Non
     return scopes
 
 
-async def check_budget(run: _TaskRun) -> None:
+async def check_budget(run: GuardHost) -> None:
     """Threshold events at 50% and 80%; suspension at 100%, for
     the task and for the current milestone. The check runs before every model call, so
     a cap is never exceeded by more than one call."""

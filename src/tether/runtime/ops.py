@@ -33,7 +33,7 @@ from tether.tools.registry import RISKY, Reconciliation, Tool, ToolContext, rend
 from tether.tools.retry import RetryPolicy, decide
 
 if TYPE_CHECKING:
-    from tether.runtime.engine import _TaskRun
+    from tether.runtime.ports import OpsHost
 
 #: Backoffs up to this long are waited out in the worker; longer ones park the task as
 #: `waiting` until the stored time, releasing the lease.
@@ -150,12 +150,12 @@ def _hash_args(args: Mapping[str, Any]) -> str:
 
 
 class OpRunner:
-    """Runs the tool calls of one round for a `_TaskRun`."""
+    """Runs the tool calls of one round for a `OpsHost`."""
 
-    def __init__(self, run: _TaskRun) -> None:
+    def __init__(self, run: OpsHost) -> None:
         self.run = run
         self.store = run.store
-        self.clock = run.e.clock
+        self.clock = run.clock
         self.rng = random.Random()
         self.pending_events: list[ev.Event] = []
         #: Op ids whose intent was committed with the round's decision (see `plan`).
@@ -634,7 +634,7 @@ class OpRunner:
             fencing_token=run.token,
             workspace=run.workspace,
             logger=logging.getLogger(f"tether.tool.{tool.name}"),
-            services=run.e.services,
+            services=run.services,
             attempt=attempt,
         )
 
@@ -800,7 +800,7 @@ class OpRunner:
         delay = at - self.clock.now()
         if delay <= 0:
             return
-        if delay <= run.e.inline_wait_max:
+        if delay <= run.inline_wait_max:
             await self.clock.sleep(delay)
             return
         await run.set_status(

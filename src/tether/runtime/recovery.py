@@ -22,11 +22,10 @@ from tether.runtime.context import Context, Entry, render_system, turn_message
 from tether.store.base import ArtifactRecord, OpRecord, blob_hash
 
 if TYPE_CHECKING:
-    from tether.runtime.engine import _TaskRun
-from tether.runtime.verdicts import facts_from_dict, judge_round
+    from tether.runtime.ports import TurnHost
 
 
-async def start_turn(run: _TaskRun) -> None:
+async def start_turn(run: TurnHost) -> None:
     """Recover if needed, move to running, assemble the context, open a turn."""
     events: list[ev.Event] = []
     first = run.state.turns == 0
@@ -37,9 +36,9 @@ async def start_turn(run: _TaskRun) -> None:
         raise _Stop
     events.append(
         ev.LeaseClaimed(
-            worker_id=run.e.worker_id,
+            worker_id=run.worker_id,
             token=run.token,
-            expires_at=run.e.clock.now() + run.e.lease_ttl,
+            expires_at=run.clock.now() + run.lease_ttl,
         )
     )
     reopened: list[str] = []
@@ -47,7 +46,7 @@ async def start_turn(run: _TaskRun) -> None:
     in_doubt: list[OpRecord] = []
     if not first:
         events.append(
-            ev.RecoveryStarted(worker_id=run.e.worker_id, previous_owner=run.previous_owner)
+            ev.RecoveryStarted(worker_id=run.worker_id, previous_owner=run.previous_owner)
         )
         events.append(
             ev.RecoveryStep(
@@ -113,14 +112,14 @@ async def start_turn(run: _TaskRun) -> None:
                 )
             )
     if run.status != "running":
-        events.append(run._status_event("running", reason=kind))
+        events.append(run.status_event("running", reason=kind))
     await rebuild_context(run)
     epoch, why = epoch_needed(run, first)
     if epoch:
         run.ctx.system = render_system(run.spec, ledger)
         run.state.system_blob = run.stage_blob(run.ctx.system.encode())
         run.state.system_version = run.task.version
-        run.state.system_at = run.e.clock.now()
+        run.state.system_at = run.clock.now()
     text = turn_message(kind, ledger, epoch=epoch)
     turn = run.state.turns + 1
     run.state.turns = turn
@@ -147,30 +146,23 @@ async def start_turn(run: _TaskRun) -> None:
     )
     run.ctx.append(Entry("turn", [Message("user", text)]))
     run.snapshot(f"turn {turn} ({kind})")
-    inflight = run.state.inflight
-    if inflight:
-        await run.round(resume=inflight)
-    unjudged = run.state.unjudged
-    if unjudged:
-        facts = facts_from_dict(run, unjudged)
-        await judge_round(run, facts, text="")
 
 
-def epoch_needed(run: _TaskRun, first: bool) -> tuple[bool, str]:
+def epoch_needed(run: TurnHost, first: bool) -> tuple[bool, str]:
     """Whether this turn re-renders the system prompt (an epoch boundary)."""
     if first or not run.state.system_blob or not run.ctx.system:
         return True, "task start"
-    if run.e.epoch_every_turn:
+    if run.epoch_every_turn:
         return True, "every turn (naive policy)"
     if run.state.system_version != run.task.version:
         return True, "goal changed"
     last = run.state.last_call_at
-    if run.e.clock.now() - last > run.spec.context.cache_ttl_seconds:
+    if run.clock.now() - last > run.spec.context.cache_ttl_seconds:
         return True, "provider cache expired"
     return False, ""
 
 
-async def rebuild_context(run: _TaskRun) -> None:
+async def rebuild_context(run: TurnHost) -> None:
     """Context from the last snapshot plus the history entries after it."""
     schemas = tuple(t.schema() for t in run.tools)
     run.ctx = Context(system="", tools=schemas)

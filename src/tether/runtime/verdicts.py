@@ -16,10 +16,10 @@ from tether.runtime.context import Entry, continuation_message
 from tether.store.base import ArtifactRecord, OpRecord
 
 if TYPE_CHECKING:
-    from tether.runtime.engine import PendingRound, _TaskRun
+    from tether.runtime.ports import JudgeHost, PendingRound
 
 
-def facts_from_dict(run: _TaskRun, d: Mapping[str, Any]) -> J.RoundFacts:
+def facts_from_dict(d: Mapping[str, Any]) -> J.RoundFacts:
     """The round facts saved before a crash (`RunState.unjudged`), for judging it after."""
     return J.RoundFacts(
         round=int(d["round"]),
@@ -65,14 +65,14 @@ def facts_to_dict(facts: J.RoundFacts) -> dict[str, Any]:
 
 
 async def judge_round(
-    run: _TaskRun, facts: J.RoundFacts, text: str, pending: PendingRound | None = None
+    run: JudgeHost, facts: J.RoundFacts, text: str, pending: PendingRound | None = None
 ) -> None:
     """Rule judge, LLM judge, audit; commit the verdict (with the round's results when
     they are still `pending`); act on the decision."""
     env = _RuleEnv(run, pending)
     verdicts = [await J.rule_verdict(run.spec, run.ledger, env)]
     extra_events: list[ev.Event] = list(env.events)
-    judge_model = run.e.models.judge
+    judge_model = run.models.judge
     judges = ["rules"]
     if judge_model is not None:
         judges.append(judge_model.name)
@@ -169,7 +169,7 @@ async def judge_round(
         raise _Stop
 
 
-def _remember(run: _TaskRun, outcome: J.AuditOutcome) -> None:
+def _remember(run: JudgeHost, outcome: J.AuditOutcome) -> None:
     """Keep what the next audits need: evidence fingerprints credited to each item (to
     tell progress from repetition) and statuses a judge proposed for a human."""
     credited = run.state.credited
@@ -179,7 +179,7 @@ def _remember(run: _TaskRun, outcome: J.AuditOutcome) -> None:
         run.state.proposals[item] = {"status": status, "note": note}
 
 
-def focus_of(run: _TaskRun, round_no: int) -> str | None:
+def focus_of(run: JudgeHost, round_no: int) -> str | None:
     """The focus item of a past round, from the run's focus log."""
     log = run.state.focus_log
     found: str | None = None
@@ -190,7 +190,7 @@ def focus_of(run: _TaskRun, round_no: int) -> str | None:
     return found
 
 
-def note_focus(run: _TaskRun, round_no: int, focus: str | None) -> None:
+def note_focus(run: JudgeHost, round_no: int, focus: str | None) -> None:
     """Log the focus of a round when it changes (a few entries per item, not per round)."""
     log = run.state.focus_log
     if not log or log[-1][1] != focus:
@@ -199,7 +199,7 @@ def note_focus(run: _TaskRun, round_no: int, focus: str | None) -> None:
 
 
 async def resolve_evidence(
-    run: _TaskRun,
+    run: JudgeHost,
     refs: set[str],
     staged: Sequence[ArtifactRecord],
     facts: J.RoundFacts,
@@ -253,7 +253,7 @@ async def resolve_evidence(
     return known
 
 
-async def await_decision(run: _TaskRun, reason: str) -> None:
+async def await_decision(run: JudgeHost, reason: str) -> None:
     """Nothing is open but not everything is finished: wait for a human's decision
     (retry an item, waive it, or abandon the task) with the partial-completion record."""
     partial = J.partial_record(run.ledger, run.state.proposals)
@@ -275,7 +275,7 @@ async def await_decision(run: _TaskRun, reason: str) -> None:
     raise _Stop
 
 
-async def settle(run: _TaskRun, round_no: int) -> None:
+async def settle(run: JudgeHost, round_no: int) -> None:
     """Before a round: with nothing open there is nothing to ask the model; finish
     (through the completion check) or wait for a human's decision."""
     if run.ledger.open_items():
@@ -288,13 +288,13 @@ async def settle(run: _TaskRun, round_no: int) -> None:
     await complete(run, round_no)
 
 
-async def complete(run: _TaskRun, round_no: int) -> None:
+async def complete(run: JudgeHost, round_no: int) -> None:
     """The completion check on a proposed `satisfied`."""
     checks = await run_acceptance(run.spec, run.workspace)
     gaps = [f"acceptance {c.id} failed: {c.detail}" for c in checks if not c.passed]
-    reviewer = run.e.models.review if run.spec.review else None
+    reviewer = run.models.review if run.spec.review else None
     if run.spec.review and reviewer is None:
-        reviewer = run.e.models.judge or run.e.models.actor
+        reviewer = run.models.judge or run.models.actor
     events: list[ev.Event] = []
     reopen: tuple[str, ...] = ()
     if not gaps and reviewer is not None:
@@ -377,7 +377,7 @@ async def complete(run: _TaskRun, round_no: int) -> None:
 class _RuleEnv:
     """What the rule judge may look at, with evidence artifacts it creates."""
 
-    def __init__(self, run: _TaskRun, pending: PendingRound | None = None) -> None:
+    def __init__(self, run: JudgeHost, pending: PendingRound | None = None) -> None:
         self.run = run
         self.pending = pending
         self.workspace = run.workspace

@@ -239,7 +239,26 @@ def versions(systems: list[str], pg: str | None) -> dict[str, str]:
     if pg:
         with contextlib.suppress(Exception):
             out["postgresql"] = pg_version(pg)
+    source = tether_source()
+    if source:
+        out["tether source"] = source
     return out
+
+
+def tether_source() -> str | None:
+    """The commit the measured tether comes from, flagged when src/tether has edits."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "src/tether"], cwd=ROOT, capture_output=True, text=True
+        )
+    except OSError:
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + (" + uncommitted edits" if dirty.stdout.strip() else "")
 
 
 def command_line(argv: list[str]) -> str:
@@ -288,25 +307,34 @@ def render(doc: dict[str, Any], configs: list[dict[str, Any]], ns: list[int]) ->
 def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--n", default="100,1000", help="comma-separated step counts (100,1000)")
-    ap.add_argument("--reps", type=int, default=3, help="repetitions (3)")
+    ap.add_argument("--n", default=None, help="comma-separated step counts (100,1000)")
+    ap.add_argument("--reps", type=int, default=None, help="repetitions (3)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="tether,langgraph,dbos")
     ap.add_argument("--only", default=None, help="comma-separated names, e.g. tether/memory")
-    ap.add_argument("--pg", default=None, help=f"PostgreSQL URL (default ${'TETHER_TEST_PG_URL'})")
+    ap.add_argument("--pg", default=None, help="PostgreSQL URL (default $TETHER_TEST_PG_URL)")
     ap.add_argument("--no-pg", action="store_true", help="skip the PostgreSQL configurations")
-    ap.add_argument("--crash-trials", type=int, default=3, help="crash trials per system (3)")
-    ap.add_argument("--crash-steps", type=int, default=20, help="steps of a crash run (20)")
-    ap.add_argument("--floor", type=int, default=200, help="floor samples per block (200)")
+    ap.add_argument("--crash-trials", type=int, default=None, help="per system and backend (3)")
+    ap.add_argument("--crash-steps", type=int, default=None, help="steps of a crash run (20)")
+    ap.add_argument("--floor", type=int, default=None, help="floor samples per block (200)")
     ap.add_argument("--seed", type=int, default=13, help="seed of the crash steps")
-    ap.add_argument("--timeout", type=float, default=3600, help="seconds per child process")
-    ap.add_argument("--smoke", action="store_true", help="tiny N, 1 repetition, 1 crash trial")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds per child (3600)")
+    ap.add_argument(
+        "--smoke", action="store_true", help="defaults N=12, 1 repetition, 1 crash trial of 8"
+    )
     ap.add_argument("--results", type=Path, default=HERE / "results", help="JSON folder")
     args = ap.parse_args(args_list)
-    ns = [int(x) for x in args.n.split(",") if x.strip()]
-    reps, trials, crash_steps, floor = args.reps, args.crash_trials, args.crash_steps, args.floor
-    if args.smoke:
-        ns, reps, trials, crash_steps, floor = [12], 1, 1, 8, 20
-        args.timeout = min(args.timeout, 600)
+    # --smoke changes the defaults only: flags given explicitly still win.
+    smoke = args.smoke
+
+    def pick(value: Any, full: Any, small: Any) -> Any:
+        return value if value is not None else (small if smoke else full)
+
+    ns = [int(x) for x in pick(args.n, "100,1000", "12").split(",") if x.strip()]
+    reps = pick(args.reps, 3, 1)
+    trials = pick(args.crash_trials, 3, 1)
+    crash_steps = pick(args.crash_steps, 20, 8)
+    floor = pick(args.floor, 200, 20)
+    timeout = pick(args.timeout, 3600.0, 600.0)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = set(systems) - set(SYSTEMS)
     if unknown or any(n < 4 for n in ns) or crash_steps < 4:
@@ -336,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         "skipped": skipped,
     }
     with tempfile.TemporaryDirectory(prefix="tether-peers-") as tmp:
-        runner = Runner(Path(tmp), pg or "", args.timeout)
+        runner = Runner(Path(tmp), pg or "", timeout)
         doc["blocks"] = run_blocks(runner, configs, ns, reps, floor)
         doc["crash"] = crash_trials(runner, configs, trials, crash_steps, args.seed)
     doc["load_after"] = os.getloadavg()

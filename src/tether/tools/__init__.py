@@ -1,3 +1,5 @@
-"""Tools the agent can call: built-in file tools confined to a task's workspace, and
-(later) the registry, the op journal, retries, breakers and MCP adapters.
+"""Tools the agent can call: the registry and `@tool` (`registry`), failure classes
+(`failures`), retries (`retry`, the one `tether.retry` policy), shared breakers and
+concurrency limits (`breaker`), post-conditions (`validators`), the workspace file
+operations behind the built-in file tools (`files`) and MCP servers' tools (`mcp`).
 """

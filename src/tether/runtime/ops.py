@@ -663,136 +663,172 @@ class OpRunner:
     async def execute(
         self, tool: Tool, call: ToolCall, record: OpRecord, *, fresh: bool
     ) -> OpOutcome:
-        """Run one call to its end: success, failure, or a `Pause`."""
+        """Run one call to its end: success, failure, or a `Pause`.
+
+        Each attempt: wait for a stored retry time, pass the service guard, send (with the
+        `dispatched` mark when the tool needs it), then settle the outcome by class — a
+        transient failure stores the next attempt's time and goes round again."""
         run = self.run
         effectful = tool.effect != "read"
-        # Only a non-idempotent tool that cannot reconcile needs the extra `dispatched`
-        # mark: for the others a crash before or after sending is handled the same way.
-        mark_dispatch = effectful and not tool.idempotent and tool.reconcile is None
-        attempt = record.attempts
-        first_attempt = attempt
+        first_attempt = record.attempts
         t0 = time.perf_counter()
         if not fresh:
             outcome = await self.recover(tool, call, record)
             if outcome is not None:
                 return outcome
         elif effectful and record.op_id not in self.journaled:
-            await run.commit(
-                [_intent(tool, record)],
-                ops=[record],
-            )
+            await run.commit([_intent(tool, record)], ops=[record])
             failpoints.hit("after_op_intent")
-        policy = self.policy(tool)
         while True:
             if record.status == "retry_wait" and record.next_attempt_at is not None:
                 await self.wait_until(record, record.next_attempt_at)
-            holder = f"{run.task_id}:{record.op_id}:{attempt + 1}"
-            guard: Guard | None = run.guard
-            if guard is not None and tool.service:
-                adm = await guard.admit(tool.service, holder)
-                for t in getattr(adm, "transitions", ()):
-                    self.pending_events.append(
-                        ev.BreakerChanged(service=t.service, src=t.src, dst=t.dst, reason=t.reason)
-                    )
-                if not adm.allowed:
-                    when = f" until {adm.retry_at:.0f}" if adm.retry_at else ""
-                    msg = (
-                        f"service {tool.service} is unavailable{when}: {adm.reason}; "
-                        "work on something else"
-                    )
-                    out = self.failure(call, tool, record, "transient", msg, 0.0)
-                    if attempt == first_attempt:
-                        # Held back before any attempt: no try at all, only a delay.
-                        out.retry_at = adm.retry_at
-                    return out
-            attempt += 1
-            record = replace(record, attempts=attempt)
-            if mark_dispatch:
-                record = replace(record, status="dispatched")
-                await run.commit(
-                    [ev.OpDispatched(op_id=record.op_id, attempt=attempt)], ops=[record]
-                )
-            t1 = time.perf_counter()
-            raw: Any = None
-            exc: BaseException | None = None
-            try:
-                raw = await asyncio.wait_for(
-                    tool.fn(record.args, self.context(tool, record, attempt)), tool.timeout
-                )
-            except asyncio.CancelledError:
-                if guard is not None and tool.service:
-                    # Give the slot back now; a leaked one would hold the limit for its ttl.
-                    await asyncio.shield(guard.release(tool.service, holder))
-                raise
-            except Exception as e:  # classified below; a tool's bug is the tool's failure
-                exc = e
-            failpoints.hit("after_op_dispatch")
-            ms = (time.perf_counter() - t1) * 1000
-            ok = exc is None
-            cls_msg: failures.Classified | None = None
-            if exc is not None:
-                cls_msg = failures.classify(exc, has_effect=effectful)
-                if tool.classify is not None:
-                    override = tool.classify(exc)
-                    if override is not None:
-                        cls_msg = failures.Classified(override, cls_msg.message, cls_msg.delay)
-                ok = cls_msg.cls in ("deterministic", "validation")  # the service answered
-            if guard is not None and tool.service:
-                finish = getattr(guard, "finish", None)
-                if finish is not None:
-                    transitions = await finish(tool.service, ok, holder)
-                else:
-                    await guard.release(tool.service, holder)
-                    transitions = await guard.record(tool.service, ok, holder)
-                for t in transitions:
-                    self.pending_events.append(
-                        ev.BreakerChanged(service=t.service, src=t.src, dst=t.dst, reason=t.reason)
-                    )
-            if exc is None:
+            held = await self._admit(tool, call, record, first=record.attempts == first_attempt)
+            if held is not None:
+                return held
+            record = replace(record, attempts=record.attempts + 1)
+            raw, cls_msg, ms = await self._send(tool, record)
+            if cls_msg is None:
                 problem = self.validate(tool, raw)
                 if problem is not None:
                     self.count_validation()
                     return self.failure(call, tool, record, "validation", problem, ms)
                 return await self.success(call, tool, record, raw, ms)
-            assert cls_msg is not None
-            cls, msg = cls_msg.cls, cls_msg.message
-            if cls == "unknown":
-                rec = await self.reconcile(tool, record)
-                if rec.outcome == "done":
-                    return await self.success(call, tool, record, rec.result, ms)
-                if rec.outcome == "unknown" and not tool.idempotent:
-                    await self.in_doubt(tool, record, msg)
-                # not done, or idempotent: sending again with the same key is safe.
-                cls = "transient"
-            if cls in ("deterministic", "validation"):
-                if cls == "validation":
-                    self.count_validation()
-                return self.failure(call, tool, record, cls, msg, (time.perf_counter() - t0) * 1000)
-            decision = decide(policy, attempt, "transient", hint=cls_msg.delay, rng=self.rng)
-            if not decision.retry:
-                return self.failure(
-                    call, tool, record, "transient", f"{msg} ({decision.reason})", ms
-                )
-            next_at = self.clock.now() + decision.delay
-            record = replace(
-                record,
-                status="retry_wait",
-                next_attempt_at=next_at,
-                error={"class": "transient", "message": msg},
+            settled = await self._settle(tool, call, record, cls_msg, ms, t0)
+            if isinstance(settled, OpOutcome):
+                return settled
+            record = settled
+
+    def _holder(self, record: OpRecord) -> str:
+        """Who holds a concurrency slot: this op's next attempt."""
+        return f"{self.run.task_id}:{record.op_id}:{record.attempts + 1}"
+
+    def _breaker_events(self, transitions: Any) -> None:
+        for t in transitions:
+            self.pending_events.append(
+                ev.BreakerChanged(service=t.service, src=t.src, dst=t.dst, reason=t.reason)
             )
+
+    async def _admit(
+        self, tool: Tool, call: ToolCall, record: OpRecord, *, first: bool
+    ) -> OpOutcome | None:
+        """The service guard's answer: None to go, or the outcome of a call held back."""
+        guard: Guard | None = self.run.guard
+        if guard is None or not tool.service:
+            return None
+        adm = await guard.admit(tool.service, self._holder(record))
+        self._breaker_events(getattr(adm, "transitions", ()))
+        if adm.allowed:
+            return None
+        when = f" until {adm.retry_at:.0f}" if adm.retry_at else ""
+        msg = f"service {tool.service} is unavailable{when}: {adm.reason}; work on something else"
+        out = self.failure(call, tool, record, "transient", msg, 0.0)
+        if first:
+            # Held back before any attempt: no try at all, only a delay.
+            out.retry_at = adm.retry_at
+        return out
+
+    async def _send(
+        self, tool: Tool, record: OpRecord
+    ) -> tuple[Any, failures.Classified | None, float]:
+        """One attempt: (result, failure class or None, milliseconds). The guard's slot
+        is given back and the outcome counted for the service's breaker."""
+        run = self.run
+        effectful = tool.effect != "read"
+        # Only a non-idempotent tool that cannot reconcile needs the extra `dispatched`
+        # mark: for the others a crash before or after sending is handled the same way.
+        if effectful and not tool.idempotent and tool.reconcile is None:
+            record = replace(record, status="dispatched")
             await run.commit(
-                [
-                    ev.OpRetryScheduled(
-                        op_id=record.op_id,
-                        attempt=attempt,
-                        next_attempt_at=next_at,
-                        delay=decision.delay,
-                        error_class="transient",
-                        error=msg[:300],
-                    )
-                ],
-                ops=[record],
+                [ev.OpDispatched(op_id=record.op_id, attempt=record.attempts)], ops=[record]
             )
+        guard: Guard | None = run.guard if tool.service else None
+        holder = f"{run.task_id}:{record.op_id}:{record.attempts}"
+        t1 = time.perf_counter()
+        raw: Any = None
+        cls_msg: failures.Classified | None = None
+        try:
+            raw = await asyncio.wait_for(
+                tool.fn(record.args, self.context(tool, record, record.attempts)), tool.timeout
+            )
+        except asyncio.CancelledError:
+            if guard is not None and tool.service:
+                # Give the slot back now; a leaked one would hold the limit for its ttl.
+                await asyncio.shield(guard.release(tool.service, holder))
+            raise
+        except Exception as exc:  # classified here; a tool's bug is the tool's failure
+            cls_msg = self._classify(tool, exc)
+        failpoints.hit("after_op_dispatch")
+        ms = (time.perf_counter() - t1) * 1000
+        if guard is not None and tool.service:
+            # The service answered unless the failure is on the way to or from it.
+            ok = cls_msg is None or cls_msg.cls in ("deterministic", "validation")
+            finish = getattr(guard, "finish", None)
+            if finish is not None:
+                transitions = await finish(tool.service, ok, holder)
+            else:
+                await guard.release(tool.service, holder)
+                transitions = await guard.record(tool.service, ok, holder)
+            self._breaker_events(transitions)
+        return raw, cls_msg, ms
+
+    @staticmethod
+    def _classify(tool: Tool, exc: Exception) -> failures.Classified:
+        cls_msg = failures.classify(exc, has_effect=tool.effect != "read")
+        if tool.classify is not None:
+            override = tool.classify(exc)
+            if override is not None:
+                cls_msg = failures.Classified(override, cls_msg.message, cls_msg.delay)
+        return cls_msg
+
+    async def _settle(
+        self,
+        tool: Tool,
+        call: ToolCall,
+        record: OpRecord,
+        cls_msg: failures.Classified,
+        ms: float,
+        t0: float,
+    ) -> OpOutcome | OpRecord:
+        """A failed attempt: its outcome, or the record with the next attempt stored."""
+        cls, msg = cls_msg.cls, cls_msg.message
+        if cls == "unknown":
+            rec = await self.reconcile(tool, record)
+            if rec.outcome == "done":
+                return await self.success(call, tool, record, rec.result, ms)
+            if rec.outcome == "unknown" and not tool.idempotent:
+                await self.in_doubt(tool, record, msg)
+            # not done, or idempotent: sending again with the same key is safe.
+            cls = "transient"
+        if cls in ("deterministic", "validation"):
+            if cls == "validation":
+                self.count_validation()
+            return self.failure(call, tool, record, cls, msg, (time.perf_counter() - t0) * 1000)
+        decision = decide(
+            self.policy(tool), record.attempts, "transient", hint=cls_msg.delay, rng=self.rng
+        )
+        if not decision.retry:
+            return self.failure(call, tool, record, "transient", f"{msg} ({decision.reason})", ms)
+        next_at = self.clock.now() + decision.delay
+        record = replace(
+            record,
+            status="retry_wait",
+            next_attempt_at=next_at,
+            error={"class": "transient", "message": msg},
+        )
+        await self.run.commit(
+            [
+                ev.OpRetryScheduled(
+                    op_id=record.op_id,
+                    attempt=record.attempts,
+                    next_attempt_at=next_at,
+                    delay=decision.delay,
+                    error_class="transient",
+                    error=msg[:300],
+                )
+            ],
+            ops=[record],
+        )
+        return record
 
     async def wait_until(self, record: OpRecord, at: float) -> None:
         """Wait for a stored retry time: in the worker if short, else park the task."""

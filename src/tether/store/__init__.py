@@ -1,13 +1,20 @@
 """Storage backends and `open_store(url)`.
 
-URLs: `sqlite:///relative/or/absolute/path.db` (default `.tether/tether.db`),
-`postgresql://user@host:port/db[?schema=name]`, `memory://`.
+URLs: `sqlite:///relative/or/absolute/path.db[?synchronous=LEVEL]` (default
+`.tether/tether.db`), `postgresql://user@host:port/db[?schema=name]`, `memory://`.
+
+SQLite's `synchronous` level is FULL unless asked otherwise: by the `synchronous=`
+argument of `open_store`, else the URL's `?synchronous=` (`off`, `normal`, `full` or
+`extra`, any case), else the `TETHER_SQLITE_SYNCHRONOUS` environment variable. NORMAL
+(in WAL mode) keeps the database consistent after a crash of the process or the machine
+but may lose the last commits on a power loss or OS crash; see `tether.store.sqlite`.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 from tether import errors
 from tether.clock import Clock
@@ -45,6 +52,7 @@ __all__ = [
     "default_url",
     "open_store",
     "sqlite_path",
+    "sqlite_synchronous",
 ]
 
 
@@ -53,14 +61,47 @@ def default_url() -> str:
     return os.environ.get("TETHER_DB") or DEFAULT_URL
 
 
+#: The `synchronous` levels SQLite knows.
+SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+#: The query parameters a `sqlite:///` URL may carry.
+SQLITE_URL_PARAMS = ("synchronous",)
+
+
+def _sqlite_split(url: str) -> tuple[str, dict[str, str]]:
+    """`(path part, query parameters)` of a `sqlite:///` URL; unknown parameters refused."""
+    rest, _, query = url[len("sqlite://") :].partition("?")
+    params: dict[str, str] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key not in SQLITE_URL_PARAMS:
+            raise errors.StoreConfigError(
+                f"{url!r}: unknown parameter {key!r}; a sqlite:/// URL takes"
+                f" {', '.join(SQLITE_URL_PARAMS)}"
+            )
+        params[key] = value
+    return rest, params
+
+
 def sqlite_path(url: str) -> Path:
-    """The file path of a `sqlite:///` URL (three slashes, then the path)."""
-    rest = url[len("sqlite://") :]
+    """The file path of a `sqlite:///` URL (three slashes, then the path; a `?query`
+    after it is not part of the path)."""
+    rest, _ = _sqlite_split(url)
     if rest.startswith("/"):
         rest = rest[1:]
     if not rest:
         raise errors.StoreConfigError(f"{url!r} names no file; use sqlite:///path/to/file.db")
     return Path(rest)
+
+
+def sqlite_synchronous(value: str, source: str = "synchronous") -> str:
+    """The SQLite level for `value` (any case); `StoreConfigError` naming `source` if it is
+    not one of OFF, NORMAL, FULL, EXTRA."""
+    level = value.strip().upper()
+    if level not in SQLITE_SYNCHRONOUS:
+        raise errors.StoreConfigError(
+            f"{source}={value!r} is not one of {', '.join(s.lower() for s in SQLITE_SYNCHRONOUS)}"
+            " (SQLite's synchronous level; the default is full)"
+        )
+    return level
 
 
 async def open_store(
@@ -75,11 +116,19 @@ async def open_store(
     if url.startswith("sqlite://"):
         from tether.store.sqlite import SQLiteStore
 
-        sync = (synchronous or os.environ.get("TETHER_SQLITE_SYNCHRONOUS") or "FULL").upper()
-        if sync not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            raise errors.StoreConfigError(f"synchronous={sync!r} is not OFF, NORMAL, FULL or EXTRA")
+        path = sqlite_path(url)
+        _, params = _sqlite_split(url)
+        env = os.environ.get("TETHER_SQLITE_SYNCHRONOUS")
+        if synchronous is not None:
+            sync = sqlite_synchronous(synchronous)
+        elif "synchronous" in params:
+            sync = sqlite_synchronous(params["synchronous"], f"{url}: synchronous")
+        elif env:
+            sync = sqlite_synchronous(env, "TETHER_SQLITE_SYNCHRONOUS")
+        else:
+            sync = "FULL"
         return await SQLiteStore.open(
-            sqlite_path(url),
+            path,
             clock=clock,
             create=create,
             synchronous=sync,  # type: ignore[arg-type]

@@ -419,32 +419,32 @@ class SqlStore:
     def _read_events_sync(
         self, task_id: str, after: int, limit: int | None, types: Collection[str] | None
     ) -> list[StoredEvent]:
+        if limit is not None and limit <= 0:
+            self._get_task_sync(task_id)  # TaskNotFound if absent
+            return []
         params: dict[str, Any] = {"id": task_id, "after": after}
         where = "task_id = :id AND seq > :after"
         if types:
-            names = []
-            for n, t in enumerate(sorted(types)):
-                params[f"t{n}"] = t
-                names.append(f":t{n}")
-            where += f" AND type IN ({', '.join(names)})"
+            where += self._in(params, "type", "t", types)
         lim = ""
         if limit is not None:
             params["limit"] = limit
             lim = " LIMIT :limit"
+        cols = "task_id, seq, type, schema_version, data, task_version, fencing_token, at"
+        # One query: a row of NULLs if the task exists (none: no such task), then the
+        # events read in index order.
         with self._auto() as conn:
             rows = self._x(
                 conn,
-                "SELECT task_id, seq, type, schema_version, data, task_version, fencing_token,"
-                f" at FROM events WHERE {where} ORDER BY seq{lim}",
+                "SELECT task_id, NULL AS seq, NULL AS type, NULL AS schema_version,"
+                " NULL AS data, NULL AS task_version, NULL AS fencing_token, NULL AS at"
+                " FROM tasks WHERE task_id = :id UNION ALL"
+                f" SELECT * FROM (SELECT {cols} FROM events WHERE {where} ORDER BY seq{lim}) e",
                 params,
             ).fetchall()
-            # Events exist only for a task that does; ask only when there are none.
-            if not rows:
-                exists = self._x(
-                    conn, "SELECT 1 AS x FROM tasks WHERE task_id = :id", {"id": task_id}
-                ).fetchall()
-                if not exists:
-                    raise errors.TaskNotFound(task_id)
+        if not any(r["seq"] is None for r in rows):
+            raise errors.TaskNotFound(task_id)
+        rows = sorted((r for r in rows if r["seq"] is not None), key=lambda r: int(r["seq"]))
         return [
             StoredEvent(
                 task_id=r["task_id"],

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from tether import errors, failpoints
 from tether import events as ev
@@ -98,7 +98,8 @@ def split_schema(url: str) -> tuple[str, str | None]:
             rest.append((k, v))
     if schema is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", schema):
         raise errors.StoreConfigError(f"schema {schema!r} is not a plain SQL identifier")
-    return urlunsplit(parts._replace(query=urlencode(rest))), schema
+    # quote, not quote_plus: libpq does not read '+' as a space (options=-c%20x%3Dy).
+    return urlunsplit(parts._replace(query=urlencode(rest, quote_via=quote))), schema
 
 
 class PostgresStore(SqlStore):

@@ -2,7 +2,16 @@
 
 All access goes through one connection owned by one thread, so the store is safe for
 many asyncio tasks in a process; `BEGIN IMMEDIATE` and a busy timeout make it safe for
-several processes on one machine.
+several processes on one machine. Each call is one hop to that thread; a commit is one
+transaction there (events, blobs, ops, artifacts and approvals each one `executemany`).
+
+The synchronous level is a URL parameter: `sqlite:///path/to/tether.db?synchronous=normal`
+(`off`, `normal`, `full`, `extra`; any case; `open_store(url, synchronous=...)` and the
+`TETHER_SQLITE_SYNCHRONOUS` variable also set it, see `tether.store`). The default FULL
+syncs the WAL at every commit: a commit that returned survives a power loss. NORMAL
+syncs only at checkpoints: much cheaper commits, still never a corrupt or partial
+database after any crash, but a power loss or OS crash may undo the last commits (a
+process crash loses nothing). Anything else is refused with `StoreConfigError`.
 """
 
 from __future__ import annotations
@@ -64,9 +73,12 @@ class SQLiteStore(SqlStore):
         clock: Clock | None = None,
         busy_timeout_ms: int = 30_000,
     ) -> None:
+        from tether.store import sqlite_synchronous
+
         self.path = str(path)
-        super().__init__(f"sqlite:///{self.path}", clock)
-        self.synchronous = synchronous
+        self.synchronous: Synchronous = sqlite_synchronous(synchronous)  # type: ignore[assignment]
+        query = "" if self.synchronous == "FULL" else f"?synchronous={self.synchronous.lower()}"
+        super().__init__(f"sqlite:///{self.path}{query}", clock)
         self.busy_timeout_ms = busy_timeout_ms
         # One thread owns the connection; sqlite3 connections are not thread-safe.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-sqlite")
@@ -83,6 +95,9 @@ class SQLiteStore(SqlStore):
         migrate_to: int = SCHEMA_VERSION,
     ) -> SQLiteStore:
         """Open (and migrate) a database file; `create=False` refuses a missing file."""
+        from tether.store import sqlite_synchronous
+
+        sqlite_synchronous(synchronous)  # refuse a bad level before touching the disk
         p = Path(path)
         await asyncio.to_thread(_check_path, p, create)
         store = cls(p, synchronous=synchronous, clock=clock)

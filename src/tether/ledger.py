@@ -418,6 +418,29 @@ def from_spec(
     return Ledger.new(sk)
 
 
+def _changed(old: ItemState, ch: ItemChange) -> ItemState:
+    """One item's state after one change (`LedgerError` for an impossible one)."""
+    new = old
+    if ch.evidence:
+        new = replace(new, evidence=tuple(dict.fromkeys(old.evidence + tuple(ch.evidence))))
+    if ch.status is not None:
+        if ch.status not in ITEM_STATUSES:
+            raise errors.LedgerError(f"unknown item status {ch.status!r}")
+        if ch.status == "done" and not new.evidence:
+            raise errors.LedgerError(f"item {ch.item_id!r} cannot become done without evidence")
+        if ch.status == "pending" and old.status == "done":
+            # Re-opened work: its old evidence no longer proves anything.
+            new = replace(new, evidence=())
+        new = replace(new, status=ch.status)
+    if ch.note is not None:
+        new = replace(new, note=ch.note)
+    if ch.attempts_delta:
+        new = replace(new, attempts=max(0, new.attempts + ch.attempts_delta))
+    if ch.breaker is not None:
+        new = replace(new, breaker=max(0, ch.breaker))
+    return new
+
+
 def apply(ledger: Ledger, changes: Sequence[ItemChange]) -> LedgerUpdate:
     """Apply proposed changes; all-or-nothing.
 
@@ -430,27 +453,7 @@ def apply(ledger: Ledger, changes: Sequence[ItemChange]) -> LedgerUpdate:
         if not ledger.has_item(ch.item_id):
             raise errors.LedgerError(f"unknown ledger item {ch.item_id!r}")
         idx = ledger._index[ch.item_id]
-        old = states[idx]
-        new = old
-        if ch.evidence:
-            merged = tuple(dict.fromkeys(old.evidence + tuple(ch.evidence)))
-            new = replace(new, evidence=merged)
-        if ch.status is not None:
-            if ch.status not in ITEM_STATUSES:
-                raise errors.LedgerError(f"unknown item status {ch.status!r}")
-            if ch.status == "done" and not new.evidence:
-                raise errors.LedgerError(f"item {ch.item_id!r} cannot become done without evidence")
-            if ch.status == "pending" and old.status == "done":
-                # Re-opened work: its old evidence no longer proves anything.
-                new = replace(new, evidence=())
-            new = replace(new, status=ch.status)
-        if ch.note is not None:
-            new = replace(new, note=ch.note)
-        if ch.attempts_delta:
-            new = replace(new, attempts=max(0, new.attempts + ch.attempts_delta))
-        if ch.breaker is not None:
-            new = replace(new, breaker=max(0, ch.breaker))
-        states[idx] = new
+        states[idx] = _changed(states[idx], ch)
         if idx not in touched:
             touched.append(idx)
     # The diff is the net change per item, so changes that cancel out are no change.

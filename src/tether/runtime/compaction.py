@@ -481,33 +481,46 @@ def _global_claims(
                 out.append((m.start(), m.group(0).strip(), None))
     for pat, kind in _GLOBAL:
         for m in pat.finditer(sentence):
-            if _hedged(sentence, m):
-                continue
-            phrase = m.group(0).strip(" :,-–—")
-            exc_text = m.groupdict().get("exc") or ""
-            core = sentence[m.start() : m.end()].replace(exc_text, " ")
-            if _mentions(core, names):
-                continue  # "all the work on i1 is done": about one item
-            if kind == "verb" and _mentions(sentence[: m.start()], names):
-                continue  # "i1 completed all its steps": the subject is an item
-            rest = sentence[m.end() :]
-            if not exc_text:
-                exc = re.match(rf"\s*,?\s*{_EXCEPT}\b(.*)", rest)
-                exc_text = exc.group(1) if exc else ""
-            if exc_text:
-                excepted = [x.item for x in _mentions(exc_text, names)]
-                if excepted:
-                    out.append((m.start(), phrase, excepted))
-                continue  # "all done except the review": too vague to judge
-            if _OBJECT_AFTER.match(rest) and _mentions(rest[:80], names):
-                continue  # "nothing left to do for i1"
-            if kind == "else":
-                out.append((m.start(), phrase, line_items or None))
-                continue
-            if kind == "weak" and named:
-                continue
-            out.append((m.start(), phrase, None))
+            found = _global_match(sentence, m, kind, names, line_items, named)
+            if found is not None:
+                out.append((m.start(), *found))
     return [(p, e) for _, p, e in sorted(out, key=lambda x: x[0])]
+
+
+def _global_match(
+    sentence: str,
+    m: re.Match[str],
+    kind: str,
+    names: _Names,
+    line_items: list[str],
+    named: bool,
+) -> tuple[str, list[str] | None] | None:
+    """One match of a whole-task pattern: `(phrase, exceptions)`, or None when it is
+    hedged, about one item, or too vague to judge."""
+    if _hedged(sentence, m):
+        return None
+    phrase = m.group(0).strip(" :,-–—")
+    exc_text = m.groupdict().get("exc") or ""
+    core = sentence[m.start() : m.end()].replace(exc_text, " ")
+    if _mentions(core, names):
+        return None  # "all the work on i1 is done": about one item
+    if kind == "verb" and _mentions(sentence[: m.start()], names):
+        return None  # "i1 completed all its steps": the subject is an item
+    rest = sentence[m.end() :]
+    if not exc_text:
+        exc = re.match(rf"\s*,?\s*{_EXCEPT}\b(.*)", rest)
+        exc_text = exc.group(1) if exc else ""
+    if exc_text:
+        excepted = [x.item for x in _mentions(exc_text, names)]
+        # "all done except the review" names nothing: too vague to judge.
+        return (phrase, excepted) if excepted else None
+    if _OBJECT_AFTER.match(rest) and _mentions(rest[:80], names):
+        return None  # "nothing left to do for i1"
+    if kind == "else":
+        return phrase, line_items or None
+    if kind == "weak" and named:
+        return None
+    return phrase, None
 
 
 def completion_claims(summary: str, ledger: Ledger) -> ClaimFindings:

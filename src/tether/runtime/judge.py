@@ -11,6 +11,7 @@ is the only way a verdict reaches the ledger.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -22,7 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tether import ledger as L
 from tether.models.base import Message, ModelRequest
-from tether.spec import ArtifactRule, CommandRule, FileRule, Limits, OpRule, TaskSpec
+from tether.spec import (
+    ArtifactRule,
+    ChecklistItem,
+    CommandRule,
+    FileRule,
+    Limits,
+    OpRule,
+    TaskSpec,
+)
 from tether.store.base import ArtifactRecord, OpRecord
 
 Decision = Literal["continue", "satisfied", "abandon", "need_user"]
@@ -711,19 +720,8 @@ async def _run_command(command: str, cwd: Path | None, timeout: float) -> tuple[
 
 async def rule_verdict(spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> Verdict:
     """Check open items' `done_when` rules; propose `done` with evidence for those met."""
+    check = _RuleCheck(spec, ledger, env)
     changes: list[ProposedChange] = []
-    credited = {ref for _, st in ledger.items() for ref in st.evidence}
-    ops: list[OpRecord] | None = None
-    arts: list[ArtifactRecord] | None = None
-    rule_tools = sorted(
-        {
-            i.done_when.tool
-            for i in spec.items
-            if isinstance(i.done_when, OpRule)
-            and ledger.has_item(i.id)
-            and ledger.item(i.id).status in L.OPEN_STATUSES
-        }
-    )
     for item in spec.items:
         rule = item.done_when
         if rule is None or not ledger.has_item(item.id):
@@ -731,68 +729,96 @@ async def rule_verdict(spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> Verdic
         if ledger.item(item.id).status not in L.OPEN_STATUSES:
             continue
         if isinstance(rule, OpRule):
-            ops = ops if ops is not None else await env.succeeded_ops(rule_tools)
-            # An op that already proves another item proves this one only with leave.
-            taken = set() if item.shared_evidence else credited
-            hit = next(
-                (
-                    o
-                    for o in reversed(ops)
-                    if o.tool == rule.tool
-                    and _args_match(rule.args, o.args)
-                    and f"op:{o.op_id}" not in taken
-                ),
-                None,
-            )
-            if hit:
-                changes.append(ProposedChange(item.id, "done", (f"op:{hit.op_id}",), "rule: op"))
+            change = await check.op(item, rule)
         elif isinstance(rule, ArtifactRule):
-            arts = arts if arts is not None else await env.valid_artifacts()
-            found = next(
-                (
-                    a
-                    for a in reversed(arts)
-                    if a.name == rule.name
-                    and (rule.artifact_kind is None or a.kind == rule.artifact_kind)
-                ),
-                None,
-            )
-            if found:
-                changes.append(
-                    ProposedChange(
-                        item.id, "done", (f"artifact:{found.artifact_id}",), "rule: artifact"
-                    )
-                )
+            change = await check.artifact(item, rule)
         elif isinstance(rule, FileRule):
-            if env.workspace is None:
-                continue
-            path = (env.workspace / rule.path).resolve()
-            if not path.is_relative_to(env.workspace.resolve()) or not path.is_file():
-                continue
-            try:
-                content = path.read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                continue
-            if rule.contains is not None and rule.contains not in content:
-                continue
-            import hashlib
-
-            try:
-                full = hashlib.sha256(path.read_bytes()).hexdigest()
-            except OSError:
-                continue
-            if rule.fresh and env.preexisting.get(rule.path) == full:
-                continue  # the same file was there before the task started
-            digest = full[:16]
-            ref = await env.record_evidence(
-                item.id, f"file {rule.path} exists ({len(content)} chars, sha256 {digest})"
-            )
-            changes.append(ProposedChange(item.id, "done", (ref,), f"rule: file {rule.path}"))
-        elif isinstance(rule, CommandRule):
-            code, out = await _run_command(rule.command, env.workspace, rule.timeout)
-            if code == rule.exit_code:
-                ref = await env.record_evidence(
-                    item.id, f"command `{rule.command}` exited {code}\n{out[-2000:]}"
-                )
-                changes.append(ProposedChange(item.id, "done", (ref,), "rule: command"))
+            change = await check.file(item, rule)
+        else:
+            change = await check.command(item, rule)
+        if change is not None:
+            changes.append(change)
     return Verdict("continue", tuple(changes), "", source="rules")
+
+
+class _RuleCheck:
+    """One rule judging: the journal and artifacts read once, each rule kind checked."""
+
+    def __init__(self, spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> None:
+        self.env = env
+        self.credited = {ref for _, st in ledger.items() for ref in st.evidence}
+        self.ops: list[OpRecord] | None = None
+        self.arts: list[ArtifactRecord] | None = None
+        self.rule_tools = sorted(
+            {
+                i.done_when.tool
+                for i in spec.items
+                if isinstance(i.done_when, OpRule)
+                and ledger.has_item(i.id)
+                and ledger.item(i.id).status in L.OPEN_STATUSES
+            }
+        )
+
+    async def op(self, item: ChecklistItem, rule: OpRule) -> ProposedChange | None:
+        if self.ops is None:
+            self.ops = await self.env.succeeded_ops(self.rule_tools)
+        # An op that already proves another item proves this one only with leave.
+        taken = set() if item.shared_evidence else self.credited
+        hit = next(
+            (
+                o
+                for o in reversed(self.ops)
+                if o.tool == rule.tool
+                and _args_match(rule.args, o.args)
+                and f"op:{o.op_id}" not in taken
+            ),
+            None,
+        )
+        return ProposedChange(item.id, "done", (f"op:{hit.op_id}",), "rule: op") if hit else None
+
+    async def artifact(self, item: ChecklistItem, rule: ArtifactRule) -> ProposedChange | None:
+        if self.arts is None:
+            self.arts = await self.env.valid_artifacts()
+        found = next(
+            (
+                a
+                for a in reversed(self.arts)
+                if a.name == rule.name
+                and (rule.artifact_kind is None or a.kind == rule.artifact_kind)
+            ),
+            None,
+        )
+        if found is None:
+            return None
+        return ProposedChange(item.id, "done", (f"artifact:{found.artifact_id}",), "rule: artifact")
+
+    async def file(self, item: ChecklistItem, rule: FileRule) -> ProposedChange | None:
+        ws = self.env.workspace
+        if ws is None:
+            return None
+        path = (ws / rule.path).resolve()
+        if not path.is_relative_to(ws.resolve()) or not path.is_file():
+            return None
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        content = data.decode("utf-8", errors="replace")
+        if rule.contains is not None and rule.contains not in content:
+            return None
+        full = hashlib.sha256(data).hexdigest()
+        if rule.fresh and self.env.preexisting.get(rule.path) == full:
+            return None  # the same file was there before the task started
+        ref = await self.env.record_evidence(
+            item.id, f"file {rule.path} exists ({len(content)} chars, sha256 {full[:16]})"
+        )
+        return ProposedChange(item.id, "done", (ref,), f"rule: file {rule.path}")
+
+    async def command(self, item: ChecklistItem, rule: CommandRule) -> ProposedChange | None:
+        code, out = await _run_command(rule.command, self.env.workspace, rule.timeout)
+        if code != rule.exit_code:
+            return None
+        ref = await self.env.record_evidence(
+            item.id, f"command `{rule.command}` exited {code}\n{out[-2000:]}"
+        )
+        return ProposedChange(item.id, "done", (ref,), "rule: command")

@@ -11,8 +11,8 @@ only (`models.judge: rules`); the task's item never completes, so the loop goes 
 act phase (`OpRunner.act`) to the end of its write-back (`_TaskRun.commit_round`: the
 round commit that records the op's result, with the verdict when judging is by
 rules). Overhead = window - time inside the tool function (the HTTP round trip, timed
-inside the tool). Each store call in the window is timed by a thin wrapper on the store instance, so the overhead is
-split into: the op-journal read (`get_ops`), the intent commit, the `dispatched` commit
+inside the tool). Each store call in the window is timed by a thin wrapper on the store
+instance, so the overhead is split into: the op-journal read (`get_ops`), the intent commit, the `dispatched` commit
 (only a non-idempotent tool without `reconcile` writes one), the service guard's three
 `update_shared` transactions (admit, release, record), the messages blob, the round
 commit, and the rest (Python). Four variants, each on a fresh database:

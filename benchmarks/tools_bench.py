@@ -9,13 +9,14 @@ only (`models.judge: rules`); the task's item never completes, so the loop goes 
 
 **Part A: harness overhead per op.** The *op window* runs from the start of the round's
 act phase (`OpRunner.act`) to the end of its write-back (`_TaskRun.commit_round`: the
-round commit that records the op's result, with the verdict when judging is by
-rules). Overhead = window - time inside the tool function (the HTTP round trip, timed
-inside the tool). Each store call in the window is timed by a thin wrapper on the store
-instance, so the overhead is split into: the op-journal read (`get_ops`), the intent commit, the `dispatched` commit
-(only a non-idempotent tool without `reconcile` writes one), the service guard's three
-`update_shared` transactions (admit, release, record), the messages blob, the round
-commit, and the rest (Python). Four variants, each on a fresh database:
+round commit that records the op's result, with the verdict when judging is by rules).
+Overhead = window - time inside the tool function (the HTTP round trip, timed inside the
+tool). Each store call in the window is timed by a thin wrapper on the store instance,
+so the overhead is split into: the op-journal read (`get_ops`), the intent commit, the
+`dispatched` commit (only a non-idempotent tool without `reconcile` writes one), the
+service guard's three `update_shared` transactions (admit, release, record), the
+messages blob, the round commit, and the rest (Python). Four variants, each on a fresh
+database:
 
 - idempotent tool with `reconcile` (intent + result commits), no service guard;
 - the same with the shared service guard (breaker and concurrency slot in the store);

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -25,12 +26,15 @@ from tether import ledger as ledger_mod
 from tether.clock import FakeClock
 from tether.store import (
     SCHEMA_VERSION,
+    ApprovalRecord,
     ArtifactRecord,
     LedgerWrite,
     OpRecord,
     Store,
     StoredEvent,
     TaskPatch,
+    open_store,
+    sqlite_path,
 )
 from tether.store.base import blob_hash
 
@@ -1015,3 +1019,324 @@ async def test_data_survive_reopening(sql_backend: Backend, add_task: AddTask) -
         await again.commit("t", lease.token, [msg("more")])
     finally:
         await again.close()
+
+
+# --- the commit rules every store shares (store/_rules.py) ----------------------------------
+
+
+def approval_record(task_id: str, request_id: str, **kw: Any) -> ApprovalRecord:
+    base: dict[str, Any] = {
+        "request_id": request_id,
+        "task_id": task_id,
+        "status": "pending",
+        "request": {"question": f"may I {request_id}?", "n": [1, 2]},
+        "op_id": f"op-{request_id}",
+    }
+    base.update(kw)
+    return ApprovalRecord(**base)
+
+
+async def test_approvals_upsert_decides_and_keeps_the_request(
+    store: Store, make_task: MakeTask, clock: FakeClock
+) -> None:
+    await make_task("t")
+    t1 = clock.now()
+    await store.commit("t", None, [], approvals=[approval_record("t", "b")])
+    clock.advance(1)
+    await store.commit("t", None, [], approvals=[approval_record("t", "a", created_at=t1 - 5)])
+    got = await store.get_approvals("t")
+    assert [a.request_id for a in got] == ["a", "b"]  # oldest first
+    assert got[0] == approval_record("t", "a", created_at=t1 - 5)
+    assert got[1] == approval_record("t", "b", created_at=t1)
+
+    # A decision changes status and decision only: the request, its op and its time stay.
+    clock.advance(1)
+    decided = approval_record(
+        "t",
+        "b",
+        status="approved",
+        request={"question": "rewritten"},
+        op_id="other",
+        decision={"ok": True},
+        decided_by="ana",
+        decided_at=clock.now(),
+        created_at=clock.now(),
+    )
+    await store.commit("t", None, [], approvals=[decided])
+    (b,) = await store.get_approvals("t", statuses={"approved"})
+    assert b == approval_record(
+        "t",
+        "b",
+        status="approved",
+        decision={"ok": True},
+        decided_by="ana",
+        decided_at=clock.now(),
+        created_at=t1,
+    )
+    assert [a.request_id for a in await store.get_approvals("t", statuses={"pending"})] == ["a"]
+    assert await store.get_approvals("t", statuses=()) == []
+    assert await store.get_approvals("nobody") == []
+
+
+async def test_repeated_ids_in_one_commit_are_written_in_order(
+    store: Store, make_task: MakeTask, clock: FakeClock
+) -> None:
+    # One commit naming an op, artifact or approval twice leaves what two commits in a
+    # row would (the SQL stores write a commit's records in one statement per table).
+    await make_task("t")
+    now = clock.now()
+    first = op_record("t", "o", args={"v": 1}, args_hash="h1")
+    last = op_record("t", "o", args={"v": 2}, tool="x", status="succeeded", result={"r": 1})
+    blob = b"the same bytes"
+    await store.commit(
+        "t",
+        None,
+        [msg("one")],
+        ops=[first, op_record("t", "p"), last],
+        artifacts=[artifact_record("t", "a"), artifact_record("t", "a", valid=False, meta={})],
+        approvals=[approval_record("t", "r"), approval_record("t", "r", status="rejected")],
+        blobs=[blob, blob, b"other"],
+    )
+    ops = {o.op_id: o for o in await store.get_ops("t")}
+    assert ops["o"] == replace(
+        first, status="succeeded", result={"r": 1}, created_at=now, updated_at=now
+    )
+    assert ops["p"] == op_record("t", "p", created_at=now, updated_at=now)
+    (art,) = await store.get_artifacts("t")
+    assert art == artifact_record("t", "a", valid=False, meta={}, created_at=now)
+    (appr,) = await store.get_approvals("t")
+    assert appr == approval_record("t", "r", status="rejected", created_at=now)
+    assert await store.get_blob(blob_hash(blob)) == blob
+    assert await store.get_blob(blob_hash(b"other")) == b"other"
+
+
+@pytest.mark.parametrize("failure", ["stale_token", "illegal_transition", "ledger_version"])
+async def test_refused_commit_writes_no_record_and_no_blob(
+    store: Store, make_task: MakeTask, failure: str
+) -> None:
+    await make_task("t")
+    lease = await store.claim("w", 60, task_id="t")
+    assert lease is not None
+    led = (await store.get_ledger("t")).to_ledger()
+    nxt = ledger_mod.start(led, "i1").ledger
+    token, patch, expected = lease.token, TaskPatch(status="running"), led.version
+    error: type[Exception] = errors.ConcurrentUpdate
+    if failure == "stale_token":
+        token, error = lease.token + 1, errors.StaleLease
+    elif failure == "illegal_transition":
+        patch, error = (
+            TaskPatch(status="satisfied", stop_reason="delivered"),
+            errors.IllegalTransition,
+        )
+    else:
+        expected = led.version + 1
+    before = await snapshot(store, "t")
+    with pytest.raises(error):
+        await store.commit(
+            "t",
+            token,
+            [msg("never")],
+            task=patch,
+            ledger=LedgerWrite.of(nxt, expected_version=expected, skeleton=True),
+            ops=[op_record("t", "o")],
+            artifacts=[artifact_record("t", "a")],
+            approvals=[approval_record("t", "r")],
+            blobs=[b"never stored"],
+        )
+    assert await snapshot(store, "t") == before
+    assert await store.get_approvals("t") == []
+    with pytest.raises(KeyError):
+        await store.get_blob(blob_hash(b"never stored"))
+
+
+async def test_refusals_name_what_the_store_found(store: Store, make_task: MakeTask) -> None:
+    await make_task("t")
+    lease = await store.claim("w", 60, task_id="t")
+    assert lease is not None
+    await store.commit("t", lease.token, [], task=TaskPatch(status="running", version=3))
+    with pytest.raises(errors.ConcurrentUpdate, match="version cannot go back from 3 to 2"):
+        await store.commit("t", lease.token, [], task=TaskPatch(version=2))
+    with pytest.raises(errors.ConcurrentUpdate, match="ledger version is 0, expected 4"):
+        led = (await store.get_ledger("t")).to_ledger()
+        await store.commit("t", None, [], ledger=LedgerWrite.of(led, expected_version=4))
+    with pytest.raises(errors.IllegalTransition, match="running -> cancelled"):
+        await store.commit("t", None, [], task=TaskPatch(status="cancelled"))
+    # Fencing is judged first, then the transition, then the version, then the ledger.
+    with pytest.raises(errors.StaleLease):
+        await store.commit("t", 99, [], task=TaskPatch(status="cancelled", version=1))
+    with pytest.raises(errors.IllegalTransition):
+        await store.commit("t", lease.token, [], task=TaskPatch(status="cancelled", version=1))
+
+
+async def test_events_carry_the_version_their_commit_sets(
+    store: Store, make_task: MakeTask
+) -> None:
+    await make_task("t")
+    await store.commit("t", None, [msg("a")], task=TaskPatch(version=4))
+    await store.commit("t", None, [msg("b")])
+    await store.commit("t", None, [msg("c"), msg("d")], task=TaskPatch(version=5))
+    events = await store.read_events("t")
+    assert [e.task_version for e in events] == [1, 4, 4, 5, 5]
+    assert (await store.get_task("t")).version == 5
+
+
+async def test_empty_id_filters_answer_without_a_query_or_a_thread(
+    store: Store, make_task: MakeTask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await make_task("t")
+    await store.commit(
+        "t", None, [], ops=[op_record("t", "o")], artifacts=[artifact_record("t", "a")]
+    )
+
+    def no_thread(*args: Any) -> Any:
+        raise AssertionError("an empty filter went to the database")
+
+    if hasattr(store, "_run"):
+        monkeypatch.setattr(store, "_run", no_thread)
+    assert await store.get_ops("t", op_ids=set()) == []
+    assert await store.get_ops("t", op_ids=[], statuses={"intended"}) == []
+    assert await store.get_ops("t", tools=()) == []
+    assert await store.get_ops("t", statuses=frozenset()) == []
+    assert await store.get_artifacts("t", artifact_ids=set()) == []
+    assert await store.get_artifacts("t", artifact_ids=[]) == []
+    assert await store.get_approvals("t", statuses=set()) == []
+    monkeypatch.undo()
+    assert [o.op_id for o in await store.get_ops("t", op_ids={"o", "x"})] == ["o"]
+    assert [a.artifact_id for a in await store.get_artifacts("t", artifact_ids=["a"])] == ["a"]
+
+
+async def test_read_events_of_a_task_without_events(store: Store, add_task: AddTask) -> None:
+    await add_task(store, "t", events=[])
+    assert await store.read_events("t") == []
+    assert await store.read_events("t", limit=0) == []
+    assert await store.read_events("t", types={"task.created"}) == []
+    await store.commit("t", None, [msg("x")])
+    assert [e.seq for e in await store.read_events("t")] == [1]
+    with pytest.raises(errors.TaskNotFound):
+        await store.read_events("nope", limit=0)
+    with pytest.raises(errors.TaskNotFound):
+        await store.read_events("nope", types={"user.message"})
+
+
+# --- SQLite's synchronous level ---------------------------------------------------------------
+
+
+def _level(store: Store) -> str:
+    from tether.store.sqlite import SQLiteStore
+
+    assert isinstance(store, SQLiteStore)
+    return store.synchronous
+
+
+async def _store_synchronous(store: Store) -> int:
+    sqlite_store: Any = store
+
+    def read() -> int:
+        assert sqlite_store._conn is not None
+        return int(sqlite_store._conn.execute("PRAGMA synchronous").fetchone()[0])
+
+    return await sqlite_store._run(read)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("query", "level", "code"),
+    [
+        ("", "FULL", 2),
+        ("?synchronous=normal", "NORMAL", 1),
+        ("?synchronous=NORMAL", "NORMAL", 1),
+        ("?synchronous=full", "FULL", 2),
+        ("?synchronous=Extra", "EXTRA", 3),
+        ("?synchronous=off", "OFF", 0),
+    ],
+)
+async def test_sqlite_synchronous_url_parameter(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    add_task: AddTask,
+    query: str,
+    level: str,
+    code: int,
+) -> None:
+    monkeypatch.delenv("TETHER_SQLITE_SYNCHRONOUS", raising=False)
+    path = tmp_path / "db" / "tether.db"
+    url = f"sqlite:///{path}{query}"
+    assert sqlite_path(url) == path
+    store = await open_store(url)
+    try:
+        assert _level(store) == level
+        assert await _store_synchronous(store) == code
+        await add_task(store, "t")
+        await store.commit("t", None, [msg("kept")])
+        # The store's URL opens the same database at the same level.
+        assert sqlite_path(store.url) == path
+        assert ("synchronous=" in store.url) == (level != "FULL")
+    finally:
+        await store.close()
+    again = await open_store(store.url)
+    try:
+        assert _level(again) == level
+        assert len(await again.read_events("t")) == 2
+    finally:
+        await again.close()
+
+
+async def test_sqlite_synchronous_precedence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The argument beats the URL, the URL beats the environment, FULL is the default.
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    monkeypatch.setenv("TETHER_SQLITE_SYNCHRONOUS", "normal")
+    for target, kwargs, want in [
+        (url, {}, "NORMAL"),
+        (url + "?synchronous=extra", {}, "EXTRA"),
+        (url + "?synchronous=extra", {"synchronous": "full"}, "FULL"),
+    ]:
+        store = await open_store(target, **kwargs)
+        try:
+            assert _level(store) == want
+        finally:
+            await store.close()
+    monkeypatch.delenv("TETHER_SQLITE_SYNCHRONOUS")
+    store = await open_store(url)
+    try:
+        assert _level(store) == "FULL"
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    ("query", "kwargs", "env", "words"),
+    [
+        ("?synchronous=fast", {}, None, "synchronous='fast' is not one of off, normal, full"),
+        ("?synchronous=", {}, None, "synchronous='' is not one of"),
+        ("?synchronous=1", {}, None, "is not one of"),
+        ("?sync=normal", {}, None, "unknown parameter 'sync'"),
+        ("?synchronous=normal&journal=delete", {}, None, "unknown parameter 'journal'"),
+        ("", {"synchronous": "lazy"}, None, "synchronous='lazy' is not one of"),
+        ("", {}, "sometimes", "TETHER_SQLITE_SYNCHRONOUS='sometimes' is not one of"),
+    ],
+)
+async def test_sqlite_synchronous_invalid_is_refused_clearly(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    query: str,
+    kwargs: dict[str, Any],
+    env: str | None,
+    words: str,
+) -> None:
+    if env is None:
+        monkeypatch.delenv("TETHER_SQLITE_SYNCHRONOUS", raising=False)
+    else:
+        monkeypatch.setenv("TETHER_SQLITE_SYNCHRONOUS", env)
+    path = tmp_path / "never" / "tether.db"
+    with pytest.raises(errors.StoreConfigError, match=re.escape(words)):
+        await open_store(f"sqlite:///{path}{query}", **kwargs)
+    assert not path.parent.exists()
+
+
+async def test_sqlite_store_refuses_a_bad_level_itself(tmp_path: Path) -> None:
+    from tether.store.sqlite import SQLiteStore
+
+    with pytest.raises(errors.StoreConfigError, match="not one of"):
+        await SQLiteStore.open(tmp_path / "x.db", synchronous="SOMETIMES")  # type: ignore[arg-type]
+    assert not (tmp_path / "x.db").exists()

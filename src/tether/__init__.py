@@ -3,30 +3,38 @@
 The public Python API. Everything else is importable but may change without notice.
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from tether.clock import Clock, FakeClock, SystemClock
 from tether.decisions import abandon_task, retry_item, waive_item
 from tether.errors import (
     ApprovalRequired,
+    OutcomeUnknown,
     RetryLater,
     SpecError,
     StaleLease,
-    TaskCancelled,
     TaskNotFound,
     TetherError,
     ToolFailed,
     UserError,
+    ValidationFailed,
 )
 from tether.ledger import Ledger
 from tether.models.base import Message, Model, ModelRequest, ModelResponse, ToolCall, Usage
 from tether.models.scripted import ScriptedModel, tool_call
+from tether.runtime.builtins import default_registry
 from tether.runtime.engine import Engine, ModelSet, RunResult
 from tether.runtime.tasks import create_task, status_dict
 from tether.spec import TaskSpec, load_spec, parse_spec
 from tether.store import Store, open_store
+from tether.store.base import OpRecord
 from tether.tools.registry import Reconciliation, Tool, ToolContext, ToolRegistry, tool
 from tether.tools.retry import RetryPolicy
 
-__version__ = "0.1.0"
+try:
+    __version__ = version("tether")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0+unknown"
 
 __all__ = [
     "ApprovalRequired",
@@ -39,6 +47,8 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ModelSet",
+    "OpRecord",
+    "OutcomeUnknown",
     "Reconciliation",
     "RetryLater",
     "RetryPolicy",
@@ -48,7 +58,6 @@ __all__ = [
     "StaleLease",
     "Store",
     "SystemClock",
-    "TaskCancelled",
     "TaskNotFound",
     "TaskSpec",
     "TetherError",
@@ -59,9 +68,11 @@ __all__ = [
     "ToolRegistry",
     "Usage",
     "UserError",
+    "ValidationFailed",
     "__version__",
     "abandon_task",
     "create_task",
+    "default_registry",
     "load_spec",
     "open_store",
     "parse_spec",

@@ -169,14 +169,15 @@ class RetryLater(ToolSignal):
 
 
 class ApprovalRequired(ToolSignal):
-    """The tool needs a human's approval before it runs.
+    """The tool decided, while running, that this call needs a human's approval.
 
-    Not wired yet: the runtime cannot pause a call that is already running, so a tool
-    that raises this fails the call as a deterministic failure (`ApprovalRequired:
-    <message>` goes back to the model; nothing waits for a human, nothing is retried).
-    For calls that wait for a human before they run, declare a risky `effect`
-    (`overwrite`, `delete`, `send`, `pay`, `publish`), refine it per call with
-    `effect_of`, or set `approval: true` on the tool in the contract.
+    Raise it before doing anything with effects (`raise ApprovalRequired("refund of
+    $420 is over the $100 limit")`). The task waits with an approval request whose text
+    is the message; once a human approves, the call runs again with the same op id and
+    `ctx.approved` set, and the tool goes ahead; a rejection goes back to the model as
+    "not permitted". For calls that always need approval, declare a risky `effect`
+    instead (`overwrite`, `delete`, `send`, `pay`, `publish`), or refine it per call
+    with `effect_of`.
     """
 
 

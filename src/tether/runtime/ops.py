@@ -149,6 +149,13 @@ def _hash_args(args: Mapping[str, Any]) -> str:
     return blob_hash(json.dumps(args, sort_keys=True, default=str).encode())
 
 
+@dataclass(frozen=True)
+class _Asks:
+    """A tool's `ApprovalRequired`: why it wants a human's approval."""
+
+    why: str
+
+
 class OpRunner:
     """Runs the tool calls of one round for a `OpsHost`."""
 
@@ -160,6 +167,8 @@ class OpRunner:
         self.pending_events: list[ev.Event] = []
         #: Op ids whose intent was committed with the round's decision (see `plan`).
         self.journaled: set[str] = set()
+        #: Op ids a human approved (the tool sees `ctx.approved`).
+        self.approved: set[str] = set()
 
     # ------------------------------------------------------------------ entry
 
@@ -438,10 +447,15 @@ class OpRunner:
         run = self.run
         if record.op_id in self.journaled:
             return None  # `plan` found it needs no approval, before it was journaled
+        request_id = f"{record.op_id}.approval"
+        if record.status == "awaiting_approval":
+            # Asked before (for its effect, or by the tool itself): the decision stands.
+            asked = await self.request(request_id)
+            if asked is not None:
+                return await self._approved(tool, call, record, asked)
         effect = await self._call_effect(tool, record)
         if not self._approval_needed(tool, effect):
             return None
-        request_id = f"{record.op_id}.approval"
         appr = await self.request(request_id)
         if appr is None:
             appr = self.new_request(
@@ -453,10 +467,9 @@ class OpRunner:
                 options=["approve", "reject", "modify"],
                 effect=effect,
             )
-            intent = [] if record.op_id in self.journaled else [_intent(tool, record)]
             await run.commit(
                 [
-                    *(i.model_copy(update={"effect": effect}) for i in intent),
+                    _intent(tool, record).model_copy(update={"effect": effect}),
                     ev.ApprovalRequested(
                         request_id=request_id,
                         what=appr.request["what"],
@@ -467,15 +480,69 @@ class OpRunner:
                 ops=[replace(record, status="awaiting_approval", effect=effect)],
                 approvals=[appr],
             )
+        return await self._approved(tool, call, record, appr)
+
+    async def _approved(
+        self, tool: Tool, call: ToolCall, record: OpRecord, appr: ApprovalRecord
+    ) -> Mapping[str, Any] | OpOutcome:
+        """The approved arguments (the call runs with `ctx.approved`), or a refusal."""
+        decided = await self._decided(tool, call, record, appr)
+        if isinstance(decided, OpOutcome):
+            return decided
+        self.approved.add(record.op_id)
+        return decided if decided is not None else dict(record.args)
+
+    async def asked_approval(
+        self, tool: Tool, call: ToolCall, record: OpRecord, why: str
+    ) -> OpOutcome | None:
+        """The tool raised `ApprovalRequired`: wait for a human (`Pause`), then None to
+        run it again approved, or the refusal's outcome."""
+        run = self.run
+        request_id = f"{record.op_id}.approval"
+        appr = await self.request(request_id)
+        if appr is None:
+            appr = self.new_request(
+                request_id,
+                record,
+                kind="op",
+                what=f"{tool.name}({json.dumps(record.args, ensure_ascii=False)[:300]})",
+                impact=f"the tool asks: {why[:500]}",
+                options=["approve", "reject"],
+                effect=tool.effect,
+            )
+            await run.commit(
+                [
+                    ev.ApprovalRequested(
+                        request_id=request_id,
+                        what=appr.request["what"],
+                        impact=appr.request["impact"],
+                        op_id=record.op_id,
+                        options=["approve", "reject"],
+                    )
+                ],
+                ops=[replace(record, status="awaiting_approval")],
+                approvals=[appr],
+            )
+        outcome = await self._decided(tool, call, record, appr)
+        if outcome is None:
+            self.approved.add(record.op_id)
+        return outcome if isinstance(outcome, OpOutcome) else None
+
+    async def _decided(
+        self, tool: Tool, call: ToolCall, record: OpRecord, appr: ApprovalRecord
+    ) -> Mapping[str, Any] | OpOutcome | None:
+        """Wait while a request is pending (`Pause`); a rejection's outcome; else the
+        approved (maybe modified) arguments, or None."""
+        run = self.run
         if appr.status == "pending":
             await run.set_status(
                 "waiting",
                 reason="approval required",
                 waiting={
                     "kind": "approval",
-                    "request_id": request_id,
+                    "request_id": appr.request_id,
                     "reason": f"approve or reject {appr.request['what']} "
-                    f"(tether approve {run.task_id} {request_id})",
+                    f"(tether approve {run.task_id} {appr.request_id})",
                 },
             )
             raise Pause
@@ -489,7 +556,7 @@ class OpRunner:
                 call, record.op_id, record.round, record.call_index, tool.name, msg, "rejected"
             )
         modified = (appr.decision or {}).get("modified_args")
-        return dict(modified) if isinstance(modified, Mapping) else dict(record.args)
+        return dict(modified) if isinstance(modified, Mapping) else None
 
     def _approval_needed(self, tool: Tool, effect: str) -> bool:
         perm = self.run.spec.permission(tool.name)
@@ -636,6 +703,7 @@ class OpRunner:
             logger=logging.getLogger(f"tether.tool.{tool.name}"),
             services=run.services,
             attempt=attempt,
+            approved=record.op_id in self.approved,
         )
 
     def policy(self, tool: Tool) -> RetryPolicy:
@@ -687,6 +755,12 @@ class OpRunner:
                 return held
             record = replace(record, attempts=record.attempts + 1)
             raw, cls_msg, ms = await self._send(tool, record)
+            if isinstance(raw, _Asks):
+                refused = await self.asked_approval(tool, call, record, raw.why)
+                if refused is not None:
+                    return refused
+                record = replace(record, attempts=record.attempts - 1)  # not an attempt
+                continue
             if cls_msg is None:
                 problem = self.validate(tool, raw)
                 if problem is not None:
@@ -755,6 +829,14 @@ class OpRunner:
                 # Give the slot back now; a leaked one would hold the limit for its ttl.
                 await asyncio.shield(guard.release(tool.service, holder))
             raise
+        except errors.ApprovalRequired as exc:
+            if record.op_id in self.approved:
+                # Asking twice for one call would loop: once approved, it is a failure.
+                cls_msg = failures.Classified(
+                    "deterministic", f"the tool asked for approval again: {exc}", None
+                )
+            else:
+                raw = _Asks(str(exc) or "the tool asks for a human's approval")
         except Exception as exc:  # classified here; a tool's bug is the tool's failure
             cls_msg = self._classify(tool, exc)
         failpoints.hit("after_op_dispatch")

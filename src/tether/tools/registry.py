@@ -80,6 +80,9 @@ class ToolContext:
     #: Read-only access to this task's op journal: `await journal(tools, statuses)`.
     #: Given to `Tool.effect_of` hooks (None when a tool runs).
     journal: Journal | None = None
+    #: True when a human approved this call (after the tool raised `ApprovalRequired`
+    #: or its effect asked for approval): the tool may go ahead.
+    approved: bool = False
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,13 @@ def _intent(tool: Tool, record: OpRecord) -> ev.OpIntended:
     )
 
 
+def doubt_id(record: OpRecord) -> str:
+    """The request a human answers about an op in doubt, one per attempt: approving a
+    resend permits that one send; if its outcome is lost too, a human is asked again."""
+    base = f"{record.op_id}.in_doubt"
+    return base if record.attempts <= 1 else f"{base}.{record.attempts}"
+
+
 def op_id_for(task_id: str, round_no: int, call_index: int) -> str:
     """Deterministic op id: the idempotency key of one tool call."""
     return f"{task_id}.r{round_no}.c{call_index}"
@@ -634,7 +641,7 @@ class OpRunner:
     async def in_doubt(self, tool: Tool, record: OpRecord, detail: str) -> None:
         """An op whose outcome nobody can tell: wait for a human, never guess."""
         run = self.run
-        request_id = f"{record.op_id}.in_doubt"
+        request_id = doubt_id(record)
         appr = await self.request(request_id)
         if appr is not None and appr.status != "pending":
             return
@@ -940,7 +947,7 @@ class OpRunner:
         status = record.status
         if status in ("retry_wait", "awaiting_approval"):
             return None  # resume the stored schedule / send the approved call
-        human = await self.request(f"{record.op_id}.in_doubt")
+        human = await self.request(doubt_id(record))
         if human is not None and human.status == "approved":
             decision = human.decision or {}
             if decision.get("decision") == "done":

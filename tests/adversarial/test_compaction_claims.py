@@ -1,0 +1,76 @@
+"""Failure class 6 (light): a compressor whose summary claims work the ledger does not
+record. The claim is flagged (`summary_claims_done`) and changes nothing: the items stay
+open, and the task never ends `satisfied` on the strength of a summary.
+
+The claim detector itself is being reworked in `compaction.py`; these tests use plain
+per-item claims that any detector must catch and assert only the contract.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.adversarial._support import (
+    assert_honest,
+    assert_status_agrees,
+    contract,
+    statuses,
+    terminal_transitions,
+    warnings,
+)
+from tests.integration.loop_support import by_purpose, run_task
+from tether.models.base import ModelRequest, ModelResponse
+from tether.models.scripted import ScriptedModel, tool_call
+from tether.store.memory import MemoryStore
+
+SUMMARIES = [
+    "Summary of earlier work: fetch done. parse done. Only the report is left.",
+    "PROGRESS\n- fetch: done\n- parse: done\nThe team can stop here.",
+]
+
+
+@pytest.fixture
+async def store() -> MemoryStore:
+    return await MemoryStore.open()
+
+
+@pytest.mark.parametrize("summary", SUMMARIES, ids=["sentences", "bullets"])
+async def test_summary_claiming_open_items_done_changes_nothing(
+    store: MemoryStore, tmp_path: Path, summary: str
+) -> None:
+    (tmp_path / "big.txt").write_text("y" * 900)
+    spec = contract(
+        [
+            {"id": i, "title": f"{i} stage", "done_when": {"kind": "file", "path": f"out/{i}.txt"}}
+            for i in ("fetch", "parse", "report")
+        ],
+        context={"input_budget_tokens": 1500, "preview_chars": 800},
+        limits={"no_progress_rounds": 40, "max_rounds": 8},
+    )
+    compacted: list[str] = []
+
+    def actor(_: ModelRequest) -> ModelResponse:
+        # Fills the context without ever doing the work.
+        return ModelResponse("reading", (tool_call("read_file", path="big.txt"),))
+
+    def liar(request: ModelRequest) -> str:
+        compacted.append(request.system)
+        return summary
+
+    def judge(_: ModelRequest) -> str:
+        return '{"changes": [], "decision": "satisfied", "reason": "the summary says so"}'
+
+    model = ScriptedModel(policy=by_purpose(act=actor, compact=liar, judge=judge))
+    tid, result = await run_task(store, spec, tmp_path, model, judge=model, compact=model)
+    assert compacted, "the small input budget should have forced a compaction"
+    assert result.status != "satisfied"
+    assert await terminal_transitions(store, tid) == []
+    assert "done" not in (await statuses(store, tid)).values()
+    flagged = await warnings(store, tid, "summary_claims_done")
+    assert flagged
+    assert {"fetch", "parse"} <= set(flagged[0]["details"]["items"])
+    assert "report" not in flagged[0]["details"]["items"]
+    await assert_honest(store, tid, spec)
+    await assert_status_agrees(store, tid)

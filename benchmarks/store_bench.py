@@ -12,7 +12,14 @@ the ledger. For SQLite (synchronous FULL and NORMAL) and PostgreSQL (when
 - the time to open a task with 100,000 events and be ready to run: `get_task` and
   `get_ledger` (projections, no replay), cold right after opening and warm;
 - beside them the floor measured in the same run with the same settings: one bare
-  `INSERT` of 2 KB + `COMMIT` through the raw driver (sqlite3 / psycopg), and the ratio.
+  `INSERT` of 2 KB + `COMMIT` through the raw driver (sqlite3 / psycopg), and the ratio;
+- the cost of the reads a round makes with nothing to ask for (`get_ops` and
+  `get_artifacts` with empty id sets: answered without a query or a thread).
+
+SQLite NORMAL is opened by URL, `sqlite:///path?synchronous=normal`. PostgreSQL runs
+with the server's `synchronous_commit` unless `--pg-sync-commit on|off` sets it for the
+store's and the floor's sessions (off takes the disk flush out, leaving round trips and
+work).
 
     python benchmarks/store_bench.py            # full run (10,000 rounds, 100,000 events)
     python benchmarks/store_bench.py --quick    # 1,000 rounds, 20,000 events
@@ -37,13 +44,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from tether import events as ev
 from tether import ledger as ledger_mod
-from tether.store import LedgerWrite, Store, TaskPatch
+from tether.store import LedgerWrite, Store, TaskPatch, open_store
 from tether.store.postgres import PostgresStore
-from tether.store.sqlite import SQLiteStore
 
 PAYLOAD = 2048
 WINDOW = 100
@@ -188,7 +194,7 @@ class SQLiteBackend(Backend):
         self.path = folder / f"bench-{synchronous.lower()}.db"
 
     async def open(self) -> Store:
-        return await SQLiteStore.open(self.path, synchronous=self.sync)  # type: ignore[arg-type]
+        return await open_store(f"sqlite:///{self.path}?synchronous={self.sync.lower()}")
 
     def size(self) -> int:
         import sqlite3
@@ -224,18 +230,25 @@ def _split(url: str) -> tuple[str, str | None]:
     parts = urlsplit(url)
     q = parse_qsl(parts.query, keep_blank_values=True)
     schema = next((v for k, v in q if k == "schema"), None)
-    rest = urlencode([(k, v) for k, v in q if k != "schema"])
+    rest = urlencode([(k, v) for k, v in q if k != "schema"], quote_via=quote)
     return urlunsplit(parts._replace(query=rest)), schema
 
 
 class PostgresBackend(Backend):
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, sync_commit: str | None = None) -> None:
         import psycopg
 
         self.name = "PostgreSQL"
         base, _ = _split(url)
-        self.base = base
         self.schema = f"bench_{uuid.uuid4().hex[:12]}"
+        if sync_commit:
+            # The store's and the floor's sessions alike (libpq `options`).
+            q = [
+                *parse_qsl(urlsplit(base).query),
+                ("options", f"-c synchronous_commit={sync_commit}"),
+            ]
+            base = urlunsplit(urlsplit(base)._replace(query=urlencode(q, quote_via=quote)))
+        self.base = base
         sep = "&" if urlsplit(base).query else "?"
         self.url = f"{base}{sep}schema={self.schema}"
         with psycopg.connect(base, autocommit=True) as conn:
@@ -296,6 +309,7 @@ class Result:
     windows: dict[int, tuple[float, float]]
     floor: tuple[float, float]
     floor_hop: tuple[float, float]
+    empty_reads_us: float
     bytes_first: float
     bytes_rest: float | None
     big_events: int
@@ -355,6 +369,12 @@ async def run_backend(
             if runner.rounds % step == 0:
                 log(f"  {backend.name}: round {runner.rounds}/{rounds}")
         size_end = backend.size()
+        empty = []
+        for _ in range(1000):
+            t = time.perf_counter()
+            await store.get_ops("bench", op_ids=set())
+            await store.get_artifacts("bench", artifact_ids=set())
+            empty.append(time.perf_counter() - t)
         log(f"  {backend.name}: writing a task with {big_events:,} events")
         await fill_big_task(store, "big", big_events)
     floor_times += backend.floor(floor_n)
@@ -393,6 +413,7 @@ async def run_backend(
         windows={m: stats_ms(window(runner.times, m)) for m in marks if m <= rounds},
         floor=stats_ms(floor_times),
         floor_hop=stats_ms(hop_times),
+        empty_reads_us=statistics.median(empty) * 1e6,
         bytes_first=bytes_first,
         bytes_rest=bytes_rest,
         big_events=task.last_seq,
@@ -440,6 +461,12 @@ def render(results: list[Result], marks: list[int], args: argparse.Namespace) ->
                 " / ".join(f"{r.windows.get(m, nan)[0] / r.floor_hop[0]:.1f}x" for m in marks)
                 for r in results
             ],
+        )
+    )
+    rows.append(
+        (
+            "reads with empty id sets (get_ops + get_artifacts): median us",
+            [f"{r.empty_reads_us:.1f}" for r in results],
         )
     )
     rows.append(
@@ -503,6 +530,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--events", type=int, help="events of the ready-to-run task (100,000)")
     ap.add_argument("--pg", help="PostgreSQL URL (default: $TETHER_TEST_PG_URL)")
     ap.add_argument("--no-pg", action="store_true", help="skip PostgreSQL")
+    ap.add_argument(
+        "--pg-sync-commit",
+        choices=["on", "off"],
+        help="PostgreSQL synchronous_commit for the run's sessions (default: the server's)",
+    )
     ap.add_argument("--only", choices=["full", "normal", "pg"], action="append")
     ap.add_argument("--plain", action="store_true", help="plain text table")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
@@ -524,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
         if "normal" in only:
             backends.append(SQLiteBackend(Path(tmp), "NORMAL"))
         if "pg" in only and pg_url:
-            backends.append(PostgresBackend(pg_url))
+            backends.append(PostgresBackend(pg_url, args.pg_sync_commit))
         elif "pg" in only:
             log("PostgreSQL skipped: set TETHER_TEST_PG_URL or pass --pg URL")
         results = []

@@ -393,15 +393,6 @@ async def test_bad_decisions_are_refused_and_change_nothing(
     await assert_honest(store, tid, spec)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: after a human waives every gap, the next run calls guards.guard (max_rounds, "
-    "max_rounds_per_milestone, budgets) before verdicts.settle, so a task whose items were "
-    "blocked in the very round that used up its rounds can never be delivered: it waits "
-    "'max_rounds reached with 0 items open' (or is suspended for the budget) although no "
-    "model call is needed to finish it",
-)
 @pytest.mark.parametrize(
     "cap",
     [{"limits": {"max_rounds": 6}}, {"budget": {"rounds": 6}}],

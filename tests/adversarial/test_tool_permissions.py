@@ -214,13 +214,6 @@ async def test_done_when_rule_naming_an_unregistered_tool_is_refused_at_start(
     assert actor.calls == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: check_tools (runtime/engine.py) checks `tools:` and `done_when` op rules but "
-    "not `evidence_from.tools`; a typo there is accepted silently and the link can never "
-    "match, so evidence the contract meant to link is refused as `evidence_not_item`",
-)
 async def test_evidence_from_naming_an_unregistered_tool_is_refused_at_start(
     store: MemoryStore, tmp_path: Path
 ) -> None:

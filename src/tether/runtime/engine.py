@@ -122,6 +122,12 @@ def check_tools(spec: TaskSpec, known: Sequence[str]) -> None:
     leave the model without the tool it needs, silently)."""
     have = set(known)
     missing = [n for n in spec.tool_names() if n not in have]
+    missing += [
+        f"{t} (items.{n}.evidence_from)"
+        for n, item in enumerate(spec.items)
+        for t in item.evidence_from.tools
+        if t not in have
+    ]
     if missing:
         raise errors.SpecError(
             f"the contract names tools that are not registered: {', '.join(missing)} "
@@ -700,9 +706,12 @@ class _TaskRun:
         once, at the end.
         """
         if resume is None:
-            await guards.guard(self)
+            await guards.control(self)
             round_no = self.state.rounds + 1
+            # With nothing open no model is called: finishing (or asking a human) must
+            # not be held back by a limit on rounds or spend.
             await verdicts.settle(self, round_no)
+            await guards.limits(self)
             focus, response = await self.decide(round_no)
         else:
             round_no = int(resume["round"])

@@ -18,7 +18,13 @@ if TYPE_CHECKING:
 
 
 async def guard(run: GuardHost) -> None:
-    """Checks between steps: stop request, cancellation, lease, loop guards, budget."""
+    """Checks between steps: `control`, then the loop guards and the budget."""
+    await control(run)
+    await limits(run)
+
+
+async def control(run: GuardHost) -> None:
+    """The lease, a stop request, cancellation, a goal change, this run's round limit."""
     if run.lease_lost:
         raise errors.StaleLease(run.task_id, run.token, None)
     if run.stop_requested():
@@ -35,6 +41,11 @@ async def guard(run: GuardHost) -> None:
     if run.max_rounds_this_run is not None and run.rounds_this_run >= run.max_rounds_this_run:
         await run.set_status("queued", reason="round limit for this run reached")
         raise _Stop
+
+
+async def limits(run: GuardHost) -> None:
+    """Rounds per task and per milestone, and the budget: what the next model call may
+    spend."""
     rounds = run.state.rounds
     if rounds >= run.spec.limits.max_rounds:
         await run.set_status(

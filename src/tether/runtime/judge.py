@@ -295,6 +295,21 @@ class _Audit:
                     item=item,
                 )
             return
+        if (
+            current.status == "blocked"
+            and source != "rules"
+            and status in ("pending", "in_progress")
+        ):
+            # Only the runtime blocks and only a human unblocks (`retry`, which resets
+            # the counters): a judge that wants the item tried again says so in a note.
+            self.warn(
+                "blocked_item_reopened_by_judge",
+                f"{source} judge proposed {status} for {item}, which the runtime blocked; "
+                "a human decides (retry); refused",
+                item=item,
+            )
+            self.proposals[item] = (str(status), ch.note or "")
+            status = None
         if status == "skipped" and self.policy(item).optional and source != "rules":
             pass  # the contract lets an optional item end skipped: not only a proposal
         elif status in _PROPOSAL_ONLY and source != "rules":
@@ -523,7 +538,12 @@ def partial_record(ledger: L.Ledger, proposals: Mapping[str, Any] | None = None)
         "waived": [],
         "skipped": [],
         "remaining": [],
-        "proposed": dict(proposals or {}),
+        # A proposal about an item that is finished since is history, not a question.
+        "proposed": {
+            k: v
+            for k, v in (proposals or {}).items()
+            if ledger.has_item(k) and not ledger.is_finished(k)
+        },
     }
     for d, s in ledger.items():
         entry: dict[str, Any] = {"id": d.id, "title": d.title}

@@ -196,23 +196,28 @@ class OpRunner:
                 args = tool.check_args(call.arguments)
             except errors.ToolFailed:
                 continue
-            record = OpRecord(
-                op_id=op_id_for(run.task_id, round_no, idx),
-                task_id=run.task_id,
-                round=round_no,
-                call_index=idx,
-                tool=tool.name,
-                args=args,
-                args_hash=_hash_args(args),
-                effect=tool.effect,
-                status="intended",
-                task_version=run.task.version,
-            )
+            record = self.intended(tool, round_no, idx, args)
             if await self.needs_approval(tool, record):
                 continue
             intents.append((tool, record))
         self.journaled = {r.op_id for _, r in intents}
         return intents
+
+    def intended(self, tool: Tool, round_no: int, idx: int, args: Mapping[str, Any]) -> OpRecord:
+        """A new op record for one call, before anything is sent."""
+        run = self.run
+        return OpRecord(
+            op_id=op_id_for(run.task_id, round_no, idx),
+            task_id=run.task_id,
+            round=round_no,
+            call_index=idx,
+            tool=tool.name,
+            args=dict(args),
+            args_hash=_hash_args(args),
+            effect=tool.effect,
+            status="intended",
+            task_version=run.task.version,
+        )
 
     @staticmethod
     def intent_events(intents: list[tuple[Tool, OpRecord]]) -> list[ev.Event]:
@@ -266,18 +271,7 @@ class OpRunner:
                     self.refused(call, op_id, round_no, idx, tool.name, str(exc), "deterministic")
                 )
                 continue
-            record = prior or OpRecord(
-                op_id=op_id,
-                task_id=run.task_id,
-                round=round_no,
-                call_index=idx,
-                tool=tool.name,
-                args=args,
-                args_hash=_hash_args(args),
-                effect=tool.effect,
-                status="intended",
-                task_version=run.task.version,
-            )
+            record = prior or self.intended(tool, round_no, idx, args)
             approved = await self.approval(tool, call, record)
             if isinstance(approved, OpOutcome):
                 outcomes.append(approved)

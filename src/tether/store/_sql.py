@@ -5,6 +5,11 @@ its SQL: one body of queries, with the SQLite and PostgreSQL classes overriding 
 handful of dialect hooks (connecting, transactions and row locks, JSON and boolean
 columns, error translation). SQL is written with `:name` placeholders; the PostgreSQL
 dialect rewrites them to `%(name)s`.
+
+What a commit may do is decided by `tether.store._rules`, as in the memory store. The
+commit here (SQLite's) reads the task row inside a write transaction, plans with the
+rules, and writes with one `executemany` per table; the PostgreSQL store overrides it
+with a single statement that carries the same rules as SQL conditions.
 """
 
 from __future__ import annotations

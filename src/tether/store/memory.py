@@ -1,7 +1,8 @@
 """An in-memory store for fast unit tests; passes the same conformance suite.
 
 Nothing survives the process. Each operation runs under one asyncio lock, which gives
-the same all-or-nothing commits as a database transaction.
+the same all-or-nothing commits as a database transaction. What a commit, renewal or
+claim may do is decided by `tether.store._rules`, the same rules the SQL stores use.
 """
 
 from __future__ import annotations

@@ -1,9 +1,27 @@
 """The PostgreSQL store: many workers on many machines.
 
-psycopg 3 with a `psycopg_pool` connection pool. Task rows are locked with
-`FOR UPDATE` inside each commit and claimers skip each other's rows with
-`FOR UPDATE SKIP LOCKED`. A `schema=NAME` query parameter in the URL puts tether's
-tables in their own schema (created if missing), which tests use for isolation.
+psycopg 3 with a `psycopg_pool` connection pool (autocommit connections). Claimers
+skip each other's rows with `FOR UPDATE SKIP LOCKED`. A `schema=NAME` query parameter in
+the URL puts tether's tables in their own schema (created if missing), which tests use
+for isolation.
+
+Round trips are the cost here, so:
+
+- a **commit is one statement**, hence one round trip and its own transaction: a chain
+  of CTEs locks the task row (`FOR UPDATE`), keeps it only if the commit's guard holds
+  (`_rules.CommitGuard` as SQL: the fencing token, the statuses the transition may
+  start from, the version floor, and the ledger's expected version in the ledger's
+  UPDATE), and hangs every write (task, events numbered from the locked `last_seq`,
+  ledger, ops, artifacts, approvals, blobs) off that row, so a refused commit writes
+  nothing. The statement returns the row it found, and the guard names the refusal
+  (`StaleLease`, `IllegalTransition`, `ConcurrentUpdate`) from it. It is sent in
+  pipeline mode and commits at the pipeline's sync, so the crash tests' `during_commit`
+  fail point stops the process with the statement on the server, uncommitted;
+- single-statement reads, lease renewals and releases run outside a transaction block
+  (no BEGIN/COMMIT round trips); multi-statement work (`create_task`, `claim`,
+  `update_shared`, migrations) runs in a transaction;
+- id filters are one array parameter (`= ANY(...)`), so a query's text, hence its
+  prepared statement, does not change with the number of ids.
 """
 
 from __future__ import annotations
@@ -35,6 +53,14 @@ from tether.store.base import (
 T = TypeVar("T")
 _PLACEHOLDER = re.compile(r"(?<![:\w]):(\w+)")
 _MIGRATION_LOCK = 0x7E7E_0001
+
+
+@functools.cache
+def _has_pipeline() -> bool:
+    """True if the libpq under psycopg has pipeline mode (libpq 14+)."""
+    import psycopg
+
+    return bool(psycopg.Pipeline.is_supported())
 
 
 @functools.lru_cache(maxsize=1024)
@@ -247,11 +273,16 @@ class PostgresStore(SqlStore):
             guard, task, ledger, items, ops, artifacts, approvals, blobs, now
         )
         with self._translated() as conn:
-            # Pipeline mode, so that the statement is on the server before the crash
-            # tests' fail point, and commits only at the sync that ends the pipeline.
-            with conn.pipeline():
-                cur = conn.execute(query, params)
+            if _has_pipeline():
+                # Pipeline mode: the statement is on the server (its implicit transaction
+                # open) at the crash tests' fail point, and commits at the sync that
+                # ends the pipeline. Still one round trip.
+                with conn.pipeline():
+                    cur = conn.execute(query, params)
+                    failpoints.hit("during_commit")
+            else:  # pragma: no cover - a libpq older than 14
                 failpoints.hit("during_commit")
+                cur = conn.execute(query, params)
             row = cur.fetchone()
         if row is None:
             raise errors.TaskNotFound(task_id)

@@ -239,7 +239,7 @@ def _count_round_trips(store: Store) -> Callable[[Callable[[], Awaitable[Any]]],
 
 
 @pytest.mark.postgres
-async def test_postgres_commit_and_reads_are_one_round_trip(pg_url: str, add_task: AddTask) -> None:
+async def test_postgres_round_trips(pg_url: str, add_task: AddTask) -> None:
     from tether.store.postgres import PostgresStore
 
     store = await PostgresStore.open(pg_url, max_size=1)
@@ -276,6 +276,19 @@ async def test_postgres_commit_and_reads_are_one_round_trip(pg_url: str, add_tas
         assert await count(lambda: store.get_ops("t", op_ids=set())) == 0
         assert await count(lambda: store.get_artifacts("t", artifact_ids=())) == 0
         assert await count(lambda: store.renew("t", lease.token, 60)) == 1
+
+        def bump(doc: dict[str, Any] | None, now: float) -> tuple[dict[str, Any], int]:
+            n = (doc or {}).get("n", 0) + 1
+            return {"n": n}, n
+
+        def boom(doc: dict[str, Any] | None, now: float) -> tuple[None, None]:
+            raise ValueError("no")
+
+        assert await count(lambda: store.update_shared("k", bump)) == 2
+        with pytest.raises(ValueError):
+            await store.update_shared("k", boom)  # rolled back on the pool's only connection
+        assert await count(lambda: store.update_shared("k", bump)) == 2
+        assert await store.get_shared("k") == {"n": 2}
         assert [e.seq for e in await store.read_events("t")] == [1, 2, 3]
         assert await store.get_blob(blob_hash(b"blob")) == b"blob"
     finally:

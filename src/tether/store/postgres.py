@@ -18,8 +18,9 @@ Round trips are the cost here, so:
   pipeline mode and commits at the pipeline's sync, so the crash tests' `during_commit`
   fail point stops the process with the statement on the server, uncommitted;
 - single-statement reads, lease renewals and releases run outside a transaction block
-  (no BEGIN/COMMIT round trips); multi-statement work (`create_task`, `claim`,
-  `update_shared`, migrations) runs in a transaction;
+  (no BEGIN/COMMIT round trips); `update_shared` is two pipelined round trips (lock and
+  read, then write and commit); the rest (`create_task`, `claim`, migrations) runs in a
+  plain transaction;
 - id filters are one array parameter (`= ANY(...)`), so a query's text, hence its
   prepared statement, does not change with the number of ids.
 """
@@ -47,6 +48,7 @@ from tether.store.base import (
     CommitResult,
     LedgerWrite,
     OpRecord,
+    SharedUpdate,
     TaskPatch,
 )
 
@@ -242,6 +244,45 @@ class PostgresStore(SqlStore):
 
     def _auto(self) -> AbstractContextManager[Any]:
         return self._translated()
+
+    def _update_shared_sync(self, key: str, fn: SharedUpdate[T]) -> T:
+        """Two round trips: BEGIN and an upsert that locks the key's row and returns its
+        document (pipelined), then the write and COMMIT (pipelined)."""
+        if not _has_pipeline():  # pragma: no cover - a libpq older than 14
+            return super()._update_shared_sync(key, fn)
+        from psycopg import pq
+
+        now = self.clock.now()
+        with self._translated() as conn:
+            done = False
+            try:
+                with conn.pipeline() as pipe:
+                    conn.execute("BEGIN")
+                    # The row is created as JSON null ("absent") if missing, so there is
+                    # always a row to lock; DO UPDATE locks it and returns its value.
+                    cur = conn.execute(
+                        "INSERT INTO shared_state (key, value, updated_at)"
+                        " VALUES (%(k)s, 'null', %(now)s)"
+                        " ON CONFLICT (key) DO UPDATE SET key = excluded.key RETURNING value",
+                        {"k": key, "now": now},
+                    )
+                    pipe.sync()
+                    row = cur.fetchone()
+                    doc, value = fn(self._json_out(row["value"]), now)
+                    if doc is None:
+                        conn.execute("DELETE FROM shared_state WHERE key = %(k)s", {"k": key})
+                    else:
+                        conn.execute(
+                            "UPDATE shared_state SET value = %(v)s::jsonb, updated_at = %(now)s"
+                            " WHERE key = %(k)s",
+                            {"k": key, "v": _dumps(doc), "now": now},
+                        )
+                    conn.execute("COMMIT")
+                done = True
+            finally:
+                if not done and conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    conn.rollback()
+        return value
 
     @staticmethod
     def _in(params: dict[str, Any], column: str, prefix: str, values: Collection[Any]) -> str:

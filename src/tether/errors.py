@@ -5,8 +5,8 @@
 2. **Runtime failures** (`TetherError` and its subclasses that are not user errors):
    stale leases, illegal transitions, storage faults.
 3. **Signals** that tools raise to steer the loop (`ToolSignal`): `RetryLater`,
-   `ToolFailed`, `OutcomeUnknown`, `ValidationFailed` (and `ApprovalRequired`, which
-   today fails the call: see its docstring).
+   `ToolFailed`, `OutcomeUnknown`, `ValidationFailed`, `ApprovalRequired` (the call
+   waits for a human, then runs again approved).
 
 Cancellation (`TaskCancelled`) derives from `BaseException` so that a tool's
 `except Exception` cannot swallow it.

@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -58,6 +59,9 @@ from tether.store.base import (
 from tether.tools.registry import Tool, ToolRegistry
 
 log = logging.getLogger("tether.engine")
+#: The actor asks for a human with a line that starts NEED_HELP (as its prompt says);
+#: the words quoted inside a sentence are not a request.
+_NEED_HELP = re.compile(r"^[ \t>*_-]*NEED_HELP\b", re.M)
 
 
 @dataclass(frozen=True)
@@ -756,9 +760,10 @@ class _TaskRun:
                 for o in outcomes
             ),
         )
-        if "NEED_HELP" in response.text:
+        asks = _NEED_HELP.search(response.text)
+        if asks is not None:
             await self.commit_round(pending)
-            help_text = response.text[response.text.find("NEED_HELP") :][:500]
+            help_text = response.text[asks.start() :][:500]
             await self.set_status(
                 "waiting",
                 reason="needs_user_input",

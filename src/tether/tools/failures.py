@@ -7,8 +7,7 @@
   `OutcomeUnknown`): reconcile, or retry with the same idempotency key when the tool is
   idempotent. For a read there is nothing to duplicate, so these are transient;
 - **deterministic**: retrying will not help (bad arguments, other 4xx, permission,
-  missing file, `ToolFailed`, `ApprovalRequired` today): the message goes back to the
-  model;
+  missing file, `ToolFailed`): the message goes back to the model;
 - **validation**: the call worked but the result breaks the post-condition
   (`ValidationFailed`).
 
@@ -64,8 +63,8 @@ def _signal(exc: errors.ToolSignal, msg: str, has_effect: bool) -> Classified:
         return Classified("unknown" if has_effect else "transient", msg)
     if isinstance(exc, errors.ToolFailed):
         return Classified("transient" if exc.retryable else "deterministic", msg)
-    # `ApprovalRequired` (and any other signal): the runtime cannot pause a call that is
-    # already running, so the message goes back to the model.
+    # Any other signal (`ApprovalRequired` is handled by the op runner before this: the
+    # call waits for a human) goes back to the model.
     return Classified("deterministic", f"{type(exc).__name__}: {msg}")
 
 

@@ -648,7 +648,8 @@ class _TaskRun:
         spend.cached += u.cached_input_tokens
         spend.cost_usd += cost
         names = ", ".join(c.name for c in response.tool_calls)
-        summary = (response.text[:160] + (f" [calls: {names}]" if names else "")).strip()
+        # A summary for the timeline: the response itself is in its blob.
+        summary = (response.text[:100] + (f" [calls: {names}]" if names else "")).strip()
         return ev.ModelCalled(
             call_id=f"{self.task_id}.{purpose}.{st.model_calls}",
             purpose=purpose,
@@ -918,7 +919,7 @@ class _TaskRun:
                 round=round_no,
                 turn=self.state.turns or 1,
                 ops=len(outcomes),
-                text=response.text[:500],
+                text=response.text[:200],
                 messages=doc,
                 item=focus,
             )

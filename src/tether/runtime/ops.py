@@ -107,7 +107,7 @@ class OpOutcome:
                 op_id=self.op_id,
                 tool=self.tool,
                 status=self.status,
-                summary=self.summary,
+                summary=self.summary[:120],
                 artifact_id=self.artifact.artifact_id if self.artifact else None,
                 error_class=self.error_class,
                 error=self.error,

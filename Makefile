@@ -13,8 +13,9 @@ $(VENV)/.base: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
+# The peers (LangGraph, DBOS) too: the peer benchmark's smoke test runs with the tests.
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/pip install -q -e '.[dev,bench,peers]'
 	touch $@ $(VENV)/.base
 
 demo: $(VENV)/.base  ## run the offline demo on the embedded SQLite store
@@ -36,7 +37,6 @@ bench: $(VENV)/.dev  ## benchmarks, printed side by side with their floors
 	$(BIN)/python benchmarks/run_all.py
 
 bench-peers: $(VENV)/.dev  ## tether, LangGraph and DBOS on the same agent loop (PEERS_ARGS="--n 100,1000,2000")
-	$(BIN)/pip install -q -e '.[dev,bench,peers]'
 	$(BIN)/python benchmarks/peers/run.py $(PEERS_ARGS)
 
 all: lint test

@@ -32,14 +32,15 @@ from tether.clock import Clock, SystemClock
 from tether.models.base import Message, Model, ModelRequest, ModelResponse
 from tether.runtime import guards, history, recovery, verdicts
 from tether.runtime import judge as J
-from tether.runtime._signals import Stop as _Stop
+from tether.runtime import outcome as out
 from tether.runtime.builtins import BUILTIN_READ_TOOLS, READ_ARTIFACT, default_registry
 from tether.runtime.compaction import compact_context
 from tether.runtime.context import (
     Context,
     Entry,
 )
-from tether.runtime.ops import INLINE_WAIT_MAX, Guard, OpOutcome, OpRunner, Pause
+from tether.runtime.ops import INLINE_WAIT_MAX, Guard, OpOutcome, OpRunner
+from tether.runtime.outcome import Stop
 from tether.runtime.ports import ModelSet as ModelSet  # re-exported: public
 from tether.runtime.ports import PendingRound
 from tether.runtime.state import RunState
@@ -517,8 +518,9 @@ class _TaskRun:
             await self.finish_interrupted()
             while True:
                 await self.round()
-        except _Stop:
-            pass
+        except Stop as stop:
+            # The one place a round's end becomes a status change.
+            await out.apply(self, stop.outcome)
         except errors.StaleLease:
             # Another worker owns the task now; nothing we tried was stored.
             log.warning("task %s: lease lost, stopping", self.task_id)
@@ -679,26 +681,23 @@ class _TaskRun:
             transient=transient,
         )
         if transient:
-            wake = self.e.clock.now() + 60.0
-            await self.set_status(
-                "waiting",
-                reason="model provider unavailable",
-                extra=[event],
-                waiting={
-                    "kind": "external",
-                    "reason": f"model provider failed: {exc}",
-                    "until": wake,
-                },
-                wake_at=wake,
+            raise Stop(
+                out.waiting(
+                    "external",
+                    f"model provider failed: {exc}",
+                    why="model provider unavailable",
+                    until=self.clock.now() + 60.0,
+                    events=[event],
+                )
             )
-        else:
-            await self.set_status(
-                "waiting",
-                reason="model provider error",
-                extra=[event],
-                waiting={"kind": "human", "reason": f"model provider refused the call: {exc}"},
+        raise Stop(
+            out.waiting(
+                "human",
+                f"model provider refused the call: {exc}",
+                why="model provider error",
+                events=[event],
             )
-        raise _Stop
+        )
 
     async def round(self, resume: Mapping[str, Any] | None = None) -> None:
         """One round in six phases: read (guards, settle), assemble, decide, act and
@@ -730,10 +729,7 @@ class _TaskRun:
                 await self.commit(runner.intent_events(intents), ops=[r for _, r in intents])
                 for _ in intents:
                     failpoints.hit("after_op_intent")
-        try:
-            outcomes = await runner.act(round_no, response, resumed=resume is not None)
-        except Pause:
-            raise _Stop from None
+        outcomes = await runner.act(round_no, response, resumed=resume is not None)
         pending: PendingRound | None = self.write_back(
             round_no,
             focus,
@@ -765,12 +761,7 @@ class _TaskRun:
         if asks is not None:
             await self.commit_round(pending)
             help_text = response.text[asks.start() :][:500]
-            await self.set_status(
-                "waiting",
-                reason="needs_user_input",
-                waiting={"kind": "human", "reason": help_text},
-            )
-            raise _Stop
+            raise Stop(out.waiting("human", help_text, why="needs_user_input"))
         if self.e.models.judge is not None:
             # Results are durable before the judge's model call; a crash in between is
             # judged after recovery from the saved facts.
@@ -855,18 +846,15 @@ class _TaskRun:
         if delay <= self.e.inline_wait_max:
             await self.e.clock.sleep(delay)
             return
-        await self.set_status(
-            "waiting",
-            reason="service unavailable",
-            waiting={
-                "kind": "external",
-                "until": until,
-                "reason": f"{', '.join(services)}: the service's circuit breaker is open "
+        raise Stop(
+            out.waiting(
+                "external",
+                f"{', '.join(services)}: the service's circuit breaker is open "
                 f"until {until:.0f}; the task continues then",
-            },
-            wake_at=until,
+                why="service unavailable",
+                until=until,
+            )
         )
-        raise _Stop
 
     # ------------------------------------------------------------ act
 

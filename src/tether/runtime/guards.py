@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from tether import errors
 from tether import events as ev
-from tether.runtime._signals import Stop as _Stop
+from tether.runtime import outcome as out
+from tether.runtime.outcome import Stop
 
 if TYPE_CHECKING:
     from tether.runtime.ports import GuardHost
@@ -28,19 +29,15 @@ async def control(run: GuardHost) -> None:
     if run.lease_lost:
         raise errors.StaleLease(run.task_id, run.token, None)
     if run.stop_requested():
-        await run.set_status("queued", reason="interrupted; resume to continue")
-        raise _Stop
+        raise Stop(out.interrupted("interrupted; resume to continue"))
     task = await run.store.get_task(run.task_id)
     if task.cancel_requested:
-        await run.set_status("cancelled", "cancelled_by_user", "cancel requested")
-        raise _Stop
+        raise Stop(out.cancelled())
     if task.version != run.task.version:
         # The goal changed under us: re-read everything in a fresh turn.
-        await run.set_status("queued", reason="goal changed; restarting the turn")
-        raise _Stop
+        raise Stop(out.interrupted("goal changed; restarting the turn"))
     if run.max_rounds_this_run is not None and run.rounds_this_run >= run.max_rounds_this_run:
-        await run.set_status("queued", reason="round limit for this run reached")
-        raise _Stop
+        raise Stop(out.interrupted("round limit for this run reached"))
 
 
 async def limits(run: GuardHost) -> None:
@@ -48,31 +45,26 @@ async def limits(run: GuardHost) -> None:
     spend."""
     rounds = run.state.rounds
     if rounds >= run.spec.limits.max_rounds:
-        await run.set_status(
-            "waiting",
-            reason="max_rounds",
-            waiting={
-                "kind": "human",
-                "reason": f"max_rounds ({run.spec.limits.max_rounds}) reached with "
+        raise Stop(
+            out.waiting(
+                "human",
+                f"max_rounds ({run.spec.limits.max_rounds}) reached with "
                 f"{len(run.ledger.open_items())} items open; raise the limit and resume",
-            },
+                why="max_rounds",
+            )
         )
-        raise _Stop
     ms = run.ledger.current_milestone()
     per_ms = run.spec.limits.max_rounds_per_milestone
     if ms is not None and per_ms is not None:
         used = run.state.milestone_rounds.get(ms, 0)
         if used >= per_ms:
-            await run.set_status(
-                "waiting",
-                reason="max_rounds_per_milestone",
-                waiting={
-                    "kind": "human",
-                    "reason": f"milestone {ms} used its {per_ms} rounds; raise the limit "
-                    "and resume",
-                },
+            raise Stop(
+                out.waiting(
+                    "human",
+                    f"milestone {ms} used its {per_ms} rounds; raise the limit and resume",
+                    why="max_rounds_per_milestone",
+                )
             )
-            raise _Stop
     await check_budget(run)
 
 
@@ -115,7 +107,7 @@ async def check_budget(run: GuardHost) -> None:
     the task and for the current milestone. The check runs before every model call, so
     a cap is never exceeded by more than one call."""
     marks = set(run.state.budget_marks)
-    out: list[ev.Event] = []
+    marks_crossed: list[ev.Event] = []
     exhausted = None
     for scope, used in _budget_scopes(run):
         for res, (limit, val) in used.items():
@@ -126,7 +118,7 @@ async def check_budget(run: GuardHost) -> None:
                 key = f"{scope}:{res}:{level}"
                 if pct >= level and key not in marks:
                     marks.add(key)
-                    out.append(
+                    marks_crossed.append(
                         ev.BudgetThreshold(
                             scope=scope,
                             resource=res,
@@ -140,17 +132,15 @@ async def check_budget(run: GuardHost) -> None:
     run.state.budget_marks = sorted(marks)
     if exhausted:
         scope, res = exhausted
-        await run.set_status(
-            "suspended",
-            reason="budget_exhausted",
-            extra=out,
-            waiting={
-                "kind": "budget",
-                "scope": scope,
-                "reason": f"the {res} budget of the {scope.replace(':', ' ')} is used up; "
+        raise Stop(
+            out.suspended(
+                f"the {res} budget of the {scope.replace(':', ' ')} is used up; "
                 "raise it and resume",
-            },
+                why="budget_exhausted",
+                events=marks_crossed,
+                kind="budget",
+                scope=scope,
+            )
         )
-        raise _Stop
-    if out:
-        await run.commit(out)
+    if marks_crossed:
+        await run.commit(marks_crossed)

@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tether import errors, failpoints
 from tether import events as ev
 from tether.models.base import ModelResponse, ToolCall
+from tether.runtime import outcome as out
 from tether.runtime.builtins import READ_ARTIFACT
+from tether.runtime.outcome import Outcome, Stop
 from tether.store.base import ApprovalRecord, ArtifactRecord, OpRecord, blob_hash
 from tether.tools import failures
 from tether.tools.registry import RISKY, Reconciliation, Tool, ToolContext, render_result
@@ -40,8 +42,9 @@ if TYPE_CHECKING:
 INLINE_WAIT_MAX = 30.0
 
 
-class Pause(Exception):
-    """The round cannot go on now (approval, long backoff, op in doubt)."""
+class Pause(Stop):
+    """The round cannot go on now (approval, long backoff, op in doubt): its finished
+    calls are saved before the outcome is applied."""
 
 
 class Admission(Protocol):
@@ -536,17 +539,15 @@ class OpRunner:
         approved (maybe modified) arguments, or None."""
         run = self.run
         if appr.status == "pending":
-            await run.set_status(
-                "waiting",
-                reason="approval required",
-                waiting={
-                    "kind": "approval",
-                    "request_id": appr.request_id,
-                    "reason": f"approve or reject {appr.request['what']} "
+            raise Pause(
+                out.waiting(
+                    "approval",
+                    f"approve or reject {appr.request['what']} "
                     f"(tether approve {run.task_id} {appr.request_id})",
-                },
+                    why="approval required",
+                    request_id=appr.request_id,
+                )
             )
-            raise Pause
         if appr.status == "rejected":
             who = appr.decided_by or "a human"
             msg = f"not permitted: {who} rejected {tool.name} for this call"
@@ -678,15 +679,16 @@ class OpRunner:
                     options=["approve", "done", "reject"],
                 ),
             ]
-        await run.set_status(
-            "waiting",
-            reason="op outcome unknown",
-            extra=extra,
-            waiting=waiting,
-            ops=[replace(record, status="unknown")] if first else (),
-            approvals=[appr] if first else (),
+        raise Pause(
+            Outcome(
+                "waiting",
+                reason="op outcome unknown",
+                waiting=waiting,
+                events=tuple(extra),
+                ops=(replace(record, status="unknown"),) if first else (),
+                approvals=(appr,) if first else (),
+            )
         )
-        raise Pause
 
     # ------------------------------------------------------------------ execution
 
@@ -922,18 +924,15 @@ class OpRunner:
         if delay <= run.inline_wait_max:
             await self.clock.sleep(delay)
             return
-        await run.set_status(
-            "waiting",
-            reason="retry scheduled",
-            waiting={
-                "kind": "retry",
-                "until": at,
-                "reason": f"{record.tool} failed transiently; attempt {record.attempts + 1} "
+        raise Pause(
+            out.waiting(
+                "retry",
+                f"{record.tool} failed transiently; attempt {record.attempts + 1} "
                 f"is scheduled for {at:.0f}",
-            },
-            wake_at=at,
+                why="retry scheduled",
+                until=at,
+            )
         )
-        raise Pause
 
     async def recover(self, tool: Tool, call: ToolCall, record: OpRecord) -> OpOutcome | None:
         """An op found unfinished after a crash: settle it here (an outcome), or return

@@ -17,8 +17,9 @@ from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message
 from tether.runtime import history
-from tether.runtime._signals import Stop as _Stop
+from tether.runtime import outcome as out
 from tether.runtime.context import Context, Entry, render_system, turn_message
+from tether.runtime.outcome import Stop
 from tether.store.base import ArtifactRecord, OpRecord, blob_hash
 
 if TYPE_CHECKING:
@@ -32,8 +33,7 @@ async def start_turn(run: TurnHost) -> None:
     kind = "start" if first else "resume"
     ledger = run.ledger
     if run.task.cancel_requested:
-        await run.set_status("cancelled", "cancelled_by_user", "cancel requested")
-        raise _Stop
+        raise Stop(out.cancelled())
     events.append(
         ev.LeaseClaimed(
             worker_id=run.worker_id,

@@ -10,9 +10,10 @@ from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message
 from tether.runtime import judge as J
-from tether.runtime._signals import Stop as _Stop
+from tether.runtime import outcome as out
 from tether.runtime.completion import parse_review, review_request, run_acceptance
 from tether.runtime.context import Entry, continuation_message
+from tether.runtime.outcome import Stop
 from tether.store.base import ArtifactRecord, OpRecord
 
 if TYPE_CHECKING:
@@ -161,12 +162,13 @@ async def judge_round(
     elif outcome.decision == "need_decision":
         await await_decision(run, outcome.reason)
     elif outcome.decision == "need_user":
-        await run.set_status(
-            "waiting",
-            reason="needs_user_input",
-            waiting={"kind": "human", "reason": outcome.reason or "the judge asks for a human"},
+        raise Stop(
+            out.waiting(
+                "human",
+                outcome.reason or "the judge asks for a human",
+                why="needs_user_input",
+            )
         )
-        raise _Stop
 
 
 def _remember(run: JudgeHost, outcome: J.AuditOutcome) -> None:
@@ -265,14 +267,15 @@ async def await_decision(run: JudgeHost, reason: str) -> None:
         f"tether waive {run.task_id} ITEM --reason TEXT, or "
         f"tether abandon {run.task_id} --reason TEXT"
     )
-    await run.set_status(
-        "waiting",
-        reason="needs_user_input",
-        extra=[ev.DecisionRequested(reason=text, partial=partial)],
-        waiting={"kind": "decision", "reason": text, "partial": partial},
+    raise Stop(
+        out.waiting(
+            "decision",
+            text,
+            why="needs_user_input",
+            events=[ev.DecisionRequested(reason=text, partial=partial)],
+            partial=partial,
+        )
     )
-    run.snapshot("waiting for a decision")
-    raise _Stop
 
 
 async def settle(run: JudgeHost, round_no: int) -> None:
@@ -335,9 +338,7 @@ async def complete(run: JudgeHost, round_no: int) -> None:
         waived = run.ledger.waivers()
         why = "completion check passed" + (f"; waived: {', '.join(waived)}" if waived else "")
         stop = "delivered_with_waivers" if waived else "delivered"
-        await run.set_status("satisfied", stop, why, extra=events)
-        run.snapshot("delivered")
-        raise _Stop
+        raise Stop(out.finished("satisfied", stop, why, events=events))
     run.state.completion_failures += 1
     failures = run.state.completion_failures
     run.state.completion_failed_round = run.state.rounds
@@ -348,15 +349,13 @@ async def complete(run: JudgeHost, round_no: int) -> None:
         events.append(ev.LedgerUpdated(version=ledger.version, diff=[], cause="review"))
     if failures >= 3 or (not ledger.open_items() and failures >= 2):
         await run.commit(events, ledger=ledger)
-        await run.set_status(
-            "waiting",
-            reason="needs_user_input",
-            waiting={
-                "kind": "human",
-                "reason": f"the completion check failed {failures} times: " + "; ".join(gaps)[:800],
-            },
+        raise Stop(
+            out.waiting(
+                "human",
+                f"the completion check failed {failures} times: " + "; ".join(gaps)[:800],
+                why="needs_user_input",
+            )
         )
-        raise _Stop
     text = continuation_message(ledger, "the completion check failed", gaps)
     events.append(
         ev.JudgeVerdict(

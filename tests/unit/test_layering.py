@@ -63,6 +63,7 @@ ROUND_PARTS = (
     "history",
     "state",
     "ports",
+    "outcome",
 )
 
 

@@ -9,8 +9,12 @@ limit off.
 
 from __future__ import annotations
 
+import datetime as _dt
+import math
 import re
-from pathlib import Path
+import sys
+from collections import Counter
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -21,6 +25,8 @@ from pydantic import (
     Field,
     Tag,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -31,9 +37,153 @@ _SEP = "\n"
 #: Union tags pydantic puts into error locations; the user never wrote them.
 _TAGS = frozenset({"op", "file", "artifact", "command", "callable"})
 
+# Bounds on what a spec may hold. A contract is a short document; these refuse a hostile
+# one (a "billion laughs" of YAML aliases, nesting that would overflow the stack, numbers
+# no database column holds) quickly and with a clear message, instead of a traceback, a
+# hang or gigabytes of memory.
+
+#: The largest spec file `load_spec` reads.
+MAX_SPEC_BYTES = 1 << 20
+#: The deepest nesting of YAML collections (aliases expanded) and of JSON data.
+MAX_DEPTH = 64
+#: The most alias uses (`*name`) in one YAML file.
+MAX_ALIASES = 200
+#: The most values a YAML file may expand to (aliases counted at their expanded size), and
+#: the most values in one piece of JSON data.
+MAX_NODES = 250_000
+#: The largest integer (a signed 64-bit column holds it).
+MAX_INT = 2**63 - 1
+#: The longest `done_when` file path, and the longest part of one (in UTF-8 bytes).
+MAX_PATH_CHARS = 1024
+MAX_NAME_BYTES = 255
+
+_BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
+
+
+def _text_problem(text: str) -> str | None:
+    """What makes `text` unstorable (databases refuse NUL characters, UTF-8 has no unpaired
+    surrogates), or None."""
+    bad = _BAD_TEXT.search(text)
+    if bad is None:
+        return None
+    if bad.group() == "\x00":
+        return "contains a NUL character (\\0)"
+    return f"contains an unpaired surrogate ({bad.group()!r}), which is not valid Unicode text"
+
+
+def _dotted(at: tuple[Any, ...]) -> str:
+    return ".".join(_part(p) for p in at)
+
+
+def _scalar_problem(v: Any, json_only: bool) -> str | None:
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, str):
+        return _text_problem(v)
+    if isinstance(v, int):
+        if -MAX_INT <= v <= MAX_INT:
+            return None
+        return f"has a number larger than 64 bits ({v.bit_length()} bits)"
+    if isinstance(v, float):
+        return (
+            None
+            if math.isfinite(v)
+            else f"has the number {v!r}, but NaN and infinity are not allowed"
+        )
+    if not json_only:
+        return None
+    kind = "a date" if isinstance(v, _dt.date) else f"a {type(v).__name__}"
+    return f"has {kind} ({_cut(v, 30)}), which is not JSON data (write it in quotes)"
+
+
+def _key_problem(k: Any, json_only: bool) -> str | None:
+    if isinstance(k, str):
+        problem = _text_problem(k)
+        return f"has a key that {problem}" if problem else None
+    return f"has a key that is not text ({_cut(k, 30)})" if json_only else None
+
+
+def data_problem(value: Any, *, json_only: bool = True) -> str | None:
+    """The first thing in `value` that tether cannot store, with where it is, or None.
+
+    Refused everywhere: text with a NUL character or an unpaired surrogate, NaN and
+    infinite numbers (not JSON; PostgreSQL refuses them), integers beyond 64 bits, nesting
+    deeper than `MAX_DEPTH` (or a cycle), more than `MAX_NODES` values. With `json_only`,
+    also anything that is not JSON data (a date, bytes, a set, a key that is not text).
+    The walk is iterative and bounded, so any input gets an answer quickly."""
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
+    seen = 0
+    while stack:
+        v, at = stack.pop()
+        seen += 1
+        if seen > MAX_NODES:
+            return f"holds more than {MAX_NODES:,} values"
+        problem: str | None = None
+        if len(at) > MAX_DEPTH:
+            problem = f"is nested deeper than {MAX_DEPTH} levels"
+        elif isinstance(v, dict):
+            entries = list(v.items())
+            problem = next((p for p in (_key_problem(k, json_only) for k, _ in entries) if p), None)
+            stack.extend((x, (*at, k)) for k, x in reversed(entries))
+        elif isinstance(v, list | tuple):
+            stack.extend((x, (*at, n)) for n, x in reversed(list(enumerate(v))))
+        else:
+            problem = _scalar_problem(v, json_only)
+        if problem:
+            return f"{problem} (at {_dotted(at)})" if at else problem
+    return None
+
+
+def _storable(value: Any) -> Any:
+    problem = data_problem(value, json_only=False)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def file_path_problem(path: str) -> str | None:
+    """Why `path` cannot name a file inside a workspace, or None: it must be relative,
+    stay inside (`..` may not climb out), name something below the workspace, and be of
+    a sane length without NUL characters."""
+    if not path.strip():
+        return "is empty; give a file path relative to the workspace (e.g. out/report.md)"
+    problem = _text_problem(path)
+    if problem:
+        return problem
+    if len(path) > MAX_PATH_CHARS:
+        return f"is {len(path):,} characters long; at most {MAX_PATH_CHARS}"
+    if path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", path):
+        return (
+            f"{_cut(path, 40)} is absolute; give a path relative to the workspace "
+            "(e.g. out/report.md)"
+        )
+    depth = 0
+    for part in PurePosixPath(path).parts:
+        if len(part.encode("utf-8")) > MAX_NAME_BYTES:
+            return f"has a part longer than {MAX_NAME_BYTES} bytes"
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return f"{_cut(path, 40)} leads outside the workspace"
+        elif part != ".":
+            depth += 1
+    if depth == 0:
+        return f"{_cut(path, 40)} names the workspace itself, not a file in it"
+    return None
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _storable_text_and_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # Every field: no NUL characters or unpaired surrogates in text, no integers
+        # beyond 64 bits (nested models have checked their own fields; `workspace` is a
+        # path, checked by `load_spec` and `create_task`).
+        if isinstance(value, BaseModel) or info.field_name == "workspace":
+            return value
+        return _storable(value)
 
 
 def _check_kind(value: Any) -> str:
@@ -79,17 +229,33 @@ class OpRule(_Strict):
     tool: str
     args: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("args", mode="after")
+    @classmethod
+    def _json_args(cls, value: dict[str, Any]) -> dict[str, Any]:
+        problem = data_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
 
 class FileRule(_Strict):
     """Done when a file in the workspace exists (and optionally contains a text)."""
 
     kind: Literal["file"] = "file"
-    path: str
+    path: str = Field(description="relative to the workspace, and inside it")
     contains: str | None = None
     fresh: bool = Field(
         default=True,
         description="the file must differ from what was there when the task was created",
     )
+
+    @field_validator("path", mode="after")
+    @classmethod
+    def _inside_the_workspace(cls, value: str) -> str:
+        problem = file_path_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class ArtifactRule(_Strict):
@@ -247,20 +413,29 @@ class TaskSpec(_Strict):
     workspace: str | None = None
     review: bool = False
 
+    @field_validator("workspace", mode="before")
+    @classmethod
+    def _workspace_text(cls, value: Any) -> Any:
+        # A NUL character is refused by `load_spec` (and `create_task`) with its own
+        # message; the length bound keeps an absurd value out of every message.
+        if isinstance(value, str) and len(value) > 4096:
+            raise ValueError(f"is {len(value):,} characters long; at most 4096")
+        return value
+
     @model_validator(mode="after")
     def _check_references(self) -> TaskSpec:
         problems: list[str] = []
         ms_ids = [m.id for m in self.milestones]
-        for dup in sorted({i for i in ms_ids if ms_ids.count(i) > 1}):
-            problems.append(f"milestones: id {dup!r} is used more than once")
-        item_ids = [i.id for i in self.items]
-        for dup in sorted({i for i in item_ids if item_ids.count(i) > 1}):
-            problems.append(f"items: id {dup!r} is used more than once")
-        acc_ids = [a.id for a in self.acceptance]
-        for dup in sorted({i for i in acc_ids if acc_ids.count(i) > 1}):
-            problems.append(f"acceptance: id {dup!r} is used more than once")
+        known_ms = set(ms_ids)
+        for what, ids in (
+            ("milestones", ms_ids),
+            ("items", [i.id for i in self.items]),
+            ("acceptance", [a.id for a in self.acceptance]),
+        ):
+            for dup in sorted(i for i, n in Counter(ids).items() if n > 1):
+                problems.append(f"{what}: id {dup!r} is used more than once")
         for n, item in enumerate(self.items):
-            if item.milestone is not None and item.milestone not in ms_ids:
+            if item.milestone is not None and item.milestone not in known_ms:
                 problems.append(
                     f"items.{n}.milestone: {item.milestone!r} is not a milestone id "
                     f"(expected one of {ms_ids or 'none declared'})"
@@ -290,12 +465,87 @@ class TaskSpec(_Strict):
 
 _TOP = "(top level)"
 _UNKNOWN_HINT = " (check the spelling; allowed fields are listed in the docs)"
+#: The most problems one `SpecError` lists.
+MAX_PROBLEMS = 20
+
+
+class _Shown:
+    """A value whose `repr` is text made already (see `_cut`)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class _Clip:
+    """`repr` of a value, written only until `room` characters are used up."""
+
+    def __init__(self, room: int) -> None:
+        self.parts: list[str] = []
+        self.room = room
+
+    def put(self, text: str) -> bool:
+        self.parts.append(text[: self.room])
+        self.room -= len(text)
+        return self.room > 0
+
+    def seq(self, opening: str, values: Any, closing: str, pairs: bool = False) -> bool:
+        if not self.put(opening):
+            return False
+        for n, v in enumerate(values):
+            if n and not self.put(", "):
+                return False
+            if pairs:
+                if not (self.walk(v[0]) and self.put(": ") and self.walk(v[1])):
+                    return False
+            elif not self.walk(v):
+                return False
+        return self.put(closing)
+
+    def walk(self, v: Any) -> bool:
+        if isinstance(v, str | bytes):
+            return self.put(repr(v[: self.room]))
+        if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 3000:
+            return self.put(f"<a {v.bit_length()}-bit number>")  # repr() refuses it
+        if isinstance(v, dict):
+            return self.seq("{", v.items(), "}", pairs=True)
+        if isinstance(v, list):
+            return self.seq("[", v, "]")
+        if isinstance(v, tuple):
+            return self.seq("(", v, ",)" if len(v) == 1 else ")")
+        if isinstance(v, set | frozenset) and v:
+            return self.seq("{", v, "}")
+        try:
+            return self.put(repr(v))
+        except Exception:  # a caller's object with a broken __repr__
+            return self.put(f"<{type(v).__name__}>")
+
+
+def _cut(value: Any, limit: int = _validation.MAX_SHOWN) -> str:
+    """`repr(value)` clipped to `limit` characters (`...` at the end when clipped), built
+    only as far as it is shown: the whole repr of a hostile input can be gigabytes."""
+    clip = _Clip(limit + 1)
+    clip.walk(value)
+    text = "".join(clip.parts)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _part(p: Any) -> str:
+    """One step of an error location, short and printable (a key can be any text)."""
+    text = str(p) if isinstance(p, str | int) else _cut(p, 40)
+    if isinstance(p, str) and (len(p) > 40 or not p.isprintable()):
+        text = _cut(p, 40)
+    return text
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:
     """Where an error is, without the discriminator tags pydantic adds to the path."""
     kept = [
-        p
+        _part(p)
         for n, p in enumerate(loc)
         if not (n > 0 and loc[n - 1] in ("done_when", "check") and p in _TAGS)
     ]
@@ -304,12 +554,15 @@ def _loc(loc: tuple[int | str, ...]) -> str:
 
 def _describe(err: Any) -> list[str]:
     """The lines of one pydantic error: a validator's own problems one per line, else
-    the wording shared with tool arguments (`tether._validation`)."""
+    the wording shared with tool arguments (`tether._validation`), the offending value
+    cut cheaply before it is shown."""
     loc = _loc(tuple(err["loc"]))
     if err["type"] == "value_error":
         msg = str(err.get("ctx", {}).get("error", err["msg"]))
         lines = [ln for ln in msg.split(_SEP) if ln.strip()]
         return lines if loc == _TOP else [f"{loc}: {ln}" for ln in lines]
+    if "input" in err:
+        err = {**err, "input": _Shown(_cut(err["input"]))}
     return [_validation.describe_error(err, loc, noun="field", unknown_hint=_UNKNOWN_HINT)]
 
 
@@ -323,45 +576,165 @@ def parse_spec(data: Any, *, source: str = "<spec>") -> TaskSpec:
         return TaskSpec.model_validate(data)
     except ValidationError as exc:
         problems = [p for e in exc.errors() for p in _describe(e)]
+        if len(problems) > MAX_PROBLEMS:
+            more = len(problems) - MAX_PROBLEMS + 1
+            problems = [*problems[: MAX_PROBLEMS - 1], f"... and {more} more problems"]
         raise errors.SpecError("the spec is not valid", source=source, problems=problems) from None
+    except RecursionError:
+        raise errors.SpecError(
+            f"the spec is nested too deeply (at most {MAX_DEPTH} levels)", source=source
+        ) from None
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """The YAML is well formed but over one of the bounds (`MAX_DEPTH`, `MAX_ALIASES`,
+    `MAX_NODES`), or it aliases a node inside itself."""
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """A safe loader that refuses a key given twice in one mapping (YAML allows it
-    silently; in a contract it is always a mistake)."""
+    silently; in a contract it is always a mistake), unhashable keys, and values it
+    cannot read (`2020-13-45`, a 5,000-digit number) with their line; and that bounds
+    nesting and alias expansion (a "billion laughs" is refused after a few aliases,
+    before anything is expanded)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0  # collections open around the node being composed
+        self._reach = 0  # deepest level reached in the current subtree, aliases expanded
+        self._values = 0  # values composed so far, aliases counted at their expanded size
+        self._aliases = 0
+        self._open: set[str] = set()  # anchors of the collections being composed
+        self._shape: dict[str, tuple[int, int]] = {}  # anchor -> (values, height)
+
+    def _refuse(self, problem: str, event: Any) -> _Refused:
+        return _Refused(None, None, problem, event.start_mark)
+
+    def _count(self, values: int, reach: int, event: Any) -> None:
+        self._values += values
+        self._reach = max(self._reach, reach)
+        if self._values > MAX_NODES:
+            raise self._refuse(
+                f"the YAML expands to more than {MAX_NODES:,} values (aliases included)", event
+            )
+        if reach > MAX_DEPTH:
+            raise self._refuse(f"nested deeper than {MAX_DEPTH} levels", event)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent):
+            anchor = event.anchor
+            if anchor in self._open:
+                raise self._refuse(
+                    f"the alias *{anchor} is used inside the value it names "
+                    "(a recursive structure)",
+                    event,
+                )
+            if anchor in self._shape:
+                self._aliases += 1
+                if self._aliases > MAX_ALIASES:
+                    raise self._refuse(
+                        f"more than {MAX_ALIASES} aliases (*name); a spec needs few, and "
+                        'aliases of aliases can expand to billions of values ("billion laughs")',
+                        event,
+                    )
+                values, height = self._shape[anchor]
+                self._count(values, self._depth + height, event)
+            return super().compose_node(parent, index)
+        self._depth += 1
+        before, outer_reach = self._values, self._reach
+        self._reach = 0
+        self._count(1, self._depth, event)
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            self._open.add(anchor)
+        node = super().compose_node(parent, index)
+        if anchor is not None:
+            self._open.discard(anchor)
+            self._shape[anchor] = (self._values - before, self._reach - self._depth + 1)
+        self._reach = max(outer_reach, self._reach)
+        self._depth -= 1
+        return node
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, OverflowError) as exc:
+            reason = str(exc)
+            if "Exceeds the limit" in reason:  # int("1" * 5000)
+                reason = f"a number of more than {sys.get_int_max_str_digits()} digits"
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"cannot read the value {_cut(node.value, 40)} ({reason[:100]})",
+                node.start_mark,
+            ) from None
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, Any] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"a key cannot be a {type(key).__name__}",
+                    key_node.start_mark,
+                ) from None
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None,
                     None,
-                    f"the key {key!r} appears twice in one mapping",
+                    f"the key {_cut(key, 60)} appears twice in one mapping",
                     key_node.start_mark,
                 )
             seen[key] = True
         return super().construct_mapping(node, deep=deep)
 
 
+def _where(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+
+
 def load_spec(path: str | Path) -> TaskSpec:
-    """Load a YAML (or JSON) spec file; a bad file raises `SpecError` naming file and field."""
+    """Load a YAML (or JSON) spec file; a bad file raises `SpecError` naming file and field.
+
+    Bounded: a file over `MAX_SPEC_BYTES`, nesting deeper than `MAX_DEPTH`, more than
+    `MAX_ALIASES` aliases or `MAX_NODES` values is refused before it is expanded."""
     p = Path(path)
     source = str(p)
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as f:
+            raw = f.read(MAX_SPEC_BYTES + 1)
     except FileNotFoundError:
         raise errors.SpecError("file not found", source=source) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:
+        raise errors.SpecError(f"cannot read the file ({exc})", source=source) from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise errors.SpecError(
+            f"the file is larger than {MAX_SPEC_BYTES // 1024} KiB; a spec is a short contract",
+            source=source,
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise errors.SpecError(f"cannot read the file ({exc})", source=source) from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except _Refused as exc:
+        raise errors.SpecError(
+            f"cannot load the YAML{_where(exc)}: {exc.problem}", source=source
+        ) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise errors.SpecError(f"malformed YAML{where}: {problem}", source=source) from None
+        raise errors.SpecError(f"malformed YAML{_where(exc)}: {problem}", source=source) from None
+    except RecursionError:
+        raise errors.SpecError(
+            f"cannot load the YAML: nested deeper than {MAX_DEPTH} levels", source=source
+        ) from None
     spec = parse_spec(data, source=source)
     if spec.workspace is not None and not re.match(r"^[^\x00]+$", spec.workspace):
         raise errors.SpecError("workspace: not a usable path", source=source)

@@ -8,7 +8,7 @@ only (`models.judge: rules`); the task's item never completes, so the loop goes 
 `--rounds` rounds in one `Engine.run`.
 
 **Part A: harness overhead per op.** The *op window* runs from the start of the round's
-act phase (`OpRunner.act`) to the end of its write-back (`_TaskRun.commit_round`: the
+act phase (`OpRunner.act`) to the end of its write-back (`TaskRun.commit_round`: the
 round commit that records the op's result, with the verdict when judging is by rules).
 Overhead = window - time inside the tool function (the HTTP round trip, timed inside the
 tool). Each store call in the window is timed by a thin wrapper on the store instance,
@@ -309,7 +309,7 @@ def op_windows() -> Iterator[None]:
     """Open a window at `OpRunner.act`, close it when the round's results are committed
     (`commit_round`, with the verdict when judging is by rules)."""
     act0 = ops_mod.OpRunner.act
-    wb0 = engine_mod._TaskRun.commit_round
+    wb0 = engine_mod.TaskRun.commit_round
 
     async def act(self: Any, round_no: int, response: ModelResponse, **kw: Any) -> Any:
         PROBE.begin(round_no)
@@ -322,12 +322,12 @@ def op_windows() -> Iterator[None]:
             PROBE.end()
 
     ops_mod.OpRunner.act = act  # type: ignore[method-assign]
-    engine_mod._TaskRun.commit_round = write_back  # type: ignore[method-assign]
+    engine_mod.TaskRun.commit_round = write_back  # type: ignore[method-assign]
     try:
         yield
     finally:
         ops_mod.OpRunner.act = act0  # type: ignore[method-assign]
-        engine_mod._TaskRun.commit_round = wb0  # type: ignore[method-assign]
+        engine_mod.TaskRun.commit_round = wb0  # type: ignore[method-assign]
 
 
 class TimedClock(SystemClock):

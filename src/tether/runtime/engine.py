@@ -253,7 +253,7 @@ class Engine:
 
     async def _drive(self, lease: Lease, previous_owner: str | None) -> RunResult:
         """Drive a claimed task with a heartbeat; give the lease back at the end."""
-        run = _TaskRun(self, lease.task_id, lease.token, previous_owner=previous_owner)
+        run = TaskRun(self, lease.task_id, lease.token, previous_owner=previous_owner)
         beat = asyncio.create_task(run.heartbeat())
         try:
             return await run.drive()
@@ -265,8 +265,11 @@ class Engine:
                 await self.store.release(lease.task_id, lease.token)
 
 
-class _TaskRun:
-    """The state of one claimed task while an engine drives it."""
+class TaskRun:
+    """One claimed task while an engine drives it: the run's state, the commit port
+    (`ports.Journal`), and the round's phases — decide, act (through `ops`), write
+    back, judge (through `verdicts`) — each a method taking what it uses. The parts of
+    a round see it only through the protocols of `ports`."""
 
     def __init__(
         self, engine: Engine, task_id: str, token: int, previous_owner: str | None = None

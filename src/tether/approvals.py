@@ -8,15 +8,53 @@ continues it.
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Literal
 
 from tether import errors
 from tether import events as ev
+from tether.spec import MAX_DEPTH, data_problem
 from tether.store.base import ApprovalRecord, Store, TaskPatch
 
 Decision = Literal["approve", "reject", "done"]
+
+
+def check_json_argument(value: Any, what: str) -> None:
+    """`UserError` naming `what` unless `value` is JSON data tether can store: no NaN or
+    infinity, no text with NUL characters or unpaired surrogates, integers within 64
+    bits, nesting within `tether.spec.MAX_DEPTH` levels, only JSON types."""
+    problem = data_problem(value)
+    if problem:
+        raise errors.UserError(f"{what} {problem}")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_json_argument(text: str, what: str, *, text_fallback: bool = False) -> Any:
+    """Decode a JSON argument a person typed (`--modify`, `--result`) and check it (see
+    `check_json_argument`); a mistake is a `UserError` naming `what`. With
+    `text_fallback`, text that is not JSON at all is returned as it is (a plain string),
+    but JSON that is too deep or holds NaN is still refused."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise errors.UserError(f"{what} is nested deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError as exc:
+        if text_fallback:
+            return text
+        raise errors.UserError(f"{what} is not valid JSON: {exc}") from None
+    except ValueError as exc:  # NaN / Infinity, or an integer of thousands of digits
+        reason = str(exc)
+        if "Exceeds the limit" in reason:
+            reason = f"a number of more than {sys.get_int_max_str_digits()} digits"
+        raise errors.UserError(f"{what} is not usable JSON: {reason[:120]}") from None
+    check_json_argument(value, what)
+    return value
 
 
 async def pending(store: Store, task_id: str) -> list[ApprovalRecord]:
@@ -63,6 +101,9 @@ async def decide(
             )
         if not isinstance(modified_args, Mapping):
             raise errors.UserError("--modify must be a JSON object of tool arguments")
+        check_json_argument(dict(modified_args), "modified_args")
+    if result is not None:
+        check_json_argument(result, "result")
     now = getattr(store, "clock", None)
     at = now.now() if now is not None else None
     record = replace(

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tether import errors
+from tether.cli.views import clean, json_view
 from tether.store import Store
 
 T = TypeVar("T")
@@ -21,9 +22,14 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-# Markup is off: task names, objectives and events are user text and must print as-is.
-out = Console(highlight=False, soft_wrap=True, markup=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+# Markup and emoji codes are off: task names, objectives and events are user text and
+# must print as-is (and through `views.clean`, which escapes control characters).
+out = Console(highlight=False, soft_wrap=True, markup=False, emoji=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
+
+#: The largest event sequence number or count an option takes (a signed 64-bit integer,
+#: what the databases hold); larger values are clamped to it.
+MAX_SEQ = 2**63 - 1
 
 DbOpt = Annotated[
     str | None,
@@ -34,7 +40,14 @@ DbOpt = Annotated[
         show_default=False,
     ),
 ]
-AfterOpt = Annotated[int, typer.Option("--after", help="Only events with seq > SEQ.")]
+AfterOpt = Annotated[
+    int,
+    typer.Option("--after", help="Only events with seq > SEQ.", min=0, max=MAX_SEQ, clamp=True),
+]
+LimitOpt = Annotated[
+    int | None,
+    typer.Option("--limit", help="At most this many.", min=0, max=MAX_SEQ, clamp=True),
+]
 TypesOpt = Annotated[
     list[str] | None, typer.Option("--type", help="Only these event types (repeatable).")
 ]
@@ -52,8 +65,13 @@ ByOpt = Annotated[str, typer.Option("--by", help="Who decides (journaled).")]
 
 def fail(exc: BaseException, code: int) -> typer.Exit:
     """Print a user-facing error; the exit to raise."""
-    err.print(Text(f"tether: {exc}", style="bold red"))
+    err.print(Text(clean(f"tether: {exc}", lines=True), style="bold red"))
     return typer.Exit(code)
+
+
+def print_json(doc: Any) -> None:
+    """Print `doc` as `--json` output (see `views.json_view`)."""
+    out.print(json_view(doc))
 
 
 def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:

@@ -3,7 +3,6 @@ and the `approvals` list."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
@@ -12,7 +11,17 @@ from rich.text import Text
 
 from tether import errors
 from tether.cli import views
-from tether.cli._app import ByOpt, DbOpt, JsonOpt, app, fail, out, run_async, with_store
+from tether.cli._app import (
+    ByOpt,
+    DbOpt,
+    JsonOpt,
+    app,
+    fail,
+    out,
+    print_json,
+    run_async,
+    with_store,
+)
 from tether.store import Store
 
 
@@ -25,16 +34,7 @@ def cancel(task_id: str, db: DbOpt = None) -> None:
         result = await with_store(db, lambda s: cancel_task(s, task_id, by="cli"), create=False)
         return result.message
 
-    out.print(run_async(main))
-
-
-def _maybe_json(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+    out.print(Text(views.clean(run_async(main))))
 
 
 @app.command()
@@ -58,13 +58,17 @@ def approve(
     from tether import approvals
 
     args = None
-    if modify is not None:
-        try:
-            args = json.loads(modify)
-        except json.JSONDecodeError as exc:
-            raise fail(errors.UserError(f"--modify is not valid JSON: {exc}"), 2) from None
-        if not isinstance(args, dict):
-            raise fail(errors.UserError("--modify must be a JSON object of tool arguments"), 2)
+    seen = None
+    try:
+        if modify is not None:
+            args = approvals.parse_json_argument(modify, "--modify")
+        if result is not None:
+            # Text that is not JSON is kept as text (what the service said, in words).
+            seen = approvals.parse_json_argument(result, "--result", text_fallback=True)
+    except errors.UserError as exc:
+        raise fail(exc, 2) from None
+    if modify is not None and not isinstance(args, dict):
+        raise fail(errors.UserError("--modify must be a JSON object of tool arguments"), 2)
 
     async def main() -> Any:
         return await with_store(
@@ -76,14 +80,14 @@ def approve(
                 "done" if done else "approve",
                 by=by,
                 modified_args=args,
-                result=_maybe_json(result),
+                result=seen,
             ),
             create=False,
         )
 
     run_async(main)
     what = "recorded as done" if done else "approved"
-    out.print(f"{what} {request_id}; continue with: tether resume {task_id}")
+    out.print(Text(views.clean(f"{what} {request_id}; continue with: tether resume {task_id}")))
 
 
 @app.command()
@@ -105,14 +109,14 @@ def reject(
         )
 
     run_async(main)
-    out.print(f"rejected {request_id}; continue with: tether resume {task_id}")
+    out.print(Text(views.clean(f"rejected {request_id}; continue with: tether resume {task_id}")))
 
 
 def _decide(db: str | None, action: Callable[[Store], Awaitable[str]]) -> None:
     async def main() -> str:
         return await with_store(db, action, create=False)
 
-    out.print(Text(run_async(main)))
+    out.print(Text(views.clean(run_async(main))))
 
 
 @app.command()
@@ -179,7 +183,7 @@ def approvals(task_id: str, db: DbOpt = None, json_out: JsonOpt = False) -> None
 
     items = run_async(main)
     if json_out:
-        out.print_json(json.dumps([a.__dict__ for a in items]))
+        print_json([a.__dict__ for a in items])
         return
     out.print(views.approvals_table(items))
 

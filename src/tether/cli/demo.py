@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -13,7 +12,7 @@ import typer
 from rich.text import Text
 
 from tether.cli import views
-from tether.cli._app import JsonOpt, app, out, run_async
+from tether.cli._app import JsonOpt, app, out, print_json, run_async
 from tether.cli.run import drive
 
 if TYPE_CHECKING:
@@ -73,7 +72,7 @@ def demo(
     wall = time.monotonic() - t0
     summary = demo_summary(doc, evs, wall, folder)
     if json_out:
-        out.print_json(json.dumps({"status": doc, "summary": summary}))
+        print_json({"status": doc, "summary": summary})
     else:
         out.print(views.status_view(doc) if not out.is_terminal else Text(""))
         out.print(views.summary_table(summary))

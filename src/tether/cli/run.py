@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ from rich.text import Text
 
 from tether import errors, lifecycle
 from tether.cli import views
-from tether.cli._app import DbOpt, JsonOpt, ModelOpt, app, err, out, run_async
+from tether.cli._app import DbOpt, JsonOpt, ModelOpt, app, err, out, print_json, run_async
 
 if TYPE_CHECKING:
     from tether.runtime.engine import RunResult
@@ -69,7 +68,7 @@ async def drive(rt: Runtime, task_id: str, *, quiet: bool) -> RunResult:
 
 def _finish(store_doc: dict[str, Any], result: RunResult, json_out: bool) -> None:
     if json_out:
-        out.print_json(json.dumps(store_doc))
+        print_json(store_doc)
     else:
         out.print(views.status_view(store_doc))
         if result.interrupted:
@@ -81,10 +80,12 @@ def _finish(store_doc: dict[str, Any], result: RunResult, json_out: bool) -> Non
 
 
 def _workspace(contract: TaskSpec, workspace: Path | None) -> Path:
+    """The task's folder (`--workspace`, else the spec's, else the current one), resolved
+    and checked before anything is written (see `runtime.tasks.workspace_folder`)."""
+    from tether.runtime.tasks import workspace_folder
+
     ws = workspace or (Path(contract.workspace) if contract.workspace else Path.cwd())
-    if not ws.is_dir():
-        raise errors.UserError(f"workspace {ws} is not a folder")
-    return ws
+    return workspace_folder(ws, must_exist=True)
 
 
 @app.command()
@@ -139,7 +140,7 @@ def submit(
 
     task_id = run_async(main)
     if json_out:
-        out.print_json(json.dumps({"task_id": task_id, "status": "queued"}))
+        print_json({"task_id": task_id, "status": "queued"})
     else:
         out.print(task_id)
 

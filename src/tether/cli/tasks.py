@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-import json
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from tether.cli import views
-from tether.cli._app import AfterOpt, DbOpt, JsonOpt, TypesOpt, app, out, run_async, with_store
+from tether.cli._app import (
+    AfterOpt,
+    DbOpt,
+    JsonOpt,
+    LimitOpt,
+    TypesOpt,
+    app,
+    out,
+    print_json,
+    run_async,
+    with_store,
+)
 
 
 @app.command()
@@ -21,7 +29,7 @@ def status(task_id: str, db: DbOpt = None, json_out: JsonOpt = False) -> None:
 
     doc = run_async(main)
     if json_out:
-        out.print_json(json.dumps(doc))
+        print_json(doc)
     else:
         out.print(views.status_view(doc))
 
@@ -35,7 +43,7 @@ def list_tasks(db: DbOpt = None, json_out: JsonOpt = False) -> None:
 
     tasks = run_async(main)
     if json_out:
-        out.print_json(json.dumps(views.task_rows(tasks)))
+        print_json(views.task_rows(tasks))
         return
     out.print(views.task_table(tasks))
 
@@ -46,7 +54,7 @@ def events(
     db: DbOpt = None,
     json_out: JsonOpt = False,
     after: AfterOpt = 0,
-    limit: Annotated[int | None, typer.Option("--limit", help="At most this many.")] = None,
+    limit: LimitOpt = None,
     type_: TypesOpt = None,
 ) -> None:
     """Print a task's events (append-only log)."""
@@ -60,7 +68,7 @@ def events(
 
     evs = run_async(main)
     if json_out:
-        out.print_json(json.dumps([e.to_dict() for e in evs]))
+        print_json([e.to_dict() for e in evs])
         return
     for e in evs:
         out.print(views.event_line(e))

@@ -2,16 +2,23 @@
 
 Pure functions of the data they are given (the `status --json` document, events,
 records); nothing here reads the store.
+
+Task names, objectives, notes, model text and tool results are user text: everything
+shown goes through `clean` (control characters, escape sequences, bidirectional
+overrides shown as `\\xNN` / `\\uNNNN` instead of acting on the terminal) and into
+`Text` objects (never markup or emoji codes); JSON through `json_view`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Group
+from rich.highlighter import JSONHighlighter
 from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
@@ -28,6 +35,40 @@ STATUS_STYLE = {
     "cancelled": "dim",
     "failed": "red",
 }
+
+
+# C0 and C1 controls (ESC, CSI, BEL, backspace, carriage return...), DEL, bidirectional
+# marks and overrides, line and paragraph separators, unpaired surrogates.
+# `json.dumps` escapes the C0 controls itself, but leaves the others raw inside strings.
+_C0 = "\x00-\x08\x0b-\x1f"
+_OTHERS = "\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+_UNSAFE_IN_LINES = re.compile(f"[{_C0}{_OTHERS}]")
+_UNSAFE_IN_A_LINE = re.compile(f"[\n{_C0}{_OTHERS}]")
+_UNSAFE_IN_JSON = re.compile(f"[{_OTHERS}]")
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    c = match.group()
+    code = ord(c)
+    return _NAMED.get(c) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def clean(text: Any, *, lines: bool = False) -> str:
+    """`text` safe to print on a terminal: control characters and the like are shown
+    escaped (`\\x1b`, `\\u202e`) instead of moving the cursor, changing colours or
+    reordering the line. Newlines are kept with `lines` (where the layout has room for
+    several lines), else shown as `\\n`; tabs are kept."""
+    s = text if isinstance(text, str) else str(text)
+    return (_UNSAFE_IN_LINES if lines else _UNSAFE_IN_A_LINE).sub(_escape, s)
+
+
+def json_view(doc: Any) -> Text:
+    """`--json` output: `json.dumps(doc, indent=2)` with non-ASCII text kept, except what
+    would act on a terminal, which is written as a `\\uNNNN` escape (the same JSON)."""
+    text = json.dumps(doc, indent=2, ensure_ascii=False)
+    text = _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return JSONHighlighter()(Text(text))
 
 
 def ts(t: float | None) -> str:
@@ -72,22 +113,24 @@ def status_view(doc: Mapping[str, Any]) -> Group:
     style = STATUS_STYLE.get(doc["status"], "white")
     head = Text.assemble(
         ("task ", "bold"),
-        (doc["task_id"], "bold cyan"),
-        f"  {doc['name']}  v{doc['version']}  ",
-        (doc["status"], f"bold {style}"),
-        (f" ({stop_text(doc)})" if doc["stop_reason"] else "", style),
+        (clean(doc["task_id"]), "bold cyan"),
+        f"  {clean(doc['name'])}  v{doc['version']}  ",
+        (clean(doc["status"]), f"bold {style}"),
+        (f" ({clean(stop_text(doc))})" if doc["stop_reason"] else "", style),
     )
-    lines: list[Any] = [head, Text(f"goal: {doc['ledger']['objective']}")]
+    lines: list[Any] = [head, Text(f"goal: {clean(doc['ledger']['objective'], lines=True)}")]
     lines.append(ledger_bar(doc["ledger"]["progress"]))
     if doc.get("waiting"):
-        lines.append(Text(f"waiting: {doc['waiting'].get('reason', doc['waiting'])}", "yellow"))
+        reason = doc["waiting"].get("reason", doc["waiting"])
+        lines.append(Text(f"waiting: {clean(reason, lines=True)}", "yellow"))
         partial = doc["waiting"].get("partial")
         if partial:
             lines.append(partial_view(partial))
     if doc.get("waivers"):
         lines.append(
             Text(
-                "waived: " + "; ".join(f"{w['id']} ({w['reason']})" for w in doc["waivers"]),
+                "waived: "
+                + "; ".join(f"{clean(w['id'])} ({clean(w['reason'])})" for w in doc["waivers"]),
                 "magenta",
             )
         )
@@ -111,8 +154,13 @@ def status_view(doc: Mapping[str, Any]) -> Group:
             "skipped": "magenta",
             "waived": "magenta",
         }
-        detail = ", ".join(it["evidence"][:2]) if st == "done" else it["note"]
-        table.add_row(it["id"], Text(st, colour.get(st, "white")), str(it["attempts"]), detail)
+        detail = ", ".join(it["evidence"][:2]) if st == "done" else (it["note"] or "")
+        table.add_row(
+            Text(clean(it["id"])),
+            Text(clean(st), colour.get(st, "white")),
+            str(it["attempts"]),
+            Text(clean(detail, lines=True)),
+        )
     lines.append(table)
     return Group(*lines)
 
@@ -132,23 +180,26 @@ def partial_view(partial: Mapping[str, Any]) -> Text:
     for key, style in (("blocked", "red"), ("waived", "magenta"), ("skipped", "magenta")):
         for it in partial.get(key, []):
             text.append(f"\n  {key} ", style)
-            text.append(f"{it['id']}: {it.get('reason') or '-'}")
-    remaining = [it["id"] for it in partial.get("remaining", [])]
+            text.append(f"{clean(it['id'])}: {clean(it.get('reason') or '-')}")
+    remaining = [clean(it["id"]) for it in partial.get("remaining", [])]
     if remaining:
         text.append(f"\n  remaining: {', '.join(remaining)}")
     for item, prop in (partial.get("proposed") or {}).items():
-        text.append(f"\n  the judge proposed {prop.get('status')} for {item}: {prop.get('note')}")
+        text.append(
+            f"\n  the judge proposed {clean(prop.get('status'))} for {clean(item)}: "
+            f"{clean(prop.get('note'))}"
+        )
     return text
 
 
 def task_created(task_id: str, n_items: int) -> Text:
     """`task <id> created (<n> items)`."""
-    return Text.assemble("task ", (task_id, "bold cyan"), f" created ({n_items} items)")
+    return Text.assemble("task ", (clean(task_id), "bold cyan"), f" created ({n_items} items)")
 
 
 def interrupted(task_id: str) -> Text:
     """The hint after a Ctrl-C."""
-    return Text(f"interrupted; continue with: tether resume {task_id}", "yellow")
+    return Text(f"interrupted; continue with: tether resume {clean(task_id)}", "yellow")
 
 
 # --------------------------------------------------------------------------- lists
@@ -174,7 +225,12 @@ def task_table(tasks: Sequence[Any]) -> Table:
     table = Table("task", "name", "status", "created", box=None, header_style="bold")
     for t in tasks:
         st = t.status + (f" ({t.stop_reason})" if t.stop_reason else "")
-        table.add_row(t.task_id, t.name, Text(st, STATUS_STYLE.get(t.status, "")), ts(t.created_at))
+        table.add_row(
+            Text(clean(t.task_id)),
+            Text(clean(t.name)),
+            Text(clean(st), STATUS_STYLE.get(t.status, "")),
+            ts(t.created_at),
+        )
     return table
 
 
@@ -183,7 +239,10 @@ def approvals_table(items: Sequence[Any]) -> Table:
     table = Table("request", "status", "what", "decided by", box=None, header_style="bold")
     for a in items:
         table.add_row(
-            a.request_id, a.status, str(a.request.get("what", ""))[:80], a.decided_by or ""
+            Text(clean(a.request_id)),
+            Text(clean(a.status)),
+            Text(clean(str(a.request.get("what", ""))[:80])),
+            Text(clean(a.decided_by or "")),
         )
     return table
 
@@ -191,9 +250,11 @@ def approvals_table(items: Sequence[Any]) -> Table:
 # --------------------------------------------------------------------------- events
 
 
-def event_line(e: Any) -> str:
+def event_line(e: Any) -> Text:
     """`events`: seq, time, type and the data as JSON."""
-    return f"{e.seq:>6} {ts(e.at)} {e.type:<22} {json.dumps(e.data, ensure_ascii=False)}"
+    return Text(
+        clean(f"{e.seq:>6} {ts(e.at)} {e.type:<22} {json.dumps(e.data, ensure_ascii=False)}")
+    )
 
 
 def describe_event(e: Any) -> tuple[str, str]:
@@ -254,7 +315,10 @@ def timeline_line(e: Any) -> Text:
     """`timeline`: seq, time of day, type and the event in words, coloured."""
     style, text = describe_event(e)
     return Text.assemble(
-        (f"{e.seq:>6} ", "dim"), (ts(e.at)[11:] + " ", "dim"), (f"{e.type:<20} ", style), text
+        (f"{e.seq:>6} ", "dim"),
+        (ts(e.at)[11:] + " ", "dim"),
+        (f"{clean(e.type):<20} ", style),
+        clean(text),
     )
 
 
@@ -277,12 +341,12 @@ class ProgressView:
             Group(
                 ledger_bar(p),
                 Text(
-                    f"round {s.round}  status {s.status}  current item {s.focus or '-'}\n"
+                    f"round {s.round}  status {s.status}  current item {clean(s.focus or '-')}\n"
                     f"tokens {s.tokens}  cost ${s.cost_usd:.4f}  prompt cache hit (act) "
-                    f"{100 * s.cache_hit_rate:.0f}%\n{s.message}"
+                    f"{100 * s.cache_hit_rate:.0f}%\n{clean(s.message, lines=True)}"
                 ),
             ),
-            title=f"tether · {s.task_id}",
+            title=f"tether · {clean(s.task_id)}",
         )
 
     def update(self, snap: Any) -> None:
@@ -301,5 +365,5 @@ def summary_table(summary: Mapping[str, Any]) -> Table:
     table.add_column(style="bold")
     table.add_column()
     for k, v in summary.items():
-        table.add_row(k, str(v))
+        table.add_row(Text(clean(k)), Text(clean(v, lines=True)))
     return table

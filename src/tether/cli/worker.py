@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.text import Text
 
 from tether.cli._app import DbOpt, ModelOpt, app, err, run_async
+from tether.cli.views import clean
 
 if TYPE_CHECKING:
     from tether.runtime.engine import RunResult
@@ -14,11 +17,17 @@ if TYPE_CHECKING:
 
 
 def _report(result: RunResult) -> None:
-    err.print(f"task {result.task_id}: {result.status} {result.stop_reason or ''}")
+    err.print(Text(clean(f"task {result.task_id}: {result.status} {result.stop_reason or ''}")))
 
 
 def _report_error(task_id: str, exc: Exception) -> None:
-    err.print(f"task {task_id}: could not run: {exc}")
+    err.print(Text(clean(f"task {task_id}: could not run: {exc}", lines=True)))
+
+
+def _seconds(value: float) -> float:
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a number of seconds")
+    return value
 
 
 @app.command()
@@ -26,7 +35,12 @@ def worker(
     db: DbOpt = None,
     model: ModelOpt = None,
     once: Annotated[bool, typer.Option("--once", help="Exit when no task is claimable.")] = False,
-    poll: Annotated[float, typer.Option("--poll", help="Seconds between polls.")] = 2.0,
+    poll: Annotated[
+        float,
+        typer.Option(
+            "--poll", help="Seconds between polls.", min=0.01, max=3600, callback=_seconds
+        ),
+    ] = 2.0,
 ) -> None:
     """Claim and run tasks from the database until stopped."""
     from tether.runtime.wiring import open_runtime

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from tether import errors, lifecycle
 from tether import events as ev
 from tether import ledger as L
-from tether import lifecycle
 from tether.runtime.state import RunState
 from tether.spec import FileRule, TaskSpec
 from tether.store.base import Store, TaskPatch, TaskRecord
@@ -39,12 +39,16 @@ async def create_task(
     task_id: str | None = None,
     workspace: str | Path | None = None,
 ) -> TaskRecord:
-    """Store a new queued task with its ledger; returns the task record."""
+    """Store a new queued task with its ledger; returns the task record.
+
+    The workspace (`workspace`, else the spec's) is resolved and checked first (see
+    `workspace_folder`): a bad one raises `UserError` and nothing is written."""
     tid = task_id or new_task_id()
     ws = workspace if workspace is not None else spec.workspace
-    ws_str = str(Path(ws).resolve()) if ws is not None else None
+    folder = workspace_folder(ws) if ws is not None else None
+    ws_str = str(folder) if folder is not None else None
     ledger = ledger_from_spec(spec)
-    preexisting = _preexisting(spec, Path(ws_str)) if ws_str else {}
+    preexisting = _preexisting(spec, folder) if folder is not None else {}
     return await store.create_task(
         task_id=tid,
         name=spec.name,
@@ -63,17 +67,81 @@ async def create_task(
     )
 
 
+def _home() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except (OSError, RuntimeError, KeyError):
+        return None
+
+
+def workspace_folder(path: str | Path, *, must_exist: bool = False) -> Path:
+    """`path` resolved (symlinks followed), or `UserError` when it cannot be a task's
+    workspace: not a usable path (empty, a NUL character, a symlink loop), the filesystem
+    root or the home folder itself (the file tools would reach every file, or every
+    private key and setting), or, with `must_exist`, not an existing folder."""
+    text = str(path)
+    if not text.strip() or "\x00" in text:
+        raise errors.UserError(f"workspace {text!r} is not a usable path")
+    try:
+        resolved = Path(path).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise errors.UserError(f"workspace {text}: cannot resolve the path ({exc})") from None
+    if resolved.parent == resolved:
+        raise errors.UserError(
+            f"workspace {text} is the filesystem root ({resolved}); the file tools would "
+            "reach every file: give the task a folder of its own"
+        )
+    if resolved == _home():
+        raise errors.UserError(
+            f"workspace {text} is your home folder ({resolved}); the file tools would reach "
+            "all your files (keys, settings): give the task a folder of its own inside it"
+        )
+    if must_exist:
+        try:
+            is_dir = resolved.is_dir()
+        except OSError:
+            is_dir = False
+        if not is_dir:
+            raise errors.UserError(f"workspace {text} is not a folder")
+    return resolved
+
+
 def _preexisting(spec: TaskSpec, workspace: Path) -> dict[str, str]:
     """Hashes of the files `done_when` file rules name that already exist, so that a
-    leftover from an earlier run does not count as this task's work."""
+    leftover from an earlier run does not count as this task's work.
+
+    A path the rule judge would not read (missing, not a regular file, out of the
+    workspace through a symlink, too long for the file system) has no hash; an existing
+    file that cannot be read is a `UserError` (the task could not tell later whether it
+    changed)."""
     out: dict[str, str] = {}
+    root = workspace.resolve()
     for item in spec.items:
         rule = item.done_when
         if isinstance(rule, FileRule) and rule.fresh:
-            path = workspace / rule.path
-            if path.is_file():
-                out[rule.path] = hashlib.sha256(path.read_bytes()).hexdigest()
+            digest = _digest_inside(root, rule.path, item.id)
+            if digest is not None:
+                out[rule.path] = digest
     return out
+
+
+def _digest_inside(root: Path, rel: str, item_id: str) -> str | None:
+    try:
+        path = (root / rel).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            return None
+    except (OSError, RuntimeError, ValueError):
+        return None
+    try:
+        with path.open("rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise errors.UserError(
+            f"item {item_id}: cannot read {rel} in the workspace to note what is there "
+            f"before the task ({exc.strerror or exc})"
+        ) from None
 
 
 def budget_view(task: TaskRecord) -> dict[str, Any]:

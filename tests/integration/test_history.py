@@ -77,6 +77,16 @@ async def test_stored_requests_rebuild_byte_identically(store: Store, tmp_path: 
     assert compactions, "the budget is small enough to compact"
     for n, (was, back) in enumerate(zip(seen, stored, strict=True)):
         assert json.dumps(back, sort_keys=True) == json.dumps(was, sort_keys=True), n
+    # A compaction's request is stored whole (packed): it reads back as it was sent.
+    compact_calls = [
+        e.data["call_id"]
+        for e in await store.read_events(tid, types={"model.called"})
+        if e.data["purpose"] == "compact"
+    ]
+    assert len(compact_calls) == len(compact.requests) >= 1
+    for call_id, was_req in zip(compact_calls, compact.requests, strict=True):
+        back_req, _ = await history.load_call(store, tid, call_id)
+        assert back_req.to_dict() == was_req.to_dict()
 
 
 async def test_a_round_is_stored_by_reference(store: Store, tmp_path: Path) -> None:
@@ -109,3 +119,12 @@ async def test_old_rows_with_whole_requests_still_load(tmp_path: Path) -> None:
     legacy = request.to_dict()
     back = await history.rebuild_request(store, tid, legacy)
     assert back.to_dict() == legacy
+
+
+def test_pack_compresses_large_documents_only() -> None:
+    small = {"a": 1}
+    assert history.pack(small) == b'{"a": 1}' and history.unpack(history.pack(small)) == small
+    big = {"transcript": "the same words again " * 200, "n": [1, 2, 3]}
+    packed = history.pack(big)
+    assert packed.startswith(b"zlib:") and len(packed) < len(json.dumps(big)) // 4
+    assert history.unpack(packed) == big

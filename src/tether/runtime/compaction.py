@@ -13,7 +13,6 @@ of compaction.
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
@@ -22,6 +21,7 @@ from tether import errors, failpoints, tokens
 from tether import events as ev
 from tether.ledger import Ledger
 from tether.models.base import Message, ModelRequest
+from tether.runtime import history
 from tether.runtime.context import SUMMARY_PREFIX, Entry, render_system, transcript
 
 if TYPE_CHECKING:
@@ -724,7 +724,7 @@ async def compact_context(run: CompactHost, budget: int) -> None:
             for e in ctx.entries
         ]
     }
-    blob = run.stage_blob(json.dumps(snapshot, sort_keys=True).encode())
+    blob = run.stage_blob(history.pack(snapshot))
     summary_blob = run.stage_blob(summary.encode())
     run.state.ctx_blob = blob
     run.state.ctx_after_seq = run.state.last_seq

@@ -485,8 +485,12 @@ class TaskRun:
         return self.stage_json(obj)
 
     async def get_json(self, ref: str) -> Any:
-        """Read a JSON blob."""
-        return json.loads((await self.store.get_blob(ref)).decode("utf-8"))
+        """Read a JSON blob (plain or packed)."""
+        return history.unpack(await self.store.get_blob(ref))
+
+    def stage_packed(self, obj: Any) -> str:
+        """Stage a JSON document, compressed when large (see `history.pack`)."""
+        return self.stage_blob(history.pack(obj))
 
     # ------------------------------------------------------------ the drive
 
@@ -630,7 +634,7 @@ class TaskRun:
                 upto_seq=self.state.last_seq,
             )
         else:
-            req_blob = self.stage_json(request.to_dict())
+            req_blob = self.stage_packed(request.to_dict())
         resp_blob = self.stage_json(response.to_dict())
         cost = _cost(response.model or model.name, response)
         u = response.usage

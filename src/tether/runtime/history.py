@@ -14,6 +14,7 @@ and `rebuild_request` gives back the very request the model saw.
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,8 +45,31 @@ def round_doc(
     return {"ref": ROUND_REF, "response": response_blob, "tools": tools}
 
 
+#: Marks a JSON document stored compressed (see `pack`).
+_PACKED = b"zlib:"
+#: Documents smaller than this are stored as they are: compressing them saves nothing.
+_PACK_FROM = 512
+
+
+def pack(obj: Any) -> bytes:
+    """A JSON document as blob bytes: compressed when large (a compaction request's
+    transcript, a context snapshot), so what is kept of history costs a fraction of its
+    text."""
+    data = json.dumps(obj, ensure_ascii=False, sort_keys=True).encode("utf-8")
+    if len(data) < _PACK_FROM:
+        return data
+    return _PACKED + zlib.compress(data, 6)
+
+
+def unpack(data: bytes) -> Any:
+    """Inverse of `pack` (plain JSON blobs read as they are)."""
+    if data.startswith(_PACKED):
+        data = zlib.decompress(data[len(_PACKED) :])
+    return json.loads(data.decode("utf-8"))
+
+
 async def _json(store: Store, ref: str) -> Any:
-    return json.loads((await store.get_blob(ref)).decode("utf-8"))
+    return unpack(await store.get_blob(ref))
 
 
 async def round_messages(store: Store, task_id: str, doc: Any) -> list[Message]:

@@ -54,12 +54,22 @@ def test_bad_shapes_fall_back_to_defaults() -> None:
     assert RunState.from_dict(None) == RunState()
 
 
-def test_the_written_document_is_a_copy() -> None:
+async def test_a_stored_document_does_not_follow_later_changes() -> None:
+    """`to_dict` shares its containers (it is written with every commit); the store keeps
+    its own copy, so a change after the commit is not a change of the stored row."""
+    from tether import ledger as L
+    from tether.store.base import TaskPatch
+    from tether.store.memory import MemoryStore
+
+    store = await MemoryStore.open()
+    await store.create_task(
+        task_id="t", name="t", spec={}, ledger=L.from_spec("o", [("a", "a", None)]), events=[]
+    )
     s = RunState()
     s.failure_keys["k"] = 1
-    out = s.to_dict()
-    out["failure_keys"]["k"] = 99
-    assert s.failure_keys["k"] == 1
+    await store.commit("t", None, [], task=TaskPatch(usage=s.to_dict()))
+    s.failure_keys["k"] = 99
+    assert (await store.get_task("t")).usage["failure_keys"] == {"k": 1}
 
 
 @given(

@@ -123,19 +123,15 @@ class RunState:
     # -- storage ------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON stored in the task row's `usage` column."""
+        """The JSON stored in the task row's `usage` column (written with every commit,
+        so it is built cheaply: containers are shared, not copied — the store serializes
+        or copies what it keeps)."""
         out: dict[str, Any] = dict(self.extra)
-        for f in fields(self):
-            if f.name == "extra":
-                continue
-            value = getattr(self, f.name)
-            if f.name == "by_purpose":
-                value = {k: v.to_dict() for k, v in value.items()}
-            elif isinstance(value, dict | list):
-                value = _copy(value)
-            if value is None:
-                continue
-            out[f.name] = value
+        for name in _FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        out["by_purpose"] = {k: v.to_dict() for k, v in self.by_purpose.items()}
         out["state_version"] = STATE_VERSION
         return out
 
@@ -152,6 +148,10 @@ class RunState:
                 value = {k: Spend.from_dict(v) for k, v in (value or {}).items()}
             setattr(state, name, _coerce(getattr(cls(), name), value))
         return state
+
+
+#: The stored fields (all but `extra`; `by_purpose` is converted on its own).
+_FIELDS: Final = tuple(f.name for f in fields(RunState) if f.name not in ("extra", "by_purpose"))
 
 
 def _copy(value: Any) -> Any:

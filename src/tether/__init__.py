@@ -7,6 +7,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from tether.clock import Clock, FakeClock, SystemClock
 from tether.decisions import abandon_task, retry_item, waive_item
+from tether.edits import edit_task, tell
 from tether.errors import (
     ApprovalRequired,
     OutcomeUnknown,
@@ -73,11 +74,13 @@ __all__ = [
     "abandon_task",
     "create_task",
     "default_registry",
+    "edit_task",
     "load_spec",
     "open_store",
     "parse_spec",
     "retry_item",
     "status_dict",
+    "tell",
     "tool",
     "tool_call",
     "waive_item",

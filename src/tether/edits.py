@@ -1,0 +1,151 @@
+"""Changing a task that already runs: its goal or constraints (a new version), and
+telling it something.
+
+`edit_task` applies a partial contract to the stored one — raise a budget or a limit,
+reword the objective, add or drop items — validates the result like a new spec, raises
+the task's version and commits the new contract with the ledger carried over: items
+that did not change keep their state and evidence, changed items (another title or
+`done_when`) start again, new items are pending, dropped items leave. A task that was
+waiting or suspended (for a limit, a budget, a human) is queued again; a finished one is
+re-opened by the goal change. A worker notices a new version between rounds and starts
+a fresh turn whose system prompt carries the new contract.
+
+`tell` adds a message from a person; the model reads it at its next turn, and a task
+that waits for a human is queued again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tether import errors, lifecycle
+from tether import events as ev
+from tether import ledger as L
+from tether.runtime.tasks import ledger_from_spec
+from tether.spec import TaskSpec, parse_spec
+from tether.store.base import LedgerWrite, Store, TaskPatch, TaskRecord
+
+#: States a task may be edited in: not run by a worker, not cancelled.
+_EDITABLE = frozenset(
+    {"queued", "waiting", "suspended", "stalled", "satisfied", "abandoned", "failed"}
+)
+
+
+async def _editable(store: Store, task_id: str, verb: str) -> TaskRecord:
+    task = await store.get_task(task_id)
+    if task.status == "cancelled":
+        raise errors.UserError(f"task {task_id} is cancelled; nothing to {verb}")
+    if task.status not in _EDITABLE:
+        raise errors.UserError(
+            f"task {task_id} is {task.status}: a worker is running it; {verb} it when it "
+            "waits (or cancel it)"
+        )
+    return task
+
+
+def _merge(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """`changes` over `base`: mappings merge key by key, anything else (lists included:
+    `items`, `tools`, `acceptance`) is replaced whole."""
+    out = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def carry_over(old: L.Ledger, old_spec: TaskSpec, new_spec: TaskSpec) -> tuple[L.Ledger, list[str]]:
+    """The ledger of the new contract: each unchanged item keeps its state; changed ones
+    (title or `done_when`) are pending again. Returns it with the ids that started over."""
+    before = {i.id: i for i in old_spec.items}
+    fresh = ledger_from_spec(new_spec)
+    states = []
+    restarted = []
+    for item in new_spec.items:
+        prior = before.get(item.id)
+        if prior is not None and old.has_item(item.id):
+            if (prior.title, prior.done_when) == (item.title, item.done_when):
+                states.append(old.item(item.id))
+                continue
+            restarted.append(item.id)
+        states.append(L.ItemState())
+    return L.Ledger(fresh.skeleton, tuple(states), old.version + 1), restarted
+
+
+async def edit_task(
+    store: Store,
+    task_id: str,
+    changes: Mapping[str, Any],
+    *,
+    by: str = "user",
+    reason: str = "",
+) -> TaskRecord:
+    """Change a task's contract (a partial spec merged over the stored one); returns the
+    task at its new version. Raises `SpecError` (nothing written) if the result is not a
+    valid contract."""
+    if not isinstance(changes, Mapping) or not changes:
+        raise errors.UserError("an edit needs at least one field of the spec to change")
+    task = await _editable(store, task_id, "edit")
+    old_spec = parse_spec(task.spec, source=f"task {task_id}")
+    merged = _merge(old_spec.model_dump(mode="json", exclude_unset=True), changes)
+    new_spec = parse_spec(merged, source=f"edit of task {task_id}")
+    old_ledger = (await store.get_ledger(task_id)).to_ledger()
+    ledger, restarted = carry_over(old_ledger, old_spec, new_spec)
+    version = task.version + 1
+    events: list[ev.Event] = [
+        ev.TaskEdited(
+            old_version=task.version,
+            new_version=version,
+            changes=dict(changes),
+            invalidated=restarted,
+            by=by,
+        ),
+        ev.LedgerUpdated(version=ledger.version, diff=[], cause="edit"),
+    ]
+    status = None
+    if task.status != "queued":
+        status = "queued"
+        lifecycle.check_transition(task.status, "queued", task_id=task_id)
+        events.append(
+            ev.TaskStatusChanged(
+                src=task.status, dst="queued", reason=reason or f"edited by {by} (v{version})"
+            )
+        )
+    await store.commit(
+        task_id,
+        None,
+        events,
+        task=TaskPatch(
+            status=status,
+            stop_reason=None,
+            version=version,
+            spec=new_spec.model_dump(mode="json"),
+            waiting=None,
+            wake_at=None,
+        ),
+        ledger=LedgerWrite.of(ledger, old_ledger.version, skeleton=True),
+    )
+    return await store.get_task(task_id)
+
+
+async def tell(store: Store, task_id: str, text: str, *, by: str = "user") -> TaskRecord:
+    """A message from a person to the agent (an answer to its NEED_HELP, a correction);
+    a task that waits for a human is queued again."""
+    body = (text or "").strip()
+    if not body:
+        raise errors.UserError("the message is empty")
+    task = await store.get_task(task_id)
+    if lifecycle.is_terminal(task.status):
+        raise errors.UserError(
+            f"task {task_id} is {task.status}; edit it to give it a new goal instead"
+        )
+    events: list[ev.Event] = [ev.UserMessage(text=body[:8000], by=by)]
+    patch = None
+    kind = (task.waiting or {}).get("kind")
+    if task.status == "waiting" and kind in ("human", "decision"):
+        events.append(ev.TaskStatusChanged(src="waiting", dst="queued", reason=f"{by} answered"))
+        patch = TaskPatch(status="queued", waiting=None, wake_at=None)
+    await store.commit(task_id, None, events, task=patch)
+    return await store.get_task(task_id)

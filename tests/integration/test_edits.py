@@ -115,7 +115,7 @@ async def test_a_running_task_is_not_edited(store: MemoryStore, tmp_path: Path) 
         tid,
         lease.token,
         [],
-        task=__import__("tether.store.base", fromlist=["TaskPatch"]).TaskPatch(status="running"),
+        task=TaskPatch(status="running"),
     )
     with pytest.raises(errors.UserError, match="running"):
         await edit_task(store, tid, {"limits": {"max_rounds": 9}})

@@ -72,7 +72,8 @@ def _text_problem(text: str) -> str | None:
 
 
 def _dotted(at: tuple[Any, ...]) -> str:
-    return ".".join(_part(p) for p in at)
+    text = ".".join(_part(p) for p in at[:20])
+    return text if len(text) <= 60 and len(at) <= 20 else text[:57] + "..."
 
 
 def _scalar_problem(v: Any, json_only: bool) -> str | None:

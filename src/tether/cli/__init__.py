@@ -13,9 +13,11 @@ timeline), `run` (run, submit, resume), `decide` (cancel, approvals and decision
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
-from tether.cli._app import app
+from tether.cli._app import app, fail
+from tether.errors import UserError
 
 # Importing a command module registers its commands; --help lists them in this order.
 for _module in ("tasks", "run", "decide", "worker", "demo"):
@@ -24,8 +26,24 @@ for _module in ("tasks", "run", "decide", "worker", "demo"):
 __all__ = ["app", "main"]
 
 
+def _undecodable_argument(argv: list[str]) -> str | None:
+    """The first argument that is not UTF-8 text (Python keeps its bytes as unpaired
+    surrogates, which no database stores), shown as bytes, or None."""
+    for arg in argv:
+        if any("\udc80" <= c <= "\udcff" for c in arg):
+            return repr(os.fsencode(arg))
+    return None
+
+
 def main() -> None:
     """Console entry point."""
+    bad = _undecodable_argument(sys.argv[1:])
+    if bad is not None:
+        raise SystemExit(
+            fail(
+                UserError(f"the argument {bad} is not UTF-8 text; tether keeps text as UTF-8"), 2
+            ).exit_code
+        )
     try:
         app()
     except KeyboardInterrupt:  # pragma: no cover - interactive

@@ -705,6 +705,16 @@ def load_spec(path: str | Path) -> TaskSpec:
 
     Bounded: a file over `MAX_SPEC_BYTES`, nesting deeper than `MAX_DEPTH`, more than
     `MAX_ALIASES` aliases or `MAX_NODES` values is refused before it is expanded."""
+    source = str(Path(path))
+    spec = parse_spec(load_document(path), source=source)
+    if spec.workspace is not None and not re.match(r"^[^\x00]+$", spec.workspace):
+        raise errors.SpecError("workspace: not a usable path", source=source)
+    return spec
+
+
+def load_document(path: str | Path) -> Any:
+    """A YAML (or JSON) file's data, read with the bounds of `load_spec` (a partial spec
+    for `tether edit`, for instance); a bad file raises `SpecError`."""
     p = Path(path)
     source = str(p)
     try:
@@ -736,7 +746,4 @@ def load_spec(path: str | Path) -> TaskSpec:
         raise errors.SpecError(
             f"cannot load the YAML: nested deeper than {MAX_DEPTH} levels", source=source
         ) from None
-    spec = parse_spec(data, source=source)
-    if spec.workspace is not None and not re.match(r"^[^\x00]+$", spec.workspace):
-        raise errors.SpecError("workspace: not a usable path", source=source)
-    return spec
+    return data

@@ -7,7 +7,7 @@ is written on a bad input.
 
 Modules: `_app` (the app, consoles, shared options), `tasks` (status, list, events,
 timeline), `run` (run, submit, resume), `decide` (cancel, approvals and decisions),
-`worker`, `demo`, and `views` (rendering).
+`edit` (edit, tell), `worker`, `demo`, and `views` (rendering).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tether.cli._app import app, fail
 from tether.errors import UserError
 
 # Importing a command module registers its commands; --help lists them in this order.
-for _module in ("tasks", "run", "decide", "worker", "demo"):
+for _module in ("tasks", "run", "decide", "edit", "worker", "demo"):
     importlib.import_module(f"{__name__}.{_module}")
 
 __all__ = ["app", "main"]

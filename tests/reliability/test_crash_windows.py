@@ -450,8 +450,8 @@ def test_postgres_row_written_once_across_a_crash(
 # ---------------------------------------------------------------- a long backoff
 
 
-RETRY_AFTER = 34.0  # above the engine's inline-wait limit (30 s): the task is parked
-RETRY_SHORT = 6.0  # below it: the worker waits
+RETRY_AFTER = 45.0  # above the engine's inline-wait limit (30 s): the task is parked
+RETRY_SHORT = 12.0  # below it: the worker waits (long enough for a loaded machine)
 
 
 def test_restart_in_a_long_backoff_keeps_the_stored_schedule(
@@ -488,7 +488,7 @@ def test_restart_in_a_long_backoff_keeps_the_stored_schedule(
     assert (retry["key"], retry["attempt"], retry["outcome"]) == (op, "2", "created")
     assert retry["at"] >= until - 0.01, (retry["at"], until)  # not at once
     assert retry["at"] - started >= 20  # the resumed worker did wait
-    assert retry["at"] <= until + 5  # and went at the stored time
+    assert retry["at"] <= until + 15  # and went at the stored time (a loaded machine is slow)
     evs = cli.events(tid)
     assert len(of_type(evs, "op.retry_scheduled")) == 1
     assert final_ops(evs)[op] == "succeeded"
@@ -558,7 +558,9 @@ def test_worker_killed_during_an_inline_backoff_resumes_the_schedule(
     op = f"{tid}.r1.c0"
     retry = api.stats()["posts"][1]
     assert (retry["key"], retry["attempt"], retry["outcome"]) == (op, "2", "created")
-    assert until - 0.01 <= retry["at"] <= until + 5
+    # Not before the stored time; the upper bound only says "not another full backoff
+    # later" (a loaded machine can take seconds to start the resumed worker).
+    assert until - 0.01 <= retry["at"] <= until + 30
     evs = cli.events(tid)
     assert len(of_type(evs, "op.retry_scheduled")) == 1
     assert_one_ticket_per_item(api, evs, "create_ticket")

@@ -333,6 +333,12 @@ class Limits(_Strict):
         default=3, gt=0, description="rounds on one item without progress before it is blocked"
     )
     same_failure_repeats: int = Field(default=3, gt=0)
+    max_crash_restarts: int = Field(
+        default=5,
+        gt=0,
+        description="restarts after a crash without a round finished in between before "
+        "the task fails (environment_unrecoverable) instead of crashing again",
+    )
     breaker_failure_rate: float = Field(default=0.3, gt=0, le=1)
     breaker_min_calls: int = Field(default=10, gt=0)
     breaker_cooldown_seconds: float = Field(default=60.0, gt=0)

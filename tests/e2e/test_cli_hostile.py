@@ -376,13 +376,6 @@ def test_random_bytes_and_a_random_body_behind_a_valid_header(tmp_path: Path) ->
         assert snapshot(d) == snap
 
 
-@pytest.mark.xfail(
-    reason="SQLiteStore opens a database whose damaged pages are only read later, so `run` "
-    "writes a task into it before the damage is found (then says the file was left "
-    "untouched): needs a `PRAGMA quick_check` in store/sqlite.py _connect_sync before "
-    "anything writes",
-    strict=False,
-)
 def test_a_corrupted_page_is_refused_before_anything_is_written(
     tmp_path: Path, seeded: tuple[Path, str]
 ) -> None:

@@ -816,12 +816,12 @@ class _RuleCheck:
         ws = self.env.workspace
         if ws is None:
             return None
-        path = (ws / rule.path).resolve()
-        if not path.is_relative_to(ws.resolve()) or not path.is_file():
-            return None
         try:
+            path = (ws / rule.path).resolve()
+            if not path.is_relative_to(ws.resolve()) or not path.is_file():
+                return None
             data = path.read_bytes()
-        except OSError:
+        except (OSError, ValueError):  # a name too long, a NUL: the rule is not met
             return None
         content = data.decode("utf-8", errors="replace")
         if rule.contains is not None and rule.contains not in content:

@@ -34,6 +34,8 @@ async def start_turn(run: TurnHost) -> None:
     ledger = run.ledger
     if run.task.cancel_requested:
         raise Stop(out.cancelled())
+    if not first and run.status in ("running", "stalled"):
+        _count_crash(run)
     events.append(
         ev.LeaseClaimed(
             worker_id=run.worker_id,
@@ -146,6 +148,25 @@ async def start_turn(run: TurnHost) -> None:
     )
     run.ctx.append(Entry("turn", [Message("user", text)]))
     run.snapshot(f"turn {turn} ({kind})")
+
+
+def _count_crash(run: TurnHost) -> None:
+    """The last run ended in a crash (the task was still `running`). Crashing again
+    before a round finishes is a loop: past the contract's limit the task fails instead
+    of being retried forever."""
+    st = run.state
+    if st.rounds == st.crash_rounds_mark:
+        st.crash_streak += 1
+    else:
+        st.crash_streak, st.crash_rounds_mark = 1, st.rounds
+    limit = run.spec.limits.max_crash_restarts
+    if st.crash_streak > limit:
+        why = (
+            f"crashed {st.crash_streak} times in a row at round {st.rounds + 1} without "
+            f"finishing it (limits.max_crash_restarts = {limit})"
+        )
+        warning = ev.AuditWarning(code="crash_loop", message=why, details={"round": st.rounds + 1})
+        raise Stop(out.finished("failed", "environment_unrecoverable", why, events=[warning]))
 
 
 def epoch_needed(run: TurnHost, first: bool) -> tuple[bool, str]:

@@ -97,6 +97,10 @@ class RunState:
     validation_failures: int = 0
     completion_failures: int = 0
     completion_failed_round: int | None = None
+    #: Restarts after a crash in a row, and the round count at the last one: a task
+    #: that crashes again before finishing a round is in a crash loop.
+    crash_streak: int = 0
+    crash_rounds_mark: int = -1
     budget_marks: list[str] = field(default_factory=list)
     #: Keys written by a newer tether, kept as they were.
     extra: dict[str, Any] = field(default_factory=dict)

@@ -12,6 +12,7 @@ One wording everywhere: a contract's fields (`tether.spec`) and a tool's argumen
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import islice
 from typing import Any
 
 from pydantic import ValidationError
@@ -26,9 +27,28 @@ def where(loc: Sequence[int | str], *, root: str) -> str:
 
 
 def shown(value: Any, limit: int = MAX_SHOWN) -> str:
-    """`repr(value)`, clipped to `limit` characters."""
-    text = repr(value)
+    """`repr(value)`, clipped to `limit` characters — built from a clipped copy, so a
+    huge or deeply nested input never costs its whole `repr`."""
+    text = repr(_clip(value, limit, 3))
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _clip(value: Any, limit: int, depth: int) -> Any:
+    """A small stand-in for `value`: strings cut, containers cut to a few items and a
+    few levels."""
+    if isinstance(value, str | bytes):
+        return value[: limit + 1]
+    if depth <= 0 and isinstance(value, dict | list | tuple | set):
+        return ...
+    if isinstance(value, dict):
+        return {_clip(k, limit, 0): _clip(v, limit, depth - 1) for k, v in islice(value.items(), 8)}
+    if isinstance(value, list | tuple):
+        return [_clip(v, limit, depth - 1) for v in islice(value, 8)]
+    if isinstance(value, set):
+        return {_clip(v, limit, 0) for v in islice(value, 8) if not isinstance(v, dict | list)}
+    if isinstance(value, int) and value.bit_length() > 4 * limit:
+        return ...  # a number too long to print is not shown
+    return value
 
 
 def describe_error(err: Mapping[str, Any], at: str, *, noun: str, unknown_hint: str = "") -> str:

@@ -307,6 +307,16 @@ class AuditWarning(Event):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
+@_register("notice.sent")
+class NoticeSent(Event):
+    """People were told about the task: it waits for them (`waiting`, `reminder`), waited
+    too long (`escalation`), or its worker went silent (`stalled`)."""
+
+    kind: str
+    channel: str
+    text: str = ""
+
+
 @_register("decision.requested")
 class DecisionRequested(Event):
     """Nothing is open but not everything is finished: a human decides (retry an item,

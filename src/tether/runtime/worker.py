@@ -26,12 +26,14 @@ import logging
 import os
 import signal
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tether import errors
 from tether.runtime.engine import Engine, ModelSet, RunResult
+from tether.runtime.watch import Notifier, SweepReport, WatchPolicy, sweep
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import Lease, Store
 from tether.tools.registry import ToolRegistry
@@ -102,6 +104,9 @@ class Worker:
         retry_delay: float = 30.0,
         max_retry_delay: float = 600.0,
         handle_signals: bool = False,
+        watch_every: float | None = 60.0,
+        watch_policy: WatchPolicy | None = None,
+        notifier: Notifier | None = None,
         **engine_options: Any,
     ) -> None:
         if poll_interval < 0:
@@ -124,6 +129,12 @@ class Worker:
         self.max_retry_delay = max_retry_delay
         self.handle_signals = handle_signals
         self.engine_options = engine_options
+        # Every worker also sweeps for tasks that wait for a person or went silent
+        # (`runtime.watch`); None turns it off.
+        self.watch_every = watch_every
+        self.watch_policy = watch_policy
+        self.notifier = notifier
+        self._last_sweep: float | None = None
         self.ran = 0
         self.failed = 0
         self._failures: dict[str, int] = {}
@@ -149,6 +160,7 @@ class Worker:
             while not self.stop.is_set():
                 if self.max_tasks is not None and self.ran + self.failed >= self.max_tasks:
                     break
+                await self.watch()
                 took = await self.step()
                 if took is None:  # the claim failed: wait, longer each time
                     delay = self.poll_interval * 2 ** min(10, self._claim_failures - 1)
@@ -164,6 +176,21 @@ class Worker:
             await self._release_held()
         log.info("worker %s stopped: ran %d, failed %d", self.worker_id, self.ran, self.failed)
         return WorkerStats(self.ran, self.failed)
+
+    async def watch(self) -> SweepReport | None:
+        """Sweep (notices, reminders, escalations, stalled tasks) when one is due; a
+        failure is logged, never fatal to the worker."""
+        now = time.monotonic()
+        if self.watch_every is None or (
+            self._last_sweep is not None and now - self._last_sweep < self.watch_every
+        ):
+            return None
+        self._last_sweep = now
+        try:
+            return await sweep(self.store, notifier=self.notifier, policy=self.watch_policy)
+        except errors.TetherError as exc:
+            log.warning("watch sweep failed: %s", exc)
+            return None
 
     async def step(self) -> bool | None:
         """Claim one task and run it: True if a task was taken (run or failed), False if

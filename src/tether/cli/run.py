@@ -52,18 +52,19 @@ def _first_ctrl_c_stops(stop: asyncio.Event) -> Iterator[None]:
             loop.remove_signal_handler(signal.SIGINT)
 
 
-async def drive(rt: Runtime, task_id: str, *, quiet: bool) -> RunResult:
+async def drive(rt: Runtime, task_id: str, *, quiet: bool, force: bool = False) -> RunResult:
     """Run a task here until it is terminal, waiting or interrupted, showing progress
-    live on a terminal (unless `quiet`)."""
+    live on a terminal (unless `quiet`). `force` takes the lease over from a live owner
+    (a worker known to be gone); its fencing token then refuses the old owner's writes."""
     stop = asyncio.Event()
     view = views.ProgressView()
     async with rt.engine(task_id, on_progress=view.update, stop=stop) as engine:
         with _first_ctrl_c_stops(stop):
             if quiet or not out.is_terminal:
-                return await engine.run(task_id)
+                return await engine.run(task_id, force=force)
             with Live(view, console=out, refresh_per_second=4, transient=False) as live:
                 view.live = live
-                return await engine.run(task_id)
+                return await engine.run(task_id, force=force)
 
 
 def _finish(store_doc: dict[str, Any], result: RunResult, json_out: bool) -> None:
@@ -147,7 +148,18 @@ def submit(
 
 @app.command()
 def resume(
-    task_id: str, model: ModelOpt = None, db: DbOpt = None, json_out: JsonOpt = False
+    task_id: str,
+    model: ModelOpt = None,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Take the task over from the worker that holds its lease (one known to be "
+            "gone, e.g. on a dead host); that worker's later writes are refused.",
+        ),
+    ] = False,
 ) -> None:
     """Continue a task (after a crash, a Ctrl-C, an approval or a fix)."""
     from tether.runtime.tasks import status_dict
@@ -160,7 +172,17 @@ def resume(
                 raise errors.UserError(
                     f"task {task_id} is {task.status} ({task.stop_reason}); nothing to resume"
                 )
-            result = await drive(rt, task_id, quiet=json_out)
+            if force and task.lease_owner and not json_out:
+                out.print(
+                    Text(
+                        views.clean(
+                            f"taking task {task_id} over from {task.lease_owner} "
+                            f"(last heartbeat {views.ts(task.heartbeat_at)})"
+                        ),
+                        "yellow",
+                    )
+                )
+            result = await drive(rt, task_id, quiet=json_out, force=force)
             return await status_dict(rt.store, task_id), result
 
     doc, result = run_async(main)

@@ -24,6 +24,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from tether.redact import redact
+
 STATUS_STYLE = {
     "queued": "cyan",
     "running": "blue",
@@ -59,14 +61,14 @@ def clean(text: Any, *, lines: bool = False) -> str:
     escaped (`\\x1b`, `\\u202e`) instead of moving the cursor, changing colours or
     reordering the line. Newlines are kept with `lines` (where the layout has room for
     several lines), else shown as `\\n`; tabs are kept."""
-    s = text if isinstance(text, str) else str(text)
+    s = redact(text if isinstance(text, str) else str(text))
     return (_UNSAFE_IN_LINES if lines else _UNSAFE_IN_A_LINE).sub(_escape, s)
 
 
 def json_view(doc: Any) -> Text:
     """`--json` output: `json.dumps(doc, indent=2)` with non-ASCII text kept, except what
     would act on a terminal, which is written as a `\\uNNNN` escape (the same JSON)."""
-    text = json.dumps(doc, indent=2, ensure_ascii=False)
+    text = redact(json.dumps(doc, indent=2, ensure_ascii=False))
     text = _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return JSONHighlighter()(Text(text))
 

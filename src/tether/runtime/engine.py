@@ -30,6 +30,7 @@ from tether import events as ev
 from tether import ledger as L
 from tether.clock import Clock, SystemClock
 from tether.models.base import Message, Model, ModelRequest, ModelResponse
+from tether.redact import redact_data
 from tether.runtime import guards, history, recovery, verdicts
 from tether.runtime import judge as J
 from tether.runtime import outcome as out
@@ -120,6 +121,38 @@ def default_guard(store: Store, spec: TaskSpec, clock: Clock) -> Guard:
     return ServiceGuard(
         store, configs, default=ServiceConfig.from_spec(None, spec.limits), clock=clock
     )
+
+
+#: Events that carry text from the outside world (errors, results, model names).
+_REDACTED_EVENTS = frozenset(
+    {
+        "model.called",
+        "model.failed",
+        "op.result",
+        "op.retry_scheduled",
+        "round.committed",
+        "audit.warning",
+        "approval.requested",
+    }
+)
+
+
+def _redacted(event: ev.Event) -> ev.Event:
+    """The event with secret values and URL userinfo masked (see `tether.redact`)."""
+    if event.TYPE not in _REDACTED_EVENTS:
+        return event
+    data = event.data()
+    masked = redact_data(data)
+    return event if masked == data else type(event).model_validate(masked)
+
+
+def _redacted_op(op: OpRecord) -> OpRecord:
+    if op.error is None and op.result is None:
+        return op
+    error, result = redact_data(op.error), redact_data(op.result)
+    if (error, result) == (op.error, op.result):
+        return op
+    return replace(op, error=error, result=result)
 
 
 def check_tools(spec: TaskSpec, known: Sequence[str]) -> None:
@@ -365,17 +398,17 @@ class TaskRun:
             status=status,
             stop_reason=stop_reason,
             usage=self.state.to_dict(),
-            waiting=waiting,
+            waiting=redact_data(waiting) if isinstance(waiting, dict) else waiting,
             wake_at=wake_at,
             current_milestone=ledger.current_milestone() if ledger is not None else milestone,
         )
         res = await self.store.commit(
             self.task_id,
             self.token,
-            events,
+            [_redacted(e) for e in events],
             task=patch,
             ledger=write,
-            ops=ops,
+            ops=[_redacted_op(o) for o in ops],
             artifacts=artifacts,
             approvals=approvals,
             blobs=list(self.pending_blobs.values()),

@@ -1,0 +1,57 @@
+"""Secrets never stored, never printed: one redactor for what comes from outside.
+
+Known secret values — environment variables whose names say they hold one (`*_KEY`,
+`*_TOKEN`, `*_SECRET`, `*PASSWORD*`, `*CREDENTIAL*`) — and the userinfo of any URL
+(`http://user:KEY@host`) are replaced by `***` in what the runtime journals from the
+outside world (model errors, tool errors and results, model names that are URLs) and in
+what the command line prints.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+MASK = "***"
+_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
+_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s:]+(?::[^/@\s]*)?@")
+#: Shorter values are too likely to be ordinary words to be masked everywhere.
+MIN_SECRET_LENGTH = 8
+
+
+@lru_cache(maxsize=8)
+def _secrets(items: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    found = {v for k, v in items if _SECRET_NAME.search(k) and len(v) >= MIN_SECRET_LENGTH}
+    # Longest first, so a secret that contains another is masked whole.
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+def known_secrets(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The secret values of the environment (cached per environment content)."""
+    env = os.environ if environ is None else environ
+    return _secrets(tuple(sorted(env.items())))
+
+
+def redact(text: str, secrets: tuple[str, ...] | None = None) -> str:
+    """`text` with URL userinfo and every known secret value masked."""
+    if not text:
+        return text
+    out = _USERINFO.sub(rf"\1{MASK}@", text) if "://" in text else text
+    for secret in known_secrets() if secrets is None else secrets:
+        if secret in out:
+            out = out.replace(secret, MASK)
+    return out
+
+
+def redact_data(value: Any, secrets: tuple[str, ...] | None = None) -> Any:
+    """`redact` applied to every string in a JSON-like value."""
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {k: redact_data(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_data(v, secrets) for v in value]
+    return value

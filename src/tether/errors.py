@@ -56,8 +56,11 @@ class StoreConfigError(UserError):
     """The database URL or file cannot be used."""
 
 
-class StoreUnavailable(UserError):
-    """The database does not answer."""
+class StoreUnavailable(TetherError):
+    """The database does not answer: infrastructure, not the user's input (the command
+    line exits 4; a worker retries)."""
+
+    exit_code = 4
 
 
 class CorruptDatabase(UserError):

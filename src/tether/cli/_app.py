@@ -81,7 +81,7 @@ def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     except errors.UserError as exc:
         raise fail(exc, getattr(exc, "exit_code", 2)) from None
     except errors.TetherError as exc:
-        raise fail(exc, 1) from None
+        raise fail(exc, getattr(exc, "exit_code", 1)) from None
 
 
 async def with_store(db: str | None, fn: Callable[[Store], Awaitable[T]], *, create: bool) -> T:

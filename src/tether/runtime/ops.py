@@ -720,12 +720,27 @@ class OpRunner:
         """Ask the outside world whether an op happened (journaled)."""
         if tool.reconcile is None:
             return Reconciliation("unknown")
-        try:
-            rec = await asyncio.wait_for(
-                tool.reconcile(record, self.context(tool, record, record.attempts)), tool.timeout
-            )
-        except Exception as exc:  # a failing reconcile tells us nothing
-            rec = Reconciliation("unknown", f"reconcile failed: {type(exc).__name__}: {exc}")
+        policy = self.policy(tool)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                rec = await asyncio.wait_for(
+                    tool.reconcile(record, self.context(tool, record, record.attempts)),
+                    tool.timeout,
+                )
+                break
+            except Exception as exc:  # a failing reconcile tells us nothing (yet)
+                rec = Reconciliation("unknown", f"reconcile failed: {type(exc).__name__}: {exc}")
+                cls = self._classify(tool, exc).cls
+                # A passing fault of the service (a 503, a timeout) is asked again on the
+                # tool's schedule before a human has to decide.
+                step = decide(
+                    policy, attempt, "transient" if cls == "unknown" else cls, rng=self.rng
+                )
+                if not step.retry or step.delay > self.run.inline_wait_max:
+                    break
+                await self.clock.sleep(step.delay)
         await self.run.commit(
             [ev.OpReconciled(op_id=record.op_id, outcome=rec.outcome, detail=str(rec.result)[:200])]
         )

@@ -366,6 +366,20 @@ class McpServer(_Strict):
     url: str | None = None
     tools: list[str] | None = Field(default=None, description="expose only these tools")
     timeout: float = Field(default=30.0, gt=0)
+    prefix: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_-]{0,40}$",
+        description="the server's tools are exposed as `<prefix>__<tool>`; default: the "
+        "server's name (dots and other characters providers refuse become `_`); `''`: "
+        "the tools' own names, unprefixed",
+    )
+    restart_attempts: int = Field(
+        default=3,
+        ge=0,
+        le=20,
+        description="tries (with backoff) to restart the server or reopen its session "
+        "when the connection is lost, before a call fails as transient",
+    )
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServer:

@@ -2,14 +2,16 @@
 
 The server is built with the official SDK and started by the tests, over stdio (one
 process per source) and over streamable HTTP on an ephemeral 127.0.0.1 port. The tests
-check the tool listing (effects, idempotency, schemas, cursor pages), calls and their
-results, how each failure is classified, the `tools:` subset, startup failures as
-`UserError`s, and that everything shuts down cleanly (warnings are errors here).
+check the tool listing (effects, idempotency, schemas, cursor pages), the exposed names
+(`<prefix>__<tool>`), calls and their results, how each failure is classified, restarts
+after a lost connection, the `tools:` subset, startup failures as `UserError`s, and that
+everything shuts down cleanly (warnings are errors here).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import subprocess
 import sys
@@ -23,7 +25,15 @@ pytest.importorskip("mcp")
 
 from tether import errors
 from tether.spec import McpServer
-from tether.tools.mcp import OP_ID_META_KEY, TIMEOUT_GRACE, McpSources, McpToolSource, effect_for
+from tether.tools.mcp import (
+    OP_ID_META_KEY,
+    TIMEOUT_GRACE,
+    McpSources,
+    McpToolSource,
+    effect_for,
+    exposed_name,
+    prefix_of,
+)
 from tether.tools.registry import Tool, ToolContext, ToolRegistry, render_result
 
 SERVER_SCRIPT = Path(__file__).resolve().parents[1] / "mcp_server.py"
@@ -38,11 +48,15 @@ ALL_TOOLS = {
     "whoami",
     "op_key",
     "crash",
+    "crash_once",
+    "pid",
 }
 
 
 def stdio_server(name: str = "notes", **kw: Any) -> McpServer:
-    """A spec entry that starts the test server over stdio."""
+    """A spec entry that starts the test server over stdio (tools unprefixed unless a
+    `prefix` is given)."""
+    kw.setdefault("prefix", "")
     return McpServer(name=name, command=sys.executable, args=[str(SERVER_SCRIPT)], **kw)
 
 
@@ -197,16 +211,84 @@ async def test_timeout_of_a_read_is_retryable_tool_failed(notes: dict[str, Tool]
     assert await call(notes["slow_read"], {"seconds": 0.01}) == "slept"
 
 
-async def test_server_dying_mid_call(notes: dict[str, Tool]) -> None:
+async def test_server_dying_mid_call_is_restarted(notes: dict[str, Tool]) -> None:
+    before = await call(notes["pid"], {})
     with pytest.raises(errors.OutcomeUnknown) as info:
         await call(notes["crash"], {})
     assert "connection was lost" in str(info.value)
-    # Afterwards a read fails as retryable, a write as unknown; exit is still clean.
-    with pytest.raises(errors.ToolFailed) as read_info:
-        await call(notes["add"], {"a": 1, "b": 1})
-    assert read_info.value.retryable is True
-    with pytest.raises((errors.OutcomeUnknown, errors.ToolFailed)):
-        await call(notes["plain"], {"x": "y"})
+    # The next calls restart the server: a new process answers.
+    assert await call(notes["add"], {"a": 1, "b": 1}) == 2
+    assert await call(notes["plain"], {"x": "y"}) == "plain:y"
+    assert await call(notes["pid"], {}) != before
+
+
+async def test_read_dying_mid_call_is_retryable_and_the_retry_works(tmp_path: Path) -> None:
+    marker = str(tmp_path / "crashed")
+    async with McpToolSource(stdio_server(tools=["crash_once"])) as source:
+        (tool,) = source.tools()
+        with pytest.raises(errors.ToolFailed) as info:
+            await call(tool, {"marker": marker})
+        assert info.value.retryable is True and "connection was lost" in str(info.value)
+        assert await call(tool, {"marker": marker}) == "survived"
+        assert source.restarts == 1
+
+
+async def test_server_killed_while_idle_is_restarted_before_sending() -> None:
+    import asyncio
+    import os
+    import signal
+
+    async with McpToolSource(stdio_server(tools=["pid", "plain"])) as source:
+        tools = {t.name: t for t in source.tools()}
+        first = await call(tools["pid"], {})
+        os.kill(first, signal.SIGKILL)
+        for _ in range(1000):  # until the client sees the pipe close (at most ~10 s)
+            if not source.connected:
+                break
+            await asyncio.sleep(0.01)
+        assert not source.connected
+        # A write whose server is known dead is not in doubt: it is sent after a restart.
+        assert await call(tools["plain"], {"x": "again"}) == "plain:again"
+        assert await call(tools["pid"], {}) != first
+        assert source.restarts == 1
+
+
+async def test_server_that_never_comes_back_fails_transient_without_sending(
+    tmp_path: Path,
+) -> None:
+    once = stdio_server(
+        tools=["crash_once", "plain"],
+        env={"MCP_TEST_START_ONCE": str(tmp_path / "started")},
+        restart_attempts=2,
+    )
+    async with McpToolSource(once) as source:
+        tools = {t.name: t for t in source.tools()}
+        with pytest.raises(errors.ToolFailed):
+            await call(tools["crash_once"], {"marker": str(tmp_path / "m")})
+        # Even a write: nothing can have been sent, so it is retryable, not in doubt.
+        with pytest.raises(errors.ToolFailed) as info:
+            await call(tools["plain"], {"x": "y"})
+        text = str(info.value)
+        assert info.value.retryable is True
+        assert "could not be restarted (2 tries" in text and "the call was not sent" in text
+        assert "will not start again" in text
+        assert source.restarts == 0
+
+
+async def test_restart_that_hangs_is_bounded_and_fails_before_sending(tmp_path: Path) -> None:
+    hangs = stdio_server(
+        tools=["crash_once", "plain"],
+        env={"MCP_TEST_START_ONCE": str(tmp_path / "started"), "MCP_TEST_HANG_AGAIN": "1"},
+        timeout=1.0,
+    )
+    async with McpToolSource(hangs) as source:
+        tools = {t.name: t for t in source.tools()}
+        with pytest.raises(errors.ToolFailed):
+            await call(tools["crash_once"], {"marker": str(tmp_path / "m")})
+        with pytest.raises(errors.ToolFailed) as info:
+            await call(tools["plain"], {"x": "y"})
+        assert info.value.retryable is True
+        assert "not back within 1.0s" in str(info.value) and "not sent" in str(info.value)
 
 
 async def test_call_after_close_is_retryable_and_sends_nothing() -> None:
@@ -253,10 +335,50 @@ async def test_several_servers_and_duplicate_names() -> None:
     async with McpSources([]) as none:
         assert none.tools() == []
     clash = stdio_server("gamma", tools=["add"])
-    with pytest.raises(errors.UserError) as info:
+    with pytest.raises(errors.SpecError) as info:
         async with McpSources([a, clash]):
             pass
-    assert "'alpha'" in str(info.value) and "'gamma'" in str(info.value)
+    text = str(info.value)
+    assert "'alpha'" in text and "'gamma'" in text and "'add'" in text and "prefix" in text
+    assert info.value.exit_code == 2
+    # Same prefix on purpose: a clash too.
+    same = [stdio_server("a1", tools=["add"], prefix="p"), stdio_server("a2", prefix="p")]
+    with pytest.raises(errors.SpecError) as info:
+        async with McpSources(same):
+            pass
+    assert "'p__add'" in str(info.value)
+
+
+# --- exposed names -------------------------------------------------------------------------
+
+
+async def test_tools_are_prefixed_by_default() -> None:
+    a = McpServer(name="alpha", command=sys.executable, args=[str(SERVER_SCRIPT)], tools=["add"])
+    b = McpServer(
+        name="beta.v2", command=sys.executable, args=[str(SERVER_SCRIPT)], tools=["add", "pid"]
+    )
+    c = McpServer(
+        name="gamma", command=sys.executable, args=[str(SERVER_SCRIPT)], tools=["add"], prefix="g"
+    )
+    assert prefix_of(b) == "beta_v2" and exposed_name(c, "add") == "g__add"
+    async with McpSources([a, b, c]) as sources:
+        tools = {t.name: t for t in sources.tools()}
+        assert set(tools) == {"alpha__add", "beta_v2__add", "beta_v2__pid", "g__add"}
+        # Every name is one providers accept.
+        assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in tools)
+        assert tools["beta_v2__add"].service == "beta.v2"
+        assert tools["g__add"].schema().name == "g__add"
+        # The server is asked for its own name.
+        assert await call(tools["alpha__add"], {"a": 2, "b": 3}) == 5
+        assert await call(tools["g__add"], {"a": 1, "b": 3}) == 4
+
+
+def test_prefix_must_be_a_provider_safe_name() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        McpServer(name="x", command="c", prefix="a.b")
+    assert McpServer(name="x", command="c", prefix="").prefix == ""
 
 
 # --- startup failures ----------------------------------------------------------------------
@@ -321,35 +443,67 @@ def _wait_for_http(port: int, timeout: float = 10.0) -> None:
             conn.close()
 
 
-@pytest.fixture
-def http_url() -> Iterator[str]:
-    """The test server over streamable HTTP on an ephemeral port."""
+def _start_http(port: int = 0) -> tuple[subprocess.Popen[str], int]:
+    """The test server over streamable HTTP (on `port`, or an ephemeral one)."""
+    import os
+
     proc = subprocess.Popen(
         [sys.executable, str(SERVER_SCRIPT), "--http"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        env={**os.environ, "MCP_TEST_PORT": str(port)},
     )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line.startswith("PORT "), line
-        port = int(line.split()[1])
-        _wait_for_http(port)
+        got = int(line.split()[1])
+        _wait_for_http(got)
+    except BaseException:
+        _stop_http(proc)
+        raise
+    return proc, got
+
+
+def _stop_http(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+@pytest.fixture
+def http_url() -> Iterator[str]:
+    """The test server over streamable HTTP on an ephemeral port."""
+    proc, port = _start_http()
+    try:
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        _stop_http(proc)
+
+
+async def test_http_server_restarted_on_the_same_url_keeps_serving() -> None:
+    proc, port = _start_http()
+    try:
+        server = McpServer(name="web", url=f"http://127.0.0.1:{port}/mcp", timeout=5.0)
+        async with McpToolSource(server) as source:
+            tools = {t.name: t for t in source.tools()}
+            first = await call(tools["web__pid"], {})
+            _stop_http(proc)
+            proc, _ = _start_http(port)  # a new server process behind the same URL
+            assert await call(tools["web__plain"], {"x": "y"}) == "plain:y"
+            assert await call(tools["web__pid"], {}) != first
+    finally:
+        _stop_http(proc)
 
 
 async def test_streamable_http_transport(http_url: str) -> None:
-    server = McpServer(name="web", url=http_url, timeout=1.0)
+    server = McpServer(name="web", url=http_url, timeout=1.0, prefix="")
     async with McpSources([server]) as sources:
         tools = {t.name: t for t in sources.tools()}
         assert set(tools) == ALL_TOOLS

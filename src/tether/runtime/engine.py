@@ -540,13 +540,68 @@ class TaskRun:
         return await self.drive_loaded()
 
     def add_tools(self, tools: Sequence[Tool]) -> None:
-        """Tools from a source opened for this run (MCP), filtered by the allowlist."""
-        by_name = {t.name: t for t in tools}
+        """Tools from a source opened for this run (MCP), filtered by the allowlist.
+
+        Nothing shadows anything: a source's tool named like a built-in or registered
+        tool, or like another source's, is a `SpecError` naming both. A contract may name
+        an MCP tool `<prefix>.<tool>` as well as `<prefix>__<tool>` (the name the model
+        sees); the run's spec is read with the former spelling normalised.
+        """
+
+        def source_of(tool: Tool) -> str:
+            server = getattr(tool, "server", "")
+            return f"MCP server {server!r}" if server else "a tool source"
+
+        registered = set(self.e.registry.names())
+        by_name: dict[str, Tool] = {}
+        for t in tools:
+            if t.name in registered:
+                kind = "built-in" if t.name in BUILTIN_READ_TOOLS else "registered"
+                raise errors.SpecError(
+                    f"the tool {t.name!r} of {source_of(t)} clashes with the {kind} tool "
+                    f"{t.name!r}; give the server a prefix (do not set `prefix: ''`), or "
+                    "leave the tool out with the server's `tools:`",
+                    source=f"task {self.task_id}",
+                )
+            if t.name in by_name:
+                raise errors.SpecError(
+                    f"the tool {t.name!r} of {source_of(t)} clashes with the tool {t.name!r} "
+                    f"of {source_of(by_name[t.name])}; give the servers different prefixes",
+                    source=f"task {self.task_id}",
+                )
+            by_name[t.name] = t
+        names = {
+            f"{t.name[: -len(remote) - 2]}.{remote}": t.name
+            for t in by_name.values()
+            if (remote := str(getattr(t, "remote_name", "") or ""))
+            and t.name.endswith(f"__{remote}")
+            and len(t.name) > len(remote) + 2
+        }
+        if names:
+            # `<prefix>.<tool>` in the contract means `<prefix>__<tool>`.
+            def rename(name: str) -> str:
+                return names.get(name, name)
+
+            items = []
+            for item in self.spec.items:
+                update: dict[str, Any] = {}
+                if any(n in names for n in item.evidence_from.tools):
+                    update["evidence_from"] = item.evidence_from.model_copy(
+                        update={"tools": [rename(n) for n in item.evidence_from.tools]}
+                    )
+                rule = item.done_when
+                if isinstance(rule, OpRule) and rule.tool in names:
+                    update["done_when"] = rule.model_copy(update={"tool": rename(rule.tool)})
+                items.append(item.model_copy(update=update) if update else item)
+            allow = [
+                rename(t) if isinstance(t, str) else t.model_copy(update={"name": rename(t.name)})
+                for t in self.spec.tools
+            ]
+            self.spec = self.spec.model_copy(update={"tools": allow, "items": items})
         # Without an allowlist only the built-in read tools run: none of a source's.
-        extra = [by_name[n] for n in self.spec.tool_names() if n in by_name]
-        check_tools(self.spec, [*self.e.registry.names(), *by_name])
-        have = {t.name for t in self.tools}
-        self.tools.extend(t for t in extra if t.name not in have)
+        extra = [by_name[n] for n in dict.fromkeys(self.spec.tool_names()) if n in by_name]
+        check_tools(self.spec, [*registered, *by_name])
+        self.tools.extend(extra)
         self.known_tools.update(by_name)
 
     async def drive_loaded(self) -> RunResult:

@@ -14,14 +14,33 @@ async with McpSources(spec.mcp_servers) as sources:
 Tool annotations map to effects: `readOnlyHint` → `read`, `destructiveHint` → `delete`,
 anything else (unannotated tools included) → `write`. Read tools are idempotent, others
 only with `idempotentHint`. The service (for breakers and concurrency limits) is the
-server's name; the name the model sees is the MCP tool's own name.
+server's name.
+
+Names: a server's tools are exposed as `<prefix>__<tool>` (`McpServer.prefix`, by
+default the server's name with characters providers refuse turned into `_`; `prefix: ""`
+exposes the tools' own names). Providers allow only `[a-zA-Z0-9_-]` in tool names, so
+the separator is a double underscore, not a dot; a contract may write either
+`notes__add` or `notes.add` in its `tools:`. Two servers exposing one name is a
+`errors.SpecError` naming both (and so is an MCP tool named like a built-in or
+registered tool: see `TaskRun.add_tools`).
+
+Supervision: a lost connection (the stdio process exited, the HTTP session is gone) is
+the server's failure, not the call's. The next call restarts the process or reopens the
+session, with backoff, up to `McpServer.restart_attempts` tries; a call that finds the
+server down and cannot bring it back was never sent, and fails as retryable
+(`transient`), so the op runner retries it under the tool's retry policy and the shared
+breaker of the service (the server's name) counts the failure and, when the server stays
+down, holds the task's calls back and parks it.
 
 Failures are classified for the runtime:
 
 - a result with `is_error=True`, or an error response from the server, raises a
   deterministic `errors.ToolFailed` carrying the server's text;
-- a timeout or a lost connection means the call may have run: `errors.OutcomeUnknown`
-  for tools with effects, a retryable `errors.ToolFailed` for read tools.
+- a timeout or a connection lost during the call means the call may have run:
+  `errors.OutcomeUnknown` for tools with effects (so a non-idempotent call in doubt goes
+  to a human), a retryable `errors.ToolFailed` for read tools;
+- a connection found dead before sending, which could not be restored, is a retryable
+  `errors.ToolFailed` whatever the effect: nothing was sent.
 
 The op id travels to the server in the request's `_meta` under `OP_ID_META_KEY`, so a
 server that cares can deduplicate a re-sent call.
@@ -36,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import shlex
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -66,6 +86,30 @@ the MCP request times out first and is classified by the tool's effect."""
 
 _MAX_PAGES: Final = 1000
 
+NAME_SEPARATOR: Final = "__"
+"""Between a server's prefix and its tool's name in the name the model sees."""
+
+RESTART_BACKOFF: Final = (0.2, 2.0)
+"""Seconds before the second try at restarting a server, and the cap of the doubling."""
+
+#: The SDK's error for a request in a session the HTTP server no longer knows (404).
+_SESSION_GONE: Final = "Session terminated"
+
+_NOT_A_NAME_CHAR = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def prefix_of(server: McpServer) -> str:
+    """The prefix of a server's exposed tool names ('' for none)."""
+    if server.prefix is not None:
+        return server.prefix
+    return _NOT_A_NAME_CHAR.sub("_", server.name)
+
+
+def exposed_name(server: McpServer, tool: str) -> str:
+    """The name the model (and the contract) uses for a server's tool."""
+    prefix = prefix_of(server)
+    return f"{prefix}{NAME_SEPARATOR}{tool}" if prefix else tool
+
 
 def effect_for(annotations: mcp_types.ToolAnnotations | None) -> tuple[Effect, bool]:
     """The `(effect, idempotent)` of an MCP tool with these annotations.
@@ -91,6 +135,7 @@ class McpTool(Tool):
     """A `Tool` served by an MCP server; arguments are checked against its JSON schema."""
 
     server: str = ""
+    remote_name: str = ""
     output_schema: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     validator: Any = field(default=None, compare=False, repr=False)
 
@@ -118,16 +163,22 @@ class McpToolSource:
 
     Entering starts the server (stdio) or connects to it (streamable HTTP) and lists its
     tools; a server that cannot be started or reached raises `errors.UserError` naming it.
-    Exiting closes the session and stops the server process.
+    While open, a lost connection is restored by the next call (see the module's
+    "Supervision"); `restarts` counts how often. Exiting closes the session and stops
+    the server process.
     """
 
     def __init__(self, server: McpServer) -> None:
         self.server = server
+        self.restarts = 0
         self._client: Client | None = None
         self._stderr: IO[str] | None = None
         self._tools: list[Tool] = []
         self._runner: asyncio.Task[None] | None = None
         self._closing: asyncio.Event | None = None
+        self._state = "new"  # new | open | closed
+        self._lost_client: Client | None = None
+        self._lock: asyncio.Lock | None = None
 
     @property
     def target(self) -> str:
@@ -136,27 +187,16 @@ class McpToolSource:
             return shlex.join([self.server.command, *self.server.args])
         return str(self.server.url)
 
+    @property
+    def connected(self) -> bool:
+        """Is the session open and alive (as far as the client can tell)?"""
+        return self._alive() is not None
+
     async def __aenter__(self) -> McpToolSource:
-        if self._runner is not None:
+        if self._state != "new":
             raise RuntimeError("McpToolSource is already open")
-        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._closing = asyncio.Event()
-        # The SDK's anyio task groups must be entered and left by one task; a task of
-        # our own holds the session, so callers may open and close us from any task.
-        self._runner = asyncio.create_task(
-            self._hold(ready, self._closing), name=f"tether-mcp-{self.server.name}"
-        )
-        try:
-            await asyncio.shield(ready)
-        except BaseException:
-            # Cancelled while starting: abandon the start (the SDK still stops the process).
-            self._closing.set()
-            if not ready.done():
-                self._runner.cancel()
-            await self._stop()
-            if ready.done() and not ready.cancelled():
-                ready.exception()  # retrieved: the failure raised here is the one that counts
-            raise
+        await self._start(first=True)
+        self._state = "open"
         return self
 
     async def __aexit__(
@@ -165,9 +205,31 @@ class McpToolSource:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._state = "closed"
         if self._closing is not None:
             self._closing.set()
         await self._stop()
+
+    async def _start(self, *, first: bool) -> None:
+        """Start a session (in a task of its own) and wait until it is ready."""
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        closing = self._closing = asyncio.Event()
+        # The SDK's anyio task groups must be entered and left by one task; a task of
+        # our own holds the session, so callers may open and close us from any task.
+        runner = self._runner = asyncio.create_task(
+            self._hold(ready, closing, first=first), name=f"tether-mcp-{self.server.name}"
+        )
+        try:
+            await asyncio.shield(ready)
+        except BaseException:
+            # Cancelled while starting: abandon the start (the SDK still stops the process).
+            closing.set()
+            if not ready.done():
+                runner.cancel()
+            await self._stop()
+            if ready.done() and not ready.cancelled():
+                ready.exception()  # retrieved: the failure raised here is the one that counts
+            raise
 
     async def _stop(self) -> None:
         runner, self._runner = self._runner, None
@@ -181,7 +243,9 @@ class McpToolSource:
             if not runner.cancelled():
                 raise  # the caller was cancelled, not the runner
 
-    async def _hold(self, ready: asyncio.Future[None], closing: asyncio.Event) -> None:
+    async def _hold(
+        self, ready: asyncio.Future[None], closing: asyncio.Event, *, first: bool
+    ) -> None:
         """The session's lifetime: connect, list, announce, wait for `closing`, close."""
         try:
             with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as file:
@@ -191,11 +255,13 @@ class McpToolSource:
                 try:
                     async with self._connect(errlog) as client:
                         try:
-                            tools = self._select(await self._list_all(client))
+                            listed = await self._list_all(client)
+                            tools = self._select(listed) if first else []
                         except Exception as exc:
                             ready.set_exception(self._start_failed(exc))
                             return
-                        self._tools = tools
+                        if first:
+                            self._tools = tools
                         self._client = client
                         ready.set_result(None)
                         await closing.wait()
@@ -211,7 +277,8 @@ class McpToolSource:
                         )
                 finally:
                     self._client = None
-                    self._stderr = None
+                    if self._stderr is errlog:
+                        self._stderr = None
         except asyncio.CancelledError:
             if not ready.done():
                 ready.cancel()
@@ -239,27 +306,122 @@ class McpToolSource:
         """The server's tools (only those named in `server.tools`, when given)."""
         return list(self._tools)
 
+    # --- supervision ------------------------------------------------------------------
+
+    def _alive(self) -> Client | None:
+        """The client, if its session still stands."""
+        client = self._client
+        runner = self._runner
+        if client is None or runner is None or runner.done() or client is self._lost_client:
+            return None
+        return None if _session_closed(client) else client
+
+    async def _connected(self) -> Client:
+        """The live client; a dead session is restored first (restart with backoff).
+
+        Raises a retryable `ToolFailed` when the source is closed or the server stays
+        down: nothing was sent.
+        """
+        client = self._alive() if self._state == "open" else None
+        if client is not None:
+            return client
+        if self._state != "open":
+            raise errors.ToolFailed(
+                f"MCP server {self.server.name!r} is not connected", retryable=True
+            )
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        try:
+            # Bounded below the runtime's own timeout of the call (`TIMEOUT_GRACE` more):
+            # a restart that takes too long is a failure before sending, never in doubt.
+            async with asyncio.timeout(self.server.timeout), self._lock:
+                # Another call may have restored it while this one waited.
+                client = self._alive()
+                if client is not None:
+                    return client
+                return await self._restart()
+        except TimeoutError as exc:
+            raise errors.ToolFailed(
+                f"MCP server {self.server.name!r} is down and was not back within "
+                f"{self.server.timeout}s; the call was not sent",
+                retryable=True,
+            ) from exc
+
+    async def _restart(self) -> Client:
+        name = self.server.name
+        tries = self.server.restart_attempts
+        why = "the connection was lost"
+        first_delay, cap = RESTART_BACKOFF
+        for n in range(tries):
+            if n:
+                await asyncio.sleep(min(cap, first_delay * 2 ** (n - 1)))
+            if self._state != "open":
+                break
+            if self._closing is not None:
+                self._closing.set()
+            await self._stop()
+            try:
+                await self._start(first=False)
+            except errors.UserError as exc:
+                why = str(exc)
+                logger.warning(
+                    "MCP server %r: restart %d of %d failed: %s", name, n + 1, tries, why
+                )
+                continue
+            if self._state != "open":  # closed while restarting: leave nothing behind
+                if self._closing is not None:
+                    self._closing.set()
+                await self._stop()
+                break
+            client = self._alive()
+            if client is not None:
+                self.restarts += 1
+                self._lost_client = None
+                logger.warning("MCP server %r (%s) was restarted", name, self.target)
+                return client
+        if self._state != "open":
+            raise errors.ToolFailed(f"MCP server {name!r} is not connected", retryable=True)
+        raise errors.ToolFailed(
+            f"MCP server {name!r} is down and could not be restarted "
+            f"({tries} {'try' if tries == 1 else 'tries'}; {_clip(why, 300)}); "
+            "the call was not sent",
+            retryable=True,
+        )
+
+    def _mark_lost(self, client: Client) -> None:
+        """The session of `client` broke during a call: the next call restarts it."""
+        self._lost_client = client
+
+    # --- calls ------------------------------------------------------------------------
+
     async def call(self, tool: Tool, args: Mapping[str, Any], op_id: str | None = None) -> Any:
         """Call `tool` on the server; the result as `Tool.fn` returns it.
 
         Text content is joined; structured content, when present, is returned instead
         (the SDK's `{"result": x}` wrapper of non-object results unwrapped).
         """
-        client = self._client
-        if client is None:
-            raise errors.ToolFailed(
-                f"MCP server {self.server.name!r} is not connected", retryable=True
-            )
+        client = await self._connected()
+        remote = tool.remote_name if isinstance(tool, McpTool) and tool.remote_name else tool.name
         meta = cast(mcp_types.RequestParamsMeta, {OP_ID_META_KEY: op_id}) if op_id else None
         try:
             result = await client.call_tool(
-                tool.name, dict(args), read_timeout_seconds=self.server.timeout, meta=meta
+                remote, dict(args), read_timeout_seconds=self.server.timeout, meta=meta
             )
         except MCPError as exc:
             if exc.code == mcp_types.REQUEST_TIMEOUT:
                 raise self._lost(tool, f"no answer within {self.server.timeout}s") from exc
             if exc.code == mcp_types.CONNECTION_CLOSED:
+                self._mark_lost(client)
                 raise self._lost(tool, "the connection was lost") from exc
+            if exc.code == mcp_types.INVALID_REQUEST and exc.message == _SESSION_GONE:
+                # The server no longer knows the session (it restarted): it refused the
+                # request unread, so nothing ran. Reopen the session at the next try.
+                self._mark_lost(client)
+                raise errors.ToolFailed(
+                    f"{tool.name}: MCP server {self.server.name!r}: the session is gone "
+                    "(the server restarted?); the call was not run",
+                    retryable=True,
+                ) from exc
             raise errors.ToolFailed(f"{tool.name}: {exc.message}") from exc
         except InputRequiredRoundsExceededError as exc:
             raise errors.ToolFailed(
@@ -272,6 +434,7 @@ class McpToolSource:
                 f"{tool.name}: the server sent a malformed result; the call may have taken effect"
             ) from exc
         except Exception as exc:
+            self._mark_lost(client)
             raise self._lost(tool, _first_line(exc)) from exc
         if result.is_error:
             raise errors.ToolFailed(_text_of(result.content) or f"{tool.name} failed")
@@ -321,7 +484,7 @@ class McpToolSource:
             remote.description or remote.title or (remote.annotations and remote.annotations.title)
         )
         tool = McpTool(
-            name=remote.name,
+            name=exposed_name(self.server, remote.name),
             description=(description or remote.name).strip(),
             parameters=schema,
             fn=run,
@@ -330,6 +493,7 @@ class McpToolSource:
             service=self.server.name,
             timeout=self.server.timeout + TIMEOUT_GRACE,
             server=self.server.name,
+            remote_name=remote.name,
             output_schema=remote.output_schema,
             validator=_compile(schema),
         )
@@ -378,8 +542,8 @@ class McpSources:
 
     `tools()` gives every server's tools. Entering starts the servers concurrently; if
     one cannot start, the others are closed again and the `errors.UserError` of the first
-    failing server (in spec order) is raised. Two servers offering the same tool name is
-    a `UserError` too.
+    failing server (in spec order) is raised. Two servers exposing the same tool name
+    is an `errors.SpecError` naming both.
     """
 
     def __init__(self, servers: Sequence[McpServer]) -> None:
@@ -399,9 +563,11 @@ class McpSources:
             for source in sources:
                 for t in source.tools():
                     if t.name in owner:
-                        raise errors.UserError(
+                        raise errors.SpecError(
                             f"MCP servers {owner[t.name]!r} and {source.server.name!r} both "
-                            f"offer a tool named {t.name!r}; keep one with `tools:` on either"
+                            f"expose a tool named {t.name!r}; give them different `prefix`es "
+                            "or keep one with `tools:` on either",
+                            source="mcp_servers",
                         )
                     owner[t.name] = source.server.name
         except BaseException:
@@ -435,6 +601,14 @@ class McpSources:
 async def _close_all(sources: Sequence[McpToolSource]) -> None:
     """Close sources concurrently (closing one that never opened does nothing)."""
     await asyncio.gather(*(source.__aexit__(None, None, None) for source in sources))
+
+
+def _session_closed(client: Client) -> bool:
+    """Has the client's session seen its transport close (the process exited, the HTTP
+    stream ended)? Read from the SDK's dispatcher; False when it cannot tell."""
+    session = getattr(client, "_session", None)
+    dispatcher = getattr(session, "_dispatcher", None)
+    return bool(getattr(dispatcher, "_closed", False))
 
 
 def _compile(schema: Mapping[str, Any]) -> Any:
@@ -493,10 +667,13 @@ def _clip(text: str, limit: int) -> str:
 
 
 __all__ = [
+    "NAME_SEPARATOR",
     "OP_ID_META_KEY",
     "TIMEOUT_GRACE",
     "McpSources",
     "McpTool",
     "McpToolSource",
     "effect_for",
+    "exposed_name",
+    "prefix_of",
 ]

@@ -756,7 +756,6 @@ class OpRunner:
         transient failure stores the next attempt's time and goes round again."""
         run = self.run
         effectful = tool.effect != "read"
-        first_attempt = record.attempts
         t0 = time.perf_counter()
         if not fresh:
             outcome = await self.recover(tool, call, record)
@@ -768,7 +767,7 @@ class OpRunner:
         while True:
             if record.status == "retry_wait" and record.next_attempt_at is not None:
                 await self.wait_until(record, record.next_attempt_at)
-            held = await self._admit(tool, call, record, first=record.attempts == first_attempt)
+            held = await self._admit(tool, call, record)
             if held is not None:
                 return held
             record = replace(record, attempts=record.attempts + 1)
@@ -800,9 +799,7 @@ class OpRunner:
                 ev.BreakerChanged(service=t.service, src=t.src, dst=t.dst, reason=t.reason)
             )
 
-    async def _admit(
-        self, tool: Tool, call: ToolCall, record: OpRecord, *, first: bool
-    ) -> OpOutcome | None:
+    async def _admit(self, tool: Tool, call: ToolCall, record: OpRecord) -> OpOutcome | None:
         """The service guard's answer: None to go, or the outcome of a call held back."""
         guard: Guard | None = self.run.guard
         if guard is None or not tool.service:
@@ -814,9 +811,10 @@ class OpRunner:
         when = f" until {adm.retry_at:.0f}" if adm.retry_at else ""
         msg = f"service {tool.service} is unavailable{when}: {adm.reason}; work on something else"
         out = self.failure(call, tool, record, "transient", msg, 0.0)
-        if first:
-            # Held back before any attempt: no try at all, only a delay.
-            out.retry_at = adm.retry_at
+        # Held back by the service's breaker (before any attempt, or after this call's
+        # own failures opened it): the service is down, not the item's work; the round
+        # waits for the breaker's next chance and costs the item nothing.
+        out.retry_at = adm.retry_at
         return out
 
     async def _send(

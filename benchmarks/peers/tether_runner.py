@@ -32,10 +32,7 @@ CONFIGS: dict[str, str | None] = {
 CRASH_CONFIGS = ("sqlite-full", "postgres")
 LABELS = {
     "sqlite-full": "SQLite WAL, synchronous=FULL (default)",
-    # tether has no URL parameter for it: `open_store(url, synchronous="NORMAL")`.
-    "sqlite-normal": (
-        'SQLite WAL, synchronous=NORMAL (no URL parameter: open_store(synchronous="NORMAL"))'
-    ),
+    "sqlite-normal": ("SQLite WAL, synchronous=NORMAL (sqlite:///path?synchronous=normal)"),
     "postgres": "PostgreSQL",
     "memory": "memory:// (no persistence)",
 }
@@ -88,7 +85,7 @@ async def _open(setup: Setup) -> tether.Store:
     if setup.config == "sqlite-full":
         return await tether.open_store(f"sqlite:///{_db_path(setup)}")
     if setup.config == "sqlite-normal":
-        return await tether.open_store(f"sqlite:///{_db_path(setup)}", synchronous="NORMAL")
+        return await tether.open_store(f"sqlite:///{_db_path(setup)}?synchronous=normal")
     if setup.config == "postgres":
         assert setup.schema is not None
         return await tether.open_store(pg_params(setup.pg_app_url(), schema=setup.schema))

@@ -92,9 +92,11 @@ def test_resolve_refuses_dotdot(tree: tuple[Workspace, Path, Path], path: str) -
         ws.resolve(path)
 
 
-def test_resolve_refuses_absolute_even_inside(tree: tuple[Workspace, Path, Path]) -> None:
+def test_resolve_accepts_absolute_paths_inside_only(tree: tuple[Workspace, Path, Path]) -> None:
     ws, root, outside = tree
-    for path in [str(outside / "secret.txt"), str(root / "hello.txt"), "/etc/passwd"]:
+    assert ws.resolve(str(root / "hello.txt")) == root.resolve() / "hello.txt"
+    assert ws.resolve(str(root.resolve() / "new" / "f.txt")) == root.resolve() / "new/f.txt"
+    for path in [str(outside / "secret.txt"), "/etc/passwd", str(root / ".." / "x")]:
         with pytest.raises(errors.ToolFailed, match="not permitted"):
             ws.resolve(path)
 

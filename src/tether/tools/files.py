@@ -60,16 +60,20 @@ class Workspace:
     def resolve(self, path: str) -> Path:
         """The real path of `path` inside the workspace.
 
-        Raises `errors.ToolFailed` ("not permitted: ...") for an absolute path, a path
-        that leaves the workspace through `..` or a symlink (also a symlinked parent
-        of a file that does not exist yet), or a symlink loop. The file itself need
-        not exist.
+        An absolute path is accepted when it names a place inside the workspace (models
+        often answer with the paths a listing showed them). Raises `errors.ToolFailed`
+        ("not permitted: ...") for a path that is or leaves the workspace through `..`
+        or a symlink (also a symlinked parent of a file that does not exist yet), or a
+        symlink loop. The file itself need not exist.
         """
         if not isinstance(path, str) or "\x00" in path:
             raise _not_permitted(repr(path), "is not a usable path")
         shown = path or "."
         if PurePath(path).is_absolute():
-            raise _not_permitted(shown)
+            inside = Path(os.path.realpath(path))
+            if not inside.is_relative_to(self.root):
+                raise _not_permitted(shown)
+            path = str(inside.relative_to(self.root)) or "."
         real = Path(os.path.realpath(os.path.join(self.root, path)))
         if not real.is_relative_to(self.root):
             raise _not_permitted(shown)

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import shlex
 import tempfile
@@ -128,6 +129,25 @@ def effect_for(annotations: mcp_types.ToolAnnotations | None) -> tuple[Effect, b
     else:
         effect = "write"
     return effect, effect == "read" or annotations.idempotent_hint is True
+
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_env(server: str, env: Mapping[str, str]) -> dict[str, str]:
+    """A server's `env:` with `${NAME}` taken from tether's own environment, so secrets
+    need not be written into specs; a name that is not set is a `UserError` naming the
+    server."""
+
+    def value(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in os.environ:
+            raise errors.UserError(
+                f"MCP server {server}: env refers to ${{{name}}}, which is not set"
+            )
+        return os.environ[name]
+
+    return {k: _ENV_REF.sub(value, v) for k, v in env.items()}
 
 
 @dataclass(frozen=True)
@@ -290,7 +310,7 @@ class McpToolSource:
             params = StdioServerParameters(
                 command=self.server.command,
                 args=list(self.server.args),
-                env=dict(self.server.env) or None,
+                env=expand_env(self.server.name, self.server.env) or None,
             )
             target = stdio_client(params, errlog=errlog)
         else:

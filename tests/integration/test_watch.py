@@ -4,6 +4,8 @@ person, and stalled tasks whose worker went silent."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import threading
 from collections.abc import Iterator
@@ -105,12 +107,28 @@ async def test_a_silent_running_task_is_marked_stalled_and_claimable(tmp_path: P
 
 @pytest.fixture
 def hook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A receiver on 127.0.0.1 that fails the first request (503) and records the rest
+    with their headers."""
     got: list[dict[str, Any]] = []
+    seen = {"n": 0}
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             n = int(self.headers.get("Content-Length", "0"))
-            got.append(json.loads(self.rfile.read(n)))
+            body = self.rfile.read(n)
+            seen["n"] += 1
+            if seen["n"] == 1:
+                self.send_response(503)
+                self.end_headers()
+                return
+            got.append(
+                {
+                    "body": json.loads(body),
+                    "raw": body,
+                    "notice": self.headers.get("X-Tether-Notice"),
+                    "signature": self.headers.get("X-Tether-Signature"),
+                }
+            )
             self.send_response(204)
             self.end_headers()
 
@@ -125,12 +143,19 @@ def hook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     server.server_close()
 
 
-async def test_the_webhook_gets_the_notice(tmp_path: Path, hook: tuple[str, list[Any]]) -> None:
+async def test_the_webhook_gets_a_signed_notice_after_a_retry(
+    tmp_path: Path, hook: tuple[str, list[Any]]
+) -> None:
     url, got = hook
     store, _clock, tid = await _waiting_task(tmp_path)
-    await sweep(store, notifier=WebhookNotifier(url))
-    assert got == [{"task_id": tid, "kind": "waiting", "text": got[0]["text"], "waiting": "human"}]
-    assert "NEED_HELP" in got[0]["text"]
+    notifier = WebhookNotifier(url, secret="shh-its-a-secret", backoff=0.01)
+    await sweep(store, notifier=notifier)
+    (delivery,) = got  # the first attempt got a 503; the retry arrived once
+    body = delivery["body"]
+    assert (body["task_id"], body["kind"], body["waiting"]) == (tid, "waiting", "human")
+    assert "NEED_HELP" in body["text"] and body["id"] == delivery["notice"] != ""
+    expected = hmac.new(b"shh-its-a-secret", delivery["raw"], hashlib.sha256).hexdigest()
+    assert delivery["signature"] == f"sha256={expected}"
 
 
 async def test_a_dead_webhook_is_logged_not_raised(tmp_path: Path) -> None:

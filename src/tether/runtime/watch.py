@@ -21,9 +21,12 @@ dependency).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import logging
 import os
+import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +42,7 @@ log = logging.getLogger("tether.watch")
 #: Waiting kinds a person must answer.
 HUMAN_KINDS = frozenset({"approval", "decision", "human"})
 WEBHOOK_ENV = "TETHER_WEBHOOK_URL"
+WEBHOOK_SECRET_ENV = "TETHER_WEBHOOK_SECRET"
 
 
 @dataclass(frozen=True)
@@ -49,10 +53,18 @@ class Notice:
     kind: str  # waiting | reminder | escalation | stalled
     text: str
     details: Mapping[str, Any] = field(default_factory=dict)
+    #: The same for every delivery attempt of this notice: receivers drop repeats.
+    notice_id: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the webhook's body)."""
-        return {"task_id": self.task_id, "kind": self.kind, "text": self.text, **self.details}
+        return {
+            "id": self.notice_id,
+            "task_id": self.task_id,
+            "kind": self.kind,
+            "text": self.text,
+            **self.details,
+        }
 
 
 class Notifier(Protocol):
@@ -72,36 +84,63 @@ class LogNotifier:
 
 
 class WebhookNotifier:
-    """Notices POSTed as JSON to a URL; a failed delivery is logged, never raised (the
-    next sweep's reminder will try again)."""
+    """Notices POSTed as JSON to a URL, retried a few times with backoff; a delivery that
+    still fails is logged and journaled, never raised (the next reminder tries again).
 
-    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
+    Each request carries `X-Tether-Notice` (the notice id, the same on every retry, so a
+    receiver drops repeats) and, when a secret is set (`TETHER_WEBHOOK_SECRET`),
+    `X-Tether-Signature: sha256=<hex>`, the HMAC-SHA256 of the body with that secret."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 10.0,
+        secret: str | None = None,
+        attempts: int = 3,
+        backoff: float = 0.5,
+    ) -> None:
         if not url.startswith(("http://", "https://")):
             raise errors.UserError(f"{WEBHOOK_ENV} must be an http(s) URL, not {url[:80]!r}")
         self.url = url
         self.timeout = timeout
+        self.secret = secret
+        self.attempts = max(1, attempts)
+        self.backoff = backoff
 
-    def _post(self, body: bytes) -> None:
-        req = urllib.request.Request(
-            self.url, data=body, headers={"Content-Type": "application/json"}, method="POST"
-        )
-        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-            resp.read()
+    def _post(self, body: bytes, notice_id: str) -> None:
+        headers = {"Content-Type": "application/json", "X-Tether-Notice": notice_id}
+        if self.secret:
+            digest = hmac.new(self.secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
+            headers["X-Tether-Signature"] = f"sha256={digest}"
+        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                resp.read()
+        except urllib.error.HTTPError as exc:
+            exc.close()  # an error response holds its connection open otherwise
+            raise OSError(f"HTTP {exc.code} {exc.reason}") from None
 
     async def notify(self, notice: Notice) -> str:
         body = json.dumps(notice.to_dict(), ensure_ascii=False).encode("utf-8")
-        try:
-            await asyncio.to_thread(self._post, body)
-        except Exception as exc:  # a notice is best effort; the event says it was tried
-            log.warning("webhook %s failed for task %s: %s", self.url, notice.task_id, exc)
-            return f"webhook (failed: {type(exc).__name__})"
-        return "webhook"
+        error: Exception | None = None
+        for attempt in range(self.attempts):
+            if attempt:
+                await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
+            try:
+                await asyncio.to_thread(self._post, body, notice.notice_id)
+                return "webhook"
+            except Exception as exc:  # best effort: the event says it was tried
+                error = exc
+        log.warning("webhook %s failed for task %s: %s", self.url, notice.task_id, error)
+        return f"webhook (failed: {type(error).__name__})"
 
 
 def default_notifier() -> Notifier:
     """The webhook in `TETHER_WEBHOOK_URL`, else the log."""
     url = os.environ.get(WEBHOOK_ENV, "").strip()
-    return WebhookNotifier(url) if url else LogNotifier()
+    secret = os.environ.get(WEBHOOK_SECRET_ENV) or None
+    return WebhookNotifier(url, secret=secret) if url else LogNotifier()
 
 
 @dataclass(frozen=True)
@@ -167,7 +206,13 @@ async def _waiting(
             return
         hours = (now - since) / 3600
         text = f"waited {hours:.0f} h for a person ({waiting.get('kind')}): {reason}"
-        notice = Notice(task.task_id, "escalation", text, {"waiting": waiting.get("kind")})
+        notice = Notice(
+            task.task_id,
+            "escalation",
+            text,
+            {"waiting": waiting.get("kind")},
+            notice_id=f"{task.task_id}:escalation:{since:.3f}",
+        )
         channel = await notifier.notify(notice)
         await store.commit(
             task.task_id,
@@ -192,7 +237,13 @@ async def _waiting(
     if not await _claim(store, task.task_id, since, policy.renotify_after):
         return  # another worker sends this one
     kind = "waiting" if last is None else "reminder"
-    notice = Notice(task.task_id, kind, reason, {"waiting": waiting.get("kind")})
+    notice = Notice(
+        task.task_id,
+        kind,
+        reason,
+        {"waiting": waiting.get("kind")},
+        notice_id=f"{task.task_id}:{kind}:{since:.3f}:{len(notices)}",
+    )
     channel = await notifier.notify(notice)
     await store.commit(
         task.task_id,
@@ -239,7 +290,9 @@ async def _silent(
         f"no heartbeat for {now - beat:.0f} s from {task.lease_owner or 'its worker'}; "
         "marked stalled, any worker may take it over"
     )
-    channel = await notifier.notify(Notice(task.task_id, "stalled", text))
+    channel = await notifier.notify(
+        Notice(task.task_id, "stalled", text, notice_id=f"{task.task_id}:stalled:{beat:.3f}")
+    )
     await store.commit(
         task.task_id,
         None,

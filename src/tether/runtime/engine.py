@@ -341,6 +341,7 @@ class TaskRun:
         # The round's decision, staged until the round's first commit (see `decide`).
         self.staged_events: list[ev.Event] = []
         self.staged_ledger: L.Ledger | None = None
+        self.commit_flags: tuple[bool, int | None] | None = None
         # (id of the tool schema tuple, its blob): the schemas change only per turn.
         self._tools_blob: tuple[int, str] | None = None
 
@@ -414,6 +415,9 @@ class TaskRun:
             blobs=list(self.pending_blobs.values()),
         )
         self.pending_blobs.clear()
+        # What the task row said as this commit found it: the guards read it instead of
+        # the task row itself (a cancel request is seen at the next step after a commit).
+        self.commit_flags = (res.cancel_requested, res.version)
         if ledger is not None:
             self.ledger = ledger
         if status is not None:

@@ -30,10 +30,15 @@ async def control(run: GuardHost) -> None:
         raise errors.StaleLease(run.task_id, run.token, None)
     if run.stop_requested():
         raise Stop(out.interrupted("interrupted; resume to continue"))
-    task = await run.store.get_task(run.task_id)
-    if task.cancel_requested:
+    if run.commit_flags is not None and run.commit_flags[1] is not None:
+        # The task row as our last commit found it: no read of its own per round.
+        cancel_requested, version = run.commit_flags[0], run.commit_flags[1]
+    else:
+        task = await run.store.get_task(run.task_id)
+        cancel_requested, version = task.cancel_requested, task.version
+    if cancel_requested:
         raise Stop(out.cancelled())
-    if task.version != run.task.version:
+    if version != run.task.version:
         # The goal changed under us: re-read everything in a fresh turn.
         raise Stop(out.interrupted("goal changed; restarting the turn"))
     if run.max_rounds_this_run is not None and run.rounds_this_run >= run.max_rounds_this_run:

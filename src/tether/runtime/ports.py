@@ -164,6 +164,8 @@ class GuardHost(Journal, TaskView, Protocol):
     rounds_this_run: int
     lease_lost: bool
     max_rounds_this_run: int | None
+    #: (cancel requested, version) of the task row as the run's last commit found it.
+    commit_flags: tuple[bool, int | None] | None
 
     def stop_requested(self) -> bool:
         """True once the worker was asked to stop between steps."""

@@ -62,6 +62,7 @@ class TaskState:
     version: int
     fencing_token: int
     last_seq: int
+    cancel_requested: bool = False
 
 
 @functools.lru_cache(maxsize=256)

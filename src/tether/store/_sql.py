@@ -517,7 +517,7 @@ class SqlStore:
         with self._tx(write=True) as conn:
             row = self._x(
                 conn,
-                "SELECT status, version, fencing_token, last_seq FROM tasks"
+                "SELECT status, version, fencing_token, last_seq, cancel_requested FROM tasks"
                 f" WHERE task_id = :id{self.FOR_UPDATE}",
                 {"id": task_id},
             ).fetchone()
@@ -562,7 +562,8 @@ class SqlStore:
                 f"UPDATE tasks SET {assignments} WHERE task_id = :task_id",
                 {**sets, "task_id": task_id},
             )
-        return CommitResult(plan.first_seq, plan.last_seq)
+        state = self._state(row)
+        return CommitResult(plan.first_seq, plan.last_seq, state.cancel_requested, state.version)
 
     @staticmethod
     def _state(row: Row) -> rules.TaskState:
@@ -571,6 +572,9 @@ class SqlStore:
             version=int(row["version"]),
             fencing_token=int(row["fencing_token"]),
             last_seq=int(row["last_seq"]),
+            # Rows of other queries (claim, renew) may not carry it.
+            cancel_requested="cancel_requested" in row.keys()  # noqa: SIM118 - sqlite3.Row
+            and bool(row["cancel_requested"]),
         )
 
     def _encode_changes(self, changes: Mapping[str, Any]) -> dict[str, Any]:

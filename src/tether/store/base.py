@@ -221,10 +221,14 @@ class ApprovalRecord:
 
 @dataclass(frozen=True)
 class CommitResult:
-    """Sequence numbers the commit's events received."""
+    """Sequence numbers the commit's events received, and what the committer must know
+    of the task row as it found it (a cancel request, the version): a worker learns of
+    them with the commit it makes anyway, instead of reading the task every round."""
 
     first_seq: int
     last_seq: int
+    cancel_requested: bool = False
+    version: int | None = None
 
 
 @runtime_checkable

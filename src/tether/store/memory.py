@@ -177,7 +177,9 @@ class MemoryStore:
             rec = self._task(task_id)
             now = self.clock.now()
             guard = rules.CommitGuard.of(task_id, token, task, ledger)
-            cur = rules.TaskState(rec.status, rec.version, rec.fencing_token, rec.last_seq)
+            cur = rules.TaskState(
+                rec.status, rec.version, rec.fencing_token, rec.last_seq, rec.cancel_requested
+            )
             plan = rules.plan_commit(guard, cur, task, len(events), now)
             new_ledger = None
             if ledger is not None:
@@ -216,7 +218,7 @@ class MemoryStore:
                     self._approvals.get(appr.request_id), copy.deepcopy(appr), now
                 )
             self._tasks[task_id] = dataclasses.replace(rec, **changes)
-            return CommitResult(plan.first_seq, plan.last_seq)
+            return CommitResult(plan.first_seq, plan.last_seq, rec.cancel_requested, rec.version)
 
     async def claim(
         self, worker_id: str, ttl: float, *, task_id: str | None = None, force: bool = False

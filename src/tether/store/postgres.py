@@ -332,7 +332,7 @@ class PostgresStore(SqlStore):
             lver = row["ledger_version"]
             raise guard.refusal(state, None if lver is None else int(lver))
         first, last = rules.seq_range(state.last_seq, len(items))
-        return CommitResult(first, last)
+        return CommitResult(first, last, state.cancel_requested, state.version)
 
     def _commit_statement(
         self,
@@ -357,11 +357,12 @@ class PostgresStore(SqlStore):
             conds.append("version <= :ver")
             params["ver"] = guard.version
         ctes = [
-            "cur AS MATERIALIZED (SELECT task_id, status, version, fencing_token, last_seq"
+            "cur AS MATERIALIZED (SELECT task_id, status, version, fencing_token, last_seq,"
+            " cancel_requested"
             " FROM tasks WHERE task_id = :id FOR UPDATE)",
             f"ok AS (SELECT * FROM cur WHERE {' AND '.join(conds) or 'TRUE'})",
         ]
-        final = "SELECT c.status, c.version, c.fencing_token, c.last_seq,"
+        final = "SELECT c.status, c.version, c.fencing_token, c.last_seq, c.cancel_requested,"
         if ledger is not None:
             lsets = "state = :lst::jsonb, version = :lv, updated_at = :now"
             params.update(lst=_dumps(ledger.state), lv=ledger.version, lev=ledger.expected_version)

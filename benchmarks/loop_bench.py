@@ -10,7 +10,7 @@ SQLite store (synchronous FULL, the default) in a temporary folder and is driven
 segments of `--segment` rounds (`Engine(max_rounds_this_run=...)`): every segment is a
 new run of the engine, so each one claims the lease, recovers and opens a new *turn*
 (a resume). `context.cache_ttl_seconds` is set to 1e9, so a resume is not an epoch
-boundary (DESIGN.md section 4) and only compactions re-render the system prompt.
+boundary (docs/architecture.md) and only compactions re-render the system prompt.
 `context.preview_chars` is 2,000, so the 1 KB outputs go into the context whole (not
 as artifacts). `context.input_budget_tokens` is the default 16,000.
 

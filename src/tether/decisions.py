@@ -24,17 +24,16 @@ from tether.store.base import LedgerWrite, Store, TaskPatch, TaskRecord
 _DECIDABLE = frozenset({"queued", "waiting", "suspended", "stalled"})
 
 
-def _now(store: Store) -> float | None:
-    clock = getattr(store, "clock", None)
-    return clock.now() if clock is not None else None
-
-
-async def _decidable(store: Store, task_id: str, verb: str) -> TaskRecord:
+async def changeable(store: Store, task_id: str, verb: str, *, reopen: bool = False) -> TaskRecord:
+    """The task, if a person may change it now: not run by a worker, not finished
+    (with `reopen`, a finished task may be re-opened, a cancelled one never)."""
     task = await store.get_task(task_id)
-    if lifecycle.is_terminal(task.status):
+    if task.status == "cancelled" or (lifecycle.is_terminal(task.status) and not reopen):
         raise errors.UserError(
             f"task {task_id} is {task.status} ({task.stop_reason}); nothing to {verb}"
         )
+    if lifecycle.is_terminal(task.status):
+        return task
     if task.status not in _DECIDABLE:
         raise errors.UserError(
             f"task {task_id} is {task.status}: a worker is running it; {verb} it when it "
@@ -85,7 +84,7 @@ async def retry_item(
 ) -> L.Ledger:
     """Send an item back to work: pending again with its attempt and breaker counters
     reset; `hint` reaches the model as a message from the user in the next turn."""
-    task = await _decidable(store, task_id, "retry")
+    task = await changeable(store, task_id, "retry")
     ledger = (await store.get_ledger(task_id)).to_ledger()
     if not ledger.has_item(item_id):
         known = ", ".join(d.id for d, _ in ledger.items())
@@ -118,7 +117,7 @@ async def waive_item(
 ) -> L.Ledger:
     """Let the task be delivered without an item (`delivered_with_waivers`)."""
     why = _reason(reason, "waive")
-    task = await _decidable(store, task_id, "waive")
+    task = await changeable(store, task_id, "waive")
     ledger = (await store.get_ledger(task_id)).to_ledger()
     if not ledger.has_item(item_id):
         known = ", ".join(d.id for d, _ in ledger.items())
@@ -135,7 +134,7 @@ async def waive_item(
 async def abandon_task(store: Store, task_id: str, *, reason: str, by: str = "user") -> TaskRecord:
     """End the task as `abandoned` (`abandoned_by_user`): a human gave up on it."""
     why = _reason(reason, "abandon")
-    task = await _decidable(store, task_id, "abandon")
+    task = await changeable(store, task_id, "abandon")
     events: list[ev.Event] = [
         ev.TaskStatusChanged(
             src=task.status,

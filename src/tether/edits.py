@@ -22,26 +22,10 @@ from typing import Any
 from tether import errors, lifecycle
 from tether import events as ev
 from tether import ledger as L
+from tether.decisions import changeable
 from tether.runtime.tasks import ledger_from_spec
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import LedgerWrite, Store, TaskPatch, TaskRecord
-
-#: States a task may be edited in: not run by a worker, not cancelled.
-_EDITABLE = frozenset(
-    {"queued", "waiting", "suspended", "stalled", "satisfied", "abandoned", "failed"}
-)
-
-
-async def _editable(store: Store, task_id: str, verb: str) -> TaskRecord:
-    task = await store.get_task(task_id)
-    if task.status == "cancelled":
-        raise errors.UserError(f"task {task_id} is cancelled; nothing to {verb}")
-    if task.status not in _EDITABLE:
-        raise errors.UserError(
-            f"task {task_id} is {task.status}: a worker is running it; {verb} it when it "
-            "waits (or cancel it)"
-        )
-    return task
 
 
 def _merge(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -87,7 +71,7 @@ async def edit_task(
     valid contract."""
     if not isinstance(changes, Mapping) or not changes:
         raise errors.UserError("an edit needs at least one field of the spec to change")
-    task = await _editable(store, task_id, "edit")
+    task = await changeable(store, task_id, "edit", reopen=True)
     old_spec = parse_spec(task.spec, source=f"task {task_id}")
     merged = _merge(old_spec.model_dump(mode="json", exclude_unset=True), changes)
     new_spec = parse_spec(merged, source=f"edit of task {task_id}")

@@ -47,7 +47,10 @@ def redact(text: str, secrets: tuple[str, ...] | None = None) -> str:
 
 
 def redact_data(value: Any, secrets: tuple[str, ...] | None = None) -> Any:
-    """`redact` applied to every string in a JSON-like value."""
+    """`redact` applied to every string in a JSON-like value (the environment is read
+    once per call, not once per string)."""
+    if secrets is None:
+        secrets = known_secrets()
     if isinstance(value, str):
         return redact(value, secrets)
     if isinstance(value, dict):

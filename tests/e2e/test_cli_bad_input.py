@@ -1,5 +1,5 @@
 """Bad input through the real CLI: exit 2 (3 for an unknown task), one short paragraph
-on stderr without a traceback, and nothing written (DESIGN.md section 9).
+on stderr without a traceback, and nothing written.
 
 Every case runs `tether` as a subprocess in a folder of its own with `TETHER_DB` unset,
 and compares the folder's files (including any `-wal`, `-shm` or `-journal` file)

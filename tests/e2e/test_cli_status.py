@@ -1,5 +1,5 @@
 """Reading tasks through the real CLI: `run`, `status`, `events`, `timeline`, `list`,
-`cancel` (DESIGN.md section 9: `status --json` fields and exit codes).
+`cancel` (the public contract: `status --json` fields and exit codes).
 
 A three-item task is run once per module with a scripted policy (`tests.e2e.policies`)
 whose items are judged by `done_when` op rules; the read commands are then checked

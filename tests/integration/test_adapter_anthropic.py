@@ -22,7 +22,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("anthropic")
+pytest.importorskip(
+    "anthropic", reason="the anthropic extra is not installed (pip install -e '.[anthropic]')"
+)
 
 from tether.errors import ModelError, UserError
 from tether.models._retry import RetryEvent, RetryPolicy

@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("openai")
+pytest.importorskip(
+    "openai", reason="the openai extra is not installed (pip install -e '.[openai]')"
+)
 
 from tether.errors import ModelError
 from tether.models._retry import RetryEvent, RetryPolicy

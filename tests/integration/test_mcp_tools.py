@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("mcp")
+pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[mcp]')")
 
 from tether import errors
 from tether.spec import McpServer

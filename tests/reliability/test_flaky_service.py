@@ -143,7 +143,7 @@ def assert_one_ticket_per_item(api: TicketAPI, evs: list[dict[str, Any]]) -> Non
 def test_flaky_service_every_item_done_under_the_default_loop_guards(
     tmp_path: Path, flaky_api: TicketAPI
 ) -> None:
-    """The contract sets only the breaker (as in DESIGN.md section 5), no loop limits.
+    """The contract sets only the breaker, no loop limits.
 
     The task must complete: every item done, one ticket each. A call refused by the open
     breaker is "transient with a delay": it must not count against the item as a failed

@@ -204,7 +204,7 @@ def test_a_timeout_message_names_the_exception() -> None:
 
 
 def test_real_http_client_timeouts() -> None:
-    httpx2 = pytest.importorskip("httpx2")
+    httpx2 = pytest.importorskip("httpx2", reason="httpx2 (the SDKs' HTTP client) is not installed")
     assert classify(httpx2.ConnectTimeout("x"), has_effect=True).cls == "transient"
     assert classify(httpx2.ConnectError("x"), has_effect=True).cls == "transient"
     assert classify(httpx2.PoolTimeout("x"), has_effect=True).cls == "transient"

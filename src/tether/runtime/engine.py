@@ -344,6 +344,8 @@ class TaskRun:
         self.commit_flags: tuple[bool, int | None] | None = None
         # (id of the tool schema tuple, its blob): the schemas change only per turn.
         self._tools_blob: tuple[int, str] | None = None
+        # (the epoch's parts, its blob): most rounds of a turn share one epoch.
+        self._epoch: tuple[tuple[Any, ...], str] | None = None
 
     # ------------------------------------------------------------ plumbing
 
@@ -505,21 +507,22 @@ class TaskRun:
         return self._tools_blob[1]
 
     def stage_epoch(self, obj: Any) -> str:
-        """Stage the epoch document unless it is the one staged last."""
+        """Stage the epoch document unless it is the one staged last (the same epoch is
+        recognised without serializing it again)."""
+        key = tuple(sorted(obj.items()))
+        if self._epoch is not None and self._epoch[0] == key:
+            return self._epoch[1]
         data = json.dumps(obj, ensure_ascii=False, sort_keys=True).encode("utf-8")
         ref = blob_hash(data)
         if self.state.epoch_blob != ref:
             self.stage_blob(data)
             self.state.epoch_blob = ref
+        self._epoch = (key, ref)
         return ref
 
     def stage_json(self, obj: Any) -> str:
         """Stage a JSON document as a blob (stored by the next commit)."""
         return self.stage_blob(json.dumps(obj, ensure_ascii=False, sort_keys=True).encode("utf-8"))
-
-    async def put_json(self, obj: Any) -> str:
-        """Stage a JSON document as a blob (stored by the next commit)."""
-        return self.stage_json(obj)
 
     async def get_json(self, ref: str) -> Any:
         """Read a JSON blob (plain or packed)."""

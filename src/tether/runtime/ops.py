@@ -789,9 +789,9 @@ class OpRunner:
                 return settled
             record = settled
 
-    def _holder(self, record: OpRecord) -> str:
-        """Who holds a concurrency slot: this op's next attempt."""
-        return f"{self.run.task_id}:{record.op_id}:{record.attempts + 1}"
+    def _holder(self, record: OpRecord, attempt: int) -> str:
+        """Who holds a concurrency slot: one attempt of this op."""
+        return f"{self.run.task_id}:{record.op_id}:{attempt}"
 
     def _breaker_events(self, transitions: Any) -> None:
         for t in transitions:
@@ -804,7 +804,7 @@ class OpRunner:
         guard: Guard | None = self.run.guard
         if guard is None or not tool.service:
             return None
-        adm = await guard.admit(tool.service, self._holder(record))
+        adm = await guard.admit(tool.service, self._holder(record, record.attempts + 1))
         self._breaker_events(getattr(adm, "transitions", ()))
         if adm.allowed:
             return None
@@ -832,7 +832,7 @@ class OpRunner:
                 [ev.OpDispatched(op_id=record.op_id, attempt=record.attempts)], ops=[record]
             )
         guard: Guard | None = run.guard if tool.service else None
-        holder = f"{run.task_id}:{record.op_id}:{record.attempts}"
+        holder = self._holder(record, record.attempts)
         t1 = time.perf_counter()
         raw: Any = None
         cls_msg: failures.Classified | None = None

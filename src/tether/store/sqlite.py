@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -126,7 +127,7 @@ class SQLiteStore(SqlStore):
             # (switching to WAL rewrites the header of someone else's database).
             self._refuse_foreign(self._existing_tables(conn))
             self._refuse_damaged(conn)
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            mode = self._to_wal(conn)
             if str(mode).lower() != "wal":
                 raise errors.StoreConfigError(f"cannot switch {self.path} to WAL mode (got {mode})")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
@@ -137,6 +138,21 @@ class SQLiteStore(SqlStore):
                 raise _translate(exc, self.path) from exc
             raise
         self._conn = conn
+
+    def _to_wal(self, conn: sqlite3.Connection) -> str:
+        """Switch to WAL. SQLite answers "database is locked" at once, without its busy
+        handler, when another connection opening the same new file holds a lock at that
+        moment: try again within the busy timeout."""
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        delay = 0.005
+        while True:
+            try:
+                return str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc).lower() or time.monotonic() >= deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(0.2, delay * 2)
 
     def _refuse_damaged(self, conn: sqlite3.Connection) -> None:
         """A damaged page is found before anything is written (a task written into a

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +51,11 @@ def _first_ctrl_c_stops(stop: asyncio.Event) -> Iterator[None]:
     finally:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGINT)
+        if presses:
+            # After a first Ctrl-C the run is stopping: a second one that lands while it
+            # winds down quits at once, quietly (Python's own handler would raise in
+            # whatever runs then, a weakref callback for instance, and print a traceback).
+            signal.signal(signal.SIGINT, lambda *_: os._exit(130))
 
 
 async def drive(rt: Runtime, task_id: str, *, quiet: bool, force: bool = False) -> RunResult:

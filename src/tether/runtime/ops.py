@@ -861,13 +861,38 @@ class OpRunner:
             # The service answered unless the failure is on the way to or from it.
             ok = cls_msg is None or cls_msg.cls in ("deterministic", "validation")
             finish = getattr(guard, "finish", None)
-            if finish is not None:
+            if self._verdict_waits(tool, cls_msg):
+                # A lost response the tool can reconcile: the breaker's verdict waits
+                # for the reconcile (`_settle`), which may prove the call done.
+                await guard.release(tool.service, holder)
+                transitions: list[Any] = []
+            elif finish is not None:
                 transitions = await finish(tool.service, ok, holder)
             else:
                 await guard.release(tool.service, holder)
                 transitions = await guard.record(tool.service, ok, holder)
             self._breaker_events(transitions)
         return raw, cls_msg, ms
+
+    def _verdict_waits(self, tool: Tool, cls_msg: failures.Classified | None) -> bool:
+        """Whether a call's outcome is counted for its service's breaker only after a
+        reconcile: a lost response that reconcile proves done is a success, not one of
+        the failures that open the breaker for every task on the database."""
+        return (
+            self.run.guard is not None
+            and bool(tool.service)
+            and tool.reconcile is not None
+            and cls_msg is not None
+            and cls_msg.cls == "unknown"
+        )
+
+    async def _count(self, tool: Tool, record: OpRecord, *, ok: bool) -> None:
+        """Give the service's breaker the verdict of a reconciled call."""
+        guard: Guard | None = self.run.guard
+        if guard is None or not tool.service:
+            return
+        holder = self._holder(record, record.attempts)
+        self._breaker_events(await guard.record(tool.service, ok, holder))
 
     @staticmethod
     def _classify(tool: Tool, exc: Exception) -> failures.Classified:
@@ -891,6 +916,8 @@ class OpRunner:
         cls, msg = cls_msg.cls, cls_msg.message
         if cls == "unknown":
             rec = await self.reconcile(tool, record)
+            if self._verdict_waits(tool, cls_msg):
+                await self._count(tool, record, ok=rec.outcome == "done")
             if rec.outcome == "done":
                 return await self.success(call, tool, record, rec.result, ms)
             if rec.outcome == "unknown" and not tool.idempotent:

@@ -344,6 +344,41 @@ class Limits(_Strict):
     breaker_cooldown_seconds: float = Field(default=60.0, gt=0)
 
 
+class WebhookTarget(_Strict):
+    """A webhook that receives a task's notices: a JSON POST per notice, signed with
+    HMAC-SHA256 when `secret_env` names an environment variable that holds the secret
+    (the secret itself never goes into a contract)."""
+
+    webhook: str = Field(min_length=1, max_length=2048)
+    secret_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+    @field_validator("webhook")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"must be an http(s) URL, not {value[:80]!r}")
+        return value
+
+
+#: Where notices go: `log` (warnings in the worker's log) or a webhook.
+NotifyTarget = Literal["log"] | WebhookTarget
+
+
+class NotifyConfig(_Strict):
+    """Who is told when the task needs people, and when they are reminded (on top of
+    the installation's `TETHER_WEBHOOK_URL`); times in seconds, unset: the
+    installation's defaults (6 h, 24 h)."""
+
+    targets: list[NotifyTarget] = Field(default_factory=list, max_length=10)
+    renotify_after: float | None = Field(default=None, gt=0)
+    suspend_after: float | None = Field(default=None, gt=0)
+    admin: list[NotifyTarget] = Field(
+        default_factory=list,
+        max_length=10,
+        description="also told when a wait is escalated (the task suspended)",
+    )
+
+
 class ToolPermission(_Strict):
     """A tool on the allowlist, with what the contract says about it."""
 
@@ -431,6 +466,7 @@ class TaskSpec(_Strict):
     limits: Limits = Field(default_factory=Limits)
     models: Models = Field(default_factory=Models)
     context: ContextConfig = Field(default_factory=ContextConfig)
+    notify: NotifyConfig = Field(default_factory=NotifyConfig)
     workspace: str | None = None
     review: bool = False
 

@@ -51,7 +51,7 @@ async def test_a_waiting_task_is_notified_reminded_then_escalated(tmp_path: Path
     store, clock, tid = await _waiting_task(tmp_path)
     rec = Recorder()
     report = await sweep(store, notifier=rec)
-    assert report.notified == [tid] and [n.kind for n in rec.notices] == ["waiting"]
+    assert report.notified == [tid] and [n.kind for n in rec.notices] == ["need_help"]
     assert "NEED_HELP" in rec.notices[0].text
     assert (await sweep(store, notifier=rec)).notified == []  # once
     clock.advance(6 * HOUR + 1)
@@ -63,10 +63,10 @@ async def test_a_waiting_task_is_notified_reminded_then_escalated(tmp_path: Path
     assert report.escalated == [tid]
     task = await store.get_task(tid)
     assert task.status == "suspended" and task.waiting is not None
-    assert [n.kind for n in rec.notices] == ["waiting", "reminder", "escalation"]
+    assert [n.kind for n in rec.notices] == ["need_help", "reminder", "escalation"]
     sent = await events_of(store, tid, "notice.sent")
     assert [(e["kind"], e["channel"]) for e in sent] == [
-        ("waiting", "recorder"),
+        ("need_help", "recorder"),
         ("reminder", "recorder"),
         ("escalation", "recorder"),
     ]
@@ -152,7 +152,7 @@ async def test_the_webhook_gets_a_signed_notice_after_a_retry(
     await sweep(store, notifier=notifier)
     (delivery,) = got  # the first attempt got a 503; the retry arrived once
     body = delivery["body"]
-    assert (body["task_id"], body["kind"], body["waiting"]) == (tid, "waiting", "human")
+    assert (body["task_id"], body["kind"], body["status"]) == (tid, "need_help", "waiting")
     assert "NEED_HELP" in body["text"] and body["id"] == delivery["notice"] != ""
     expected = hmac.new(b"shh-its-a-secret", delivery["raw"], hashlib.sha256).hexdigest()
     assert delivery["signature"] == f"sha256={expected}"

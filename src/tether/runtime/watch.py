@@ -1,151 +1,78 @@
 """Nobody waits in silence, nothing dies in silence: the notifier and the watchdog.
 
-`sweep` runs from every worker between tasks (and from `tether watch`):
+`sweep` runs from every worker between tasks:
 
-- A task **waiting for a person** (an approval, a decision, a human's answer) gets a
-  notice as soon as it is seen waiting, a reminder every `renotify_after` (6 h by
-  default), and after `escalate_after` (24 h) it is suspended and an administrator is
-  told. Each notice is a `notice.sent` event, and its time is kept in the task's
-  `waiting` document. Many workers may sweep the same database: each notice is claimed
-  first through the store's shared state (one atomic update per task and kind of
-  notice), so it is sent once.
+- **Notices.** Every journal event people must hear of (an approval requested, an op
+  in doubt, a decision needed, a NEED_HELP question, a budget mark of 50, 80 or 100 %,
+  a task stalled, failed or finished) is sent once, with an id receivers use to drop
+  repeats (`runtime.notices`), to the installation's notifier and the contract's
+  `notify.targets` (`runtime.notify`).
+- A task **waiting for a person** (an approval, a decision, a human's answer) is
+  reminded every `renotify_after` (6 h by default, or the contract's
+  `notify.renotify_after`), and after `suspend_after` (24 h, or
+  `notify.suspend_after`) it is suspended and the administrators (`notify.admin`) are
+  told. Each notice is a `notice.sent` event. Many workers may sweep the same database:
+  each reminder is claimed first through the store's shared state (one atomic update
+  per task and kind of notice), so it is sent once.
 - A task still `running` whose lease expired and whose heartbeat is older than
-  `stalled_after` lost its worker: it is marked `stalled` with an alert, and any worker
-  may take it over (stalled tasks are claimable; recovery runs as after any crash).
+  `stalled_after` lost its worker: it is marked `stalled` (and announced), and any
+  worker may take it over (stalled tasks are claimable; recovery runs as after any
+  crash).
 
-Notices go to a `Notifier`: the log by default, a webhook when `TETHER_WEBHOOK_URL`
-names one (a JSON POST, sent with the standard library so the core needs no HTTP
-dependency).
+Time comes from the store's clock (or `clock`): tests move it by hours in no time.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import hmac
-import json
 import logging
-import os
-import urllib.error
-import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from tether import errors
+from tether import errors, lifecycle
 from tether import events as ev
 from tether.clock import Clock, SystemClock
+from tether.runtime import notices as nt
+from tether.runtime.notify import (
+    WEBHOOK_ENV,
+    WEBHOOK_SECRET_ENV,
+    Fanout,
+    LogNotifier,
+    Notice,
+    Notifier,
+    WebhookNotifier,
+    default_notifier,
+    for_task,
+)
+from tether.spec import NotifyConfig, parse_spec
 from tether.store.base import Store, TaskPatch, TaskRecord
+
+__all__ = [
+    "HUMAN_KINDS",
+    "WEBHOOK_ENV",
+    "WEBHOOK_SECRET_ENV",
+    "Fanout",
+    "LogNotifier",
+    "Notice",
+    "Notifier",
+    "SweepReport",
+    "WatchPolicy",
+    "WebhookNotifier",
+    "default_notifier",
+    "sweep",
+]
 
 log = logging.getLogger("tether.watch")
 
 #: Waiting kinds a person must answer.
 HUMAN_KINDS = frozenset({"approval", "decision", "human"})
-WEBHOOK_ENV = "TETHER_WEBHOOK_URL"
-WEBHOOK_SECRET_ENV = "TETHER_WEBHOOK_SECRET"
-
-
-@dataclass(frozen=True)
-class Notice:
-    """One message to the people responsible for a task."""
-
-    task_id: str
-    kind: str  # waiting | reminder | escalation | stalled
-    text: str
-    details: Mapping[str, Any] = field(default_factory=dict)
-    #: The same for every delivery attempt of this notice: receivers drop repeats.
-    notice_id: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (the webhook's body)."""
-        return {
-            "id": self.notice_id,
-            "task_id": self.task_id,
-            "kind": self.kind,
-            "text": self.text,
-            **self.details,
-        }
-
-
-class Notifier(Protocol):
-    """Where notices go."""
-
-    async def notify(self, notice: Notice) -> str:
-        """Deliver one notice; returns the channel's name (for the journal)."""
-        ...
-
-
-class LogNotifier:
-    """Notices as warnings in the log."""
-
-    async def notify(self, notice: Notice) -> str:
-        log.warning("task %s: %s: %s", notice.task_id, notice.kind, notice.text)
-        return "log"
-
-
-class WebhookNotifier:
-    """Notices POSTed as JSON to a URL, retried a few times with backoff; a delivery that
-    still fails is logged and journaled, never raised (the next reminder tries again).
-
-    Each request carries `X-Tether-Notice` (the notice id, the same on every retry, so a
-    receiver drops repeats) and, when a secret is set (`TETHER_WEBHOOK_SECRET`),
-    `X-Tether-Signature: sha256=<hex>`, the HMAC-SHA256 of the body with that secret."""
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        timeout: float = 10.0,
-        secret: str | None = None,
-        attempts: int = 3,
-        backoff: float = 0.5,
-    ) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise errors.UserError(f"{WEBHOOK_ENV} must be an http(s) URL, not {url[:80]!r}")
-        self.url = url
-        self.timeout = timeout
-        self.secret = secret
-        self.attempts = max(1, attempts)
-        self.backoff = backoff
-
-    def _post(self, body: bytes, notice_id: str) -> None:
-        headers = {"Content-Type": "application/json", "X-Tether-Notice": notice_id}
-        if self.secret:
-            digest = hmac.new(self.secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
-            headers["X-Tether-Signature"] = f"sha256={digest}"
-        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                resp.read()
-        except urllib.error.HTTPError as exc:
-            exc.close()  # an error response holds its connection open otherwise
-            raise OSError(f"HTTP {exc.code} {exc.reason}") from None
-
-    async def notify(self, notice: Notice) -> str:
-        body = json.dumps(notice.to_dict(), ensure_ascii=False).encode("utf-8")
-        error: Exception | None = None
-        for attempt in range(self.attempts):
-            if attempt:
-                await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
-            try:
-                await asyncio.to_thread(self._post, body, notice.notice_id)
-                return "webhook"
-            except Exception as exc:  # best effort: the event says it was tried
-                error = exc
-        log.warning("webhook %s failed for task %s: %s", self.url, notice.task_id, error)
-        return f"webhook (failed: {type(error).__name__})"
-
-
-def default_notifier() -> Notifier:
-    """The webhook in `TETHER_WEBHOOK_URL`, else the log."""
-    url = os.environ.get(WEBHOOK_ENV, "").strip()
-    secret = os.environ.get(WEBHOOK_SECRET_ENV) or None
-    return WebhookNotifier(url, secret=secret) if url else LogNotifier()
+_MOVED = (errors.ConcurrentUpdate, errors.IllegalTransition, errors.StaleLease)
 
 
 @dataclass(frozen=True)
 class WatchPolicy:
-    """When to remind, escalate, and call a silent task stalled (seconds)."""
+    """The installation's defaults for reminding, suspending and calling a silent task
+    stalled (seconds); a contract's `notify` block overrides the first two."""
 
     renotify_after: float = 6 * 3600.0
     escalate_after: float = 24 * 3600.0
@@ -160,6 +87,16 @@ class SweepReport:
     reminded: list[str] = field(default_factory=list)
     escalated: list[str] = field(default_factory=list)
     stalled: list[str] = field(default_factory=list)
+    #: Every notice sent, as (task id, kind).
+    notices: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _notify_config(task: TaskRecord) -> NotifyConfig | None:
+    """The contract's `notify` block (None if the stored spec no longer parses)."""
+    try:
+        return parse_spec(task.spec, source=f"task {task.task_id}").notify
+    except errors.UserError:
+        return None
 
 
 async def sweep(
@@ -169,21 +106,36 @@ async def sweep(
     policy: WatchPolicy | None = None,
     clock: Clock | None = None,
 ) -> SweepReport:
-    """One pass over the tasks that wait for a person or went silent."""
-    notifier = notifier or default_notifier()
+    """One pass: mark silent tasks stalled, remind and escalate waits for a person, and
+    send the notices of new journal events. `notifier` is the installation's (default:
+    `TETHER_WEBHOOK_URL`, else the log); each task's contract may add targets."""
+    base = notifier or default_notifier()
     policy = policy or WatchPolicy()
     now = (clock or getattr(store, "clock", None) or SystemClock()).now()
     report = SweepReport()
-    for task in await store.list_tasks({"waiting"}, limit=10_000):
-        try:
-            await _waiting(store, task, now, notifier, policy, report)
-        except (errors.ConcurrentUpdate, errors.IllegalTransition, errors.StaleLease):
-            continue  # the task moved meanwhile (a decision, a worker): next sweep
     for task in await store.list_tasks({"running"}, limit=10_000):
         try:
-            await _silent(store, task, now, notifier, policy, report)
-        except (errors.ConcurrentUpdate, errors.IllegalTransition, errors.StaleLease):
+            await _silent(store, task, now, policy, report)
+        except _MOVED:
+            continue  # the task moved meanwhile (a decision, a worker): next sweep
+    for task in await store.list_tasks({"waiting"}, limit=10_000):
+        try:
+            await _waiting(store, task, now, base, policy, report)
+        except _MOVED:
             continue
+    active = await store.list_tasks(lifecycle.ACTIVE, limit=10_000)
+    ended = await store.list_tasks(lifecycle.TERMINAL, limit=1_000)
+    for task in [*active, *ended]:
+        if lifecycle.is_terminal(task.status) and now - task.updated_at > nt.FIRST_SIGHT_MAX_AGE:
+            continue  # announced long ago (or before notices existed)
+        try:
+            sent = await nt.announce(store, task, for_task(base, _notify_config(task)), now)
+        except _MOVED:
+            continue
+        for notice in sent:
+            report.notices.append((task.task_id, notice.kind))
+            if notice.kind != "finished":
+                report.notified.append(task.task_id)
     return report
 
 
@@ -191,67 +143,87 @@ async def _waiting(
     store: Store,
     task: TaskRecord,
     now: float,
-    notifier: Notifier,
+    base: Notifier,
     policy: WatchPolicy,
     report: SweepReport,
 ) -> None:
     waiting = dict(task.waiting or {})
     if waiting.get("kind") not in HUMAN_KINDS:
         return
-    since = float(waiting.get("since") or task.updated_at)
+    config = _notify_config(task)
+    renotify = (config.renotify_after if config else None) or policy.renotify_after
+    suspend = (config.suspend_after if config else None) or policy.escalate_after
+    if "since" not in waiting:
+        # Pin when the wait began: later commits (notices) move `updated_at`.
+        await store.commit(
+            task.task_id, None, [], task=TaskPatch(waiting={**waiting, "since": task.updated_at})
+        )
+        waiting["since"] = task.updated_at
+    since = float(waiting["since"])
     notices: Sequence[float] = waiting.get("notices") or []
     reason = str(waiting.get("reason", ""))[:500]
-    if now - since >= policy.escalate_after:
-        if not await _claim(store, task.task_id, since, policy.escalate_after, "escalate"):
-            return
-        hours = (now - since) / 3600
-        text = f"waited {hours:.0f} h for a person ({waiting.get('kind')}): {reason}"
-        notice = Notice(
-            task.task_id,
-            "escalation",
-            text,
-            {"waiting": waiting.get("kind")},
-            notice_id=f"{task.task_id}:escalation:{since:.3f}",
-        )
-        channel = await notifier.notify(notice)
-        await store.commit(
-            task.task_id,
-            None,
-            [
-                ev.NoticeSent(kind="escalation", channel=channel, text=text),
-                ev.TaskStatusChanged(
-                    src="waiting", dst="suspended", reason="no answer: escalated to an admin"
-                ),
-            ],
-            task=TaskPatch(
-                status="suspended",
-                waiting={**waiting, "since": since, "escalated_at": now},
-                wake_at=None,
-            ),
-        )
-        report.escalated.append(task.task_id)
+    if now - since >= suspend:
+        await _escalate(store, task, waiting, now, for_task(base, config, admin=True), report)
         return
-    last = max(notices) if notices else None
-    if last is not None and now - last < policy.renotify_after:
+    last = max(notices) if notices else since
+    if now - last < renotify:
         return
-    if not await _claim(store, task.task_id, since, policy.renotify_after):
+    if not await _claim(store, task.task_id, since, renotify):
         return  # another worker sends this one
-    kind = "waiting" if last is None else "reminder"
     notice = Notice(
         task.task_id,
-        kind,
+        "reminder",
         reason,
-        {"waiting": waiting.get("kind")},
-        notice_id=f"{task.task_id}:{kind}:{since:.3f}:{len(notices)}",
+        {"waiting": waiting.get("kind"), "since": since},
+        notice_id=f"{task.task_id}:reminder:{since:.3f}:{len(notices)}",
+    )
+    channel = await for_task(base, config).notify(notice)
+    await store.commit(
+        task.task_id,
+        None,
+        [ev.NoticeSent(kind="reminder", channel=channel, text=reason)],
+        task=TaskPatch(waiting={**waiting, "notices": [*notices, now][-20:]}),
+    )
+    report.reminded.append(task.task_id)
+    report.notices.append((task.task_id, "reminder"))
+
+
+async def _escalate(
+    store: Store,
+    task: TaskRecord,
+    waiting: dict[str, Any],
+    now: float,
+    notifier: Notifier,
+    report: SweepReport,
+) -> None:
+    """Nobody answered for too long: suspend the task and tell the administrators."""
+    since = float(waiting["since"])
+    if not await _claim(store, task.task_id, since, float("inf"), "escalate"):
+        return
+    hours = (now - since) / 3600
+    reason = str(waiting.get("reason", ""))[:500]
+    text = f"waited {hours:.0f} h for a person ({waiting.get('kind')}): {reason}"
+    notice = Notice(
+        task.task_id,
+        "escalation",
+        text,
+        {"waiting": waiting.get("kind"), "since": since},
+        notice_id=f"{task.task_id}:escalation:{since:.3f}",
     )
     channel = await notifier.notify(notice)
     await store.commit(
         task.task_id,
         None,
-        [ev.NoticeSent(kind=kind, channel=channel, text=reason)],
-        task=TaskPatch(waiting={**waiting, "since": since, "notices": [*notices, now][-20:]}),
+        [
+            ev.NoticeSent(kind="escalation", channel=channel, text=text),
+            ev.TaskStatusChanged(
+                src="waiting", dst="suspended", reason="no answer: escalated to an admin"
+            ),
+        ],
+        task=TaskPatch(status="suspended", waiting={**waiting, "escalated_at": now}, wake_at=None),
     )
-    (report.notified if last is None else report.reminded).append(task.task_id)
+    report.escalated.append(task.task_id)
+    report.notices.append((task.task_id, "escalation"))
 
 
 async def _claim(
@@ -278,7 +250,6 @@ async def _silent(
     store: Store,
     task: TaskRecord,
     now: float,
-    notifier: Notifier,
     policy: WatchPolicy,
     report: SweepReport,
 ) -> None:
@@ -290,16 +261,11 @@ async def _silent(
         f"no heartbeat for {now - beat:.0f} s from {task.lease_owner or 'its worker'}; "
         "marked stalled, any worker may take it over"
     )
-    channel = await notifier.notify(
-        Notice(task.task_id, "stalled", text, notice_id=f"{task.task_id}:stalled:{beat:.3f}")
-    )
+    # The status change is announced from the journal, like every other.
     await store.commit(
         task.task_id,
         None,
-        [
-            ev.NoticeSent(kind="stalled", channel=channel, text=text),
-            ev.TaskStatusChanged(src="running", dst="stalled", reason=text),
-        ],
+        [ev.TaskStatusChanged(src="running", dst="stalled", reason=text)],
         task=TaskPatch(status="stalled"),
     )
     report.stalled.append(task.task_id)

@@ -1,0 +1,137 @@
+"""Notices from the journal: every event people must hear of, sent once.
+
+The events that call for a person — an approval requested, an op in doubt, a decision
+needed (a partial completion), a NEED_HELP question, a budget crossing 50, 80 or 100 %,
+a task stalled, failed or finished — are read from each task's journal after a cursor
+kept in the store's shared state (`notices:<task id>`), so every worker sweeping the
+same database sends each of them once. A notice is taken before it is sent and the
+cursor moves on after: a sweeper that dies in between leaves the take to expire, and
+the next one sends it again with the same id (receivers drop the repeat).
+
+A task first seen more than `FIRST_SIGHT_MAX_AGE` after its last change is not
+announced: a database that gains this module does not flood anyone with its history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tether import events as ev
+from tether import lifecycle
+from tether.runtime.notify import Notice, Notifier
+from tether.store.base import Store, StoredEvent, TaskRecord
+
+#: The journal events that may make a notice.
+TYPES = frozenset({"approval.requested", "decision.requested", "budget.threshold", "task.status"})
+#: A take older than this is given to the next sweeper (its sender died).
+TAKE_TTL = 120.0
+#: Tasks untouched for longer than this when first seen are not announced.
+FIRST_SIGHT_MAX_AGE = 24 * 3600.0
+
+
+def key(task_id: str) -> str:
+    """The shared-state key of a task's notice cursor."""
+    return f"notices:{task_id}"
+
+
+def _status_notice(task: TaskRecord, d: dict[str, Any]) -> tuple[str, str] | None:
+    dst = str(d.get("dst", ""))
+    why = str(d.get("reason") or d.get("stop_reason") or "")
+    if dst == "waiting" and d.get("reason") == "needs_user_input":
+        question = ""
+        if task.waiting and task.waiting.get("kind") == "human":
+            question = str(task.waiting.get("reason", ""))
+        return "need_help", question or "the agent asks a person for help"
+    if dst == "stalled":
+        return "stalled", why
+    if dst == "failed":
+        return "failed", f"failed: {why}"
+    if lifecycle.is_terminal(dst):
+        return "finished", f"{dst} ({d.get('stop_reason') or why})"
+    return None
+
+
+def notice_of(task: TaskRecord, event: StoredEvent) -> Notice | None:
+    """The notice one journal event calls for, if any."""
+    d = event.data
+    kind: str
+    text: str
+    details: dict[str, Any] = {"event": event.type, "seq": event.seq, "at": event.at}
+    if event.type == "approval.requested":
+        request_id = str(d.get("request_id", ""))
+        kind = "op_in_doubt" if ".in_doubt" in request_id else "approval_requested"
+        text = f"{d.get('what', '')} ({d.get('impact', '')})"
+        details |= {"request_id": request_id, "options": d.get("options")}
+    elif event.type == "decision.requested":
+        kind, text = "decision_needed", str(d.get("reason", ""))
+    elif event.type == "budget.threshold":
+        kind = "budget"
+        text = (
+            f"{d.get('percent')} % of the {d.get('scope')} {d.get('resource')} budget used "
+            f"({d.get('used')} of {d.get('limit')})"
+        )
+        details |= {"percent": d.get("percent"), "resource": d.get("resource")}
+    elif event.type == "task.status":
+        found = _status_notice(task, d)
+        if found is None:
+            return None
+        kind, text = found
+        details |= {"status": d.get("dst")}
+    else:
+        return None
+    return Notice(task.task_id, kind, text[:1000], details, notice_id=f"{task.task_id}:{event.seq}")
+
+
+def _take(seq: int) -> Callable[[dict[str, Any] | None, float], tuple[dict[str, Any], bool]]:
+    def step(doc: dict[str, Any] | None, now: float) -> tuple[dict[str, Any], bool]:
+        state = dict(doc or {"after": 0})
+        taking = state.get("taking")
+        if int(state.get("after", 0)) >= seq:
+            return state, False  # sent already
+        if taking and taking.get("seq") == seq and float(taking.get("until", 0)) > now:
+            return state, False  # another sweeper is sending it
+        state["taking"] = {"seq": seq, "until": now + TAKE_TTL}
+        return state, True
+
+    return step
+
+
+def _advance(seq: int) -> Callable[[dict[str, Any] | None, float], tuple[dict[str, Any], None]]:
+    def step(doc: dict[str, Any] | None, now: float) -> tuple[dict[str, Any], None]:
+        state = dict(doc or {})
+        state["after"] = max(int(state.get("after", 0)), seq)
+        taking = state.get("taking")
+        if taking and int(taking.get("seq", 0)) <= state["after"]:
+            state.pop("taking")
+        return state, None
+
+    return step
+
+
+async def announce(store: Store, task: TaskRecord, notifier: Notifier, now: float) -> list[Notice]:
+    """Send the notices of `task`'s journal since its cursor; returns those sent here."""
+    doc = await store.get_shared(key(task.task_id))
+    if doc is None and now - task.updated_at > FIRST_SIGHT_MAX_AGE:
+        await store.update_shared(key(task.task_id), _advance(task.last_seq))
+        return []
+    after = int((doc or {}).get("after", 0))
+    if after >= task.last_seq:
+        return []
+    sent: list[Notice] = []
+    for event in await store.read_events(task.task_id, after=after, types=TYPES):
+        notice = notice_of(task, event)
+        if notice is None:
+            continue
+        if not await store.update_shared(key(task.task_id), _take(event.seq)):
+            return sent  # another sweeper is on this task: it goes on from here
+        channel = await notifier.notify(notice)
+        await store.commit(
+            task.task_id,
+            None,
+            [ev.NoticeSent(kind=notice.kind, channel=channel, text=notice.text[:500])],
+        )
+        await store.update_shared(key(task.task_id), _advance(event.seq))
+        sent.append(notice)
+    await store.update_shared(key(task.task_id), _advance(task.last_seq))
+    return sent

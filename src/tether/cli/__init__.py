@@ -7,7 +7,8 @@ is written on a bad input.
 
 Modules: `_app` (the app, consoles, shared options), `tasks` (status, list, events,
 timeline), `run` (run, submit, resume), `decide` (cancel, approvals and decisions),
-`edit` (edit, tell), `worker`, `demo`, and `views` (rendering).
+`edit` (edit, tell), `worker`, `demo`, `show` (show, report), `serve` (the web
+dashboard), and `views` (rendering).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from tether.cli._app import app, fail
 from tether.errors import UserError
 
 # Importing a command module registers its commands; --help lists them in this order.
-for _module in ("tasks", "run", "decide", "edit", "worker", "demo"):
+for _module in ("tasks", "run", "decide", "edit", "worker", "demo", "show"):
     importlib.import_module(f"{__name__}.{_module}")
 
 __all__ = ["app", "main"]

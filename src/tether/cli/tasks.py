@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from tether.cli import views
 from tether.cli._app import (
@@ -20,11 +22,22 @@ from tether.cli._app import (
 
 
 @app.command()
-def status(task_id: str, db: DbOpt = None, json_out: JsonOpt = False) -> None:
+def status(
+    task_id: str,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+    at: Annotated[
+        int | None,
+        typer.Option("--at", help="As of event SEQ (folded from the event log)."),
+    ] = None,
+) -> None:
     """Show a task: state, ledger, budget, what it waits for."""
+    from tether.report.timetravel import status_at
     from tether.runtime.tasks import status_dict
 
     async def main() -> dict[str, Any]:
+        if at is not None:
+            return await with_store(db, lambda s: status_at(s, task_id, at), create=False)
         return await with_store(db, lambda s: status_dict(s, task_id), create=False)
 
     doc = run_async(main)

@@ -121,6 +121,9 @@ def status_view(doc: Mapping[str, Any]) -> Group:
         (f" ({clean(stop_text(doc))})" if doc["stop_reason"] else "", style),
     )
     lines: list[Any] = [head, Text(f"goal: {clean(doc['ledger']['objective'], lines=True)}")]
+    if doc.get("at"):
+        at = doc["at"]
+        lines.insert(0, Text(f"as of event {at['seq']} ({clean(at['type'])}, {ts(at['time'])})"))
     lines.append(ledger_bar(doc["ledger"]["progress"]))
     if doc.get("waiting"):
         reason = doc["waiting"].get("reason", doc["waiting"])

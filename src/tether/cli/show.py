@@ -1,0 +1,136 @@
+"""Looking back: `show` (a stored model call) and `report` (the retrospective)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Group
+from rich.rule import Rule
+from rich.table import Table
+from rich.text import Text
+
+from tether import errors
+from tether.cli._app import DbOpt, JsonOpt, app, out, print_json, run_async, with_store
+from tether.cli.views import clean, ts
+
+
+def _args(arguments: Any) -> str:
+    return json.dumps(arguments, ensure_ascii=False, sort_keys=True)
+
+
+def _message(m: Mapping[str, Any]) -> Text:
+    head = f"[{m['role']}" + (f" {m['name']}" if m.get("name") else "")
+    head += f" {m['tool_call_id']}]" if m.get("tool_call_id") else "]"
+    text = Text(clean(head), "bold")
+    text.append("\n" + clean(m.get("content", ""), lines=True))
+    for call in m.get("tool_calls", []):
+        text.append(f"\n  → {clean(call['name'])}({clean(_args(call.get('arguments')))})", "cyan")
+    return text
+
+
+def call_view(doc: Mapping[str, Any]) -> Group:
+    """`show TASK CALL_ID`: the call's figures, the request as sent, the response."""
+    c, req, resp = doc["call"], doc["request"], doc["response"]
+    head = Text.assemble(
+        ("call ", "bold"),
+        (clean(c["call_id"]), "bold cyan"),
+        f"  {clean(c['purpose'])}  {clean(c['model'])}  round {c['round'] or '-'}  "
+        f"{c['input_tokens']} in ({c['cached_tokens']} cached) / {c['output_tokens']} out  "
+        f"${c['cost_usd']:.4f}  {ts(c['at'])}",
+    )
+    parts: list[Any] = [head, Rule("system"), Text(clean(req["system"], lines=True))]
+    parts.append(Rule(f"messages ({len(req['messages'])})"))
+    parts += [_message(m) for m in req["messages"]]
+    if req.get("tools"):
+        parts.append(Rule("tools"))
+        parts.append(Text(clean(", ".join(t["name"] for t in req["tools"]))))
+    parts.append(Rule("response"))
+    parts.append(_message({"role": "assistant", **resp, "content": resp.get("text", "")}))
+    return Group(*parts)
+
+
+def calls_table(task_id: str, rows: list[dict[str, Any]]) -> Table:
+    """`show TASK`: every model call, one line each (ids without the task's)."""
+    table = Table("call", "purpose", "round", "tokens in/out", "cost", "summary", box=None)
+    for r in rows:
+        table.add_row(
+            Text(clean(r["call_id"].removeprefix(f"{task_id}."))),
+            Text(clean(r["purpose"])),
+            str(r["round"] if r["round"] is not None else "-"),
+            f"{r['input_tokens']}/{r['output_tokens']}",
+            f"${r['cost_usd']:.4f}",
+            Text(clean(r["summary"])[:80]),
+        )
+    return table
+
+
+@app.command()
+def show(
+    task_id: str,
+    call_id: Annotated[
+        str | None,
+        typer.Argument(help="A model call (TASK.act.3, act.3 or 3); without it, list them."),
+    ] = None,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Print a stored model call: the request as the model saw it and its response."""
+    from tether.report.calls import list_calls, show_call
+
+    async def main() -> Any:
+        if call_id is None:
+            return await with_store(db, lambda s: list_calls(s, task_id), create=False)
+        return await with_store(db, lambda s: show_call(s, task_id, call_id), create=False)
+
+    doc = run_async(main)
+    if json_out:
+        print_json(doc)
+    elif call_id is None:
+        out.print(calls_table(task_id, doc))
+    else:
+        out.print(call_view(doc))
+
+
+FORMATS = ("md", "html", "json")
+
+
+@app.command()
+def report(
+    task_id: str,
+    fmt: Annotated[str, typer.Option("--format", help="md, html or json.")] = "md",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file instead.")
+    ] = None,
+    db: DbOpt = None,
+) -> None:
+    """The retrospective report of a task: time, rounds, spending, failures, people."""
+    from tether.report import build_report
+    from tether.report.render import render
+
+    if fmt not in FORMATS:
+        raise errors_exit(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+
+    async def main() -> str:
+        doc = await with_store(db, lambda s: build_report(s, task_id), create=False)
+        return render(doc, fmt)
+
+    text = run_async(main)
+    if output is None:
+        out.file.write(text if text.endswith("\n") else text + "\n")
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise errors_exit(f"cannot write {output}: {exc.strerror or exc}") from None
+    out.print(Text(f"report written to {clean(output)}"))
+
+
+def errors_exit(message: str) -> typer.Exit:
+    """A bad-input exit (2) with `message`."""
+    from tether.cli._app import fail
+
+    return fail(errors.UserError(message), 2)

@@ -25,7 +25,9 @@ from tether.models.base import Message, Model, ModelRequest, ModelResponse, Tool
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.runtime.builtins import default_registry
 from tether.runtime.engine import Engine, ModelSet, RunResult
+from tether.runtime.takeover import confirm_stopped
 from tether.runtime.tasks import create_task, status_dict
+from tether.runtime.watch import sweep
 from tether.spec import TaskSpec, load_spec, parse_spec
 from tether.store import Store, open_store
 from tether.store.base import OpRecord
@@ -72,6 +74,7 @@ __all__ = [
     "ValidationFailed",
     "__version__",
     "abandon_task",
+    "confirm_stopped",
     "create_task",
     "default_registry",
     "edit_task",
@@ -80,6 +83,7 @@ __all__ = [
     "parse_spec",
     "retry_item",
     "status_dict",
+    "sweep",
     "tell",
     "tool",
     "tool_call",

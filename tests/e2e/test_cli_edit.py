@@ -54,37 +54,3 @@ def test_tell_reaches_the_task(tmp_path: Path) -> None:
     said = [e["data"] for e in events if e["type"] == "user.message"]
     assert said == [{"text": "the files go in out/", "by": "ana"}]
     assert_clean_error(tether("tell", tid, "   ", cwd=tmp_path), 2, "empty")
-
-
-def test_resume_force_takes_over_a_live_lease(tmp_path: Path) -> None:
-    """A worker on a dead host still holds the lease: `resume` refuses (exit 2, says
-    who holds it); `resume --force` takes it over and finishes the task."""
-    import asyncio
-
-    from tether.store import open_store
-    from tether.store.base import TaskPatch
-
-    tid = _stopped(tmp_path)
-    assert_ok(tether("edit", tid, "--set", "limits.max_rounds=20", cwd=tmp_path))
-    db = tmp_path / ".tether" / "tether.db"
-
-    async def grab() -> None:
-        store = await open_store(f"sqlite:///{db}")
-        try:
-            lease = await store.claim("other-host:4242", 3600, task_id=tid)
-            assert lease is not None
-            await store.commit(tid, lease.token, [], task=TaskPatch(status="running"))
-        finally:
-            await store.close()
-
-    asyncio.run(grab())
-    busy = tether("resume", tid, "--model", DONE, cwd=tmp_path)
-    assert_clean_error(busy, 2, "other-host:4242")
-    res = tether("resume", tid, "--model", DONE, "--force", cwd=tmp_path)
-    assert_ok(res)
-    assert "taking task" in res.stdout and "other-host:4242" in res.stdout
-    doc = json_out(tether("status", tid, "--json", cwd=tmp_path))
-    assert doc["status"] == "satisfied"
-    events = json_out(tether("events", tid, "--json", cwd=tmp_path))
-    started = [e["data"] for e in events if e["type"] == "recovery.started"]
-    assert started[-1]["previous_owner"] == "other-host:4242"

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from tether.runtime.engine import RunResult
     from tether.runtime.wiring import Runtime
     from tether.spec import TaskSpec
+    from tether.store.base import TaskRecord
 
 WorkspaceOpt = Annotated[
     Path | None, typer.Option("--workspace", help="Folder the task works in (default: cwd).")
@@ -152,6 +153,37 @@ def submit(
         out.print(task_id)
 
 
+async def _confirm_takeover(rt: Runtime, task_id: str, *, quiet: bool) -> None:
+    """`--force`: watch a live lease for one lease period first (see
+    `runtime.takeover`); refuses (exit 2) if its holder shows life."""
+    from tether.runtime import takeover
+
+    def watching(task: TaskRecord, seconds: float) -> None:
+        if not quiet:
+            err.print(
+                Text(
+                    views.clean(
+                        f"task {task_id} is held by {task.lease_owner} (last renewed "
+                        f"{views.ts(task.heartbeat_at)}); watching its lease for "
+                        f"{seconds:.0f} s before taking over"
+                    ),
+                    "yellow",
+                )
+            )
+
+    watched = await takeover.confirm_stopped(rt.store, task_id, on_watch=watching)
+    if watched.previous_owner and not quiet:
+        out.print(
+            Text(
+                views.clean(
+                    f"taking task {task_id} over from {watched.previous_owner} "
+                    f"(no renewal in {watched.watched:.0f} s)"
+                ),
+                "yellow",
+            )
+        )
+
+
 @app.command()
 def resume(
     task_id: str,
@@ -162,8 +194,9 @@ def resume(
         bool,
         typer.Option(
             "--force",
-            help="Take the task over from the worker that holds its lease (one known to be "
-            "gone, e.g. on a dead host); that worker's later writes are refused.",
+            help="Take the task over from the worker that holds its lease (one on a dead "
+            "host, say), after watching the lease for one lease period: if that worker "
+            "renews it, nothing is taken over; else its later writes are refused.",
         ),
     ] = False,
 ) -> None:
@@ -178,16 +211,8 @@ def resume(
                 raise errors.UserError(
                     f"task {task_id} is {task.status} ({task.stop_reason}); nothing to resume"
                 )
-            if force and task.lease_owner and not json_out:
-                out.print(
-                    Text(
-                        views.clean(
-                            f"taking task {task_id} over from {task.lease_owner} "
-                            f"(last heartbeat {views.ts(task.heartbeat_at)})"
-                        ),
-                        "yellow",
-                    )
-                )
+            if force:
+                await _confirm_takeover(rt, task_id, quiet=json_out)
             result = await drive(rt, task_id, quiet=json_out, force=force)
             return await status_dict(rt.store, task_id), result
 

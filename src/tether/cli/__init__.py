@@ -21,7 +21,7 @@ from tether.cli._app import app, fail
 from tether.errors import UserError
 
 # Importing a command module registers its commands; --help lists them in this order.
-for _module in ("tasks", "run", "decide", "edit", "worker", "demo", "show"):
+for _module in ("tasks", "run", "decide", "edit", "worker", "demo", "show", "serve"):
     importlib.import_module(f"{__name__}.{_module}")
 
 __all__ = ["app", "main"]

@@ -1,0 +1,217 @@
+"""The JSON API under `/api`: what the CLI shows, and the decisions it takes.
+
+Reads return the same documents as the CLI's `--json` output (`status`, `list`,
+`events`, `approvals`, `show`, `report`). Writes need the server's token as
+`Authorization: Bearer TOKEN` and call the library functions the CLI calls; a bad
+input is a 4xx `{"detail": message}` and changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+
+from tether import approvals, decisions, edits
+from tether.cli.views import task_rows
+from tether.report import build_report, show_call, status_at
+from tether.report.calls import list_calls
+from tether.runtime.tasks import cancel, status_dict
+from tether.web.app import state_of
+
+router = APIRouter(prefix="/api", tags=["tasks"])
+MAX_SEQ = 2**63 - 1
+
+
+async def writer(request: Request) -> None:
+    """Dependency of every write: the token in a header (see `security`)."""
+    _, guard = state_of(request)
+    guard.check_api(request)
+
+
+Write = Annotated[None, Depends(writer)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    by: str = Field("web", max_length=200, description="Who decides (journaled).")
+
+
+class ApproveBody(_Body):
+    """Approve a request, optionally with other arguments for the tool."""
+
+    modify: dict[str, Any] | None = Field(None, description="The tool's arguments instead.")
+
+
+class RejectBody(_Body):
+    """Reject a request; the model is told why."""
+
+    reason: str = Field("", max_length=8000)
+
+
+class RetryBody(_Body):
+    """Send an item back to work, with a hint the model reads."""
+
+    hint: str = Field("", max_length=8000)
+
+
+class ReasonBody(_Body):
+    """A decision that needs a reason (waive, abandon)."""
+
+    reason: str = Field(..., min_length=1, max_length=8000)
+
+
+class TellBody(_Body):
+    """A message the model reads at its next turn."""
+
+    text: str = Field(..., min_length=1, max_length=8000)
+
+
+@router.get("/tasks")
+async def list_tasks(
+    request: Request,
+    status: Annotated[list[str] | None, Query(description="Only these statuses.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[dict[str, Any]]:
+    """Tasks, newest first (`tether list --json`)."""
+    store, _ = state_of(request)
+    return task_rows(await store.list_tasks(statuses=status or None, limit=limit))
+
+
+@router.get("/tasks/{task_id}")
+async def task_status(
+    request: Request,
+    task_id: str,
+    at: Annotated[int | None, Query(ge=0, le=MAX_SEQ, description="As of event SEQ.")] = None,
+) -> dict[str, Any]:
+    """A task's state (`tether status --json`, or `--at SEQ`)."""
+    store, _ = state_of(request)
+    if at is not None:
+        return await status_at(store, task_id, at)
+    return await status_dict(store, task_id)
+
+
+@router.get("/tasks/{task_id}/events")
+async def task_events(
+    request: Request,
+    task_id: str,
+    after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
+    limit: Annotated[int | None, Query(ge=1, le=10000)] = None,
+    type: Annotated[list[str] | None, Query(description="Only these event types.")] = None,
+) -> list[dict[str, Any]]:
+    """The event log (`tether events --json`)."""
+    store, _ = state_of(request)
+    await store.get_task(task_id)
+    evs = await store.read_events(task_id, after=after, limit=limit, types=type or None)
+    return [e.to_dict() for e in evs]
+
+
+@router.get("/tasks/{task_id}/approvals")
+async def task_approvals(request: Request, task_id: str) -> list[dict[str, Any]]:
+    """The task's approval requests (`tether approvals --json`)."""
+    store, _ = state_of(request)
+    await store.get_task(task_id)
+    return [
+        {
+            "request_id": a.request_id,
+            "status": a.status,
+            "request": a.request,
+            "op_id": a.op_id,
+            "decision": a.decision,
+            "decided_by": a.decided_by,
+            "created_at": a.created_at,
+            "decided_at": a.decided_at,
+        }
+        for a in await store.get_approvals(task_id)
+    ]
+
+
+@router.get("/tasks/{task_id}/calls")
+async def task_calls(request: Request, task_id: str) -> list[dict[str, Any]]:
+    """Every model call of the task (`tether show TASK --json`)."""
+    store, _ = state_of(request)
+    return await list_calls(store, task_id)
+
+
+@router.get("/tasks/{task_id}/calls/{call_id}")
+async def task_call(request: Request, task_id: str, call_id: str) -> dict[str, Any]:
+    """One stored model call: request and response (`tether show TASK CALL --json`)."""
+    store, _ = state_of(request)
+    return await show_call(store, task_id, call_id)
+
+
+@router.get("/tasks/{task_id}/report")
+async def task_report(request: Request, task_id: str) -> dict[str, Any]:
+    """The retrospective report (`tether report --format json`)."""
+    store, _ = state_of(request)
+    return await build_report(store, task_id)
+
+
+@router.post("/tasks/{task_id}/approvals/{request_id}/approve")
+async def approve(
+    request: Request, task_id: str, request_id: str, body: ApproveBody, _: Write
+) -> dict[str, Any]:
+    """Approve a pending request (`tether approve [--modify JSON]`)."""
+    store, _g = state_of(request)
+    rec = await approvals.decide(
+        store, task_id, request_id, "approve", by=body.by, modified_args=body.modify
+    )
+    return {"request_id": rec.request_id, "status": rec.status}
+
+
+@router.post("/tasks/{task_id}/approvals/{request_id}/reject")
+async def reject(
+    request: Request, task_id: str, request_id: str, body: RejectBody, _: Write
+) -> dict[str, Any]:
+    """Reject a pending request (`tether reject`)."""
+    store, _g = state_of(request)
+    rec = await approvals.decide(
+        store, task_id, request_id, "reject", by=body.by, reason=body.reason
+    )
+    return {"request_id": rec.request_id, "status": rec.status}
+
+
+@router.post("/tasks/{task_id}/items/{item_id}/retry")
+async def retry(
+    request: Request, task_id: str, item_id: str, body: RetryBody, _: Write
+) -> dict[str, Any]:
+    """Send an item back to work (`tether retry`)."""
+    store, _g = state_of(request)
+    await decisions.retry_item(store, task_id, item_id, hint=body.hint or None, by=body.by)
+    return await status_dict(store, task_id)
+
+
+@router.post("/tasks/{task_id}/items/{item_id}/waive")
+async def waive(
+    request: Request, task_id: str, item_id: str, body: ReasonBody, _: Write
+) -> dict[str, Any]:
+    """Deliver without an item (`tether waive`)."""
+    store, _g = state_of(request)
+    await decisions.waive_item(store, task_id, item_id, reason=body.reason, by=body.by)
+    return await status_dict(store, task_id)
+
+
+@router.post("/tasks/{task_id}/abandon")
+async def abandon(request: Request, task_id: str, body: ReasonBody, _: Write) -> dict[str, Any]:
+    """End the task as abandoned (`tether abandon`)."""
+    store, _g = state_of(request)
+    await decisions.abandon_task(store, task_id, reason=body.reason, by=body.by)
+    return await status_dict(store, task_id)
+
+
+@router.post("/tasks/{task_id}/tell")
+async def tell(request: Request, task_id: str, body: TellBody, _: Write) -> dict[str, Any]:
+    """A message to the agent (`tether tell`)."""
+    store, _g = state_of(request)
+    await edits.tell(store, task_id, body.text, by=body.by)
+    return await status_dict(store, task_id)
+
+
+@router.post("/tasks/{task_id}/cancel")
+async def cancel_task(request: Request, task_id: str, _: Write) -> dict[str, Any]:
+    """Stop a task (`tether cancel`)."""
+    store, _g = state_of(request)
+    result = await cancel(store, task_id, by="web")
+    return {"outcome": result.outcome, "status": result.status, "message": result.message}

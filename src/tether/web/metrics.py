@@ -1,0 +1,118 @@
+"""`/metrics`: Prometheus text, read from the store at each scrape.
+
+Tasks by status, and summed over the tasks (the newest `LIMIT`): rounds, model calls,
+tokens by kind, money, failed tool calls by error class and model call failures,
+pending approvals. Counters come from the tasks' own bookkeeping and event logs, so
+they are the same whichever server or worker is asked; a scrape sees the database,
+not one process.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from starlette.requests import Request
+
+from tether.runtime.state import RunState
+from tether.store.base import Store
+from tether.web.app import state_of
+
+router = APIRouter(include_in_schema=False)
+#: The newest tasks a scrape sums over.
+LIMIT = 1000
+ALL_STATUSES = (
+    "queued",
+    "running",
+    "waiting",
+    "suspended",
+    "stalled",
+    "satisfied",
+    "abandoned",
+    "cancelled",
+    "failed",
+)
+
+
+@dataclass
+class Snapshot:
+    """What one scrape found."""
+
+    by_status: Counter[str] = field(default_factory=Counter)
+    rounds: int = 0
+    model_calls: int = 0
+    tokens: Counter[str] = field(default_factory=Counter)
+    cost_usd: float = 0.0
+    failures: Counter[str] = field(default_factory=Counter)
+    pending_approvals: int = 0
+
+
+async def snapshot(store: Store) -> Snapshot:
+    """Read the numbers of the newest tasks."""
+    snap = Snapshot()
+    for t in await store.list_tasks(limit=LIMIT):
+        snap.by_status[t.status] += 1
+        st = RunState.from_dict(t.usage)
+        snap.rounds += st.rounds
+        snap.model_calls += st.model_calls
+        snap.tokens["input"] += st.input_tokens
+        snap.tokens["output"] += st.output_tokens
+        snap.tokens["cached"] += st.cached_tokens
+        snap.cost_usd += st.cost_usd
+        for e in await store.read_events(t.task_id, types={"op.result", "model.failed"}):
+            if e.type == "model.failed":
+                snap.failures["model_transient" if e.data.get("transient") else "model_error"] += 1
+            elif e.data.get("status") != "succeeded":
+                snap.failures[str(e.data.get("error_class") or e.data.get("status"))] += 1
+        if t.status == "waiting":
+            snap.pending_approvals += len(await store.get_approvals(t.task_id, {"pending"}))
+    return snap
+
+
+class _Collector:
+    """Hands one snapshot to prometheus_client's exposition."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.snap
+        tasks = GaugeMetricFamily("tether_tasks", "Tasks by status.", labels=["status"])
+        for status in sorted(set(ALL_STATUSES) | set(s.by_status)):
+            tasks.add_metric([status], s.by_status.get(status, 0))
+        yield tasks
+        yield CounterMetricFamily("tether_rounds", "Rounds run.", value=s.rounds)
+        yield CounterMetricFamily("tether_model_calls", "Model calls made.", value=s.model_calls)
+        tokens = CounterMetricFamily("tether_tokens", "Model tokens by kind.", labels=["kind"])
+        for kind in ("input", "output", "cached"):
+            tokens.add_metric([kind], s.tokens.get(kind, 0))
+        yield tokens
+        yield CounterMetricFamily("tether_cost_usd", "Money spent on models.", value=s.cost_usd)
+        fails = CounterMetricFamily(
+            "tether_failures", "Failed tool and model calls by class.", labels=["class"]
+        )
+        for cls, n in sorted(s.failures.items()):
+            fails.add_metric([cls], n)
+        yield fails
+        yield GaugeMetricFamily(
+            "tether_pending_approvals", "Approval requests waiting.", value=s.pending_approvals
+        )
+
+
+def render(snap: Snapshot) -> bytes:
+    """The Prometheus text exposition of `snap`."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(snap))
+    return generate_latest(registry)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    """Prometheus metrics of the database."""
+    store, _ = state_of(request)
+    return Response(render(await snapshot(store)), media_type=CONTENT_TYPE_LATEST)

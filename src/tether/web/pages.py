@@ -1,0 +1,327 @@
+"""The dashboard's HTML pages: task list, task page, stored calls, evidence, report,
+and the forms that decide (each a plain POST that redirects back on success).
+
+Pages are rendered on the server (Jinja2, autoescaped); htmx refreshes the parts that
+change (the task list, the task's state) and appends the timeline from the live stream
+(`live`). A form carries the CSRF token; `security` checks it with the token cookie.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.resources import files
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Query
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from starlette.requests import Request
+
+from tether import approvals, decisions, edits, errors, lifecycle
+from tether.cli.views import STATUS_STYLE, describe_event, ts
+from tether.redact import redact
+from tether.report import build_report, show_call
+from tether.report.calls import list_calls
+from tether.report.render import html_page
+from tether.runtime.tasks import cancel, status_dict
+from tether.web.app import state_of
+from tether.web.security import COOKIE, Refused
+
+router = APIRouter(include_in_schema=False)
+templates = Jinja2Templates(directory=str(files("tether.web") / "templates"))
+templates.env.filters["ts"] = ts
+templates.env.filters["redact"] = lambda v: redact(str(v))
+templates.env.globals["STATUS_STYLE"] = STATUS_STYLE
+#: Statuses offered by the task list's filter.
+STATUSES = tuple(STATUS_STYLE)
+#: Most events the task page shows before the live stream appends.
+TIMELINE_TAIL = 200
+#: Most characters of an artifact shown on its evidence page.
+EVIDENCE_CHARS = 200_000
+
+
+def _render(request: Request, name: str, *, code: int = 200, **ctx: Any) -> HTMLResponse:
+    _, guard = state_of(request)
+    signed_in = guard.token_ok(request.cookies.get(COOKIE))
+    base = {"csrf": guard.csrf if signed_in else "", "signed_in": signed_in}
+    return templates.TemplateResponse(request, name, {**base, **ctx}, status_code=code)
+
+
+def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+    """A page that says what was wrong (for a 4xx or 5xx)."""
+    return _render(request, "error.html", code=status, status=status, message=message)
+
+
+def _login(request: Request, token: str | None) -> Response | None:
+    """`?token=...` on any page: keep it as a cookie and drop it from the address."""
+    if token is None:
+        return None
+    _, guard = state_of(request)
+    if not guard.token_ok(token):
+        raise Refused("wrong token: use the link tether serve printed")
+    resp = RedirectResponse(str(request.url.remove_query_params("token")), status_code=303)
+    resp.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
+    return resp
+
+
+def timeline_row(e: Any) -> dict[str, Any]:
+    """One event for the timeline: seq, time, type, style and text (one line)."""
+    style, text = describe_event(e)
+    return {
+        "seq": e.seq,
+        "time": ts(e.at)[11:],
+        "type": e.type,
+        "style": style.replace(" ", "-"),
+        "text": redact(text),
+    }
+
+
+async def task_rows(request: Request, status: str | None) -> list[dict[str, Any]]:
+    """The task list's rows: status, progress, cost, what a task waits for."""
+    store, _ = state_of(request)
+    if status and status not in STATUSES:
+        raise errors.UserError(f"unknown status {status!r}; one of {', '.join(STATUSES)}")
+    rows = []
+    for t in await store.list_tasks(statuses={status} if status else None, limit=200):
+        doc = await status_dict(store, t.task_id)
+        rows.append(doc)
+    return rows
+
+
+@router.get("/", response_class=HTMLResponse)
+async def index(
+    request: Request,
+    status: Annotated[str | None, Query()] = None,
+    token: Annotated[str | None, Query()] = None,
+) -> Response:
+    """The task list."""
+    login = _login(request, token)
+    if login is not None:
+        return login
+    rows = await task_rows(request, status or None)
+    return _render(request, "tasks.html", tasks=rows, status=status or "", statuses=STATUSES)
+
+
+@router.get("/partials/tasks", response_class=HTMLResponse)
+async def tasks_partial(
+    request: Request, status: Annotated[str | None, Query()] = None
+) -> HTMLResponse:
+    """The task list's rows (refreshed by htmx)."""
+    rows = await task_rows(request, status or None)
+    return _render(request, "_task_rows.html", tasks=rows)
+
+
+async def _task_context(request: Request, task_id: str) -> dict[str, Any]:
+    store, _ = state_of(request)
+    doc = await status_dict(store, task_id)
+    pending = await approvals.pending(store, task_id)
+    return {
+        "task": doc,
+        "terminal": lifecycle.is_terminal(doc["status"]),
+        "approvals": [
+            {
+                "request_id": a.request_id,
+                "what": a.request.get("what", ""),
+                "impact": a.request.get("impact", ""),
+                "args": json.dumps(a.request.get("args", {}), ensure_ascii=False, indent=1),
+                "options": a.request.get("options", ["approve", "reject"]),
+            }
+            for a in pending
+        ],
+        "gauges": _gauges(doc),
+    }
+
+
+def _gauges(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Used against limit for each budget the contract sets."""
+    limits, used = doc["budget"]["limits"], doc["budget"]["used"]
+    names = {"tokens": "tokens", "money_usd": "money_usd", "wall_seconds": "wall_seconds"}
+    out = []
+    for key, used_key in names.items():
+        limit = limits.get(key)
+        if not limit:
+            continue
+        value = float(used.get(used_key, 0))
+        out.append(
+            {
+                "name": key,
+                "used": value,
+                "limit": float(limit),
+                "percent": min(100.0, round(100.0 * value / float(limit), 1)),
+            }
+        )
+    return out
+
+
+@router.get("/tasks/{task_id}", response_class=HTMLResponse)
+async def task_page(
+    request: Request, task_id: str, token: Annotated[str | None, Query()] = None
+) -> Response:
+    """A task: live ledger, budget, decisions, timeline, calls, report."""
+    login = _login(request, token)
+    if login is not None:
+        return login
+    store, _ = state_of(request)
+    ctx = await _task_context(request, task_id)
+    last = ctx["task"]["last_seq"]
+    events = await store.read_events(task_id, after=max(0, last - TIMELINE_TAIL))
+    calls = await list_calls(store, task_id)
+    return _render(
+        request,
+        "task.html",
+        **ctx,
+        timeline=[timeline_row(e) for e in events],
+        after=events[-1].seq if events else 0,
+        calls=calls[-50:],
+    )
+
+
+@router.get("/tasks/{task_id}/partials/state", response_class=HTMLResponse)
+async def state_partial(request: Request, task_id: str) -> HTMLResponse:
+    """The task's changing part: status, progress, gauges, ledger, decisions."""
+    return _render(request, "_state.html", **(await _task_context(request, task_id)))
+
+
+@router.get("/tasks/{task_id}/calls/{call_id}", response_class=HTMLResponse)
+async def call_page(request: Request, task_id: str, call_id: str) -> HTMLResponse:
+    """A stored model call: the prompt as the model saw it and its response."""
+    store, _ = state_of(request)
+    doc = await show_call(store, task_id, call_id)
+    return _render(request, "call.html", task_id=task_id, doc=doc, json=json)
+
+
+@router.get("/tasks/{task_id}/evidence/{ref:path}", response_class=HTMLResponse)
+async def evidence_page(request: Request, task_id: str, ref: str) -> HTMLResponse:
+    """What an evidence ref points at: an op (arguments and result) or an artifact."""
+    store, _ = state_of(request)
+    await store.get_task(task_id)
+    kind, _, ident = ref.partition(":")
+    if kind == "op":
+        ops = await store.get_ops(task_id, op_ids={ident})
+        if not ops:
+            raise errors.UserError(f"task {task_id} has no op {ident!r}")
+        op = ops[0]
+        body = json.dumps(
+            {"tool": op.tool, "status": op.status, "args": op.args, "result": op.result,
+             "error": op.error, "round": op.round, "attempts": op.attempts},
+            ensure_ascii=False, indent=2,
+        )  # fmt: skip
+        return _render(request, "evidence.html", task_id=task_id, ref=ref, body=body)
+    if kind == "artifact":
+        try:
+            art = await store.get_artifact(ident)
+        except KeyError:
+            raise errors.UserError(f"task {task_id} has no artifact {ident!r}") from None
+        if art.task_id != task_id:
+            raise errors.UserError(f"task {task_id} has no artifact {ident!r}")
+        data = await store.get_blob(art.blob_hash)
+        text = data[:EVIDENCE_CHARS].decode("utf-8", errors="replace")
+        head = f"{art.kind} {art.name} ({art.size} bytes, valid={art.valid})"
+        return _render(request, "evidence.html", task_id=task_id, ref=ref, head=head, body=text)
+    raise errors.UserError(f"{ref!r} is not an evidence ref (op:... or artifact:...)")
+
+
+@router.get("/tasks/{task_id}/report", response_class=HTMLResponse)
+async def report_page(request: Request, task_id: str) -> HTMLResponse:
+    """The retrospective report, as `tether report --format html` writes it."""
+    store, _ = state_of(request)
+    return HTMLResponse(html_page(await build_report(store, task_id)))
+
+
+# --------------------------------------------------------------------------- decisions
+
+CsrfField = Annotated[str | None, Form()]
+
+
+def _back(task_id: str) -> RedirectResponse:
+    return RedirectResponse(f"/tasks/{task_id}", status_code=303)
+
+
+def _check(request: Request, csrf: str | None) -> None:
+    _, guard = state_of(request)
+    guard.check_form(request, csrf)
+
+
+def _modified(text: str) -> dict[str, Any] | None:
+    if not text.strip():
+        return None
+    value = approvals.parse_json_argument(text, "the modified arguments")
+    if not isinstance(value, dict):
+        raise errors.UserError("the modified arguments must be a JSON object")
+    return value
+
+
+@router.post("/tasks/{task_id}/approvals/{request_id}")
+async def decide_form(
+    request: Request,
+    task_id: str,
+    request_id: str,
+    decision: Annotated[str, Form()],
+    csrf: CsrfField = None,
+    modify: Annotated[str, Form()] = "",
+    reason: Annotated[str, Form()] = "",
+) -> Response:
+    """Approve, approve with modified arguments, or reject a pending request."""
+    _check(request, csrf)
+    store, _ = state_of(request)
+    if decision == "approve":
+        await approvals.decide(
+            store, task_id, request_id, "approve", by="web", modified_args=_modified(modify)
+        )
+    elif decision == "reject":
+        await approvals.decide(store, task_id, request_id, "reject", by="web", reason=reason)
+    else:
+        raise errors.UserError(f"unknown decision {decision!r}: approve or reject")
+    return _back(task_id)
+
+
+@router.post("/tasks/{task_id}/items/{item_id}")
+async def item_form(
+    request: Request,
+    task_id: str,
+    item_id: str,
+    action: Annotated[str, Form()],
+    csrf: CsrfField = None,
+    text: Annotated[str, Form()] = "",
+) -> Response:
+    """Retry (with a hint) or waive (with a reason) an item."""
+    _check(request, csrf)
+    store, _ = state_of(request)
+    if action == "retry":
+        await decisions.retry_item(store, task_id, item_id, hint=text or None, by="web")
+    elif action == "waive":
+        await decisions.waive_item(store, task_id, item_id, reason=text, by="web")
+    else:
+        raise errors.UserError(f"unknown action {action!r}: retry or waive")
+    return _back(task_id)
+
+
+@router.post("/tasks/{task_id}/tell")
+async def tell_form(
+    request: Request, task_id: str, text: Annotated[str, Form()], csrf: CsrfField = None
+) -> Response:
+    """A message the model reads at its next turn."""
+    _check(request, csrf)
+    store, _ = state_of(request)
+    await edits.tell(store, task_id, text, by="web")
+    return _back(task_id)
+
+
+@router.post("/tasks/{task_id}/cancel")
+async def cancel_form(request: Request, task_id: str, csrf: CsrfField = None) -> Response:
+    """Stop the task."""
+    _check(request, csrf)
+    store, _ = state_of(request)
+    await cancel(store, task_id, by="web")
+    return _back(task_id)
+
+
+@router.post("/tasks/{task_id}/abandon")
+async def abandon_form(
+    request: Request, task_id: str, reason: Annotated[str, Form()] = "", csrf: CsrfField = None
+) -> Response:
+    """End the task as abandoned."""
+    _check(request, csrf)
+    store, _ = state_of(request)
+    await decisions.abandon_task(store, task_id, reason=reason, by="web")
+    return _back(task_id)

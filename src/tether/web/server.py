@@ -1,0 +1,58 @@
+"""Running the dashboard: uvicorn on a socket bound before it starts, so the address
+(and a port the system chose, for `--port 0`) is known and printed first."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+
+from tether import errors
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on `host:port`; `UserError` when it cannot be had."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise errors.UserError(f"cannot resolve --host {host!r}: {exc.strerror}") from None
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+    except OSError as exc:
+        sock.close()
+        raise errors.UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    """`http://host:port` of a bound socket (IPv6 addresses in brackets)."""
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+def serve(
+    *,
+    db: str | None,
+    host: str,
+    port: int,
+    token: str,
+    announce: Callable[[str], None],
+) -> None:
+    """Serve until interrupted; `announce(url)` once the socket listens (the url
+    carries the token: opening it signs the browser in)."""
+    import uvicorn
+
+    from tether.web.app import create_app
+
+    sock = bind(host, port)
+    hosts = [] if host in ("0.0.0.0", "::") else [host]
+    app = create_app(db, token=token, hosts=hosts)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+    server = uvicorn.Server(config)
+    announce(url_of(sock))
+    server.run(sockets=[sock])

@@ -17,6 +17,7 @@ pytest.importorskip("fastapi", reason="the dashboard needs the web extra")
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from tether import events as ev
 from tether.cli.views import task_rows
 from tether.models.scripted import ScriptedModel
 from tether.report import build_report, status_at
@@ -241,6 +242,10 @@ def test_pages_render_what_the_task_holds(
     assert client.get("/static/htmx-2.0.11.min.js").status_code == 200
 
 
+def url_of(waiting: tuple[str, str, Path]) -> str:
+    return waiting[0]
+
+
 def test_metrics_parse_as_prometheus_text(
     waiting: tuple[str, str, Path], client: TestClient
 ) -> None:
@@ -252,9 +257,15 @@ def test_metrics_parse_as_prometheus_text(
     used = doc["budget"]["used"]
 
     def value(name: str, **labels: str) -> float:
-        for s in families[name].samples:
-            if s.labels == labels and not s.name.endswith("_created"):
-                return float(s.value)
+        """A sample by name (a counter's with or without `_total`) and labels."""
+        samples = {
+            (smp.name, tuple(sorted(smp.labels.items()))): smp.value
+            for f in families.values()
+            for smp in f.samples
+        }
+        for n in (name, f"{name}_total"):
+            if (n, tuple(sorted(labels.items()))) in samples:
+                return float(samples[(n, tuple(sorted(labels.items())))])
         raise AssertionError(f"{name} {labels} missing")
 
     assert value("tether_tasks", status="waiting") == 1
@@ -265,6 +276,25 @@ def test_metrics_parse_as_prometheus_text(
     assert value("tether_tokens", kind="cached") == used["cached_tokens"]
     assert value("tether_cost_usd") == pytest.approx(used["money_usd"])
     assert value("tether_pending_approvals") == 1
+    assert value("tether_approval_wait_seconds_count") == 0
+    assert families["tether_breaker_open"].samples == []
+
+    # A decided approval counts its wait; a breaker shows as its last change left it.
+    (req,) = _pending(client, tid)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    client.post(f"/api/tasks/{tid}/approvals/{req['request_id']}/approve", json={}, headers=auth)
+
+    async def breaker(store: Any) -> None:
+        await store.commit(
+            tid, None, [ev.BreakerChanged(service="tickets", src="closed", dst="open")]
+        )
+
+    _run(_read(url_of(waiting), breaker))
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    assert value("tether_pending_approvals") == 0
+    assert value("tether_approval_wait_seconds_count") == 1
+    assert value("tether_approval_wait_seconds_sum") >= 0
+    assert value("tether_breaker_open", service="tickets") == 1
 
 
 def test_serve_bad_input_is_one_paragraph_and_exit_2(

@@ -65,10 +65,12 @@ class RecordingStore:
         return result
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path}/t.db"
-    s = await open_store(url)
+    urls = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path}/t.db"}
+    if request.param == "postgres":
+        urls["postgres"] = request.getfixturevalue("pg_url")
+    s = await open_store(urls[request.param])
     yield RecordingStore(s)
     await s.close()
 

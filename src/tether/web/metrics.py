@@ -2,9 +2,10 @@
 
 Tasks by status, and summed over the tasks (the newest `LIMIT`): rounds, model calls,
 tokens by kind, money, failed tool calls by error class and model call failures,
-pending approvals. Counters come from the tasks' own bookkeeping and event logs, so
-they are the same whichever server or worker is asked; a scrape sees the database,
-not one process.
+pending approvals and how long decided ones waited, and each service's breaker as its
+last `breaker.changed` event left it. Counters come from the tasks' own bookkeeping
+and event logs, so they are the same whichever server or worker is asked; a scrape
+sees the database, not one process.
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ from dataclasses import dataclass, field
 from fastapi import APIRouter
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
 from starlette.requests import Request
 
 from tether.runtime.state import RunState
@@ -26,6 +32,7 @@ from tether.web.app import state_of
 router = APIRouter(include_in_schema=False)
 #: The newest tasks a scrape sums over.
 LIMIT = 1000
+_BREAKER_VALUE = {"open": 1.0, "half_open": 0.5, "closed": 0.0}
 ALL_STATUSES = (
     "queued",
     "running",
@@ -50,6 +57,9 @@ class Snapshot:
     cost_usd: float = 0.0
     failures: Counter[str] = field(default_factory=Counter)
     pending_approvals: int = 0
+    approval_waits: list[float] = field(default_factory=list)
+    #: service -> (seq-ordered time of the change, state it moved to).
+    breakers: dict[str, tuple[float, str]] = field(default_factory=dict)
 
 
 async def snapshot(store: Store) -> Snapshot:
@@ -64,14 +74,26 @@ async def snapshot(store: Store) -> Snapshot:
         snap.tokens["output"] += st.output_tokens
         snap.tokens["cached"] += st.cached_tokens
         snap.cost_usd += st.cost_usd
-        for e in await store.read_events(t.task_id, types={"op.result", "model.failed"}):
-            if e.type == "model.failed":
-                snap.failures["model_transient" if e.data.get("transient") else "model_error"] += 1
-            elif e.data.get("status") != "succeeded":
-                snap.failures[str(e.data.get("error_class") or e.data.get("status"))] += 1
-        if t.status == "waiting":
-            snap.pending_approvals += len(await store.get_approvals(t.task_id, {"pending"}))
+        await _events(store, t.task_id, snap)
+        for a in await store.get_approvals(t.task_id):
+            if a.status == "pending":
+                snap.pending_approvals += 1
+            elif a.decided_at is not None:
+                snap.approval_waits.append(max(0.0, a.decided_at - a.created_at))
     return snap
+
+
+async def _events(store: Store, task_id: str, snap: Snapshot) -> None:
+    types = {"op.result", "model.failed", "breaker.changed"}
+    for e in await store.read_events(task_id, types=types):
+        if e.type == "model.failed":
+            snap.failures["model_transient" if e.data.get("transient") else "model_error"] += 1
+        elif e.type == "breaker.changed":
+            service = str(e.data.get("service"))
+            if service not in snap.breakers or snap.breakers[service][0] <= e.at:
+                snap.breakers[service] = (e.at, str(e.data.get("dst")))
+        elif e.data.get("status") != "succeeded":
+            snap.failures[str(e.data.get("error_class") or e.data.get("status"))] += 1
 
 
 class _Collector:
@@ -102,6 +124,20 @@ class _Collector:
         yield GaugeMetricFamily(
             "tether_pending_approvals", "Approval requests waiting.", value=s.pending_approvals
         )
+        yield SummaryMetricFamily(
+            "tether_approval_wait_seconds",
+            "How long decided approval requests waited for a person.",
+            count_value=len(s.approval_waits),
+            sum_value=sum(s.approval_waits),
+        )
+        breakers = GaugeMetricFamily(
+            "tether_breaker_open",
+            "1 when a service's breaker was last seen open (0 closed, 0.5 half-open).",
+            labels=["service"],
+        )
+        for service, (_, state) in sorted(s.breakers.items()):
+            breakers.add_metric([service], _BREAKER_VALUE.get(state, 0.0))
+        yield breakers
 
 
 def render(snap: Snapshot) -> bytes:

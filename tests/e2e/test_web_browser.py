@@ -173,13 +173,15 @@ def test_watch_approve_and_waive_in_the_browser(site: dict[str, Any]) -> None:
             # The task goes on: i2 is written, i3 is blocked, the task asks for a decision.
             page.wait_for_selector("tr[data-item='i2'][data-status='done']")
             page.wait_for_selector("tr[data-item='i3'][data-status='blocked']")
-            page.wait_for_function("document.querySelector('#status').textContent === 'waiting'")
+            # What a person types survives the live refreshes while the task goes on.
+            row = page.locator("tr[data-item='i3']")
+            row.locator("input[name='text']").fill("the file does not exist")
             page.wait_for_selector("tr[data-item='i4'][data-status='done']")
+            page.wait_for_function("document.querySelector('#status').textContent === 'waiting'")
+            assert row.locator("input[name='text']").input_value() == "the file does not exist"
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "dashboard-task.png"), full_page=True)
 
-            row = page.locator("tr[data-item='i3']")
-            row.locator("input[name='text']").fill("the file does not exist")
             row.locator("button[value='waive']").click()
             page.wait_for_function("document.querySelector('#status').textContent === 'satisfied'")
             page.wait_for_selector("tr[data-item='i3'][data-status='waived']")

@@ -63,6 +63,15 @@ class StoreUnavailable(TetherError):
     exit_code = 4
 
 
+class StoreBusy(StoreUnavailable):
+    """Another process holds the lock this step needs for longer than tether waits (a
+    frozen or very slow process inside a transaction); nothing was written."""
+
+
+class SchemaOutdated(UserError):
+    """The database needs migrating, and this command only reads."""
+
+
 class CorruptDatabase(UserError):
     """The database file is not a tether database or is damaged."""
 

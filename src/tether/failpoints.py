@@ -1,13 +1,16 @@
 """Fail points for fault-injection tests.
 
-`TETHER_FAILPOINTS="name[=count],..."` makes the process exit at once with
-`os._exit(137)` the count-th time (default: first) it reaches the named point. Exiting
-without cleanup is the point: it imitates a SIGKILL at exactly that step.
+`TETHER_FAILPOINTS="name[=count[:action]],..."` acts the count-th time (default: first)
+the process reaches the named point. The default action, `exit`, ends the process at once
+with `os._exit(137)`: exiting without cleanup is the point, it imitates a SIGKILL at
+exactly that step. `stop` freezes the process with SIGSTOP instead (a GC pause, a frozen
+VM, a debugger), holding whatever it holds at that step, until a SIGCONT or a SIGKILL.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Final
 
@@ -22,21 +25,27 @@ KNOWN: Final[frozenset[str]] = frozenset(
         "before_ledger_write",
         "during_compaction",
         "during_commit",
+        "during_claim",
     }
 )
+ACTIONS: Final[frozenset[str]] = frozenset({"exit", "stop"})
 
-_config: dict[str, int] | None = None
+_config: dict[str, tuple[int, str]] | None = None
 _hits: dict[str, int] = {}
 
 
-def _parse(text: str) -> dict[str, int]:
-    out: dict[str, int] = {}
+def _parse(text: str) -> dict[str, tuple[int, str]]:
+    out: dict[str, tuple[int, str]] = {}
     for part in text.split(","):
         part = part.strip()
         if not part:
             continue
-        name, _, count = part.partition("=")
-        out[name.strip()] = int(count) if count.strip() else 1
+        name, _, rest = part.partition("=")
+        count, _, action = rest.partition(":")
+        action = action.strip() or "exit"
+        if action not in ACTIONS:
+            action = "exit"
+        out[name.strip()] = (int(count) if count.strip() else 1, action)
     return out
 
 
@@ -55,7 +64,14 @@ def hit(name: str) -> None:
     if not _config or name not in _config:
         return
     _hits[name] = _hits.get(name, 0) + 1
-    if _hits[name] == _config[name]:
-        sys.stderr.write(f"tether: fail point {name} reached, exiting\n")
+    count, action = _config[name]
+    if _hits[name] != count:
+        return
+    if action == "stop":
+        sys.stderr.write(f"tether: fail point {name} reached, stopping (pid {os.getpid()})\n")
         sys.stderr.flush()
-        os._exit(137)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return
+    sys.stderr.write(f"tether: fail point {name} reached, exiting\n")
+    sys.stderr.flush()
+    os._exit(137)

@@ -84,11 +84,17 @@ def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
         raise fail(exc, getattr(exc, "exit_code", 1)) from None
 
 
-async def with_store(db: str | None, fn: Callable[[Store], Awaitable[T]], *, create: bool) -> T:
-    """Open the store, call `fn` with it, close it."""
+async def with_store(
+    db: str | None,
+    fn: Callable[[Store], Awaitable[T]],
+    *,
+    create: bool,
+    read_only: bool = False,
+) -> T:
+    """Open the store, call `fn` with it, close it (`read_only`: see `open_store`)."""
     from tether.runtime.wiring import open_db
 
-    store = await open_db(db, create=create)
+    store = await open_db(db, create=create, read_only=read_only)
     try:
         return await fn(store)
     finally:

@@ -179,7 +179,9 @@ def approvals(task_id: str, db: DbOpt = None, json_out: JsonOpt = False) -> None
     """List a task's approval requests."""
 
     async def main() -> list[Any]:
-        return await with_store(db, lambda s: _all_approvals(s, task_id), create=False)
+        return await with_store(
+            db, lambda s: _all_approvals(s, task_id), create=False, read_only=True
+        )
 
     items = run_async(main)
     if json_out:

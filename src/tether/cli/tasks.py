@@ -37,8 +37,10 @@ def status(
 
     async def main() -> dict[str, Any]:
         if at is not None:
-            return await with_store(db, lambda s: status_at(s, task_id, at), create=False)
-        return await with_store(db, lambda s: status_dict(s, task_id), create=False)
+            return await with_store(
+                db, lambda s: status_at(s, task_id, at), create=False, read_only=True
+            )
+        return await with_store(db, lambda s: status_dict(s, task_id), create=False, read_only=True)
 
     doc = run_async(main)
     if json_out:
@@ -52,7 +54,7 @@ def list_tasks(db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """List tasks, newest first."""
 
     async def main() -> list[Any]:
-        return await with_store(db, lambda s: s.list_tasks(), create=False)
+        return await with_store(db, lambda s: s.list_tasks(), create=False, read_only=True)
 
     tasks = run_async(main)
     if json_out:
@@ -77,6 +79,7 @@ def events(
             db,
             lambda s: s.read_events(task_id, after=after, limit=limit, types=type_),
             create=False,
+            read_only=True,
         )
 
     evs = run_async(main)
@@ -98,7 +101,10 @@ def timeline(
 
     async def main() -> list[Any]:
         return await with_store(
-            db, lambda s: s.read_events(task_id, after=after, types=type_), create=False
+            db,
+            lambda s: s.read_events(task_id, after=after, types=type_),
+            create=False,
+            read_only=True,
         )
 
     for e in run_async(main):

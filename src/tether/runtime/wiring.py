@@ -74,19 +74,24 @@ async def check_task(spec: TaskSpec, model: str | None = None) -> None:
 
 
 async def open_db(
-    db: str | None = None, *, create: bool = True, clock: Clock | None = None
+    db: str | None = None,
+    *,
+    create: bool = True,
+    clock: Clock | None = None,
+    read_only: bool = False,
 ) -> Store:
     """Open the store at `db` (default: `TETHER_DB`, else `.tether/tether.db`).
 
     With `create=False` a missing SQLite file is a `StoreConfigError` instead of a new,
-    empty database (for commands that read or continue existing tasks)."""
+    empty database (for commands that read or continue existing tasks); `read_only`
+    migrates nothing and takes no write lock (for commands that only show things)."""
     url = db or default_url()
     if not create and url.startswith("sqlite://") and not sqlite_path(url).exists():
         raise errors.StoreConfigError(
             f"no tether database at {sqlite_path(url)} (start a task with `tether run` or "
             "`tether demo`, or point --db / TETHER_DB at your database)"
         )
-    return await open_store(url, clock=clock)
+    return await open_store(url, clock=clock, read_only=read_only)
 
 
 class Runtime:

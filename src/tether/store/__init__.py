@@ -8,6 +8,12 @@ argument of `open_store`, else the URL's `?synchronous=` (`off`, `normal`, `full
 `extra`, any case), else the `TETHER_SQLITE_SYNCHRONOUS` environment variable. NORMAL
 (in WAL mode) keeps the database consistent after a crash of the process or the machine
 but may lose the last commits on a power loss or OS crash; see `tether.store.sqlite`.
+`?busy_timeout=SECONDS` bounds how long a SQLite write waits for another process's lock
+(30 s by default) before it fails with `StoreBusy`.
+
+`open_store(url, read_only=True)` is for commands that only show things: it migrates
+nothing and takes no write lock (a database that needs migrating is refused with
+`SchemaOutdated`), so it works while another process writes and on read-only media.
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ def default_url() -> str:
 #: The `synchronous` levels SQLite knows.
 SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 #: The query parameters a `sqlite:///` URL may carry.
-SQLITE_URL_PARAMS = ("synchronous",)
+SQLITE_URL_PARAMS = ("synchronous", "busy_timeout")
 
 
 def _sqlite_split(url: str) -> tuple[str, dict[str, str]]:
@@ -104,14 +110,32 @@ def sqlite_synchronous(value: str, source: str = "synchronous") -> str:
     return level
 
 
+def _busy_timeout_ms(url: str, value: str | None) -> int:
+    from tether.store.sqlite import DEFAULT_BUSY_TIMEOUT_MS
+
+    if value is None:
+        return DEFAULT_BUSY_TIMEOUT_MS
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 3600:  # also refuses NaN
+        raise errors.StoreConfigError(
+            f"{url}: busy_timeout={value!r} is not a number of seconds between 0 and 3600"
+        )
+    return max(1, int(seconds * 1000))
+
+
 async def open_store(
     url: str | None = None,
     *,
     clock: Clock | None = None,
     create: bool = True,
     synchronous: str | None = None,
+    read_only: bool = False,
 ) -> Store:
-    """Open a store by URL, migrating it to the current schema."""
+    """Open a store by URL, migrating it to the current schema (`read_only`: migrating
+    nothing, taking no write lock; see the module)."""
     url = url or default_url()
     if url.startswith("sqlite://"):
         from tether.store.sqlite import SQLiteStore
@@ -132,11 +156,13 @@ async def open_store(
             clock=clock,
             create=create,
             synchronous=sync,  # type: ignore[arg-type]
+            busy_timeout_ms=_busy_timeout_ms(url, params.get("busy_timeout")),
+            read_only=read_only,
         )
     if url.startswith(("postgresql://", "postgres://")):
         from tether.store.postgres import PostgresStore
 
-        return await PostgresStore.open(url, clock=clock)
+        return await PostgresStore.open(url, clock=clock, read_only=read_only)
     if url.startswith("memory://"):
         from tether.store.memory import MemoryStore
 

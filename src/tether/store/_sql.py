@@ -277,17 +277,42 @@ class SqlStore:
                 " it was left untouched — point --db at a new file or an empty database"
             )
 
+    def _current_schema(self, conn: Any) -> tuple[set[str], int]:
+        """The tables and the schema version (0: none yet); refuses a foreign database
+        and one written by a newer tether."""
+        tables = self._existing_tables(conn)
+        self._refuse_foreign(tables)
+        current = 0
+        if "tether_schema" in tables:
+            row = self._x(conn, "SELECT MAX(version) AS v FROM tether_schema").fetchone()
+            current = int(row["v"] or 0)
+        if current > SCHEMA_VERSION:
+            raise errors.SchemaTooNew(current, SCHEMA_VERSION)
+        return tables, current
+
+    def _check_schema_sync(self) -> int:
+        """The schema version, read without the write lock; `SchemaOutdated` unless it
+        is the current one (a read-only open migrates nothing)."""
+        with self._tx(write=False) as conn:
+            _, current = self._current_schema(conn)
+        if current < SCHEMA_VERSION:
+            what = "holds no tether tables yet" if current == 0 else f"is at schema {current}"
+            raise errors.SchemaOutdated(
+                f"{self.url} {what}, and this command only reads; run a command that writes"
+                f" (tether run, submit or worker) to bring it to schema {SCHEMA_VERSION}"
+            )
+        return current
+
     def _migrate_sync(self, target: int = SCHEMA_VERSION) -> int:
+        # Most opens find the schema current: say so without taking the write lock, so
+        # an open never waits behind a writer (or a frozen one) when nothing is to do.
+        with self._tx(write=False) as conn:
+            _, current = self._current_schema(conn)
+        if current >= target:
+            return current
         with self._tx(write=True) as conn:
             self._lock_migrations(conn)
-            tables = self._existing_tables(conn)
-            self._refuse_foreign(tables)
-            current = 0
-            if "tether_schema" in tables:
-                row = self._x(conn, "SELECT MAX(version) AS v FROM tether_schema").fetchone()
-                current = int(row["v"] or 0)
-            if current > SCHEMA_VERSION:
-                raise errors.SchemaTooNew(current, SCHEMA_VERSION)
+            tables, current = self._current_schema(conn)
             if current >= target:
                 return current
             if "tether_schema" not in tables:
@@ -762,6 +787,7 @@ class SqlStore:
                 ).fetchone()
                 if row is None:
                     return None
+            failpoints.hit("during_claim")  # the row is locked here (PostgreSQL)
             token = int(row["fencing_token"]) + 1
             expires = now + ttl
             self._x(

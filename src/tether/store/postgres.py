@@ -14,15 +14,26 @@ Round trips are the cost here, so:
   UPDATE), and hangs every write (task, events numbered from the locked `last_seq`,
   ledger, ops, artifacts, approvals, blobs) off that row, so a refused commit writes
   nothing. The statement returns the row it found, and the guard names the refusal
-  (`StaleLease`, `IllegalTransition`, `ConcurrentUpdate`) from it. It is sent in
-  pipeline mode and commits at the pipeline's sync, so the crash tests' `during_commit`
-  fail point stops the process with the statement on the server, uncommitted;
+  (`StaleLease`, `IllegalTransition`, `ConcurrentUpdate`) from it. It is sent with
+  its Sync, so its transaction begins and ends on the server: no client, crashed or
+  frozen, is ever inside it;
 - single-statement reads, lease renewals and releases run outside a transaction block
   (no BEGIN/COMMIT round trips); `update_shared` is two pipelined round trips (lock and
   read, then write and commit); the rest (`create_task`, `claim`, migrations) runs in a
   plain transaction;
 - id filters are one array parameter (`= ANY(...)`), so a query's text, hence its
   prepared statement, does not change with the number of ids.
+
+No frozen peer blocks the others (a GC pause, a stopped VM, a debugger):
+
+- a commit's statement is sent together with its Sync, so its transaction runs and
+  ends on the server whatever becomes of the client after sending;
+- every session has a `lock_timeout` (5 s) and an `idle_in_transaction_session_timeout`
+  (10 s) unless the URL (`?options=-c%20lock_timeout%3D2s`) or the server already sets
+  them: a process frozen inside one of the few client-driven transactions (a claim, a
+  task's creation, `update_shared`) loses its session and its locks, and a statement
+  waiting for a lock gives up with `StoreBusy` instead of waiting for ever;
+- workers pick tasks with `FOR UPDATE SKIP LOCKED`, so a locked row is passed over.
 """
 
 from __future__ import annotations
@@ -55,6 +66,16 @@ from tether.store.base import (
 T = TypeVar("T")
 _PLACEHOLDER = re.compile(r"(?<![:\w]):(\w+)")
 _MIGRATION_LOCK = 0x7E7E_0001
+#: Session settings given to every connection whose URL or server leaves them unset.
+SESSION_DEFAULTS: dict[str, str] = {
+    "lock_timeout": "5s",
+    "idle_in_transaction_session_timeout": "10s",
+}
+_SESSION_SQL = "SELECT " + ", ".join(
+    f"set_config('{name}', CASE WHEN current_setting('{name}') = '0'"
+    f" THEN '{value}' ELSE current_setting('{name}') END, false)"
+    for name, value in SESSION_DEFAULTS.items()
+)
 
 
 @functools.cache
@@ -152,18 +173,23 @@ class PostgresStore(SqlStore):
         max_size: int = 8,
         connect_timeout: float = 5.0,
         migrate_to: int = SCHEMA_VERSION,
+        read_only: bool = False,
     ) -> PostgresStore:
-        """Connect, create the schema if asked, and migrate."""
+        """Connect, create the schema if asked, and migrate (`read_only`: check that the
+        schema is current instead, creating and migrating nothing)."""
         store = cls(url, clock=clock, max_size=max_size)
         try:
-            await asyncio.to_thread(store._open_sync, connect_timeout)
-            await store._run(store._migrate_sync, migrate_to)
+            await asyncio.to_thread(store._open_sync, connect_timeout, read_only)
+            if read_only:
+                await store._run(store._check_schema_sync)
+            else:
+                await store._run(store._migrate_sync, migrate_to)
         except BaseException:
             await store.close()
             raise
         return store
 
-    def _open_sync(self, connect_timeout: float) -> None:
+    def _open_sync(self, connect_timeout: float, read_only: bool = False) -> None:
         try:
             import psycopg
             from psycopg.rows import dict_row
@@ -182,13 +208,14 @@ class PostgresStore(SqlStore):
                 f"cannot connect to PostgreSQL at {self.url}: {_first_line(exc)}"
             ) from exc
         with conn:
-            if self.schema:
+            if self.schema and not read_only:
                 self._create_schema(conn, psycopg)
         schema = self.schema
 
         def configure(conn: Any) -> None:
             if schema:
                 conn.execute(f'SET search_path TO "{schema}"')
+            conn.execute(_SESSION_SQL)
 
         self._pool = ConnectionPool(
             self._conninfo,
@@ -232,6 +259,13 @@ class PostgresStore(SqlStore):
         try:
             with self._pool.connection() as conn:
                 yield conn
+        except psycopg.errors.LockNotAvailable as exc:
+            raise errors.StoreBusy(
+                f"another process holds a lock on the same task or record at {self.url} and"
+                f" did not let go in time (a tether process frozen or very slow inside a"
+                f" transaction); nothing was written — try again: the server ends a frozen"
+                f" transaction ({_first_line(exc)})"
+            ) from exc
         except psycopg.OperationalError as exc:
             raise errors.StoreUnavailable(f"PostgreSQL at {self.url} failed: {exc}") from exc
         except psycopg.Error as exc:
@@ -314,17 +348,12 @@ class PostgresStore(SqlStore):
             guard, task, ledger, items, ops, artifacts, approvals, blobs, now
         )
         with self._translated() as conn:
-            if _has_pipeline():
-                # Pipeline mode: the statement is on the server (its implicit transaction
-                # open) at the crash tests' fail point, and commits at the sync that
-                # ends the pipeline. Still one round trip.
-                with conn.pipeline():
-                    cur = conn.execute(query, params)
-                    failpoints.hit("during_commit")
-            else:  # pragma: no cover - a libpq older than 14
-                failpoints.hit("during_commit")
-                cur = conn.execute(query, params)
-            row = cur.fetchone()
+            failpoints.hit("during_commit")
+            # Not in a pipeline: the statement goes out with its Sync, so the server
+            # commits it even if this process freezes right after sending (a statement
+            # waiting in a pipeline for its Sync would hold the task's row lock, and no
+            # server timeout ends that state).
+            row = conn.execute(query, params).fetchone()
         if row is None:
             raise errors.TaskNotFound(task_id)
         state = self._state(row)
@@ -444,6 +473,8 @@ class PostgresStore(SqlStore):
                 cur.executemany(self._sql(query), rows)
 
     def _lock_migrations(self, conn: Any) -> None:
+        # Another process may be migrating: wait for it longer than for a task's lock.
+        conn.execute("SET LOCAL lock_timeout = '120s'")
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
 
     def _existing_tables(self, conn: Any) -> set[str]:

@@ -12,6 +12,12 @@ syncs the WAL at every commit: a commit that returned survives a power loss. NOR
 syncs only at checkpoints: much cheaper commits, still never a corrupt or partial
 database after any crash, but a power loss or OS crash may undo the last commits (a
 process crash loses nothing). Anything else is refused with `StoreConfigError`.
+
+A write waits for another process's write lock up to the busy timeout (30 s; the URL's
+`?busy_timeout=SECONDS`), then fails with `StoreBusy` ("another process holds the write
+lock"): a process frozen inside a transaction is reported, not waited for forever.
+`read_only=True` opens the file for reading only (no migration, no WAL switch, no write
+lock; also on read-only media), as the commands that only show things do.
 """
 
 from __future__ import annotations
@@ -35,11 +41,20 @@ T = TypeVar("T")
 #: Files up to this size are checked page by page when opened (about 0.1 s per 64 MiB).
 QUICK_CHECK_MAX_BYTES = 64 * 1024 * 1024
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+#: How long a write waits for another process's write lock by default.
+DEFAULT_BUSY_TIMEOUT_MS = 30_000
 
 
-def _translate(exc: sqlite3.Error, path: str) -> errors.TetherError:
+def _translate(exc: sqlite3.Error, path: str, busy_ms: int = 0) -> errors.TetherError:
     text = str(exc)
     low = text.lower()
+    if "database is locked" in low or "database table is locked" in low:
+        return errors.StoreBusy(
+            f"another process holds the write lock of {path} and did not let go within"
+            f" {busy_ms / 1000:g} s (a tether process that is frozen, stopped or very slow"
+            " inside a transaction, or another program); nothing was written — end or"
+            " resume that process, then try again"
+        )
     if "not a database" in low or "malformed" in low or "file is encrypted" in low:
         return errors.CorruptDatabase(
             f"{path} is not a readable SQLite database ({text}); it was left untouched —"
@@ -75,7 +90,8 @@ class SQLiteStore(SqlStore):
         *,
         synchronous: Synchronous = "FULL",
         clock: Clock | None = None,
-        busy_timeout_ms: int = 30_000,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        read_only: bool = False,
     ) -> None:
         from tether.store import sqlite_synchronous
 
@@ -84,6 +100,7 @@ class SQLiteStore(SqlStore):
         query = "" if self.synchronous == "FULL" else f"?synchronous={self.synchronous.lower()}"
         super().__init__(f"sqlite:///{self.path}{query}", clock)
         self.busy_timeout_ms = busy_timeout_ms
+        self.read_only = read_only
         # One thread owns the connection; sqlite3 connections are not thread-safe.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-sqlite")
         self._conn: sqlite3.Connection | None = None
@@ -97,15 +114,28 @@ class SQLiteStore(SqlStore):
         clock: Clock | None = None,
         create: bool = True,
         migrate_to: int = SCHEMA_VERSION,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        read_only: bool = False,
     ) -> SQLiteStore:
-        """Open (and migrate) a database file; `create=False` refuses a missing file."""
+        """Open (and migrate) a database file; `create=False` refuses a missing file;
+        `read_only` opens an existing file for reading only (see the module)."""
         from tether.store import sqlite_synchronous
 
         sqlite_synchronous(synchronous)  # refuse a bad level before touching the disk
         p = Path(path)
-        await asyncio.to_thread(_check_path, p, create)
-        store = cls(p, synchronous=synchronous, clock=clock)
+        await asyncio.to_thread(_check_path, p, create and not read_only)
+        store = cls(
+            p,
+            synchronous=synchronous,
+            clock=clock,
+            busy_timeout_ms=busy_timeout_ms,
+            read_only=read_only,
+        )
         try:
+            if read_only:
+                await store._run(store._connect_read_only_sync)
+                await store._run(store._check_schema_sync)
+                return store
             await store._run(store._connect_sync)
             await store._run(store._migrate_sync, migrate_to)
         except BaseException:
@@ -113,13 +143,13 @@ class SQLiteStore(SqlStore):
             raise
         return store
 
-    def _connect_sync(self) -> None:
+    def _connect_sync(self, switch: bool = True) -> None:
         try:
             conn = sqlite3.connect(
                 self.path, isolation_level=None, timeout=self.busy_timeout_ms / 1000
             )
         except sqlite3.Error as exc:
-            raise _translate(exc, self.path) from exc
+            raise self._error(exc) from exc
         try:
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
@@ -127,17 +157,57 @@ class SQLiteStore(SqlStore):
             # (switching to WAL rewrites the header of someone else's database).
             self._refuse_foreign(self._existing_tables(conn))
             self._refuse_damaged(conn)
-            mode = self._to_wal(conn)
-            if str(mode).lower() != "wal":
-                raise errors.StoreConfigError(f"cannot switch {self.path} to WAL mode (got {mode})")
+            if switch:
+                mode = self._to_wal(conn)
+                if str(mode).lower() != "wal":
+                    raise errors.StoreConfigError(
+                        f"cannot switch {self.path} to WAL mode (got {mode})"
+                    )
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA foreign_keys=ON")
         except BaseException as exc:
             conn.close()
             if isinstance(exc, sqlite3.Error):
-                raise _translate(exc, self.path) from exc
+                raise self._error(exc) from exc
             raise
         self._conn = conn
+
+    def _connect_read_only_sync(self) -> None:
+        """A connection for reading only: no WAL switch, no migration, no write
+        transaction (reads in WAL mode never wait for a writer). A writable file is
+        opened as usual, so that closing the last connection tidies the `-wal` and
+        `-shm` files away; a file we may not write is opened with `mode=ro`, and on
+        read-only media (no `-shm` can be made) as immutable: nobody writes it there."""
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if os.access(self.path, os.W_OK) and os.access(folder, os.W_OK):
+            self._connect_sync(switch=False)
+            return
+        uri = Path(self.path).resolve().as_uri()
+        attempts = [f"{uri}?mode=ro"]
+        if not os.access(folder, os.W_OK):
+            attempts.append(f"{uri}?immutable=1")
+        last: sqlite3.Error | None = None
+        for target in attempts:
+            conn: sqlite3.Connection | None = None
+            try:
+                conn = sqlite3.connect(
+                    target, uri=True, isolation_level=None, timeout=self.busy_timeout_ms / 1000
+                )
+                conn.row_factory = sqlite3.Row
+                conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except sqlite3.Error as exc:
+                if conn is not None:
+                    conn.close()
+                last = exc
+                continue
+            self._conn = conn
+            return
+        assert last is not None
+        raise self._error(last) from last
+
+    def _error(self, exc: sqlite3.Error) -> errors.TetherError:
+        return _translate(exc, self.path, self.busy_timeout_ms)
 
     def _to_wal(self, conn: sqlite3.Connection) -> str:
         """Switch to WAL. SQLite answers "database is locked" at once, without its busy
@@ -184,7 +254,7 @@ class SQLiteStore(SqlStore):
         try:
             yield conn
         except sqlite3.Error as exc:
-            raise _translate(exc, self.path) from exc
+            raise self._error(exc) from exc
 
     @contextmanager
     def _tx(self, write: bool) -> Iterator[sqlite3.Connection]:
@@ -194,12 +264,12 @@ class SQLiteStore(SqlStore):
         try:
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         except sqlite3.Error as exc:
-            raise _translate(exc, self.path) from exc
+            raise self._error(exc) from exc
         try:
             yield conn
         except sqlite3.Error as exc:
             conn.execute("ROLLBACK")
-            raise _translate(exc, self.path) from exc
+            raise self._error(exc) from exc
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -210,7 +280,7 @@ class SQLiteStore(SqlStore):
             except sqlite3.Error as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-                raise _translate(exc, self.path) from exc
+                raise self._error(exc) from exc
 
     def _existing_tables(self, conn: Any) -> set[str]:
         rows = conn.execute(

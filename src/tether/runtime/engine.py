@@ -17,7 +17,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,18 +28,17 @@ from tether import errors, failpoints, lifecycle
 from tether import events as ev
 from tether import ledger as L
 from tether.clock import Clock, SystemClock
-from tether.models.base import Message, Model, ModelRequest, ModelResponse
+from tether.models.base import Model, ModelRequest, ModelResponse
 from tether.redact import redact_data
-from tether.runtime import guards, history, recovery, verdicts
-from tether.runtime import judge as J
+from tether.runtime import history, recovery
 from tether.runtime import outcome as out
+from tether.runtime import round as rounds
 from tether.runtime.builtins import BUILTIN_READ_TOOLS, READ_ARTIFACT, default_registry
-from tether.runtime.compaction import compact_context
 from tether.runtime.context import (
     Context,
     Entry,
 )
-from tether.runtime.ops import INLINE_WAIT_MAX, Guard, OpOutcome, OpRunner
+from tether.runtime.ops import INLINE_WAIT_MAX, Guard
 from tether.runtime.outcome import Stop
 from tether.runtime.ports import ModelSet as ModelSet  # re-exported: public
 from tether.runtime.ports import PendingRound
@@ -61,9 +59,6 @@ from tether.store.base import (
 from tether.tools.registry import Tool, ToolRegistry
 
 log = logging.getLogger("tether.engine")
-#: The actor asks for a human with a line that starts NEED_HELP (as its prompt says);
-#: the words quoted inside a sentence are not a request.
-_NEED_HELP = re.compile(r"^[ \t>*_-]*NEED_HELP\b", re.M)
 
 
 @dataclass(frozen=True)
@@ -104,10 +99,6 @@ def _default_worker_id() -> str:
     import os
 
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _fact_status(o: OpOutcome) -> str:
-    return "deferred" if o.retry_at is not None else o.status
 
 
 def default_guard(store: Store, spec: TaskSpec, clock: Clock) -> Guard:
@@ -616,13 +607,13 @@ class TaskRun:
         try:
             if lifecycle.is_terminal(self.status):
                 return self.result()
-            await recovery.start_turn(self)
-            await self.finish_interrupted()
-            while True:
-                await self.round()
-        except Stop as stop:
+            outcome = await recovery.start_turn(self)
+            if outcome is None:
+                outcome = await rounds.finish_interrupted(self)
+            while outcome is None:
+                outcome = await rounds.run_round(self)
             # The one place a round's end becomes a status change.
-            await out.apply(self, stop.outcome)
+            await out.apply(self, outcome)
         except errors.StaleLease:
             # Another worker owns the task now; nothing we tried was stored.
             log.warning("task %s: lease lost, stopping", self.task_id)
@@ -801,225 +792,6 @@ class TaskRun:
             )
         )
 
-    async def round(self, resume: Mapping[str, Any] | None = None) -> None:
-        """One round in six phases: read (guards, settle), assemble, decide, act and
-        verify, write back, judge.
-
-        Transactions: a round with side effects commits its decision together with its
-        op intents before anything is sent, then its results together with the verdict
-        and the ledger (a third commit only when an LLM judge is called in between, so
-        results are never held in memory across a model call); a read-only round commits
-        once, at the end.
-        """
-        if resume is None:
-            await guards.control(self)
-            round_no = self.state.rounds + 1
-            # With nothing open no model is called: finishing (or asking a human) must
-            # not be held back by a limit on rounds or spend.
-            await verdicts.settle(self, round_no)
-            await guards.limits(self)
-            focus, response = await self.decide(round_no)
-        else:
-            round_no = int(resume["round"])
-            focus = resume.get("focus")
-            response = ModelResponse.from_dict(await self.get_json(resume["response_blob"]))
-        runner = OpRunner(self)
-        if resume is None:
-            intents = await runner.plan(round_no, response)
-            if intents:
-                # Side effects ahead: the decision and its intents are durable first.
-                await self.commit(runner.intent_events(intents), ops=[r for _, r in intents])
-                for _ in intents:
-                    failpoints.hit("after_op_intent")
-        outcomes = await runner.act(round_no, response, resumed=resume is not None)
-        pending: PendingRound | None = self.write_back(
-            round_no,
-            focus,
-            response,
-            outcomes,
-            runner.pending_events,
-            response_blob=str((self.state.inflight or {})["response_blob"]),
-        )
-        assert pending is not None
-        facts = J.RoundFacts(
-            round=round_no,
-            focus=focus,
-            text=response.text,
-            non_convergent=pending.non_convergent,
-            ops=tuple(
-                J.OpSummary(
-                    o.op_id,
-                    o.tool,
-                    dict(o.call.arguments or {}),
-                    _fact_status(o),
-                    o.summary,
-                    o.error,
-                    o.artifact.artifact_id if o.artifact else None,
-                )
-                for o in outcomes
-            ),
-        )
-        asks = _NEED_HELP.search(response.text)
-        if asks is not None:
-            await self.commit_round(pending)
-            help_text = response.text[asks.start() :][:500]
-            raise Stop(out.waiting("human", help_text, why="needs_user_input"))
-        if self.e.models.judge is not None:
-            # Results are durable before the judge's model call; a crash in between is
-            # judged after recovery from the saved facts.
-            self.state.unjudged = verdicts.facts_to_dict(facts)
-            await self.commit_round(pending)
-            pending = None
-        await verdicts.judge_round(self, facts, response.text, pending)
-        if facts.deferred:
-            await self.wait_for_services([o for o in outcomes if o.retry_at is not None])
-
-    async def finish_interrupted(self) -> None:
-        """A round a crash interrupted: finish it from its recorded decision, or judge
-        it from its saved facts when only the verdict was missing."""
-        if self.state.inflight:
-            await self.round(resume=self.state.inflight)
-        if self.state.unjudged:
-            facts = verdicts.facts_from_dict(self.state.unjudged)
-            await verdicts.judge_round(self, facts, text="")
-
-    async def decide(self, round_no: int) -> tuple[str | None, ModelResponse]:
-        """Phases 2 and 3: assemble the context and make the one model call.
-
-        The decision (the focus item's start, the call's record, the response) is staged:
-        it goes into the store with the round's first commit — with its op intents when
-        the round has side effects, or with the results when it is read-only. Until then
-        `inflight` (staged too) says how to finish the round from the recorded response.
-        """
-        ledger = self.ledger
-        events: list[ev.Event] = []
-        focus = ledger.next_item()
-        verdicts.note_focus(self, round_no, focus)
-        if focus is not None and ledger.item(focus).status == "pending":
-            up = L.start(ledger, focus)
-            ledger = up.ledger
-            events.append(
-                ev.LedgerUpdated(version=ledger.version, diff=up.diff.to_list(), cause="runtime")
-            )
-        await self.ensure_fits()
-        request = replace(
-            self.ctx.request("act", task_id=self.task_id),
-            ledger={**ledger.to_dict(), "next": focus},
-        )
-        estimate = self.ctx.raw_estimate()
-        failpoints.hit("before_model_call")
-        try:
-            response = await self.call_model(self.e.models.actor, request)
-        except errors.ModelError as exc:
-            await self.model_failed("act", self.e.models.actor, exc)
-            raise
-        failpoints.hit("after_model_response")
-        if response.usage.input_tokens:
-            self.ctx.calibrator.observe(estimate, response.usage.input_tokens)
-            self.state.token_ratio = self.ctx.calibrator.ratio
-        called = await self.record_call("act", self.e.models.actor, request, response, round_no)
-        ms = ledger.current_milestone()
-        if ms is not None:
-            self.state.milestone_rounds[ms] = self.state.milestone_rounds.get(ms, 0) + 1
-        self.state.inflight = {
-            "round": round_no,
-            "focus": focus,
-            "response_blob": called.response_blob,
-        }
-        turn = self.state.turns or 1
-        self.staged_events = [
-            ev.RoundStarted(round=round_no, turn=turn, item=focus),
-            *events,
-            called,
-        ]
-        self.staged_ledger = ledger
-        return focus, response
-
-    async def wait_for_services(self, held: Sequence[OpOutcome]) -> None:
-        """Every call of the round met an open breaker: rather than spend model calls
-        (and the item's attempts) on a service that is known to be down, wait for its
-        next chance — in the worker if short, else parked as `waiting` until then."""
-        now = self.e.clock.now()
-        until = min((o.retry_at for o in held if o.retry_at), default=now + 1.0)
-        services = sorted({o.tool for o in held})
-        delay = until - now
-        if delay <= 0:
-            return
-        if delay <= self.e.inline_wait_max:
-            await self.e.clock.sleep(delay)
-            return
-        raise Stop(
-            out.waiting(
-                "external",
-                f"{', '.join(services)}: the service's circuit breaker is open "
-                f"until {until:.0f}; the task continues then",
-                why="service unavailable",
-                until=until,
-            )
-        )
-
-    # ------------------------------------------------------------ act
-
-    def write_back(
-        self,
-        round_no: int,
-        focus: str | None,
-        response: ModelResponse,
-        outcomes: list[OpOutcome],
-        extra: Sequence[ev.Event] = (),
-        response_blob: str = "",
-    ) -> PendingRound:
-        """Phase 6: the round's results as one write (committed with the verdict, or
-        before an LLM judge's call)."""
-        failpoints.hit("after_op_result")
-        assistant = Message("assistant", response.text, tool_calls=response.tool_calls)
-        tool_msgs = [
-            Message("tool", o.content, tool_call_id=o.call.id, name=o.call.name) for o in outcomes
-        ]
-        msgs = [assistant, *tool_msgs]
-        # Every message is stored once: the assistant's is the response blob, a tool's is
-        # its op's journaled result.
-        doc = history.round_doc(
-            response_blob,
-            [
-                (
-                    m,
-                    o.op_id if o.record is not None else None,
-                    str((o.record.result or {}).get("content")) if o.record else None,
-                )
-                for m, o in zip(tool_msgs, outcomes, strict=True)
-            ],
-        )
-        ops: list[OpRecord] = []
-        arts: list[ArtifactRecord] = []
-        events: list[ev.Event] = list(extra)
-        for o in outcomes:
-            if o.replayed:
-                # Its result was committed before a crash or a pause: commit it, no more.
-                events.append(ev.OpCommitted(op_id=o.op_id, round=round_no))
-                continue
-            events.extend(o.result_events())
-            if o.artifact is not None:
-                arts.append(o.artifact)
-            if o.record is not None:
-                ops.append(o.record)
-            events.append(ev.OpCommitted(op_id=o.op_id, round=round_no))
-        events.append(
-            ev.RoundCommitted(
-                round=round_no,
-                turn=self.state.turns or 1,
-                ops=len(outcomes),
-                text=response.text[:200],
-                messages=doc,
-                item=focus,
-            )
-        )
-        self.state.rounds = round_no
-        self.state.inflight = None
-        return PendingRound(
-            round_no, events, ops, arts, msgs, self.track_failures(outcomes, focus), len(outcomes)
-        )
-
     async def commit_round(self, pending: PendingRound, **more: Any) -> None:
         """Commit a round's results (with whatever else `more` carries) and show it."""
         await self.commit(
@@ -1032,34 +804,3 @@ class TaskRun:
         self.rounds_this_run += 1
         self.ctx.append(Entry("round", pending.messages, pending.round))
         self.snapshot(f"round {pending.round}: {pending.calls} tool calls")
-
-    def track_failures(self, outcomes: Sequence[OpOutcome], focus: str | None) -> str | None:
-        """Count identical failures (same item, tool, arguments and error class); the
-        first key that reaches the limit makes the round non-convergent. Keys carry the
-        item so a human's retry of it starts the count afresh."""
-        counts = dict(self.state.failure_keys)
-        hit = None
-        limit = self.spec.limits.same_failure_repeats
-        for o in outcomes:
-            if o.status != "failed" or o.replayed or o.retry_at is not None:
-                continue
-            key = f"{focus}|{o.tool}|{o.args_hash[-16:]}|{o.error_class}"
-            counts[key] = int(counts.get(key, 0)) + 1
-            if counts[key] >= limit and hit is None:
-                hit = (
-                    f"{o.tool} failed {counts[key]} times with the same arguments "
-                    f"({o.error_class}: {(o.error or '')[:120]})"
-                )
-        # Keep the map small: only the most recent keys matter.
-        self.state.failure_keys = dict(list(counts.items())[-200:])
-        return hit
-
-    # ------------------------------------------------------------ judge
-
-    # ------------------------------------------------------------ context budget
-
-    async def ensure_fits(self) -> None:
-        """Compact when the next request would exceed the input budget."""
-        budget = self.spec.context.input_budget_tokens
-        if self.ctx.estimate() > budget:
-            await compact_context(self, budget)

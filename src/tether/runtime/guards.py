@@ -12,24 +12,19 @@ from typing import TYPE_CHECKING
 from tether import errors
 from tether import events as ev
 from tether.runtime import outcome as out
-from tether.runtime.outcome import Stop
+from tether.runtime.outcome import Outcome
 
 if TYPE_CHECKING:
     from tether.runtime.ports import GuardHost
 
 
-async def guard(run: GuardHost) -> None:
-    """Checks between steps: `control`, then the loop guards and the budget."""
-    await control(run)
-    await limits(run)
-
-
-async def control(run: GuardHost) -> None:
-    """The lease, a stop request, cancellation, a goal change, this run's round limit."""
+async def control(run: GuardHost) -> Outcome | None:
+    """The lease, a stop request, cancellation, a goal change, this run's round limit:
+    how the run must end, or None to go on."""
     if run.lease_lost:
         raise errors.StaleLease(run.task_id, run.token, None)
     if run.stop_requested():
-        raise Stop(out.interrupted("interrupted; resume to continue"))
+        return out.interrupted("interrupted; resume to continue")
     if run.commit_flags is not None and run.commit_flags[1] is not None:
         # The task row as our last commit found it: no read of its own per round.
         cancel_requested, version = run.commit_flags[0], run.commit_flags[1]
@@ -37,40 +32,37 @@ async def control(run: GuardHost) -> None:
         task = await run.store.get_task(run.task_id)
         cancel_requested, version = task.cancel_requested, task.version
     if cancel_requested:
-        raise Stop(out.cancelled())
+        return out.cancelled()
     if version != run.task.version:
         # The goal changed under us: re-read everything in a fresh turn.
-        raise Stop(out.interrupted("goal changed; restarting the turn"))
+        return out.interrupted("goal changed; restarting the turn")
     if run.max_rounds_this_run is not None and run.rounds_this_run >= run.max_rounds_this_run:
-        raise Stop(out.interrupted("round limit for this run reached"))
+        return out.interrupted("round limit for this run reached")
+    return None
 
 
-async def limits(run: GuardHost) -> None:
+async def limits(run: GuardHost) -> Outcome | None:
     """Rounds per task and per milestone, and the budget: what the next model call may
-    spend."""
+    spend. The outcome that stops the run, or None."""
     rounds = run.state.rounds
     if rounds >= run.spec.limits.max_rounds:
-        raise Stop(
-            out.waiting(
-                "human",
-                f"max_rounds ({run.spec.limits.max_rounds}) reached with "
-                f"{len(run.ledger.open_items())} items open; raise the limit and resume",
-                why="max_rounds",
-            )
+        return out.waiting(
+            "human",
+            f"max_rounds ({run.spec.limits.max_rounds}) reached with "
+            f"{len(run.ledger.open_items())} items open; raise the limit and resume",
+            why="max_rounds",
         )
     ms = run.ledger.current_milestone()
     per_ms = run.spec.limits.max_rounds_per_milestone
     if ms is not None and per_ms is not None:
         used = run.state.milestone_rounds.get(ms, 0)
         if used >= per_ms:
-            raise Stop(
-                out.waiting(
-                    "human",
-                    f"milestone {ms} used its {per_ms} rounds; raise the limit and resume",
-                    why="max_rounds_per_milestone",
-                )
+            return out.waiting(
+                "human",
+                f"milestone {ms} used its {per_ms} rounds; raise the limit and resume",
+                why="max_rounds_per_milestone",
             )
-    await check_budget(run)
+    return await check_budget(run)
 
 
 def _budget_scopes(run: GuardHost) -> list[tuple[str, dict[str, tuple[float | None, float]]]]:
@@ -107,7 +99,7 @@ def _budget_scopes(run: GuardHost) -> list[tuple[str, dict[str, tuple[float | No
     return scopes
 
 
-async def check_budget(run: GuardHost) -> None:
+async def check_budget(run: GuardHost) -> Outcome | None:
     """Threshold events at 50% and 80%; suspension at 100%, for
     the task and for the current milestone. The check runs before every model call, so
     a cap is never exceeded by more than one call."""
@@ -137,15 +129,13 @@ async def check_budget(run: GuardHost) -> None:
     run.state.budget_marks = sorted(marks)
     if exhausted:
         scope, res = exhausted
-        raise Stop(
-            out.suspended(
-                f"the {res} budget of the {scope.replace(':', ' ')} is used up; "
-                "raise it and resume",
-                why="budget_exhausted",
-                events=marks_crossed,
-                kind="budget",
-                scope=scope,
-            )
+        return out.suspended(
+            f"the {res} budget of the {scope.replace(':', ' ')} is used up; raise it and resume",
+            why="budget_exhausted",
+            events=marks_crossed,
+            kind="budget",
+            scope=scope,
         )
     if marks_crossed:
         await run.commit(marks_crossed)
+    return None

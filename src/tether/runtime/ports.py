@@ -1,7 +1,7 @@
 """The narrow interfaces between the engine and the parts of a round.
 
 The engine's run of one task (`engine.TaskRun`) is the only implementation; the parts
-(`ops`, `recovery`, `verdicts`, `guards`, `compaction`) are typed against these
+(`round`, `ops`, `recovery`, `verdicts`, `guards`, `compaction`) are typed against these
 protocols instead, each against the smallest one that covers what it uses, so none of
 them imports the engine and each can be driven by a fake in a test.
 
@@ -219,6 +219,16 @@ class TurnHost(JudgeHost, Protocol):
         ...
 
 
+class RoundHost(GuardHost, OpsHost, TurnHost, Protocol):
+    """What the phases of a round use (see `round`): everything above, plus the
+    decision staged for the round's first commit."""
+
+    #: The round's decision events, flushed by the next commit.
+    staged_events: list[ev.Event]
+    #: The ledger with the focus item started, committed with the decision.
+    staged_ledger: L.Ledger | None
+
+
 __all__ = [
     "CompactHost",
     "GuardHost",
@@ -229,6 +239,7 @@ __all__ = [
     "ModelSet",
     "OpsHost",
     "PendingRound",
+    "RoundHost",
     "TaskView",
     "TurnHost",
 ]

@@ -19,23 +19,26 @@ from tether.models.base import Message
 from tether.runtime import history
 from tether.runtime import outcome as out
 from tether.runtime.context import Context, Entry, render_system, turn_message
-from tether.runtime.outcome import Stop
-from tether.store.base import ArtifactRecord, OpRecord, blob_hash
+from tether.runtime.outcome import Outcome
+from tether.store.base import ArtifactRecord, blob_hash
 
 if TYPE_CHECKING:
     from tether.runtime.ports import TurnHost
 
 
-async def start_turn(run: TurnHost) -> None:
-    """Recover if needed, move to running, assemble the context, open a turn."""
+async def start_turn(run: TurnHost) -> Outcome | None:
+    """Recover if needed, move to running, assemble the context, open a turn. Returns
+    the outcome that ends the run before any round (cancelled, a crash loop), or None."""
     events: list[ev.Event] = []
     first = run.state.turns == 0
     kind = "start" if first else "resume"
     ledger = run.ledger
     if run.task.cancel_requested:
-        raise Stop(out.cancelled())
+        return out.cancelled()
     if not first and run.status in ("running", "stalled"):
-        _count_crash(run)
+        crashed = _count_crash(run)
+        if crashed is not None:
+            return crashed
     events.append(
         ev.LeaseClaimed(
             worker_id=run.worker_id,
@@ -43,76 +46,9 @@ async def start_turn(run: TurnHost) -> None:
             expires_at=run.clock.now() + run.lease_ttl,
         )
     )
-    reopened: list[str] = []
     invalidated: list[ArtifactRecord] = []
-    in_doubt: list[OpRecord] = []
     if not first:
-        events.append(
-            ev.RecoveryStarted(worker_id=run.worker_id, previous_owner=run.previous_owner)
-        )
-        events.append(
-            ev.RecoveryStep(
-                step="version",
-                details={"version": run.task.version, "cancel": run.task.cancel_requested},
-            )
-        )
-        # Verify what the ledger's evidence rests on (hash and presence). Reading every
-        # artifact of a long task at each turn would grow without bound.
-        cited = {ref for _, st in ledger.items() for ref in st.evidence}
-        art_ids = {r.partition(":")[2] for r in cited if r.startswith("artifact:")}
-        op_ids = {r.partition(":")[2] for r in cited if r.startswith("op:")}
-        artifacts = await run.store.get_artifacts(run.task_id, artifact_ids=art_ids)
-        missing = []
-        for art in artifacts:
-            if not art.valid:
-                continue
-            try:
-                data = await run.store.get_blob(art.blob_hash)
-                ok = blob_hash(data) == art.blob_hash
-            except KeyError:
-                ok = False
-            if not ok:
-                missing.append(art.artifact_id)
-                invalidated.append(replace(art, valid=False))
-        events.append(
-            ev.RecoveryStep(
-                step="artifacts", details={"checked": len(artifacts), "invalid": missing}
-            )
-        )
-        # Ops in doubt are settled by the interrupted round when it resumes: each one
-        # is reconciled, re-sent with its original op id, or left to a human.
-        in_doubt = await run.store.get_ops(
-            run.task_id,
-            statuses={"intended", "dispatched", "unknown", "retry_wait", "awaiting_approval"},
-        )
-        events.append(
-            ev.RecoveryStep(step="ops", details={"in_doubt": [o.op_id for o in in_doubt]})
-        )
-        good_ops = {
-            o.op_id
-            for o in await run.store.get_ops(run.task_id, statuses={"succeeded"}, op_ids=op_ids)
-        }
-        good_arts = {a.artifact_id for a in artifacts if a.valid and a.artifact_id not in missing}
-
-        def resolves(ref: str) -> bool:
-            kind_, _, ident = ref.partition(":")
-            return (kind_ == "op" and ident in good_ops) or (
-                kind_ == "artifact" and ident in good_arts
-            )
-
-        for d, s in ledger.items():
-            if s.status == "done" and not any(resolves(r) for r in s.evidence):
-                ledger = L.reopen(ledger, d.id, "evidence no longer resolves").ledger
-                reopened.append(d.id)
-        events.append(ev.RecoveryStep(step="ledger", details={"reopened": reopened}))
-        if reopened:
-            events.append(
-                ev.LedgerUpdated(
-                    version=ledger.version,
-                    diff=[{"item": i, "field": "status", "after": "pending"} for i in reopened],
-                    cause="recovery",
-                )
-            )
+        ledger, invalidated = await _recover(run, ledger, events)
     if run.status != "running":
         events.append(run.status_event("running", reason=kind))
     await rebuild_context(run)
@@ -148,9 +84,79 @@ async def start_turn(run: TurnHost) -> None:
     )
     run.ctx.append(Entry("turn", [Message("user", text)]))
     run.snapshot(f"turn {turn} ({kind})")
+    return None
 
 
-def _count_crash(run: TurnHost) -> None:
+async def _recover(
+    run: TurnHost, ledger: L.Ledger, events: list[ev.Event]
+) -> tuple[L.Ledger, list[ArtifactRecord]]:
+    """The recovery steps of a turn after a crash or a pause: the version, the stored
+    artifacts the ledger rests on, the ops in doubt, the ledger's evidence. Appends the
+    `recovery.*` events; returns the ledger (items whose evidence no longer resolves
+    reopened) and the artifacts found invalid."""
+    reopened: list[str] = []
+    invalidated: list[ArtifactRecord] = []
+    events.append(ev.RecoveryStarted(worker_id=run.worker_id, previous_owner=run.previous_owner))
+    events.append(
+        ev.RecoveryStep(
+            step="version",
+            details={"version": run.task.version, "cancel": run.task.cancel_requested},
+        )
+    )
+    # Verify what the ledger's evidence rests on (hash and presence). Reading every
+    # artifact of a long task at each turn would grow without bound.
+    cited = {ref for _, st in ledger.items() for ref in st.evidence}
+    art_ids = {r.partition(":")[2] for r in cited if r.startswith("artifact:")}
+    op_ids = {r.partition(":")[2] for r in cited if r.startswith("op:")}
+    artifacts = await run.store.get_artifacts(run.task_id, artifact_ids=art_ids)
+    missing = []
+    for art in artifacts:
+        if not art.valid:
+            continue
+        try:
+            data = await run.store.get_blob(art.blob_hash)
+            ok = blob_hash(data) == art.blob_hash
+        except KeyError:
+            ok = False
+        if not ok:
+            missing.append(art.artifact_id)
+            invalidated.append(replace(art, valid=False))
+    events.append(
+        ev.RecoveryStep(step="artifacts", details={"checked": len(artifacts), "invalid": missing})
+    )
+    # Ops in doubt are settled by the interrupted round when it resumes: each one
+    # is reconciled, re-sent with its original op id, or left to a human.
+    in_doubt = await run.store.get_ops(
+        run.task_id,
+        statuses={"intended", "dispatched", "unknown", "retry_wait", "awaiting_approval"},
+    )
+    events.append(ev.RecoveryStep(step="ops", details={"in_doubt": [o.op_id for o in in_doubt]}))
+    good_ops = {
+        o.op_id for o in await run.store.get_ops(run.task_id, statuses={"succeeded"}, op_ids=op_ids)
+    }
+    good_arts = {a.artifact_id for a in artifacts if a.valid and a.artifact_id not in missing}
+
+    def resolves(ref: str) -> bool:
+        kind_, _, ident = ref.partition(":")
+        return (kind_ == "op" and ident in good_ops) or (kind_ == "artifact" and ident in good_arts)
+
+    for d, s in ledger.items():
+        if s.status == "done" and not any(resolves(r) for r in s.evidence):
+            ledger = L.reopen(ledger, d.id, "evidence no longer resolves").ledger
+            reopened.append(d.id)
+    events.append(ev.RecoveryStep(step="ledger", details={"reopened": reopened}))
+    if reopened:
+        events.append(
+            ev.LedgerUpdated(
+                version=ledger.version,
+                diff=[{"item": i, "field": "status", "after": "pending"} for i in reopened],
+                cause="recovery",
+            )
+        )
+    return ledger, invalidated
+
+
+def _count_crash(run: TurnHost) -> Outcome | None:
     """The last run ended in a crash (the task was still `running`). Crashing again
     before a round finishes is a loop: past the contract's limit the task fails instead
     of being retried forever."""
@@ -166,7 +172,8 @@ def _count_crash(run: TurnHost) -> None:
             f"finishing it (limits.max_crash_restarts = {limit})"
         )
         warning = ev.AuditWarning(code="crash_loop", message=why, details={"round": st.rounds + 1})
-        raise Stop(out.finished("failed", "environment_unrecoverable", why, events=[warning]))
+        return out.finished("failed", "environment_unrecoverable", why, events=[warning])
+    return None
 
 
 def epoch_needed(run: TurnHost, first: bool) -> tuple[bool, str]:

@@ -13,7 +13,7 @@ from tether.runtime import judge as J
 from tether.runtime import outcome as out
 from tether.runtime.completion import parse_review, review_request, run_acceptance
 from tether.runtime.context import Entry, continuation_message
-from tether.runtime.outcome import Stop
+from tether.runtime.outcome import Outcome
 from tether.store.base import ArtifactRecord, OpRecord
 
 if TYPE_CHECKING:
@@ -67,9 +67,10 @@ def facts_to_dict(facts: J.RoundFacts) -> dict[str, Any]:
 
 async def judge_round(
     run: JudgeHost, facts: J.RoundFacts, text: str, pending: PendingRound | None = None
-) -> None:
+) -> Outcome | None:
     """Rule judge, LLM judge, audit; commit the verdict (with the round's results when
-    they are still `pending`); act on the decision."""
+    they are still `pending`); act on the decision: the outcome that ends the run, or
+    None to go on."""
     env = _RuleEnv(run, pending)
     verdicts = [await J.rule_verdict(run.spec, run.ledger, env)]
     extra_events: list[ev.Event] = list(env.events)
@@ -158,17 +159,16 @@ async def judge_round(
         run.ctx.append(Entry("continuation", [Message("user", continuation)], facts.round))
     run.snapshot(f"round {facts.round}: {outcome.decision} ({p.done}/{p.total} done)")
     if outcome.decision == "satisfied":
-        await complete(run, facts.round)
-    elif outcome.decision == "need_decision":
-        await await_decision(run, outcome.reason)
-    elif outcome.decision == "need_user":
-        raise Stop(
-            out.waiting(
-                "human",
-                outcome.reason or "the judge asks for a human",
-                why="needs_user_input",
-            )
+        return await complete(run, facts.round)
+    if outcome.decision == "need_decision":
+        return await_decision(run, outcome.reason)
+    if outcome.decision == "need_user":
+        return out.waiting(
+            "human",
+            outcome.reason or "the judge asks for a human",
+            why="needs_user_input",
         )
+    return None
 
 
 def _remember(run: JudgeHost, outcome: J.AuditOutcome) -> None:
@@ -255,7 +255,7 @@ async def resolve_evidence(
     return known
 
 
-async def await_decision(run: JudgeHost, reason: str) -> None:
+def await_decision(run: JudgeHost, reason: str) -> Outcome:
     """Nothing is open but not everything is finished: wait for a human's decision
     (retry an item, waive it, or abandon the task) with the partial-completion record."""
     partial = J.partial_record(run.ledger, run.state.proposals)
@@ -267,32 +267,31 @@ async def await_decision(run: JudgeHost, reason: str) -> None:
         f"tether waive {run.task_id} ITEM --reason TEXT, or "
         f"tether abandon {run.task_id} --reason TEXT"
     )
-    raise Stop(
-        out.waiting(
-            "decision",
-            text,
-            why="needs_user_input",
-            events=[ev.DecisionRequested(reason=text, partial=partial)],
-            partial=partial,
-        )
+    return out.waiting(
+        "decision",
+        text,
+        why="needs_user_input",
+        events=[ev.DecisionRequested(reason=text, partial=partial)],
+        partial=partial,
     )
 
 
-async def settle(run: JudgeHost, round_no: int) -> None:
+async def settle(run: JudgeHost, round_no: int) -> Outcome | None:
     """Before a round: with nothing open there is nothing to ask the model; finish
     (through the completion check) or wait for a human's decision."""
     if run.ledger.open_items():
-        return
+        return None
     gaps = run.ledger.gaps()
     if gaps:
-        await await_decision(run, f"{len(gaps)} of {len(run.ledger.states)} items are not done")
+        return await_decision(run, f"{len(gaps)} of {len(run.ledger.states)} items are not done")
     if run.state.completion_failed_round == run.state.rounds:
-        return  # the check just failed: the model gets a round to mend what it found
-    await complete(run, round_no)
+        return None  # the check just failed: the model gets a round to mend what it found
+    return await complete(run, round_no)
 
 
-async def complete(run: JudgeHost, round_no: int) -> None:
-    """The completion check on a proposed `satisfied`."""
+async def complete(run: JudgeHost, round_no: int) -> Outcome | None:
+    """The completion check on a proposed `satisfied`: `satisfied` when it passes, else
+    a continuation for the model (None) or, after repeated failures, a human."""
     checks = await run_acceptance(run.spec, run.workspace)
     gaps = [f"acceptance {c.id} failed: {c.detail}" for c in checks if not c.passed]
     reviewer = run.models.review if run.spec.review else None
@@ -333,12 +332,12 @@ async def complete(run: JudgeHost, round_no: int) -> None:
     )
     if passed and run.ledger.gaps():
         # Defence in depth: no path reaches delivery with an unfinished item.
-        await await_decision(run, f"{len(run.ledger.gaps())} items are not done")
+        return await_decision(run, f"{len(run.ledger.gaps())} items are not done")
     if passed:
         waived = run.ledger.waivers()
         why = "completion check passed" + (f"; waived: {', '.join(waived)}" if waived else "")
         stop = "delivered_with_waivers" if waived else "delivered"
-        raise Stop(out.finished("satisfied", stop, why, events=events))
+        return out.finished("satisfied", stop, why, events=events)
     run.state.completion_failures += 1
     failures = run.state.completion_failures
     run.state.completion_failed_round = run.state.rounds
@@ -349,12 +348,10 @@ async def complete(run: JudgeHost, round_no: int) -> None:
         events.append(ev.LedgerUpdated(version=ledger.version, diff=[], cause="review"))
     if failures >= 3 or (not ledger.open_items() and failures >= 2):
         await run.commit(events, ledger=ledger)
-        raise Stop(
-            out.waiting(
-                "human",
-                f"the completion check failed {failures} times: " + "; ".join(gaps)[:800],
-                why="needs_user_input",
-            )
+        return out.waiting(
+            "human",
+            f"the completion check failed {failures} times: " + "; ".join(gaps)[:800],
+            why="needs_user_input",
         )
     text = continuation_message(ledger, "the completion check failed", gaps)
     events.append(
@@ -371,6 +368,7 @@ async def complete(run: JudgeHost, round_no: int) -> None:
     )
     await run.commit(events, ledger=ledger)
     run.ctx.append(Entry("continuation", [Message("user", text)], round_no))
+    return None
 
 
 class _RuleEnv:

@@ -1,0 +1,388 @@
+"""One round of a task, as six named phases.
+
+    read → assemble → decide → act → write back → verify
+
+- **read**: the checks between rounds (`guards.control`: lease, stop, cancel, goal
+  change), settling a ledger with nothing open (`verdicts.settle`: finish or ask a
+  human), the limits and the budget (`guards.limits`).
+- **assemble**: the focus item (started in the ledger), compaction when the context
+  would outgrow its budget, and the model request.
+- **decide**: the one model call, journaled (its request by reference, its response as
+  a blob) and *staged*: it reaches the store with the round's first commit.
+- **act**: every tool call through permissions, approvals, breakers and the op journal
+  (`ops.OpRunner`); a round with side effects commits its decision with its op intents
+  before anything is sent.
+- **write back**: the round's results as one pending write (`PendingRound`).
+- **verify**: NEED_HELP, the rule judge and an LLM judge, the audit and the verdict,
+  committed with the results (`verdicts.judge_round`).
+
+Each phase is a function of what it uses, and the round returns what happens next:
+None to go on, or an `Outcome` (waiting, suspended, finished, interrupted, cancelled)
+that the engine hands to `outcome.apply`, the one place a status changes. Two ends
+arise deep inside a phase and travel as a `Stop` exception to this module's entry
+points, where they become returned outcomes like the others: a model call that failed
+after its retries, and a tool call that must pause the round (`ops.Pause`: an
+approval, a long backoff, an op in doubt).
+
+Transactions: a round with side effects commits twice (decision + op intents; results
++ verdict + ledger), a third time only when an LLM judge is called in between, so that
+results are never held in memory across a model call; a read-only round commits once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from tether import errors, failpoints
+from tether import events as ev
+from tether import ledger as L
+from tether.models.base import Message, ModelRequest, ModelResponse
+from tether.runtime import guards, history, verdicts
+from tether.runtime import judge as J
+from tether.runtime import outcome as out
+from tether.runtime.compaction import compact_context
+from tether.runtime.ops import OpOutcome, OpRunner
+from tether.runtime.outcome import Outcome, Stop
+from tether.runtime.ports import PendingRound
+
+if TYPE_CHECKING:
+    from tether.runtime.ports import RoundHost
+
+#: The actor asks for a human with a line that starts NEED_HELP (as its prompt says);
+#: the words quoted inside a sentence are not a request.
+_NEED_HELP = re.compile(r"^[ \t>*_-]*NEED_HELP\b", re.M)
+
+
+# --- entry points ---------------------------------------------------------------------
+
+
+async def run_round(run: RoundHost) -> Outcome | None:
+    """One round from the start: None to go on, else how the run ends."""
+    try:
+        stop = await read(run)
+        if stop is not None:
+            return stop
+        round_no = run.state.rounds + 1
+        focus, request = await assemble(run, round_no)
+        response = await decide(run, round_no, focus, request)
+        return await _finish(run, round_no, focus, response, resumed=False)
+    except Stop as stop_:
+        return stop_.outcome
+
+
+async def finish_interrupted(run: RoundHost) -> Outcome | None:
+    """A round a crash (or a pause) interrupted: finish it from its recorded decision,
+    or judge it from its saved facts when only the verdict was missing."""
+    try:
+        inflight = run.state.inflight
+        if inflight:
+            response = ModelResponse.from_dict(await run.get_json(inflight["response_blob"]))
+            stop = await _finish(
+                run, int(inflight["round"]), inflight.get("focus"), response, resumed=True
+            )
+            if stop is not None:
+                return stop
+        if run.state.unjudged:
+            facts = verdicts.facts_from_dict(run.state.unjudged)
+            return await verdicts.judge_round(run, facts, text="")
+        return None
+    except Stop as stop_:
+        return stop_.outcome
+
+
+async def _finish(
+    run: RoundHost, round_no: int, focus: str | None, response: ModelResponse, *, resumed: bool
+) -> Outcome | None:
+    """The phases after the decision: act, write back, verify."""
+    runner = OpRunner(run)
+    outcomes = await act(run, runner, round_no, response, resumed=resumed)
+    pending = write_back(
+        run,
+        round_no,
+        focus,
+        response,
+        outcomes,
+        runner.pending_events,
+        response_blob=str((run.state.inflight or {})["response_blob"]),
+    )
+    return await verify(run, round_no, focus, response, outcomes, pending)
+
+
+# --- the phases -----------------------------------------------------------------------
+
+
+async def read(run: RoundHost) -> Outcome | None:
+    """Phase 1: may the round run? With nothing open no model is called: finishing (or
+    asking a human) is not held back by a limit on rounds or spend."""
+    stop = await guards.control(run)
+    if stop is None:
+        stop = await verdicts.settle(run, run.state.rounds + 1)
+    if stop is None:
+        stop = await guards.limits(run)
+    return stop
+
+
+async def assemble(run: RoundHost, round_no: int) -> tuple[str | None, ModelRequest]:
+    """Phase 2: the focus item (started in the staged ledger), compaction if the context
+    would not fit, and the request."""
+    ledger = run.ledger
+    focus = ledger.next_item()
+    verdicts.note_focus(run, round_no, focus)
+    started: list[ev.Event] = []
+    if focus is not None and ledger.item(focus).status == "pending":
+        up = L.start(ledger, focus)
+        ledger = up.ledger
+        started.append(
+            ev.LedgerUpdated(version=ledger.version, diff=up.diff.to_list(), cause="runtime")
+        )
+    budget = run.spec.context.input_budget_tokens
+    if run.ctx.estimate() > budget:
+        # Compaction commits on its own: the focus item's start is staged after it.
+        await compact_context(run, budget)
+    request = replace(
+        run.ctx.request("act", task_id=run.task_id),
+        ledger={**ledger.to_dict(), "next": focus},
+    )
+    run.staged_events = started
+    run.staged_ledger = ledger
+    return focus, request
+
+
+async def decide(
+    run: RoundHost, round_no: int, focus: str | None, request: ModelRequest
+) -> ModelResponse:
+    """Phase 3: the one model call, journaled and staged.
+
+    The decision (the focus item's start, the call's record, the response) goes into
+    the store with the round's first commit — with its op intents when the round has
+    side effects, or with the results when it is read-only. Until then `inflight`
+    (staged too) says how to finish the round from the recorded response.
+    """
+    actor = run.models.actor
+    estimate = run.ctx.raw_estimate()
+    failpoints.hit("before_model_call")
+    try:
+        response = await run.call_model(actor, request)
+    except errors.ModelError as exc:
+        await run.model_failed("act", actor, exc)
+        raise
+    failpoints.hit("after_model_response")
+    if response.usage.input_tokens:
+        run.ctx.calibrator.observe(estimate, response.usage.input_tokens)
+        run.state.token_ratio = run.ctx.calibrator.ratio
+    called = await run.record_call("act", actor, request, response, round_no)
+    ms = (run.staged_ledger or run.ledger).current_milestone()
+    if ms is not None:
+        run.state.milestone_rounds[ms] = run.state.milestone_rounds.get(ms, 0) + 1
+    run.state.inflight = {"round": round_no, "focus": focus, "response_blob": called.response_blob}
+    run.staged_events = [
+        ev.RoundStarted(round=round_no, turn=run.state.turns or 1, item=focus),
+        *run.staged_events,
+        called,
+    ]
+    return response
+
+
+async def act(
+    run: RoundHost,
+    runner: OpRunner,
+    round_no: int,
+    response: ModelResponse,
+    *,
+    resumed: bool,
+) -> list[OpOutcome]:
+    """Phase 4: the round's tool calls. Side effects ahead: the decision and its op
+    intents are durable first (a resumed round's intents already are)."""
+    if not resumed:
+        intents = await runner.plan(round_no, response)
+        if intents:
+            await run.commit(runner.intent_events(intents), ops=[r for _, r in intents])
+            for _ in intents:
+                failpoints.hit("after_op_intent")
+    return await runner.act(round_no, response, resumed=resumed)
+
+
+def write_back(
+    run: RoundHost,
+    round_no: int,
+    focus: str | None,
+    response: ModelResponse,
+    outcomes: list[OpOutcome],
+    extra: Sequence[ev.Event] = (),
+    response_blob: str = "",
+) -> PendingRound:
+    """Phase 5: the round's results as one write (committed with the verdict, or before
+    an LLM judge's call). Every message is stored once: the assistant's is the response
+    blob, a tool's is its op's journaled result."""
+    failpoints.hit("after_op_result")
+    assistant = Message("assistant", response.text, tool_calls=response.tool_calls)
+    tool_msgs = [
+        Message("tool", o.content, tool_call_id=o.call.id, name=o.call.name) for o in outcomes
+    ]
+    doc = history.round_doc(
+        response_blob,
+        [
+            (
+                m,
+                o.op_id if o.record is not None else None,
+                str((o.record.result or {}).get("content")) if o.record else None,
+            )
+            for m, o in zip(tool_msgs, outcomes, strict=True)
+        ],
+    )
+    ops = []
+    arts = []
+    events: list[ev.Event] = list(extra)
+    for o in outcomes:
+        if not o.replayed:
+            events.extend(o.result_events())
+            if o.artifact is not None:
+                arts.append(o.artifact)
+            if o.record is not None:
+                ops.append(o.record)
+        # A replayed op's result was committed before a crash or a pause: commit it.
+        events.append(ev.OpCommitted(op_id=o.op_id, round=round_no))
+    events.append(
+        ev.RoundCommitted(
+            round=round_no,
+            turn=run.state.turns or 1,
+            ops=len(outcomes),
+            text=response.text[:200],
+            messages=doc,
+            item=focus,
+        )
+    )
+    run.state.rounds = round_no
+    run.state.inflight = None
+    return PendingRound(
+        round_no,
+        events,
+        ops,
+        arts,
+        [assistant, *tool_msgs],
+        track_failures(run, outcomes, focus),
+        len(outcomes),
+    )
+
+
+async def verify(
+    run: RoundHost,
+    round_no: int,
+    focus: str | None,
+    response: ModelResponse,
+    outcomes: Sequence[OpOutcome],
+    pending: PendingRound,
+) -> Outcome | None:
+    """Phase 6: NEED_HELP, then the judges and the audited verdict, committed with the
+    round's results; a round whose every call met an open breaker waits for the
+    service."""
+    facts = round_facts(round_no, focus, response, outcomes, pending)
+    asks = _NEED_HELP.search(response.text)
+    if asks is not None:
+        await run.commit_round(pending)
+        help_text = response.text[asks.start() :][:500]
+        return out.waiting("human", help_text, why="needs_user_input")
+    rest: PendingRound | None = pending
+    if run.models.judge is not None:
+        # Results are durable before the judge's model call; a crash in between is
+        # judged after recovery from the saved facts.
+        run.state.unjudged = verdicts.facts_to_dict(facts)
+        await run.commit_round(pending)
+        rest = None
+    stop = await verdicts.judge_round(run, facts, response.text, rest)
+    if stop is None and facts.deferred:
+        stop = await wait_for_services(run, [o for o in outcomes if o.retry_at is not None])
+    return stop
+
+
+# --- helpers of the phases ------------------------------------------------------------
+
+
+def round_facts(
+    round_no: int,
+    focus: str | None,
+    response: ModelResponse,
+    outcomes: Sequence[OpOutcome],
+    pending: PendingRound,
+) -> J.RoundFacts:
+    """What the judges see of a round."""
+    return J.RoundFacts(
+        round=round_no,
+        focus=focus,
+        text=response.text,
+        non_convergent=pending.non_convergent,
+        ops=tuple(
+            J.OpSummary(
+                o.op_id,
+                o.tool,
+                dict(o.call.arguments or {}),
+                "deferred" if o.retry_at is not None else o.status,
+                o.summary,
+                o.error,
+                o.artifact.artifact_id if o.artifact else None,
+            )
+            for o in outcomes
+        ),
+    )
+
+
+async def wait_for_services(run: RoundHost, held: Sequence[OpOutcome]) -> Outcome | None:
+    """Every call of the round met an open breaker: rather than spend model calls (and
+    the item's attempts) on a service known to be down, wait for its next chance — in
+    the worker if short, else parked as `waiting` until then."""
+    now = run.clock.now()
+    until = min((o.retry_at for o in held if o.retry_at), default=now + 1.0)
+    delay = until - now
+    if delay <= 0:
+        return None
+    if delay <= run.inline_wait_max:
+        await run.clock.sleep(delay)
+        return None
+    services = sorted({o.tool for o in held})
+    return out.waiting(
+        "external",
+        f"{', '.join(services)}: the service's circuit breaker is open "
+        f"until {until:.0f}; the task continues then",
+        why="service unavailable",
+        until=until,
+    )
+
+
+def track_failures(run: RoundHost, outcomes: Sequence[OpOutcome], focus: str | None) -> str | None:
+    """Count identical failures (same item, tool, arguments and error class); the first
+    key that reaches the limit makes the round non-convergent. Keys carry the item so a
+    human's retry of it starts the count afresh."""
+    counts = dict(run.state.failure_keys)
+    hit = None
+    limit = run.spec.limits.same_failure_repeats
+    for o in outcomes:
+        if o.status != "failed" or o.replayed or o.retry_at is not None:
+            continue
+        key = f"{focus}|{o.tool}|{o.args_hash[-16:]}|{o.error_class}"
+        counts[key] = int(counts.get(key, 0)) + 1
+        if counts[key] >= limit and hit is None:
+            hit = (
+                f"{o.tool} failed {counts[key]} times with the same arguments "
+                f"({o.error_class}: {(o.error or '')[:120]})"
+            )
+    # Keep the map small: only the most recent keys matter.
+    run.state.failure_keys = dict(list(counts.items())[-200:])
+    return hit
+
+
+__all__ = [
+    "act",
+    "assemble",
+    "decide",
+    "finish_interrupted",
+    "read",
+    "round_facts",
+    "run_round",
+    "track_failures",
+    "verify",
+    "wait_for_services",
+    "write_back",
+]

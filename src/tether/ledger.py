@@ -42,6 +42,8 @@ class ItemDef:
     milestone: str | None = None
     #: The contract lets this item end `skipped` (with a reason) instead of `done`.
     optional: bool = False
+    #: Items that must be finished before this one starts (the contract's `after`).
+    after: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class Skeleton:
             "items": [
                 {"id": i.id, "title": i.title, "milestone": i.milestone}
                 | ({"optional": True} if i.optional else {})
+                | ({"after": list(i.after)} if i.after else {})
                 for i in self.items
             ],
         }
@@ -74,7 +77,13 @@ class Skeleton:
             acceptance=tuple((a["id"], a["description"]) for a in data.get("acceptance", [])),
             milestones=tuple((m["id"], m["title"]) for m in data.get("milestones", [])),
             items=tuple(
-                ItemDef(i["id"], i["title"], i.get("milestone"), bool(i.get("optional", False)))
+                ItemDef(
+                    i["id"],
+                    i["title"],
+                    i.get("milestone"),
+                    bool(i.get("optional", False)),
+                    tuple(i.get("after", ())),
+                )
                 for i in data.get("items", [])
             ),
         )
@@ -239,8 +248,56 @@ class Ledger:
         )
 
     def open_items(self) -> list[str]:
-        """Ids of items still pending or in progress, in contract order."""
-        return [d.id for d, s in self.items() if s.status in OPEN_STATUSES]
+        """Ids of items still pending or in progress, in contract order, except items held
+        by a predecessor that is blocked (see `held_by`): nothing can be done on those
+        until a human decides about the predecessor."""
+        held = self._held()
+        return [d.id for d, s in self.items() if s.status in OPEN_STATUSES and d.id not in held]
+
+    def waiting_for(self, item_id: str) -> list[str]:
+        """The item's predecessors (`after`) that are not finished yet."""
+        return [
+            p
+            for p in self.definition(item_id).after
+            if self.has_item(p) and not self.is_finished(p)
+        ]
+
+    def is_ready(self, item_id: str) -> bool:
+        """True when every predecessor of the item is finished: work on it may start."""
+        return not self.waiting_for(item_id)
+
+    def held_by(self, item_id: str) -> list[str]:
+        """The unfinished, not open items (blocked, or skipped without the contract's
+        leave) that keep this item from ever starting, directly or through a chain of
+        predecessors; empty when nothing holds it."""
+        return self._held().get(item_id, [])
+
+    def _held(self) -> dict[str, list[str]]:
+        """`{item: [stuck predecessors]}` for every item a stuck predecessor holds."""
+        if not any(d.after for d in self.skeleton.items):
+            return {}
+        held: dict[str, list[str]] = {}
+        # Predecessors first (Kahn's order; iterative, so a long chain cannot overflow
+        # the stack). An item in a cycle (only a hand-built ledger has one) is skipped.
+        preds = {d.id: [p for p in d.after if self.has_item(p)] for d in self.skeleton.items}
+        succs: dict[str, list[str]] = {d.id: [] for d in self.skeleton.items}
+        missing = {k: len(v) for k, v in preds.items()}
+        for k, v in preds.items():
+            for p in v:
+                succs[p].append(k)
+        ready = [k for k, n in missing.items() if n == 0]
+        while ready:
+            item_id = ready.pop()
+            found: list[str] = []
+            for p in self.waiting_for(item_id):
+                found.extend([p] if self.item(p).status not in OPEN_STATUSES else held.get(p, []))
+            if found:
+                held[item_id] = list(dict.fromkeys(found))
+            for s in succs[item_id]:
+                missing[s] -= 1
+                if missing[s] == 0:
+                    ready.append(s)
+        return held
 
     def is_finished(self, item_id: str) -> bool:
         """True when an item needs no more work for the task to be delivered: `done`,
@@ -260,13 +317,12 @@ class Ledger:
         return [d.id for d, s in self.items() if s.status in ("waived", "skipped")]
 
     def next_item(self) -> str | None:
-        """The item to work on next: the first in progress, else the first pending."""
-        for d, s in self.items():
-            if s.status == "in_progress":
-                return d.id
-        for d, s in self.items():
-            if s.status == "pending":
-                return d.id
+        """The item to work on next: the first in progress, else the first pending, among
+        the items whose predecessors are all finished."""
+        for wanted in ("in_progress", "pending"):
+            for d, s in self.items():
+                if s.status == wanted and self.is_ready(d.id):
+                    return d.id
         return None
 
     def current_milestone(self) -> str | None:
@@ -351,7 +407,10 @@ class Ledger:
             for d, s in members:
                 if compact and s.status == "done":
                     continue
-                lines.append(_render_item(d, s))
+                line = _render_item(d, s)
+                if s.status in OPEN_STATUSES and d.after:
+                    line += _render_wait(self, d.id)
+                lines.append(line)
         nxt = self.next_item()
         lines.append(f"Next: {nxt}" if nxt else "Next: nothing open")
         return "\n".join(lines)
@@ -359,6 +418,15 @@ class Ledger:
     def render_json(self) -> str:
         """Canonical JSON (sorted keys, no spaces)."""
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+def _render_wait(ledger: Ledger, item_id: str) -> str:
+    """What an open item waits for, or nothing when it may start."""
+    held = ledger.held_by(item_id)
+    if held:
+        return f" [held: {', '.join(held)} blocked]"
+    waiting = ledger.waiting_for(item_id)
+    return f" [after {', '.join(waiting)}]" if waiting else ""
 
 
 def _render_item(d: ItemDef, s: ItemState) -> str:
@@ -404,11 +472,16 @@ class ItemChange:
 
 def from_spec(
     objective: str,
-    items: Sequence[tuple[str, str, str | None] | tuple[str, str, str | None, bool]],
+    items: Sequence[
+        tuple[str, str, str | None]
+        | tuple[str, str, str | None, bool]
+        | tuple[str, str, str | None, bool, tuple[str, ...]]
+    ],
     acceptance: Sequence[tuple[str, str]] = (),
     milestones: Sequence[tuple[str, str]] = (),
 ) -> Ledger:
-    """A fresh ledger from plain tuples: `(id, title, milestone[, optional])` per item."""
+    """A fresh ledger from plain tuples: `(id, title, milestone[, optional[, after]])` per
+    item."""
     sk = Skeleton(
         objective=objective,
         items=tuple(ItemDef(*i) for i in items),

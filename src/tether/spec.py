@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -321,6 +322,11 @@ class ChecklistItem(_Strict):
     optional: bool = False
     shared_evidence: bool = False
     evidence_from: EvidenceLinks = Field(default_factory=EvidenceLinks)
+    after: list[str] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("after", "depends_on"),
+        description="ids of items that must be finished before this one starts",
+    )
 
 
 class Limits(_Strict):
@@ -450,6 +456,56 @@ class ContextConfig(_Strict):
     cache_ttl_seconds: float = Field(default=300.0, ge=0)
 
 
+def _order_problems(items: list[ChecklistItem]) -> list[str]:
+    """Unknown or self-referencing `after` ids, and cycles (an item that would wait for
+    itself through its predecessors)."""
+    ids = [i.id for i in items]
+    known = set(ids)
+    problems: list[str] = []
+    graph: dict[str, list[str]] = {}
+    for n, item in enumerate(items):
+        for p in item.after:
+            if p == item.id:
+                problems.append(f"items.{n}.after: item {item.id!r} cannot come after itself")
+            elif p not in known:
+                problems.append(
+                    f"items.{n}.after: {p!r} is not an item id (expected one of {ids[:10]})"
+                )
+        graph[item.id] = [p for p in item.after if p in known and p != item.id]
+    cycle = _find_cycle(graph)
+    if cycle:
+        problems.append(
+            "items: the `after` order has a cycle ("
+            + " -> ".join(cycle if len(cycle) <= 8 else [*cycle[:4], "...", *cycle[-3:]])
+            + "); no item of it could ever start"
+        )
+    return problems
+
+
+def _find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
+    """One cycle of `graph` as a path that ends where it starts, or None (iterative: a
+    hostile spec may chain thousands of items)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for root in graph:
+        if root in state:
+            continue
+        path: list[str] = [root]
+        stack = [iter(graph[root])]
+        state[root] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            elif nxt not in state:
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(graph[nxt]))
+    return None
+
+
 class TaskSpec(_Strict):
     """A task's contract. Build it in Python or load it with `load_spec`."""
 
@@ -497,6 +553,7 @@ class TaskSpec(_Strict):
                     f"items.{n}.milestone: {item.milestone!r} is not a milestone id "
                     f"(expected one of {ms_ids or 'none declared'})"
                 )
+        problems += _order_problems(self.items)
         if problems:
             raise ValueError(_SEP.join(problems))
         return self

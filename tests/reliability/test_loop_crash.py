@@ -104,7 +104,7 @@ def test_crash_at_fail_point_then_resume(tmp_path: Path, point: str, count: int)
     assert evs[: len(before)] == before  # the log is append-only
     # Recovery ran, in order, as events.
     steps = [e["data"]["step"] for e in evs if e["type"] == "recovery.step"]
-    assert steps == ["version", "artifacts", "ops", "ledger", "context"]
+    assert steps == ["version", "artifacts", "ops", "deliverables", "ledger", "context"]
     # One act call per committed round: a committed decision is never paid for twice.
     acts = Counter(
         e["data"]["round"]

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tether import ledger as L
 from tether.models.base import Message, ModelRequest
+from tether.runtime.deliverables import deliverable_meta
 from tether.spec import (
     ArtifactRule,
     ChecklistItem,
@@ -236,6 +237,11 @@ class _Audit:
     def policy(self, item_id: str) -> ItemPolicy:
         return self.policies.get(item_id, ItemPolicy())
 
+    def ready(self, item_id: str) -> bool:
+        """Every predecessor is finished, or made done earlier in this audit."""
+        done_now = {c.item_id for c in self.accepted if c.status == "done"}
+        return all(p in done_now for p in self.ledger.waiting_for(item_id))
+
     def own_evidence(self, source: str, ch: ProposedChange) -> tuple[Evidence, ...]:
         """The cited refs that resolve and belong to the item; warnings for the rest."""
         item, policy = ch.item_id, self.policy(ch.item_id)
@@ -322,6 +328,16 @@ class _Audit:
                 "waives: status unchanged",
                 item=item,
                 note=ch.note or "",
+            )
+            status = None
+        if status in ("done", "in_progress") and not self.ready(item):
+            waiting = self.ledger.waiting_for(item)
+            self.warn(
+                "item_not_ready",
+                f"{source} judge proposed {status} for {item}, which comes after "
+                f"{', '.join(waiting)} (not finished yet); refused",
+                item=item,
+                waiting_for=waiting,
             )
             status = None
         if status == "done" and source != "rules" and self.policy(item).rule:
@@ -457,7 +473,10 @@ def _decide(
                     {"gaps": gaps},
                 )
             )
-        return "need_decision", f"{len(gaps)} of {len(ledger.states)} items are not done"
+        held = [f"{g} waits for {', '.join(ledger.held_by(g))}" for g in gaps if ledger.held_by(g)]
+        return "need_decision", f"{len(gaps)} of {len(ledger.states)} items are not done" + (
+            f" ({'; '.join(held[:5])})" if held else ""
+        )
     return "satisfied", reason or "every item is finished"
 
 
@@ -556,8 +575,26 @@ def partial_record(ledger: L.Ledger, proposals: Mapping[str, Any] | None = None)
         elif s.status in ("waived", "skipped"):
             rec[s.status].append({**entry, "reason": s.note, "optional": d.optional})
         else:
-            rec["remaining"].append({**entry, "status": s.status})
+            rec["remaining"].append({**entry, "status": s.status, **_waits(ledger, d.id)})
     return rec
+
+
+def _waits(ledger: L.Ledger, item_id: str) -> dict[str, Any]:
+    """What an unfinished item waits for: predecessors not finished, and the stuck ones
+    (blocked, skipped) that hold it until a human decides about them."""
+    out: dict[str, Any] = {}
+    waiting = ledger.waiting_for(item_id)
+    if waiting:
+        out["waiting_for"] = waiting
+    held = ledger.held_by(item_id)
+    if held:
+        out["held_by"] = held
+        out["reason"] = (
+            f"waits for {', '.join(held)}, which "
+            + ("is" if len(held) == 1 else "are")
+            + " not finished and not open"
+        )
+    return out
 
 
 # --- the LLM judge ----------------------------------------------------------------------
@@ -713,8 +750,11 @@ class RuleEnv(Protocol):
         """Valid artifacts of the task."""
         ...
 
-    async def record_evidence(self, item_id: str, text: str) -> str:
-        """Store an evidence artifact; return its ref (`artifact:<id>`)."""
+    async def record_evidence(
+        self, item_id: str, text: str, meta: Mapping[str, Any] | None = None
+    ) -> str:
+        """Store an evidence artifact (with `meta`, e.g. the deliverable file it accepts);
+        return its ref (`artifact:<id>`)."""
         ...
 
 
@@ -742,12 +782,16 @@ async def rule_verdict(spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> Verdic
     """Check open items' `done_when` rules; propose `done` with evidence for those met."""
     check = _RuleCheck(spec, ledger, env)
     changes: list[ProposedChange] = []
+    # Items whose rule is met in this verdict: their successors may be judged after them.
+    met: set[str] = set()
     for item in spec.items:
         rule = item.done_when
         if rule is None or not ledger.has_item(item.id):
             continue
         if ledger.item(item.id).status not in L.OPEN_STATUSES:
             continue
+        if any(p not in met for p in ledger.waiting_for(item.id)):
+            continue  # it may not start before its predecessors are finished
         if isinstance(rule, OpRule):
             change = await check.op(item, rule)
         elif isinstance(rule, ArtifactRule):
@@ -758,6 +802,7 @@ async def rule_verdict(spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> Verdic
             change = await check.command(item, rule)
         if change is not None:
             changes.append(change)
+            met.add(item.id)
     return Verdict("continue", tuple(changes), "", source="rules")
 
 
@@ -829,8 +874,12 @@ class _RuleCheck:
         full = hashlib.sha256(data).hexdigest()
         if rule.fresh and self.env.preexisting.get(rule.path) == full:
             return None  # the same file was there before the task started
+        # The path and full hash go with the evidence: recovery and the check before
+        # delivery verify that the deliverable is still there with this content.
         ref = await self.env.record_evidence(
-            item.id, f"file {rule.path} exists ({len(content)} chars, sha256 {full[:16]})"
+            item.id,
+            f"file {rule.path} exists ({len(content)} chars, sha256 {full[:16]})",
+            deliverable_meta(rule.path, data),
         )
         return ProposedChange(item.id, "done", (ref,), f"rule: file {rule.path}")
 

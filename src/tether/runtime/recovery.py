@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message
-from tether.runtime import history
+from tether.runtime import deliverables, history
 from tether.runtime import outcome as out
 from tether.runtime.context import Context, Entry, render_system, turn_message
 from tether.runtime.outcome import Outcome
@@ -144,6 +144,14 @@ async def _recover(
         if s.status == "done" and not any(resolves(r) for r in s.evidence):
             ledger = L.reopen(ledger, d.id, "evidence no longer resolves").ledger
             reopened.append(d.id)
+    # Deliverables (workspace files behind done items) are outside the store.
+    ledger, broken = await deliverables.verify(
+        run.store, run.task_id, ledger, run.workspace, blobs=False
+    )
+    events.append(
+        ev.RecoveryStep(step="deliverables", details=deliverables.details(broken, len(cited)))
+    )
+    reopened += [i for i in dict.fromkeys(b.item for b in broken) if i not in reopened]
     events.append(ev.RecoveryStep(step="ledger", details={"reopened": reopened}))
     if reopened:
         events.append(

@@ -26,7 +26,7 @@ def ledger_from_spec(spec: TaskSpec) -> L.Ledger:
     """A fresh ledger whose skeleton is the spec's objective, acceptance and items."""
     return L.from_spec(
         spec.objective,
-        [(i.id, i.title, i.milestone, i.optional) for i in spec.items],
+        [(i.id, i.title, i.milestone, i.optional, tuple(i.after)) for i in spec.items],
         acceptance=[(a.id, a.description) for a in spec.acceptance],
         milestones=[(m.id, m.title) for m in spec.milestones],
     )

@@ -9,6 +9,7 @@ from tether import errors, failpoints
 from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message
+from tether.runtime import deliverables
 from tether.runtime import judge as J
 from tether.runtime import outcome as out
 from tether.runtime.completion import parse_review, review_request, run_acceptance
@@ -292,6 +293,8 @@ async def settle(run: JudgeHost, round_no: int) -> Outcome | None:
 async def complete(run: JudgeHost, round_no: int) -> Outcome | None:
     """The completion check on a proposed `satisfied`: `satisfied` when it passes, else
     a continuation for the model (None) or, after repeated failures, a human."""
+    if await deliverables.hold_delivery(run, round_no):
+        return None  # a done item's deliverable broke: it is open again
     checks = await run_acceptance(run.spec, run.workspace)
     gaps = [f"acceptance {c.id} failed: {c.detail}" for c in checks if not c.passed]
     reviewer = run.models.review if run.spec.review else None
@@ -400,7 +403,9 @@ class _RuleEnv:
         stored = [a for a in await self.run.store.get_artifacts(self.run.task_id) if a.valid]
         return stored + (list(self.pending.artifacts) if self.pending else [])
 
-    async def record_evidence(self, item_id: str, text: str) -> str:
+    async def record_evidence(
+        self, item_id: str, text: str, meta: Mapping[str, Any] | None = None
+    ) -> str:
         ref = self.run.stage_blob(text.encode("utf-8"))
         self.run.state.evidence_count += 1
         n = self.run.state.evidence_count
@@ -413,6 +418,7 @@ class _RuleEnv:
             size=len(text),
             source="rule judge",
             task_version=self.run.task.version,
+            meta=dict(meta or {}),
         )
         self.artifacts.append(art)
         self.events.append(

@@ -1,0 +1,246 @@
+"""Verified deliverables: a `done` item's evidence is checked again before it is trusted.
+
+An item is done on evidence; some evidence stands for a file in the workspace (the
+deliverable): a `done_when: {kind: file}` rule records the file's path and content hash
+when it accepts it, and a succeeded `write_file` or `append_file` op names the file it
+made. Files live outside tether's store, so they can vanish or change behind its back.
+Whenever recovery runs, and once more before a task is delivered, every done item's
+deliverables are checked: the file must still exist and, where a hash was recorded (or
+the op that wrote it is the file's last writer), still have that content. Evidence
+artifacts cited by done items must still be stored with their hash. A broken one reopens
+its item with the reason, so a deleted or altered deliverable can never end `satisfied`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tether import events as ev
+from tether import ledger as L
+from tether.models.base import Message
+from tether.runtime.context import Entry, continuation_message
+from tether.store.base import ArtifactRecord, OpRecord, Store, blob_hash
+
+if TYPE_CHECKING:
+    from tether.runtime.ports import JudgeHost
+
+#: Meta keys of an evidence artifact that stands for a workspace file.
+DELIVERABLE_KEY = "deliverable"
+SHA256_KEY = "sha256"
+#: The built-in tools that write workspace files (their ops name the file in `path`).
+WRITERS = ("write_file", "append_file")
+
+
+@dataclass(frozen=True)
+class Broken:
+    """One piece of a done item's evidence that no longer holds."""
+
+    item: str
+    ref: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON-ready form."""
+        return {"item": self.item, "ref": self.ref, "reason": self.reason}
+
+
+def deliverable_meta(path: str, data: bytes) -> dict[str, Any]:
+    """The meta of an evidence artifact that accepts workspace file `path` with `data`."""
+    return {DELIVERABLE_KEY: path, SHA256_KEY: hashlib.sha256(data).hexdigest()}
+
+
+def _file_state(workspace: Path | None, path: str) -> str | None:
+    """The sha256 of a workspace file, or None when it is gone (or not a file, or
+    outside the workspace)."""
+    if workspace is None:
+        return None
+    try:
+        root = workspace.resolve()
+        target = (root / path).resolve()
+        if not target.is_relative_to(root) or not target.is_file():
+            return None
+        return hashlib.sha256(target.read_bytes()).hexdigest()
+    except (OSError, ValueError):
+        return None
+
+
+def _file_problem(workspace: Path | None, path: str, want: str | None) -> str | None:
+    """Why the deliverable `path` no longer holds (gone, or not the accepted content)."""
+    have = _file_state(workspace, path)
+    if have is None:
+        return f"deliverable {path} is missing from the workspace"
+    if want is not None and have != want:
+        return (
+            f"deliverable {path} changed since it was accepted "
+            f"(sha256 {want[:12]}..., now {have[:12]}...)"
+        )
+    return None
+
+
+class _Check:
+    """One verification: the cited artifacts and writer ops read once."""
+
+    def __init__(
+        self,
+        workspace: Path | None,
+        artifacts: Mapping[str, ArtifactRecord],
+        ops: Mapping[str, OpRecord],
+        last_writer: Mapping[str, str],
+        blobs: Mapping[str, bool],
+    ) -> None:
+        self.workspace = workspace
+        self.artifacts = artifacts
+        self.ops = ops
+        self.last_writer = last_writer
+        self.blobs = blobs
+
+    def artifact(self, ident: str) -> str | None:
+        art = self.artifacts.get(ident)
+        if art is None or not art.valid:
+            return f"evidence artifact {ident} is missing or no longer valid"
+        if not self.blobs.get(art.blob_hash, True):
+            return f"evidence artifact {ident} is missing from the store (its content is gone)"
+        path = art.meta.get(DELIVERABLE_KEY)
+        if isinstance(path, str):
+            want = art.meta.get(SHA256_KEY)
+            return _file_problem(self.workspace, path, want if isinstance(want, str) else None)
+        return None
+
+    def op(self, ident: str) -> str | None:
+        op = self.ops.get(ident)
+        if op is None:
+            return None  # not a writer op: the journal (recovery's own check) vouches for it
+        path = op.args.get("path")
+        if not isinstance(path, str):
+            return None
+        want = None
+        if op.tool == "write_file" and self.last_writer.get(path) == op.op_id:
+            content = op.args.get("content")
+            if isinstance(content, str):
+                want = hashlib.sha256(content.encode("utf-8")).hexdigest()
+        return _file_problem(self.workspace, path, want)
+
+    def ref(self, ref: str) -> str | None:
+        kind, _, ident = ref.partition(":")
+        if kind == "artifact":
+            return self.artifact(ident)
+        if kind == "op":
+            return self.op(ident)
+        return None
+
+
+async def _blob_states(store: Store, arts: Sequence[ArtifactRecord]) -> dict[str, bool]:
+    states: dict[str, bool] = {}
+    for art in arts:
+        if art.blob_hash in states:
+            continue
+        try:
+            states[art.blob_hash] = blob_hash(await store.get_blob(art.blob_hash)) == art.blob_hash
+        except KeyError:
+            states[art.blob_hash] = False
+    return states
+
+
+async def verify(
+    store: Store,
+    task_id: str,
+    ledger: L.Ledger,
+    workspace: Path | None,
+    *,
+    blobs: bool = True,
+) -> tuple[L.Ledger, list[Broken]]:
+    """Check every done item's evidence; return the ledger with the items whose evidence
+    broke reopened (the reason in their note), and what broke.
+
+    An item is reopened when any of its evidence broke: a deliverable that is gone or
+    altered, or a cited artifact that is missing (with `blobs`, its stored content is
+    read and hashed too; recovery checks those itself and passes `blobs=False`)."""
+    done = [(d.id, s.evidence) for d, s in ledger.items() if s.status == "done"]
+    refs = {r for _, evidence in done for r in evidence}
+    art_ids = {r.partition(":")[2] for r in refs if r.startswith("artifact:")}
+    op_ids = {r.partition(":")[2] for r in refs if r.startswith("op:")}
+    arts = await store.get_artifacts(task_id, artifact_ids=art_ids) if art_ids else []
+    writers: list[OpRecord] = []
+    if op_ids:
+        writers = await store.get_ops(task_id, statuses={"succeeded"}, tools=set(WRITERS))
+    last_writer: dict[str, str] = {}
+    for op in writers:  # oldest first: the last one wins
+        path = op.args.get("path")
+        if isinstance(path, str):
+            last_writer[path] = op.op_id
+    check = _Check(
+        workspace,
+        {a.artifact_id: a for a in arts},
+        {o.op_id: o for o in writers if o.op_id in op_ids},
+        last_writer,
+        await _blob_states(store, arts) if blobs else {},
+    )
+    broken: list[Broken] = []
+    for item, evidence in done:
+        for ref in evidence:
+            reason = check.ref(ref)
+            if reason is not None:
+                broken.append(Broken(item, ref, reason))
+    return reopen(ledger, broken), broken
+
+
+def reopen(ledger: L.Ledger, broken: Collection[Broken]) -> L.Ledger:
+    """The ledger with every item of `broken` back to pending, its first reason noted."""
+    reasons: dict[str, str] = {}
+    for b in broken:
+        reasons.setdefault(b.item, b.reason)
+    for item, reason in reasons.items():
+        ledger = L.reopen(ledger, item, reason).ledger
+    return ledger
+
+
+def details(broken: Sequence[Broken], checked: int) -> dict[str, Any]:
+    """The findings as a `recovery.*` step's details."""
+    return {"checked": checked, "broken": [b.to_dict() for b in broken]}
+
+
+async def hold_delivery(run: JudgeHost, round_no: int) -> bool:
+    """Before a task is delivered: verify every done item's evidence once more. When
+    something broke, commit the reopened items with an `audit.warning` per finding and
+    return True (the task goes on instead of being delivered)."""
+    ledger, broken = await verify(run.store, run.task_id, run.ledger, run.workspace)
+    if not broken:
+        return False
+    events: list[ev.Event] = [
+        ev.AuditWarning(
+            code="deliverable_broken",
+            message=f"{b.item} reopened before delivery: {b.reason}",
+            details={**b.to_dict(), "round": round_no},
+        )
+        for b in broken
+    ]
+    reopened = list(dict.fromkeys(b.item for b in broken))
+    events.append(
+        ev.LedgerUpdated(
+            version=ledger.version,
+            diff=[{"item": i, "field": "status", "after": "pending"} for i in reopened],
+            cause="deliverables",
+        )
+    )
+    gaps = [f"{b.item}: {b.reason}" for b in broken]
+    text = continuation_message(ledger, "verified deliverables before delivery", gaps, reopened)
+    p = ledger.progress()
+    events.append(
+        ev.JudgeVerdict(
+            round=round_no,
+            decision="continue",
+            reason="deliverables broke before delivery",
+            done=p.done,
+            total=p.total,
+            percent=p.percent,
+            continuation=text,
+            judges=["deliverables"],
+        )
+    )
+    await run.commit(events, ledger=ledger)
+    run.ctx.append(Entry("continuation", [Message("user", text)], round_no))
+    return True

@@ -128,8 +128,9 @@ async def test_each_kind_is_sent_once_signed_to_the_contracts_webhook(
     sent = await events_of(store, tid, "notice.sent")
     assert [s["kind"] for s in sent] == [kind for _, kind in EVENTS]
     assert all(s["channel"] == "log, webhook" for s in sent)
-    # A later event is the only one announced by the next sweep.
-    await store.commit(tid, None, [EVENTS[2][0]])
+    # A later wait for a decision is the only one announced by the next sweep, once
+    # (its status change, the same kind of change as NEED_HELP's, is part of it).
+    await store.commit(tid, None, [EVENTS[2][0], EVENTS[3][0]])
     report = await sweep(store, notifier=LogNotifier())
     assert report.notices == [(tid, "decision_needed")]
     assert len(hook.stats()["notices"]) == len(EVENTS) + 1

@@ -52,9 +52,20 @@ def _status_notice(task: TaskRecord, d: dict[str, Any]) -> tuple[str, str] | Non
     return None
 
 
-def notice_of(task: TaskRecord, event: StoredEvent) -> Notice | None:
-    """The notice one journal event calls for, if any."""
+def notice_of(
+    task: TaskRecord, event: StoredEvent, before: StoredEvent | None = None
+) -> Notice | None:
+    """The notice one journal event calls for, if any (`before`: the event just before
+    it, when it is one of `TYPES`: a wait for a decision is announced by its
+    `decision.requested`, not again by its status change)."""
     d = event.data
+    if (
+        event.type == "task.status"
+        and before is not None
+        and before.type == "decision.requested"
+        and before.seq == event.seq - 1
+    ):
+        return None
     kind: str
     text: str
     details: dict[str, Any] = {"event": event.type, "seq": event.seq, "at": event.at}
@@ -119,8 +130,10 @@ async def announce(store: Store, task: TaskRecord, notifier: Notifier, now: floa
     if after >= task.last_seq:
         return []
     sent: list[Notice] = []
+    before: StoredEvent | None = None
     for event in await store.read_events(task.task_id, after=after, types=TYPES):
-        notice = notice_of(task, event)
+        notice = notice_of(task, event, before)
+        before = event
         if notice is None:
             continue
         if not await store.update_shared(key(task.task_id), _take(event.seq)):

@@ -150,6 +150,22 @@ def doubt_id(record: OpRecord) -> str:
     return base if record.attempts <= 1 else f"{base}.{record.attempts}"
 
 
+def superseded_by(record: OpRecord) -> int | None:
+    """The task version under which a late result of this op arrived, if it did: the
+    op was decided under an older version, so its result is history only and proves
+    nothing for the current contract (judges skip it)."""
+    late = (record.result or {}).get("superseded_by")
+    return int(late) if isinstance(late, int) else None
+
+
+#: Op states in which a call of an older task version is known not to be in flight: it
+#: is not sent any more (the model decides again under the new contract).
+_NOT_IN_FLIGHT = frozenset({"awaiting_approval", "retry_wait"})
+#: Contract fields whose edit raises the version without changing the goal: results of
+#: the version before stay current.
+_NOT_THE_GOAL = frozenset({"limits", "budget", "notify", "services", "context", "models"})
+
+
 def op_id_for(task_id: str, round_no: int, call_index: int) -> str:
     """Deterministic op id: the idempotency key of one tool call."""
     return f"{task_id}.r{round_no}.c{call_index}"
@@ -179,6 +195,8 @@ class OpRunner:
         self.journaled: set[str] = set()
         #: Op ids a human approved (the tool sees `ctx.approved`).
         self.approved: set[str] = set()
+        #: Ops decided under a version below this one are of an older goal (see `act`).
+        self.goal_version = 0
 
     # ------------------------------------------------------------------ entry
 
@@ -240,6 +258,8 @@ class OpRunner:
             if resumed
             else {}
         )
+        if any(o.task_version < run.task.version for o in existing.values()):
+            self.goal_version = await self._goal_version()
         for idx, call in enumerate(response.tool_calls):
             op_id = op_id_for(run.task_id, round_no, idx)
             prior = existing.get(op_id)
@@ -275,6 +295,9 @@ class OpRunner:
                 )
                 continue
             record = prior or self.intended(tool, round_no, idx, args)
+            if prior is not None and self._unsent_and_stale(tool, prior):
+                outcomes.append(await self.supersede(call, tool, prior))
+                continue
             approved = await self.approval(tool, call, record)
             if isinstance(approved, OpOutcome):
                 outcomes.append(approved)
@@ -313,6 +336,61 @@ class OpRunner:
             artifacts=[o.artifact for o in new if o.artifact is not None],
         )
         self.pending_events = []
+
+    async def _goal_version(self) -> int:
+        """The version made by the latest edit that changed the goal (the objective,
+        items, constraints, tools...: not only limits or budgets)."""
+        edits = await self.store.read_events(self.run.task_id, types={"task.edited"})
+        changed = [
+            int(e.data.get("new_version", 0))
+            for e in edits
+            if set(e.data.get("changes") or {}) - _NOT_THE_GOAL
+        ]
+        return max(changed, default=0)
+
+    def _unsent_and_stale(self, tool: Tool, record: OpRecord) -> bool:
+        """A call decided for an older goal that was never sent (waiting for an
+        approval or a retry time, or intended with no `dispatched` mark)."""
+        if record.task_version >= self.goal_version:
+            return False
+        if record.status in _NOT_IN_FLIGHT:
+            return True
+        marks_dispatch = tool.effect != "read" and not tool.idempotent and tool.reconcile is None
+        return record.status == "intended" and marks_dispatch
+
+    async def supersede(self, call: ToolCall, tool: Tool, record: OpRecord) -> OpOutcome:
+        """Drop a call the contract changed under: it is not sent, its pending approval
+        request is closed, and the model is told to decide again."""
+        version = self.run.task.version
+        msg = (
+            f"not sent: the task's goal changed (version {version}) after this call was "
+            f"decided under version {record.task_version}; decide again under the new "
+            "contract"
+        )
+        appr = await self.request(f"{record.op_id}.approval")
+        if appr is not None and appr.status == "pending":
+            closed = replace(
+                appr,
+                status="rejected",
+                decision={"decision": "superseded", "reason": msg},
+                decided_by="tether",
+                decided_at=self.clock.now(),
+            )
+            await self.run.commit(
+                [
+                    ev.ApprovalDecided(
+                        request_id=appr.request_id, decision="superseded", by="tether"
+                    )
+                ],
+                approvals=[closed],
+            )
+        return self.failure(call, tool, record, "superseded", msg, 0.0)
+
+    def _late(self, record: OpRecord, result: dict[str, Any]) -> dict[str, Any]:
+        """A result that arrives for an op decided for an older goal is marked so."""
+        if record.task_version < self.goal_version:
+            return {**result, "superseded_by": self.run.task.version}
+        return result
 
     # ------------------------------------------------------------------ outcomes
 
@@ -426,7 +504,13 @@ class OpRunner:
             "content": content,
             "artifact_id": artifact.artifact_id if artifact else None,
         }
-        rec = replace(record, status="succeeded", result=result, error=None, next_attempt_at=None)
+        rec = replace(
+            record,
+            status="succeeded",
+            result=self._late(record, result),
+            error=None,
+            next_attempt_at=None,
+        )
         return OpOutcome(
             call,
             record.op_id,

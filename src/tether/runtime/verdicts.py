@@ -14,6 +14,7 @@ from tether.runtime import judge as J
 from tether.runtime import outcome as out
 from tether.runtime.completion import parse_review, review_request, run_acceptance
 from tether.runtime.context import Entry, continuation_message
+from tether.runtime.ops import superseded_by
 from tether.runtime.outcome import Outcome
 from tether.store.base import ArtifactRecord, OpRecord
 
@@ -229,6 +230,7 @@ async def resolve_evidence(
     def where(round_no: int) -> str | None:
         return facts.focus if round_no == facts.round else focus_of(run, round_no)
 
+    ops = {k: o for k, o in ops.items() if superseded_by(o) is None}  # late: history only
     known: dict[str, J.Evidence] = {}
     for op in ops.values():
         known[f"op:{op.op_id}"] = J.Evidence(
@@ -397,7 +399,10 @@ class _RuleEnv:
             for o in self.pending.ops
             if o.status == "succeeded" and (not tools or o.tool in tools)
         ]
-        return [o for o in stored if o.op_id not in mine] + fresh
+        # A late result of an older task version proves nothing now (`ops.superseded_by`).
+        return [o for o in stored if o.op_id not in mine and superseded_by(o) is None] + [
+            o for o in fresh if superseded_by(o) is None
+        ]
 
     async def valid_artifacts(self) -> list[ArtifactRecord]:
         stored = [a for a in await self.run.store.get_artifacts(self.run.task_id) if a.valid]

@@ -234,6 +234,8 @@ def test_pages_render_what_the_task_holds(
     shown = client.get(evidence)
     assert shown.status_code == 200 and "p1" in shown.text
     assert client.get(f"/tasks/{tid}/evidence/op:nope").status_code == 400
+    calls = client.get(f"/tasks/{tid}/partials/calls").text
+    assert f'href="/tasks/{tid}/calls/{tid}.act.1"' in calls
     call = client.get(f"/tasks/{tid}/calls/1")
     assert call.status_code == 200 and "System prompt" in call.text and "Writing p1." in call.text
     report = client.get(f"/tasks/{tid}/report").text
@@ -313,3 +315,57 @@ def test_serve_bad_input_is_one_paragraph_and_exit_2(
         port = str(busy.getsockname()[1])
         taken = tether("serve", "--db", url, "--port", port, cwd=tmp_path)
     assert_clean_error(taken, 2, f"cannot listen on 127.0.0.1:{port}")
+
+
+def test_stream_sends_each_event_once_from_where_the_reader_is(
+    waiting: tuple[str, str, Path], tmp_path: Path
+) -> None:
+    import http.client
+
+    from ._cli import cli_env, popen_tether
+
+    url, tid, _ = waiting
+    last = _run(_read(url, lambda s: s.get_task(tid))).last_seq
+    server = popen_tether(
+        "serve", "--port", "0", "--db", url, cwd=tmp_path, env=cli_env(TETHER_TOKEN=TOKEN)
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        host, port = line.split("http://", 1)[1].split("/", 1)[0].rsplit(":", 1)
+
+        def first_ids(path: str, headers: dict[str, str]) -> list[str]:
+            # The socket listens before the address is printed: no wait for readiness.
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            conn.request("GET", path, headers=headers)
+            resp = conn.getresponse()
+            assert resp.status == 200 and resp.getheader("content-type", "").startswith(
+                "text/event-stream"
+            )
+            ids, kinds = [], []
+            while "state" not in kinds:
+                text = resp.readline().decode().strip()
+                if text.startswith("id:"):
+                    ids.append(text[3:].strip())
+                elif text.startswith("event:"):
+                    kinds.append(text[6:].strip())
+            conn.close()
+            return ids
+
+        stream = f"/tasks/{tid}/stream"
+        assert first_ids(f"{stream}?after={last - 1}", {}) == [str(last), str(last)]
+        resumed = first_ids(f"{stream}?after=0", {"Last-Event-ID": str(last - 2)})
+        assert resumed == [str(last - 1), str(last), str(last)]
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
+
+
+def test_a_server_on_every_interface_answers_to_this_machine_s_names() -> None:
+    import socket
+
+    from tether.web.server import names_of
+
+    assert names_of("10.1.2.3") == ["10.1.2.3"]
+    everywhere = names_of("0.0.0.0")
+    assert socket.gethostname() in everywhere and "0.0.0.0" in everywhere

@@ -153,6 +153,21 @@ def test_watch_approve_and_waive_in_the_browser(site: dict[str, Any]) -> None:
             # The overwrite of i2 waits for a person.
             page.wait_for_selector(".approval button[value='approve']")
             assert page.inner_text("#status") == "waiting"
+            # A refresh of the state while a person types (as the stream would cause)
+            # keeps the text and swaps cleanly.
+            page.fill(".approval input[name='reason']", "not sure yet")
+            page.evaluate(
+                """() => {
+                    window.__swapped = false;
+                    const state = document.querySelector('#state');
+                    state.addEventListener('htmx:afterSettle', () => { window.__swapped = true; },
+                                           {once: true});
+                    htmx.trigger(state, 'sse:state');
+                }"""
+            )
+            page.wait_for_function("window.__swapped === true")
+            assert page.input_value(".approval input[name='reason']") == "not sure yet"
+            assert errors == [], errors
             assert _status(site)["waiting"]["kind"] == "approval"
             # A write without the token is refused and changes nothing.
             anonymous = browser.new_context()

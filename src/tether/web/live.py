@@ -4,7 +4,8 @@ The stream reads the task's new events every `poll` seconds (the store has no pu
 worker in another process writes them) and sends each as a `timeline` message (one
 `<li>`, appended by htmx), then one `state` message when anything arrived (the page
 then reloads its state part: progress bar, gauges, ledger, decisions). It starts after
-the event the page was rendered with, so nothing is shown twice or missed.
+the event the page was rendered with (or the `Last-Event-ID` a reconnecting browser
+sends: each message's id is its seq), so nothing is shown twice or missed.
 """
 
 from __future__ import annotations
@@ -35,16 +36,19 @@ async def stream(
     await store.get_task(task_id)
     poll: float = request.app.state.poll
     row = templates.env.get_template("_event.html")
+    # A browser that reconnects by itself says what it saw last: nothing twice.
+    seen = request.headers.get("last-event-id", "")
+    start = max(after, int(seen)) if seen.isdigit() else after
 
     async def events() -> AsyncIterator[dict[str, Any]]:
-        last = after
+        last = start
         while not await request.is_disconnected():
             batch = await store.read_events(task_id, after=last, limit=BATCH)
             for e in batch:
-                yield {"event": "timeline", "data": row.render(e=timeline_row(e))}
+                yield {"event": "timeline", "id": str(e.seq), "data": row.render(e=timeline_row(e))}
             if batch:
                 last = batch[-1].seq
-                yield {"event": "state", "data": str(last)}
+                yield {"event": "state", "id": str(last), "data": str(last)}
             else:
                 await asyncio.sleep(poll)
 

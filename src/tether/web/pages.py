@@ -8,6 +8,7 @@ change (the task list, the task's state) and appends the timeline from the live 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from importlib.resources import files
 from typing import Annotated, Any
@@ -31,11 +32,22 @@ router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(files("tether.web") / "templates"))
 templates.env.filters["ts"] = ts
 templates.env.filters["redact"] = lambda v: redact(str(v))
+
+
+def dom_id(value: Any) -> str:
+    """A stable element id for user text (request and item ids hold dots, which a CSS
+    selector would read as classes: htmx finds preserved inputs by selector)."""
+    return "h" + hashlib.sha256(str(value).encode()).hexdigest()[:16]
+
+
+templates.env.filters["domid"] = dom_id
 templates.env.globals["STATUS_STYLE"] = STATUS_STYLE
 #: Statuses offered by the task list's filter.
 STATUSES = tuple(STATUS_STYLE)
 #: Most events the task page shows before the live stream appends.
 TIMELINE_TAIL = 200
+#: Most model calls the task page lists (the newest).
+CALLS = 50
 #: Most characters of an artifact shown on its evidence page.
 EVIDENCE_CHARS = 200_000
 
@@ -172,7 +184,7 @@ async def task_page(
         **ctx,
         timeline=[timeline_row(e) for e in events],
         after=events[-1].seq if events else 0,
-        calls=calls[-50:],
+        calls=calls[-CALLS:],
     )
 
 
@@ -180,6 +192,14 @@ async def task_page(
 async def state_partial(request: Request, task_id: str) -> HTMLResponse:
     """The task's changing part: status, progress, gauges, ledger, decisions."""
     return _render(request, "_state.html", **(await _task_context(request, task_id)))
+
+
+@router.get("/tasks/{task_id}/partials/calls", response_class=HTMLResponse)
+async def calls_partial(request: Request, task_id: str) -> HTMLResponse:
+    """The task's latest model calls (refreshed by htmx as the stream reports work)."""
+    store, _ = state_of(request)
+    calls = await list_calls(store, task_id)
+    return _render(request, "_calls.html", task={"task_id": task_id}, calls=calls[-CALLS:])
 
 
 @router.get("/tasks/{task_id}/calls/{call_id}", response_class=HTMLResponse)

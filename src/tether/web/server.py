@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Callable
 
@@ -28,6 +29,19 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def names_of(host: str) -> list[str]:
+    """The host names a server bound to `host` answers to (besides the local ones):
+    that address, or for every interface (`0.0.0.0`, `::`) this machine's names and
+    addresses."""
+    if host not in ("0.0.0.0", "::", ""):
+        return [host]
+    names = {host, socket.gethostname(), socket.getfqdn()}
+    # A machine whose own name does not resolve answers to its names only.
+    with contextlib.suppress(OSError):
+        names |= {str(info[4][0]) for info in socket.getaddrinfo(socket.gethostname(), None)}
+    return sorted(names)
+
+
 def url_of(sock: socket.socket) -> str:
     """`http://host:port` of a bound socket (IPv6 addresses in brackets)."""
     host, port = sock.getsockname()[:2]
@@ -50,8 +64,7 @@ def serve(
     from tether.web.app import create_app
 
     sock = bind(host, port)
-    hosts = [] if host in ("0.0.0.0", "::") else [host]
-    app = create_app(db, token=token, hosts=hosts)
+    app = create_app(db, token=token, hosts=names_of(host))
     config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
     server = uvicorn.Server(config)
     announce(url_of(sock))

@@ -13,8 +13,8 @@ against the same database:
   so the task's row is free — a `cancel` on it answers at once.
 - PostgreSQL, frozen inside a claim (the task's row locked by a client-driven
   transaction): the server ends that transaction (`idle_in_transaction_session_timeout`)
-  and another process takes the task over and finishes it; the thawed process fails
-  with exit 4 and writes nothing.
+  and another process takes the task over and finishes it; the thawed process writes
+  nothing.
 - PostgreSQL, a worker's pick: a row locked by a frozen peer is passed over (`SKIP
   LOCKED`), and the worker runs the other task.
 """
@@ -150,13 +150,16 @@ def test_postgres_frozen_claimer_is_ended_by_the_server(
     try:
         # The server ends the frozen claim's transaction; this takeover then runs.
         resumed = tether("resume", task_id, "--db", db, "--model", DONE, cwd=tmp_path, timeout=90)
-        assert_ok(resumed)
+        assert resumed.returncode == 0, f"frozen pid {proc.pid}: {describe(resumed)}"
         assert status_of(tmp_path, db, task_id) == "satisfied"
         before = json_out(tether("events", task_id, "--json", "--db", db, cwd=tmp_path))
         proc.send_signal(18)  # SIGCONT: the frozen claimer wakes up to a dead session
         thawed = True
         _, err = proc.communicate(timeout=60)
-        assert proc.returncode == 4, err
+        # Its claim was rolled back by the server. Told so, it tries again and finds the
+        # task finished (exit 0); when the socket lost the server's last words, whether
+        # the claim happened is unknown to it, and it stops (exit 4).
+        assert proc.returncode in (0, 4), err
         assert "Traceback" not in err
         after = json_out(tether("events", task_id, "--json", "--db", db, cwd=tmp_path))
         assert after == before

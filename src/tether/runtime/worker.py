@@ -238,6 +238,12 @@ class Worker:
         except (errors.TaskBusy, errors.StaleLease):
             log.debug("task %s: another worker took it first", task_id)
             return
+        except errors.StoreUnavailable as exc:
+            # The database, not the task: no failure to count; the next claim (backed
+            # off while the database stays away) takes the task up again.
+            self._claim_failures += 1
+            log.warning("task %s: the database is unavailable: %s", task_id, exc)
+            return
         except Exception as exc:
             await self._failed(task_id, exc, None)
             return

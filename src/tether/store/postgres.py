@@ -34,6 +34,13 @@ No frozen peer blocks the others (a GC pause, a stopped VM, a debugger):
   task's creation, `update_shared`) loses its session and its locks, and a statement
   waiting for a lock gives up with `StoreBusy` instead of waiting for ever;
 - workers pick tasks with `FOR UPDATE SKIP LOCKED`, so a locked row is passed over.
+
+A lost connection is transient: a step that failed without effect (no connection to be
+had, or a session the server ended: restart, `pg_terminate_backend`, a timeout) is tried
+again on a new connection for up to 30 s, and so is a read or another step that may
+run twice; then it fails with `StoreUnavailable` (exit 4; a worker backs off and claims
+again). A commit whose connection was lost in the middle is not sent again blindly (it
+may have happened): the run stops, and its recovery reads what the store holds.
 """
 
 from __future__ import annotations
@@ -41,7 +48,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import logging
 import re
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
@@ -66,6 +75,21 @@ from tether.store.base import (
 T = TypeVar("T")
 _PLACEHOLDER = re.compile(r"(?<![:\w]):(\w+)")
 _MIGRATION_LOCK = 0x7E7E_0001
+#: SQLSTATEs of a session the server ended (administrator command, crash of another
+#: backend, starting up or shutting down, idle in a transaction): whatever it was doing
+#: was rolled back, so the same step may be sent again on a new connection.
+_SESSION_ENDED = frozenset({"57P01", "57P02", "57P03", "25P03"})
+log = logging.getLogger("tether.store.postgres")
+#: Steps that may run twice with the effect of once, so that a connection lost in the
+#: middle of one (did it happen?) is no reason to fail: reads, lease renewals and
+#: releases, blobs (content-addressed), migrations (each checks the version first).
+_IDEMPOTENT = re.compile(r"_(get|read|list|renew|release|put_blob|schema_version|migrate)\w*")
+
+
+def _idempotent(fn: Callable[..., Any]) -> bool:
+    return bool(_IDEMPOTENT.fullmatch(getattr(fn, "__name__", "")))
+
+
 #: Session settings given to every connection whose URL or server leaves them unset.
 SESSION_DEFAULTS: dict[str, str] = {
     "lock_timeout": "5s",
@@ -163,6 +187,8 @@ class PostgresStore(SqlStore):
         self._conninfo, self.schema = split_schema(url)
         self._max_size = max_size
         self._pool: Any = None
+        #: How long a step that failed without effect is tried again (see `_run`).
+        self.retry_window = 30.0
 
     @classmethod
     async def open(
@@ -243,21 +269,22 @@ class PostgresStore(SqlStore):
                 f"cannot create the schema {self.schema!r} at {self.url}: {_first_line(exc)}"
             ) from exc
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.to_thread(fn, *args)
-
     def _sql(self, query: str) -> str:
         return _placeholders(query)
 
     @contextmanager
     def _translated(self) -> Iterator[Any]:
-        """A pooled connection (autocommit); driver errors become tether's."""
+        """A pooled connection (autocommit); driver errors become tether's. A failure
+        known to have changed nothing (no connection to be had, or a session the server
+        ended, which rolls back whatever it was doing) is marked `retry_safe`."""
         import psycopg
 
         if self._pool is None:
             raise errors.StoreError("the store is closed")
+        acquired = False
         try:
             with self._pool.connection() as conn:
+                acquired = True
                 yield conn
         except psycopg.errors.LockNotAvailable as exc:
             raise errors.StoreBusy(
@@ -266,10 +293,35 @@ class PostgresStore(SqlStore):
                 f" transaction); nothing was written — try again: the server ends a frozen"
                 f" transaction ({_first_line(exc)})"
             ) from exc
-        except psycopg.OperationalError as exc:
-            raise errors.StoreUnavailable(f"PostgreSQL at {self.url} failed: {exc}") from exc
         except psycopg.Error as exc:
-            raise errors.StoreError(f"PostgreSQL error at {self.url}: {exc}") from exc
+            ended = getattr(exc, "sqlstate", None) in _SESSION_ENDED
+            if not (ended or isinstance(exc, psycopg.OperationalError)):
+                raise errors.StoreError(f"PostgreSQL error at {self.url}: {exc}") from exc
+            raise errors.StoreUnavailable(
+                f"PostgreSQL at {self.url} failed: {_first_line(exc)}",
+                retry_safe=ended or not acquired,
+            ) from exc
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn` in a thread; a failure that changed nothing (see `_translated`) is
+        tried again on a new connection, with backoff, for up to `retry_window` seconds
+        (a restarted server, ended sessions), then raised."""
+        deadline: float | None = None
+        delay = 0.0
+        while True:
+            try:
+                return await asyncio.to_thread(fn, *args)
+            except errors.StoreUnavailable as exc:
+                if not (exc.fields.get("retry_safe") or _idempotent(fn)):
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.retry_window
+                if now >= deadline:
+                    raise
+                log.warning("%s; trying again", exc)
+                await asyncio.sleep(min(delay, deadline - now))
+                delay = min(2.0, max(0.05, delay * 2))
 
     @contextmanager
     def _tx(self, write: bool) -> Iterator[Any]:

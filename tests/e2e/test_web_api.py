@@ -60,13 +60,16 @@ async def _read(url: str, fn: Any) -> Any:
         await store.close()
 
 
-@pytest.fixture
-def waiting(tmp_path: Path) -> tuple[str, str, Path]:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def waiting(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, Path]:
     """A task waiting for approval of i2's overwrite: (db url, task id, workspace)."""
     ws = tmp_path / "ws"
     ws.mkdir()
     web_policies.prepare(ws)
-    url = f"sqlite:///{tmp_path}/t.db"
+    if request.param == "postgres":
+        url = request.getfixturevalue("pg_url")
+    else:
+        url = f"sqlite:///{tmp_path}/t.db"
     tid = _run(_drive(url, ws))
     doc = _run(_read(url, lambda s: status_dict(s, tid)))
     assert doc["status"] == "waiting" and doc["waiting"]["kind"] == "approval", doc

@@ -147,13 +147,12 @@ async def _task_context(request: Request, task_id: str) -> dict[str, Any]:
 def _gauges(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """Used against limit for each budget the contract sets."""
     limits, used = doc["budget"]["limits"], doc["budget"]["used"]
-    names = {"tokens": "tokens", "money_usd": "money_usd", "wall_seconds": "wall_seconds"}
     out = []
-    for key, used_key in names.items():
+    for key in ("tokens", "money_usd", "wall_seconds", "rounds"):
         limit = limits.get(key)
         if not limit:
             continue
-        value = float(used.get(used_key, 0))
+        value = float(used.get(key, 0))
         out.append(
             {
                 "name": key,

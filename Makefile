@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint format bench bench-peers all clean
+.PHONY: demo test lint format bench bench-peers mcp-servers all clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -39,7 +39,22 @@ bench: $(VENV)/.dev  ## benchmarks, printed side by side with their floors
 bench-peers: $(VENV)/.dev  ## tether, LangGraph and DBOS on the same agent loop (PEERS_ARGS="--n 100,1000,2000")
 	$(BIN)/python benchmarks/peers/run.py $(PEERS_ARGS)
 
+# Real third-party MCP servers for tests/integration/test_mcp_real_servers.py, pinned
+# (tests/mcp_servers/), each kind in a place of its own so their dependencies never meet
+# tether's. The tests find them here, or where TETHER_MCP_SERVERS says.
+MCP_SERVERS := .mcp-servers
+$(MCP_SERVERS)/.ready: tests/mcp_servers/requirements.txt tests/mcp_servers/package.json tests/mcp_servers/package-lock.json
+	rm -rf $(MCP_SERVERS)
+	$(PY) -m venv $(MCP_SERVERS)/py
+	$(MCP_SERVERS)/py/bin/pip install -q -r tests/mcp_servers/requirements.txt
+	mkdir -p $(MCP_SERVERS)/npm
+	cp tests/mcp_servers/package.json tests/mcp_servers/package-lock.json $(MCP_SERVERS)/npm/
+	npm ci --prefix $(MCP_SERVERS)/npm --no-audit --no-fund --loglevel=error
+	touch $@
+
+mcp-servers: $(MCP_SERVERS)/.ready  ## the third-party MCP servers the MCP tests run against
+
 all: lint test
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(MCP_SERVERS) .pytest_cache .mypy_cache .ruff_cache build *.egg-info src/*.egg-info

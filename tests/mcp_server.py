@@ -17,7 +17,8 @@ Tools (their annotations drive tether's effect mapping):
 - `slow(seconds)`: unannotated, sleeps; `slow_read(seconds)`: read-only, sleeps.
 - `whoami()`: read-only; the value of `MCP_TEST_TAG` in the server's environment.
 - `op_key()`: read-only; the `tether/op_id` the client sent in the request's `_meta`.
-- `crash()`: unannotated; kills the server process in the middle of the call.
+- `crash()`: unannotated; kills the server process in the middle of the call (after a
+  line on stderr).
 - `crash_once(marker)`: read-only; kills the server mid-call unless the file `marker`
   exists (it creates it first), so a restarted server answers "survived".
 - `pid()`: read-only; the server's process id.
@@ -26,7 +27,8 @@ Tools (their annotations drive tether's effect mapping):
 
 `MCP_TEST_START_ONCE=path` makes the server start only once: a later start finds the
 file and exits at once, as a server that never comes back (with `MCP_TEST_HANG_AGAIN=1`
-it hangs instead, never answering).
+it hangs instead, never answering; with `MCP_TEST_DOWN_STARTS=n` only the next `n`
+starts fail, and it comes back after them).
 
 `MCP_TEST_PAGE_SIZE=n` in the environment makes `tools/list` answer in pages of `n`
 tools linked by `next_cursor`, so clients must follow the cursor to see every tool.
@@ -129,7 +131,10 @@ def op_key(ctx: Context) -> str:
 
 @server.tool()
 def crash() -> str:
-    """Kill the server process mid-call, so the client never gets an answer."""
+    """Kill the server process mid-call, so the client never gets an answer (saying why
+    on stderr first, as a dying server would)."""
+    sys.stderr.write("tether-test-server: crash() was called; exiting with status 7\n")
+    sys.stderr.flush()
     os._exit(7)
 
 
@@ -160,6 +165,17 @@ if os.environ.get("MCP_TEST_SHADOW"):
 def _start_once() -> None:
     path = os.environ.get("MCP_TEST_START_ONCE")
     if not path:
+        return
+    down = int(os.environ.get("MCP_TEST_DOWN_STARTS", "0") or 0)
+    if os.path.exists(path) and down:
+        # Down for `down` starts after the first, then up again.
+        tries = path + ".down"
+        n = os.path.getsize(tries) if os.path.exists(tries) else 0
+        if n < down:
+            with open(tries, "a") as f:
+                f.write("x")
+            sys.stderr.write(f"this server is down (start {n + 1} of {down} refused)\n")
+            sys.exit(3)
         return
     if os.path.exists(path):
         if os.environ.get("MCP_TEST_HANG_AGAIN"):

@@ -172,6 +172,19 @@ class ToolFailed(ToolSignal):
         super().__init__(message)
 
 
+class ServiceDown(ToolFailed):
+    """The service behind the tool is down and the call was not sent (say, an MCP
+    server that died and could not be restarted): the service's failure, not the call's.
+
+    It is retried like any retryable failure; when the tool's retries run out the call
+    is held back like one an open breaker stopped: the round costs its item nothing
+    (no attempt, no step towards blocking it) and the task waits for the service.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=True)
+
+
 class RetryLater(ToolSignal):
     """The tool cannot run now; try again after a delay."""
 

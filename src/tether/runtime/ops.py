@@ -1016,7 +1016,12 @@ class OpRunner:
             self.policy(tool), record.attempts, "transient", hint=cls_msg.delay, rng=self.rng
         )
         if not decision.retry:
-            return self.failure(call, tool, record, "transient", f"{msg} ({decision.reason})", ms)
+            out = self.failure(call, tool, record, "transient", f"{msg} ({decision.reason})", ms)
+            if cls_msg.down:
+                # The service is down, not the item's work: held back like a call an open
+                # breaker stopped, at no cost to the item; the task waits for the service.
+                out.retry_at = self.clock.now() + max(1.0, self.policy(tool).max_delay)
+            return out
         next_at = self.clock.now() + decision.delay
         record = replace(
             record,

@@ -330,9 +330,10 @@ def round_facts(
 
 
 async def wait_for_services(run: RoundHost, held: Sequence[OpOutcome]) -> Outcome | None:
-    """Every call of the round met an open breaker: rather than spend model calls (and
-    the item's attempts) on a service known to be down, wait for its next chance — in
-    the worker if short, else parked as `waiting` until then."""
+    """Every call of the round met an open breaker or a service that stays down
+    (`errors.ServiceDown`): rather than spend model calls (and the item's attempts) on a
+    service known to be down, wait for its next chance — in the worker if short, else
+    parked as `waiting` until then."""
     now = run.clock.now()
     until = min((o.retry_at for o in held if o.retry_at), default=now + 1.0)
     delay = until - now
@@ -342,10 +343,13 @@ async def wait_for_services(run: RoundHost, held: Sequence[OpOutcome]) -> Outcom
         await run.clock.sleep(delay)
         return None
     services = sorted({o.tool for o in held})
+    # Why each was held back (an open breaker, or a server that stays down and the tail
+    # of its stderr), so `status` tells it.
+    why = "; ".join(dict.fromkeys(o.error for o in held if o.error))[:800]
     return out.waiting(
         "external",
-        f"{', '.join(services)}: the service's circuit breaker is open "
-        f"until {until:.0f}; the task continues then",
+        f"{', '.join(services)}: the service is unavailable until {until:.0f}"
+        f"{f' ({why})' if why else ''}; the task continues then",
         why="service unavailable",
         until=until,
     )

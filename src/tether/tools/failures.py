@@ -42,6 +42,8 @@ class Classified:
     cls: FailureClass
     message: str
     delay: float | None = None
+    #: The service is down and nothing was sent (`errors.ServiceDown`).
+    down: bool = False
 
 
 def _status(exc: BaseException) -> int | None:
@@ -61,6 +63,8 @@ def _signal(exc: errors.ToolSignal, msg: str, has_effect: bool) -> Classified:
         return Classified("validation", msg)
     if isinstance(exc, errors.OutcomeUnknown):
         return Classified("unknown" if has_effect else "transient", msg)
+    if isinstance(exc, errors.ServiceDown):
+        return Classified("transient", msg, down=True)
     if isinstance(exc, errors.ToolFailed):
         return Classified("transient" if exc.retryable else "deterministic", msg)
     # Any other signal (`ApprovalRequired` is handled by the op runner before this: the

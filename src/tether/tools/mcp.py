@@ -30,7 +30,16 @@ session, with backoff, up to `McpServer.restart_attempts` tries; a call that fin
 server down and cannot bring it back was never sent, and fails as retryable
 (`transient`), so the op runner retries it under the tool's retry policy and the shared
 breaker of the service (the server's name) counts the failure and, when the server stays
-down, holds the task's calls back and parks it.
+down, holds the task's calls back and parks it. Such a call raises `errors.ServiceDown`:
+when its retries run out the op runner holds it back like a call an open breaker
+stopped, so it never counts against the item (no attempt, no step towards blocking it,
+no repeated identical failure) and the task waits for the server.
+
+The server's stderr goes to a file of its own (it would garble tether's terminal); the
+last `STDERR_LINES` lines of it travel in the message of a failure the server caused (a
+connection lost mid-call, a restart that failed, a start that failed), and so reach the
+op's result, an approval request about a call in doubt and the reason a waiting task
+gives in `tether status`.
 
 Failures are classified for the runtime:
 
@@ -39,8 +48,8 @@ Failures are classified for the runtime:
 - a timeout or a connection lost during the call means the call may have run:
   `errors.OutcomeUnknown` for tools with effects (so a non-idempotent call in doubt goes
   to a human), a retryable `errors.ToolFailed` for read tools;
-- a connection found dead before sending, which could not be restored, is a retryable
-  `errors.ToolFailed` whatever the effect: nothing was sent.
+- a connection found dead before sending, which could not be restored, is an
+  `errors.ServiceDown` (retryable) whatever the effect: nothing was sent.
 
 The op id travels to the server in the request's `_meta` under `OP_ID_META_KEY`, so a
 server that cares can deduplicate a re-sent call.
@@ -92,6 +101,9 @@ NAME_SEPARATOR: Final = "__"
 
 RESTART_BACKOFF: Final = (0.2, 2.0)
 """Seconds before the second try at restarting a server, and the cap of the doubling."""
+
+STDERR_LINES: Final = 5
+"""How many of the last lines of a server's stderr a failure's message carries."""
 
 #: The SDK's error for a request in a session the HTTP server no longer knows (404).
 _SESSION_GONE: Final = "Session terminated"
@@ -193,6 +205,7 @@ class McpToolSource:
         self.restarts = 0
         self._client: Client | None = None
         self._stderr: IO[str] | None = None
+        self._last_stderr = ""
         self._tools: list[Tool] = []
         self._runner: asyncio.Task[None] | None = None
         self._closing: asyncio.Event | None = None
@@ -298,6 +311,8 @@ class McpToolSource:
                 finally:
                     self._client = None
                     if self._stderr is errlog:
+                        # Kept: a call that finds this session dead tells why it died.
+                        self._last_stderr = self._stderr_tail()
                         self._stderr = None
         except asyncio.CancelledError:
             if not ready.done():
@@ -346,9 +361,7 @@ class McpToolSource:
         if client is not None:
             return client
         if self._state != "open":
-            raise errors.ToolFailed(
-                f"MCP server {self.server.name!r} is not connected", retryable=True
-            )
+            raise errors.ServiceDown(f"MCP server {self.server.name!r} is not connected")
         if self._lock is None:
             self._lock = asyncio.Lock()
         try:
@@ -361,10 +374,9 @@ class McpToolSource:
                     return client
                 return await self._restart()
         except TimeoutError as exc:
-            raise errors.ToolFailed(
+            raise errors.ServiceDown(
                 f"MCP server {self.server.name!r} is down and was not back within "
-                f"{self.server.timeout}s; the call was not sent",
-                retryable=True,
+                f"{self.server.timeout}s{self._stderr_note()}; the call was not sent"
             ) from exc
 
     async def _restart(self) -> Client:
@@ -400,12 +412,11 @@ class McpToolSource:
                 logger.warning("MCP server %r (%s) was restarted", name, self.target)
                 return client
         if self._state != "open":
-            raise errors.ToolFailed(f"MCP server {name!r} is not connected", retryable=True)
-        raise errors.ToolFailed(
+            raise errors.ServiceDown(f"MCP server {name!r} is not connected")
+        raise errors.ServiceDown(
             f"MCP server {name!r} is down and could not be restarted "
-            f"({tries} {'try' if tries == 1 else 'tries'}; {_clip(why, 300)}); "
-            "the call was not sent",
-            retryable=True,
+            f"({tries} {'try' if tries == 1 else 'tries'}; {_clip(why, 800)}); "
+            "the call was not sent"
         )
 
     def _mark_lost(self, client: Client) -> None:
@@ -521,6 +532,7 @@ class McpToolSource:
 
     def _lost(self, tool: Tool, why: str) -> errors.ToolSignal:
         where = f"MCP server {self.server.name!r}"
+        why += self._stderr_note()
         if tool.effect == "read":
             return errors.ToolFailed(f"{tool.name}: {where}: {why}", retryable=True)
         return errors.OutcomeUnknown(
@@ -541,16 +553,24 @@ class McpToolSource:
         )
 
     def _stderr_tail(self) -> str:
+        """The last lines of the server process's stderr (the current one's, else the
+        last one's), on one line."""
         f = self._stderr
         if f is None or f.closed:
-            return ""
+            return self._last_stderr
         try:
-            f.flush()
-            f.seek(0)
-            lines = [ln.strip() for ln in f.read()[-8192:].splitlines() if ln.strip()]
+            # pread: the server shares this file's offset, and may still be writing.
+            fd = f.fileno()
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, 8192, max(0, size - 8192)).decode("utf-8", "replace")
         except (OSError, ValueError):
             return ""
-        return _clip(lines[-1], 300) if lines else ""
+        lines = [ln.strip() for ln in data.splitlines() if ln.strip()]
+        return _clip(" | ".join(_clip(ln, 200) for ln in lines[-STDERR_LINES:]), 600)
+
+    def _stderr_note(self) -> str:
+        tail = self._stderr_tail()
+        return f" (server stderr: {tail})" if tail else ""
 
 
 def _output_schema(tool: Tool) -> Mapping[str, Any] | None:

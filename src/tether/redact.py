@@ -2,7 +2,8 @@
 
 Known secret values — environment variables whose names say they hold one (`*_KEY`,
 `*_TOKEN`, `*_SECRET`, `*PASSWORD*`, `*CREDENTIAL*`) — and the userinfo of any URL
-(`http://user:KEY@host`) are replaced by `***` in what the runtime journals from the
+(`http://user:KEY@host`), and every secret handed to a tool by `ToolContext.secret`,
+are replaced by `***` in what the runtime journals from the
 outside world (model errors, tool errors and results, model names that are URLs) and in
 what the command line prints.
 """
@@ -29,10 +30,24 @@ def _secrets(items: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
     return tuple(sorted(found, key=len, reverse=True))
 
 
+#: Secret values this process was told of (`remember`), whatever their variable's name.
+_remembered: set[str] = set()
+
+
+def remember(value: str) -> None:
+    """Mask `value` from now on, in this process (a secret handed to a tool)."""
+    if len(value) >= MIN_SECRET_LENGTH:
+        _remembered.add(value)
+
+
 def known_secrets(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """The secret values of the environment (cached per environment content)."""
+    """The secret values of the environment (cached per environment content), and those
+    remembered."""
     env = os.environ if environ is None else environ
-    return _secrets(tuple(sorted(env.items())))
+    found = _secrets(tuple(sorted(env.items())))
+    if not _remembered:
+        return found
+    return tuple(sorted(set(found) | _remembered, key=len, reverse=True))
 
 
 def redact(text: str, secrets: tuple[str, ...] | None = None) -> str:

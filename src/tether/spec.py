@@ -395,6 +395,11 @@ class ToolPermission(_Strict):
         "(overwrite, delete, send, pay, publish)",
     )
     max_attempts: int | None = Field(default=None, gt=0, description="transient retries")
+    secrets: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="environment variables this tool may read with `ctx.secret(NAME)`",
+    )
 
 
 class McpServer(_Strict):

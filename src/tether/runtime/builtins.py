@@ -144,9 +144,11 @@ def read_file(
     effect_of=_write_effect,
     description="Create or replace a text file in the workspace (folders are created).",
 )
-def write_file(ctx: ToolContext, path: WorkspacePath, content: str) -> str:
+async def write_file(ctx: ToolContext, path: WorkspacePath, content: str) -> str:
+    ws = _workspace(ctx, "write_file")
+    await ctx.ensure_owner()  # a worker paused past its lease writes nothing
     with _io("write_file"):
-        return _workspace(ctx, "write_file").write_file(path, content)
+        return ws.write_file(path, content)
 
 
 @tool(
@@ -156,9 +158,11 @@ def write_file(ctx: ToolContext, path: WorkspacePath, content: str) -> str:
     effect_of=_write_effect,
     description="Append text to a file in the workspace (created if it does not exist).",
 )
-def append_file(ctx: ToolContext, path: WorkspacePath, content: str) -> str:
+async def append_file(ctx: ToolContext, path: WorkspacePath, content: str) -> str:
+    ws = _workspace(ctx, "append_file")
+    await ctx.ensure_owner()  # a worker paused past its lease writes nothing
     with _io("append_file"):
-        return _workspace(ctx, "append_file").append_file(path, content)
+        return ws.append_file(path, content)
 
 
 #: The workspace file tools, in the order the model sees them.

@@ -16,6 +16,7 @@ write-back commits the final state together with `op.committed`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import time
@@ -31,7 +32,14 @@ from tether.runtime.builtins import READ_ARTIFACT
 from tether.runtime.outcome import Outcome, Stop
 from tether.store.base import ApprovalRecord, ArtifactRecord, OpRecord, blob_hash
 from tether.tools import failures
-from tether.tools.registry import RISKY, Reconciliation, Tool, ToolContext, render_result
+from tether.tools.registry import (
+    RISKY,
+    Reconciliation,
+    Tool,
+    ToolContext,
+    ensure_lease,
+    render_result,
+)
 from tether.tools.retry import RetryPolicy, decide
 
 if TYPE_CHECKING:
@@ -781,6 +789,7 @@ class OpRunner:
         import logging
 
         run = self.run
+        perm = run.spec.permission(tool.name)
         return ToolContext(
             op_id=record.op_id,
             task_id=run.task_id,
@@ -791,6 +800,8 @@ class OpRunner:
             services=run.services,
             attempt=attempt,
             approved=record.op_id in self.approved,
+            owner_check=functools.partial(ensure_lease, self.store, run.task_id, run.token),
+            secret_names=frozenset(perm.secrets if perm is not None else ()),
         )
 
     def policy(self, tool: Tool) -> RetryPolicy:
@@ -937,6 +948,8 @@ class OpRunner:
                 )
             else:
                 raw = _Asks(str(exc) or "the tool asks for a human's approval")
+        except errors.StaleLease:
+            raise  # `ctx.ensure_owner()`: the task is another worker's now
         except Exception as exc:  # classified here; a tool's bug is the tool's failure
             cls_msg = self._classify(tool, exc)
         failpoints.hit("after_op_dispatch")

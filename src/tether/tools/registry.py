@@ -29,6 +29,7 @@ import asyncio
 import inspect
 import json
 import logging
+import os
 import typing
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypedDict, Unpa
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.json_schema import GenerateJsonSchema
 
-from tether import _validation, errors
+from tether import _validation, errors, redact
 from tether.models.base import ToolSchema
 from tether.tools.retry import FailureClass, RetryPolicy
 
@@ -67,6 +68,12 @@ class ToolContext:
 
     `op_id` is the idempotency key: send it to the service (an `Idempotency-Key`
     header, a unique column) so a re-sent call after a crash takes effect once.
+    `fencing_token` rises at every takeover: pass it to a service that can refuse a
+    stale writer. `await ctx.ensure_owner()` right before a side effect raises
+    `StaleLease` if another worker took the task over meanwhile (this one was paused
+    past its lease). `ctx.secret(NAME)` gives a secret the contract grants this tool
+    (`tools: [{name: create_ticket, secrets: [TICKETS_TOKEN]}]`), read from the
+    environment and masked in everything tether stores or prints.
     """
 
     op_id: str
@@ -83,6 +90,42 @@ class ToolContext:
     #: True when a human approved this call (after the tool raised `ApprovalRequired`
     #: or its effect asked for approval): the tool may go ahead.
     approved: bool = False
+    #: Raises `StaleLease` unless this run still holds the task (see `ensure_owner`).
+    owner_check: Callable[[], Awaitable[None]] | None = None
+    #: The secrets the contract grants this tool (names of environment variables).
+    secret_names: frozenset[str] = frozenset()
+
+    async def ensure_owner(self) -> None:
+        """Raise `StaleLease` if another worker has taken the task over since this run
+        claimed it. Call it right before a side effect: a worker paused past its lease
+        then does nothing (a check, not a lock: pass `fencing_token` to a service
+        that can refuse a stale writer itself)."""
+        if self.owner_check is not None:
+            await self.owner_check()
+
+    def secret(self, name: str) -> str:
+        """The value of the secret `name`, if the contract grants it to this tool
+        (`ToolFailed` otherwise, or when it is not set). The value is masked from then
+        on in everything this process journals or prints."""
+        if name not in self.secret_names:
+            granted = ", ".join(sorted(self.secret_names)) or "none"
+            raise errors.ToolFailed(
+                f"the secret {name!r} is not granted to this tool (granted: {granted}); "
+                "the contract grants secrets per tool: tools: [{name: ..., secrets: [...]}]"
+            )
+        value = os.environ.get(name)
+        if not value:
+            raise errors.ToolFailed(f"the secret {name!r} is not set in tether's environment")
+        redact.remember(value)
+        return value
+
+
+async def ensure_lease(store: Any, task_id: str, token: int) -> None:
+    """`StaleLease` unless `token` is still the task's fencing token in `store` (what
+    `ToolContext.ensure_owner` checks)."""
+    task = await store.get_task(task_id)
+    if task.fencing_token != token:
+        raise errors.StaleLease(task_id, token, task.fencing_token)
 
 
 @dataclass(frozen=True)

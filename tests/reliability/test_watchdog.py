@@ -1,0 +1,149 @@
+"""The watchdog between real worker processes: a worker frozen with SIGSTOP in the
+middle of a task stops renewing its lease; another worker's sweep marks the task
+`stalled` (and announces it), claims it, recovers it and finishes it; after SIGCONT the
+frozen worker's writes are refused and nothing it tried is stored."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from tests.e2e._cli import write_spec
+
+import tether
+from tether.clock import SystemClock
+from tether.store import open_store
+
+#: A worker process: `worker.py URL NAME LEASE_TTL`. Its model writes the next item's
+#: file and takes 0.3 s per call (time enough to be frozen mid-task); it sweeps every
+#: 0.2 s and calls a task stalled after 2 s without a heartbeat; it runs one task.
+WORKER = textwrap.dedent(
+    """
+    import asyncio, logging, sys, time
+    from tether.models.scripted import ScriptedModel
+    from tether.runtime.engine import ModelSet
+    from tether.runtime.watch import WatchPolicy
+    from tether.runtime.worker import Worker
+    from tether.store import open_store
+    from tests.e2e.policies import done_policy
+
+    def slow(request):
+        time.sleep(0.3)
+        return done_policy(request)
+
+    async def main(url, name, ttl):
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+        store = await open_store(url)
+        try:
+            models = ModelSet(ScriptedModel(policy=slow))
+            worker = Worker(
+                store, models, worker_id=name, lease_ttl=ttl, poll_interval=0.2,
+                max_tasks=1, watch_every=0.2, watch_policy=WatchPolicy(stalled_after=2.0),
+                on_result=lambda r: print("result", r.status, flush=True),
+            )
+            stats = await worker.run()
+            print("ran", stats.ran, flush=True)
+        finally:
+            await store.close()
+
+    asyncio.run(main(sys.argv[1], sys.argv[2], float(sys.argv[3])))
+    """
+)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _spawn(script: Path, *args: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.Popen(
+        [sys.executable, str(script), *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def _until(check: object, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await check():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def test_a_frozen_worker_is_detected_its_task_recovered_and_its_writes_refused(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = (
+        request.getfixturevalue("pg_schema_url")()
+        if kind == "postgres"
+        else f"sqlite:///{tmp_path / 'tether.db'}"
+    )
+    store = await open_store(url, clock=SystemClock())
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    spec = tether.load_spec(write_spec(tmp_path / "spec.yaml", 6))
+    tid = (await tether.create_task(store, spec, workspace=ws)).task_id
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        a = _spawn(script, url, "A", "1.5")
+        procs.append(a)
+
+        async def a_is_working() -> bool:
+            task = await store.get_task(tid)
+            return task.lease_owner == "A" and task.status == "running" and task.last_seq > 8
+
+        await _until(a_is_working, "worker A to be mid-task")
+        a.send_signal(signal.SIGSTOP)
+        token_a = (await store.get_task(tid)).fencing_token
+
+        async def a_is_silent() -> bool:
+            task = await store.get_task(tid)
+            return time.time() - (task.heartbeat_at or 0.0) > 2.5
+
+        # B starts once A is silent past the limit: its first sweep finds the task.
+        await _until(a_is_silent, "worker A's heartbeat to age")
+        b = _spawn(script, url, "B", "30")
+        procs.append(b)
+        out_b, err_b = await asyncio.to_thread(b.communicate, timeout=120)
+        assert b.returncode == 0, err_b[-2000:]
+        assert "result satisfied" in out_b
+
+        task = await store.get_task(tid)
+        assert task.status == "satisfied" and task.fencing_token > token_a
+        events = await store.read_events(tid)
+        stalled = [e for e in events if e.type == "task.status" and e.data["dst"] == "stalled"]
+        assert len(stalled) == 1 and "from A" in stalled[0].data["reason"]
+        sent = [e.data["kind"] for e in events if e.type == "notice.sent"]
+        assert "stalled" in sent
+        started = [e for e in events if e.type == "recovery.started"]
+        assert started and started[-1].seq > stalled[0].seq
+        before = (task, events)
+
+        # Thawed: A finds its lease gone and stops; nothing it tried is stored.
+        a.send_signal(signal.SIGCONT)
+        _, err_a = await asyncio.to_thread(a.communicate, timeout=120)
+        assert a.returncode == 0, err_a[-2000:]
+        assert "lease lost, stopping" in err_a  # it noticed: fenced off, it wrote nothing
+        assert (await store.get_task(tid), await store.read_events(tid)) == before
+        assert all(e.fencing_token != token_a for e in before[1] if e.seq > stalled[0].seq)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+                p.communicate(timeout=30)
+        await store.close()

@@ -210,9 +210,28 @@ async def test_real_server_tool_named_like_a_builtin_is_refused(
     assert not await events_of(store, task.task_id, "op.result")
 
 
-def test_cli_run_with_a_clashing_real_server_exits_2(tmp_path: Path, fs_server: str) -> None:
+def typo_spec(ws: Path, fs_server: str) -> dict[str, Any]:
+    data = clashing_spec(ws, fs_server)
+    del data["mcp_servers"][0]["prefix"]
+    data["tools"] = ["fs.read_text_file", "fs.write_fil"]
+    return data
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (clashing_spec, ["'read_file'", "MCP server 'fs'", "built-in"]),
+        (typo_spec, ["not registered: fs.write_fil", "fs__write_file"]),
+    ],
+    ids=["clash", "typo"],
+)
+def test_cli_run_refuses_a_bad_mcp_contract_before_writing(
+    tmp_path: Path, fs_server: str, make: Callable[[Path, str], Any], said: list[str]
+) -> None:
+    """`tether run` starts the servers to check the contract: a clash or a tool no
+    server offers is a one-paragraph error, exit 2, and no task (nor database) is made."""
     path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(clashing_spec(tmp_path, fs_server)))
+    path.write_text(yaml.safe_dump(make(tmp_path, fs_server)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
     env["PYTHONPATH"] = str(ROOT)
     model = "scripted:tests.integration.test_mcp_real_servers:idle"
@@ -227,7 +246,9 @@ def test_cli_run_with_a_clashing_real_server_exits_2(tmp_path: Path, fs_server: 
     )
     assert res.returncode == 2, (res.stdout, res.stderr)
     assert "Traceback" not in res.stderr
-    assert "'read_file'" in res.stderr and "MCP server 'fs'" in res.stderr
+    for text in said:
+        assert text in res.stderr
+    assert not (tmp_path / "tether.db").exists()  # refused before anything was written
 
 
 def idle(request: ModelRequest) -> ModelResponse:

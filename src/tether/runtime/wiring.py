@@ -21,7 +21,7 @@ from tether import errors
 from tether.clock import Clock
 from tether.models.base import Model
 from tether.models.registry import resolve_model
-from tether.runtime.builtins import default_registry
+from tether.runtime.builtins import FILE_TOOLS, READ_ARTIFACT, default_registry
 from tether.runtime.engine import Engine, ModelSet, check_tools
 from tether.runtime.worker import Worker
 from tether.spec import TaskSpec, parse_spec
@@ -65,12 +65,19 @@ def _no_store() -> Store:
 async def check_task(spec: TaskSpec, model: str | None = None) -> None:
     """Refuse a task that cannot run, before anything is written: its models must
     resolve (they are built and closed again) and every tool its contract names must be
-    registered (the built-ins and `TETHER_TOOLS`; MCP tools are known only once their
-    servers run, so a contract with MCP servers is checked when it runs)."""
+    registered (the built-ins and `TETHER_TOOLS`, and the tools of its MCP servers:
+    they are started, listed and stopped again, so one that cannot start or whose tool
+    clashes with another is refused here too)."""
     models = build_models(spec, model)
     await models.aclose()
-    if not spec.mcp_servers:
-        check_tools(spec, default_registry(_no_store).names())
+    known = default_registry(_no_store).names()
+    if spec.mcp_servers:
+        from tether.tools.mcp import McpSources, contract_names
+
+        async with McpSources(spec.mcp_servers) as sources:
+            builtins = [*(t.name for t in FILE_TOOLS), READ_ARTIFACT]
+            known = contract_names(sources.tools(), known, builtins)
+    check_tools(spec, known)
 
 
 async def open_db(

@@ -68,7 +68,7 @@ import os
 import re
 import shlex
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import IO, Any, Final, TextIO, cast
@@ -635,6 +635,34 @@ class McpSources:
         return [t for s in self._sources for t in s.tools()]
 
 
+def contract_names(
+    tools: Sequence[Tool], registered: Collection[str], builtins: Collection[str] = ()
+) -> list[str]:
+    """Every name a contract may use, given the tools of open MCP sources and the names
+    of the `registered` tools: those names, each MCP tool's exposed name and, for a
+    prefixed one, `<prefix>.<tool>`. An MCP tool named like a registered tool (a
+    built-in when in `builtins`) is an `errors.SpecError` naming both, as at the start
+    of a run: `tether run` checks a contract with this before anything is written."""
+    names = list(registered)
+    taken = set(names)
+    for t in tools:
+        if t.name in taken:
+            server = t.server if isinstance(t, McpTool) else "?"
+            kind = "built-in" if t.name in builtins else "registered"
+            raise errors.SpecError(
+                f"the tool {t.name!r} of MCP server {server!r} clashes with the {kind} tool "
+                f"{t.name!r}; give the server a prefix (do not set `prefix: ''`), or leave "
+                "the tool out with the server's `tools:`",
+                source="mcp_servers",
+            )
+        names.append(t.name)
+        remote = t.remote_name if isinstance(t, McpTool) else ""
+        tail = f"{NAME_SEPARATOR}{remote}"
+        if remote and t.name.endswith(tail) and len(t.name) > len(tail):
+            names.append(f"{t.name[: -len(tail)]}.{remote}")
+    return names
+
+
 # --- helpers ---------------------------------------------------------------------------
 
 
@@ -713,6 +741,7 @@ __all__ = [
     "McpSources",
     "McpTool",
     "McpToolSource",
+    "contract_names",
     "effect_for",
     "exposed_name",
     "prefix_of",

@@ -345,6 +345,12 @@ class Limits(_Strict):
         description="restarts after a crash without a round finished in between before "
         "the task fails (environment_unrecoverable) instead of crashing again",
     )
+    stall_after: float | None = Field(
+        default=None,
+        gt=0,
+        description="seconds without a heartbeat before a running task whose lease expired "
+        "is marked stalled; default: the workers' setting (300)",
+    )
     breaker_failure_rate: float = Field(default=0.3, gt=0, le=1)
     breaker_min_calls: int = Field(default=10, gt=0)
     breaker_cooldown_seconds: float = Field(default=60.0, gt=0)

@@ -164,3 +164,26 @@ async def test_a_dead_webhook_is_logged_not_raised(tmp_path: Path) -> None:
     assert report.notified == [tid]
     (sent,) = await events_of(store, tid, "notice.sent")
     assert sent["channel"].startswith("webhook (failed")
+
+
+async def test_the_contract_sets_how_long_silence_is_allowed(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = await MemoryStore.open(clock=clock)
+    tid, _ = await run_task(
+        store,
+        spec_of(2, limits={"stall_after": 60}),
+        tmp_path,
+        ScriptedModel(policy=lambda r: ModelResponse("hm")),
+        clock=clock,
+        max_rounds_this_run=1,
+    )
+    lease = await store.claim("gone-worker", 30, task_id=tid)
+    assert lease is not None
+    await store.commit(tid, lease.token, [], task=TaskPatch(status="running"))
+    rec = Recorder()
+    policy = WatchPolicy(stalled_after=3600)  # the worker's default, overridden
+    clock.advance(59)
+    assert (await sweep(store, notifier=rec, policy=policy)).stalled == []
+    clock.advance(2)
+    assert (await sweep(store, notifier=rec, policy=policy)).stalled == [tid]
+    assert [n.kind for n in rec.notices] == ["stalled"]

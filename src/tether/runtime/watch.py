@@ -15,9 +15,9 @@
   each reminder is claimed first through the store's shared state (one atomic update
   per task and kind of notice), so it is sent once.
 - A task still `running` whose lease expired and whose heartbeat is older than
-  `stalled_after` lost its worker: it is marked `stalled` (and announced), and any
-  worker may take it over (stalled tasks are claimable; recovery runs as after any
-  crash).
+  `limits.stall_after` (or the worker's `stalled_after`, 5 min) lost its worker: it is
+  marked `stalled` (and announced), and any worker may take it over (stalled tasks are
+  claimable; recovery runs as after any crash).
 
 Time comes from the store's clock (or `clock`): tests move it by hours in no time.
 """
@@ -44,7 +44,7 @@ from tether.runtime.notify import (
     default_notifier,
     for_task,
 )
-from tether.spec import NotifyConfig, parse_spec
+from tether.spec import NotifyConfig, TaskSpec, parse_spec
 from tether.store.base import Store, TaskPatch, TaskRecord
 
 __all__ = [
@@ -91,12 +91,18 @@ class SweepReport:
     notices: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _notify_config(task: TaskRecord) -> NotifyConfig | None:
-    """The contract's `notify` block (None if the stored spec no longer parses)."""
+def _contract(task: TaskRecord) -> TaskSpec | None:
+    """The task's contract (None if the stored spec no longer parses)."""
     try:
-        return parse_spec(task.spec, source=f"task {task.task_id}").notify
+        return parse_spec(task.spec, source=f"task {task.task_id}")
     except errors.UserError:
         return None
+
+
+def _notify_config(task: TaskRecord) -> NotifyConfig | None:
+    """The contract's `notify` block."""
+    contract = _contract(task)
+    return contract.notify if contract else None
 
 
 async def sweep(
@@ -255,7 +261,11 @@ async def _silent(
 ) -> None:
     lease_over = task.lease_expiry is None or task.lease_expiry <= now
     beat = task.heartbeat_at or task.updated_at
-    if not lease_over or now - beat < policy.stalled_after:
+    if not lease_over:
+        return
+    contract = _contract(task)
+    limit = (contract.limits.stall_after if contract else None) or policy.stalled_after
+    if now - beat < limit:
         return
     text = (
         f"no heartbeat for {now - beat:.0f} s from {task.lease_owner or 'its worker'}; "

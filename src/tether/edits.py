@@ -16,7 +16,7 @@ that waits for a human is queued again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tether import errors, lifecycle
@@ -58,21 +58,58 @@ def carry_over(old: L.Ledger, old_spec: TaskSpec, new_spec: TaskSpec) -> tuple[L
     return L.Ledger(fresh.skeleton, tuple(states), old.version + 1), restarted
 
 
+def item_changes(
+    items: Sequence[Mapping[str, Any]],
+    *,
+    add: Sequence[Mapping[str, Any]] = (),
+    remove: Sequence[str] = (),
+    update: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """A contract's `items` with some dropped, some changed field by field (`title`,
+    `done_when`, ...) and new ones appended; `UserError` for an id it does not have."""
+    known = [str(i.get("id")) for i in items]
+    update = dict(update or {})
+    for item_id in [*remove, *update]:
+        if item_id not in known:
+            raise errors.UserError(
+                f"the task has no item {item_id!r} (its items: {', '.join(known)})"
+            )
+    out = [
+        {**dict(i), **dict(update.get(str(i.get("id")), {}))}
+        for i in items
+        if str(i.get("id")) not in set(remove)
+    ]
+    return out + [dict(i) for i in add]
+
+
 async def edit_task(
     store: Store,
     task_id: str,
-    changes: Mapping[str, Any],
+    changes: Mapping[str, Any] | None = None,
     *,
+    add_items: Sequence[Mapping[str, Any]] = (),
+    remove_items: Sequence[str] = (),
+    update_items: Mapping[str, Mapping[str, Any]] | None = None,
     by: str = "user",
     reason: str = "",
 ) -> TaskRecord:
-    """Change a task's contract (a partial spec merged over the stored one); returns the
-    task at its new version. Raises `SpecError` (nothing written) if the result is not a
-    valid contract."""
-    if not isinstance(changes, Mapping) or not changes:
+    """Change a task's contract (a partial spec merged over the stored one, and items
+    added, removed or changed by id); returns the task at its new version. Raises
+    `SpecError` (nothing written) if the result is not a valid contract."""
+    changes = dict(changes or {}) if isinstance(changes, Mapping | None) else changes
+    if not isinstance(changes, dict):
+        raise errors.UserError("an edit's changes must be a mapping of spec fields")
+    if not (changes or add_items or remove_items or update_items):
         raise errors.UserError("an edit needs at least one field of the spec to change")
     task = await changeable(store, task_id, "edit", reopen=True)
     old_spec = parse_spec(task.spec, source=f"task {task_id}")
+    if add_items or remove_items or update_items:
+        base = changes.get("items") or [i.model_dump(mode="json") for i in old_spec.items]
+        if not isinstance(base, list) or not all(isinstance(i, Mapping) for i in base):
+            raise errors.UserError("items must be a list of items (mappings with an id)")
+        changes["items"] = item_changes(
+            base, add=add_items, remove=remove_items, update=update_items
+        )
     merged = _merge(old_spec.model_dump(mode="json", exclude_unset=True), changes)
     new_spec = parse_spec(merged, source=f"edit of task {task_id}")
     old_ledger = (await store.get_ledger(task_id)).to_ledger()

@@ -54,3 +54,27 @@ def test_tell_reaches_the_task(tmp_path: Path) -> None:
     said = [e["data"] for e in events if e["type"] == "user.message"]
     assert said == [{"text": "the files go in out/", "by": "ana"}]
     assert_clean_error(tether("tell", tid, "   ", cwd=tmp_path), 2, "empty")
+
+
+def test_edit_items_by_id_and_the_objective(tmp_path: Path) -> None:
+    tid = _stopped(tmp_path)  # i1 done after its one round; i2, i3 open
+    res = tether(
+        "edit", tid,
+        "--objective", "Write the files, and a summary",
+        "--add-item", "summary=write out/summary.txt",
+        "--remove-item", "i3",
+        "--item", 'i1.done_when={"kind": "file", "path": "out/i1-again.txt"}',
+        "--set", "limits.max_rounds=20",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert_ok(res)
+    doc = json_out(tether("status", tid, "--json", cwd=tmp_path))
+    assert doc["version"] == 2 and doc["ledger"]["objective"] == "Write the files, and a summary"
+    items = {i["id"]: i["status"] for i in doc["ledger"]["items"]}
+    assert items == {"i1": "pending", "i2": "pending", "summary": "pending"}  # i1 changed
+    events = json_out(tether("events", tid, "--json", cwd=tmp_path))
+    (edited,) = [e["data"] for e in events if e["type"] == "task.edited"]
+    assert edited["invalidated"] == ["i1"] and edited["by"] == "cli"
+    for args in (("--remove-item", "nope"), ("--add-item", "no-title"), ("--item", "title=x")):
+        assert_clean_error(tether("edit", tid, *args, cwd=tmp_path), 2)
+    assert json_out(tether("status", tid, "--json", cwd=tmp_path))["version"] == 2

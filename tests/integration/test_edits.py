@@ -142,3 +142,26 @@ async def test_tell_answers_a_need_help(store: MemoryStore, tmp_path: Path) -> N
         await tell(store, tid, "too late")  # satisfied: terminal
     with pytest.raises(errors.UserError):
         await tell(store, tid, "   ")
+
+
+async def test_items_added_removed_and_changed_by_id(store: MemoryStore, tmp_path: Path) -> None:
+    tid, _ = await run_task(
+        store, spec_of(3), tmp_path, ScriptedModel(policy=honest_actor), max_rounds_this_run=2
+    )
+    task = await edit_task(
+        store,
+        tid,
+        add_items=[{"id": "i9", "title": "write out/i9.txt"}],
+        remove_items=["i3"],
+        update_items={"i2": {"title": "write out/i2.txt twice"}},
+        by="ana",
+    )
+    assert task.version == 2
+    led = await ledger_of(store, tid)
+    assert [d.id for d, _ in led.items()] == ["i1", "i2", "i9"]
+    assert led.item("i1").status == "done" and led.item("i2").status == "pending"
+    (edited,) = await events_of(store, tid, "task.edited")
+    assert edited["invalidated"] == ["i2"] and edited["by"] == "ana"
+    with pytest.raises(errors.UserError, match="no item 'i7'"):
+        await edit_task(store, tid, remove_items=["i7"])
+    assert (await store.get_task(tid)).version == 2

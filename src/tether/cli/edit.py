@@ -13,7 +13,41 @@ from tether.cli import views
 from tether.cli._app import ByOpt, DbOpt, app, out, run_async, with_store
 
 
-def _changes(sets: list[str], file: Path | None) -> dict[str, Any]:
+def _item_edits(
+    adds: list[str], sets: list[str]
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """`--add-item ID=TITLE|JSON` and `--item ID.FIELD=VALUE` as new items and changes
+    by id."""
+    from tether.approvals import parse_json_argument
+
+    added: list[dict[str, Any]] = []
+    for entry in adds:
+        if entry.lstrip().startswith("{"):
+            doc = parse_json_argument(entry, "--add-item")
+            if not isinstance(doc, dict):
+                raise errors.UserError("--add-item: expected ID=TITLE or a JSON object")
+            added.append(doc)
+            continue
+        item_id, sep, title = entry.partition("=")
+        if not sep or not item_id.strip() or not title.strip():
+            raise errors.UserError(
+                f"--add-item {entry!r}: expected ID=TITLE, e.g. summary='Write the summary'"
+            )
+        added.append({"id": item_id.strip(), "title": title.strip()})
+    changed: dict[str, dict[str, Any]] = {}
+    for entry in sets:
+        path, sep, raw = entry.partition("=")
+        item_id, dot, field = path.strip().rpartition(".")
+        if not sep or not dot or not item_id or not field:
+            raise errors.UserError(
+                f"--item {entry!r}: expected ID.FIELD=VALUE, e.g. report.title='Q3 report'"
+            )
+        value = parse_json_argument(raw, f"--item {path}", text_fallback=True)
+        changed.setdefault(item_id, {})[field] = value
+    return added, changed
+
+
+def _changes(sets: list[str], file: Path | None, *, required: bool = True) -> dict[str, Any]:
     """The partial spec: a YAML file's fields, then each `--set PATH=VALUE` over them."""
     from tether.approvals import parse_json_argument
     from tether.spec import load_document
@@ -39,8 +73,11 @@ def _changes(sets: list[str], file: Path | None) -> dict[str, Any]:
                 raise errors.UserError(f"--set {path}: {key} is not a group of fields")
             node = child
         node[keys[-1]] = value
-    if not changes:
-        raise errors.UserError("nothing to change: give --set FIELD=VALUE or --file CHANGES.yaml")
+    if not changes and required:
+        raise errors.UserError(
+            "nothing to change: give --set FIELD=VALUE, --file CHANGES.yaml, --objective, "
+            "--add-item, --remove-item or --item"
+        )
     return changes
 
 
@@ -59,6 +96,23 @@ def edit(
         Path | None,
         typer.Option("--file", help="A YAML file with the spec fields to change."),
     ] = None,
+    objective: Annotated[str | None, typer.Option("--objective", help="The new objective.")] = None,
+    add_item: Annotated[
+        list[str] | None,
+        typer.Option("--add-item", help="ID=TITLE, or a JSON item with its done_when."),
+    ] = None,
+    remove_item: Annotated[
+        list[str] | None, typer.Option("--remove-item", help="The id of an item to drop.")
+    ] = None,
+    item: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--item",
+            help="ID.FIELD=VALUE: change one item (VALUE as JSON, or plain text), e.g. "
+            '--item report.title="Write the Q3 report" --item report.done_when=\'{"kind": '
+            '"file", "path": "out/q3.md"}\'',
+        ),
+    ] = None,
     reason: Annotated[str, typer.Option("--reason", help="Why (journaled).")] = "",
     by: ByOpt = "cli",
     db: DbOpt = None,
@@ -67,9 +121,23 @@ def edit(
     from tether.edits import edit_task
 
     async def main() -> str:
-        changes = _changes(list(sets or []), file)
+        items = _item_edits(list(add_item or []), list(item or []))
+        extra = {"objective": objective} if objective is not None else {}
+        changes = _changes(list(sets or []), file, required=not (extra or items or remove_item))
+        changes.update(extra)
         task = await with_store(
-            db, lambda s: edit_task(s, task_id, changes, by=by, reason=reason), create=False
+            db,
+            lambda s: edit_task(
+                s,
+                task_id,
+                changes,
+                add_items=items[0],
+                remove_items=list(remove_item or []),
+                update_items=items[1],
+                by=by,
+                reason=reason,
+            ),
+            create=False,
         )
         return (
             f"task {task_id} is at version {task.version} ({task.status}); "

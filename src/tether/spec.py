@@ -457,6 +457,12 @@ class Models(_Strict):
     judge: str | None = None
     compact: str | None = None
     review: str | None = None
+    timeout: float | None = Field(
+        default=None, gt=0, le=3600, description="seconds one model request may take"
+    )
+    max_retries: int | None = Field(
+        default=None, ge=0, le=10, description="retries of a failed model request"
+    )
 
 
 class ContextConfig(_Strict):

@@ -13,6 +13,10 @@
 
 Unknown prefixes, a missing SDK (`pip install 'tether[openai]'`) or a missing API key
 raise `errors.UserError` with a message that says what to do.
+
+How long one request may take and how often a failed one is retried: the spec's
+`models: {timeout: 60, max_retries: 1}`, else `TETHER_MODEL_TIMEOUT` (seconds) and
+`TETHER_MODEL_RETRIES`, else 300 s and 3 retries.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ def resolve_model(name: str, *, env: Mapping[str, str] | None = None, **options:
     constructor (for example `timeout=`, `max_retries=`).
     """
     environ: Mapping[str, str] = os.environ if env is None else env
+    options = {**_env_options(environ), **options}
     text = name.strip()
     prefix, sep, rest = text.partition(":")
     rest = rest.strip()
@@ -98,6 +103,28 @@ def resolve_model(name: str, *, env: Mapping[str, str] | None = None, **options:
     if prefix == "scripted":
         return _scripted(rest, name=text)
     raise UserError(f"unknown model provider {prefix!r} in {name!r}; use one of: {FORMS}")
+
+
+def _env_options(environ: Mapping[str, str]) -> dict[str, Any]:
+    """`timeout` and `max_retries` from `TETHER_MODEL_TIMEOUT` / `TETHER_MODEL_RETRIES`."""
+    out: dict[str, Any] = {}
+    raw = environ.get("TETHER_MODEL_TIMEOUT", "").strip()
+    if raw:
+        try:
+            seconds = float(raw)
+        except ValueError:
+            seconds = -1.0
+        if not 0 < seconds <= 3600:  # also refuses NaN
+            raise UserError(
+                f"TETHER_MODEL_TIMEOUT={raw!r} is not a number of seconds between 0 and 3600"
+            )
+        out["timeout"] = seconds
+    raw = environ.get("TETHER_MODEL_RETRIES", "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) > 10:
+            raise UserError(f"TETHER_MODEL_RETRIES={raw!r} is not a whole number from 0 to 10")
+        out["max_retries"] = int(raw)
+    return out
 
 
 def _require_key(environ: Mapping[str, str], var: str, name: str) -> str:

@@ -19,7 +19,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -676,11 +676,13 @@ class TaskRun:
     # ------------------------------------------------------------ the round
 
     async def call_model(self, model: Model, request: ModelRequest) -> ModelResponse:
-        """One model call with latency measured; errors become `ModelError`."""
+        """One model call with latency measured; errors become `ModelError`. A stop
+        request (Ctrl-C, a worker's shutdown) cancels a call in flight at once: the
+        round ends interrupted, and a resume asks the model again."""
         t0 = time.perf_counter()
         try:
-            resp = await model.complete(request)
-        except errors.ModelError:
+            resp = await self._unless_stopped(model.complete(request), request.purpose)
+        except (errors.ModelError, Stop):
             raise
         except Exception as exc:
             raise errors.ModelError(f"{type(exc).__name__}: {exc}", transient=False) from exc
@@ -694,6 +696,40 @@ class TaskRun:
                 resp.finish_reason,
             )
         return resp
+
+    async def _unless_stopped(self, call: Awaitable[ModelResponse], purpose: str) -> ModelResponse:
+        """`await call`, cancelled when a stop is requested meanwhile (in this task, so
+        what the call raises, a `SystemExit` included, stays its own)."""
+        if self.e.stop.is_set():
+            raise Stop(out.interrupted("interrupted; resume to continue"))
+        me = asyncio.current_task()
+        triggered = False
+
+        def interrupt(_: object) -> None:
+            nonlocal triggered
+            if me is not None and not me.done():
+                triggered = True
+                me.cancel()
+
+        watcher = asyncio.ensure_future(self.e.stop.wait())
+        watcher.add_done_callback(interrupt)
+        try:
+            return await call
+        except BaseException:
+            # An SDK may turn the cancellation into an error of its own: either way the
+            # call was abandoned because of the stop.
+            if not triggered:
+                raise
+        finally:
+            watcher.remove_done_callback(interrupt)
+            watcher.cancel()
+        if me is not None:
+            me.uncancel()
+        if purpose == "act":
+            # The round never happened: its focus item's start is not kept.
+            self.staged_events = []
+            self.staged_ledger = None
+        raise Stop(out.interrupted("interrupted during a model call; resume to continue"))
 
     async def record_call(
         self,

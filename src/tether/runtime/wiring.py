@@ -42,10 +42,15 @@ def build_models(spec: TaskSpec, override: str | None = None) -> ModelSet:
             "or set models.actor in the spec or TETHER_MODEL in the environment"
         )
     cache: dict[str, Model] = {}
+    options: dict[str, Any] = {}
+    if spec.models.timeout is not None:
+        options["timeout"] = spec.models.timeout
+    if spec.models.max_retries is not None:
+        options["max_retries"] = spec.models.max_retries
 
     def get(name: str) -> Model:
         if name not in cache:
-            cache[name] = resolve_model(name)
+            cache[name] = resolve_model(name, **options)
         return cache[name]
 
     actor = get(actor_name)

@@ -256,3 +256,42 @@ async def test_transient_failure_exhausting_its_retries_counts_once(tmp_path: Pa
     ]
     item = (await store.get_ledger(task.task_id)).to_ledger().item("i1")
     assert item.status == "done" and item.attempts == 1
+
+
+async def test_dead_server_probed_by_a_short_cooldown_blocks_no_item(tmp_path: Path) -> None:
+    """The issue's case: a server that never comes back, a breaker with a short cool-down
+    that keeps letting a probe through. Each probe restarts (and fails to restart) the
+    server; no item is charged, none is blocked, and the task stops on its round limit
+    with both items still open."""
+    marker = str(tmp_path / "crashed")
+
+    def policy(request: ModelRequest) -> ModelResponse:
+        return ModelResponse("look", (tool_call("notes__crash_once", marker=marker),))
+
+    data = spec(
+        ["notes__crash_once", "notes__add"],
+        env={"MCP_TEST_START_ONCE": str(tmp_path / "started")},
+        restarts=1,
+        services={"notes": {"min_calls": 1, "failure_rate": 1.0, "cooldown_seconds": 0.5}},
+    ).model_dump()
+    data["items"].append({"id": "i2", "title": "add 1 and 1"})
+    data["limits"]["max_rounds"] = 5
+    clock = FakeClock()  # the breaker's cool-downs pass in no time
+    store = await MemoryStore.open(clock=clock)
+    task = await create_task(store, parse_spec(data), workspace=tmp_path)
+    engine = Engine(store, ModelSet(ScriptedModel(policy=policy)), clock=clock, inline_wait_max=1e6)
+    result = await engine.run(task.task_id)
+    assert result.status == "waiting" and result.waiting is not None, result
+    assert "max_rounds" in result.waiting["reason"]
+    probes = [
+        b
+        for b in await events_of(store, task.task_id, "breaker.changed")
+        if b["dst"] == "half_open"
+    ]
+    assert len(probes) >= 2  # the dead server was probed again and again
+    ledger = (await store.get_ledger(task.task_id)).to_ledger()
+    for item_id in ("i1", "i2"):
+        item = ledger.item(item_id)
+        assert item.status not in ("blocked", "skipped") and item.attempts == 0, item
+    warnings = await events_of(store, task.task_id, "audit.warning")
+    assert not [w for w in warnings if w["code"] in ("item_blocked", "non_convergent")]

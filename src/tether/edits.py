@@ -22,6 +22,7 @@ from typing import Any
 from tether import errors, lifecycle
 from tether import events as ev
 from tether import ledger as L
+from tether.artifacts import invalidate_for_edit
 from tether.decisions import changeable
 from tether.runtime.tasks import ledger_from_spec
 from tether.spec import TaskSpec, parse_spec
@@ -115,6 +116,9 @@ async def edit_task(
     old_ledger = (await store.get_ledger(task_id)).to_ledger()
     ledger, restarted = carry_over(old_ledger, old_spec, new_spec)
     version = task.version + 1
+    # A changed source version invalidates exactly what depended on the old one.
+    stale = await invalidate_for_edit(store, task_id, old_spec, new_spec, ledger, version=version)
+    ledger = stale.ledger
     events: list[ev.Event] = [
         ev.TaskEdited(
             old_version=task.version,
@@ -123,6 +127,7 @@ async def edit_task(
             invalidated=restarted,
             by=by,
         ),
+        *stale.events,
         ev.LedgerUpdated(version=ledger.version, diff=[], cause="edit"),
     ]
     status = None
@@ -147,6 +152,7 @@ async def edit_task(
             wake_at=None,
         ),
         ledger=LedgerWrite.of(ledger, old_ledger.version, skeleton=True),
+        artifacts=stale.records,
     )
     return await store.get_task(task_id)
 

@@ -270,6 +270,17 @@ class ArtifactStored(Event):
     source: str = ""
 
 
+@_register("artifacts.invalidated")
+class ArtifactsInvalidated(Event):
+    """Artifacts that depended on a source version (or on other invalidated artifacts)
+    became invalid: they stay in history, never current; the items they proved reopen."""
+
+    artifacts: list[str]
+    reason: str
+    roots: list[str] = Field(default_factory=list)
+    items: list[str] = Field(default_factory=list)
+
+
 # --- judge, ledger, audits -------------------------------------------------------------
 
 

@@ -261,11 +261,36 @@ class FileRule(_Strict):
 
 
 class ArtifactRule(_Strict):
-    """Done when a valid artifact with this name (and kind) exists."""
+    """Done when at least `min_count` valid artifacts with this name and/or kind exist
+    (not already proving another item, unless the item shares evidence)."""
 
     kind: Literal["artifact"] = "artifact"
-    name: str
+    name: str | None = None
     artifact_kind: str | None = None
+    min_count: int = Field(default=1, gt=0, le=1000)
+
+    @model_validator(mode="after")
+    def _names_something(self) -> ArtifactRule:
+        if self.name is None and self.artifact_kind is None:
+            raise ValueError("give name, artifact_kind or both")
+        return self
+
+
+SourceKind = Literal["document", "url", "dataset", "api"]
+
+
+class Source(_Strict):
+    """A source the task may read, at a version. `pin: snapshot` stores the bytes read
+    (content-addressed: a re-read after a crash sees the same bytes); `pin: fingerprint`
+    records a hash, size and mtime, and a re-read that finds them changed invalidates
+    what depended on the earlier read."""
+
+    id: str = Field(pattern=_ID)
+    kind: SourceKind = "document"
+    version: str = Field(min_length=1, max_length=200)
+    location: str = Field(min_length=1, max_length=4096)
+    pin: Literal["snapshot", "fingerprint"] = "snapshot"
+    title: str = ""
 
 
 class CommandRule(_Strict):
@@ -542,6 +567,7 @@ class TaskSpec(_Strict):
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     workspace: str | None = None
     review: bool = False
+    sources: list[Source] = Field(default_factory=list)
 
     @field_validator("workspace", mode="before")
     @classmethod
@@ -561,6 +587,7 @@ class TaskSpec(_Strict):
             ("milestones", ms_ids),
             ("items", [i.id for i in self.items]),
             ("acceptance", [a.id for a in self.acceptance]),
+            ("sources", [src.id for src in self.sources]),
         ):
             for dup in sorted(i for i, n in Counter(ids).items() if n > 1):
                 problems.append(f"{what}: id {dup!r} is used more than once")
@@ -585,6 +612,10 @@ class TaskSpec(_Strict):
             if (t if isinstance(t, str) else t.name) == name:
                 return ToolPermission(name=t) if isinstance(t, str) else t
         return None
+
+    def source(self, source_id: str) -> Source | None:
+        """The declared source with this id, or None (not an allowed source)."""
+        return next((src for src in self.sources if src.id == source_id), None)
 
     def milestone_of(self, item_id: str) -> str | None:
         """The milestone id of an item, or None."""

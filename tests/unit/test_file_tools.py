@@ -17,6 +17,7 @@ import pytest
 from tether import errors
 from tether.models.base import ToolSchema
 from tether.runtime.builtins import FILE_TOOLS, default_registry
+from tether.runtime.source_tools import SOURCE_TOOLS
 from tether.tools import files, registry
 from tether.tools.files import Workspace
 from tether.tools.registry import Tool, ToolContext
@@ -538,7 +539,7 @@ def test_schemas_and_effects_match_the_tools() -> None:
         "append_file",
     ]
     registry = default_registry(lambda: None)  # type: ignore[arg-type,return-value]
-    assert registry.names() == sorted([*BY_NAME, "read_artifact"])
+    assert registry.names() == sorted([*BY_NAME, "read_artifact", *SOURCE_TOOLS])
     assert registry.get("delete_file") is None
 
 

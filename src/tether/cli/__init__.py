@@ -7,7 +7,7 @@ is written on a bad input.
 
 Modules: `_app` (the app, consoles, shared options), `tasks` (status, list, events,
 timeline), `run` (run, submit, resume), `decide` (cancel, approvals and decisions),
-`edit` (edit, tell), `worker`, `demo`, `show` (show, report), `serve` (the web
+`edit` (edit, tell), `artifacts`, `worker`, `demo`, `show` (show, report), `serve` (the web
 dashboard), and `views` (rendering).
 """
 
@@ -21,7 +21,17 @@ from tether.cli._app import app, fail
 from tether.errors import UserError
 
 # Importing a command module registers its commands; --help lists them in this order.
-for _module in ("tasks", "run", "decide", "edit", "worker", "demo", "show", "serve"):
+for _module in (
+    "tasks",
+    "run",
+    "decide",
+    "edit",
+    "artifacts",
+    "worker",
+    "demo",
+    "show",
+    "serve",
+):
     importlib.import_module(f"{__name__}.{_module}")
 
 __all__ = ["app", "main"]

@@ -76,7 +76,7 @@ def _changes(sets: list[str], file: Path | None, *, required: bool = True) -> di
     if not changes and required:
         raise errors.UserError(
             "nothing to change: give --set FIELD=VALUE, --file CHANGES.yaml, --objective, "
-            "--add-item, --remove-item or --item"
+            "--add-item, --remove-item, --item or --source ID=VERSION"
         )
     return changes
 
@@ -113,22 +113,35 @@ def edit(
             '"file", "path": "out/q3.md"}\'',
         ),
     ] = None,
+    source: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--source",
+            help="ID=VERSION: a new version of a declared source (ID=VERSION@LOCATION "
+            "also moves it); what depended on the old version is invalidated",
+        ),
+    ] = None,
     reason: Annotated[str, typer.Option("--reason", help="Why (journaled).")] = "",
     by: ByOpt = "cli",
     db: DbOpt = None,
 ) -> None:
     """Change a task's goal or constraints: a new version; a stopped task goes on."""
+    from tether.artifacts import source_changes
     from tether.edits import edit_task
 
     async def main() -> str:
         items = _item_edits(list(add_item or []), list(item or []))
         extra = {"objective": objective} if objective is not None else {}
-        changes = _changes(list(sets or []), file, required=not (extra or items or remove_item))
+        changes = _changes(
+            list(sets or []), file, required=not (extra or items or remove_item or source)
+        )
         changes.update(extra)
-        task = await with_store(
-            db,
-            lambda s: edit_task(
-                s,
+
+        async def apply(store: Any) -> Any:
+            if source:
+                changes.update(source_changes((await store.get_task(task_id)).spec, source))
+            return await edit_task(
+                store,
                 task_id,
                 changes,
                 add_items=items[0],
@@ -136,9 +149,9 @@ def edit(
                 update_items=items[1],
                 by=by,
                 reason=reason,
-            ),
-            create=False,
-        )
+            )
+
+        task = await with_store(db, apply, create=False)
         return (
             f"task {task_id} is at version {task.version} ({task.status}); "
             f"continue with: tether resume {task_id}"

@@ -110,6 +110,17 @@ def ledger_bar(progress: Mapping[str, Any], width: int = 40) -> Text:
     return bar
 
 
+def sources_line(doc: Mapping[str, Any]) -> Text:
+    """The contract's sources with their versions, and how many artifacts are invalid."""
+    text = "sources: " + ", ".join(
+        f"{clean(s['id'])} {clean(s['version'])} ({clean(s['pin'])})" for s in doc["sources"]
+    )
+    arts = doc.get("artifacts") or {}
+    if arts.get("invalid_count"):
+        text += f"; {arts['invalid_count']} invalid artifacts (tether artifacts TASK --invalid)"
+    return Text(text)
+
+
 def status_view(doc: Mapping[str, Any]) -> Group:
     """A task from its `status --json` document: state, ledger, budget, waiting."""
     style = STATUS_STYLE.get(doc["status"], "white")
@@ -139,6 +150,8 @@ def status_view(doc: Mapping[str, Any]) -> Group:
                 "magenta",
             )
         )
+    if doc.get("sources"):
+        lines.append(sources_line(doc))
     used = doc["budget"]["used"]
     lines.append(
         Text(

@@ -1,4 +1,5 @@
-"""Built-in tools: workspace file tools and `read_artifact`.
+"""Built-in tools: workspace file tools, `read_artifact`, and (in `source_tools`) the
+source and artifact tools.
 
 They are declared with the public `@tool`, as a user's tool would be: their signatures
 give the model-facing schemas and the argument checks (`bad arguments for read_file:
@@ -22,6 +23,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from tether import _imports, errors
+from tether.runtime.source_tools import source_tools
 from tether.store.base import Store
 from tether.tools import files
 from tether.tools.registry import Effect, Tool, ToolContext, ToolRegistry, tool
@@ -219,10 +221,12 @@ def _import_tools(ref: str) -> list[Tool]:
 
 
 def default_registry(store_getter: Callable[[], Store]) -> ToolRegistry:
-    """A registry with the workspace file tools, `read_artifact`, and the tools named by
+    """A registry with the workspace file tools, `read_artifact`, the source and
+    artifact tools (`tether.runtime.source_tools`), and the tools named by
     `TETHER_TOOLS` (`module:attr,...`)."""
     reg = ToolRegistry(FILE_TOOLS)
     reg.add(read_artifact_tool(store_getter))
+    reg.extend(source_tools(store_getter))
     for ref in os.environ.get(TOOLS_ENV, "").split(","):
         if ref.strip():
             reg.extend(_import_tools(ref))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether import artifacts as A
 from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message
@@ -98,12 +99,26 @@ class _Check:
         self.last_writer = last_writer
         self.blobs = blobs
 
-    def artifact(self, ident: str) -> str | None:
+    def own(self, ident: str) -> str | None:
+        """What is wrong with one stored artifact itself, or None."""
         art = self.artifacts.get(ident)
         if art is None or not art.valid:
-            return f"evidence artifact {ident} is missing or no longer valid"
+            return f"artifact {ident} is missing or no longer valid"
         if not self.blobs.get(art.blob_hash, True):
-            return f"evidence artifact {ident} is missing from the store (its content is gone)"
+            return f"artifact {ident} is missing from the store (its content is gone)"
+        return None
+
+    def artifact(self, ident: str) -> str | None:
+        problem = self.own(ident)
+        if problem is not None:
+            return f"evidence {problem}"
+        # A citation is only as good as what it was built from: a claim whose evidence
+        # is gone is a dangling citation.
+        for dep in _below(ident, self.artifacts):
+            problem = self.own(dep)
+            if problem is not None:
+                return f"evidence artifact {ident} cites {problem}"
+        art = self.artifacts[ident]
         path = art.meta.get(DELIVERABLE_KEY)
         if isinstance(path, str):
             want = art.meta.get(SHA256_KEY)
@@ -133,6 +148,36 @@ class _Check:
         return None
 
 
+def _below(ident: str, arts: Mapping[str, ArtifactRecord]) -> list[str]:
+    """The artifact ids `ident` depends on, transitively (iterative, cycle-safe)."""
+    seen: dict[str, None] = {}
+    todo = [ident]
+    while todo:
+        art = arts.get(todo.pop())
+        for dep in art.deps if art is not None else ():
+            kind, _, dep_id = dep.partition(":")
+            if kind == "artifact" and dep_id not in seen and dep_id != ident:
+                seen[dep_id] = None
+                todo.append(dep_id)
+    return list(seen)
+
+
+async def _closure(store: Store, task_id: str, ids: Collection[str]) -> dict[str, ArtifactRecord]:
+    """The artifacts `ids` and everything they depend on, read level by level."""
+    found: dict[str, ArtifactRecord] = {}
+    todo = set(ids)
+    while todo and len(found) < 100_000:
+        arts = await store.get_artifacts(task_id, artifact_ids=todo)
+        found.update((a.artifact_id, a) for a in arts)
+        todo = {
+            d.partition(":")[2]
+            for a in arts
+            for d in a.deps
+            if d.startswith("artifact:") and d.partition(":")[2] not in found
+        }
+    return found
+
+
 async def _blob_states(store: Store, arts: Sequence[ArtifactRecord]) -> dict[str, bool]:
     states: dict[str, bool] = {}
     for art in arts:
@@ -152,18 +197,23 @@ async def verify(
     workspace: Path | None,
     *,
     blobs: bool = True,
-) -> tuple[L.Ledger, list[Broken]]:
+) -> tuple[L.Ledger, list[Broken], list[ArtifactRecord]]:
     """Check every done item's evidence; return the ledger with the items whose evidence
-    broke reopened (the reason in their note), and what broke.
+    broke reopened (the reason in their note), what broke, and the artifacts to store as
+    invalid.
 
     An item is reopened when any of its evidence broke: a deliverable that is gone or
-    altered, or a cited artifact that is missing (with `blobs`, its stored content is
-    read and hashed too; recovery checks those itself and passes `blobs=False`)."""
+    altered, a cited artifact that is missing, or one it was built from (a claim's
+    evidence, a section's claims) that is. Stored content is read and hashed for the
+    artifacts below the cited ones, and for the cited ones too with `blobs` (recovery
+    checks those itself and passes `blobs=False`). An artifact whose content is gone
+    becomes invalid with everything built on it, so nothing re-accepts it."""
     done = [(d.id, s.evidence) for d, s in ledger.items() if s.status == "done"]
     refs = {r for _, evidence in done for r in evidence}
     art_ids = {r.partition(":")[2] for r in refs if r.startswith("artifact:")}
     op_ids = {r.partition(":")[2] for r in refs if r.startswith("op:")}
-    arts = await store.get_artifacts(task_id, artifact_ids=art_ids) if art_ids else []
+    arts = await _closure(store, task_id, art_ids) if art_ids else {}
+    hashed = [a for i, a in arts.items() if blobs or i not in art_ids]
     writers: list[OpRecord] = []
     if op_ids:
         writers = await store.get_ops(task_id, statuses={"succeeded"}, tools=set(WRITERS))
@@ -172,12 +222,13 @@ async def verify(
         path = op.args.get("path")
         if isinstance(path, str):
             last_writer[path] = op.op_id
+    states = await _blob_states(store, hashed)
     check = _Check(
         workspace,
-        {a.artifact_id: a for a in arts},
+        arts,
         {o.op_id: o for o in writers if o.op_id in op_ids},
         last_writer,
-        await _blob_states(store, arts) if blobs else {},
+        states,
     )
     broken: list[Broken] = []
     for item, evidence in done:
@@ -185,7 +236,14 @@ async def verify(
             reason = check.ref(ref)
             if reason is not None:
                 broken.append(Broken(item, ref, reason))
-    return reopen(ledger, broken), broken
+    gone = [a for a in hashed if a.valid and not states.get(a.blob_hash, True)]
+    stale: list[ArtifactRecord] = []
+    if gone:
+        every = await store.get_artifacts(task_id)
+        hit = gone + A.dependents(every, [A.artifact_ref(a.artifact_id) for a in gone])
+        hit = list({a.artifact_id: a for a in hit}.values())
+        stale = A.invalidated(hit, "its content is missing from the store")
+    return reopen(ledger, broken), broken, stale
 
 
 def reopen(ledger: L.Ledger, broken: Collection[Broken]) -> L.Ledger:
@@ -198,17 +256,23 @@ def reopen(ledger: L.Ledger, broken: Collection[Broken]) -> L.Ledger:
     return ledger
 
 
-def details(broken: Sequence[Broken], checked: int) -> dict[str, Any]:
+def details(
+    broken: Sequence[Broken], checked: int, stale: Sequence[ArtifactRecord] = ()
+) -> dict[str, Any]:
     """The findings as a `recovery.*` step's details."""
-    return {"checked": checked, "broken": [b.to_dict() for b in broken]}
+    return {
+        "checked": checked,
+        "broken": [b.to_dict() for b in broken],
+        "invalidated": [a.artifact_id for a in stale],
+    }
 
 
 async def hold_delivery(run: JudgeHost, round_no: int) -> bool:
     """Before a task is delivered: verify every done item's evidence once more. When
     something broke, commit the reopened items with an `audit.warning` per finding and
     return True (the task goes on instead of being delivered)."""
-    ledger, broken = await verify(run.store, run.task_id, run.ledger, run.workspace)
-    if not broken:
+    ledger, broken, stale = await verify(run.store, run.task_id, run.ledger, run.workspace)
+    if not broken and not stale:
         return False
     events: list[ev.Event] = [
         ev.AuditWarning(
@@ -219,6 +283,14 @@ async def hold_delivery(run: JudgeHost, round_no: int) -> bool:
         for b in broken
     ]
     reopened = list(dict.fromkeys(b.item for b in broken))
+    if stale:
+        events.append(
+            ev.ArtifactsInvalidated(
+                artifacts=[a.artifact_id for a in stale],
+                reason="its content is missing from the store",
+                items=reopened,
+            )
+        )
     events.append(
         ev.LedgerUpdated(
             version=ledger.version,
@@ -241,6 +313,6 @@ async def hold_delivery(run: JudgeHost, round_no: int) -> bool:
             judges=["deliverables"],
         )
     )
-    await run.commit(events, ledger=ledger)
+    await run.commit(events, ledger=ledger, artifacts=stale)
     run.ctx.append(Entry("continuation", [Message("user", text)], round_no))
     return True

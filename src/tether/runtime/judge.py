@@ -844,18 +844,20 @@ class _RuleCheck:
     async def artifact(self, item: ChecklistItem, rule: ArtifactRule) -> ProposedChange | None:
         if self.arts is None:
             self.arts = await self.env.valid_artifacts()
-        found = next(
-            (
-                a
-                for a in reversed(self.arts)
-                if a.name == rule.name
-                and (rule.artifact_kind is None or a.kind == rule.artifact_kind)
-            ),
-            None,
-        )
-        if found is None:
+        taken = set() if item.shared_evidence else self.credited
+        found = [
+            a
+            for a in reversed(self.arts)
+            if (rule.name is None or a.name == rule.name)
+            and (rule.artifact_kind is None or a.kind == rule.artifact_kind)
+            and f"artifact:{a.artifact_id}" not in taken
+        ]
+        if len(found) < rule.min_count:
             return None
-        return ProposedChange(item.id, "done", (f"artifact:{found.artifact_id}",), "rule: artifact")
+        refs = tuple(
+            f"artifact:{a.artifact_id}" for a in reversed(found[: max(rule.min_count, 20)])
+        )
+        return ProposedChange(item.id, "done", refs, "rule: artifact")
 
     async def file(self, item: ChecklistItem, rule: FileRule) -> ProposedChange | None:
         ws = self.env.workspace

@@ -145,11 +145,14 @@ async def _recover(
             ledger = L.reopen(ledger, d.id, "evidence no longer resolves").ledger
             reopened.append(d.id)
     # Deliverables (workspace files behind done items) are outside the store.
-    ledger, broken = await deliverables.verify(
+    ledger, broken, stale = await deliverables.verify(
         run.store, run.task_id, ledger, run.workspace, blobs=False
     )
+    invalidated += stale
     events.append(
-        ev.RecoveryStep(step="deliverables", details=deliverables.details(broken, len(cited)))
+        ev.RecoveryStep(
+            step="deliverables", details=deliverables.details(broken, len(cited), stale)
+        )
     )
     reopened += [i for i in dict.fromkeys(b.item for b in broken) if i not in reopened]
     events.append(ev.RecoveryStep(step="ledger", details={"reopened": reopened}))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tether import errors, lifecycle
+from tether import artifacts, errors, lifecycle
 from tether import events as ev
 from tether import ledger as L
 from tether.runtime.state import RunState
@@ -208,6 +208,7 @@ async def status_dict(store: Store, task_id: str) -> dict[str, Any]:
             "fencing_token": task.fencing_token,
         },
         "heartbeat_at": task.heartbeat_at,
+        **await artifacts.status_view(store, task_id, task.spec),
         "created_at": task.created_at,
         "updated_at": task.updated_at,
         "last_seq": task.last_seq,

@@ -1,0 +1,73 @@
+"""`tether artifacts TASK`: a task's artifacts and what each depends on."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+from rich.tree import Tree
+
+from tether.cli._app import DbOpt, JsonOpt, app, out, print_json, run_async, with_store
+
+
+def _label(node: dict[str, Any]) -> str:
+    mark = "" if node["valid"] else f" [red]invalid: {escape(str(node['invalid_reason']))}[/]"
+    return f"{escape(node['artifact_id'])} [dim]{node['kind']}[/] {escape(node['name'])}{mark}"
+
+
+def _grow(branch: Tree, node: dict[str, Any]) -> None:
+    for child in node["children"]:
+        _grow(branch.add(_label(child)), child)
+
+
+@app.command()
+def artifacts(
+    task_id: str,
+    tree: Annotated[
+        bool, typer.Option("--tree", help="Show the dependency graph as a tree.")
+    ] = False,
+    invalid: Annotated[
+        bool, typer.Option("--invalid", help="Only invalidated artifacts (history).")
+    ] = False,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """A task's artifacts (sources read, evidence, claims, report sections) with their
+    dependencies; invalidated ones are history, never current."""
+    from tether import artifacts as A
+
+    async def main() -> list[Any]:
+        async def read(store: Any) -> list[Any]:
+            await store.get_task(task_id)  # an unknown task is exit 3
+            return list(await store.get_artifacts(task_id))
+
+        return await with_store(db, read, create=False, read_only=True)
+
+    arts = run_async(main)
+    if invalid:
+        arts = [a for a in arts if not a.valid]
+    if json_out:
+        print_json(A.tree(arts) if tree else [A.describe(a) for a in arts])
+        return
+    if not arts:
+        out.print("no artifacts" + (" are invalid" if invalid else ""))
+        return
+    if tree:
+        root = Tree(f"artifacts of {escape(task_id)}")
+        for node in A.tree(arts):
+            _grow(root.add(_label(node)), node)
+        out.print(root)
+        return
+    table = Table("artifact", "kind", "name", "depends on", "valid")
+    for a in arts:
+        doc = A.describe(a)
+        table.add_row(
+            escape(a.artifact_id),
+            a.kind,
+            escape(a.name),
+            escape(", ".join(a.deps)),
+            "yes" if a.valid else f"no: {escape(str(doc['invalid_reason']))}",
+        )
+    out.print(table)

@@ -1,0 +1,349 @@
+"""Built-in tools for sources and the artifacts made from them.
+
+- `read_source(source, offset, limit)` reads a source the contract declares (and no
+  other) and records the version it saw: with `pin: snapshot` the bytes are stored once,
+  content-addressed, and every later read of that version (after a crash too) returns
+  the same bytes; with `pin: fingerprint` a hash, size and mtime are recorded, and a
+  re-read that finds them changed invalidates what depended on the earlier read.
+- `record_evidence(source_artifact, excerpt, location)` stores an excerpt of a snapshot
+  (it must be in it) with its location; it depends on the snapshot and its version.
+- `record_claim(text, evidence)` stores a claim citing valid evidence artifacts.
+- `write_report_section(title, text, claims)` stores a report section citing claims.
+
+A citation must resolve to a valid artifact of the right kind of this task, so nothing
+is built on a dangling or stale one. Each artifact's id derives from the op id, and the
+store write is guarded by the run's fencing token: a call re-sent after a crash writes
+the same artifact again, and a worker that lost its lease writes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from tether import artifacts as A
+from tether import errors
+from tether import events as ev
+from tether.spec import Source
+from tether.store.base import ArtifactRecord, Store, blob_hash
+from tether.tools.registry import Tool, ToolContext, tool
+
+#: The names of the tools this module makes.
+SOURCE_TOOLS = ("read_source", "record_evidence", "record_claim", "write_report_section")
+_MAX_TEXT = 20_000
+
+
+async def _sources(store: Store, task_id: str) -> list[Source]:
+    task = await store.get_task(task_id)
+    return [Source.model_validate(s) for s in task.spec.get("sources", [])]
+
+
+async def _store(
+    store: Store,
+    ctx: ToolContext,
+    arts: Sequence[ArtifactRecord],
+    blobs: Sequence[bytes],
+    more: Sequence[ev.Event] = (),
+) -> None:
+    """Write artifacts under the run's fencing token (a stale worker writes nothing)."""
+    events: list[ev.Event] = [
+        ev.ArtifactStored(
+            artifact_id=a.artifact_id,
+            kind=a.kind,
+            name=a.name,
+            blob=a.blob_hash,
+            size=a.size,
+            source=a.source,
+        )
+        for a in arts
+        if a.valid
+    ]
+    await store.commit(
+        ctx.task_id, ctx.fencing_token, [*more, *events], artifacts=arts, blobs=blobs
+    )
+
+
+def _record(
+    ctx: ToolContext,
+    suffix: str,
+    kind: str,
+    name: str,
+    data: bytes,
+    deps: Sequence[str],
+    meta: dict[str, Any],
+) -> ArtifactRecord:
+    return ArtifactRecord(
+        artifact_id=f"{ctx.op_id}.{suffix}",
+        task_id=ctx.task_id,
+        kind=kind,
+        name=name,
+        blob_hash=blob_hash(data),
+        size=len(data),
+        source=ctx.op_id,
+        task_version=ctx.task_version,
+        deps=tuple(deps),
+        meta=meta,
+    )
+
+
+async def _existing(store: Store, ctx: ToolContext, suffix: str) -> ArtifactRecord | None:
+    """The artifact this very op wrote before (a call re-sent after a crash)."""
+    found = await store.get_artifacts(ctx.task_id, artifact_ids={f"{ctx.op_id}.{suffix}"})
+    return found[0] if found else None
+
+
+def _location(src: Source, workspace: Path | None) -> Path:
+    if src.kind not in ("document", "dataset"):
+        raise errors.ToolFailed(
+            f"read_source: source {src.id} is a {src.kind}; read_source reads documents and "
+            "datasets (files); use a tool of your own for it"
+        )
+    path = Path(src.location)
+    if not path.is_absolute():
+        if workspace is None:
+            raise errors.ToolFailed(
+                f"read_source: source {src.id} is relative, and there is no workspace"
+            )
+        path = workspace / path
+    return path
+
+
+def _slice(text: str, offset: int, limit: int) -> str:
+    part = text[offset : offset + limit]
+    rest = max(0, len(text) - offset - len(part))
+    return part + (f"\n[{rest} more characters after offset {offset + len(part)}]" if rest else "")
+
+
+def _fingerprint(path: Path) -> dict[str, Any]:
+    data = path.read_bytes()
+    st = path.stat()
+    return {
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+    }
+
+
+class _Reader:
+    """One `read_source` call."""
+
+    def __init__(self, store: Store, ctx: ToolContext, src: Source) -> None:
+        self.store, self.ctx, self.src = store, ctx, src
+        self.ref = A.source_ref(src.id, src.version)
+
+    async def reads(self) -> list[ArtifactRecord]:
+        """Valid earlier reads of this source at this version."""
+        return [
+            a
+            for a in await self.store.get_artifacts(self.ctx.task_id)
+            if a.valid and a.kind == "source_snapshot" and self.ref in a.deps
+        ]
+
+    async def snapshot(self) -> tuple[ArtifactRecord, str, str]:
+        earlier = await self.reads()
+        if earlier:
+            art = earlier[0]
+            return art, (await self.store.get_blob(art.blob_hash)).decode("utf-8", "replace"), ""
+        data = _location(self.src, self.ctx.workspace).read_bytes()
+        meta = {"source": self.src.id, "version": self.src.version, "pin": "snapshot"}
+        art = await _existing(self.store, self.ctx, "snap") or _record(
+            self.ctx, "snap", "source_snapshot", self.src.id, data, [self.ref], meta
+        )
+        await _store(self.store, self.ctx, [art], [data])
+        return art, data.decode("utf-8", "replace"), ""
+
+    async def fingerprint(self) -> tuple[ArtifactRecord, str, str]:
+        path = _location(self.src, self.ctx.workspace)
+        fp = _fingerprint(path)
+        text = path.read_bytes().decode("utf-8", "replace")
+        earlier = await self.reads()
+        same = [a for a in earlier if a.meta.get("sha256") == fp["sha256"]]
+        if same:
+            return same[0], text, ""
+        changed = [a for a in earlier if a.meta.get("sha256") != fp["sha256"]]
+        notice = ""
+        stale: list[ArtifactRecord] = []
+        more: list[ev.Event] = []
+        if changed:
+            reason = (
+                f"source {self.src.id} {self.src.version} changed on re-read "
+                f"(sha256 now {fp['sha256'][:12]})"
+            )
+            arts = await self.store.get_artifacts(self.ctx.task_id)
+            roots = [A.artifact_ref(a.artifact_id) for a in changed]
+            hit = changed + A.dependents(arts, roots)
+            stale = A.invalidated(hit, reason, version=self.ctx.task_version)
+            more.append(
+                ev.ArtifactsInvalidated(
+                    artifacts=[a.artifact_id for a in hit], reason=reason, roots=roots
+                )
+            )
+            notice = f"NOTE: {reason}; invalidated: {', '.join(a.artifact_id for a in hit)}\n"
+        blob = json.dumps(fp, sort_keys=True).encode()
+        meta = {"source": self.src.id, "version": self.src.version, "pin": "fingerprint", **fp}
+        art = await _existing(self.store, self.ctx, "fp") or _record(
+            self.ctx, "fp", "source_snapshot", self.src.id, blob, [self.ref], meta
+        )
+        await _store(self.store, self.ctx, [*stale, art], [blob], more)
+        return art, text, notice
+
+
+def _need(
+    found: Sequence[ArtifactRecord], ids: Sequence[str], kind: str, what: str
+) -> list[ArtifactRecord]:
+    """The cited artifacts, each a valid one of `kind`; a dangling citation fails."""
+    by_id = {a.artifact_id: a for a in found}
+    bad = [i for i in ids if i not in by_id or not by_id[i].valid or by_id[i].kind != kind]
+    if bad:
+        raise errors.ToolFailed(
+            f"{what}: {', '.join(bad)} {'is' if len(bad) == 1 else 'are'} not a valid {kind} "
+            "artifact of this task (invalidated, unknown, or of another kind); cite current ones"
+        )
+    return [by_id[i] for i in ids]
+
+
+def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
+    """`read_source`, `record_evidence`, `record_claim` and `write_report_section`."""
+
+    @tool(
+        name="read_source",
+        effect="read",
+        description=(
+            "Read a source the contract declares, by id: at most `limit` characters from "
+            "`offset`. The answer names the snapshot artifact to cite in record_evidence."
+        ),
+    )
+    async def read_source(
+        ctx: ToolContext,
+        source: str,
+        offset: Annotated[int, Field(ge=0)] = 0,
+        limit: Annotated[int, Field(ge=1, le=_MAX_TEXT)] = 4000,
+    ) -> str:
+        store = store_getter()
+        declared = await _sources(store, ctx.task_id)
+        src = next((s for s in declared if s.id == source), None)
+        if src is None:
+            allowed = ", ".join(s.id for s in declared) or "none"
+            raise errors.ToolFailed(
+                f"read_source: {source!r} is not a source of this task (allowed: {allowed})"
+            )
+        reader = _Reader(store, ctx, src)
+        try:
+            art, text, notice = await (
+                reader.snapshot() if src.pin == "snapshot" else reader.fingerprint()
+            )
+        except OSError as exc:
+            raise errors.ToolFailed(
+                f"read_source: cannot read source {src.id} ({exc.strerror or exc})"
+            ) from None
+        head = (
+            f"{notice}source {src.id} version {src.version} ({src.kind}, {src.pin}); "
+            f"cite snapshot artifact {art.artifact_id}\n"
+        )
+        return head + _slice(text, offset, limit)
+
+    @tool(
+        name="record_evidence",
+        effect="write",
+        idempotent=True,
+        description=(
+            "Record an excerpt of a source you read (quoted exactly from the snapshot "
+            "artifact read_source named) with where it is; returns the evidence artifact id."
+        ),
+    )
+    async def record_evidence(
+        ctx: ToolContext,
+        source_artifact: str,
+        excerpt: Annotated[str, Field(min_length=1, max_length=_MAX_TEXT)],
+        location: str = "",
+    ) -> str:
+        store = store_getter()
+        found = await store.get_artifacts(ctx.task_id, artifact_ids={source_artifact})
+        snap = _need(found, [source_artifact], "source_snapshot", "record_evidence")[0]
+        if snap.meta.get("pin") == "snapshot":
+            body = (await store.get_blob(snap.blob_hash)).decode("utf-8", "replace")
+            if " ".join(excerpt.split()) not in " ".join(body.split()):
+                raise errors.ToolFailed(
+                    f"record_evidence: the excerpt is not in {snap.artifact_id} (source "
+                    f"{snap.meta.get('source')} {snap.meta.get('version')}); quote it exactly"
+                )
+        src, version = str(snap.meta.get("source")), str(snap.meta.get("version"))
+        doc = {"excerpt": excerpt, "location": location, "source": src, "version": version}
+        data = json.dumps(doc, ensure_ascii=False, sort_keys=True).encode()
+        deps = [A.artifact_ref(snap.artifact_id), A.source_ref(src, version)]
+        meta = {"source": src, "version": version, "location": location}
+        art = await _existing(store, ctx, "ev") or _record(
+            ctx, "ev", "evidence", src, data, deps, meta
+        )
+        await _store(store, ctx, [art], [data])
+        return f"evidence artifact {art.artifact_id} (source {src} {version})"
+
+    @tool(
+        name="record_claim",
+        effect="write",
+        idempotent=True,
+        description="Record a claim citing evidence artifact ids; returns the claim artifact id.",
+    )
+    async def record_claim(
+        ctx: ToolContext,
+        text: Annotated[str, Field(min_length=1, max_length=_MAX_TEXT)],
+        evidence: Annotated[list[str], Field(min_length=1, max_length=50)],
+        topic: str = "claim",
+    ) -> str:
+        store = store_getter()
+        cited = _need(
+            await store.get_artifacts(ctx.task_id, artifact_ids=set(evidence)),
+            evidence,
+            "evidence",
+            "record_claim",
+        )
+        data = json.dumps(
+            {"claim": text, "evidence": evidence, "topic": topic}, ensure_ascii=False
+        ).encode()
+        sources = sorted({f"{a.meta.get('source')}@{a.meta.get('version')}" for a in cited})
+        art = await _existing(store, ctx, "claim") or _record(
+            ctx,
+            "claim",
+            "claim",
+            topic,
+            data,
+            [A.artifact_ref(i) for i in evidence],
+            {"sources": sources},
+        )
+        await _store(store, ctx, [art], [data])
+        return f"claim artifact {art.artifact_id} (cites {', '.join(evidence)})"
+
+    @tool(
+        name="write_report_section",
+        effect="write",
+        idempotent=True,
+        description="Write a report section citing claim artifact ids; returns its artifact id.",
+    )
+    async def write_report_section(
+        ctx: ToolContext,
+        title: Annotated[str, Field(min_length=1, max_length=200)],
+        text: Annotated[str, Field(min_length=1, max_length=_MAX_TEXT)],
+        claims: Annotated[list[str], Field(min_length=1, max_length=100)],
+    ) -> str:
+        store = store_getter()
+        _need(
+            await store.get_artifacts(ctx.task_id, artifact_ids=set(claims)),
+            claims,
+            "claim",
+            "write_report_section",
+        )
+        data = json.dumps(
+            {"title": title, "text": text, "claims": claims}, ensure_ascii=False
+        ).encode()
+        art = await _existing(store, ctx, "section") or _record(
+            ctx, "section", "report_section", title, data, [A.artifact_ref(i) for i in claims], {}
+        )
+        await _store(store, ctx, [art], [data])
+        return f"report section artifact {art.artifact_id} ({title})"
+
+    return [read_source, record_evidence, record_claim, write_report_section]

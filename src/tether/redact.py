@@ -10,6 +10,7 @@ what the command line prints.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -73,3 +74,22 @@ def redact_data(value: Any, secrets: tuple[str, ...] | None = None) -> Any:
     if isinstance(value, list | tuple):
         return [redact_data(v, secrets) for v in value]
     return value
+
+
+class Redactor:
+    """`redact_data` with the environment's secrets read once, for a run that journals
+    many documents: `clean` tells, from a document's JSON text, that it holds nothing
+    to mask (no URL, no secret, raw or JSON-escaped), so most need no walk at all."""
+
+    def __init__(self, secrets: tuple[str, ...] | None = None) -> None:
+        self.secrets = known_secrets() if secrets is None else secrets
+        escaped = {json.dumps(s, ensure_ascii=False)[1:-1] for s in self.secrets}
+        self._needles = ("://", *dict.fromkeys([*self.secrets, *escaped]))
+
+    def clean(self, text: str) -> bool:
+        """True when `text` (a document's JSON) contains nothing `redact` would mask."""
+        return not any(n in text for n in self._needles)
+
+    def data(self, value: Any) -> Any:
+        """`redact_data` with this redactor's secrets."""
+        return redact_data(value, self.secrets)

@@ -376,6 +376,13 @@ class Limits(_Strict):
         description="seconds without a heartbeat before a running task whose lease expired "
         "is marked stalled; default: the workers' setting (300)",
     )
+    round_timeout: float | None = Field(
+        default=None,
+        gt=0,
+        le=7 * 24 * 3600,
+        description="seconds a round may run (checked at each lease renewal) before it is "
+        "cancelled and counted as a crash of its worker; none by default",
+    )
     breaker_failure_rate: float = Field(default=0.3, gt=0, le=1)
     breaker_min_calls: int = Field(default=10, gt=0)
     breaker_cooldown_seconds: float = Field(default=60.0, gt=0)

@@ -29,7 +29,7 @@ from tether import events as ev
 from tether import ledger as L
 from tether.clock import Clock, SystemClock
 from tether.models.base import Model, ModelRequest, ModelResponse
-from tether.redact import redact_data
+from tether.redact import Redactor
 from tether.runtime import history, recovery
 from tether.runtime import outcome as out
 from tether.runtime import round as rounds
@@ -128,19 +128,20 @@ _REDACTED_EVENTS = frozenset(
 )
 
 
-def _redacted(event: ev.Event) -> ev.Event:
-    """The event with secret values and URL userinfo masked (see `tether.redact`)."""
-    if event.TYPE not in _REDACTED_EVENTS:
+def _redacted(event: ev.Event, redactor: Redactor) -> ev.Event:
+    """The event with secret values and URL userinfo masked (see `tether.redact`). Its
+    JSON text (pydantic's, fast) is scanned first: most events hold nothing to mask."""
+    if event.TYPE not in _REDACTED_EVENTS or redactor.clean(event.model_dump_json()):
         return event
     data = event.data()
-    masked = redact_data(data)
+    masked = redactor.data(data)
     return event if masked == data else type(event).model_validate(masked)
 
 
-def _redacted_op(op: OpRecord) -> OpRecord:
+def _redacted_op(op: OpRecord, redactor: Redactor) -> OpRecord:
     if op.error is None and op.result is None:
         return op
-    error, result = redact_data(op.error), redact_data(op.result)
+    error, result = redactor.data(op.error), redactor.data(op.result)
     if (error, result) == (op.error, op.result):
         return op
     return replace(op, error=error, result=result)
@@ -278,9 +279,19 @@ class Engine:
     async def _drive(self, lease: Lease, previous_owner: str | None) -> RunResult:
         """Drive a claimed task with a heartbeat; give the lease back at the end."""
         run = TaskRun(self, lease.task_id, lease.token, previous_owner=previous_owner)
+        # The heartbeat cancels this task when a round outlives `limits.round_timeout`.
+        run.driver = asyncio.current_task()
         beat = asyncio.create_task(run.heartbeat())
         try:
-            return await run.drive()
+            try:
+                return await run.drive()
+            except asyncio.CancelledError:
+                me = asyncio.current_task()
+                # Only the heartbeat's own cancellation is turned into a result; any
+                # other (Ctrl-C, a caller's timeout) goes on up.
+                if run.overdue is None or me is None or me.uncancel() > 0:
+                    raise
+                return await run.timed_out(run.overdue)
         finally:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -316,6 +327,13 @@ class TaskRun:
         self.started = time.monotonic()
         self.wall_mark = time.monotonic()
         self.lease_lost = False
+        # The task driving this run, and when its current round started (monotonic):
+        # the heartbeat cancels a round that outlives `limits.round_timeout`.
+        self.driver: asyncio.Task[Any] | None = None
+        self.round_started: float | None = None
+        self.overdue: str | None = None
+        # The environment's secrets, read once per run rather than once per document.
+        self.redactor = Redactor()
         # Loaded in `load`.
         self.task: TaskRecord
         self.spec: TaskSpec
@@ -341,10 +359,18 @@ class TaskRun:
     # ------------------------------------------------------------ plumbing
 
     async def heartbeat(self) -> None:
-        """Renew the lease while the run goes on; stop when it is lost."""
+        """Renew the lease while the run goes on; stop when it is lost, or when a round
+        runs past `limits.round_timeout` (then the round is cancelled: see `timed_out`)."""
         interval = max(0.05, self.e.lease_ttl / 3)
         while True:
             await asyncio.sleep(interval)
+            overdue = self.round_overdue()
+            if overdue is not None:
+                self.overdue = overdue
+                log.error("task %s: %s; cancelling it", self.task_id, overdue)
+                if self.driver is not None:
+                    self.driver.cancel()
+                return
             try:
                 await self.store.renew(self.task_id, self.token, self.e.lease_ttl)
             except errors.StaleLease:
@@ -352,6 +378,37 @@ class TaskRun:
                 return
             except errors.TetherError as exc:  # a passing store fault: try again next beat
                 log.warning("lease renewal failed: %s", exc)
+
+    def round_overdue(self) -> str | None:
+        """Why the round under way must be cancelled (it outlived `limits.round_timeout`),
+        or None."""
+        limit = self.spec.limits.round_timeout if hasattr(self, "spec") else None
+        if limit is None or self.round_started is None:
+            return None
+        spent = time.monotonic() - self.round_started
+        if spent <= limit:
+            return None
+        return (
+            f"round {self.state.rounds + 1} ran {spent:.0f}s, "
+            f"past limits.round_timeout ({limit:g}s)"
+        )
+
+    async def timed_out(self, why: str) -> RunResult:
+        """After a round was cancelled for running too long: treated as a crash of this
+        worker. Nothing of the round's memory is committed (a store write may still be
+        under way in a thread); the warning goes in as an event of its own, the task
+        stays `running`, and the next claim recovers it like any crash — op intents
+        settled by reconcile or a human, the crash counted towards
+        `limits.max_crash_restarts`, after which the task fails."""
+        warning = ev.AuditWarning(
+            code="round_timeout", message=why, details={"round": self.state.rounds + 1}
+        )
+        with contextlib.suppress(errors.TetherError):
+            await self.store.commit(self.task_id, self.token, [warning])
+        task = await self.store.get_task(self.task_id)
+        return RunResult(
+            self.task_id, task.status, None, task.waiting, self.rounds_this_run, interrupted=True
+        )
 
     def _tick_wall(self, milestone: str | None) -> None:
         now = time.monotonic()
@@ -392,17 +449,17 @@ class TaskRun:
             status=status,
             stop_reason=stop_reason,
             usage=self.state.to_dict(),
-            waiting=redact_data(waiting) if isinstance(waiting, dict) else waiting,
+            waiting=self.redactor.data(waiting) if isinstance(waiting, dict) else waiting,
             wake_at=wake_at,
             current_milestone=ledger.current_milestone() if ledger is not None else milestone,
         )
         res = await self.store.commit(
             self.task_id,
             self.token,
-            [_redacted(e) for e in events],
+            [_redacted(e, self.redactor) for e in events],
             task=patch,
             ledger=write,
-            ops=[_redacted_op(o) for o in ops],
+            ops=[_redacted_op(o, self.redactor) for o in ops],
             artifacts=artifacts,
             approvals=approvals,
             blobs=list(self.pending_blobs.values()),
@@ -608,10 +665,13 @@ class TaskRun:
             if lifecycle.is_terminal(self.status):
                 return self.result()
             outcome = await recovery.start_turn(self)
+            self.round_started = time.monotonic()
             if outcome is None:
                 outcome = await rounds.finish_interrupted(self)
             while outcome is None:
+                self.round_started = time.monotonic()
                 outcome = await rounds.run_round(self)
+            self.round_started = None
             # The one place a round's end becomes a status change.
             await out.apply(self, outcome)
         except errors.StaleLease:

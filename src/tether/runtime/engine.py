@@ -276,6 +276,11 @@ class Engine:
             return None
         return await self._drive(lease, None)
 
+    async def run_claimed(self, lease: Lease, previous_owner: str | None = None) -> RunResult:
+        """Run a task whose lease the caller claimed (a worker's loop); the lease is
+        given back at the end."""
+        return await self._drive(lease, previous_owner)
+
     async def _drive(self, lease: Lease, previous_owner: str | None) -> RunResult:
         """Drive a claimed task with a heartbeat; give the lease back at the end."""
         run = TaskRun(self, lease.task_id, lease.token, previous_owner=previous_owner)

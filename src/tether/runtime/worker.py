@@ -221,10 +221,10 @@ class Worker:
         return True
 
     async def _run(self, lease: Lease, models: ModelSet) -> None:
-        """Hand the lease over to an engine for the run, and report how it ended."""
+        """Hand the lease to an engine for the run (no release and claim again: another
+        worker could take the task in between), and report how it ended."""
         task_id = lease.task_id
         try:
-            await self.store.release(task_id, lease.token)
             engine = Engine(
                 self.store,
                 models,
@@ -234,7 +234,7 @@ class Worker:
                 stop=self.stop,
                 **self.engine_options,
             )
-            result = await engine.run(task_id)
+            result = await engine.run_claimed(lease)
         except (errors.TaskBusy, errors.StaleLease):
             log.debug("task %s: another worker took it first", task_id)
             return

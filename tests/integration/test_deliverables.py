@@ -4,9 +4,14 @@ reopened by recovery and by the check before delivery, on every store."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+import tether
 from tether.models.base import ModelRequest, ModelResponse
-from tether.models.scripted import ScriptedModel
+from tether.models.scripted import ScriptedModel, tool_call
+from tether.runtime.builtins import default_registry
 from tether.store.base import Store
 
 from .loop_support import events_of, honest_actor, ledger_of, run_task, spec_of
@@ -81,3 +86,70 @@ async def test_a_deliverable_deleted_before_delivery_reopens_the_item(
     assert (tmp_path / "out" / "i1.txt").read_text() == "i1"
     verdicts = await events_of(store, tid, "judge.verdict")
     assert any(v["judges"] == ["deliverables"] for v in verdicts)
+
+
+def _ticket_tools(tickets: dict[str, str], fail: list[bool]) -> Any:
+    async def find(op: Any, ctx: tether.ToolContext) -> tether.Reconciliation:
+        if fail:
+            raise RuntimeError("the ticket service is down")
+        found = tickets.get(ctx.op_id)
+        return tether.Reconciliation("done", found) if found else tether.Reconciliation("not_done")
+
+    @tether.tool(effect="write", reconcile=find)
+    def create_ticket(title: str, ctx: tether.ToolContext) -> str:
+        """File a ticket."""
+        return tickets.setdefault(ctx.op_id, title)
+
+    registry = default_registry(lambda: None)  # type: ignore[arg-type,return-value]
+    registry.add(create_ticket)
+    return registry
+
+
+def _ticket_actor(request: ModelRequest) -> ModelResponse:
+    nxt = request.ledger["next"] if request.ledger else None
+    if nxt is None:
+        return ModelResponse("done")
+    return ModelResponse("filing", (tool_call("create_ticket", title=nxt),))
+
+
+@pytest.mark.parametrize("service_down", [False, True])
+async def test_op_evidence_is_asked_again_on_resume(
+    store: Store, tmp_path: Path, service_down: bool
+) -> None:
+    tickets: dict[str, str] = {}
+    fail: list[bool] = []
+    spec = spec_of(
+        items=[
+            {
+                "id": f"t{k}",
+                "title": f"ticket {k}",
+                "done_when": {"kind": "op", "tool": "create_ticket", "args": {"title": f"t{k}"}},
+            }
+            for k in (1, 2)
+        ],
+        tools=["create_ticket"],
+    )
+    registry = _ticket_tools(tickets, fail)
+    tid, _ = await run_task(
+        store,
+        spec,
+        tmp_path,
+        ScriptedModel(policy=_ticket_actor),
+        registry=registry,
+        max_rounds_this_run=1,
+    )
+    (first,) = tickets
+    tickets.clear()  # someone deleted the ticket in the service
+    if service_down:
+        fail.append(True)
+    _, result = await run_task(
+        store, spec, tmp_path, ScriptedModel(policy=_ticket_actor), registry=registry, task_id=tid
+    )
+    assert result.status == "satisfied"
+    broken = (await _steps(store, tid))["deliverables"][0]["broken"]
+    if service_down:
+        # The service could not tell: doubt is not proof of loss, nothing reopens.
+        assert broken == [] and sorted(tickets.values()) == ["t2"]
+    else:
+        assert [(b["item"], b["ref"]) for b in broken] == [("t1", f"op:{first}")]  # type: ignore[index]
+        assert sorted(tickets.values()) == ["t1", "t2"]

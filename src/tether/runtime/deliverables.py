@@ -13,7 +13,9 @@ its item with the reason, so a deleted or altered deliverable can never end `sat
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +27,10 @@ from tether import ledger as L
 from tether.models.base import Message
 from tether.runtime.context import Entry, continuation_message
 from tether.store.base import ArtifactRecord, OpRecord, Store, blob_hash
+from tether.tools.registry import ToolContext
 
 if TYPE_CHECKING:
-    from tether.runtime.ports import JudgeHost
+    from tether.runtime.ports import JudgeHost, TurnHost
 
 #: Meta keys of an evidence artifact that stands for a workspace file.
 DELIVERABLE_KEY = "deliverable"
@@ -244,6 +247,60 @@ async def verify(
         hit = list({a.artifact_id: a for a in hit}.values())
         stale = A.invalidated(hit, "its content is missing from the store")
     return reopen(ledger, broken), broken, stale
+
+
+async def recheck_ops(run: TurnHost, ledger: L.Ledger) -> tuple[L.Ledger, list[Broken]]:
+    """Ask the service again about the effectful ops done items rest on, for tools that
+    can reconcile: an op whose effect the service no longer has (`not_done`: the ticket
+    was deleted, say) reopens its item. A reconcile that fails or cannot tell changes
+    nothing: doubt is not proof of loss."""
+    tools = {t.name: t for t in run.tools if t.reconcile is not None and t.effect != "read"}
+    done = [(d.id, s.evidence) for d, s in ledger.items() if s.status == "done"]
+    op_ids = {r.partition(":")[2] for _, ev_ in done for r in ev_ if r.startswith("op:")}
+    if not tools or not op_ids:
+        return ledger, []
+    ops = await run.store.get_ops(
+        run.task_id, statuses={"succeeded"}, op_ids=op_ids, tools=set(tools)
+    )
+    gone: dict[str, str] = {}
+    for op in ops:
+        tool = tools[op.tool]
+        ctx = ToolContext(
+            op_id=op.op_id,
+            task_id=run.task_id,
+            task_version=run.task.version,
+            fencing_token=run.token,
+            workspace=run.workspace,
+            logger=logging.getLogger(f"tether.tool.{tool.name}"),
+            services=getattr(run, "services", {}),
+        )
+        try:
+            assert tool.reconcile is not None
+            rec = await asyncio.wait_for(tool.reconcile(op, ctx), tool.timeout)
+        except Exception:  # a failing check tells nothing; the op stands
+            continue
+        if rec.outcome == "not_done":
+            gone[op.op_id] = (
+                f"{op.tool} op {op.op_id} no longer holds: the service says it is not done"
+            )
+    broken = [
+        Broken(item, ref, gone[ref[3:]])
+        for item, evidence in done
+        for ref in evidence
+        if ref.startswith("op:") and ref[3:] in gone
+    ]
+    return reopen(ledger, broken), broken
+
+
+async def recover(
+    run: TurnHost, ledger: L.Ledger
+) -> tuple[L.Ledger, list[Broken], list[ArtifactRecord]]:
+    """Recovery's check of done items: deliverables and citations (`verify`; the cited
+    artifacts' own content is checked by recovery itself), then effectful ops with a
+    reconcile (`recheck_ops`)."""
+    ledger, broken, stale = await verify(run.store, run.task_id, ledger, run.workspace, blobs=False)
+    ledger, lost = await recheck_ops(run, ledger)
+    return ledger, broken + lost, stale
 
 
 def reopen(ledger: L.Ledger, broken: Collection[Broken]) -> L.Ledger:

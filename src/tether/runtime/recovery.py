@@ -145,9 +145,7 @@ async def _recover(
             ledger = L.reopen(ledger, d.id, "evidence no longer resolves").ledger
             reopened.append(d.id)
     # Deliverables (workspace files behind done items) are outside the store.
-    ledger, broken, stale = await deliverables.verify(
-        run.store, run.task_id, ledger, run.workspace, blobs=False
-    )
+    ledger, broken, stale = await deliverables.recover(run, ledger)
     invalidated += stale
     events.append(
         ev.RecoveryStep(

@@ -63,6 +63,20 @@ async def slow_policy(request: ModelRequest) -> ModelResponse | str:
     return done_policy(request)
 
 
+async def gated_policy(request: ModelRequest) -> ModelResponse | str:
+    """`done_policy`, but from its second call on it answers only once a file named
+    `release` exists in the working directory (at most 120 s): a test decides when the
+    run may go on, instead of racing its speed."""
+    from pathlib import Path
+
+    if request.purpose == "act" and Path("out").is_dir() and any(Path("out").iterdir()):
+        for _ in range(1200):
+            if Path("release").exists():
+                break
+            await asyncio.sleep(0.1)
+    return done_policy(request)
+
+
 def fast_policy(request: ModelRequest) -> ModelResponse | str:
     """Writes the files of every open item in one round."""
     if request.purpose != "act":

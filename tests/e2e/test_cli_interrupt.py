@@ -30,6 +30,7 @@ from tests.e2e._cli import (
 )
 
 N_ITEMS = 30
+GATED = "scripted:tests.e2e.policies:gated_policy"
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
@@ -194,11 +195,14 @@ def test_cancel_of_a_running_task_stops_it_between_rounds(tmp_path: Path) -> Non
     (exit 1: the task did not deliver), the task is cancelled by the user, the log ends
     on a whole round and the lease is released."""
     write_spec(tmp_path / "spec.yaml", N_ITEMS, name="slow-thirty")
-    proc = popen_tether("run", "spec.yaml", "--model", SLOW, cwd=tmp_path)
+    # The model holds its second answer until the cancel request is stored: the run
+    # cannot finish first however slow `tether cancel` is to start.
+    proc = popen_tether("run", "spec.yaml", "--model", GATED, cwd=tmp_path)
     try:
         _wait_for(tmp_path / "out" / "i1.txt", proc)
         tid = _task_id(tmp_path)
         cancel = tether("cancel", tid, cwd=tmp_path)
+        (tmp_path / "release").touch()
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

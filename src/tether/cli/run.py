@@ -27,6 +27,13 @@ if TYPE_CHECKING:
 WorkspaceOpt = Annotated[
     Path | None, typer.Option("--workspace", help="Folder the task works in (default: cwd).")
 ]
+BroadOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-broad-workspace",
+        help="Accept a system or shared folder, or your home folder, as the workspace.",
+    ),
+]
 
 
 @contextlib.contextmanager
@@ -87,13 +94,13 @@ def _finish(store_doc: dict[str, Any], result: RunResult, json_out: bool) -> Non
         raise typer.Exit(1)
 
 
-def _workspace(contract: TaskSpec, workspace: Path | None) -> Path:
+def _workspace(contract: TaskSpec, workspace: Path | None, broad: bool = False) -> Path:
     """The task's folder (`--workspace`, else the spec's, else the current one), resolved
     and checked before anything is written (see `runtime.tasks.workspace_folder`)."""
     from tether.runtime.tasks import workspace_folder
 
     ws = workspace or (Path(contract.workspace) if contract.workspace else Path.cwd())
-    return workspace_folder(ws, must_exist=True)
+    return workspace_folder(ws, must_exist=True, allow_broad=broad)
 
 
 @app.command()
@@ -103,6 +110,7 @@ def run(
     db: DbOpt = None,
     json_out: JsonOpt = False,
     workspace: WorkspaceOpt = None,
+    allow_broad_workspace: BroadOpt = False,
 ) -> None:
     """Start a task from a spec and drive it to a terminal or waiting state."""
     from tether.runtime.tasks import create_task, status_dict
@@ -112,9 +120,11 @@ def run(
     async def main() -> tuple[dict[str, Any], RunResult]:
         contract = load_spec(spec)
         await check_task(contract, model)  # refuse a bad model or tool before writing
-        ws = _workspace(contract, workspace)
+        ws = _workspace(contract, workspace, allow_broad_workspace)
         async with open_runtime(db, model=model) as rt:
-            task = await create_task(rt.store, contract, workspace=ws)
+            task = await create_task(
+                rt.store, contract, workspace=ws, allow_broad_workspace=allow_broad_workspace
+            )
             if not json_out:
                 out.print(views.task_created(task.task_id, len(contract.items)))
             result = await drive(rt, task.task_id, quiet=json_out)
@@ -130,6 +140,7 @@ def submit(
     db: DbOpt = None,
     workspace: WorkspaceOpt = None,
     json_out: JsonOpt = False,
+    allow_broad_workspace: BroadOpt = False,
 ) -> None:
     """Queue a task for `tether worker` processes without running it here."""
     from tether.runtime.tasks import create_task
@@ -138,10 +149,12 @@ def submit(
 
     async def main() -> str:
         contract = load_spec(spec)
-        ws = _workspace(contract, workspace)
+        ws = _workspace(contract, workspace, allow_broad_workspace)
         store = await open_db(db)
         try:
-            task = await create_task(store, contract, workspace=ws)
+            task = await create_task(
+                store, contract, workspace=ws, allow_broad_workspace=allow_broad_workspace
+            )
             return task.task_id
         finally:
             await store.close()

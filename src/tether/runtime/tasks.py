@@ -38,6 +38,7 @@ async def create_task(
     *,
     task_id: str | None = None,
     workspace: str | Path | None = None,
+    allow_broad_workspace: bool = False,
 ) -> TaskRecord:
     """Store a new queued task with its ledger; returns the task record.
 
@@ -45,7 +46,7 @@ async def create_task(
     `workspace_folder`): a bad one raises `UserError` and nothing is written."""
     tid = task_id or new_task_id()
     ws = workspace if workspace is not None else spec.workspace
-    folder = workspace_folder(ws) if ws is not None else None
+    folder = workspace_folder(ws, allow_broad=allow_broad_workspace) if ws is not None else None
     ws_str = str(folder) if folder is not None else None
     ledger = ledger_from_spec(spec)
     preexisting = _preexisting(spec, folder) if folder is not None else {}
@@ -74,11 +75,65 @@ def _home() -> Path | None:
         return None
 
 
-def workspace_folder(path: str | Path, *, must_exist: bool = False) -> Path:
+#: Folders that hold the system's own files: neither they nor anything in them is a
+#: task's workspace without `allow_broad`.
+SYSTEM_TREES = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/proc",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr",
+)
+#: Folders shared by everything under them: not a workspace themselves.
+SHARED_FOLDERS = (
+    "/home",
+    "/media",
+    "/mnt",
+    "/opt",
+    "/srv",
+    "/tmp",
+    "/var",
+    "/Users",
+    "/Volumes",
+    "/private",
+    "/private/tmp",
+)
+
+
+def _broad(resolved: Path) -> str | None:
+    """Why `resolved` is too broad a workspace, or None."""
+    home = _home()
+    for tree in SYSTEM_TREES:
+        if resolved == Path(tree) or resolved.is_relative_to(tree):
+            return f"is a system folder ({resolved}); the file tools would change the system"
+    if str(resolved) in SHARED_FOLDERS:
+        return f"is a shared folder ({resolved}); the file tools would reach what others keep there"
+    if home is not None and resolved == home:
+        return (
+            f"is your home folder ({resolved}); the file tools would reach all your files "
+            "(keys, settings)"
+        )
+    if home is not None and home.is_relative_to(resolved):
+        return f"holds your home folder ({resolved}); the file tools would reach all your files"
+    return None
+
+
+def workspace_folder(
+    path: str | Path, *, must_exist: bool = False, allow_broad: bool = False
+) -> Path:
     """`path` resolved (symlinks followed), or `UserError` when it cannot be a task's
     workspace: not a usable path (empty, a NUL character, a symlink loop), the filesystem
-    root or the home folder itself (the file tools would reach every file, or every
-    private key and setting), or, with `must_exist`, not an existing folder."""
+    root, or — unless `allow_broad` (`--allow-broad-workspace`) — a system folder, a
+    shared one (`/tmp`, `/home`, ...) or the home folder or one holding it (the file
+    tools would reach every private key and setting); with `must_exist`, not an
+    existing folder."""
     text = str(path)
     if not text.strip() or "\x00" in text:
         raise errors.UserError(f"workspace {text!r} is not a usable path")
@@ -91,10 +146,11 @@ def workspace_folder(path: str | Path, *, must_exist: bool = False) -> Path:
             f"workspace {text} is the filesystem root ({resolved}); the file tools would "
             "reach every file: give the task a folder of its own"
         )
-    if resolved == _home():
+    why = None if allow_broad else _broad(resolved)
+    if why is not None:
         raise errors.UserError(
-            f"workspace {text} is your home folder ({resolved}); the file tools would reach "
-            "all your files (keys, settings): give the task a folder of its own inside it"
+            f"workspace {text} {why}; give the task a folder of its own, or pass "
+            "--allow-broad-workspace if you mean it"
         )
     if must_exist:
         try:

@@ -52,6 +52,7 @@ def test_runtime_does_not_import_the_interfaces() -> None:
 
 #: The parts of a round: they take their collaborators through `runtime.ports`.
 ROUND_PARTS = (
+    "round",
     "ops",
     "recovery",
     "verdicts",
@@ -76,3 +77,24 @@ def test_round_parts_do_not_import_the_engine() -> None:
 def test_the_check_sees_imports() -> None:
     # Guard against a check that cannot fail: it does see the engine's imports.
     assert "tether.store.base" in imports_of(SRC / "runtime" / "engine.py")
+
+
+def test_a_round_ends_by_returning_its_outcome() -> None:
+    """Status changes are decided from returned outcomes; the `Stop` exception is kept
+    for the two ends that arise deep inside a phase (a failed or interrupted model call
+    in the engine's model port, a paused tool call in `ops`) and is caught only at the
+    round's entry points."""
+    import re
+
+    raising, catching = set(), set()
+    for path in (SRC / "runtime").glob("*.py"):
+        text = path.read_text()
+        if re.search(r"raise (Stop|Pause)\(", text):
+            raising.add(path.stem)
+        if re.search(r"except \(?[\w., ]*\b(Stop|Pause)\b", text):
+            catching.add(path.stem)
+    assert raising == {"engine", "ops"}
+    # ops saves a paused round's finished calls and re-raises; the engine's model port
+    # closes its call's bookkeeping and re-raises; only `round` turns a Stop into a result.
+    assert catching == {"round", "ops", "engine"}
+    assert "except Stop as" in (SRC / "runtime" / "round.py").read_text()

@@ -16,6 +16,7 @@ from tether.runtime.completion import parse_review, review_request, run_acceptan
 from tether.runtime.context import Entry, continuation_message
 from tether.runtime.ops import superseded_by
 from tether.runtime.outcome import Outcome
+from tether.spec import TaskSpec
 from tether.store.base import ArtifactRecord, OpRecord
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ async def judge_round(
         evidence=known.get,
         facts=facts,
         limits=run.spec.limits,
-        policies=J.ItemPolicy.of_spec(run.spec),
+        policies=_policies(run.spec),
         seen={k: tuple(v) for k, v in run.state.credited.items()},
     )
     _remember(run, outcome)
@@ -171,6 +172,22 @@ async def judge_round(
             why="needs_user_input",
         )
     return None
+
+
+#: The item policies of the contract a run judges with: built once per contract object
+#: (a run keeps its spec for its whole turn), not once per round.
+_POLICY_CACHE: dict[int, tuple[TaskSpec, dict[str, J.ItemPolicy]]] = {}
+
+
+def _policies(spec: TaskSpec) -> dict[str, J.ItemPolicy]:
+    hit = _POLICY_CACHE.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    policies = J.ItemPolicy.of_spec(spec)
+    if len(_POLICY_CACHE) >= 16:
+        _POLICY_CACHE.clear()
+    _POLICY_CACHE[id(spec)] = (spec, policies)
+    return policies
 
 
 def _remember(run: JudgeHost, outcome: J.AuditOutcome) -> None:

@@ -129,6 +129,7 @@ def plan_invalidation(
     events: list[ev.Event] = []
     reopened: list[str] = []
     seen: set[str] = set()
+    before = ledger
     for root, reason in roots.items():
         hit = [a for a in dependents(artifacts, [root]) if a.artifact_id not in seen]
         if not hit:
@@ -144,6 +145,10 @@ def plan_invalidation(
                 artifacts=[a.artifact_id for a in hit], reason=reason, roots=[root], items=items
             )
         )
+    if reopened:
+        # The full diff, so the ledger can be folded back from the log.
+        changes = L.diff(before, ledger).to_list()
+        events.append(ev.LedgerUpdated(version=ledger.version, diff=changes, cause="invalidation"))
     return Invalidation(records, ledger, reopened, events)
 
 

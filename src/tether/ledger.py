@@ -544,6 +544,21 @@ def apply(ledger: Ledger, changes: Sequence[ItemChange]) -> LedgerUpdate:
     return LedgerUpdate(new_ledger, LedgerDiff(tuple(diff)))
 
 
+def diff(before: Ledger, after: Ledger) -> LedgerDiff:
+    """Every field that differs between two states of one ledger, item by item (items
+    only one of them has are left out): the full diff an event must carry for the
+    ledger to be folded back from the log."""
+    changes: list[FieldChange] = []
+    for d, b in before.items():
+        if not after.has_item(d.id):
+            continue
+        a = after.item(d.id)
+        for fname in ("status", "evidence", "attempts", "breaker", "note"):
+            if getattr(b, fname) != getattr(a, fname):
+                changes.append(FieldChange(d.id, fname, getattr(b, fname), getattr(a, fname)))
+    return LedgerDiff(tuple(changes))
+
+
 # Small named transitions: each is `apply` with one change.
 
 

@@ -67,5 +67,8 @@ def test_artifacts_and_a_new_source_version(tmp_path: Path) -> None:
     assert status["artifacts"]["invalid_count"] == 3
     shown = tether("status", tid, cwd=tmp_path)
     assert "sources: A 1.0 (snapshot), B 3.0 (snapshot); 3 invalid artifacts" in shown.stdout
+    assert json_out(tether("rebuild", tid, "--json", cwd=tmp_path))["consistent"] is True
+    assert "agree with the event log" in tether("rebuild", tid, cwd=tmp_path).stdout
+    assert_clean_error(tether("rebuild", "t-nope", cwd=tmp_path), 3)
     events = json.loads(tether("events", tid, "--json", cwd=tmp_path).stdout)
     assert "artifacts.invalidated" in [e["type"] for e in events]

@@ -11,6 +11,7 @@ import pytest
 import tether
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
+from tether.rebuild import rebuild
 from tether.runtime.builtins import default_registry
 from tether.store.base import Store
 
@@ -42,6 +43,7 @@ async def test_a_deleted_deliverable_reopens_its_item_on_resume(
     broken = steps["deliverables"][0]["broken"]
     assert [(b["item"], "missing" in b["reason"]) for b in broken] == [("i1", True)]  # type: ignore[index]
     assert steps["ledger"][0]["reopened"] == ["i1"]
+    assert (await rebuild(store, tid))["consistent"]
     # The item was redone before the task could be delivered.
     assert result.status == "satisfied"
     assert (tmp_path / "out" / "i1.txt").read_text() == "i1"
@@ -84,6 +86,7 @@ async def test_a_deliverable_deleted_before_delivery_reopens_the_item(
     assert [w["details"]["item"] for w in warnings] == ["i1"]
     assert result.status == "satisfied"
     assert (tmp_path / "out" / "i1.txt").read_text() == "i1"
+    assert (await rebuild(store, tid))["consistent"]
     verdicts = await events_of(store, tid, "judge.verdict")
     assert any(v["judges"] == ["deliverables"] for v in verdicts)
 

@@ -19,6 +19,7 @@ from tether import artifacts as A
 from tether.edits import edit_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
+from tether.rebuild import rebuild
 from tether.spec import parse_spec
 from tether.store.base import Store
 
@@ -184,6 +185,8 @@ async def test_a_new_source_version_invalidates_exactly_what_depended_on_it(
     assert analyst.ids["A"]["claim"] in cited and not cited & invalid
     # History: the stale artifacts are still stored, never current.
     assert {a.artifact_id for a in final if not a.valid} == invalid
+    # The invalidation is journaled in full: the log folds back to the stored ledger.
+    assert (await rebuild(store, tid))["ledger"] == []
 
 
 async def test_a_report_never_ships_with_a_dangling_citation(

@@ -7,8 +7,8 @@ is written on a bad input.
 
 Modules: `_app` (the app, consoles, shared options), `tasks` (status, list, events,
 timeline), `run` (run, submit, resume), `decide` (cancel, approvals and decisions),
-`edit` (edit, tell), `artifacts`, `worker`, `demo`, `show` (show, report), `serve` (the web
-dashboard), and `views` (rendering).
+`edit` (edit, tell), `artifacts`, `rebuild`, `worker`, `demo`, `show` (show, report),
+`serve` (the web dashboard), and `views` (rendering).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ for _module in (
     "decide",
     "edit",
     "artifacts",
+    "rebuild",
     "worker",
     "demo",
     "show",

@@ -351,7 +351,7 @@ async def hold_delivery(run: JudgeHost, round_no: int) -> bool:
     events.append(
         ev.LedgerUpdated(
             version=ledger.version,
-            diff=[{"item": i, "field": "status", "after": "pending"} for i in reopened],
+            diff=L.diff(run.ledger, ledger).to_list(),
             cause="deliverables",
         )
     )

@@ -96,6 +96,7 @@ async def _recover(
     reopened) and the artifacts found invalid."""
     reopened: list[str] = []
     invalidated: list[ArtifactRecord] = []
+    before = ledger
     events.append(ev.RecoveryStarted(worker_id=run.worker_id, previous_owner=run.previous_owner))
     events.append(
         ev.RecoveryStep(
@@ -158,7 +159,7 @@ async def _recover(
         events.append(
             ev.LedgerUpdated(
                 version=ledger.version,
-                diff=[{"item": i, "field": "status", "after": "pending"} for i in reopened],
+                diff=L.diff(before, ledger).to_list(),
                 cause="recovery",
             )
         )

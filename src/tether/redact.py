@@ -2,7 +2,8 @@
 
 Known secret values — environment variables whose names say they hold one (`*_KEY`,
 `*_TOKEN`, `*_SECRET`, `*PASSWORD*`, `*CREDENTIAL*`) — and the userinfo of any URL
-(`http://user:KEY@host`), and every secret handed to a tool by `ToolContext.secret`,
+(`http://user:KEY@host`), `Authorization` headers and `Bearer` tokens, and every secret
+handed to a tool by `ToolContext.secret`,
 are replaced by `***` in what the runtime journals from the
 outside world (model errors, tool errors and results, model names that are URLs) and in
 what the command line prints.
@@ -20,6 +21,14 @@ from typing import Any
 MASK = "***"
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
 _USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s:]+(?::[^/@\s]*)?@")
+#: Credentials as HTTP sends them: an `Authorization` header (or one quoted in JSON, or
+#: a Python dict's repr), and a bare `Bearer <token>`.
+_AUTH_HEADER = re.compile(
+    r"""((?:proxy-)?authorization["']?\s*[:=]\s*["']?)"""
+    r"""(?:(?:bearer|basic|token|digest)\s+)?[^\s"',}]+""",
+    re.I,
+)
+_BEARER = re.compile(r"(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}", re.I)
 #: Shorter values are too likely to be ordinary words to be masked everywhere.
 MIN_SECRET_LENGTH = 8
 
@@ -56,6 +65,11 @@ def redact(text: str, secrets: tuple[str, ...] | None = None) -> str:
     if not text:
         return text
     out = _USERINFO.sub(rf"\1{MASK}@", text) if "://" in text else text
+    low = out.lower()
+    if "authorization" in low:
+        out = _AUTH_HEADER.sub(rf"\1{MASK}", out)
+    if "bearer" in low:
+        out = _BEARER.sub(rf"\1{MASK}", out)
     for secret in known_secrets() if secrets is None else secrets:
         if secret in out:
             out = out.replace(secret, MASK)
@@ -82,14 +96,27 @@ class Redactor:
     to mask (no URL, no secret, raw or JSON-escaped), so most need no walk at all."""
 
     def __init__(self, secrets: tuple[str, ...] | None = None) -> None:
-        self.secrets = known_secrets() if secrets is None else secrets
+        self._fixed = secrets
+        self._seen = -1
+        self._refresh()
+
+    def _refresh(self) -> None:
+        # A secret handed to a tool during the run (`remember`) is masked from then on.
+        if self._seen == len(_remembered):
+            return
+        self._seen = len(_remembered)
+        base = known_secrets() if self._fixed is None else self._fixed
+        self.secrets = tuple(sorted(set(base) | _remembered, key=len, reverse=True))
         escaped = {json.dumps(s, ensure_ascii=False)[1:-1] for s in self.secrets}
-        self._needles = ("://", *dict.fromkeys([*self.secrets, *escaped]))
+        # "uthorization" and "earer": the header and the scheme, in any case.
+        self._needles = ("://", "uthorization", "earer", *dict.fromkeys([*self.secrets, *escaped]))
 
     def clean(self, text: str) -> bool:
         """True when `text` (a document's JSON) contains nothing `redact` would mask."""
+        self._refresh()
         return not any(n in text for n in self._needles)
 
     def data(self, value: Any) -> Any:
         """`redact_data` with this redactor's secrets."""
+        self._refresh()
         return redact_data(value, self.secrets)

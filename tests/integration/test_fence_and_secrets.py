@@ -149,3 +149,20 @@ async def test_secrets_are_granted_per_tool_and_never_stored(
     stored = json.dumps([e.to_dict() for e in await store.read_events(task.task_id)])
     stored += json.dumps([dataclasses.asdict(o) for o in ops], default=str)
     assert SECRET not in stored
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("Authorization: Bearer abc.def-123456", "Authorization: ***"),
+        ('{"Authorization": "Basic dXNlcjpwYXNz"}', '{"Authorization": "***"}'),
+        ("headers={'authorization': 'Bearer sk-1234567890'}", "headers={'authorization': '***'}"),
+        ("401: bearer eyJhbGciOiJIUzI1NiJ9.x refused", "401: bearer *** refused"),
+        ("the authorization was denied", "the authorization was denied"),
+        ("Bearer of bad news", "Bearer of bad news"),
+    ],
+)
+def test_authorization_headers_are_masked(text: str, masked: str) -> None:
+    from tether.redact import redact
+
+    assert redact(text) == masked

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tether import errors
+from tether.runtime import source_tools as source_tools_module
 from tether.runtime.source_tools import source_tools
 from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
@@ -134,4 +135,13 @@ async def test_a_changed_fingerprint_invalidates_its_dependents(call: Calls) -> 
 async def test_a_worker_without_the_lease_writes_nothing(call: Calls) -> None:
     with pytest.raises(errors.StaleLease):
         await call("read_source", token=call.token + 5, source="B")
+    assert await call.store.get_artifacts(call.task_id) == []
+
+
+async def test_a_source_too_large_to_snapshot_is_refused(
+    call: Calls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(source_tools_module, "MAX_SNAPSHOT_BYTES", 8)
+    with pytest.raises(errors.ToolFailed, match="pin it by fingerprint"):
+        await call("read_source", source="B")
     assert await call.store.get_artifacts(call.task_id) == []

@@ -8,7 +8,8 @@ import pytest
 from tether import artifacts as A
 from tether import errors
 from tether import ledger as L
-from tether.spec import parse_spec
+from tether.runtime.judge import RoundFacts, audit, rule_verdict
+from tether.spec import Limits, parse_spec
 from tether.store.base import ArtifactRecord
 
 
@@ -133,3 +134,43 @@ def test_spec_sources_and_artifact_rules() -> None:
         }
     )
     assert spec.items[0].done_when.min_count == 3  # type: ignore[union-attr]
+
+
+class _Env:
+    """A rule environment whose only valid artifact is `current`."""
+
+    workspace = None
+    preexisting: dict[str, str] = {}  # noqa: RUF012
+
+    async def succeeded_ops(self, tools: object = ()) -> list[object]:
+        return []
+
+    async def valid_artifacts(self) -> list[ArtifactRecord]:
+        return [art("current", "claim")]
+
+    async def record_evidence(self, item_id: str, text: str, meta: object = None) -> str:
+        raise AssertionError("no rule here records evidence")
+
+
+@pytest.mark.parametrize("pin", ["fingerprint", "snapshot"])
+async def test_items_citing_invalidated_artifacts_reopen_mid_run(pin: str) -> None:
+    spec = parse_spec(
+        {
+            "objective": "o",
+            "items": [{"id": "a", "title": "A"}, {"id": "b", "title": "B"}],
+            "sources": [{"id": "C", "version": "1", "location": "c.csv", "pin": pin}],
+        }
+    )
+    led = L.from_spec("o", [("a", "A", None), ("b", "B", None)])
+    led = L.complete(led, "a", ["artifact:gone"]).ledger
+    led = L.complete(led, "b", ["artifact:current"]).ledger
+    verdict = await rule_verdict(spec, led, _Env())  # type: ignore[arg-type]
+    if pin == "snapshot":
+        # Snapshots change only by an edit, which reopens the items itself.
+        assert verdict.changes == ()
+        return
+    assert [(c.item_id, c.status) for c in verdict.changes] == [("a", "pending")]
+    out = audit(led, [verdict], evidence={}.get, facts=RoundFacts(3, None, ""), limits=Limits())
+    assert out.update.ledger.item("a").status == "pending"
+    assert "no longer valid" in out.update.ledger.item("a").note
+    assert out.update.ledger.item("b").status == "done"

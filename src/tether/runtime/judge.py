@@ -803,6 +803,10 @@ async def rule_verdict(spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> Verdic
         if change is not None:
             changes.append(change)
             met.add(item.id)
+    if any(src.pin == "fingerprint" for src in spec.sources):
+        # A re-read may have found a source changed and invalidated artifacts mid-run:
+        # items they proved go back to work now, not only at the check before delivery.
+        changes += await check.stale_evidence(ledger)
     return Verdict("continue", tuple(changes), "", source="rules")
 
 
@@ -858,6 +862,26 @@ class _RuleCheck:
             f"artifact:{a.artifact_id}" for a in reversed(found[: max(rule.min_count, 20)])
         )
         return ProposedChange(item.id, "done", refs, "rule: artifact")
+
+    async def stale_evidence(self, ledger: L.Ledger) -> list[ProposedChange]:
+        """`pending` for each done item citing an artifact that is no longer valid."""
+        cited = {
+            d.id: [r for r in st.evidence if r.startswith("artifact:")]
+            for d, st in ledger.items()
+            if st.status == "done"
+        }
+        if not any(cited.values()):
+            return []
+        if self.arts is None:
+            self.arts = await self.env.valid_artifacts()
+        valid = {f"artifact:{a.artifact_id}" for a in self.arts}
+        out = []
+        for item, refs in cited.items():
+            stale = [r for r in refs if r not in valid]
+            if stale:
+                note = f"its evidence {', '.join(stale[:3])} is no longer valid (a source changed)"
+                out.append(ProposedChange(item, "pending", (), note))
+        return out
 
     async def file(self, item: ChecklistItem, rule: FileRule) -> ProposedChange | None:
         ws = self.env.workspace

@@ -36,6 +36,8 @@ from tether.tools.registry import Tool, ToolContext, tool
 #: The names of the tools this module makes.
 SOURCE_TOOLS = ("read_source", "record_evidence", "record_claim", "write_report_section")
 _MAX_TEXT = 20_000
+#: The largest source a snapshot copies into the store.
+MAX_SNAPSHOT_BYTES = 32 << 20
 
 
 async def _sources(store: Store, task_id: str) -> list[Source]:
@@ -149,7 +151,14 @@ class _Reader:
         if earlier:
             art = earlier[0]
             return art, (await self.store.get_blob(art.blob_hash)).decode("utf-8", "replace"), ""
-        data = _location(self.src, self.ctx.workspace).read_bytes()
+        path = _location(self.src, self.ctx.workspace)
+        if path.stat().st_size > MAX_SNAPSHOT_BYTES:
+            raise errors.ToolFailed(
+                f"read_source: source {self.src.id} is larger than "
+                f"{MAX_SNAPSHOT_BYTES >> 20} MiB; a snapshot would copy it into the store "
+                "(the contract can pin it by fingerprint instead)"
+            )
+        data = path.read_bytes()
         meta = {"source": self.src.id, "version": self.src.version, "pin": "snapshot"}
         art = await _existing(self.store, self.ctx, "snap") or _record(
             self.ctx, "snap", "source_snapshot", self.src.id, data, [self.ref], meta

@@ -26,7 +26,7 @@ from tether.models.scripted import ScriptedModel, tool_call
 from tether.runtime.builtins import default_registry
 from tether.runtime.engine import Engine, ModelSet, RunResult
 from tether.runtime.takeover import confirm_stopped
-from tether.runtime.tasks import create_task, status_dict
+from tether.runtime.tasks import TaskStatus, create_task, status_dict, task_status
 from tether.runtime.watch import sweep
 from tether.spec import TaskSpec, load_spec, parse_spec
 from tether.store import Store, open_store
@@ -63,6 +63,7 @@ __all__ = [
     "SystemClock",
     "TaskNotFound",
     "TaskSpec",
+    "TaskStatus",
     "TetherError",
     "Tool",
     "ToolCall",
@@ -84,6 +85,7 @@ __all__ = [
     "retry_item",
     "status_dict",
     "sweep",
+    "task_status",
     "tell",
     "tool",
     "tool_call",

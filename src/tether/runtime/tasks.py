@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -12,6 +13,7 @@ from typing import Any, Literal
 from tether import artifacts, errors, lifecycle
 from tether import events as ev
 from tether import ledger as L
+from tether.ledger import Ledger, Progress
 from tether.runtime.state import RunState
 from tether.spec import FileRule, TaskSpec
 from tether.store.base import Store, TaskPatch, TaskRecord
@@ -219,11 +221,49 @@ def budget_view(task: TaskRecord) -> dict[str, Any]:
     }
 
 
-async def status_dict(store: Store, task_id: str) -> dict[str, Any]:
-    """The `status --json` document (a public contract: keep its fields)."""
+@dataclass(frozen=True)
+class TaskStatus:
+    """Where a task stands, as one object: its record, its goal ledger, and what its
+    artifacts and sources say. `to_dict()` is the `status --json` document (a public
+    contract: its fields are kept)."""
+
+    task: TaskRecord
+    ledger: Ledger
+    artifacts: Mapping[str, Any]
+
+    @property
+    def status(self) -> str:
+        """The lifecycle status."""
+        return self.task.status
+
+    @property
+    def progress(self) -> Progress:
+        """Items done, open, blocked and skipped."""
+        return self.ledger.progress()
+
+    @property
+    def budget(self) -> dict[str, Any]:
+        """Limits and use of the budget."""
+        return budget_view(self.task)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `status --json` document."""
+        return _status_doc(self.task, self.ledger, self.artifacts)
+
+
+async def task_status(store: Store, task_id: str) -> TaskStatus:
+    """The task's `TaskStatus` (`TaskNotFound` for an unknown id)."""
     task = await store.get_task(task_id)
-    rec = await store.get_ledger(task_id)
-    ledger = rec.to_ledger()
+    ledger = (await store.get_ledger(task_id)).to_ledger()
+    return TaskStatus(task, ledger, await artifacts.status_view(store, task_id, task.spec))
+
+
+async def status_dict(store: Store, task_id: str) -> dict[str, Any]:
+    """The `status --json` document: `(await task_status(store, task_id)).to_dict()`."""
+    return (await task_status(store, task_id)).to_dict()
+
+
+def _status_doc(task: TaskRecord, ledger: Ledger, views: Mapping[str, Any]) -> dict[str, Any]:
     items = [
         {
             "id": d.id,
@@ -264,7 +304,7 @@ async def status_dict(store: Store, task_id: str) -> dict[str, Any]:
             "fencing_token": task.fencing_token,
         },
         "heartbeat_at": task.heartbeat_at,
-        **await artifacts.status_view(store, task_id, task.spec),
+        **views,
         "created_at": task.created_at,
         "updated_at": task.updated_at,
         "last_seq": task.last_seq,

@@ -31,6 +31,7 @@ for _module in (
     "worker",
     "demo",
     "show",
+    "replay",
     "serve",
 ):
     importlib.import_module(f"{__name__}.{_module}")

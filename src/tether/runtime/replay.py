@@ -1,0 +1,501 @@
+"""Deterministic replay: run a task's rounds again from what was recorded, with no side
+effects, and check that the runtime decides what it decided then.
+
+The replay drives the public `Engine` against a fresh in-memory store seeded with the
+task's contract, workspace path and first event. Its models answer each call with the
+response recorded for that call (the `model.called` events and their blobs, in order; a
+recorded `model.failed` is raised again), and every tool is a stand-in that returns the
+journaled result of the op it is called with (the op ids are the idempotency keys, so a
+call the recording does not have is a divergence, never a real call). The clock shows
+the recorded time of each model call. Then the replayed event log is compared with the
+recorded one, event by event, on what the runtime decided: ledger diffs, verdicts, op
+ids, arguments and outcomes, round boundaries, status changes, approvals and decisions
+asked for. Timings, lease bookkeeping and model-call summaries are not compared.
+
+What replay cannot check (`LIMITS`): the contents of workspace files are not recorded,
+so the replay works in a throwaway copy of today's workspace without the files the
+task's writes created (the built-in file writers write there again); a tool's
+`effect_of` answer is taken from the recording; human actions (approvals, decisions,
+messages, goal edits, cancels) are not re-applied, so a replay stops at the first one;
+a crash and its recovery are not reproduced (the replay runs the rounds straight
+through); tasks with MCP servers are refused (their tools come from live servers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tether import errors
+from tether.models.base import ModelRequest, ModelResponse
+from tether.runtime import history
+from tether.runtime.builtins import default_registry
+from tether.runtime.engine import Engine, ModelSet
+from tether.runtime.tasks import ledger_from_spec
+from tether.spec import parse_spec
+from tether.store.base import OpRecord, Store, StoredEvent, TaskRecord
+from tether.store.memory import MemoryStore
+from tether.tools import files
+from tether.tools.registry import Reconciliation, Tool, ToolContext, ToolRegistry
+
+#: What replay cannot check (printed with every result).
+LIMITS: tuple[str, ...] = (
+    "workspace file contents are not recorded: the replay works in a scratch copy of "
+    "today's workspace without the files the task created (a file the task changed "
+    "that existed before, or one changed since, is read as it is now)",
+    "a tool's effect (effect_of) is taken from the recording, not decided again",
+    "human actions (approvals, decisions, messages, edits, cancels) are not re-applied: "
+    "the replay stops at the first one",
+    "a crash and its recovery are not reproduced: the rounds run straight through",
+)
+#: Events that say nothing the runtime decided (bookkeeping of leases and processes).
+_SKIPPED = frozenset({"lease.claimed", "lease.released", "lease.renewed", "lease.taken_over"})
+#: Fields that differ between two runs of the same decisions.
+_VOLATILE = frozenset(
+    {"duration_ms", "latency_ms", "expires_at", "worker_id", "at", "token", "summary_at"}
+)
+#: The built-in tools that write workspace files (replayed into the scratch copy).
+WRITERS = frozenset({"write_file", "append_file"})
+#: Runs of one replay at most (a task parked for a retry time is run again).
+_MAX_RUNS = 100
+#: Of a model call only which call it was is compared (its answer is the recorded one).
+_CALL_FIELDS = ("call_id", "purpose", "round")
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first place where the replay decided something else than the recording."""
+
+    seq: int | None
+    round: int | None
+    what: str
+    recorded: Any
+    replayed: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "seq": self.seq,
+            "round": self.round,
+            "what": self.what,
+            "recorded": self.recorded,
+            "replayed": self.replayed,
+        }
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """How a replay went: the rounds and events that matched, or the first divergence."""
+
+    task_id: str
+    until: int
+    rounds: int
+    events: int
+    divergence: Divergence | None
+    stopped_at: str | None = None
+    limits: tuple[str, ...] = LIMITS
+
+    @property
+    def ok(self) -> bool:
+        """True when every compared decision matched."""
+        return self.divergence is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "task_id": self.task_id,
+            "ok": self.ok,
+            "until": self.until,
+            "rounds_matched": self.rounds,
+            "events_compared": self.events,
+            "divergence": self.divergence.to_dict() if self.divergence else None,
+            "stopped_at": self.stopped_at,
+            "limits": list(self.limits),
+        }
+
+
+@dataclass
+class _Recording:
+    """The recorded task: its events up to the replay's end and its op journal."""
+
+    task: TaskRecord
+    events: list[StoredEvent]
+    ops: dict[str, OpRecord]
+    source: Store
+    #: Recorded attempts per op id (from `op.result` and `op.retry_scheduled`).
+    attempts: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
+    #: The replay's copy of the workspace (see `_scratch`).
+    scratch: Path | None = None
+
+    def round_at(self, seq: int | None) -> int | None:
+        """The round in progress at recorded event `seq`."""
+        current = None
+        for e in self.events:
+            if seq is not None and e.seq > seq:
+                break
+            if e.type == "round.started":
+                current = e.data.get("round")
+        return current
+
+
+class _Cursor:
+    """The recorded model answers in order, shared by the replaying models."""
+
+    def __init__(self, rec: _Recording, until: int, stop: asyncio.Event) -> None:
+        self.rec = rec
+        self.answers = [e for e in rec.events if e.type in ("model.called", "model.failed")]
+        self.until = until
+        self.stop = stop
+        self.next = 0
+        self.mismatch: Divergence | None = None
+        self.clock: _ReplayClock | None = None
+
+    async def answer(self, request: ModelRequest) -> ModelResponse:
+        if self.next >= len(self.answers) or self.answers[self.next].seq > self.until:
+            if self.until >= self.rec.task.last_seq and self.mismatch is None:
+                self.mismatch = Divergence(
+                    None,
+                    None,
+                    "the runtime asked the model once more than recorded",
+                    "no further model call",
+                    f"a {request.purpose} call",
+                )
+            # The end of the replay: the engine's stop cancels this call and the round
+            # ends interrupted.
+            self.stop.set()
+            await asyncio.Event().wait()
+        event = self.answers[self.next]
+        self.next += 1
+        if self.clock is not None:
+            self.clock.at = max(self.clock.at, event.at)
+        if event.data.get("purpose") != request.purpose:
+            self.mismatch = self.mismatch or Divergence(
+                event.seq,
+                self.rec.round_at(event.seq),
+                "the runtime asked for a model call of another purpose",
+                event.data.get("purpose"),
+                request.purpose,
+            )
+            self.stop.set()
+            await asyncio.Event().wait()
+        if event.type == "model.failed":
+            raise errors.ModelError(
+                str(event.data.get("error", "")), transient=bool(event.data.get("transient"))
+            )
+        doc = history.unpack(await self.rec.source.get_blob(event.data["response_blob"]))
+        return ModelResponse.from_dict(doc)
+
+
+class _ReplayModel:
+    """A model that answers with the recorded responses (see `_Cursor`)."""
+
+    def __init__(self, cursor: _Cursor, name: str) -> None:
+        self.cursor = cursor
+        self.name = name
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """The recorded answer to this call."""
+        return await self.cursor.answer(request)
+
+
+class _ReplayClock:
+    """The recorded time: moves to each recorded model call's time, and when slept on."""
+
+    def __init__(self, start: float) -> None:
+        self.at = start
+
+    def now(self) -> float:
+        """The replayed time."""
+        return self.at
+
+    async def sleep(self, seconds: float) -> None:
+        """Advance instead of waiting."""
+        self.at += max(0.0, seconds)
+        await asyncio.sleep(0)
+
+
+class _RecordedFailure(errors.ToolFailed):
+    """A recorded failed attempt, raised again with its recorded class."""
+
+    def __init__(self, message: str, cls: str) -> None:
+        super().__init__(message)
+        self.cls = cls
+
+
+def _stand_in(tool: Tool, rec: _Recording, effects: Mapping[str, str]) -> Tool:
+    """The tool with its declaration kept and its effects replaced by the recording.
+
+    The built-in file writers also write, into the replay's scratch copy of the
+    workspace (see `_scratch`), so the file rules of later rounds see their files."""
+
+    async def fn(args: Mapping[str, Any], ctx: ToolContext) -> Any:
+        tries = rec.attempts.get(ctx.op_id, [])
+        op = rec.ops.get(ctx.op_id)
+        if op is None or not tries:
+            raise errors.ReplayMismatch(f"op {ctx.op_id} ({tool.name}) was never recorded")
+        attempt = tries[min(ctx.attempt, len(tries)) - 1]
+        if attempt.get("status") == "succeeded":
+            if tool.name in WRITERS and rec.scratch is not None:
+                await tool.fn(args, replace(ctx, workspace=rec.scratch))
+            res = op.result or {}
+            if res.get("artifact_id"):
+                # The model read a preview: the stand-in gives the whole output again.
+                art = await rec.source.get_artifact(str(res["artifact_id"]))
+                return (await rec.source.get_blob(art.blob_hash)).decode("utf-8")
+            return res.get("content", "")
+        raise _RecordedFailure(
+            str(attempt.get("error") or "recorded failure"),
+            str(attempt.get("error_class") or "deterministic"),
+        )
+
+    def effect_of(args: Mapping[str, Any], ctx: ToolContext) -> Any:
+        return effects.get(ctx.op_id, tool.effect)
+
+    async def reconcile(op: Any, ctx: ToolContext) -> Reconciliation:
+        recorded = rec.ops.get(ctx.op_id)
+        if recorded is not None and recorded.status == "succeeded":
+            return Reconciliation("done", (recorded.result or {}).get("content"))
+        return Reconciliation("unknown")
+
+    def classify(exc: BaseException) -> Any:
+        return exc.cls if isinstance(exc, _RecordedFailure) else None
+
+    return replace(
+        tool,
+        fn=fn,
+        effect_of=effect_of,
+        reconcile=reconcile if tool.reconcile is not None else None,
+        classify=classify,
+        validate=None,
+    )
+
+
+def _comparable(e: StoredEvent) -> dict[str, Any]:
+    """What of an event the comparison looks at."""
+    if e.type == "model.called":
+        return {"type": e.type, **{k: e.data.get(k) for k in _CALL_FIELDS}}
+    data = {k: v for k, v in e.data.items() if k not in _VOLATILE}
+    if e.type == "turn.started":
+        # The system prompt names the workspace, which is the replay's scratch copy.
+        data.pop("system_blob", None)
+        data.pop("system_chars", None)
+    if e.type == "op.result":
+        # The message of a failure is the recorded one; its class is what matters.
+        data.pop("error", None)
+    return {"type": e.type, **data}
+
+
+def _decisions(events: Sequence[StoredEvent]) -> list[StoredEvent]:
+    """The events that record decisions (not lease bookkeeping)."""
+    return [e for e in events if e.type not in _SKIPPED]
+
+
+def compare(
+    rec: _Recording, recorded: Sequence[StoredEvent], replayed: Sequence[StoredEvent]
+) -> tuple[Divergence | None, int]:
+    """The first divergence between two event logs and how many events matched."""
+    a, b = _decisions(recorded), _decisions(replayed)
+    for n, (x, y) in enumerate(zip(a, b, strict=False)):
+        cx, cy = _comparable(x), _comparable(y)
+        if cx != cy:
+            what = (
+                f"the runtime wrote {y.type} where the recording has {x.type}"
+                if x.type != y.type
+                else f"{x.type} differs"
+            )
+            return Divergence(x.seq, rec.round_at(x.seq), what, cx, cy), n
+    if len(a) > len(b):
+        x = a[len(b)]
+        return (
+            Divergence(
+                x.seq,
+                rec.round_at(x.seq),
+                f"the replay ended before recorded event {x.seq} ({x.type})",
+                _comparable(x),
+                None,
+            ),
+            len(b),
+        )
+    if len(b) > len(a):
+        y = b[len(a)]
+        return (
+            Divergence(
+                None,
+                rec.round_at(a[-1].seq if a else None),
+                f"the replay went on with {y.type} after the recording ended",
+                None,
+                _comparable(y),
+            ),
+            len(a),
+        )
+    return None, len(a)
+
+
+async def _load(source: Store, task_id: str, until: int | None) -> _Recording:
+    task = await source.get_task(task_id)
+    if task.last_seq < 1:
+        raise errors.UserError(f"task {task_id} has no events to replay")
+    if until is not None and not 1 <= until <= task.last_seq:
+        raise errors.UserError(
+            f"--until {until} is out of range: task {task_id} has events 1 to {task.last_seq}"
+        )
+    if task.spec.get("mcp_servers"):
+        raise errors.UserError(
+            f"task {task_id} uses MCP servers; replay cannot stand in for their tools yet"
+        )
+    events = await source.read_events(task_id, limit=until)
+    ops = {o.op_id: o for o in await source.get_ops(task_id)}
+    rec = _Recording(task, events, ops, source)
+    for e in events:
+        if e.type == "op.result" or e.type == "op.retry_scheduled":
+            status = e.data.get("status", "failed")
+            rec.attempts.setdefault(str(e.data["op_id"]), []).append({**e.data, "status": status})
+    return rec
+
+
+def _scratch(rec: _Recording) -> Path | None:
+    """A throwaway copy of the workspace as it was before the task, as far as the
+    recording can tell: today's files without those the task's file writes created."""
+    if not rec.task.workspace or not Path(rec.task.workspace).is_dir():
+        return None
+    root = Path(tempfile.mkdtemp(prefix="tether-replay-")) / "workspace"
+    shutil.copytree(rec.task.workspace, root, symlinks=True)
+    for op in rec.ops.values():
+        summary = str((op.result or {}).get("summary", ""))
+        path = op.args.get("path")
+        if op.tool in WRITERS and files.says_created(summary) and isinstance(path, str):
+            target = (root / path).resolve()
+            if target.is_relative_to(root.resolve()) and target.is_file():
+                target.unlink()
+    return root
+
+
+def _human_cut(events: list[StoredEvent]) -> tuple[list[StoredEvent], StoredEvent | None]:
+    """The events before the first out-of-band commit (a human's decision, a message, an
+    edit, a cancel request: written without the lease), and that commit's first event."""
+    for n, e in enumerate(events):
+        if n > 0 and e.fencing_token is None:
+            return events[:n], e
+    return events, None
+
+
+def _models(rec: _Recording, cursor: _Cursor) -> ModelSet:
+    names: dict[str, str] = {}
+    for e in cursor.answers:
+        names.setdefault(str(e.data.get("purpose")), str(e.data.get("model", "replay")))
+    act = _ReplayModel(cursor, names.get("act", "replay"))
+
+    def model(purpose: str) -> _ReplayModel:
+        return _ReplayModel(cursor, names.get(purpose, act.name))
+
+    # Whether the run had an LLM judge or a reviewer is not stored (a caller may pass
+    # fewer models than the contract names): the recorded calls say it.
+    judge = model("judge") if "judge" in names else None
+    review = model("review") if "review" in names else None
+    return ModelSet(actor=act, judge=judge, compact=model("compact"), review=review)
+
+
+def _registry(rec: _Recording, declared: ToolRegistry) -> ToolRegistry:
+    effects = {
+        str(e.data["op_id"]): str(e.data.get("effect", "read"))
+        for e in rec.events
+        if e.type == "op.intended"
+    }
+    out = ToolRegistry()
+    for name in declared.names():
+        tool = declared.get(name)
+        if tool is not None:
+            out.add(_stand_in(tool, rec, effects))
+    return out
+
+
+async def replay_task(
+    source: Store,
+    task_id: str,
+    *,
+    until: int | None = None,
+    registry: ToolRegistry | None = None,
+) -> ReplayResult:
+    """Replay `task_id` from `source` (up to event `until`, default all) and compare.
+
+    `registry` declares the tools the task used (default: the built-in ones); only their
+    declarations are used. Nothing is written to `source`, and no tool runs.
+    `UserError` for a task or `until` that cannot be replayed."""
+    rec = await _load(source, task_id, until)
+    last = until if until is not None else rec.task.last_seq
+    recorded, human = _human_cut(rec.events)
+    created = recorded[0]
+    clock = _ReplayClock(created.at)
+    store = MemoryStore(clock=clock)
+    stop = asyncio.Event()
+    cursor = _Cursor(rec, recorded[-1].seq if recorded else last, stop)
+    cursor.clock = clock
+    declared = registry or default_registry(lambda: store)
+    rec.scratch = _scratch(rec)
+    try:
+        return await _run(rec, store, clock, cursor, created, recorded, human, last, declared)
+    finally:
+        if rec.scratch is not None:
+            shutil.rmtree(rec.scratch.parent, ignore_errors=True)
+
+
+async def _run(
+    rec: _Recording,
+    store: MemoryStore,
+    clock: _ReplayClock,
+    cursor: _Cursor,
+    created: StoredEvent,
+    recorded: list[StoredEvent],
+    human: StoredEvent | None,
+    last: int,
+    declared: ToolRegistry,
+) -> ReplayResult:
+    task_id, stop = rec.task.task_id, cursor.stop
+    await store.create_task(
+        task_id=task_id,
+        name=rec.task.name,
+        spec=rec.task.spec,
+        ledger=ledger_from_spec(parse_spec(rec.task.spec, source=f"task {task_id}")),
+        workspace=str(rec.scratch) if rec.scratch is not None else rec.task.workspace,
+        events=[created.typed()],
+    )
+    engine = Engine(
+        store,
+        _models(rec, cursor),
+        registry=_registry(rec, declared),
+        clock=clock,
+        worker_id="replay",
+        stop=stop,
+    )
+    # One run, and another each time the task parks until a stored time.
+    for _ in range(_MAX_RUNS):
+        res = await engine.run(task_id, force=True)
+        until = (res.waiting or {}).get("until")
+        if stop.is_set() or res.status != "waiting" or until is None:
+            break
+        # Parked until a time (a retry, a service): a worker took it up again then.
+        clock.at = max(clock.at, float(until))
+    replayed = _decisions(await store.read_events(task_id))
+    recorded = _decisions(recorded)
+    if stop.is_set():
+        # The replay's own stop (at `--until` or a human action) ended the last run:
+        # what it wrote after the recorded span is not a decision to compare.
+        replayed = replayed[: len(recorded)]
+    divergence, matched = compare(rec, recorded, replayed)
+    m = cursor.mismatch
+    if m is not None and (divergence is None or (m.seq or 1 << 62) < (divergence.seq or 1 << 62)):
+        # The model call asked out of turn came first.
+        divergence = m
+    # A round matched when every event of it did: the diverging round does not count.
+    bad = divergence.round if divergence is not None else None
+    rounds = sum(
+        1 for e in recorded[:matched] if e.type == "round.committed" and e.data.get("round") != bad
+    )
+    stopped = f"event {human.seq}: {human.type} (a human action, not replayed)" if human else None
+    end = recorded[-1].seq if human is not None and recorded else last
+    return ReplayResult(task_id, end, rounds, matched, divergence, stopped)

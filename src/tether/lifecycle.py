@@ -13,7 +13,7 @@ from typing import Final, Literal, get_args
 
 from tether import errors
 
-TaskStatus = Literal[
+Status = Literal[
     "queued",
     "running",
     "waiting",
@@ -37,7 +37,7 @@ StopReason = Literal[
     "internal_error",
 ]
 
-STATUSES: Final[tuple[str, ...]] = get_args(TaskStatus)
+STATUSES: Final[tuple[str, ...]] = get_args(Status)
 STOP_REASONS: Final[tuple[str, ...]] = get_args(StopReason)
 TERMINAL: Final[frozenset[str]] = frozenset({"satisfied", "abandoned", "cancelled", "failed"})
 ACTIVE: Final[frozenset[str]] = frozenset(STATUSES) - TERMINAL

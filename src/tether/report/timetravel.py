@@ -19,6 +19,7 @@ from typing import Any
 
 from tether import errors
 from tether import ledger as L
+from tether.runtime.tasks import item_rows
 from tether.store.base import Store, StoredEvent
 
 #: Fields of an item's state a ledger diff may set (see `tether.ledger.apply`).
@@ -156,19 +157,7 @@ def replay(
 
 
 def _item_rows(ledger: L.Ledger) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": d.id,
-            "title": d.title,
-            "milestone": d.milestone,
-            "status": s.status,
-            "evidence": list(s.evidence),
-            "attempts": s.attempts,
-            "breaker": s.breaker,
-            "note": s.note,
-        }
-        for d, s in ledger.items()
-    ]
+    return item_rows(ledger)
 
 
 async def status_at(store: Store, task_id: str, seq: int) -> dict[str, Any]:

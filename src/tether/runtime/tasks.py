@@ -263,8 +263,9 @@ async def status_dict(store: Store, task_id: str) -> dict[str, Any]:
     return (await task_status(store, task_id)).to_dict()
 
 
-def _status_doc(task: TaskRecord, ledger: Ledger, views: Mapping[str, Any]) -> dict[str, Any]:
-    items = [
+def item_rows(ledger: Ledger) -> list[dict[str, Any]]:
+    """The ledger's items as `status --json` lists them."""
+    return [
         {
             "id": d.id,
             "title": d.title,
@@ -277,6 +278,10 @@ def _status_doc(task: TaskRecord, ledger: Ledger, views: Mapping[str, Any]) -> d
         }
         for d, s in ledger.items()
     ]
+
+
+def _status_doc(task: TaskRecord, ledger: Ledger, views: Mapping[str, Any]) -> dict[str, Any]:
+    items = item_rows(ledger)
     return {
         "task_id": task.task_id,
         "name": task.name,

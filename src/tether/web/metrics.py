@@ -25,6 +25,7 @@ from prometheus_client.core import (
 )
 from starlette.requests import Request
 
+from tether import lifecycle
 from tether.runtime.state import RunState
 from tether.store.base import Store
 from tether.web.app import state_of
@@ -33,17 +34,7 @@ router = APIRouter(include_in_schema=False)
 #: The newest tasks a scrape sums over.
 LIMIT = 1000
 _BREAKER_VALUE = {"open": 1.0, "half_open": 0.5, "closed": 0.0}
-ALL_STATUSES = (
-    "queued",
-    "running",
-    "waiting",
-    "suspended",
-    "stalled",
-    "satisfied",
-    "abandoned",
-    "cancelled",
-    "failed",
-)
+ALL_STATUSES = lifecycle.STATUSES
 
 
 @dataclass

@@ -269,3 +269,51 @@ def test_cli_replay_clean_tampered_and_bad_input(recorded_db: tuple[Path, str, s
     assert_clean_error(
         tether("replay", tid, "--db", url, "--until", "100000", cwd=root), 2, "--until 100000"
     )
+
+
+async def test_a_run_with_an_approval_replays_clean_through_the_decision(tmp_path: Path) -> None:
+    from tether import approvals
+    from tether.runtime.builtins import default_registry
+    from tether.store.memory import MemoryStore
+
+    from .test_approval_required import Payments, run, setup
+
+    store = MemoryStore()
+    pay = Payments()
+    tid, first = await run(store, None, pay, tmp_path)
+    assert first.status == "waiting"
+    (req,) = await approvals.pending(store, tid)
+    await approvals.decide(store, tid, req.request_id, "approve", by="ana")
+    _, done = await run(store, tid, pay, tmp_path)
+    assert done.status == "satisfied" and len(pay.refunds) == 1
+    registry = default_registry(lambda: store)
+    registry.add(setup(pay))
+
+    result = await replay_task(store, tid, registry=registry)
+    assert result.divergence is None, result.divergence
+    assert result.stopped_at is None
+    assert result.events == len([e for e in await store.read_events(tid) if "lease" not in e.type])
+    # The stand-in answered; the real tool was neither asked nor run again.
+    assert (pay.asked, len(pay.refunds)) == (1, 1)
+
+    # Up to just before the decision, the replay stops where the task waited.
+    decided = _seq_of(await store.read_events(tid), "approval.decided")
+    early = await replay_task(store, tid, until=decided - 1, registry=registry)
+    assert early.divergence is None and early.rounds == 0
+
+
+async def test_the_demo_replays_clean_through_the_waiver(tmp_path: Path) -> None:
+    ran = tether("demo", "--dir", tmp_path / "demo", cwd=tmp_path, timeout=300)
+    assert_ok(ran)
+    db = f"sqlite:///{tmp_path}/demo/.tether/tether.db"
+    (task,) = json.loads(tether("list", "--db", db, "--json", cwd=tmp_path).stdout)
+    replayed = tether("replay", task["task_id"], "--db", db, "--json", cwd=tmp_path)
+    assert_ok(replayed)
+    doc = json.loads(replayed.stdout)
+    assert doc["ok"] and doc["divergence"] is None and doc["stopped_at"] is None
+    assert doc["rounds_matched"] > 50
+    timeline = json.loads(
+        tether("events", task["task_id"], "--db", db, "--json", cwd=tmp_path).stdout
+    )
+    assert "item.waived" in {e["type"] for e in timeline}
+    assert doc["until"] == timeline[-1]["seq"]

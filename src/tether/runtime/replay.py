@@ -15,10 +15,12 @@ asked for. Timings, lease bookkeeping and model-call summaries are not compared.
 What replay cannot check (`LIMITS`): the contents of workspace files are not recorded,
 so the replay works in a throwaway copy of today's workspace without the files the
 task's writes created (the built-in file writers write there again); a tool's
-`effect_of` answer is taken from the recording; human actions (approvals, decisions,
-messages, goal edits, cancels) are not re-applied, so a replay stops at the first one;
-a crash and its recovery are not reproduced (the replay runs the rounds straight
-through); tasks with MCP servers are refused (their tools come from live servers).
+`effect_of` answer is taken from the recording; human actions (approvals, retries,
+waivers, messages, cancels, abandons) are taken again through the functions the CLI
+calls, where the replayed task stopped for them (one that came in while a round ran,
+or a goal edit, ends the replay there); a crash and its recovery are not reproduced
+(the replay runs the rounds straight through); tasks with MCP servers are refused
+(their tools come from live servers).
 """
 
 from __future__ import annotations
@@ -49,8 +51,9 @@ LIMITS: tuple[str, ...] = (
     "today's workspace without the files the task created (a file the task changed "
     "that existed before, or one changed since, is read as it is now)",
     "a tool's effect (effect_of) is taken from the recording, not decided again",
-    "human actions (approvals, decisions, messages, edits, cancels) are not re-applied: "
-    "the replay stops at the first one",
+    "human actions (approvals, decisions, messages, cancels) are taken again through "
+    "the same functions at the point they were recorded, not at their recorded moment "
+    "within a running round; a goal edit is not: the replay stops before it",
     "a crash and its recovery are not reproduced: the rounds run straight through",
 )
 #: Events that say nothing the runtime decided (bookkeeping of leases and processes).
@@ -129,6 +132,8 @@ class _Recording:
     source: Store
     #: Recorded attempts per op id (from `op.result` and `op.retry_scheduled`).
     attempts: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
+    #: What each op's approval request said (its tool asked, or its effect did).
+    asked: dict[str, str] = field(default_factory=dict)
     #: The replay's copy of the workspace (see `_scratch`).
     scratch: Path | None = None
 
@@ -158,6 +163,8 @@ class _Cursor:
     async def answer(self, request: ModelRequest) -> ModelResponse:
         if self.next >= len(self.answers) or self.answers[self.next].seq > self.until:
             if self.until >= self.rec.task.last_seq and self.mismatch is None:
+                # Asked past the end of the whole recording (not of a stretch or of
+                # `--until`): the runtime wanted a call the recorded run never made.
                 self.mismatch = Divergence(
                     None,
                     None,
@@ -234,6 +241,10 @@ def _stand_in(tool: Tool, rec: _Recording, effects: Mapping[str, str]) -> Tool:
     workspace (see `_scratch`), so the file rules of later rounds see their files."""
 
     async def fn(args: Mapping[str, Any], ctx: ToolContext) -> Any:
+        asked = rec.asked.get(ctx.op_id)
+        if asked is not None and not ctx.approved:
+            # The recorded call waited for a human's approval here.
+            raise errors.ApprovalRequired(asked.removeprefix("the tool asks: "))
         tries = rec.attempts.get(ctx.op_id, [])
         op = rec.ops.get(ctx.op_id)
         if op is None or not tries:
@@ -352,6 +363,8 @@ async def _load(source: Store, task_id: str, until: int | None) -> _Recording:
     ops = {o.op_id: o for o in await source.get_ops(task_id)}
     rec = _Recording(task, events, ops, source)
     for e in events:
+        if e.type == "approval.requested" and e.data.get("op_id"):
+            rec.asked[str(e.data["op_id"])] = str(e.data.get("impact") or "")
         if e.type == "op.result" or e.type == "op.retry_scheduled":
             status = e.data.get("status", "failed")
             rec.attempts.setdefault(str(e.data["op_id"]), []).append({**e.data, "status": status})
@@ -375,13 +388,56 @@ def _scratch(rec: _Recording) -> Path | None:
     return root
 
 
-def _human_cut(events: list[StoredEvent]) -> tuple[list[StoredEvent], StoredEvent | None]:
-    """The events before the first out-of-band commit (a human's decision, a message, an
-    edit, a cancel request: written without the lease), and that commit's first event."""
+def _human_groups(events: Sequence[StoredEvent]) -> list[list[StoredEvent]]:
+    """The out-of-band commits (a human's decision, a message, an edit, a cancel
+    request: written without the lease) after the first event, each a run of events."""
+    groups: list[list[StoredEvent]] = []
     for n, e in enumerate(events):
-        if n > 0 and e.fencing_token is None:
-            return events[:n], e
-    return events, None
+        if n == 0 or e.fencing_token is not None:
+            continue
+        if groups and groups[-1][-1].seq == e.seq - 1:
+            groups[-1].append(e)
+        else:
+            groups.append([e])
+    return groups
+
+
+async def _apply_human(store: Store, rec: _Recording, group: Sequence[StoredEvent]) -> bool:
+    """Take a recorded human action again on the replay's store, through the function
+    the CLI and the dashboard call; False for one replay cannot take (an edit)."""
+    from tether import approvals, decisions, edits
+    from tether.runtime import tasks
+
+    tid, first = rec.task.task_id, group[0]
+    d, by = first.data, str(first.data.get("by", "user"))
+    if first.type == "item.waived":
+        await decisions.waive_item(store, tid, str(d["item"]), reason=str(d["reason"]), by=by)
+    elif first.type == "item.retried":
+        await decisions.retry_item(store, tid, str(d["item"]), hint=d.get("hint"), by=by)
+    elif first.type == "approval.decided":
+        recorded = {a.request_id: a for a in await rec.source.get_approvals(tid)}
+        decision = (recorded[d["request_id"]].decision or {}) if d["request_id"] in recorded else {}
+        await approvals.decide(
+            store,
+            tid,
+            str(d["request_id"]),
+            "approve" if d["decision"] == "modify" else d["decision"],
+            by=by,
+            modified_args=d.get("modified_args"),
+            reason=str(decision.get("reason") or ""),
+            result=decision.get("result"),
+        )
+    elif first.type == "user.message":
+        await edits.tell(store, tid, str(d["text"]), by=by)
+    elif first.type == "task.cancel_requested" or (
+        first.type == "task.status" and d.get("stop_reason") == "cancelled_by_user"
+    ):
+        await tasks.cancel(store, tid, by=by)
+    elif first.type == "task.status" and d.get("dst") == "abandoned":
+        await decisions.abandon_task(store, tid, reason=str(d.get("reason", "")), by=by)
+    else:
+        return False
+    return True
 
 
 def _models(rec: _Recording, cursor: _Cursor) -> ModelSet:
@@ -427,21 +483,28 @@ async def replay_task(
     declarations are used. Nothing is written to `source`, and no tool runs.
     `UserError` for a task or `until` that cannot be replayed."""
     rec = await _load(source, task_id, until)
-    last = until if until is not None else rec.task.last_seq
-    recorded, human = _human_cut(rec.events)
-    created = recorded[0]
-    clock = _ReplayClock(created.at)
+    clock = _ReplayClock(rec.events[0].at)
     store = MemoryStore(clock=clock)
-    stop = asyncio.Event()
-    cursor = _Cursor(rec, recorded[-1].seq if recorded else last, stop)
+    cursor = _Cursor(rec, rec.events[-1].seq, asyncio.Event())
     cursor.clock = clock
     declared = registry or default_registry(lambda: store)
     rec.scratch = _scratch(rec)
     try:
-        return await _run(rec, store, clock, cursor, created, recorded, human, last, declared)
+        return await _run(rec, store, clock, cursor, declared)
     finally:
         if rec.scratch is not None:
             shutil.rmtree(rec.scratch.parent, ignore_errors=True)
+
+
+async def _drive(engine: Engine, task_id: str, clock: _ReplayClock) -> None:
+    """Run the task once, and again each time it parks until a stored time (a worker
+    took it up again then)."""
+    for _ in range(_MAX_RUNS):
+        res = await engine.run(task_id, force=True)
+        until = (res.waiting or {}).get("until")
+        if engine.stop.is_set() or res.status != "waiting" or until is None:
+            return
+        clock.at = max(clock.at, float(until))
 
 
 async def _run(
@@ -449,10 +512,6 @@ async def _run(
     store: MemoryStore,
     clock: _ReplayClock,
     cursor: _Cursor,
-    created: StoredEvent,
-    recorded: list[StoredEvent],
-    human: StoredEvent | None,
-    last: int,
     declared: ToolRegistry,
 ) -> ReplayResult:
     task_id, stop = rec.task.task_id, cursor.stop
@@ -462,7 +521,7 @@ async def _run(
         spec=rec.task.spec,
         ledger=ledger_from_spec(parse_spec(rec.task.spec, source=f"task {task_id}")),
         workspace=str(rec.scratch) if rec.scratch is not None else rec.task.workspace,
-        events=[created.typed()],
+        events=[rec.events[0].typed()],
     )
     engine = Engine(
         store,
@@ -472,19 +531,41 @@ async def _run(
         worker_id="replay",
         stop=stop,
     )
-    # One run, and another each time the task parks until a stored time.
-    for _ in range(_MAX_RUNS):
-        res = await engine.run(task_id, force=True)
-        until = (res.waiting or {}).get("until")
-        if stop.is_set() or res.status != "waiting" or until is None:
+    recorded, human = rec.events, None
+    for group in [*_human_groups(rec.events), None]:
+        # The model answers of this stretch only: asked for more, the replay stops.
+        cursor.until = group[0].seq - 1 if group else rec.events[-1].seq
+        await _drive(engine, task_id, clock)
+        if group is None:
             break
-        # Parked until a time (a retry, a service): a worker took it up again then.
-        clock.at = max(clock.at, float(until))
-    replayed = _decisions(await store.read_events(task_id))
-    recorded = _decisions(recorded)
-    if stop.is_set():
-        # The replay's own stop (at `--until` or a human action) ended the last run:
-        # what it wrote after the recorded span is not a decision to compare.
+        if stop.is_set():
+            # The run went on where the recorded one met the human (who came in while
+            # it ran): the moment cannot be reproduced.
+            human, recorded = group[0], [e for e in rec.events if e.seq < group[0].seq]
+            break
+        clock.at = max(clock.at, group[0].at)
+        try:
+            applied = await _apply_human(store, rec, group)
+        except errors.UserError:
+            applied = False  # the replayed task is not where the human found it
+        if not applied:
+            human, recorded = group[0], [e for e in rec.events if e.seq < group[0].seq]
+            break
+    return _result(rec, cursor, recorded, await store.read_events(task_id), human)
+
+
+def _result(
+    rec: _Recording,
+    cursor: _Cursor,
+    recorded_events: list[StoredEvent],
+    replayed_events: list[StoredEvent],
+    human: StoredEvent | None,
+) -> ReplayResult:
+    """Compare the two logs and sum up."""
+    replayed, recorded = _decisions(replayed_events), _decisions(recorded_events)
+    if cursor.stop.is_set():
+        # The replay's own stop (at `--until` or an action it cannot take) ended the
+        # last run: what it wrote after the recorded span is not a decision to compare.
         replayed = replayed[: len(recorded)]
     divergence, matched = compare(rec, recorded, replayed)
     m = cursor.mismatch
@@ -496,6 +577,8 @@ async def _run(
     rounds = sum(
         1 for e in recorded[:matched] if e.type == "round.committed" and e.data.get("round") != bad
     )
-    stopped = f"event {human.seq}: {human.type} (a human action, not replayed)" if human else None
-    end = recorded[-1].seq if human is not None and recorded else last
-    return ReplayResult(task_id, end, rounds, matched, divergence, stopped)
+    stopped = (
+        f"event {human.seq}: {human.type} (a human action replay cannot take)" if human else None
+    )
+    end = recorded_events[-1].seq if recorded_events else 0
+    return ReplayResult(rec.task.task_id, end, rounds, matched, divergence, stopped)

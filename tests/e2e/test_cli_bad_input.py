@@ -361,3 +361,14 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         assert proc.returncode == 2, proc.stderr
         assert "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_submit_refuses_an_unknown_tool_unless_told_the_workers_have_it(tmp_path: Path) -> None:
+    (tmp_path / "spec.yaml").write_text(
+        "name: t\nobjective: do it\nitems: [{id: a, title: x}]\ntools: [no_such_tool]\n"
+    )
+    refused = tether("submit", "spec.yaml", cwd=tmp_path)
+    assert_clean_error(refused, 2, "no_such_tool", "not registered")
+    assert not (tmp_path / ".tether").exists()
+    queued = tether("submit", "spec.yaml", "--skip-tool-check", "--json", cwd=tmp_path)
+    assert json_out(queued)["status"] == "queued"

@@ -71,7 +71,7 @@ def test_submit_refuses_a_bad_spec_and_writes_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / ".tether").exists()
 
 
-def _queue(tmp_path: Path, name: str, tools: list[str]) -> str:
+def _queue(tmp_path: Path, name: str, tools: list[str], *extra: str) -> str:
     spec = {
         "objective": "write a file",
         "items": [{"id": "a", "title": "write out/a.txt",
@@ -82,7 +82,7 @@ def _queue(tmp_path: Path, name: str, tools: list[str]) -> str:
     ws = tmp_path / name
     ws.mkdir()
     (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(spec))
-    res = _tether("submit", f"{name}.yaml", "--workspace", str(ws), cwd=tmp_path)
+    res = _tether("submit", f"{name}.yaml", "--workspace", str(ws), *extra, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     return res.stdout.strip()
 
@@ -123,7 +123,7 @@ def test_worker_stops_on_sigterm_between_tasks(tmp_path: Path) -> None:
 def test_worker_reports_a_task_it_cannot_run_and_goes_on(tmp_path: Path) -> None:
     """A task whose contract names a tool this worker lacks (the submitter had it in
     TETHER_TOOLS) is reported and left queued; the next task runs; the exit code is 1."""
-    bad = _queue(tmp_path, "bad", ["write_file", "create_ticket"])
+    bad = _queue(tmp_path, "bad", ["write_file", "create_ticket"], "--skip-tool-check")
     good = _queue(tmp_path, "good", ["write_file"])
     res = _tether("worker", "--once", "--model", POLICY, cwd=tmp_path)
     assert res.returncode == 1, res.stderr

@@ -141,14 +141,25 @@ def submit(
     workspace: WorkspaceOpt = None,
     json_out: JsonOpt = False,
     allow_broad_workspace: BroadOpt = False,
+    skip_tool_check: Annotated[
+        bool,
+        typer.Option(
+            "--skip-tool-check",
+            help="Queue it even if a tool it names is not registered here (the workers "
+            "register it: their TETHER_TOOLS).",
+        ),
+    ] = False,
 ) -> None:
     """Queue a task for `tether worker` processes without running it here."""
     from tether.runtime.tasks import create_task
-    from tether.runtime.wiring import open_db
+    from tether.runtime.wiring import check_task_tools, open_db
     from tether.spec import load_spec
 
     async def main() -> str:
         contract = load_spec(spec)
+        if not skip_tool_check:
+            # A typo in a tool name is found now, not by a worker hours later.
+            await check_task_tools(contract)
         ws = _workspace(contract, workspace, allow_broad_workspace)
         store = await open_db(db)
         try:

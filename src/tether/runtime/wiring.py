@@ -75,6 +75,13 @@ async def check_task(spec: TaskSpec, model: str | None = None) -> None:
     clashes with another is refused here too)."""
     models = build_models(spec, model)
     await models.aclose()
+    await check_task_tools(spec)
+
+
+async def check_task_tools(spec: TaskSpec) -> None:
+    """The tool half of `check_task` (for `tether submit`, whose models are the
+    workers'): every tool the contract names is registered here or offered by one of
+    its MCP servers."""
     known = default_registry(_no_store).names()
     if spec.mcp_servers:
         from tether.tools.mcp import McpSources, contract_names

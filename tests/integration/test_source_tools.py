@@ -83,7 +83,7 @@ async def test_a_snapshot_serves_the_same_bytes_after_the_file_changed(call: Cal
     assert "B costs 35 euros." in first and "version 2.0" in first
     (call.ws / "b.md").write_text("# B 2.0\nB costs 99 euros.\n")
     again = await call("read_source", source="B")
-    assert "B costs 35 euros." in again and "99" not in again
+    assert "B costs 35 euros." in again and "99 euros" not in again
     snap = _id(first, "cite snapshot artifact ")
     assert _id(again, "cite snapshot artifact ") == snap
     arts = await call.store.get_artifacts(call.task_id)

@@ -284,3 +284,31 @@ def make_task(store: Store) -> MakeTask:
         return await create_small_task(store, task_id, **kwargs)
 
     return make
+
+
+# --- CPU stress ---------------------------------------------------------------------------
+
+STRESS_ENV = "TETHER_TEST_STRESS"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cpu_stress() -> Iterator[int]:
+    """With `TETHER_TEST_STRESS=N`, N busy processes per CPU spin for the whole session
+    (CI's stress pass: a timing-dependent test must wait on conditions, not on luck)."""
+    import subprocess
+    import sys
+
+    try:
+        per_cpu = int(os.environ.get(STRESS_ENV, "0") or 0)
+    except ValueError:
+        per_cpu = 0
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(per_cpu * (os.cpu_count() or 1))
+    ]
+    try:
+        yield len(procs)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from typing import Final
 
 KNOWN: Final[frozenset[str]] = frozenset(
@@ -70,7 +71,9 @@ def hit(name: str) -> None:
     if action == "stop":
         sys.stderr.write(f"tether: fail point {name} reached, stopping (pid {os.getpid()})\n")
         sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # To this thread: a SIGSTOP sent to the process may be taken by another thread,
+        # and this one would run on (and commit) until the group stop reaches it.
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
         return
     sys.stderr.write(f"tether: fail point {name} reached, exiting\n")
     sys.stderr.flush()

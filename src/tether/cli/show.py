@@ -83,8 +83,12 @@ def show(
 
     async def main() -> Any:
         if call_id is None:
-            return await with_store(db, lambda s: list_calls(s, task_id), create=False)
-        return await with_store(db, lambda s: show_call(s, task_id, call_id), create=False)
+            return await with_store(
+                db, lambda s: list_calls(s, task_id), create=False, read_only=True
+            )
+        return await with_store(
+            db, lambda s: show_call(s, task_id, call_id), create=False, read_only=True
+        )
 
     doc = run_async(main)
     if json_out:
@@ -115,7 +119,7 @@ def report(
         raise errors_exit(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
 
     async def main() -> str:
-        doc = await with_store(db, lambda s: build_report(s, task_id), create=False)
+        doc = await with_store(db, lambda s: build_report(s, task_id), create=False, read_only=True)
         return render(doc, fmt)
 
     text = run_async(main)

@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message, ModelRequest
 from tether.runtime.deliverables import deliverable_meta
@@ -115,13 +116,13 @@ class RoundFacts:
         return bool(self.ops) and all(o.status == "deferred" for o in self.ops)
 
 
-@dataclass(frozen=True)
-class AuditWarning:
-    """Something the audit refused or flagged."""
+#: Something the audit refused or flagged: the `audit.warning` event itself, so what the
+#: audit returns is journaled as it is.
+AuditWarning = ev.AuditWarning
 
-    code: str
-    message: str
-    details: Mapping[str, Any] = field(default_factory=dict)
+
+def _warning(code: str, message: str, details: Mapping[str, Any] | None = None) -> AuditWarning:
+    return AuditWarning(code=code, message=message, details=dict(details or {}))
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,7 @@ class _Audit:
         self.credited: dict[str, list[str]] = {}
 
     def warn(self, code: str, message: str, **details: Any) -> None:
-        self.warnings.append(AuditWarning(code, message, details))
+        self.warnings.append(_warning(code, message, details))
 
     def policy(self, item_id: str) -> ItemPolicy:
         return self.policies.get(item_id, ItemPolicy())
@@ -421,7 +422,7 @@ def _focus_change(
         note=(f"optional, skipped: {reason}" if policy.optional else reason) if reason else None,
     )
     code = "item_skipped" if policy.optional else "item_blocked"
-    warning = AuditWarning(code, f"{focus} {stop}: {reason}", {"item": focus})
+    warning = _warning(code, f"{focus} {stop}: {reason}", {"item": focus})
     return change, warning if reason else None
 
 
@@ -440,7 +441,7 @@ def _decide(
     if open_items:
         if proposed == "satisfied":
             warnings.append(
-                AuditWarning(
+                _warning(
                     "satisfied_with_pending",
                     f"judge said satisfied but {len(open_items)} items are still open "
                     f"({', '.join(open_items[:5])}{'...' if len(open_items) > 5 else ''}); "
@@ -451,13 +452,13 @@ def _decide(
             return "continue", reason
         if facts.non_convergent and (facts.focus is None or not ledger.has_item(facts.focus)):
             warnings.append(
-                AuditWarning("non_convergent", f"needs human judgement: {facts.non_convergent}")
+                _warning("non_convergent", f"needs human judgement: {facts.non_convergent}")
             )
             return "need_user", f"needs human judgement: {facts.non_convergent}"
         if proposed == "abandon":
             # Giving up is a human's call: the judge's proposal goes to one.
             warnings.append(
-                AuditWarning("judge_proposed_abandon", f"judge proposed to abandon: {reason}")
+                _warning("judge_proposed_abandon", f"judge proposed to abandon: {reason}")
             )
             return "need_user", f"the judge proposes to abandon the task: {reason}"[:800]
         if proposed == "need_user":
@@ -466,7 +467,7 @@ def _decide(
     if gaps:
         if proposed == "satisfied":
             warnings.append(
-                AuditWarning(
+                _warning(
                     "satisfied_with_gaps",
                     f"judge said satisfied but {len(gaps)} items are not done "
                     f"({', '.join(gaps[:5])}{'...' if len(gaps) > 5 else ''}); refused",

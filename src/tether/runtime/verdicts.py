@@ -130,10 +130,7 @@ async def judge_round(
     _remember(run, outcome)
     new = outcome.update.ledger
     p = new.progress()
-    for w in outcome.warnings:
-        extra_events.append(
-            ev.AuditWarning(code=w.code, message=w.message, details=dict(w.details))
-        )
+    extra_events.extend(outcome.warnings)  # the audit's warnings are events already
     continuation = ""
     if outcome.decision == "continue":
         changed = list(dict.fromkeys(outcome.update.diff.status_changes()))

@@ -42,16 +42,6 @@ _WRITERS = ("write_file", "append_file")
 _IN_FLIGHT = ("intended", "dispatched", "unknown", "retry_wait")
 
 
-def _position(op_id: str) -> tuple[int, int]:
-    """(round, call index) of an op id (`<task>.r<round>.c<index>`)."""
-    _, _, tail = op_id.rpartition(".r")
-    round_s, _, idx = tail.partition(".c")
-    try:
-        return int(round_s), int(idx)
-    except ValueError:
-        return (1 << 62, 0)
-
-
 async def _write_effect(args: Mapping[str, Any], ctx: ToolContext) -> Effect:
     """`overwrite` when this call would change a file that existed before the task
     started, else `write` (a new file, or one the task made itself)."""
@@ -64,7 +54,12 @@ async def _write_effect(args: Mapping[str, Any], ctx: ToolContext) -> Effect:
         return "write"
     if ctx.journal is None:
         return "overwrite"  # nobody can say the task made it: ask
-    me = _position(ctx.op_id)
+    # Outside a round (no position) every in-flight call counts as possibly earlier.
+    me = (
+        (ctx.round, ctx.call_index)
+        if ctx.round is not None and ctx.call_index is not None
+        else (1 << 62, 0)
+    )
     for op in await ctx.journal(_WRITERS, ("succeeded", *_IN_FLIGHT)):
         earlier = op.args.get("path")
         if not isinstance(earlier, str) or ws.existing_file(earlier) != target:

@@ -273,6 +273,8 @@ async def recheck_ops(run: TurnHost, ledger: L.Ledger) -> tuple[L.Ledger, list[B
             workspace=run.workspace,
             logger=logging.getLogger(f"tether.tool.{tool.name}"),
             services=getattr(run, "services", {}),
+            round=op.round,
+            call_index=op.call_index,
         )
         try:
             assert tool.reconcile is not None

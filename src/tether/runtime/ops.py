@@ -802,6 +802,8 @@ class OpRunner:
             approved=record.op_id in self.approved,
             owner_check=functools.partial(ensure_lease, self.store, run.task_id, run.token),
             secret_names=frozenset(perm.secrets if perm is not None else ()),
+            round=record.round,
+            call_index=record.call_index,
         )
 
     def policy(self, tool: Tool) -> RetryPolicy:

@@ -94,6 +94,10 @@ class ToolContext:
     owner_check: Callable[[], Awaitable[None]] | None = None
     #: The secrets the contract grants this tool (names of environment variables).
     secret_names: frozenset[str] = frozenset()
+    #: The round of the call and its index among the round's calls (None outside a
+    #: round, e.g. a recovery check).
+    round: int | None = None
+    call_index: int | None = None
 
     async def ensure_owner(self) -> None:
         """Raise `StaleLease` if another worker has taken the task over since this run

@@ -12,6 +12,7 @@ request and never answers, behind the OpenAI-compatible adapter of a real `tethe
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import threading
@@ -49,18 +50,25 @@ class SilentServer:
             threading.Thread(target=self._read, args=(conn,), daemon=True).start()
 
     def _read(self, conn: socket.socket) -> None:
-        try:
-            while data := conn.recv(65536):
-                if b"POST" in data:
-                    self.requests += 1
-        except OSError:
-            return
+        # The reading thread owns the connection and closes it: closing it from another
+        # thread while this one waits in recv (or missing one accepted late) left
+        # sockets to the garbage collector, whose ResourceWarning then failed a later
+        # test.
+        with conn:
+            try:
+                while data := conn.recv(65536):
+                    if b"POST" in data:
+                        self.requests += 1
+            except OSError:
+                return
 
     def close(self) -> None:
         self._closed = True
         self.sock.close()
-        for c in self._held:
-            c.close()
+        for c in list(self._held):
+            # Wakes the reader (recv returns b""), which then closes its connection.
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
 
 
 @pytest.fixture

@@ -374,7 +374,7 @@ class Limits(_Strict):
         default=None,
         gt=0,
         description="seconds without a heartbeat before a running task whose lease expired "
-        "is marked stalled; default: the workers' setting (300)",
+        "is marked stalled; default: the workers' setting (600)",
     )
     round_timeout: float | None = Field(
         default=None,

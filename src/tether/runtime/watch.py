@@ -15,7 +15,7 @@
   each reminder is claimed first through the store's shared state (one atomic update
   per task and kind of notice), so it is sent once.
 - A task still `running` whose lease expired and whose heartbeat is older than
-  `limits.stall_after` (or the worker's `stalled_after`, 5 min) lost its worker: it is
+  `limits.stall_after` (or the worker's `stalled_after`, 10 min) lost its worker: it is
   marked `stalled` (and announced), and any worker may take it over (stalled tasks are
   claimable; recovery runs as after any crash).
 
@@ -76,7 +76,7 @@ class WatchPolicy:
 
     renotify_after: float = 6 * 3600.0
     escalate_after: float = 24 * 3600.0
-    stalled_after: float = 300.0
+    stalled_after: float = 600.0
 
 
 @dataclass

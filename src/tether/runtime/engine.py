@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tether import errors, failpoints, lifecycle
+from tether import errors, failpoints, lifecycle, telemetry
 from tether import events as ev
 from tether import ledger as L
 from tether.clock import Clock, SystemClock
@@ -289,7 +289,8 @@ class Engine:
         beat = asyncio.create_task(run.heartbeat())
         try:
             try:
-                return await run.drive()
+                with telemetry.span("tether.turn", {"tether.task_id": lease.task_id}):
+                    return await run.drive()
             except asyncio.CancelledError:
                 me = asyncio.current_task()
                 # Only the heartbeat's own cancellation is turned into a result; any
@@ -745,12 +746,21 @@ class TaskRun:
         request (Ctrl-C, a worker's shutdown) cancels a call in flight at once: the
         round ends interrupted, and a resume asks the model again."""
         t0 = time.perf_counter()
-        try:
-            resp = await self._unless_stopped(model.complete(request), request.purpose)
-        except (errors.ModelError, Stop):
-            raise
-        except Exception as exc:
-            raise errors.ModelError(f"{type(exc).__name__}: {exc}", transient=False) from exc
+        attrs = telemetry.model_call_attributes(request.purpose, model.name, self.task_id)
+        with telemetry.span(f"chat {model.name}", attrs) as span:
+            try:
+                resp = await self._unless_stopped(model.complete(request), request.purpose)
+            except (errors.ModelError, Stop):
+                raise
+            except Exception as exc:
+                raise errors.ModelError(f"{type(exc).__name__}: {exc}", transient=False) from exc
+            u = resp.usage
+            telemetry.set_attributes(
+                span,
+                telemetry.usage_attributes(
+                    resp.model, u.input_tokens, u.output_tokens, u.cached_input_tokens
+                ),
+            )
         if not resp.latency_ms:
             resp = ModelResponse(
                 resp.text,

@@ -24,7 +24,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tether import errors, failpoints
+from tether import errors, failpoints, telemetry
 from tether import events as ev
 from tether.models.base import ModelResponse, ToolCall
 from tether.runtime import outcome as out
@@ -933,10 +933,13 @@ class OpRunner:
         t1 = time.perf_counter()
         raw: Any = None
         cls_msg: failures.Classified | None = None
+        attrs = telemetry.tool_call_attributes(tool.name, record.op_id, run.task_id, record.round)
         try:
-            raw = await asyncio.wait_for(
-                tool.fn(record.args, self.context(tool, record, record.attempts)), tool.timeout
-            )
+            with telemetry.span(f"execute_tool {tool.name}", attrs):
+                raw = await asyncio.wait_for(
+                    tool.fn(record.args, self.context(tool, record, record.attempts)),
+                    tool.timeout,
+                )
         except asyncio.CancelledError:
             if guard is not None and tool.service:
                 # Give the slot back now; a leaked one would hold the limit for its ttl.

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from tether import errors, failpoints
+from tether import errors, failpoints, telemetry
 from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message, ModelRequest, ModelResponse
@@ -61,16 +61,23 @@ _NEED_HELP = re.compile(r"^[ \t>*_-]*NEED_HELP\b", re.M)
 
 async def run_round(run: RoundHost) -> Outcome | None:
     """One round from the start: None to go on, else how the run ends."""
-    try:
-        stop = await read(run)
-        if stop is not None:
-            return stop
-        round_no = run.state.rounds + 1
-        focus, request = await assemble(run, round_no)
-        response = await decide(run, round_no, focus, request)
-        return await _finish(run, round_no, focus, response, resumed=False)
-    except Stop as stop_:
-        return stop_.outcome
+    with telemetry.span("tether.round", {"tether.task_id": run.task_id}) as span:
+        try:
+            with telemetry.span("tether.phase.read"):
+                stop = await read(run)
+            if stop is not None:
+                return stop
+            round_no = run.state.rounds + 1
+            with telemetry.span("tether.phase.assemble"):
+                focus, request = await assemble(run, round_no)
+            telemetry.set_attributes(span, {"tether.round": round_no, "tether.item": focus})
+            with telemetry.span("tether.phase.decide"):
+                response = await decide(run, round_no, focus, request)
+            # Act, write back and verify.
+            with telemetry.span("tether.phase.act"):
+                return await _finish(run, round_no, focus, response, resumed=False)
+        except Stop as stop_:
+            return stop_.outcome
 
 
 async def finish_interrupted(run: RoundHost) -> Outcome | None:

@@ -1,0 +1,105 @@
+"""OpenTelemetry spans of a real run, read back with the SDK's in-memory exporter."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether import telemetry
+from tether.models.scripted import ScriptedModel
+from tether.store.memory import MemoryStore
+
+from .loop_support import by_purpose, honest_actor, rules_judge, run_task, spec_of
+
+
+@pytest.fixture(scope="module")
+def exporter() -> Iterator[Any]:
+    """Finished spans of this process, kept in memory (the provider is global)."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    yield memory
+    memory.shutdown()
+
+
+async def test_a_run_has_turn_round_phase_model_and_tool_spans(
+    exporter: Any, tmp_path: Path
+) -> None:
+    exporter.clear()
+    model = ScriptedModel(policy=by_purpose(act=honest_actor, judge=rules_judge), name="m-1")
+    tid, result = await run_task(MemoryStore(), spec_of(2), tmp_path, model, judge=model)
+    assert result.status == "satisfied"
+    spans = [s for s in exporter.get_finished_spans() if s.attributes.get("tether.task_id") == tid]
+    everything = exporter.get_finished_spans()
+    by_id = {s.context.span_id: s for s in everything}
+
+    def parent(s: Any) -> Any:
+        return by_id[s.parent.span_id] if s.parent is not None else None
+
+    (turn,) = [s for s in spans if s.name == "tether.turn"]
+    assert len({s.context.trace_id for s in spans}) == 1
+    rounds = sorted(
+        (s for s in spans if s.name == "tether.round" and "tether.round" in s.attributes),
+        key=lambda s: s.attributes["tether.round"],
+    )
+    assert [(r.attributes["tether.round"], r.attributes["tether.item"]) for r in rounds] == [
+        (1, "i1"),
+        (2, "i2"),
+    ]
+    assert all(parent(r) is turn for r in rounds)
+    phases = [
+        s for s in everything if s.name.startswith("tether.phase.") and parent(s) is rounds[0]
+    ]
+    assert [p.name for p in phases] == [
+        "tether.phase.read",
+        "tether.phase.assemble",
+        "tether.phase.decide",
+        "tether.phase.act",
+    ]
+
+    chats = [s for s in spans if s.name == "chat m-1"]
+    purposes = [c.attributes["tether.purpose"] for c in chats]
+    assert purposes.count("act") == 2 and purposes.count("judge") == 2
+    for c in chats:
+        assert c.attributes["gen_ai.operation.name"] == "chat"
+        assert c.attributes["gen_ai.request.model"] == "m-1"
+        assert c.attributes["gen_ai.usage.input_tokens"] > 0
+        assert "gen_ai.usage.output_tokens" in c.attributes
+        assert "gen_ai.usage.cache_read.input_tokens" in c.attributes
+    act_calls = [c for c in chats if c.attributes["tether.purpose"] == "act"]
+    assert parent(act_calls[0]).name == "tether.phase.decide"
+    assert parent(parent(act_calls[0])) is rounds[0]
+
+    tools = [s for s in spans if s.name == "execute_tool write_file"]
+    assert [(t.attributes["tether.op_id"], t.attributes["tether.round"]) for t in tools] == [
+        (f"{tid}.r1.c0", 1),
+        (f"{tid}.r2.c0", 2),
+    ]
+    assert all(t.attributes["gen_ai.tool.name"] == "write_file" for t in tools)
+    assert parent(tools[1]).name == "tether.phase.act" and parent(parent(tools[1])) is rounds[1]
+
+
+async def test_without_opentelemetry_spans_are_no_ops(
+    monkeypatch: pytest.MonkeyPatch, exporter: Any, tmp_path: Path
+) -> None:
+    # As if opentelemetry-api were not installed: the run works and records nothing.
+    monkeypatch.setattr(telemetry, "_tracer", False)
+    exporter.clear()
+    _, result = await run_task(
+        MemoryStore(), spec_of(1), tmp_path, ScriptedModel(policy=honest_actor)
+    )
+    assert result.status == "satisfied"
+    assert exporter.get_finished_spans() == ()
+    with telemetry.span("x", {"a": 1}) as s:
+        s.set_attribute("b", 2)

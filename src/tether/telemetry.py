@@ -74,8 +74,26 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Spa
     if not tracer:
         yield _NO_SPAN
         return
-    with tracer.start_as_current_span(name, attributes=_clean(attributes or {})) as current:
-        yield current
+    from opentelemetry.trace import Status, StatusCode
+
+    with tracer.start_as_current_span(
+        name,
+        attributes=_clean(attributes or {}),
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as current:
+        try:
+            yield current
+        except BaseException as exc:
+            stopped = getattr(exc, "outcome", None)
+            if stopped is not None:
+                # A round ending (a pause for a human, a model that is down) travels as
+                # an exception that carries its outcome: control flow, not an error.
+                current.set_attribute("tether.stopped", str(getattr(stopped, "status", "")))
+            else:
+                current.record_exception(exc)
+                current.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            raise
 
 
 def set_attributes(target: SpanLike, attributes: Mapping[str, Any]) -> None:

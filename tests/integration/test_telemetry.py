@@ -103,3 +103,32 @@ async def test_without_opentelemetry_spans_are_no_ops(
     assert exporter.get_finished_spans() == ()
     with telemetry.span("x", {"a": 1}) as s:
         s.set_attribute("b", 2)
+
+
+async def test_a_round_that_stops_is_not_an_error_but_a_failure_is(
+    exporter: Any, tmp_path: Path
+) -> None:
+    """A model the provider refuses ends the round waiting for a human: the model call's
+    span is an error (with the exception recorded), the round's span is not — it carries
+    how the round stopped."""
+    from opentelemetry.trace import StatusCode
+
+    from tether import errors
+
+    def refused(_: Any) -> Any:
+        raise errors.ModelError("401: bad key", transient=False)
+
+    exporter.clear()
+    model = ScriptedModel(policy=refused, name="m-2")
+    tid, result = await run_task(
+        MemoryStore(), spec_of(1, models={"judge": "rules"}), tmp_path, model
+    )
+    assert result.status == "waiting"
+    spans = [s for s in exporter.get_finished_spans() if s.attributes.get("tether.task_id") == tid]
+    (chat,) = [s for s in spans if s.name == "chat m-2"]
+    assert chat.status.status_code == StatusCode.ERROR and "bad key" in str(chat.status.description)
+    assert any(e.name == "exception" for e in chat.events)
+    (round_,) = [s for s in spans if s.name == "tether.round"]
+    assert round_.status.status_code != StatusCode.ERROR
+    assert round_.attributes["tether.stopped"] == "waiting"
+    assert not any(e.name == "exception" for e in round_.events)

@@ -63,21 +63,29 @@ async def run_round(run: RoundHost) -> Outcome | None:
     """One round from the start: None to go on, else how the run ends."""
     with telemetry.span("tether.round", {"tether.task_id": run.task_id}) as span:
         try:
-            with telemetry.span("tether.phase.read"):
-                stop = await read(run)
-            if stop is not None:
-                return stop
-            round_no = run.state.rounds + 1
-            with telemetry.span("tether.phase.assemble"):
-                focus, request = await assemble(run, round_no)
-            telemetry.set_attributes(span, {"tether.round": round_no, "tether.item": focus})
-            with telemetry.span("tether.phase.decide"):
-                response = await decide(run, round_no, focus, request)
-            # Act, write back and verify.
-            with telemetry.span("tether.phase.act"):
-                return await _finish(run, round_no, focus, response, resumed=False)
+            outcome = await _round(run, span)
         except Stop as stop_:
-            return stop_.outcome
+            outcome = stop_.outcome
+        if outcome is not None:
+            # How the round ended the run (waiting, suspended, satisfied, ...).
+            telemetry.set_attributes(span, {"tether.stopped": outcome.status})
+        return outcome
+
+
+async def _round(run: RoundHost, span: telemetry.SpanLike) -> Outcome | None:
+    with telemetry.span("tether.phase.read"):
+        stop = await read(run)
+    if stop is not None:
+        return stop
+    round_no = run.state.rounds + 1
+    with telemetry.span("tether.phase.assemble"):
+        focus, request = await assemble(run, round_no)
+    telemetry.set_attributes(span, {"tether.round": round_no, "tether.item": focus})
+    with telemetry.span("tether.phase.decide"):
+        response = await decide(run, round_no, focus, request)
+    # Act, write back and verify.
+    with telemetry.span("tether.phase.act"):
+        return await _finish(run, round_no, focus, response, resumed=False)
 
 
 async def finish_interrupted(run: RoundHost) -> Outcome | None:

@@ -1,4 +1,4 @@
-"""Reading tasks: `status`, `list`, `events`, `timeline`."""
+"""Reading tasks: `status`, `list`, `events`, `timeline`, `watch`."""
 
 from __future__ import annotations
 
@@ -90,14 +90,21 @@ def events(
         out.print(views.event_line(e))
 
 
+FullOpt = Annotated[
+    bool,
+    typer.Option("--full", help="Each event's whole data under its line, not a summary."),
+]
+
+
 @app.command()
 def timeline(
     task_id: str,
     db: DbOpt = None,
     after: AfterOpt = 0,
     type_: TypesOpt = None,
+    full: FullOpt = False,
 ) -> None:
-    """A readable, coloured timeline of a task."""
+    """A readable, coloured timeline of a task (one line per event)."""
 
     async def main() -> list[Any]:
         return await with_store(
@@ -108,4 +115,41 @@ def timeline(
         )
 
     for e in run_async(main):
-        out.print(views.timeline_line(e))
+        out.print(views.timeline_line(e, full=full))
+
+
+@app.command()
+def watch(
+    task_id: str,
+    db: DbOpt = None,
+    after: AfterOpt = 0,
+    full: FullOpt = False,
+    poll: Annotated[
+        float, typer.Option("--poll", help="Seconds between reads.", min=0.05, max=600)
+    ] = 1.0,
+) -> None:
+    """Follow a task from any terminal: its timeline as it grows, until it ends (a task
+    run by a worker elsewhere too). Ctrl-C stops watching, not the task."""
+    import asyncio
+
+    from tether import lifecycle
+
+    async def follow(store: Any) -> str:
+        seen = after
+        while True:
+            task = await store.get_task(task_id)
+            for e in await store.read_events(task_id, after=seen):
+                out.print(views.timeline_line(e, full=full))
+                seen = e.seq
+            if lifecycle.is_terminal(task.status) and seen >= task.last_seq:
+                return str(task.status)
+            await asyncio.sleep(poll)
+
+    async def main() -> str:
+        return await with_store(db, follow, create=False, read_only=True)
+
+    try:
+        final = run_async(main)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+    out.print(views.clean(f"task {task_id} ended: {final}"))

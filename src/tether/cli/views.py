@@ -329,15 +329,20 @@ def describe_event(e: Any) -> tuple[str, str]:
     return "white", json.dumps(d, ensure_ascii=False)[:140]
 
 
-def timeline_line(e: Any) -> Text:
-    """`timeline`: seq, time of day, type and the event in words, coloured."""
+def timeline_line(e: Any, *, full: bool = False) -> Text:
+    """`timeline`: seq, time of day, type and the event in words, coloured — one line
+    (newlines shown as `\\n`); with `full`, the event's whole data follows, indented."""
     style, text = describe_event(e)
-    return Text.assemble(
+    line = Text.assemble(
         (f"{e.seq:>6} ", "dim"),
         (ts(e.at)[11:] + " ", "dim"),
         (f"{clean(e.type):<20} ", style),
         clean(text),
     )
+    if full:
+        data = json.dumps(e.data, indent=2, ensure_ascii=False, default=str)
+        line.append("\n" + clean(data, lines=True).replace("\n", "\n        "), "dim")
+    return line
 
 
 # --------------------------------------------------------------------------- progress

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.text import Text
 
+from tether import errors
 from tether.cli._app import DbOpt, ModelOpt, app, err, run_async
 from tether.cli.views import clean
 
 if TYPE_CHECKING:
-    from tether.runtime.engine import RunResult
+    from tether.runtime.engine import RunResult, Snapshot
     from tether.runtime.worker import WorkerStats
+    from tether.store import Store
 
 
 def _report(result: RunResult) -> None:
@@ -22,6 +25,57 @@ def _report(result: RunResult) -> None:
 
 def _report_error(task_id: str, exc: Exception) -> None:
     err.print(Text(clean(f"task {task_id}: could not run: {exc}", lines=True)))
+
+
+def _round_line(snap: Snapshot) -> None:
+    """A line per finished round of every task this worker runs."""
+    if not snap.message.startswith("round "):
+        return
+    p = snap.progress
+    err.print(
+        Text(
+            clean(
+                f"task {snap.task_id} {snap.message} — {p.done}/{p.total} done, "
+                f"{snap.tokens} tokens, ${snap.cost_usd:.4f}"
+            ),
+            style="dim",
+        )
+    )
+
+
+async def _serve_metrics(store: Store, port: int) -> asyncio.Server:
+    """Prometheus text at http://127.0.0.1:PORT/metrics: the same metrics as `tether
+    serve`'s /metrics, computed from the database at each scrape."""
+    try:
+        from tether.web.metrics import render, snapshot
+    except ImportError as exc:
+        raise errors.UserError(
+            f"--metrics-port needs the web extra (pip install 'tether[web]'): {exc}"
+        ) from exc
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            if request.split(b" ", 2)[1:2] != [b"/metrics"]:
+                status, body, kind = b"404 Not Found", b"only /metrics here\n", b"text/plain"
+            else:
+                body = render(await snapshot(store))
+                status, kind = b"200 OK", b"text/plain; version=0.0.4; charset=utf-8"
+            writer.write(
+                b"HTTP/1.1 " + status + b"\r\nContent-Type: " + kind
+                + b"\r\nContent-Length: " + str(len(body)).encode()
+                + b"\r\nConnection: close\r\n\r\n" + body
+            )  # fmt: skip
+            await writer.drain()
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            pass
+        finally:
+            writer.close()
+
+    try:
+        return await asyncio.start_server(handle, "127.0.0.1", port)
+    except OSError as exc:
+        raise errors.UserError(f"--metrics-port {port}: cannot listen: {exc}") from exc
 
 
 def _seconds(value: float) -> float:
@@ -41,20 +95,42 @@ def worker(
             "--poll", help="Seconds between polls.", min=0.01, max=3600, callback=_seconds
         ),
     ] = 2.0,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", help="No line per round; only how each task ended.")
+    ] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            help="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics (extra web).",
+            min=0,
+            max=65535,
+        ),
+    ] = None,
 ) -> None:
     """Claim and run tasks from the database until stopped."""
     from tether.runtime.wiring import open_runtime
 
     async def main() -> WorkerStats:
         async with open_runtime(db, model=model) as rt:
-            w = rt.worker(
-                once=once,
-                poll_interval=poll,
-                handle_signals=True,
-                on_result=_report,
-                on_error=_report_error,
-            )
-            return await w.run()
+            server = None
+            if metrics_port is not None:
+                server = await _serve_metrics(rt.store, metrics_port)
+                port = server.sockets[0].getsockname()[1]
+                err.print(f"metrics at http://127.0.0.1:{port}/metrics")
+            try:
+                w = rt.worker(
+                    once=once,
+                    poll_interval=poll,
+                    handle_signals=True,
+                    on_result=_report,
+                    on_error=_report_error,
+                    **({} if quiet else {"on_progress": _round_line}),
+                )
+                return await w.run()
+            finally:
+                if server is not None:
+                    server.close()
 
     stats = run_async(main)
     err.print(f"worker ran {stats.ran} task(s)")

@@ -159,9 +159,16 @@ def _gauges(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 "used": value,
                 "limit": float(limit),
                 "percent": min(100.0, round(100.0 * value / float(limit), 1)),
+                "used_text": _number(value),
+                "limit_text": _number(float(limit)),
             }
         )
     return out
+
+
+def _number(value: float) -> str:
+    """A budget figure for people: whole numbers without `.0`, others to 4 places."""
+    return f"{int(value):,}" if value.is_integer() else f"{round(value, 4):,}"
 
 
 @router.get("/tasks/{task_id}", response_class=HTMLResponse)

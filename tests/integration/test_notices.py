@@ -233,3 +233,42 @@ async def test_the_contract_sets_reminders_suspension_and_the_admin_target(
     assert hook.stats()["rejected"] == 0
     await sweep(store, notifier=base)
     assert len(hook.stats()["notices"]) == 5  # suspended: nothing more
+
+
+async def test_a_task_stopped_at_max_rounds_is_announced_once(
+    tmp_path: Path, receiver: Callable[..., Receiver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hook = receiver()
+    monkeypatch.setenv("TETHER_WEBHOOK_URL", hook.url())
+    monkeypatch.setenv("TETHER_WEBHOOK_SECRET", SECRET)
+    store = await MemoryStore.open()
+    spec = spec_of(3, limits={"max_rounds": 1})
+    tid, first = await run_task(store, spec, tmp_path, ScriptedModel(policy=honest_actor))
+    assert first.status == "waiting" and (first.waiting or {}).get("kind") == "human"
+    # Every worker sweeps, and again: one notice, and the later reminder is another kind.
+    await asyncio.gather(*(sweep(store, notifier=default_notifier()) for _ in range(3)))
+    await sweep(store, notifier=default_notifier())
+    (notice,) = hook.stats()["notices"]
+    assert notice["body"]["kind"] == "limit_reached"
+    assert "max_rounds (1)" in notice["body"]["text"] and "raise" in notice["body"]["text"]
+    assert [s["kind"] for s in await events_of(store, tid, "notice.sent")] == ["limit_reached"]
+
+
+async def test_a_milestone_round_limit_is_announced(store: Store, tmp_path: Path) -> None:
+    items = [
+        {"id": f"i{k}", "title": f"write out/i{k}.txt", "milestone": "m1"}
+        | {"done_when": {"kind": "file", "path": f"out/i{k}.txt"}}
+        for k in (1, 2)
+    ]
+    spec = spec_of(
+        2,
+        items=items,
+        milestones=[{"id": "m1", "title": "both files"}],
+        limits={"max_rounds_per_milestone": 1},
+    )
+    tid, first = await run_task(store, spec, tmp_path, ScriptedModel(policy=honest_actor))
+    assert first.status == "waiting"
+    report = await sweep(store, notifier=LogNotifier())
+    assert report.notices == [(tid, "limit_reached")]
+    (sent,) = await events_of(store, tid, "notice.sent")
+    assert "milestone m1 used its 1 rounds" in sent["text"]

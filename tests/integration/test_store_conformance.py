@@ -538,6 +538,26 @@ async def test_commit_updates_projections_with_events(
     assert stored_ledger.to_ledger() == replace(new_ledger, version=2)
 
 
+async def test_every_commit_of_the_lease_holder_refreshes_the_heartbeat(
+    store: Store, make_task: MakeTask, clock: FakeClock
+) -> None:
+    # The watchdog reads `heartbeat_at`: a round that commits is alive, whether or not
+    # it renews its lease in between (the column is set by the commit's own statement).
+    await make_task("t")
+    lease = await store.claim("w1", 60, task_id="t")
+    assert lease is not None
+    claimed = (await store.get_task("t")).heartbeat_at
+    clock.advance(5)
+    await store.commit("t", lease.token, [ev.RoundStarted(round=1, turn=1)])
+    after_events = await store.get_task("t")
+    assert after_events.heartbeat_at == clock.now() == (claimed or 0) + 5
+    clock.advance(5)
+    await store.commit("t", lease.token, [], task=TaskPatch(usage={"rounds": 1}))
+    assert (await store.get_task("t")).heartbeat_at == clock.now()
+    # The lease's expiry is the renewal's business, not a commit's.
+    assert (await store.get_task("t")).lease_expiry == after_events.lease_expiry
+
+
 async def test_out_of_band_commit_needs_no_lease(
     store: Store, make_task: MakeTask, clock: FakeClock
 ) -> None:

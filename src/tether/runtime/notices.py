@@ -1,8 +1,9 @@
 """Notices from the journal: every event people must hear of, sent once.
 
 The events that call for a person — an approval requested, an op in doubt, a decision
-needed (a partial completion), a NEED_HELP question, a budget crossing 50, 80 or 100 %,
-a task stalled, failed or finished — are read from each task's journal after a cursor
+needed (a partial completion), a NEED_HELP question (or a status probe that found the
+loop stuck), a round limit reached, a budget crossing 50, 80 or 100 %, a task stalled,
+failed or finished — are read from each task's journal after a cursor
 kept in the store's shared state (`notices:<task id>`), so every worker sweeping the
 same database sends each of them once. A notice is taken before it is sent and the
 cursor moves on after: a sweeper that dies in between leaves the take to expire, and
@@ -24,6 +25,10 @@ from tether.store.base import Store, StoredEvent, TaskRecord
 
 #: The journal events that may make a notice.
 TYPES = frozenset({"approval.requested", "decision.requested", "budget.threshold", "task.status"})
+#: Status reasons of a wait at a round limit (`guards.limits`): a person must raise it.
+LIMIT_REASONS = frozenset({"max_rounds", "max_rounds_per_milestone"})
+#: Status reason of a wait after a status probe found the loop stuck (`runtime.probe`).
+PROBE_ESCALATED = "status_probe"
 #: A take older than this is given to the next sweeper (its sender died).
 TAKE_TTL = 120.0
 #: Tasks untouched for longer than this when first seen are not announced.
@@ -38,11 +43,16 @@ def key(task_id: str) -> str:
 def _status_notice(task: TaskRecord, d: dict[str, Any]) -> tuple[str, str] | None:
     dst = str(d.get("dst", ""))
     why = str(d.get("reason") or d.get("stop_reason") or "")
-    if dst == "waiting" and d.get("reason") == "needs_user_input":
-        question = ""
-        if task.waiting and task.waiting.get("kind") == "human":
-            question = str(task.waiting.get("reason", ""))
-        return "need_help", question or "the agent asks a person for help"
+    # What the task tells the person in `status` (the wait's own words), when the task
+    # still waits like this; a later wait has its own event and notice.
+    told = ""
+    if task.waiting and task.waiting.get("kind") == "human":
+        told = str(task.waiting.get("reason", ""))
+    if dst == "waiting" and why in ("needs_user_input", PROBE_ESCALATED):
+        return "need_help", told or "the agent asks a person for help"
+    if dst == "waiting" and why in LIMIT_REASONS:
+        # Nothing goes on until someone raises the limit (`tether edit`) and resumes.
+        return "limit_reached", told or f"{why} reached; raise the limit and resume"
     if dst == "stalled":
         return "stalled", why
     if dst == "failed":

@@ -38,7 +38,8 @@ class Notice:
     """One message to the people responsible for a task.
 
     `kind`: `approval_requested`, `op_in_doubt`, `decision_needed`, `need_help`,
-    `budget`, `stalled`, `failed`, `finished` (one per journal event), `reminder`
+    `limit_reached` (`max_rounds` or `max_rounds_per_milestone`), `budget`, `stalled`,
+    `failed`, `finished` (one per journal event), `reminder`
     (a wait goes on) or `escalation` (a wait went on too long; the task is suspended).
     """
 

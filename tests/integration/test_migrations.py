@@ -26,6 +26,11 @@ AddTask = Callable[..., Awaitable[Any]]
 V2_TABLES = {"ops", "artifacts", "approvals"}
 V1_TABLES = {"tasks", "events", "ledgers", "blobs"}
 V3_TABLES = {"shared_state"}
+V4_TABLES = {"artifact_text"}
+#: SQLite's FTS5 index over `artifact_text` (a virtual table and its shadow tables); the
+#: PostgreSQL index is a column (`tsv`) and a GIN index of `artifact_text`.
+FTS5 = "artifact_search"
+ALL_TABLES = V1_TABLES | V2_TABLES | V3_TABLES | V4_TABLES | {"tether_schema"}
 
 
 def tables(backend: Backend) -> set[str]:
@@ -35,7 +40,7 @@ def tables(backend: Backend) -> set[str]:
             rows = conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
             ).fetchall()
-            return {r["name"] for r in rows}
+            return {r["name"] for r in rows if not r["name"].startswith(FTS5)}
         rows = conn.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
         ).fetchall()
@@ -116,7 +121,7 @@ async def test_migrate_from_empty(sql_backend: Backend, add_task: AddTask) -> No
     store = await sql_backend.open()
     try:
         assert await store.schema_version() == SCHEMA_VERSION
-        assert tables(sql_backend) == V1_TABLES | V2_TABLES | V3_TABLES | {"tether_schema"}
+        assert tables(sql_backend) == ALL_TABLES
         assert schema_rows(sql_backend) == [(v, n) for v, n, _ in migrations(sql_backend.kind)]
         await add_task(store, "t")
         assert (await store.get_task("t")).status == "queued"
@@ -153,7 +158,7 @@ async def test_migrate_from_previous_version(sql_backend: Backend, add_task: Add
     new = await sql_backend.open()
     try:
         assert await new.schema_version() == SCHEMA_VERSION
-        assert tables(sql_backend) == V1_TABLES | V2_TABLES | V3_TABLES | {"tether_schema"}
+        assert tables(sql_backend) == ALL_TABLES
         assert [v for v, _ in schema_rows(sql_backend)] == list(range(1, SCHEMA_VERSION + 1))
         assert await new.get_task("t") == task_before
         assert await new.read_events("t") == events_before
@@ -217,7 +222,7 @@ async def test_newer_schema_is_refused_and_nothing_is_written(
 
     # Not migrated to 2 or 3 on the way, not touched at all.
     assert _dump(sql_backend) == before
-    assert not tables(sql_backend) & (V2_TABLES | V3_TABLES)
+    assert not tables(sql_backend) & (V2_TABLES | V3_TABLES | V4_TABLES)
     if sql_backend.path is not None:
         assert sql_backend.path.read_bytes() == file_before
 
@@ -238,7 +243,7 @@ async def test_migrating_gives_the_same_schema_as_a_fresh_database(
     assert shape == schema_shape(sql_backend)
     # The comparison sees what matters: every table of every migration is in it.
     names = {c[0] for c in shape["columns"]} if fresh.kind == "postgres" else set(shape)
-    assert names >= V1_TABLES | V2_TABLES | V3_TABLES
+    assert names >= V1_TABLES | V2_TABLES | V3_TABLES | V4_TABLES
 
 
 @pytest.mark.postgres
@@ -254,14 +259,15 @@ async def test_both_dialects_define_the_same_columns(
     lite_cols = {
         (name, col[1])
         for name, entry in lite_shape.items()
-        if entry["type"] == "table"
+        if entry["type"] == "table" and not name.startswith(FTS5)
         for col in entry["columns"]
     }
     pg_cols = {(c[0], c[1]) for c in schema_shape(pg)["columns"]}
-    assert lite_cols == pg_cols
+    # Each dialect's own search machinery: FTS5's rowid link, PostgreSQL's tsvector.
+    assert lite_cols - {("artifact_text", "id")} == pg_cols - {("artifact_text", "tsv")}
     lite_idx = {n for n, e in lite_shape.items() if e["type"] == "index"}
     pg_idx = {i[1] for i in schema_shape(pg)["indexes"] if not i[1].endswith("_pkey")}
-    assert lite_idx == pg_idx
+    assert lite_idx == pg_idx - {"artifact_text_tsv"}
 
 
 async def test_concurrent_first_opens_migrate_once(sql_backend: Backend) -> None:
@@ -312,3 +318,54 @@ async def test_foreign_postgres_schema_is_refused_untouched(
     with pytest.raises(errors.CorruptDatabase, match="not a tether database"):
         await pg.open()
     assert tables(pg) == {"customers"}
+
+
+async def test_migration_to_4_indexes_the_artifacts_already_stored(
+    sql_backend: Backend, add_task: AddTask
+) -> None:
+    """Artifacts written before the search index existed are found after migrating:
+    textual blobs by their text (JSON by its values), binary ones by their name only."""
+    old = await sql_backend.open(migrate_to=3)
+    try:
+        await add_task(old, "t")
+    finally:
+        await old.close()
+    texts = {
+        "a0": b'{"excerpt": "the pump delivers 40 litres a minute", "location": "p3"}',
+        "a1": "vermessungsingenieur notes: \u00fcberpr\u00fcft".encode(),
+        "a2": b"\x00\x01binary tapir",
+        "a3": None,  # its blob is missing: indexed by its name
+    }
+    names = {"a0": "doc0", "a1": "doc1", "a2": "doc2", "a3": "orphan report"}
+    conn = sql_backend.raw()
+    ph = "?" if sql_backend.kind == "sqlite" else "%s"
+    try:
+        for aid, data in texts.items():
+            ref = blob_hash(data or b"gone")
+            if data is not None:
+                conn.execute(
+                    "INSERT INTO blobs (hash, size, data, created_at)"
+                    f" VALUES ({ph}, {ph}, {ph}, 0)",
+                    (ref, len(data), data),
+                )
+            conn.execute(
+                "INSERT INTO artifacts (artifact_id, task_id, kind, name, blob_hash, size,"
+                f" task_version, created_at) VALUES ({ph}, 't', 'evidence', {ph}, {ph}, 1, 1, 0)",
+                (aid, names[aid], ref),
+            )
+    finally:
+        conn.close()
+    new = await sql_backend.open()
+    try:
+
+        async def found(query: str) -> list[str]:
+            return [h.artifact.artifact_id for h in await new.search_artifacts("t", query)]
+
+        assert await found("pump litres") == ["a0"]
+        assert await found("excerpt location") == []
+        assert await found("vermessungsingenieur") == ["a1"]
+        assert await found("tapir") == []
+        assert await found("doc2") == ["a2"]
+        assert await found("orphan") == ["a3"]
+    finally:
+        await new.close()

@@ -1360,3 +1360,132 @@ async def test_sqlite_store_refuses_a_bad_level_itself(tmp_path: Path) -> None:
     with pytest.raises(errors.StoreConfigError, match="not one of"):
         await SQLiteStore.open(tmp_path / "x.db", synchronous="SOMETIMES")  # type: ignore[arg-type]
     assert not (tmp_path / "x.db").exists()
+
+
+# --- artifact search ----------------------------------------------------------------------
+
+
+def _doc(task_id: str, artifact_id: str, data: bytes, **kw: Any) -> ArtifactRecord:
+    """An artifact with blob `data` (committed with it)."""
+    return artifact_record(
+        task_id, artifact_id, blob_hash=blob_hash(data), size=len(data), deps=(), **kw
+    )
+
+
+async def _searchable(store: Store, make_task: MakeTask) -> None:
+    """Task `t`: evidence (JSON), a tool output (text), a binary blob; task `u`: one more."""
+    await make_task("t")
+    await make_task("u")
+    ev_b = json.dumps({"excerpt": "The battery of product B lasts 12 hours.", "location": "p2"})
+    out = "Search results: the warranty of product A is two years; shipping is free."
+    binary = bytes(range(256)) * 4
+    blobs = [ev_b.encode(), out.encode(), binary]
+    arts = [
+        _doc("t", "ev-b", blobs[0], kind="evidence", name="B"),
+        _doc("t", "out-a", blobs[1], kind="tool_output", name="fetch output"),
+        _doc("t", "bin", blobs[2], kind="tool_output", name="image"),
+    ]
+    await store.commit("t", None, [], artifacts=arts, blobs=blobs)
+    other = b"The battery of product C lasts 3 hours."
+    await store.commit("u", None, [], artifacts=[_doc("u", "ev-c", other)], blobs=[other])
+
+
+async def test_search_artifacts_ranks_cites_and_excerpts(store: Store, make_task: MakeTask) -> None:
+    await _searchable(store, make_task)
+    hits = await store.search_artifacts("t", "battery life")
+    assert [h.artifact.artifact_id for h in hits] == ["ev-b"]  # not task u's
+    assert "[battery]" in hits[0].excerpt.lower() and "12 hours" in hits[0].excerpt
+    assert hits[0].artifact == await store.get_artifact("ev-b")
+    # Any word may match; the better match ranks first.
+    hits = await store.search_artifacts("t", "warranty battery years")
+    assert [h.artifact.artifact_id for h in hits] == ["out-a", "ev-b"]
+    assert hits[0].score > hits[1].score
+    assert [h.artifact.artifact_id for h in await store.search_artifacts("t", "battery", limit=1)]
+    assert len(await store.search_artifacts("t", "product", limit=1)) == 1
+    kinds = await store.search_artifacts("t", "product", kinds={"tool_output"})
+    assert [h.artifact.artifact_id for h in kinds] == ["out-a"]
+    assert await store.search_artifacts("t", "product", kinds=set()) == []
+    # A binary blob adds only its name; JSON keys are not text.
+    assert [h.artifact.artifact_id for h in await store.search_artifacts("t", "image")] == ["bin"]
+    assert await store.search_artifacts("t", "excerpt location") == []
+    assert await store.search_artifacts("nobody", "battery") == []
+
+
+async def test_search_artifacts_leaves_invalid_ones_out_unless_asked(
+    store: Store, make_task: MakeTask
+) -> None:
+    await _searchable(store, make_task)
+    stale = replace(await store.get_artifact("ev-b"), valid=False, meta={"invalidated": {}})
+    await store.commit("t", None, [], artifacts=[stale])
+    assert await store.search_artifacts("t", "battery") == []
+    hits = await store.search_artifacts("t", "battery", include_invalid=True)
+    assert [(h.artifact.artifact_id, h.artifact.valid) for h in hits] == [("ev-b", False)]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        '"',
+        'battery"',
+        "NEAR(battery hours, 2)",
+        "batt*",
+        "body:battery",
+        "-battery",
+        "battery OR",
+        "AND battery NOT",
+        "'); DROP TABLE artifacts; --",
+        "(((",
+        "^battery",
+        "battery & | ! <->",
+        "\x00battery",
+    ],
+)
+async def test_search_query_syntax_is_never_interpreted(
+    store: Store, make_task: MakeTask, query: str
+) -> None:
+    await _searchable(store, make_task)
+    hits = await store.search_artifacts("t", query)
+    assert [h.artifact.artifact_id for h in hits] in (["ev-b"], [])
+    assert len(await store.get_artifacts("t")) == 3
+
+
+async def test_search_matches_no_artifact_for_a_query_without_words(
+    store: Store, make_task: MakeTask
+) -> None:
+    await _searchable(store, make_task)
+    for query in ("", "   ", "!!! ??? ***", "or and not"):
+        assert await store.search_artifacts("t", query) == []
+
+
+async def test_search_index_is_written_with_the_artifact_or_not_at_all(
+    store: Store, make_task: MakeTask
+) -> None:
+    await make_task("t")
+    lease = await store.claim("w", 60, task_id="t")
+    assert lease is not None
+    data = b"orchids need indirect light"
+    with pytest.raises(errors.StaleLease):
+        await store.commit("t", lease.token + 1, [], artifacts=[_doc("t", "x", data)], blobs=[data])
+    assert await store.search_artifacts("t", "orchids") == []
+    # A blob stored before the artifact is indexed from the store.
+    await store.put_blob(data)
+    await store.commit("t", lease.token, [], artifacts=[_doc("t", "x", data)])
+    assert [h.artifact.artifact_id for h in await store.search_artifacts("t", "orchid")] in (
+        ["x"],
+        [],  # the memory store does not stem
+    )
+    assert [h.artifact.artifact_id for h in await store.search_artifacts("t", "orchids")] == ["x"]
+
+
+async def test_search_index_keeps_a_bounded_part_of_a_large_output(
+    store: Store, make_task: MakeTask
+) -> None:
+    from tether.store import _search
+
+    await make_task("t")
+    head = "alpha " * 1000
+    data = (head + "filler " * (_search.MAX_INDEXED_BYTES // 7) + " omega").encode()
+    await store.commit("t", None, [], artifacts=[_doc("t", "big", data)], blobs=[data])
+    assert [h.artifact.artifact_id for h in await store.search_artifacts("t", "alpha")] == ["big"]
+    assert await store.search_artifacts("t", "omega") == []
+    assert len((await store.search_artifacts("t", "alpha"))[0].excerpt) < 2000

@@ -23,6 +23,7 @@ from tether.ledger import Ledger
 from tether.models.base import Message, ModelRequest
 from tether.runtime import history
 from tether.runtime.context import SUMMARY_PREFIX, Entry, render_system, transcript
+from tether.store.base import ArtifactRecord
 
 if TYPE_CHECKING:
     from tether.runtime.ports import CompactHost
@@ -741,4 +742,17 @@ async def compact_context(run: CompactHost, budget: int) -> None:
             fallback=fallback,
         )
     )
-    await run.commit(events)
+    # The summary is an artifact too, so `search_artifacts` finds what it says after
+    # later compactions have folded it away (its id is fixed by the compaction count,
+    # so a compaction redone after a crash writes the same one).
+    summary_art = ArtifactRecord(
+        artifact_id=f"{run.task_id}.summary{run.state.compactions}",
+        task_id=run.task_id,
+        kind="summary",
+        name=f"summary of rounds up to {upto}",
+        blob_hash=summary_blob,
+        size=len(summary),
+        source="compaction",
+        task_version=run.task.version,
+    )
+    await run.commit(events, artifacts=[summary_art])

@@ -9,6 +9,12 @@
   (it must be in it) with its location; it depends on the snapshot and its version.
 - `record_claim(text, evidence)` stores a claim citing valid evidence artifacts.
 - `write_report_section(title, text, claims)` stores a report section citing claims.
+- `search_artifacts(query, kinds, limit, include_invalid)` finds this task's stored
+  artifacts (large tool outputs, evidence, claims, compaction summaries, source
+  snapshots) by relevance to a few words, so what was trimmed from the context can be
+  found again; each hit names the id to cite (`artifact:<id>` as an item's evidence, an
+  evidence id in `record_claim`) and an excerpt. Invalidated artifacts are left out
+  unless asked for, and then marked as history, never to be cited.
 
 A citation must resolve to a valid artifact of the right kind of this task, so nothing
 is built on a dangling or stale one. Each artifact's id derives from the op id, and the
@@ -34,7 +40,13 @@ from tether.store.base import ArtifactRecord, Store, blob_hash
 from tether.tools.registry import Tool, ToolContext, tool
 
 #: The names of the tools this module makes.
-SOURCE_TOOLS = ("read_source", "record_evidence", "record_claim", "write_report_section")
+SOURCE_TOOLS = (
+    "read_source",
+    "record_evidence",
+    "record_claim",
+    "write_report_section",
+    "search_artifacts",
+)
 _MAX_TEXT = 20_000
 #: The largest source a snapshot copies into the store.
 MAX_SNAPSHOT_BYTES = 32 << 20
@@ -355,4 +367,58 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
         await _store(store, ctx, [art], [data])
         return f"report section artifact {art.artifact_id} ({title})"
 
-    return [read_source, record_evidence, record_claim, write_report_section]
+    @tool(
+        name="search_artifacts",
+        effect="read",
+        description=(
+            "Search this task's stored artifacts (large tool outputs, evidence, claims, "
+            "summaries of earlier rounds, source snapshots) for a few words, best matches "
+            "first: finds again what is no longer in your context. Each hit gives the id "
+            "to cite (artifact:<id> as an item's evidence; an evidence id in "
+            "record_claim) and an excerpt; read_artifact reads more of it."
+        ),
+    )
+    async def search_artifacts(
+        ctx: ToolContext,
+        query: Annotated[str, Field(min_length=1, max_length=500)],
+        kinds: Annotated[list[str] | None, Field(max_length=len(A.KINDS) + 10)] = None,
+        limit: Annotated[int, Field(ge=1, le=20)] = 5,
+        include_invalid: bool = False,
+    ) -> str:
+        store = store_getter()
+        hits = await store.search_artifacts(
+            ctx.task_id,
+            query,
+            kinds=set(kinds) if kinds else None,
+            limit=limit,
+            include_invalid=include_invalid,
+        )
+        if not hits:
+            scope = f" of kind {', '.join(kinds)}" if kinds else ""
+            return f"no stored artifact{scope} matches {query!r}"
+        lines = [f"{len(hits)} artifact{'s' if len(hits) > 1 else ''} match {query!r}:"]
+        for n, hit in enumerate(hits, 1):
+            lines.append(f"{n}. {_hit_line(hit.artifact)}")
+            lines.append("   " + " ".join(hit.excerpt.split())[:400])
+        return "\n".join(lines)
+
+    return [read_source, record_evidence, record_claim, write_report_section, search_artifacts]
+
+
+def _hit_line(art: ArtifactRecord) -> str:
+    """How a search hit is named to the model: its ref, kind, name, what it came from
+    and, for an invalidated one, that it is history and why."""
+    origin = ""
+    if art.meta.get("source") and art.meta.get("version"):
+        origin = f", source {art.meta['source']} {art.meta['version']}"
+    head = f"artifact:{art.artifact_id} ({art.kind} {art.name!r}{origin})"
+    if not art.valid:
+        mark = art.meta.get(A.INVALIDATED)
+        why = mark.get("reason") if isinstance(mark, dict) else None
+        return f"{head} INVALID, history only, do not cite" + (f": {why}" if why else "")
+    if art.kind == "summary":
+        return f"{head}; a summary of earlier rounds: it says where to look, it proves nothing"
+    if art.kind == "evidence":
+        ref = art.artifact_id
+        return f"{head}; cite it as artifact:{ref}, or {ref} in record_claim"
+    return f"{head}; cite it as artifact:{art.artifact_id}"

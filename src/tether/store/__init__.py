@@ -27,6 +27,7 @@ from tether.clock import Clock
 from tether.store.base import (
     SCHEMA_VERSION,
     ApprovalRecord,
+    ArtifactHit,
     ArtifactRecord,
     CommitResult,
     Lease,
@@ -45,6 +46,7 @@ __all__ = [
     "DEFAULT_URL",
     "SCHEMA_VERSION",
     "ApprovalRecord",
+    "ArtifactHit",
     "ArtifactRecord",
     "CommitResult",
     "Lease",

@@ -26,9 +26,11 @@ from tether import events as ev
 from tether.clock import Clock, SystemClock
 from tether.ledger import Ledger
 from tether.store import _rules as rules
+from tether.store import _search as search
 from tether.store.base import (
     SCHEMA_VERSION,
     ApprovalRecord,
+    ArtifactHit,
     ArtifactRecord,
     CommitResult,
     Lease,
@@ -58,6 +60,10 @@ _ART_COLS = (
     "artifact_id, task_id, kind, name, blob_hash, size, source, task_version, deps, valid, "
     "meta, created_at"
 )
+#: The artifact columns of `artifacts a` in a join.
+_ART_COLS_A = ", ".join(f"a.{c.strip()}" for c in _ART_COLS.split(","))
+#: Rows per batch when the migration indexes the artifacts already stored.
+_BACKFILL_BATCH = 200
 
 _APPROVAL_COLS = (
     "request_id, task_id, op_id, status, request, decision, decided_by, created_at, decided_at"
@@ -324,6 +330,8 @@ class SqlStore:
             for version, name, sql in migrations(self.dialect):
                 if current < version <= target:
                     self._run_script(conn, sql)
+                    if version == 4:
+                        self._backfill_search(conn)
                     self._x(
                         conn,
                         "INSERT INTO tether_schema (version, name, applied_at) VALUES (:v, :n, :t)",
@@ -331,6 +339,41 @@ class SqlStore:
                     )
                     current = version
             return current
+
+    def _backfill_search(self, conn: Any) -> None:
+        """Index the artifacts stored before the search index existed (schema 4), in
+        the migration's transaction, in batches (a blob is read up to the index's cap)."""
+        after = ""
+        while True:
+            rows = self._x(
+                conn,
+                "SELECT a.artifact_id, a.task_id, a.name, substr(b.data, 1, :cap) AS data"
+                " FROM artifacts a LEFT JOIN blobs b ON b.hash = a.blob_hash"
+                " WHERE a.artifact_id > :after ORDER BY a.artifact_id LIMIT :n",
+                {"cap": search.MAX_INDEXED_BYTES, "after": after, "n": _BACKFILL_BATCH},
+            ).fetchall()
+            if not rows:
+                return
+            after = rows[-1]["artifact_id"]
+            self._index_rows(
+                conn,
+                [
+                    {
+                        "artifact_id": r["artifact_id"],
+                        "task_id": r["task_id"],
+                        "body": search.indexed_text(
+                            r["name"], None if r["data"] is None else bytes(r["data"])
+                        ),
+                    }
+                    for r in rows
+                ],
+            )
+
+    def _index_rows(self, conn: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Add search index rows (`artifact_id`, `task_id`, `body`); an artifact
+        indexed already, or with nothing to index, is left as it is (an artifact's blob,
+        hence its text, never changes)."""
+        raise NotImplementedError
 
     def _schema_version_sync(self) -> int:
         with self._auto() as conn:
@@ -633,6 +676,7 @@ class SqlStore:
         if artifacts:
             arts = rules.collapse(artifacts, _artifact_id, rules.merge_artifact, now)
             self._xmany(conn, _ARTIFACT_UPSERT, [self._artifact_params(a) for a in arts])
+            self._index_artifacts(conn, arts, blobs)
         if approvals:
             apprs = rules.collapse(approvals, _request_id, rules.merge_approval, now)
             self._xmany(conn, _APPROVAL_UPSERT, [self._approval_params(a) for a in apprs])
@@ -645,6 +689,42 @@ class SqlStore:
                     for h, b in rules.unique_blobs(blobs).items()
                 ],
             )
+
+    def _index_artifacts(
+        self, conn: Any, arts: Sequence[ArtifactRecord], blobs: Sequence[bytes]
+    ) -> None:
+        """Index a commit's artifacts in its transaction: the text of each not indexed
+        yet, from this commit's blobs or, failing that, the stored blob."""
+        params: dict[str, Any] = {}
+        ids = self._in(params, "artifact_id", "a", {a.artifact_id for a in arts})
+        done = {
+            r["artifact_id"]
+            for r in self._x(
+                conn, f"SELECT artifact_id FROM artifact_text WHERE TRUE{ids}", params
+            ).fetchall()
+        }
+        todo = [a for a in arts if a.artifact_id not in done]
+        if not todo:
+            return
+        staged = rules.unique_blobs(blobs)
+        rows = []
+        for art in todo:
+            data = staged.get(art.blob_hash)
+            if data is None:
+                found = self._x(
+                    conn,
+                    "SELECT substr(data, 1, :cap) AS data FROM blobs WHERE hash = :h",
+                    {"cap": search.MAX_INDEXED_BYTES, "h": art.blob_hash},
+                ).fetchone()
+                data = None if found is None else bytes(found["data"])
+            rows.append(
+                {
+                    "artifact_id": art.artifact_id,
+                    "task_id": art.task_id,
+                    "body": search.indexed_text(art.name, data),
+                }
+            )
+        self._index_rows(conn, rows)
 
     def _op_params(self, op: OpRecord) -> dict[str, Any]:
         return {
@@ -981,6 +1061,55 @@ class SqlStore:
     async def get_artifact(self, artifact_id: str) -> ArtifactRecord:
         """One artifact; `KeyError` if absent."""
         return await self._run(self._get_artifact_sync, artifact_id)
+
+    # --- search ------------------------------------------------------------------------
+
+    def _search_query(self, where: str) -> str:
+        """The dialect's ranked search: rows of `_ART_COLS_A`, `score` and `excerpt`,
+        best first, for `:q` (the dialect's query text), `:id`, `:limit`, `where`."""
+        raise NotImplementedError
+
+    def _search_text(self, words: list[str]) -> str:
+        """The query text the dialect's search takes for `words`."""
+        raise NotImplementedError
+
+    def _read_search_sync(
+        self,
+        task_id: str,
+        words: list[str],
+        kinds: Collection[str] | None,
+        limit: int,
+        include_invalid: bool,
+    ) -> list[ArtifactHit]:
+        params: dict[str, Any] = {"id": task_id, "q": self._search_text(words), "limit": limit}
+        where = ""
+        if kinds is not None:
+            where += self._in(params, "a.kind", "k", kinds)
+        if not include_invalid:
+            where += " AND a.valid = :valid"
+            params["valid"] = self._bool_in(True)
+        with self._auto() as conn:
+            rows = self._x(conn, self._search_query(where), params).fetchall()
+        return [
+            ArtifactHit(self._artifact(r), float(r["score"]), str(r["excerpt"] or "")) for r in rows
+        ]
+
+    async def search_artifacts(
+        self,
+        task_id: str,
+        query: str,
+        *,
+        kinds: Collection[str] | None = None,
+        limit: int = 10,
+        include_invalid: bool = False,
+    ) -> list[ArtifactHit]:
+        """A task's artifacts ranked by relevance to `query` (see `Store`)."""
+        words = search.terms(query)
+        if not words or _nothing(kinds):
+            return []
+        return await self._run(
+            self._read_search_sync, task_id, words, kinds, search.bounded(limit), include_invalid
+        )
 
     # --- shared state -------------------------------------------------------------------
 

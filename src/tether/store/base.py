@@ -8,6 +8,8 @@ The store knows nothing of models or tools. It keeps:
 - **ledgers**: skeleton and state with their own version;
 - **blobs**: content-addressed payloads (full prompts, tool outputs);
 - **ops**, **artifacts**, **approvals**: projections later parts fill;
+- **the artifact search index**: the text of each artifact (its blob, when textual),
+  written in the transaction that writes the artifact, for `search_artifacts`;
 - **shared state**: small JSON documents by key, read and rewritten atomically by
   `update_shared` and shared by every worker of the database (other parts keep their
   breakers and concurrency slots there; the store does not know what they mean).
@@ -32,7 +34,7 @@ T = TypeVar("T")
 SharedUpdate = Callable[[dict[str, Any] | None, float], tuple[dict[str, Any] | None, T]]
 
 #: Highest schema version this tether understands (one per migration file).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def blob_hash(data: bytes) -> str:
@@ -205,6 +207,17 @@ class ArtifactRecord:
 
 
 @dataclass(frozen=True)
+class ArtifactHit:
+    """One artifact found by `Store.search_artifacts`: the artifact, its rank among the
+    hits (higher is more relevant; comparable within one answer only) and an excerpt of
+    its indexed text around the matched terms (matches marked `[...]`)."""
+
+    artifact: ArtifactRecord
+    score: float
+    excerpt: str
+
+
+@dataclass(frozen=True)
 class ApprovalRecord:
     """A request for a human decision, and the decision once made."""
 
@@ -343,6 +356,21 @@ class Store(Protocol):
 
     async def get_artifact(self, artifact_id: str) -> ArtifactRecord:
         """One artifact; `KeyError` if absent."""
+        ...
+
+    async def search_artifacts(
+        self,
+        task_id: str,
+        query: str,
+        *,
+        kinds: Collection[str] | None = None,
+        limit: int = 10,
+        include_invalid: bool = False,
+    ) -> list[ArtifactHit]:
+        """A task's artifacts ranked by the relevance of their text to `query` (words;
+        any of them may match, more and rarer matches rank higher), at most `limit`,
+        only of `kinds` if given, valid ones only unless `include_invalid`. The query is
+        taken as plain words whatever it holds (no search syntax is interpreted)."""
         ...
 
     async def get_approvals(

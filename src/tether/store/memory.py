@@ -19,9 +19,11 @@ from tether import events as ev
 from tether.clock import Clock, SystemClock
 from tether.ledger import Ledger
 from tether.store import _rules as rules
+from tether.store import _search as search
 from tether.store.base import (
     SCHEMA_VERSION,
     ApprovalRecord,
+    ArtifactHit,
     ArtifactRecord,
     CommitResult,
     Lease,
@@ -58,6 +60,8 @@ class MemoryStore:
         self._artifacts: dict[str, ArtifactRecord] = {}
         self._shared: dict[str, dict[str, Any]] = {}
         self._approvals: dict[str, ApprovalRecord] = {}
+        #: The search index: each artifact's indexed text (`_search.indexed_text`).
+        self._texts: dict[str, str] = {}
 
     @classmethod
     async def open(cls, clock: Clock | None = None) -> MemoryStore:
@@ -213,6 +217,11 @@ class MemoryStore:
                 )
             for ref, data in rules.unique_blobs(blobs).items():
                 self._blobs.setdefault(ref, data)
+            for art in artifacts:
+                if art.artifact_id not in self._texts:
+                    body = search.indexed_text(art.name, self._blobs.get(art.blob_hash))
+                    if body:
+                        self._texts[art.artifact_id] = body
             for appr in approvals:
                 self._approvals[appr.request_id] = rules.merge_approval(
                     self._approvals.get(appr.request_id), copy.deepcopy(appr), now
@@ -318,6 +327,32 @@ class MemoryStore:
         ]
         arts.sort(key=lambda a: (a.created_at, a.artifact_id))
         return arts
+
+    async def search_artifacts(
+        self,
+        task_id: str,
+        query: str,
+        *,
+        kinds: Collection[str] | None = None,
+        limit: int = 10,
+        include_invalid: bool = False,
+    ) -> list[ArtifactHit]:
+        """A task's artifacts ranked by relevance to `query` (see `Store`)."""
+        words = search.terms(query)
+        if not words or (kinds is not None and not kinds):
+            return []
+        hits = []
+        for art in self._artifacts.values():
+            text = self._texts.get(art.artifact_id)
+            if art.task_id != task_id or text is None:
+                continue
+            if (kinds is not None and art.kind not in kinds) or not (art.valid or include_invalid):
+                continue
+            score = search.score(text, words)
+            if score > 0:
+                hits.append(ArtifactHit(art, score, search.excerpt(text, words)))
+        hits.sort(key=lambda h: (-h.score, h.artifact.created_at, h.artifact.artifact_id))
+        return hits[: search.bounded(limit)]
 
     async def get_approvals(
         self, task_id: str, statuses: Collection[str] | None = None

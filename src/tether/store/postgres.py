@@ -60,7 +60,15 @@ from tether import errors, failpoints
 from tether import events as ev
 from tether.clock import Clock
 from tether.store import _rules as rules
-from tether.store._sql import SqlStore, _artifact_id, _dumps, _op_id, _request_id
+from tether.store import _search as search
+from tether.store._sql import (
+    _ART_COLS_A,
+    SqlStore,
+    _artifact_id,
+    _dumps,
+    _op_id,
+    _request_id,
+)
 from tether.store.base import (
     SCHEMA_VERSION,
     ApprovalRecord,
@@ -396,8 +404,9 @@ class PostgresStore(SqlStore):
         names the refusal."""
         now = self.clock.now()
         guard = rules.CommitGuard.of(task_id, token, task, ledger)
+        texts = self._artifact_texts(artifacts, blobs)
         query, params = self._commit_statement(
-            guard, task, ledger, items, ops, artifacts, approvals, blobs, now
+            guard, task, ledger, items, ops, artifacts, approvals, blobs, now, texts
         )
         with self._translated() as conn:
             failpoints.hit("during_commit")
@@ -426,6 +435,7 @@ class PostgresStore(SqlStore):
         approvals: Sequence[ApprovalRecord],
         blobs: Sequence[bytes],
         now: float,
+        texts: Sequence[Mapping[str, Any]] = (),
     ) -> tuple[str, dict[str, Any]]:
         params: dict[str, Any] = {"id": guard.task_id, "now": now, "tok": guard.token}
         conds = []
@@ -499,6 +509,16 @@ class PostgresStore(SqlStore):
                     "artifacts", _ARTIFACT_RECORD, "artifact_id", rules.ARTIFACT_MUTABLE
                 )
             )
+        if texts:
+            # The search index of the new artifacts, in the same statement (an artifact
+            # indexed already keeps its row: its blob, hence its text, never changes).
+            params["texts"] = _dumps(list(texts))
+            ctes.append(
+                "tx AS (INSERT INTO artifact_text (artifact_id, task_id, body)"
+                " SELECT r.artifact_id, r.task_id, r.body FROM go,"
+                " jsonb_to_recordset(:texts::jsonb) AS r(artifact_id text, task_id text,"
+                " body text) ON CONFLICT (artifact_id) DO NOTHING)"
+            )
         if approvals:
             apprs = rules.collapse(approvals, _request_id, rules.merge_approval, now)
             params["approvals"] = _dumps([dataclasses.asdict(a) for a in apprs])
@@ -518,6 +538,61 @@ class PostgresStore(SqlStore):
             )
         final += " (SELECT count(*) FROM go) AS applied FROM cur c"
         return self._sql("WITH " + ",\n".join(ctes) + "\n" + final), params
+
+    def _artifact_texts(
+        self, artifacts: Sequence[ArtifactRecord], blobs: Sequence[bytes]
+    ) -> list[dict[str, Any]]:
+        """The search index rows of a commit's valid artifacts, from the commit's blobs
+        or, for one whose blob was stored before, the stored blob (read first: blobs
+        never change, and the commit stays one statement). An invalidation rewrites
+        artifacts indexed already, and reads nothing."""
+        staged = rules.unique_blobs(blobs)
+        rows = []
+        for art in artifacts:
+            if not art.valid:
+                continue
+            data = staged.get(art.blob_hash)
+            if data is None:
+                data = self._blob_head(art.blob_hash)
+            body = search.indexed_text(art.name, data)
+            if body:
+                rows.append({"artifact_id": art.artifact_id, "task_id": art.task_id, "body": body})
+        return rows
+
+    def _blob_head(self, ref: str) -> bytes | None:
+        """The first bytes of a stored blob the index reads, or None if absent."""
+        with self._translated() as conn:
+            row = conn.execute(
+                "SELECT substr(data, 1, %(cap)s) AS data FROM blobs WHERE hash = %(h)s",
+                {"cap": search.MAX_INDEXED_BYTES, "h": ref},
+            ).fetchone()
+        return None if row is None else bytes(row["data"])
+
+    def _index_rows(self, conn: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+        self._xmany(
+            conn,
+            "INSERT INTO artifact_text (artifact_id, task_id, body)"
+            " VALUES (:artifact_id, :task_id, :body) ON CONFLICT (artifact_id) DO NOTHING",
+            [r for r in rows if r["body"]],
+        )
+
+    def _search_text(self, words: list[str]) -> str:
+        return search.websearch_query(words)
+
+    def _search_query(self, where: str) -> str:
+        # Ranked and cut to `limit` first; the excerpts (ts_headline reads the text
+        # again) are made for the rows kept only.
+        return (
+            "WITH q AS (SELECT websearch_to_tsquery('english', :q) AS q),"
+            f" hits AS (SELECT {_ART_COLS_A}, t.body, ts_rank_cd(t.tsv, q.q) AS score"
+            " FROM artifact_text t CROSS JOIN q JOIN artifacts a ON a.artifact_id = t.artifact_id"
+            f" WHERE t.task_id = :id AND t.tsv @@ q.q{where}"
+            " ORDER BY score DESC, a.created_at, a.artifact_id LIMIT :limit)"
+            " SELECT hits.*, ts_headline('english', hits.body, q.q,"
+            " 'StartSel=[, StopSel=], MaxWords=40, MinWords=15, MaxFragments=2')"
+            " AS excerpt FROM hits CROSS JOIN q ORDER BY hits.score DESC, hits.created_at,"
+            " hits.artifact_id"
+        )
 
     def _xmany(self, conn: Any, query: str, rows: Sequence[Mapping[str, Any]]) -> None:
         if rows:

@@ -26,7 +26,7 @@ import asyncio
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,7 +34,8 @@ from typing import Any, Literal, TypeVar
 
 from tether import errors
 from tether.clock import Clock
-from tether.store._sql import SqlStore, iter_statements
+from tether.store import _search as search
+from tether.store._sql import _ART_COLS_A, SqlStore, iter_statements
 from tether.store.base import SCHEMA_VERSION
 
 T = TypeVar("T")
@@ -294,6 +295,37 @@ class SQLiteStore(SqlStore):
 
     def _bool_in(self, value: bool) -> Any:
         return 1 if value else 0
+
+    def _index_rows(self, conn: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+        # The FTS5 table has external content (`artifact_text`): its rows are added
+        # here, with the content row's id, in the same transaction.
+        for row in rows:
+            if not row["body"]:
+                continue
+            cur = conn.execute(
+                "INSERT INTO artifact_text (artifact_id, task_id, body)"
+                " VALUES (:artifact_id, :task_id, :body) ON CONFLICT (artifact_id) DO NOTHING",
+                row,
+            )
+            if cur.rowcount == 1:
+                conn.execute(
+                    "INSERT INTO artifact_search (rowid, body) VALUES (?, ?)",
+                    (cur.lastrowid, row["body"]),
+                )
+
+    def _search_text(self, words: list[str]) -> str:
+        return search.fts5_match(words)
+
+    def _search_query(self, where: str) -> str:
+        # bm25 is lower for better matches; the score is turned so that higher is better.
+        return (
+            f"SELECT {_ART_COLS_A}, -bm25(artifact_search) AS score,"
+            " snippet(artifact_search, 0, '[', ']', '…', 32) AS excerpt"
+            " FROM artifact_search JOIN artifact_text t ON t.id = artifact_search.rowid"
+            " JOIN artifacts a ON a.artifact_id = t.artifact_id"
+            f" WHERE artifact_search MATCH :q AND t.task_id = :id{where}"
+            " ORDER BY bm25(artifact_search), a.created_at, a.artifact_id LIMIT :limit"
+        )
 
     def _close_sync(self) -> None:
         if self._conn is not None:

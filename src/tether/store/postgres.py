@@ -512,12 +512,20 @@ class PostgresStore(SqlStore):
         if texts:
             # The search index of the new artifacts, in the same statement (an artifact
             # indexed already keeps its row: its blob, hence its text, never changes).
+            # A stored blob read here is indexed as plain text (its name and text,
+            # NUL-free UTF-8 only), without the JSON reading `indexed_text` does.
             params["texts"] = _dumps(list(texts))
+            params["tcap"] = search.MAX_INDEXED_BYTES
+            params["tchars"] = search.MAX_INDEXED_CHARS
             ctes.append(
                 "tx AS (INSERT INTO artifact_text (artifact_id, task_id, body)"
-                " SELECT r.artifact_id, r.task_id, r.body FROM go,"
+                " SELECT artifact_id, task_id, body FROM (SELECT r.artifact_id, r.task_id,"
+                " COALESCE(r.body, left(concat_ws(E'\\n', NULLIF(r.name, ''),"
+                " tether_blob_text((SELECT substr(b.data, 1, :tcap) FROM blobs b"
+                " WHERE b.hash = r.blob_hash))), :tchars)) AS body FROM go,"
                 " jsonb_to_recordset(:texts::jsonb) AS r(artifact_id text, task_id text,"
-                " body text) ON CONFLICT (artifact_id) DO NOTHING)"
+                " name text, blob_hash text, body text)) t WHERE body <> ''"
+                " ON CONFLICT (artifact_id) DO NOTHING)"
             )
         if approvals:
             apprs = rules.collapse(approvals, _request_id, rules.merge_approval, now)
@@ -539,34 +547,33 @@ class PostgresStore(SqlStore):
         final += " (SELECT count(*) FROM go) AS applied FROM cur c"
         return self._sql("WITH " + ",\n".join(ctes) + "\n" + final), params
 
+    @staticmethod
     def _artifact_texts(
-        self, artifacts: Sequence[ArtifactRecord], blobs: Sequence[bytes]
+        artifacts: Sequence[ArtifactRecord], blobs: Sequence[bytes]
     ) -> list[dict[str, Any]]:
-        """The search index rows of a commit's valid artifacts, from the commit's blobs
-        or, for one whose blob was stored before, the stored blob (read first: blobs
-        never change, and the commit stays one statement). An invalidation rewrites
-        artifacts indexed already, and reads nothing."""
+        """The search index rows of a commit's valid artifacts. The text comes from the
+        commit's blobs; for an artifact whose blob an earlier commit stored, `body` is
+        None and the statement reads the stored blob (`tether_blob_text`), so the commit
+        stays one round trip. An invalidation rewrites artifacts indexed already: its
+        records are left out."""
         staged = rules.unique_blobs(blobs)
         rows = []
         for art in artifacts:
             if not art.valid:
                 continue
             data = staged.get(art.blob_hash)
-            if data is None:
-                data = self._blob_head(art.blob_hash)
-            body = search.indexed_text(art.name, data)
-            if body:
-                rows.append({"artifact_id": art.artifact_id, "task_id": art.task_id, "body": body})
+            body = None if data is None else search.indexed_text(art.name, data)
+            if body != "":
+                rows.append(
+                    {
+                        "artifact_id": art.artifact_id,
+                        "task_id": art.task_id,
+                        "name": art.name,
+                        "blob_hash": art.blob_hash,
+                        "body": body,
+                    }
+                )
         return rows
-
-    def _blob_head(self, ref: str) -> bytes | None:
-        """The first bytes of a stored blob the index reads, or None if absent."""
-        with self._translated() as conn:
-            row = conn.execute(
-                "SELECT substr(data, 1, %(cap)s) AS data FROM blobs WHERE hash = %(h)s",
-                {"cap": search.MAX_INDEXED_BYTES, "h": ref},
-            ).fetchone()
-        return None if row is None else bytes(row["data"])
 
     def _index_rows(self, conn: Any, rows: Sequence[Mapping[str, Any]]) -> None:
         self._xmany(

@@ -10,3 +10,13 @@ CREATE TABLE artifact_text (
 );
 CREATE INDEX artifact_text_by_task ON artifact_text (task_id);
 CREATE INDEX artifact_text_tsv ON artifact_text USING GIN (tsv);
+-- A blob as text, or NULL if it is not UTF-8 text (NUL bytes included): lets a commit
+-- index an artifact whose blob was stored by an earlier commit within its one statement.
+CREATE FUNCTION tether_blob_text(data BYTEA) RETURNS TEXT
+LANGUAGE plpgsql IMMUTABLE STRICT AS $$
+BEGIN
+    RETURN convert_from(data, 'UTF8');
+EXCEPTION WHEN OTHERS THEN
+    RETURN NULL;
+END
+$$;

@@ -181,6 +181,20 @@ class RoundCommitted(Event):
     item: str | None = None
 
 
+@_register("probe.answered")
+class ProbeAnswered(Event):
+    """A round in flight had been silent for `silent_for` seconds: the model was asked
+    whether it still works on `item`. `answer`: DONE, WORKING, STUCK or `unusable` (no
+    clear word, an error, no answer in time); `text` is what it said (or the error)."""
+
+    round: int
+    answer: str
+    item: str | None = None
+    attempt: int = 1
+    silent_for: float = 0.0
+    text: str = ""
+
+
 # --- ops and artifacts ----------------------------------------------------------------
 
 

@@ -383,6 +383,18 @@ class Limits(_Strict):
         description="seconds a round may run (checked at each lease renewal) before it is "
         "cancelled and counted as a crash of its worker; none by default",
     )
+    probe_after: float | None = Field(
+        default=300.0,
+        gt=0,
+        le=7 * 24 * 3600,
+        description="seconds a round in flight may go without a committed event before "
+        "the model is asked a status probe (DONE, WORKING or STUCK); null: never",
+    )
+    on_probe_failure: Literal["restart_round", "ask_human"] = Field(
+        default="restart_round",
+        description="what a STUCK answer or two unusable answers in a row do: cancel the "
+        "round and recover it like a crash (counted), or make the task wait for a person",
+    )
     breaker_failure_rate: float = Field(default=0.3, gt=0, le=1)
     breaker_min_calls: int = Field(default=10, gt=0)
     breaker_cooldown_seconds: float = Field(default=60.0, gt=0)

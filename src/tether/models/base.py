@@ -1,6 +1,6 @@
 """The `Model` protocol: one async method, `complete(request) -> response`.
 
-Requests carry a `purpose` (`act | judge | compact | review`) so a runtime can route
+Requests carry a `purpose` (`act | judge | compact | review | probe`) so a runtime can route
 each kind of call to its own model, and responses carry usage that counts input,
 output and cached input tokens. Usage is normalized: `input_tokens` is the whole prompt
 (cached part included, as OpenAI reports it); `cached_input_tokens` is the part read
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-Purpose = Literal["act", "judge", "compact", "review"]
+Purpose = Literal["act", "judge", "compact", "review", "probe"]
 Role = Literal["user", "assistant", "tool"]
 
 

@@ -30,7 +30,7 @@ from tether import ledger as L
 from tether.clock import Clock, SystemClock
 from tether.models.base import Model, ModelRequest, ModelResponse
 from tether.redact import Redactor
-from tether.runtime import history, recovery
+from tether.runtime import history, probe, recovery
 from tether.runtime import outcome as out
 from tether.runtime import round as rounds
 from tether.runtime.builtins import BUILTIN_READ_TOOLS, READ_ARTIFACT, default_registry
@@ -124,6 +124,7 @@ _REDACTED_EVENTS = frozenset(
         "round.committed",
         "audit.warning",
         "approval.requested",
+        "probe.answered",
     }
 )
 
@@ -219,6 +220,7 @@ class Engine:
         epoch_every_turn: bool = False,
         guard: Guard | None = None,
         inline_wait_max: float | None = None,
+        status_probe: bool = True,
     ) -> None:
         self.store = store
         self.models = models
@@ -236,6 +238,8 @@ class Engine:
         self.epoch_every_turn = epoch_every_turn
         # Shared breakers and concurrency limits per service (None: from the contract).
         self.guard = guard
+        # Ask a silent round's model how it is doing (`runtime.probe`); off for replays.
+        self.status_probe = status_probe
         # Backoffs up to this long are waited out in the worker; longer ones park the
         # task as `waiting` until the stored time and release the lease.
         env_wait = os.environ.get("TETHER_INLINE_WAIT_MAX")
@@ -297,11 +301,15 @@ class Engine:
                 # other (Ctrl-C, a caller's timeout) goes on up.
                 if run.overdue is None or me is None or me.uncancel() > 0:
                     raise
+                if run.prober.ask_human:
+                    await probe.escalate(run, run.overdue)
+                    return run.result()
                 return await run.timed_out(run.overdue)
         finally:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
+            await run.prober.close()
             with contextlib.suppress(errors.StaleLease, errors.TaskNotFound):
                 await self.store.release(lease.task_id, lease.token)
 
@@ -318,8 +326,11 @@ class TaskRun:
         self.e = engine
         self.previous_owner = previous_owner
         self.store = engine.store
+        # The status probe of a silent round; its clock is the run's, with the round's
+        # waits (sleeps on it) seen (see `runtime.probe`).
+        self.prober = probe.Prober(self, engine.clock, enabled=engine.status_probe)
         # What the parts of a round need of the engine (see `ports`).
-        self.clock: Clock = engine.clock
+        self.clock: Clock = self.prober.clock
         self.models = engine.models
         self.services: Mapping[str, Any] = engine.services
         self.inline_wait_max = engine.inline_wait_max
@@ -338,6 +349,7 @@ class TaskRun:
         self.driver: asyncio.Task[Any] | None = None
         self.round_started: float | None = None
         self.overdue: str | None = None
+        self.overdue_code = "round_timeout"
         # The environment's secrets, read once per run rather than once per document.
         self.redactor = Redactor()
         # Loaded in `load`.
@@ -377,6 +389,7 @@ class TaskRun:
                 if self.driver is not None:
                     self.driver.cancel()
                 return
+            self.prober.tick()
             try:
                 await self.store.renew(self.task_id, self.token, self.e.lease_ttl)
             except errors.StaleLease:
@@ -407,7 +420,7 @@ class TaskRun:
         settled by reconcile or a human, the crash counted towards
         `limits.max_crash_restarts`, after which the task fails."""
         warning = ev.AuditWarning(
-            code="round_timeout", message=why, details={"round": self.state.rounds + 1}
+            code=self.overdue_code, message=why, details={"round": self.state.rounds + 1}
         )
         with contextlib.suppress(errors.TetherError):
             await self.store.commit(self.task_id, self.token, [warning])
@@ -471,6 +484,7 @@ class TaskRun:
             blobs=list(self.pending_blobs.values()),
         )
         self.pending_blobs.clear()
+        self.prober.heard()
         # What the task row said as this commit found it: the guards read it instead of
         # the task row itself (a cancel request is seen at the next step after a commit).
         self.commit_flags = (res.cancel_requested, res.version)
@@ -480,6 +494,18 @@ class TaskRun:
             self.status = status
         self.state.last_seq = res.last_seq
         return res.last_seq
+
+    async def commit_aside(self, events: Sequence[ev.Event], blobs: Sequence[bytes]) -> None:
+        """Commit events (redacted) and the run's usage next to the round in flight,
+        leaving its staged decision and blobs for its own commit (the status probe).
+        The usage may then count a staged call of the round: over, never under."""
+        await self.store.commit(
+            self.task_id,
+            self.token,
+            [_redacted(e, self.redactor) for e in events],
+            task=TaskPatch(usage=self.state.to_dict()),
+            blobs=blobs,
+        )
 
     def stop_requested(self) -> bool:
         """True once the worker was asked to stop between steps."""
@@ -728,7 +754,7 @@ class TaskRun:
         if READ_ARTIFACT not in allow:
             allow.append(READ_ARTIFACT)
         self.tools = self.e.registry.allowed(allow)
-        self.guard = self.e.guard or default_guard(self.store, self.spec, self.e.clock)
+        self.guard = self.e.guard or default_guard(self.store, self.spec, self.clock)
         self.known_tools: dict[str, Tool] = {
             n: t for n in self.e.registry.names() if (t := self.e.registry.get(n))
         }

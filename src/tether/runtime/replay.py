@@ -153,7 +153,9 @@ class _Cursor:
 
     def __init__(self, rec: _Recording, until: int, stop: asyncio.Event) -> None:
         self.rec = rec
-        self.answers = [e for e in rec.events if e.type in ("model.called", "model.failed")]
+        self.answers = [
+            e for e in rec.events if e.type in ("model.called", "model.failed") and not _probed(e)
+        ]
         self.until = until
         self.stop = stop
         self.next = 0
@@ -301,9 +303,16 @@ def _comparable(e: StoredEvent) -> dict[str, Any]:
     return {"type": e.type, **data}
 
 
+def _probed(e: StoredEvent) -> bool:
+    """A status probe's event: asked by the clock, not decided (replays do not probe)."""
+    return e.type == "probe.answered" or (
+        e.type in ("model.called", "model.failed") and e.data.get("purpose") == "probe"
+    )
+
+
 def _decisions(events: Sequence[StoredEvent]) -> list[StoredEvent]:
-    """The events that record decisions (not lease bookkeeping)."""
-    return [e for e in events if e.type not in _SKIPPED]
+    """The events that record decisions (not lease bookkeeping, not status probes)."""
+    return [e for e in events if e.type not in _SKIPPED and not _probed(e)]
 
 
 def compare(
@@ -530,6 +539,7 @@ async def _run(
         clock=clock,
         worker_id="replay",
         stop=stop,
+        status_probe=False,
     )
     recorded, human = rec.events, None
     for group in [*_human_groups(rec.events), None]:

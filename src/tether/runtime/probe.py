@@ -1,0 +1,356 @@
+"""The status probe: a round in flight that went silent is asked whether it still works.
+
+A worker whose loop is alive renews its lease, so the watchdog (`runtime.watch`) never
+calls its task stalled, however long a round hangs on a provider connection or a tool.
+`limits.round_timeout` is the hard stop; the probe is the early, cheap question. When a
+round has committed nothing for `limits.probe_after` seconds (5 min by default), the
+run's heartbeat asks the actor's model, in a separate tiny request, "still working on
+ITEM? answer DONE, WORKING or STUCK":
+
+- `WORKING` or `DONE`: recorded, and the silence clock starts again. `DONE` is never
+  taken as completion: the verdicts still come from the ledger's rules and judges.
+- `STUCK`, or two unusable answers in a row (no clear word, an error, no answer within
+  `PROBE_TIMEOUT`): the contract's `limits.on_probe_failure` decides. `restart_round`
+  cancels the round, recorded like a `round_timeout` cancel (an `audit.warning`
+  `status_probe`) and recovered by the next claim like a crash, counted towards
+  `limits.max_crash_restarts`; `ask_human` cancels the round and the task waits for a
+  person with the reason, announced like a `NEED_HELP` (`runtime.notices`).
+
+Each probe is a journaled model call (`model.called`, purpose `probe`, its request and
+response as blobs), counted in the run's usage and spend like any other and redacted,
+followed by a `probe.answered` event. A probe's events are committed on their own, next
+to the round rather than with it: the round's staged decision and blobs are left alone.
+
+The probe runs only while a round is in flight and not waiting: a sleep on the run's
+clock (an inline backoff until a retry time, a breaker's cooldown, a concurrency slot)
+is waiting, not silence, and a task parked as `waiting` has no run at all. Time comes
+from the run's clock, so tests move it by minutes in no time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from tether import errors, lifecycle, telemetry
+from tether import events as ev
+from tether.clock import Clock
+from tether.models.base import Message, ModelRequest, ModelResponse
+from tether.runtime import history
+from tether.store.base import TaskPatch, blob_hash
+
+if TYPE_CHECKING:
+    from tether.runtime.engine import TaskRun
+
+log = logging.getLogger("tether.probe")
+
+#: Seconds a probe's model call may take before its answer counts as unusable.
+PROBE_TIMEOUT = 60.0
+#: Unusable answers in a row before the contract's `on_probe_failure` applies.
+MAX_UNUSABLE = 2
+#: The code of the `audit.warning` a failed probe records (and the reason of the wait
+#: it may start: see `runtime.notices`).
+CODE = "status_probe"
+
+Answer = Literal["DONE", "WORKING", "STUCK"]
+_WORDS: tuple[Answer, ...] = ("DONE", "WORKING", "STUCK")
+_WORD = re.compile(r"\b(done|working|stuck)\b", re.IGNORECASE)
+_LEAD = re.compile(r"^[\s\W_]*([A-Za-z]+)")
+
+SYSTEM = (
+    "You are an agent in the middle of a task; the runtime checks on you because your "
+    "current step has been silent for a while. Reply with exactly one word: DONE, "
+    "WORKING or STUCK."
+)
+
+
+def parse(text: str) -> Answer | None:
+    """The answer in a probe's reply, or None when it is unusable.
+
+    The first word decides when it is one of the three (`**Working.**`, `stuck - the
+    tool hangs`); otherwise the reply must name exactly one of them (`I am still
+    WORKING on it`). A reply naming several (`not stuck, working`) is unusable: asking
+    again is cheaper than guessing."""
+    lead = _LEAD.match(text)
+    if lead is not None and lead.group(1).upper() in _WORDS:
+        return _answer(lead.group(1))
+    found = {m.upper() for m in _WORD.findall(text)}
+    if len(found) == 1:
+        return _answer(found.pop())
+    return None
+
+
+def _answer(word: str) -> Answer:
+    up = word.upper()
+    for a in _WORDS:
+        if a == up:
+            return a
+    raise ValueError(word)  # pragma: no cover - callers pass one of the words
+
+
+def request(task_id: str, item: str | None, title: str | None, round_no: int) -> ModelRequest:
+    """The probe's request: no tools, no history, a handful of output tokens."""
+    what = f"item {item} ({title})" if item and title else f"item {item}" if item else "the task"
+    return ModelRequest(
+        purpose="probe",
+        system=SYSTEM,
+        messages=(
+            Message(
+                "user",
+                f"Status check for round {round_no}: are you still working on {what}? "
+                "Answer DONE, WORKING or STUCK.",
+            ),
+        ),
+        max_output_tokens=16,
+        temperature=0.0,
+        task_id=task_id,
+        metadata={"probe": True},
+    )
+
+
+class _WaitAwareClock:
+    """The run's clock, telling the prober when the round sleeps on it (a backoff, a
+    breaker's cooldown, a concurrency slot): waiting is not silence."""
+
+    def __init__(self, inner: Clock, prober: Prober) -> None:
+        self.inner = inner
+        self.prober = prober
+
+    def now(self) -> float:
+        """The inner clock's time."""
+        return self.inner.now()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep on the inner clock; the probe holds off meanwhile."""
+        self.prober.waits += 1
+        try:
+            await self.inner.sleep(seconds)
+        finally:
+            self.prober.waits -= 1
+            self.prober.heard()
+
+
+class Prober:
+    """The status probe of one run (see the module docstring). The run's heartbeat calls
+    `tick` at each beat; the run's commits call `heard`."""
+
+    def __init__(self, run: TaskRun, clock: Clock, *, enabled: bool = True) -> None:
+        self.run = run
+        self.inner = clock
+        #: What the round's parts use as the run's clock (sleeps are seen).
+        self.clock: Clock = _WaitAwareClock(clock, self)
+        self.enabled = enabled
+        self.timeout = PROBE_TIMEOUT
+        self.waits = 0
+        self.quiet_since = clock.now()
+        self.task: asyncio.Task[None] | None = None
+        #: Set when a failed probe cancels the round for a person (see `escalate`).
+        self.ask_human = False
+        #: What the model said to the failed probe (shown to the person).
+        self.answers: list[str] = []
+
+    def heard(self) -> None:
+        """The round committed something (or came back from a wait): not silent."""
+        self.quiet_since = self.inner.now()
+
+    def due(self) -> float | None:
+        """Seconds of silence when a probe is due now, else None."""
+        run = self.run
+        if not self.enabled or run.overdue is not None or not hasattr(run, "spec"):
+            return None
+        limit = run.spec.limits.probe_after
+        # Every round starts right after a commit (the turn's, or the round's before),
+        # so the silence counts from the last commit.
+        if limit is None or run.round_started is None:
+            return None
+        if self.waits or (self.task is not None and not self.task.done()):
+            return None
+        silent = self.inner.now() - self.quiet_since
+        return silent if silent >= limit else None
+
+    def tick(self) -> None:
+        """Start a probe when one is due (never blocks the heartbeat)."""
+        silent = self.due()
+        if silent is not None:
+            self.task = asyncio.create_task(self.probe(silent))
+
+    async def close(self) -> None:
+        """Stop a probe under way (the run ends)."""
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    async def probe(self, silent: float) -> None:
+        """Ask up to `MAX_UNUSABLE` times; act on the answer (see the module)."""
+        run = self.run
+        round_no = run.state.rounds + 1
+        item = run.ledger.next_item()
+        title = next((d.title for d, _ in run.ledger.items() if d.id == item), None)
+        texts: list[str] = []
+        try:
+            for attempt in range(1, MAX_UNUSABLE + 1):
+                answer, text = await self._ask(round_no, item, title, attempt, silent)
+                if answer in ("WORKING", "DONE"):
+                    self.heard()
+                    return
+                texts.append(text[:200])
+                if answer == "STUCK":
+                    why = f"the model says it is STUCK on {item or 'the task'}"
+                    break
+            else:
+                why = f"{MAX_UNUSABLE} unusable answers to the status probe"
+        except errors.TetherError as exc:
+            # The store is away or the lease was lost: the probe can decide nothing now;
+            # the heartbeat and the round see to the rest.
+            log.warning("task %s: status probe abandoned: %s", run.task_id, exc)
+            self.heard()
+            return
+        self.fail(
+            f"round {round_no} silent for {silent:.0f}s (limits.probe_after "
+            f"{run.spec.limits.probe_after:g}s): {why}",
+            texts,
+        )
+
+    def fail(self, why: str, texts: Sequence[str]) -> None:
+        """Cancel the round in flight; the engine records it per the contract."""
+        run = self.run
+        self.ask_human = run.spec.limits.on_probe_failure == "ask_human"
+        log.error(
+            "task %s: %s; %s",
+            run.task_id,
+            why,
+            "asking a person" if self.ask_human else "restarting the round",
+        )
+        run.overdue = why
+        run.overdue_code = CODE
+        self.answers = list(texts)
+        if run.driver is not None:
+            run.driver.cancel()
+
+    async def _ask(
+        self, round_no: int, item: str | None, title: str | None, attempt: int, silent: float
+    ) -> tuple[Answer | Literal["unusable"], str]:
+        """One probe call, journaled with its answer."""
+        run = self.run
+        model = run.models.actor
+        req = request(run.task_id, item, title, round_no)
+        response: ModelResponse | None = None
+        events: list[ev.Event] = []
+        blobs: list[bytes] = []
+        t0 = time.perf_counter()
+        attrs = telemetry.model_call_attributes("probe", model.name, run.task_id)
+        try:
+            # Not through the round's model port: a stop request ends the run, and the
+            # run's end cancels the probe (`close`).
+            with telemetry.span(f"chat {model.name}", attrs):
+                response = await asyncio.wait_for(model.complete(req), self.timeout)
+        except TimeoutError:
+            text = f"no answer within {self.timeout:g}s"
+        except Exception as exc:  # any failure of the call is an unusable answer
+            text = f"model error: {type(exc).__name__}: {exc}"
+            events.append(
+                ev.ModelFailed(
+                    call_id=f"{run.task_id}.probe.failed",
+                    purpose="probe",
+                    model=model.name,
+                    error=text,
+                    transient=isinstance(exc, errors.ModelError) and exc.transient,
+                )
+            )
+        if response is not None:
+            if not response.latency_ms:
+                response = replace(response, latency_ms=(time.perf_counter() - t0) * 1000)
+            text = response.text
+            called, blobs = self._record(model.name, req, response, round_no)
+            events.append(called)
+        answer = parse(text) if response is not None else None
+        events.append(
+            ev.ProbeAnswered(
+                round=round_no,
+                answer=answer or "unusable",
+                item=item,
+                attempt=attempt,
+                silent_for=round(silent, 3),
+                text=text[:500],
+            )
+        )
+        await run.commit_aside(events, blobs)
+        return (answer or "unusable"), text
+
+    def _record(
+        self, model_name: str, req: ModelRequest, response: ModelResponse, round_no: int
+    ) -> tuple[ev.ModelCalled, list[bytes]]:
+        """The call's event and blobs, and its spend added to the run's usage (like the
+        engine's `record_call`, without the round's staged blobs: see the module)."""
+        from tether.models import pricing
+
+        run = self.run
+        req_data = history.pack(req.to_dict())
+        resp_data = json.dumps(response.to_dict(), ensure_ascii=False, sort_keys=True).encode()
+        name = response.model or model_name
+        cost = float(pricing.cost_usd(name, response.usage))
+        u = response.usage
+        st = run.state
+        st.model_calls += 1
+        st.input_tokens += u.input_tokens
+        st.output_tokens += u.output_tokens
+        st.cached_tokens += u.cached_input_tokens
+        st.cost_usd += cost
+        st.last_call_at = self.inner.now()
+        st.count_for_milestone(
+            run.ledger.current_milestone(), tokens=u.input_tokens + u.output_tokens, cost_usd=cost
+        )
+        spend = st.spend("probe")
+        spend.calls += 1
+        spend.input += u.input_tokens
+        spend.output += u.output_tokens
+        spend.cached += u.cached_input_tokens
+        spend.cost_usd += cost
+        called = ev.ModelCalled(
+            call_id=f"{run.task_id}.probe.{st.model_calls}",
+            purpose="probe",
+            model=name,
+            round=round_no,
+            request_blob=blob_hash(req_data),
+            response_blob=blob_hash(resp_data),
+            input_tokens=u.input_tokens,
+            output_tokens=u.output_tokens,
+            cached_tokens=u.cached_input_tokens,
+            cache_write_tokens=u.cache_write_tokens,
+            latency_ms=response.latency_ms,
+            cost_usd=cost,
+            summary=response.text[:100].strip(),
+        )
+        return called, [req_data, resp_data]
+
+
+async def escalate(run: TaskRun, why: str) -> None:
+    """After a failed probe cancelled the round (`ask_human`): the task waits for a
+    person, with the reason. Nothing of the round's memory is committed (as after a
+    `round_timeout`); the next turn recovers what the round left, like after a crash."""
+    task = await run.store.get_task(run.task_id)
+    lifecycle.check_transition(task.status, "waiting", task_id=run.task_id)
+    waiting: dict[str, Any] = {
+        "kind": "human",
+        "reason": f"{why}; answer with `tether tell` (or resume to try again)",
+        "probe": {"answers": run.prober.answers},
+    }
+    await run.store.commit(
+        run.task_id,
+        run.token,
+        [
+            ev.AuditWarning(code=CODE, message=why, details={"round": run.state.rounds + 1}),
+            ev.TaskStatusChanged(src=task.status, dst="waiting", reason=CODE),
+        ],
+        task=TaskPatch(status="waiting", waiting=run.redactor.data(waiting), wake_at=None),
+    )
+    run.status = "waiting"
+    run.task = await run.store.get_task(run.task_id)

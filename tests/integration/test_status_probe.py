@@ -15,6 +15,7 @@ import pytest
 
 import tether
 from tether import errors
+from tether.cli import views
 from tether.clock import FakeClock
 from tether.edits import tell
 from tether.models.base import ModelRequest, ModelResponse
@@ -47,7 +48,7 @@ class Actor:
     """A scripted actor whose first round call hangs until `release` is set, and whose
     probe answers come from a list (then WORKING)."""
 
-    def __init__(self, answers: list[str], *, hang: bool = True) -> None:
+    def __init__(self, answers: list[str | Exception], *, hang: bool = True) -> None:
         self.answers = list(answers)
         self.release = asyncio.Event()
         self.hang = hang
@@ -59,7 +60,10 @@ class Actor:
     async def answer(self, request: ModelRequest) -> ModelResponse | str:
         if request.purpose == "probe":
             self.probes.append(request)
-            return self.answers.pop(0) if self.answers else "WORKING"
+            answer = self.answers.pop(0) if self.answers else "WORKING"
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
         if self.hang:
             self.hang = False
             self.hanging = True
@@ -186,10 +190,11 @@ async def test_done_is_recorded_but_never_taken_as_completion(tmp_path: Path) ->
     [
         (["hmm, let me think", "I am not stuck, still working"], ["unusable", "unusable"]),
         (["STUCK: the tool never returns"], ["STUCK"]),
+        ([errors.ModelError("503 overloaded", transient=True), "?"], ["unusable", "unusable"]),
     ],
 )
 async def test_stuck_or_two_unusable_answers_restart_the_round(
-    tmp_path: Path, answers: list[str], recorded: list[str]
+    tmp_path: Path, answers: list[str | Exception], recorded: list[str]
 ) -> None:
     clock = FakeClock()
     store = await MemoryStore.open()
@@ -202,6 +207,8 @@ async def test_stuck_or_two_unusable_answers_restart_the_round(
     assert (result.status, result.interrupted) == ("running", True)
     assert actor.cancelled == 1
     assert await _answers(store, tid) == recorded
+    failed = await events_of(store, tid, "model.failed")
+    assert [f["purpose"] for f in failed] == ["probe"] * isinstance(answers[0], Exception)
     (warning,) = await events_of(store, tid, "audit.warning")
     assert warning["code"] == "status_probe"
     assert "limits.probe_after" in warning["message"]
@@ -225,6 +232,9 @@ async def test_with_ask_human_a_failed_probe_waits_for_a_person(tmp_path: Path) 
     assert result.status == "waiting" and not result.interrupted
     assert actor.cancelled == 1
     assert await _answers(store, tid) == ["unusable", "unusable"]
+    # The timeline says what was asked and what came back.
+    lines = [views.describe_event(e)[1] for e in await store.read_events(tid)]
+    assert "status probe of round 1 on i1 after 301s silent: unusable ('?')" in lines
     task = await store.get_task(tid)
     assert task.waiting is not None and task.waiting["kind"] == "human"
     assert "2 unusable answers" in task.waiting["reason"]

@@ -309,6 +309,13 @@ def describe_event(e: Any) -> tuple[str, str]:
         return "green", f"ledger v{d['version']}: {', '.join(changes[:6]) or 'updated'}"
     if t == "audit.warning":
         return "bold yellow", f"AUDIT {d['code']}: {d['message']}"
+    if t == "probe.answered":
+        style = "yellow" if d.get("answer") in ("STUCK", "unusable") else "cyan"
+        return style, (
+            f"status probe of round {d.get('round')} on {d.get('item')} after "
+            f"{float(d.get('silent_for', 0)):.0f}s silent: {d.get('answer')}"
+            + (f" ({str(d.get('text', ''))[:60]!r})" if d.get("answer") == "unusable" else "")
+        )
     if t == "turn.started":
         return (
             "bold",

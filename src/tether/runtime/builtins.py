@@ -11,13 +11,20 @@ approval unless the contract relaxes it (`tools: [{name: write_file, approval: f
 A file counts as the task's own when an earlier op of the task made it: a succeeded
 write whose output says `created ...`, or a write still in flight (this round's, or one
 interrupted by a crash) that was let through as a plain `write`, i.e. found no file.
+
+`read_file` (as `default_registry` makes it) refuses a file that is the location of a
+source the contract declares, telling the model to call `read_source`: a source is read
+only through the tool that records the version seen (and pins a snapshot), so nothing
+is built on an unversioned read of it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -162,8 +169,84 @@ async def append_file(ctx: ToolContext, path: WorkspacePath, content: str) -> st
         return ws.append_file(path, content)
 
 
-#: The workspace file tools, in the order the model sees them.
+#: The workspace file tools, in the order the model sees them (`default_registry`
+#: replaces `read_file` by one that refuses declared sources, see `source_aware_read_file`).
 FILE_TOOLS: tuple[Tool, ...] = (list_files, read_file, write_file, append_file)
+
+
+def _source_files(spec: Mapping[str, Any], workspace: Path) -> dict[Path, str]:
+    """`{real path: source id}` of the contract's file sources (documents, datasets)."""
+    out: dict[Path, str] = {}
+    for src in spec.get("sources") or []:
+        if src.get("kind", "document") not in ("document", "dataset"):
+            continue
+        loc = Path(str(src.get("location", "")))
+        out[Path(os.path.realpath(loc if loc.is_absolute() else workspace / loc))] = str(
+            src.get("id")
+        )
+    return out
+
+
+def _source_at(real: Path, sources: Mapping[Path, str]) -> str | None:
+    """The id of the source `real` is (the same path, or the same file by another name:
+    a hard link), or None."""
+    if real in sources:
+        return sources[real]
+    for where, sid in sources.items():
+        try:
+            if where.exists() and real.exists() and os.path.samefile(where, real):
+                return sid
+        except OSError:
+            continue
+    return None
+
+
+def source_aware_read_file(store_getter: Callable[[], Store]) -> Tool:
+    """`read_file`, refusing the location of any source the task's contract declares
+    (with the `read_source` call to make instead). Its schema is `read_file`'s."""
+    cache: dict[tuple[str, int], Mapping[str, Any]] = {}
+
+    async def spec_of(ctx: ToolContext) -> Mapping[str, Any]:
+        key = (ctx.task_id, ctx.task_version)
+        if key not in cache:
+            # A registry whose store is not at hand (one made to check tool names, or a
+            # test's) has no contract to read: nothing is a source there.
+            try:
+                store: Store | None = store_getter()
+            except Exception:
+                store = None
+            task = await store.get_task(ctx.task_id) if store is not None else None
+            cache.clear()  # one task version at a time: the cache stays small
+            cache[key] = task.spec if task is not None else {}
+        return cache[key]
+
+    @tool(
+        name="read_file",
+        effect="read",
+        description=read_file.description,
+    )
+    async def guarded_read_file(
+        ctx: ToolContext,
+        path: WorkspacePath,
+        offset: Offset = 0,
+        limit: Limit = files.DEFAULT_READ_LIMIT,
+    ) -> str:
+        ws = _workspace(ctx, "read_file")
+        with _io("read_file"):
+            real = await asyncio.to_thread(ws.resolve, path)  # a path not permitted fails first
+        sources = _source_files(await spec_of(ctx), Path(ws.root))
+        if sources:
+            sid = _source_at(real, sources)
+            if sid is not None:
+                raise errors.ToolFailed(
+                    f"read_file: {path} is source {sid} of this task's contract; read it with "
+                    f'read_source(source="{sid}"), which records the version you read '
+                    "(read_file does not)"
+                )
+        with _io("read_file"):
+            return await asyncio.to_thread(ws.read_file, path, offset, limit)
+
+    return guarded_read_file
 
 
 # --- read_artifact ------------------------------------------------------------------------
@@ -216,10 +299,13 @@ def _import_tools(ref: str) -> list[Tool]:
 
 
 def default_registry(store_getter: Callable[[], Store]) -> ToolRegistry:
-    """A registry with the workspace file tools, `read_artifact`, the source and
+    """A registry with the workspace file tools (`read_file` refusing the contract's
+    sources), `read_artifact`, the source and
     artifact tools (`tether.runtime.source_tools`), and the tools named by
     `TETHER_TOOLS` (`module:attr,...`)."""
-    reg = ToolRegistry(FILE_TOOLS)
+    reg = ToolRegistry(
+        t if t is not read_file else source_aware_read_file(store_getter) for t in FILE_TOOLS
+    )
     reg.add(read_artifact_tool(store_getter))
     reg.extend(source_tools(store_getter))
     for ref in os.environ.get(TOOLS_ENV, "").split(","):

@@ -25,6 +25,7 @@ from tether.runtime.engine import Engine, ModelSet, RunResult
 from tether.runtime.notify import LogNotifier
 from tether.runtime.tasks import create_task
 from tether.runtime.watch import sweep
+from tether.store import Store
 from tether.store.memory import MemoryStore
 
 from .loop_support import events_of, honest_actor, spec_of
@@ -80,7 +81,7 @@ class Actor:
 class Beats:
     """Counts the lease renewals of a store (each heartbeat renews once)."""
 
-    def __init__(self, store: MemoryStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.n = 0
         renew = store.renew
 
@@ -97,7 +98,7 @@ class Beats:
 
 
 async def _start(
-    store: MemoryStore,
+    store: Store,
     tmp_path: Path,
     actor: Actor,
     clock: FakeClock,
@@ -111,20 +112,19 @@ async def _start(
     return tid, asyncio.create_task(eng.run(tid))
 
 
-async def _answers(store: MemoryStore, tid: str) -> list[str]:
+async def _answers(store: Store, tid: str) -> list[str]:
     return [str(a["answer"]) for a in await events_of(store, tid, "probe.answered")]
 
 
-async def _answered(store: MemoryStore, tid: str, n: int) -> bool:
+async def _answered(store: Store, tid: str, n: int) -> bool:
     return len(await _answers(store, tid)) >= n
 
 
 async def test_working_keeps_the_round_and_the_probe_is_journaled_and_counted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: Store, clock: FakeClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Every backend: the probe commits next to the round in flight, under its token.
     monkeypatch.setenv("PROBE_API_KEY", SECRET)
-    clock = FakeClock()
-    store = await MemoryStore.open()
     beats = Beats(store)
     actor = Actor([f"**Working.** (key {SECRET})"])
     tid, run = await _start(store, tmp_path, actor, clock)
@@ -221,9 +221,9 @@ async def test_stuck_or_two_unusable_answers_restart_the_round(
     assert (await store.get_task(tid)).usage["crash_streak"] == 1
 
 
-async def test_with_ask_human_a_failed_probe_waits_for_a_person(tmp_path: Path) -> None:
-    clock = FakeClock()
-    store = await MemoryStore.open()
+async def test_with_ask_human_a_failed_probe_waits_for_a_person(
+    store: Store, clock: FakeClock, tmp_path: Path
+) -> None:
     actor = Actor(["", "?"])
     tid, run = await _start(store, tmp_path, actor, clock, limits={"on_probe_failure": "ask_human"})
     await until(lambda: actor.hanging, "the round's model call")
@@ -350,3 +350,50 @@ def test_the_contract_says_when_and_what() -> None:
     assert (off.probe_after, off.on_probe_failure) == (None, "ask_human")
     with pytest.raises(errors.SpecError, match="on_probe_failure"):
         spec_of(1, limits={"on_probe_failure": "panic"})
+
+
+async def test_an_answer_that_comes_after_the_round_moved_on_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    store = await MemoryStore.open()
+    beats = Beats(store)
+    gates = {1: asyncio.Event(), 2: asyncio.Event()}
+    answer_now = asyncio.Event()
+    state = {"act": 0, "hanging": 0, "cancelled": 0}
+
+    async def policy(request: ModelRequest) -> Any:
+        if request.purpose == "probe":
+            await answer_now.wait()
+            return "STUCK"
+        state["act"] += 1
+        n = state["act"]
+        if n in gates:
+            state["hanging"] = n
+            try:
+                await gates[n].wait()
+            except asyncio.CancelledError:
+                state["cancelled"] += 1
+                raise
+        return honest_actor(request)
+
+    actor = Actor([], hang=False)
+    actor.model = ScriptedModel(policy=policy, name="actor")
+    spec = spec_of(2, limits={"probe_after": 300})
+    tid = (await create_task(store, spec, workspace=tmp_path)).task_id
+    eng = Engine(store, ModelSet(actor.model), lease_ttl=0.3, clock=clock)
+    run = asyncio.create_task(eng.run(tid))
+    await until(lambda: state["hanging"] == 1, "round 1's model call")
+    clock.advance(301)  # round 1 is probed; the model takes its time to answer
+    await beats.wait()
+    gates[1].set()  # round 1 goes on and commits; round 2 hangs
+    await until(lambda: state["hanging"] == 2, "round 2's model call")
+    answer_now.set()  # the late STUCK is about round 1
+    await until(lambda: _answered(store, tid, 1), "the late answer")
+    await beats.wait()
+    assert state["cancelled"] == 0 and not run.done()
+    gates[2].set()
+    result = await asyncio.wait_for(run, 30)
+    assert result.status == "satisfied" and not result.interrupted
+    assert await _answers(store, tid) == ["STUCK"]
+    assert await events_of(store, tid, "audit.warning") == []

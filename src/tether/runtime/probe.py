@@ -195,8 +195,11 @@ class Prober:
         item = run.ledger.next_item()
         title = next((d.title for d, _ in run.ledger.items() if d.id == item), None)
         texts: list[str] = []
+        since = self.quiet_since
         try:
             for attempt in range(1, MAX_UNUSABLE + 1):
+                if self.quiet_since != since:
+                    return  # the round committed meanwhile: it was not stuck after all
                 answer, text = await self._ask(round_no, item, title, attempt, silent)
                 if answer in ("WORKING", "DONE"):
                     self.heard()
@@ -212,6 +215,11 @@ class Prober:
             # the heartbeat and the round see to the rest.
             log.warning("task %s: status probe abandoned: %s", run.task_id, exc)
             self.heard()
+            return
+        if self.quiet_since != since:
+            # The round committed while the model was asked: whatever it said, the loop
+            # moves; the next silence is asked about afresh.
+            log.info("task %s: round %d moved on during its status probe", run.task_id, round_no)
             return
         self.fail(
             f"round {round_no} silent for {silent:.0f}s (limits.probe_after "
@@ -304,7 +312,8 @@ class Prober:
         st.output_tokens += u.output_tokens
         st.cached_tokens += u.cached_input_tokens
         st.cost_usd += cost
-        st.last_call_at = self.inner.now()
+        # Not `last_call_at`: a probe's prompt warms none of the actor's prefix cache
+        # (which `context.cache_ttl_seconds` is about).
         st.count_for_milestone(
             run.ledger.current_milestone(), tokens=u.input_tokens + u.output_tokens, cost_usd=cost
         )

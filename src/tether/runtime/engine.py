@@ -301,8 +301,7 @@ class Engine:
                 # other (Ctrl-C, a caller's timeout) goes on up.
                 if run.overdue is None or me is None or me.uncancel() > 0:
                     raise
-                if run.prober.ask_human:
-                    await probe.escalate(run, run.overdue)
+                if run.prober.ask_human and await probe.escalate(run, run.overdue):
                     return run.result()
                 return await run.timed_out(run.overdue)
         finally:
@@ -382,7 +381,8 @@ class TaskRun:
         interval = max(0.05, self.e.lease_ttl / 3)
         while True:
             await asyncio.sleep(interval)
-            overdue = self.round_overdue()
+            # (Once: a round a failed status probe cancelled is not cancelled again.)
+            overdue = self.round_overdue() if self.overdue is None else None
             if overdue is not None:
                 self.overdue = overdue
                 log.error("task %s: %s; cancelling it", self.task_id, overdue)

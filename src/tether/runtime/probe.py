@@ -230,6 +230,8 @@ class Prober:
     def fail(self, why: str, texts: Sequence[str]) -> None:
         """Cancel the round in flight; the engine records it per the contract."""
         run = self.run
+        if run.overdue is not None:
+            return  # cancelled already (`limits.round_timeout`)
         self.ask_human = run.spec.limits.on_probe_failure == "ask_human"
         log.error(
             "task %s: %s; %s",
@@ -341,25 +343,32 @@ class Prober:
         return called, [req_data, resp_data]
 
 
-async def escalate(run: TaskRun, why: str) -> None:
+async def escalate(run: TaskRun, why: str) -> bool:
     """After a failed probe cancelled the round (`ask_human`): the task waits for a
     person, with the reason. Nothing of the round's memory is committed (as after a
-    `round_timeout`); the next turn recovers what the round left, like after a crash."""
-    task = await run.store.get_task(run.task_id)
-    lifecycle.check_transition(task.status, "waiting", task_id=run.task_id)
+    `round_timeout`); the next turn recovers what the round left, like after a crash.
+    False if the wait cannot be stored (the task was cancelled or taken over meanwhile,
+    the store is away): then the round ends like one past its `round_timeout`."""
     waiting: dict[str, Any] = {
         "kind": "human",
         "reason": f"{why}; answer with `tether tell` (or resume to try again)",
         "probe": {"answers": run.prober.answers},
     }
-    await run.store.commit(
-        run.task_id,
-        run.token,
-        [
-            ev.AuditWarning(code=CODE, message=why, details={"round": run.state.rounds + 1}),
-            ev.TaskStatusChanged(src=task.status, dst="waiting", reason=CODE),
-        ],
-        task=TaskPatch(status="waiting", waiting=run.redactor.data(waiting), wake_at=None),
-    )
-    run.status = "waiting"
-    run.task = await run.store.get_task(run.task_id)
+    try:
+        task = await run.store.get_task(run.task_id)
+        lifecycle.check_transition(task.status, "waiting", task_id=run.task_id)
+        await run.store.commit(
+            run.task_id,
+            run.token,
+            [
+                ev.AuditWarning(code=CODE, message=why, details={"round": run.state.rounds + 1}),
+                ev.TaskStatusChanged(src=task.status, dst="waiting", reason=CODE),
+            ],
+            task=TaskPatch(status="waiting", waiting=run.redactor.data(waiting), wake_at=None),
+        )
+        run.task = await run.store.get_task(run.task_id)
+    except errors.TetherError as exc:
+        log.warning("task %s: could not ask a person after the status probe: %s", run.task_id, exc)
+        return False
+    run.status = run.task.status
+    return True

@@ -31,7 +31,14 @@ from tether.runtime.watch import sweep
 from tether.spec import TaskSpec, load_spec, parse_spec
 from tether.store import Store, open_store
 from tether.store.base import OpRecord
-from tether.tools.registry import Reconciliation, Tool, ToolContext, ToolRegistry, tool
+from tether.tools.registry import (
+    Compensation,
+    Reconciliation,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    tool,
+)
 from tether.tools.retry import RetryPolicy
 
 try:
@@ -42,6 +49,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 __all__ = [
     "ApprovalRequired",
     "Clock",
+    "Compensation",
     "Engine",
     "FakeClock",
     "Ledger",

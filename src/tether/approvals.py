@@ -88,9 +88,10 @@ async def decide(
         raise errors.UserError(
             f"request {request_id} was already {req.status} by {req.decided_by or 'someone'}"
         )
-    if decision == "done" and req.request.get("kind") != "op_in_doubt":
+    if decision == "done" and "done" not in req.request.get("options", ["done"]):
         raise errors.UserError(
-            f"--done is for ops whose outcome is unknown; {request_id} asks for an approval"
+            f"--done is for ops whose outcome is unknown, whose retries ran out or whose "
+            f"compensation failed; {request_id} asks for an approval"
         )
     if modified_args is not None:
         if decision != "approve":

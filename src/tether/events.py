@@ -262,6 +262,31 @@ class OpReconciled(Event):
     detail: str = ""
 
 
+@_register("op.exhausted")
+class OpExhausted(Event):
+    """An op's retries ran out; its policy's `on_exhausted` says what happens next
+    (`ask_human`: a request; `compensate`: the ops it names are undone, newest first)."""
+
+    op_id: str
+    tool: str
+    attempts: int
+    policy: str
+    error: str = ""
+    item: str | None = None
+    compensate: list[str] = Field(default_factory=list)
+
+
+@_register("op.compensated")
+class OpCompensated(Event):
+    """An applied op was undone by its compensation (`by`, an op itself), or left as
+    it is by a human (`outcome`: `compensated`, `done_by_hand`, `left`)."""
+
+    op_id: str
+    by: str
+    outcome: str = "compensated"
+    after: str = ""
+
+
 @_register("breaker.changed")
 class BreakerChanged(Event):
     """A service's shared circuit breaker changed state."""

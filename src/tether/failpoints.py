@@ -22,6 +22,7 @@ KNOWN: Final[frozenset[str]] = frozenset(
         "after_op_intent",
         "after_op_dispatch",
         "after_op_result",
+        "after_compensation",
         "after_round_commit",
         "before_ledger_write",
         "during_compaction",

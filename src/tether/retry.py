@@ -12,6 +12,11 @@ of HTTP statuses.
   schedule in-process (`tether.models._retry.call_with_retry`).
 - `classify_status` says what an HTTP status means for retrying, for tools and model
   providers alike.
+- `on_exhausted` (tool calls only) says what happens when the last attempt failed:
+  `fail_item` (the failure goes back to the model, as always), `ask_human` (the task
+  waits for a person to try again, record it done, or fail it) or `compensate` (the
+  item's applied ops are undone by their tools' `compensate` hooks, newest first, and
+  the item is blocked); see `tether.runtime.ops`.
 
 Written by hand (not a retry library) because the schedule must be durable.
 
@@ -42,6 +47,10 @@ from typing import Literal
 #: - `validation`: the call worked but its result breaks the post-condition.
 FailureClass = Literal["transient", "deterministic", "validation", "unknown"]
 
+#: What a tool call does once its retries are exhausted (see `RetryPolicy.on_exhausted`).
+OnExhausted = Literal["fail_item", "ask_human", "compensate"]
+ON_EXHAUSTED: tuple[str, ...] = ("fail_item", "ask_human", "compensate")
+
 #: Statuses that say the request was not acted upon and may succeed later:
 #: 408 Request Timeout, 425 Too Early, 429 Too Many Requests, 503 Service Unavailable,
 #: 529 (Anthropic's "overloaded").
@@ -61,6 +70,12 @@ class RetryPolicy:
     `n + 1` waits a uniform random time in ``[0, ceiling(n)]`` (full jitter), where
     ``ceiling(n) = min(max_delay, base_delay * multiplier**(n-1))``; a delay the service
     asked for replaces that, capped at `max_retry_after`.
+
+    `on_exhausted` (tool calls only; model calls ignore it) says what happens after the
+    last attempt failed transiently: `fail_item` (the default: the failure goes back to
+    the model, which may try otherwise; the item is blocked by the usual limits),
+    `ask_human` (the task waits for a person's decision on the call) or `compensate`
+    (the item's applied ops are compensated, newest first, and the item is blocked).
     """
 
     max_attempts: int = 3
@@ -68,6 +83,7 @@ class RetryPolicy:
     max_delay: float = 60.0
     multiplier: float = 2.0
     max_retry_after: float = 60.0
+    on_exhausted: OnExhausted = "fail_item"
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -76,6 +92,10 @@ class RetryPolicy:
             raise ValueError("retry delays must not be negative")
         if self.multiplier < 1:
             raise ValueError("multiplier must be at least 1")
+        if self.on_exhausted not in ON_EXHAUSTED:
+            raise ValueError(
+                f"on_exhausted must be one of {', '.join(ON_EXHAUSTED)}, not {self.on_exhausted!r}"
+            )
 
     def ceiling(self, attempt: int) -> float:
         """The jitter ceiling before attempt `attempt + 1` (attempts counted from 1)."""

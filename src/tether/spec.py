@@ -445,6 +445,13 @@ class ToolPermission(_Strict):
         "(overwrite, delete, send, pay, publish)",
     )
     max_attempts: int | None = Field(default=None, gt=0, description="transient retries")
+    on_exhausted: Literal["fail_item", "ask_human", "compensate"] | None = Field(
+        default=None,
+        description="when the retries are exhausted: fail_item (the failure goes back to "
+        "the model), ask_human (the task waits for a person's decision on the call) or "
+        "compensate (the item's applied ops are undone by their tools' compensate hooks, "
+        "newest first, and the item is blocked); default: the tool's own retry policy",
+    )
     secrets: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]] = Field(
         default_factory=list,
         max_length=64,

@@ -295,6 +295,18 @@ def describe_event(e: Any) -> tuple[str, str]:
         return style, f"{d['tool']} {d['status']}: {msg[:100]}"
     if t == "op.intended":
         return "dim", f"intent {d['op_id']} {d['tool']}"
+    if t == "op.exhausted":
+        undo = d.get("compensate") or []
+        then = (
+            f"compensate {len(undo)} applied op(s), newest first"
+            if d.get("policy") == "compensate"
+            else str(d.get("policy"))
+        )
+        return "bold red", (
+            f"{d['tool']} {d['op_id']} gave up after {d['attempts']} attempts → {then}"
+        )
+    if t == "op.compensated":
+        return "yellow", f"{d['op_id']} {d['outcome']} by {d['by']}"
     if t == "judge.verdict":
         return "magenta", (
             f"round {d['round']} verdict {d['decision']}: {d['done']}/{d['total']} done "

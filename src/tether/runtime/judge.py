@@ -103,6 +103,9 @@ class RoundFacts:
     text: str
     ops: tuple[OpSummary, ...] = ()
     non_convergent: str | None = None
+    #: Set when the round compensated the focus item's applied ops (`on_exhausted:
+    #: compensate`): the item cannot finish and is blocked with this reason.
+    blocked: str | None = None
 
     @property
     def failed_ops(self) -> int:
@@ -401,7 +404,9 @@ def _focus_change(
     breaker = 0 if progressed else state.breaker + 1
     max_attempts = policy.max_attempts or limits.max_attempts_per_item
     reason = None
-    if done:
+    if facts.blocked:
+        reason = facts.blocked  # its work was undone: not done, whatever was cited
+    elif done:
         pass
     elif facts.non_convergent:
         reason = f"non-convergent: {facts.non_convergent}"
@@ -410,7 +415,7 @@ def _focus_change(
     elif failed and attempts >= max_attempts:
         reason = f"failed {attempts} attempts"
     last_error = next((o.error for o in reversed(facts.ops) if o.error), None)
-    if reason and last_error:
+    if reason and last_error and not facts.blocked:
         reason += f"; last error: {last_error[:160]}"
     # An optional item the runtime would block ends skipped: the contract allows it.
     stop: L.ItemStatus = "skipped" if policy.optional else "blocked"

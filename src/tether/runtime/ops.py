@@ -11,6 +11,22 @@ deterministic and validation failures go back to the model.
 Op states: `intended → dispatched → succeeded | failed | unknown`, plus `retry_wait`
 (a transient failure with its next attempt time) and `awaiting_approval`. The round's
 write-back commits the final state together with `op.committed`.
+
+When a call's retries are exhausted its policy's `on_exhausted` decides: `fail_item`
+(the failure goes back to the model), `ask_human` (a request `<op>.exhausted`: try
+again with a new schedule, record it done, or fail it) or `compensate`, a saga's
+rollback: the item cannot finish, so the ops it applied are undone and it is blocked.
+The ops compensated are the focus item's succeeded ops, of tools that declare
+`compensate`, from the rounds of its current stretch of work (back to the last round
+whose focus was another item; with no items, the failed call's round only) and not
+compensated before: newest first (round, then call, descending). The plan is journaled
+with the failed call (`op.exhausted`), before any compensation runs; each compensation
+is an op of its own, `<op>.compensate`, run like any other (intent committed first,
+reconciled after a crash, in doubt → a human), and committed together with the mark on
+the op it undid (`op.compensated`), so a restart resumes the plan without repeating a
+finished step. A compensation that fails after its retries asks a human
+(`<op>.compensate.failed`: try again, done by hand, or leave it) and never loops. The
+calls of the round after the failed one are not sent.
 """
 
 from __future__ import annotations
@@ -110,6 +126,10 @@ class OpOutcome:
     replayed: bool = False
     #: Set when an open breaker held the call back: the service's next chance.
     retry_at: float | None = None
+    #: Its retries ran out and its policy says `compensate` (see `OpRunner.compensate`).
+    compensate: bool = False
+    #: Set once the item's applied ops were compensated: why the item is blocked.
+    blocks: str | None = None
 
     def result_events(self) -> list[ev.Event]:
         """The journal entries of this outcome: its result, and its artifact if any."""
@@ -156,6 +176,31 @@ def doubt_id(record: OpRecord) -> str:
     resend permits that one send; if its outcome is lost too, a human is asked again."""
     base = f"{record.op_id}.in_doubt"
     return base if record.attempts <= 1 else f"{base}.{record.attempts}"
+
+
+def compensation_of(record: OpRecord) -> str | None:
+    """How an applied op was undone, if it was: `compensated` (by its compensation op),
+    `done_by_hand` or `left` (a human's decision). Such an op is history only: it proves
+    nothing for an item."""
+    mark = (record.result or {}).get("compensation")
+    return str(mark) if mark else None
+
+
+def history_only(record: OpRecord) -> bool:
+    """True when an op's result proves nothing now: superseded by a newer goal, or
+    compensated."""
+    return superseded_by(record) is not None or compensation_of(record) is not None
+
+
+def compensation_id(op_id: str) -> str:
+    """The op id (and idempotency key) of the compensation of an op."""
+    return f"{op_id}.compensate"
+
+
+def _plan(record: OpRecord) -> dict[str, Any] | None:
+    """The compensation plan journaled with a failed call, if it has one."""
+    plan = (record.error or {}).get("compensation")
+    return dict(plan) if isinstance(plan, Mapping) else None
 
 
 def superseded_by(record: OpRecord) -> int | None:
@@ -205,6 +250,8 @@ class OpRunner:
         self.approved: set[str] = set()
         #: Ops decided under a version below this one are of an older goal (see `act`).
         self.goal_version = 0
+        #: Set once a call of the round was compensated: the rest are not sent.
+        self.halted: str | None = None
 
     # ------------------------------------------------------------------ entry
 
@@ -272,7 +319,17 @@ class OpRunner:
             op_id = op_id_for(run.task_id, round_no, idx)
             prior = existing.get(op_id)
             if prior is not None and prior.status in ("succeeded", "failed"):
-                outcomes.append(self.replay(call, prior))
+                done = self.replay(call, prior)
+                if _plan(prior) is not None:
+                    # A compensation a crash or a human's decision interrupted: resume it.
+                    done = await self._compensating(done, outcomes, round_no)
+                outcomes.append(done)
+                continue
+            if self.halted is not None:
+                msg = f"not sent: {self.halted}"
+                outcomes.append(
+                    self.refused(call, op_id, round_no, idx, call.name, msg, "not_sent")
+                )
                 continue
             tool = allowed.get(call.name)
             if tool is None:
@@ -322,11 +379,24 @@ class OpRunner:
                     continue
                 record = replace(record, args=args, args_hash=_hash_args(args))
             try:
-                outcomes.append(await self.execute(tool, call, record, fresh=prior is None))
+                done = await self.execute(tool, call, record, fresh=prior is None)
             except Pause:
                 await self.save_finished(outcomes)
                 raise
+            if done.compensate:
+                done = await self._compensating(done, outcomes, round_no)
+            outcomes.append(done)
         return outcomes
+
+    async def _compensating(
+        self, failed: OpOutcome, outcomes: list[OpOutcome], round_no: int
+    ) -> OpOutcome:
+        """`compensate`, with the round's finished calls saved before a pause."""
+        try:
+            return await self.compensate(failed, outcomes, round_no)
+        except Pause:
+            await self.save_finished(outcomes)
+            raise
 
     async def save_finished(self, outcomes: list[OpOutcome]) -> None:
         """Before pausing a round, make its finished calls durable so that resuming
@@ -375,8 +445,12 @@ class OpRunner:
             f"decided under version {record.task_version}; decide again under the new "
             "contract"
         )
-        appr = await self.request(f"{record.op_id}.approval")
-        if appr is not None and appr.status == "pending":
+        asked = [
+            a
+            for a in await self.store.get_approvals(self.run.task_id, statuses={"pending"})
+            if a.op_id == record.op_id
+        ]
+        for appr in asked:
             closed = replace(
                 appr,
                 status="rejected",
@@ -789,7 +863,8 @@ class OpRunner:
         import logging
 
         run = self.run
-        perm = run.spec.permission(tool.name)
+        # A compensation (`<tool>.compensate`) has the secrets its tool was granted.
+        perm = run.spec.permission(tool.name.removesuffix(".compensate"))
         return ToolContext(
             op_id=record.op_id,
             task_id=run.task_id,
@@ -807,11 +882,15 @@ class OpRunner:
         )
 
     def policy(self, tool: Tool) -> RetryPolicy:
-        """The tool's retry policy, with the contract's override of attempts."""
+        """The tool's retry policy, with the contract's overrides (attempts, what to do
+        once they are exhausted)."""
         perm = self.run.spec.permission(tool.name)
+        policy = tool.retry
         if perm is not None and perm.max_attempts is not None:
-            return replace(tool.retry, max_attempts=perm.max_attempts)
-        return tool.retry
+            policy = replace(policy, max_attempts=perm.max_attempts)
+        if perm is not None and perm.on_exhausted is not None:
+            policy = replace(policy, on_exhausted=perm.on_exhausted)
+        return policy
 
     async def reconcile(self, tool: Tool, record: OpRecord) -> Reconciliation:
         """Ask the outside world whether an op happened (journaled)."""
@@ -1030,15 +1109,20 @@ class OpRunner:
             if cls == "validation":
                 self.count_validation()
             return self.failure(call, tool, record, cls, msg, (time.perf_counter() - t0) * 1000)
-        decision = decide(
-            self.policy(tool), record.attempts, "transient", hint=cls_msg.delay, rng=self.rng
-        )
+        policy = self.policy(tool)
+        # After a human's "try again" the schedule starts afresh (same op, same key).
+        attempt = record.attempts - await self._attempt_base(record)
+        decision = decide(policy, attempt, "transient", hint=cls_msg.delay, rng=self.rng)
         if not decision.retry:
             out = self.failure(call, tool, record, "transient", f"{msg} ({decision.reason})", ms)
             if cls_msg.down:
                 # The service is down, not the item's work: held back like a call an open
                 # breaker stopped, at no cost to the item; the task waits for the service.
-                out.retry_at = self.clock.now() + max(1.0, self.policy(tool).max_delay)
+                out.retry_at = self.clock.now() + max(1.0, policy.max_delay)
+            elif policy.on_exhausted == "ask_human":
+                await self.ask_exhausted(tool, record, out.error or msg)
+            elif policy.on_exhausted == "compensate":
+                out.compensate = True
             return out
         next_at = self.clock.now() + decision.delay
         record = replace(
@@ -1085,6 +1169,15 @@ class OpRunner:
         """An op found unfinished after a crash: settle it here (an outcome), or return
         None to send it (again) with its original op id."""
         status = record.status
+        if status == "awaiting_approval":
+            asked = await self._latest(record.op_id, "op_exhausted")
+            if asked is not None:
+                settled = await self._after_exhausted(tool, call, record, asked)
+                if settled is not None:
+                    return settled
+                # "Try again": a call about to be sent, reconciled first if it may have
+                # been sent before a crash.
+                status = "intended"
         if status in ("retry_wait", "awaiting_approval"):
             return None  # resume the stored schedule / send the approved call
         human = await self.request(doubt_id(record))
@@ -1119,6 +1212,416 @@ class OpRunner:
         detail = "a lost response" if status == "unknown" else "a crash while it was in flight"
         await self.in_doubt(tool, record, detail)
         return None
+
+    # ------------------------------------------------------------------ exhausted retries
+
+    async def _latest(self, op_id: str, kind: str) -> ApprovalRecord | None:
+        """The newest request of this kind about this op."""
+        asked = [
+            a
+            for a in await self.store.get_approvals(self.run.task_id)
+            if a.op_id == op_id and a.request.get("kind") == kind
+        ]
+        return max(asked, key=lambda a: (a.created_at, a.request_id), default=None)
+
+    async def _attempt_base(self, record: OpRecord) -> int:
+        """The attempts an op had made when a human last said "try again" after its
+        retries were exhausted: its schedule counts from there."""
+        if record.attempts <= 1:
+            return 0
+        base = 0
+        for a in await self.store.get_approvals(self.run.task_id, statuses={"approved"}):
+            if a.op_id != record.op_id:
+                continue
+            if a.request.get("kind") not in ("op_exhausted", "compensation_failed"):
+                continue
+            if (a.decision or {}).get("decision") == "done":
+                continue
+            base = max(base, int(a.request.get("attempts") or 0))
+        return base
+
+    def _exhausted_wait(self, appr: ApprovalRecord) -> dict[str, Any]:
+        tid, rid = self.run.task_id, appr.request_id
+        return {
+            "kind": "human",
+            "request_id": rid,
+            "ops": [appr.op_id],
+            "reason": f"{appr.request['what']}; decide: tether approve {tid} {rid} (try "
+            f"again), tether approve {tid} {rid} --done (it was done another way) or "
+            f"tether reject {tid} {rid} ({appr.request.get('reject', 'fail the call')})",
+        }
+
+    async def ask_exhausted(self, tool: Tool, record: OpRecord, error: str) -> None:
+        """`on_exhausted: ask_human`: the call waits for a person (`Pause`)."""
+        earlier = [
+            a
+            for a in await self.store.get_approvals(self.run.task_id)
+            if a.op_id == record.op_id and a.request.get("kind") == "op_exhausted"
+        ]
+        n = len(earlier) + 1
+        request_id = f"{record.op_id}.exhausted" + (f".{n}" if n > 1 else "")
+        args = json.dumps(record.args, ensure_ascii=False)[:200]
+        appr = self.new_request(
+            request_id,
+            record,
+            kind="op_exhausted",
+            what=f"{tool.name}({args}) failed after its retries: {error[:300]}",
+            impact="approve to try it again (a new round of attempts, the same idempotency "
+            "key), approve --done if it was done another way, reject to fail the call (the "
+            "model is told)",
+            options=["approve", "done", "reject"],
+            attempts=record.attempts,
+        )
+        raise Pause(
+            Outcome(
+                "waiting",
+                reason="retries exhausted",
+                waiting=self._exhausted_wait(appr),
+                events=(
+                    ev.OpExhausted(
+                        op_id=record.op_id,
+                        tool=tool.name,
+                        attempts=record.attempts,
+                        policy="ask_human",
+                        error=error[:300],
+                        item=self._focus(record.round),
+                    ),
+                    ev.ApprovalRequested(
+                        request_id=request_id,
+                        what=appr.request["what"],
+                        impact=appr.request["impact"],
+                        op_id=record.op_id,
+                        options=["approve", "done", "reject"],
+                    ),
+                ),
+                ops=(
+                    replace(
+                        record,
+                        status="awaiting_approval",
+                        next_attempt_at=None,
+                        error={"class": "transient", "message": error},
+                    ),
+                ),
+                approvals=(appr,),
+            )
+        )
+
+    async def _after_exhausted(
+        self, tool: Tool, call: ToolCall, record: OpRecord, appr: ApprovalRecord
+    ) -> OpOutcome | None:
+        """A person's answer about a call whose retries ran out: still waiting (`Pause`),
+        done another way (a success), failed (the model is told), or None: try again."""
+        if appr.status == "pending":
+            raise Pause(
+                Outcome("waiting", reason="retries exhausted", waiting=self._exhausted_wait(appr))
+            )
+        decision = appr.decision or {}
+        who = appr.decided_by or "a human"
+        if appr.status == "rejected":
+            msg = f"{who} decided not to try {tool.name} again after its retries ran out"
+            if decision.get("reason"):
+                msg += f" ({decision['reason']})"
+            last = (record.error or {}).get("message")
+            if last:
+                msg += f"; last error: {str(last)[:200]}"
+            return self.failure(call, tool, record, "transient", msg, 0.0)
+        if decision.get("decision") == "done":
+            result = decision.get("result")
+            if result is None:
+                result = f"{who} recorded this call as done"
+            return await self.success(call, tool, record, result, 0.0)
+        return None
+
+    def _focus(self, round_no: int) -> str | None:
+        """The focus item of a round, from the run's focus log."""
+        found: str | None = None
+        for start, item in self.run.state.focus_log:
+            if int(start) > round_no:
+                break
+            found = item
+        return found
+
+    def _stretch(self, round_no: int) -> int:
+        """The first round of the focus item's current stretch of work: back to the last
+        round whose focus was another item (the round itself when there is no item)."""
+        first = round_no
+        for start, item in self.run.state.focus_log:
+            if int(start) > round_no:
+                break
+            first = int(start) if item is not None else round_no
+        return first
+
+    # ------------------------------------------------------------------ compensation
+
+    async def compensate(
+        self, failed: OpOutcome, outcomes: list[OpOutcome], round_no: int
+    ) -> OpOutcome:
+        """`on_exhausted: compensate`: undo the item's applied ops, newest first, and
+        block the item (see the module's docstring for which ops). The plan is
+        journaled with the failed call before anything runs; a resumed round (a crash,
+        a human's decision) calls this again and only the remaining steps run."""
+        run = self.run
+        assert failed.record is not None
+        record = failed.record
+        plan = _plan(record)
+        if plan is None:
+            # The batch's finished calls first: they may be among the ops to undo.
+            await self.save_finished(outcomes)
+            focus = self._focus(round_no)
+            targets = await self._targets(round_no)
+            plan = {
+                "item": focus,
+                "ops": [t.op_id for t in targets],
+                "after": f"{failed.tool} failed: {failed.error or failed.summary}"[:300],
+            }
+            record = replace(record, error={**(record.error or {}), "compensation": plan})
+            failed = replace(failed, record=record)
+            await run.commit(
+                [
+                    *failed.result_events(),
+                    ev.OpExhausted(
+                        op_id=record.op_id,
+                        tool=failed.tool,
+                        attempts=record.attempts,
+                        policy="compensate",
+                        error=(failed.error or "")[:300],
+                        item=focus,
+                        compensate=plan["ops"],
+                    ),
+                    *self.pending_events,
+                ],
+                ops=[record],
+                artifacts=[failed.artifact] if failed.artifact is not None else [],
+            )
+            self.pending_events = []
+            failed.replayed = True
+        ids = [str(i) for i in plan.get("ops") or ()]
+        stored = {o.op_id: o for o in await self.store.get_ops(run.task_id, op_ids=set(ids))}
+        undone: list[str] = []
+        left: list[str] = []
+        for op_id in ids:
+            target = stored.get(op_id)
+            if target is None:
+                continue
+            tool = run.known_tools.get(target.tool)
+            if tool is None or tool.compensate is None:
+                left.append(op_id)  # its tool is gone from the registry: nothing to run
+                continue
+            state = await self._compensate_one(tool, target, round_no, str(plan.get("after")))
+            (undone if state != "left" else left).append(op_id)
+        after = str(plan.get("after") or failed.tool)
+        reason = f"compensated after {after}"
+        parts = [f"ERROR ({failed.error_class or 'transient'}): {failed.error or ''}"]
+        parts.append(
+            "The item cannot finish: "
+            + (
+                f"its applied ops were compensated, newest first: {', '.join(undone)}"
+                if undone
+                else "it had no applied ops to compensate"
+            )
+            + (f"; left as they are by a human: {', '.join(left)}" if left else "")
+            + ". The item is blocked; do not redo it, work on something else."
+        )
+        self.halted = f"the item was compensated after {failed.tool} failed"
+        return replace(failed, content="\n".join(parts), blocks=reason[:300], compensate=False)
+
+    async def _targets(self, round_no: int) -> list[OpRecord]:
+        """The ops to compensate: the focus item's applied ops of its current stretch
+        (see `_stretch`), of tools that declare `compensate`, not compensated before,
+        newest first."""
+        run = self.run
+        tools = {n for n, t in run.known_tools.items() if t.compensate is not None}
+        if not tools:
+            return []
+        first = self._stretch(round_no)
+        ops = [
+            o
+            for o in await self.store.get_ops(run.task_id, statuses={"succeeded"}, tools=tools)
+            if first <= o.round <= round_no and not history_only(o)
+        ]
+        return sorted(ops, key=lambda o: (o.round, o.call_index), reverse=True)
+
+    def _compensation_tool(self, tool: Tool, target: OpRecord) -> Tool:
+        """The compensation of one applied op as a tool the op machinery runs: the
+        original's service, timeout and schedule, never asking a human mid-schedule."""
+        comp = tool.compensate
+        assert comp is not None
+
+        async def run(args: Mapping[str, Any], ctx: ToolContext) -> Any:
+            return await comp.run(target, ctx)
+
+        reconcile = None
+        if comp.reconcile is not None:
+            check = comp.reconcile
+
+            async def reconcile(op: Any, ctx: ToolContext) -> Reconciliation:
+                return await check(target, ctx)
+
+        return Tool(
+            name=f"{tool.name}.compensate",
+            description=f"undo an applied {tool.name} op",
+            parameters={"type": "object", "properties": {}},
+            fn=run,
+            effect=tool.effect,
+            idempotent=comp.idempotent,
+            service=tool.service,
+            timeout=comp.timeout or tool.timeout,
+            retry=replace(self.policy(tool), on_exhausted="fail_item"),
+            reconcile=reconcile,
+            classify=tool.classify,
+        )
+
+    async def _compensate_one(self, tool: Tool, target: OpRecord, round_no: int, after: str) -> str:
+        """Undo one applied op, exactly once: `compensated`, `done_by_hand` or `left`
+        (a human's decision). Raises `Pause` while a human must decide."""
+        run = self.run
+        done = compensation_of(target)
+        if done is not None:
+            return done
+        comp_id = compensation_id(target.op_id)
+        ctool = self._compensation_tool(tool, target)
+        found = await self.store.get_ops(run.task_id, op_ids={comp_id})
+        prior = found[0] if found else None
+        args = {"compensates": target.op_id, "tool": target.tool, "args": target.args}
+        call = ToolCall(comp_id, ctool.name, args)
+        if prior is not None and prior.status == "succeeded":
+            await self._mark(target, comp_id, "compensated", after)
+            return "compensated"
+        fresh = prior is None
+        record = prior or OpRecord(
+            op_id=comp_id,
+            task_id=run.task_id,
+            round=round_no,
+            call_index=target.call_index,
+            tool=ctool.name,
+            args=args,
+            args_hash=_hash_args(args),
+            effect=ctool.effect,
+            status="intended",
+            task_version=run.task.version,
+        )
+        if prior is not None and prior.status == "failed":
+            asked = await self._latest(comp_id, "compensation_failed")
+            if asked is None or (
+                asked.status == "approved"
+                and int(asked.request.get("attempts") or 0) < prior.attempts
+            ):
+                # Failed, and no one was asked yet about this failure.
+                await self._ask_compensation(ctool, prior, target)
+            assert asked is not None
+            if asked.status == "pending":
+                raise Pause(
+                    Outcome(
+                        "waiting",
+                        reason="compensation failed",
+                        waiting=self._exhausted_wait(asked),
+                    )
+                )
+            decision = (asked.decision or {}).get("decision")
+            if asked.status == "rejected":
+                await self._mark(target, comp_id, "left", after)
+                return "left"
+            if decision == "done":
+                await self._mark(target, comp_id, "done_by_hand", after)
+                return "done_by_hand"
+            # "Try again": the same op, a fresh schedule (see `_attempt_base`).
+            record = replace(prior, status="intended", error=None, next_attempt_at=None)
+            fresh = True
+        outcome = await self.execute(ctool, call, record, fresh=fresh)
+        if outcome.retry_at is not None:
+            # The service is down (an open breaker): wait for it, then go on.
+            raise Pause(
+                out.waiting(
+                    "external",
+                    f"{ctool.name}: the service is unavailable until {outcome.retry_at:.0f} "
+                    f"({outcome.error}); the compensation continues then",
+                    why="service unavailable",
+                    until=outcome.retry_at,
+                )
+            )
+        assert outcome.record is not None
+        if outcome.status == "succeeded":
+            await self._mark(target, comp_id, "compensated", after, outcome)
+            return "compensated"
+        await run.commit(outcome.result_events(), ops=[outcome.record])
+        await self._ask_compensation(ctool, outcome.record, target)
+        raise AssertionError("unreachable")  # `_ask_compensation` pauses
+
+    async def _mark(
+        self,
+        target: OpRecord,
+        comp_id: str,
+        state: str,
+        after: str,
+        outcome: OpOutcome | None = None,
+    ) -> None:
+        """Journal how an applied op was undone, with the compensation's result, in one
+        commit: a restart never runs a finished compensation again."""
+        marked = replace(
+            target,
+            result={**(target.result or {}), "compensation": state, "compensated_by": comp_id},
+        )
+        events: list[ev.Event] = []
+        ops = [marked]
+        arts: list[ArtifactRecord] = []
+        if outcome is not None and outcome.record is not None:
+            events.extend(outcome.result_events())
+            ops.insert(0, outcome.record)
+            if outcome.artifact is not None:
+                arts.append(outcome.artifact)
+        events.append(
+            ev.OpCompensated(op_id=target.op_id, by=comp_id, outcome=state, after=after[:200])
+        )
+        await self.run.commit(events, ops=ops, artifacts=arts)
+        failpoints.hit("after_compensation")
+
+    async def _ask_compensation(self, ctool: Tool, record: OpRecord, target: OpRecord) -> None:
+        """A compensation failed after its retries: a person decides (`Pause`); it is
+        never tried again on its own."""
+        earlier = [
+            a
+            for a in await self.store.get_approvals(self.run.task_id)
+            if a.op_id == record.op_id and a.request.get("kind") == "compensation_failed"
+        ]
+        n = len(earlier) + 1
+        request_id = f"{record.op_id}.failed" + (f".{n}" if n > 1 else "")
+        error = str((record.error or {}).get("message") or "failed")
+        args = json.dumps(target.args, ensure_ascii=False)[:200]
+        appr = self.new_request(
+            request_id,
+            record,
+            kind="compensation_failed",
+            what=f"the compensation of {target.tool}({args}) [{target.op_id}] failed: "
+            f"{error[:300]}",
+            impact="approve to try the compensation again, approve --done if it was undone "
+            "by hand, reject to leave the op as it is",
+            options=["approve", "done", "reject"],
+            attempts=record.attempts,
+            reject="leave the op as it is",
+        )
+        raise Pause(
+            Outcome(
+                "waiting",
+                reason="compensation failed",
+                waiting=self._exhausted_wait(appr),
+                events=(
+                    ev.AuditWarning(
+                        code="compensation_failed",
+                        message=f"the compensation {record.op_id} of {target.op_id} failed "
+                        f"after its retries ({error[:200]}); a human must decide",
+                        details={"op_id": target.op_id, "compensation": record.op_id},
+                    ),
+                    ev.ApprovalRequested(
+                        request_id=request_id,
+                        what=appr.request["what"],
+                        impact=appr.request["impact"],
+                        op_id=record.op_id,
+                        options=["approve", "done", "reject"],
+                    ),
+                ),
+                approvals=(appr,),
+            )
+        )
 
     def validate(self, tool: Tool, raw: Any) -> str | None:
         """Run the tool's post-condition; a message when it is broken."""

@@ -329,6 +329,7 @@ def round_facts(
         focus=focus,
         text=response.text,
         non_convergent=pending.non_convergent,
+        blocked=next((o.blocks for o in outcomes if o.blocks), None),
         ops=tuple(
             J.OpSummary(
                 o.op_id,

@@ -14,7 +14,7 @@ from tether.runtime import judge as J
 from tether.runtime import outcome as out
 from tether.runtime.completion import parse_review, review_request, run_acceptance
 from tether.runtime.context import Entry, continuation_message
-from tether.runtime.ops import superseded_by
+from tether.runtime.ops import history_only
 from tether.runtime.outcome import Outcome
 from tether.spec import TaskSpec
 from tether.store.base import ArtifactRecord, OpRecord
@@ -30,6 +30,7 @@ def facts_from_dict(d: Mapping[str, Any]) -> J.RoundFacts:
         focus=d.get("focus"),
         text=str(d.get("text", "")),
         non_convergent=d.get("non_convergent"),
+        blocked=d.get("blocked"),
         ops=tuple(
             J.OpSummary(
                 o["op_id"],
@@ -53,6 +54,7 @@ def facts_to_dict(facts: J.RoundFacts) -> dict[str, Any]:
         "focus": facts.focus,
         "text": facts.text[:2000],
         "non_convergent": facts.non_convergent,
+        "blocked": facts.blocked,
         "ops": [
             {
                 "op_id": o.op_id,
@@ -244,7 +246,7 @@ async def resolve_evidence(
     def where(round_no: int) -> str | None:
         return facts.focus if round_no == facts.round else focus_of(run, round_no)
 
-    ops = {k: o for k, o in ops.items() if superseded_by(o) is None}  # late: history only
+    ops = {k: o for k, o in ops.items() if not history_only(o)}  # late or compensated
     known: dict[str, J.Evidence] = {}
     for op in ops.values():
         known[f"op:{op.op_id}"] = J.Evidence(
@@ -413,9 +415,10 @@ class _RuleEnv:
             for o in self.pending.ops
             if o.status == "succeeded" and (not tools or o.tool in tools)
         ]
-        # A late result of an older task version proves nothing now (`ops.superseded_by`).
-        return [o for o in stored if o.op_id not in mine and superseded_by(o) is None] + [
-            o for o in fresh if superseded_by(o) is None
+        # A late result of an older task version, or an op since compensated, proves
+        # nothing now (`ops.history_only`).
+        return [o for o in stored if o.op_id not in mine and not history_only(o)] + [
+            o for o in fresh if not history_only(o)
         ]
 
     async def valid_artifacts(self) -> list[ArtifactRecord]:

@@ -4,9 +4,11 @@ A tool declares its arguments (a JSON schema, derived from type hints by `@tool`
 `effect` (`read`, `write`, or a risky one that needs a human's approval by default:
 `overwrite`, `delete`, `send`, `pay`, `publish`), whether it is `idempotent`, its
 `service` (for breakers and concurrency limits), a timeout and a retry policy, and
-optionally `validate(result)` (a post-condition) and `reconcile(op, ctx)` (asks the
-outside world whether an op already happened). The runtime journals every call as an
-op and passes the op id as the idempotency key in `ToolContext`.
+optionally `validate(result)` (a post-condition), `reconcile(op, ctx)` (asks the
+outside world whether an op already happened) and `compensate(op, ctx)` (undoes an
+applied op when its item cannot finish: a saga's compensation, run as a journaled op of
+its own when the retry policy says `on_exhausted="compensate"`). The runtime journals
+every call as an op and passes the op id as the idempotency key in `ToolContext`.
 
 `overwrite` means changing something that existed before the task started (a file the
 user had, say), as opposed to `write`, which adds something new or changes what the
@@ -147,6 +149,41 @@ class Reconciliation:
 ToolFn = Callable[[Mapping[str, Any], ToolContext], Awaitable[Any]]
 Validator = Callable[[Any], "bool | str | None"]
 Reconciler = Callable[[Any, ToolContext], Awaitable[Reconciliation]]
+#: `compensate(op, ctx)`, sync or async: undo the applied op `op` (its `op_id`, `args`,
+#: `result`); `ctx.op_id` is the compensation's own idempotency key, `<op_id>.compensate`.
+Compensator = Callable[[Any, ToolContext], Any]
+
+
+@dataclass(frozen=True)
+class Compensation:
+    """How a tool's applied op is undone (a saga's compensation).
+
+    `fn(op, ctx)` (sync or async) receives the original op record (`op.op_id`,
+    `op.args`, `op.result`) and a context whose `op_id` is the compensation's own op id
+    and idempotency key, `<op_id>.compensate`. The compensation runs as an op of its
+    own, exactly once across crashes like any other: its intent is committed before it
+    is sent, and after a crash `reconcile(op, ctx)` (same arguments: the *original* op)
+    says whether it already happened; without a reconcile, a compensation that is not
+    `idempotent` and was in flight at a crash waits for a human. It is retried on the
+    tool's schedule; when that is exhausted a human decides, it never loops.
+    `tool(compensate=fn)` is `Compensation(fn)`.
+    """
+
+    fn: Compensator
+    reconcile: Reconciler | None = None
+    idempotent: bool = False
+    timeout: float | None = None
+
+    async def run(self, op: Any, ctx: ToolContext) -> Any:
+        """Call `fn` (a sync one in a thread)."""
+        if inspect.iscoroutinefunction(self.fn):
+            return await self.fn(op, ctx)
+        answer = await asyncio.to_thread(self.fn, op, ctx)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        return answer
+
+
 Classifier = Callable[[BaseException], "FailureClass | None"]
 EffectHook = Callable[[Mapping[str, Any], ToolContext], "Awaitable[Effect] | Effect"]
 
@@ -175,6 +212,15 @@ class Tool:
     classify: Classifier | None = None
     args_model: type[BaseModel] | None = None
     effect_of: EffectHook | None = None
+    #: Undoes an applied op of this tool (see `Compensation`).
+    compensate: Compensation | None = None
+
+    def __post_init__(self) -> None:
+        if self.compensate is not None and self.effect == "read":
+            raise errors.UserError(
+                f"tool {self.name}: a read tool has nothing to compensate; "
+                "declare compensate on tools with effects"
+            )
 
     def schema(self) -> ToolSchema:
         """The model-facing schema."""
@@ -273,6 +319,7 @@ class ToolOptions(TypedDict, total=False):
     reconcile: Reconciler | None
     classify: Classifier | None
     effect_of: EffectHook | None
+    compensate: Compensation | Compensator | None
 
 
 @overload
@@ -300,13 +347,16 @@ def tool(
     reconcile: Reconciler | None = None,
     classify: Classifier | None = None,
     effect_of: EffectHook | None = None,
+    compensate: Compensation | Compensator | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` from a sync or async function; its type hints give the schema
     (`Annotated[int, Field(ge=0, description=...)]` constraints included).
 
     A parameter annotated `ToolContext` (or named `ctx`) receives the call's context.
     `idempotent` defaults to True for reads and False for anything with effects.
-    `effect_of` refines `effect` per call (see `Tool`).
+    `effect_of` refines `effect` per call (see `Tool`). `compensate(op, ctx)` (or a
+    `Compensation`) undoes an applied op when the retry policy's `on_exhausted` is
+    `compensate` (see `Compensation`).
     """
     if effect not in EFFECTS:
         raise errors.UserError(f"effect {effect!r} is not one of {', '.join(EFFECTS)}")
@@ -357,9 +407,16 @@ def tool(
             classify=classify,
             args_model=model,
             effect_of=effect_of,
+            compensate=_compensation(compensate),
         )
 
     return build(fn) if fn is not None else build
+
+
+def _compensation(value: Compensation | Compensator | None) -> Compensation | None:
+    if value is None or isinstance(value, Compensation):
+        return value
+    return Compensation(value)
 
 
 class ToolRegistry:

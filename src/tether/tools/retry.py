@@ -6,6 +6,13 @@ Tool calls and model calls share `RetryPolicy`, `decide` and the HTTP status rea
 
 from __future__ import annotations
 
-from tether.retry import FailureClass, RetryDecision, RetryPolicy, decide
+from tether.retry import ON_EXHAUSTED, FailureClass, OnExhausted, RetryDecision, RetryPolicy, decide
 
-__all__ = ["FailureClass", "RetryDecision", "RetryPolicy", "decide"]
+__all__ = [
+    "ON_EXHAUSTED",
+    "FailureClass",
+    "OnExhausted",
+    "RetryDecision",
+    "RetryPolicy",
+    "decide",
+]

@@ -13,6 +13,7 @@ The crash windows of a compensation, against a real HTTP service, are in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,13 +119,14 @@ async def run(
     spec_: tether.TaskSpec,
     actor: Any,
     tmp_path: Path,
+    clock: tether.Clock | None = None,
 ) -> tuple[str, tether.RunResult]:
     if tid is None:
         tid = (await tether.create_task(store, spec_, workspace=tmp_path)).task_id
     registry = default_registry(lambda: store)
     registry.add(svc.tools())
     engine = tether.Engine(
-        store, tether.ModelSet(tether.ScriptedModel(policy=actor)), registry=registry
+        store, tether.ModelSet(tether.ScriptedModel(policy=actor)), registry=registry, clock=clock
     )
     return tid, await engine.run(tid)
 
@@ -336,3 +338,20 @@ async def test_ask_human_waits_and_the_decision_continues(decision: str, tmp_pat
         assert ops[op].status == "failed"
         assert "decided not to try create_ticket again" in ops[op].error["message"]
         assert svc.sends[:2] == [op, op] and len(svc.sends) == 3 and svc.sends[2] != op
+
+
+async def test_a_compensated_task_replays_without_undoing_anything(tmp_path: Path) -> None:
+    from tether.runtime.replay import replay_task
+
+    store = await MemoryStore.open()
+    svc = Tickets(failing={"c": 10**6})
+    clock = tether.FakeClock()
+    store = MemoryStore(clock=clock)  # recorded times the replay's clock can show again
+    tid, _ = await run(store, None, svc, spec("compensate"), batch_actor, tmp_path, clock)
+    assert svc.cancels
+    cancels = list(svc.cancels)
+    registry = default_registry(lambda: store)
+    registry.add(svc.tools())
+    result = await replay_task(store, tid, registry=registry)
+    assert result.ok, json.dumps(result.to_dict()["divergence"])
+    assert svc.cancels == cancels  # the replay ran no real compensation

@@ -26,6 +26,7 @@ or a goal edit, ends the replay there); a crash and its recovery are not reprodu
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -43,7 +44,13 @@ from tether.spec import parse_spec
 from tether.store.base import OpRecord, Store, StoredEvent, TaskRecord
 from tether.store.memory import MemoryStore
 from tether.tools import files
-from tether.tools.registry import Reconciliation, Tool, ToolContext, ToolRegistry
+from tether.tools.registry import (
+    Compensation,
+    Reconciliation,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+)
 
 #: What replay cannot check (printed with every result).
 LIMITS: tuple[str, ...] = (
@@ -62,6 +69,8 @@ _SKIPPED = frozenset({"lease.claimed", "lease.released", "lease.renewed", "lease
 _VOLATILE = frozenset(
     {"duration_ms", "latency_ms", "expires_at", "worker_id", "at", "token", "summary_at"}
 )
+#: How the op runner ends the message of a call whose retries ran out.
+_GAVE_UP = re.compile(r" \(gave up after \d+ attempts\)$")
 #: The built-in tools that write workspace files (replayed into the scratch copy).
 WRITERS = frozenset({"write_file", "append_file"})
 #: Runs of one replay at most (a task parked for a retry time is run again).
@@ -262,7 +271,8 @@ def _stand_in(tool: Tool, rec: _Recording, effects: Mapping[str, str]) -> Tool:
                 return (await rec.source.get_blob(art.blob_hash)).decode("utf-8")
             return res.get("content", "")
         raise _RecordedFailure(
-            str(attempt.get("error") or "recorded failure"),
+            # The replayed schedule says "gave up after N attempts" again itself.
+            _GAVE_UP.sub("", str(attempt.get("error") or "recorded failure")),
             str(attempt.get("error_class") or "deterministic"),
         )
 
@@ -278,6 +288,20 @@ def _stand_in(tool: Tool, rec: _Recording, effects: Mapping[str, str]) -> Tool:
     def classify(exc: BaseException) -> Any:
         return exc.cls if isinstance(exc, _RecordedFailure) else None
 
+    undo = None
+    if tool.compensate is not None:
+        # A compensation is an op of its own (`ctx.op_id` is `<op>.compensate`): it gets
+        # its recorded result too, never the real undo.
+        async def compensate(op: Any, ctx: ToolContext) -> Any:
+            return await fn({}, ctx)
+
+        declared = tool.compensate
+        undo = Compensation(
+            compensate,
+            reconcile if declared.reconcile is not None else None,
+            declared.idempotent,
+            declared.timeout,
+        )
     return replace(
         tool,
         fn=fn,
@@ -285,6 +309,7 @@ def _stand_in(tool: Tool, rec: _Recording, effects: Mapping[str, str]) -> Tool:
         reconcile=reconcile if tool.reconcile is not None else None,
         classify=classify,
         validate=None,
+        compensate=undo,
     )
 
 

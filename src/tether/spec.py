@@ -14,6 +14,7 @@ import math
 import re
 import sys
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
@@ -736,6 +737,7 @@ def _loc(loc: tuple[int | str, ...]) -> str:
         _part(p)
         for n, p in enumerate(loc)
         if not (n > 0 and loc[n - 1] in ("done_when", "check") and p in _TAGS)
+        and not (n > 1 and loc[n - 2] == "tools" and p in ("str", "ToolPermission"))
     ]
     return _validation.where(kept, root=_TOP)
 
@@ -754,6 +756,17 @@ def _describe(err: Any) -> list[str]:
     return [_validation.describe_error(err, loc, noun="field", unknown_hint=_UNKNOWN_HINT)]
 
 
+def _named_wrongly(err: Any, errs: Sequence[Any]) -> bool:
+    """A `tools` entry is a name or an object: an object that is wrong as a
+    `ToolPermission` is not also reported as "not a string"."""
+    loc = tuple(err["loc"])
+    if len(loc) != 3 or loc[0] != "tools" or loc[2] != "str" or err["type"] != "string_type":
+        return False
+    if not isinstance(err.get("input"), Mapping):
+        return False
+    return any(tuple(o["loc"])[:3] == (*loc[:2], "ToolPermission") for o in errs)
+
+
 def parse_spec(data: Any, *, source: str = "<spec>") -> TaskSpec:
     """Validate a decoded spec (a dict) and return the `TaskSpec`."""
     if not isinstance(data, dict):
@@ -763,7 +776,8 @@ def parse_spec(data: Any, *, source: str = "<spec>") -> TaskSpec:
     try:
         return TaskSpec.model_validate(data)
     except ValidationError as exc:
-        problems = [p for e in exc.errors() for p in _describe(e)]
+        errs = exc.errors()
+        problems = [p for e in errs if not _named_wrongly(e, errs) for p in _describe(e)]
         if len(problems) > MAX_PROBLEMS:
             more = len(problems) - MAX_PROBLEMS + 1
             problems = [*problems[: MAX_PROBLEMS - 1], f"... and {more} more problems"]

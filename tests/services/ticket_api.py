@@ -9,6 +9,12 @@ SIGTERM or SIGINT.
   honoured: the same key returns the same ticket (200, no second effect); a new ticket
   answers 201.
 - `GET /tickets?key=K`: the ticket created with key K, or 404. `GET /tickets`: all.
+- `POST /tickets/<id>/cancel` cancels a ticket (a saga's compensation): the first one
+  takes effect (200, `cancelled: true`, `cancel_key` the request's `Idempotency-Key`),
+  a later one answers the same without a second effect. Every cancel request is logged
+  in `/stats` (`cancels`, with its ticket, key and outcome) and `cancelled` counts the
+  effective ones. `cancel_drop_after` / `cancel_unavailable` (numbers of cancel
+  requests, from 1) drop the answer after executing / answer 503, like the POST knobs.
 - `GET /stats`: what the service saw: `created` (tickets actually created: the effect
   count), `posts` (every `POST /tickets` in arrival order, with its key, title, time,
   attempt header and what was done with it), `max_concurrent` (the most requests in
@@ -44,6 +50,7 @@ class State:
         self.tickets: list[dict[str, Any]] = []
         self.by_key: dict[str, dict[str, Any]] = {}
         self.posts: list[dict[str, Any]] = []
+        self.cancels: list[dict[str, Any]] = []
         self.inflight = 0
         self.max_concurrent = 0
         self.faults: dict[str, Any] = {}
@@ -63,6 +70,8 @@ class State:
             return {
                 "created": len(self.tickets),
                 "posts": [dict(p) for p in self.posts],
+                "cancelled": sum(1 for t in self.tickets if t.get("cancelled")),
+                "cancels": [dict(c) for c in self.cancels],
                 "max_concurrent": self.max_concurrent,
                 "faults": dict(self.faults),
             }
@@ -145,6 +154,10 @@ class Handler(BaseHTTPRequestHandler):
             st.set_faults(self._body())
             self._send(200, st.stats()["faults"])
             return
+        parts = url.path.strip("/").split("/")
+        if len(parts) == 3 and parts[0] == "tickets" and parts[2] == "cancel":
+            self._cancel(st, parts[1])
+            return
         if url.path != "/tickets":
             self._send(404, {"error": f"no route {url.path}"})
             return
@@ -211,6 +224,38 @@ class Handler(BaseHTTPRequestHandler):
             self._drop()
             return
         self._send(status, ticket)
+
+    def _cancel(self, st: State, ident: str) -> None:
+        """`POST /tickets/<id>/cancel`: cancel once; a repeat has no second effect."""
+        key = self.headers.get("Idempotency-Key")
+        with st.lock:
+            n = len(st.cancels) + 1
+            faults = dict(st.faults)
+            entry: dict[str, Any] = {"n": n, "ticket": ident, "key": key, "outcome": "pending"}
+            st.cancels.append(entry)
+            ticket = next((t for t in st.tickets if str(t["id"]) == ident), None)
+            if ticket is None:
+                entry["outcome"] = "not_found"
+            elif n in (faults.get("cancel_unavailable") or ()):
+                entry["outcome"] = "unavailable"
+            elif ticket.get("cancelled"):
+                entry["outcome"] = "replayed"
+            else:
+                ticket["cancelled"] = True
+                ticket["cancel_key"] = key
+                entry["outcome"] = "cancelled"
+            body = dict(ticket) if ticket is not None else None
+        if body is None:
+            self._send(404, {"error": f"no ticket {ident!r}"})
+            return
+        if entry["outcome"] == "unavailable":
+            self._send(503, {"error": "unavailable, try later"})
+            return
+        if n in (faults.get("cancel_drop_after") or ()):
+            entry["outcome"] += "+dropped"
+            self._drop()
+            return
+        self._send(200, body)
 
 
 class Server(ThreadingHTTPServer):

@@ -283,8 +283,14 @@ SourceKind = Literal["document", "url", "dataset", "api"]
 class Source(_Strict):
     """A source the task may read, at a version. `pin: snapshot` stores the bytes read
     (content-addressed: a re-read after a crash sees the same bytes); `pin: fingerprint`
-    records a hash, size and mtime, and a re-read that finds them changed invalidates
-    what depended on the earlier read."""
+    records a version fingerprint (a file's hash, size and mtime; a URL's ETag,
+    Last-Modified and content hash), and a re-read that finds it changed invalidates
+    what depended on the earlier read.
+
+    `document` and `dataset` are files (`location` a path, relative to the workspace);
+    `url` is fetched with an HTTP GET of `location`; `api` is an HTTP request to
+    `location` asking for JSON: a GET, or with `method: POST` a POST of `body` as JSON.
+    """
 
     id: str = Field(pattern=_ID)
     kind: SourceKind = "document"
@@ -292,6 +298,18 @@ class Source(_Strict):
     location: str = Field(min_length=1, max_length=4096)
     pin: Literal["snapshot", "fingerprint"] = "snapshot"
     title: str = ""
+    method: Literal["GET", "POST"] = "GET"
+    body: dict[str, Any] | list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _http_fields(self) -> Source:
+        if self.kind in ("url", "api") and not re.match(r"(?i)^https?://", self.location):
+            raise ValueError(f"a {self.kind} source's location must be an http(s):// URL")
+        if self.kind != "api" and (self.method != "GET" or self.body is not None):
+            raise ValueError("method and body are for api sources only")
+        if self.body is not None and self.method != "POST":
+            raise ValueError("an api source's body is sent with method: POST")
+        return self
 
 
 class CommandRule(_Strict):

@@ -3,8 +3,12 @@
 - `read_source(source, offset, limit)` reads a source the contract declares (and no
   other) and records the version it saw: with `pin: snapshot` the bytes are stored once,
   content-addressed, and every later read of that version (after a crash too) returns
-  the same bytes; with `pin: fingerprint` a hash, size and mtime are recorded, and a
-  re-read that finds them changed invalidates what depended on the earlier read.
+  the same bytes; with `pin: fingerprint` a version fingerprint is recorded (a file's
+  hash, size and mtime; a URL's ETag, Last-Modified and content hash), and a re-read
+  that finds it changed invalidates what depended on the earlier read. `document` and
+  `dataset` sources are files; `url` sources are fetched with an HTTP GET, `api` sources
+  with a GET or a POST of the contract's JSON `body`, asking for JSON; both with a
+  timeout and a size cap, their credentials masked in whatever is stored or shown.
 - `record_evidence(source_artifact, excerpt, location)` stores an excerpt of a snapshot
   (it must be in it) with its location; it depends on the snapshot and its version.
 - `record_claim(text, evidence)` stores a claim citing valid evidence artifacts.
@@ -24,17 +28,22 @@ the same artifact again, and a worker that lost its lease writes nothing.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 from pydantic import Field
 
 from tether import artifacts as A
 from tether import errors
 from tether import events as ev
+from tether.redact import MASK, redact
 from tether.spec import Source
 from tether.store.base import ArtifactRecord, Store, blob_hash
 from tether.tools.registry import Tool, ToolContext, tool
@@ -48,8 +57,11 @@ SOURCE_TOOLS = (
     "search_artifacts",
 )
 _MAX_TEXT = 20_000
-#: The largest source a snapshot copies into the store.
+#: The largest source a snapshot copies into the store (and the largest response a
+#: url or api source may give).
 MAX_SNAPSHOT_BYTES = 32 << 20
+#: How long fetching a url or api source may take: 10 s to connect, 30 s per read.
+HTTP_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 
 
 async def _sources(store: Store, task_id: str) -> list[Source]:
@@ -112,11 +124,6 @@ async def _existing(store: Store, ctx: ToolContext, suffix: str) -> ArtifactReco
 
 
 def _location(src: Source, workspace: Path | None) -> Path:
-    if src.kind not in ("document", "dataset"):
-        raise errors.ToolFailed(
-            f"read_source: source {src.id} is a {src.kind}; read_source reads documents and "
-            "datasets (files); use a tool of your own for it"
-        )
     path = Path(src.location)
     if not path.is_absolute():
         if workspace is None:
@@ -133,14 +140,120 @@ def _slice(text: str, offset: int, limit: int) -> str:
     return part + (f"\n[{rest} more characters after offset {offset + len(part)}]" if rest else "")
 
 
-def _fingerprint(path: Path) -> dict[str, Any]:
-    data = path.read_bytes()
+#: Query parameters whose value is a credential (`?api_key=...`, `&token=...`).
+_SECRET_PARAM = re.compile(
+    r"([?&;][^=&#\s]*(?:key|token|secret|passw|credential|signature|sig|auth)[^=&#\s]*=)"
+    r"[^&#\s]+",
+    re.I,
+)
+
+
+def shown_url(url: str) -> str:
+    """A source URL as tether journals and prints it: userinfo, known secrets and
+    credential-looking query parameters masked."""
+    return _SECRET_PARAM.sub(rf"\1{MASK}", redact(url))
+
+
+@dataclass(frozen=True)
+class _Fetched:
+    """What one read of a source found: its bytes and its version fingerprint (`key`
+    is what two reads of the same content share)."""
+
+    data: bytes
+    fingerprint: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        return _key(self.fingerprint)
+
+
+def _key(meta: Mapping[str, Any]) -> str:
+    """The identity of a read version: the content hash, and the ETag when the server
+    gave one (a changed ETag is a new version even if the bytes look the same)."""
+    return f"{meta.get('etag') or ''}|{meta.get('sha256') or ''}"
+
+
+def _read_file(src: Source, workspace: Path | None, cap: int | None) -> _Fetched:
+    path = _location(src, workspace)
     st = path.stat()
-    return {
+    if cap is not None and st.st_size > cap:
+        raise errors.ToolFailed(
+            f"read_source: source {src.id} is larger than {cap >> 20} MiB; a snapshot would "
+            "copy it into the store (the contract can pin it by fingerprint instead)"
+        )
+    data = path.read_bytes()
+    fp = {
         "sha256": hashlib.sha256(data).hexdigest(),
         "size": st.st_size,
         "mtime_ns": st.st_mtime_ns,
     }
+    return _Fetched(data, fp)
+
+
+async def _fetch_http(src: Source) -> _Fetched:
+    """GET (or, for an api source with `method: POST`, POST its `body` as JSON) the
+    source's URL: bounded in time (`HTTP_TIMEOUT`) and size (`MAX_SNAPSHOT_BYTES`), the
+    response streamed so a huge one is cut off, not buffered. Errors name the URL with
+    its credentials masked."""
+    url = shown_url(src.location)
+    headers = {"Accept": "application/json"} if src.kind == "api" else {}
+    cap = MAX_SNAPSHOT_BYTES
+    try:
+        async with (
+            httpx.AsyncClient(timeout=HTTP_TIMEOUT, follow_redirects=True) as client,
+            client.stream(
+                src.method,
+                src.location,
+                headers=headers,
+                json=src.body if src.method == "POST" else None,
+            ) as resp,
+        ):
+            if resp.status_code >= 400:
+                raise errors.ToolFailed(
+                    f"read_source: source {src.id} ({url}) answered HTTP {resp.status_code}"
+                )
+            length = resp.headers.get("content-length", "")
+            if length.isdigit() and int(length) > cap:
+                raise errors.ToolFailed(
+                    f"read_source: source {src.id} ({url}) is larger than {cap >> 20} MiB"
+                )
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in resp.aiter_bytes():
+                size += len(chunk)
+                if size > cap:
+                    raise errors.ToolFailed(
+                        f"read_source: source {src.id} ({url}) is larger than {cap >> 20} MiB"
+                    )
+                chunks.append(chunk)
+            etag = resp.headers.get("etag")
+            modified = resp.headers.get("last-modified")
+    except httpx.TimeoutException:
+        raise errors.ToolFailed(
+            f"read_source: source {src.id} ({url}) did not answer within {HTTP_TIMEOUT.read:g} s"
+        ) from None
+    except httpx.HTTPError as exc:
+        raise errors.ToolFailed(
+            f"read_source: cannot fetch source {src.id} ({url}): {shown_url(str(exc))}"
+        ) from None
+    data = b"".join(chunks)
+    fp: dict[str, Any] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    fp.update({k: v for k, v in (("etag", etag), ("last_modified", modified)) if v})
+    return _Fetched(data, fp)
+
+
+async def _fetch(src: Source, workspace: Path | None, *, cap: int | None) -> _Fetched:
+    """Read a source's current bytes and fingerprint (files in a thread)."""
+    if src.kind in ("url", "api"):
+        return await _fetch_http(src)
+    return await asyncio.to_thread(_read_file, src, workspace, cap)
+
+
+def _origin(src: Source) -> dict[str, Any]:
+    """What an artifact's meta says of where a read came from (a URL masked)."""
+    if src.kind in ("url", "api"):
+        return {"url": shown_url(src.location), "method": src.method}
+    return {}
 
 
 class _Reader:
@@ -163,38 +276,35 @@ class _Reader:
         if earlier:
             art = earlier[0]
             return art, (await self.store.get_blob(art.blob_hash)).decode("utf-8", "replace"), ""
-        path = _location(self.src, self.ctx.workspace)
-        if path.stat().st_size > MAX_SNAPSHOT_BYTES:
-            raise errors.ToolFailed(
-                f"read_source: source {self.src.id} is larger than "
-                f"{MAX_SNAPSHOT_BYTES >> 20} MiB; a snapshot would copy it into the store "
-                "(the contract can pin it by fingerprint instead)"
-            )
-        data = path.read_bytes()
-        meta = {"source": self.src.id, "version": self.src.version, "pin": "snapshot"}
+        got = await _fetch(self.src, self.ctx.workspace, cap=MAX_SNAPSHOT_BYTES)
+        meta = {
+            "source": self.src.id,
+            "version": self.src.version,
+            "pin": "snapshot",
+            **_origin(self.src),
+            **{k: v for k, v in got.fingerprint.items() if k in ("etag", "last_modified")},
+        }
         art = await _existing(self.store, self.ctx, "snap") or _record(
-            self.ctx, "snap", "source_snapshot", self.src.id, data, [self.ref], meta
+            self.ctx, "snap", "source_snapshot", self.src.id, got.data, [self.ref], meta
         )
-        await _store(self.store, self.ctx, [art], [data])
-        return art, data.decode("utf-8", "replace"), ""
+        await _store(self.store, self.ctx, [art], [got.data])
+        return art, got.data.decode("utf-8", "replace"), ""
 
     async def fingerprint(self) -> tuple[ArtifactRecord, str, str]:
-        path = _location(self.src, self.ctx.workspace)
-        fp = _fingerprint(path)
-        text = path.read_bytes().decode("utf-8", "replace")
+        got = await _fetch(self.src, self.ctx.workspace, cap=None)
+        fp = got.fingerprint
+        text = got.data.decode("utf-8", "replace")
         earlier = await self.reads()
-        same = [a for a in earlier if a.meta.get("sha256") == fp["sha256"]]
+        same = [a for a in earlier if _key(a.meta) == got.key]
         if same:
             return same[0], text, ""
-        changed = [a for a in earlier if a.meta.get("sha256") != fp["sha256"]]
+        changed = [a for a in earlier if _key(a.meta) != got.key]
         notice = ""
         stale: list[ArtifactRecord] = []
         more: list[ev.Event] = []
         if changed:
-            reason = (
-                f"source {self.src.id} {self.src.version} changed on re-read "
-                f"(sha256 now {fp['sha256'][:12]})"
-            )
+            what = f"ETag now {fp['etag']}" if fp.get("etag") else f"sha256 now {fp['sha256'][:12]}"
+            reason = f"source {self.src.id} {self.src.version} changed on re-read ({what})"
             arts = await self.store.get_artifacts(self.ctx.task_id)
             roots = [A.artifact_ref(a.artifact_id) for a in changed]
             hit = changed + A.dependents(arts, roots)
@@ -206,7 +316,13 @@ class _Reader:
             )
             notice = f"NOTE: {reason}; invalidated: {', '.join(a.artifact_id for a in hit)}\n"
         blob = json.dumps(fp, sort_keys=True).encode()
-        meta = {"source": self.src.id, "version": self.src.version, "pin": "fingerprint", **fp}
+        meta = {
+            "source": self.src.id,
+            "version": self.src.version,
+            "pin": "fingerprint",
+            **_origin(self.src),
+            **fp,
+        }
         art = await _existing(self.store, self.ctx, "fp") or _record(
             self.ctx, "fp", "source_snapshot", self.src.id, blob, [self.ref], meta
         )
@@ -235,8 +351,9 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
         name="read_source",
         effect="read",
         description=(
-            "Read a source the contract declares, by id: at most `limit` characters from "
-            "`offset`. The answer names the snapshot artifact to cite in record_evidence."
+            "Read a source the contract declares (a file, a URL or an API), by id: at most "
+            "`limit` characters from `offset`. The answer names the snapshot artifact to "
+            "cite in record_evidence."
         ),
     )
     async def read_source(

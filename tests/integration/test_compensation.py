@@ -200,6 +200,14 @@ async def test_compensate_undoes_the_batch_newest_first_once_each(tmp_path: Path
         assert ops[op].result is not None and ops[op].result["compensation"] == "compensated"
     intents = [e["op_id"] for e in await events_of(store, tid, "op.intended")]
     assert intents.count(f"{b}.compensate") == intents.count(f"{a}.compensate") == 1
+    # `tether status --json` lists them.
+    from tether.runtime.tasks import status_dict
+
+    doc = await status_dict(store, tid)
+    assert [(c["op_id"], c["by"], c["outcome"], c["after"]) for c in doc["compensations"]] == [
+        (b, f"{b}.compensate", "compensated", c),
+        (a, f"{a}.compensate", "compensated", c),
+    ]
 
     # Resuming runs nothing again.
     _, again = await run(store, tid, svc, spec("compensate"), batch_actor, tmp_path)

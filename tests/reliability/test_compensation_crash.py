@@ -123,6 +123,13 @@ def assert_compensated_once_each(api: TicketAPI, cli: Run, tid: str, doc: dict[s
         (f"{b}.compensate", "succeeded"),
         (f"{a}.compensate", "succeeded"),
     ]
+    assert [(x["op_id"], x["outcome"]) for x in doc["compensations"]] == [
+        (b, "compensated"),
+        (a, "compensated"),
+    ]
+    status = cli("status", tid)
+    assert status.returncode == 0, status.stderr
+    assert f"compensations: {b} compensated; {a} compensated" in " ".join(status.stdout.split())
     timeline = cli("timeline", tid)
     assert timeline.returncode == 0, timeline.stderr
     assert "gave up after 3 attempts → compensate 2 applied op(s)" in timeline.stdout

@@ -152,6 +152,11 @@ def status_view(doc: Mapping[str, Any]) -> Group:
         )
     if doc.get("sources"):
         lines.append(sources_line(doc))
+    if doc.get("compensations"):
+        undo = doc["compensations"]
+        shown = "; ".join(f"{clean(c['op_id'])} {clean(c['outcome'])}" for c in undo[:6])
+        more = f" (+{len(undo) - 6} more)" if len(undo) > 6 else ""
+        lines.append(Text(f"compensations: {shown}{more}", "yellow"))
     used = doc["budget"]["used"]
     lines.append(
         Text(

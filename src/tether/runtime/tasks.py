@@ -255,7 +255,32 @@ async def task_status(store: Store, task_id: str) -> TaskStatus:
     """The task's `TaskStatus` (`TaskNotFound` for an unknown id)."""
     task = await store.get_task(task_id)
     ledger = (await store.get_ledger(task_id)).to_ledger()
-    return TaskStatus(task, ledger, await artifacts.status_view(store, task_id, task.spec))
+    views = dict(await artifacts.status_view(store, task_id, task.spec))
+    undo = await compensations(store, task_id)
+    if undo:
+        views["compensations"] = undo
+    return TaskStatus(task, ledger, views)
+
+
+async def compensations(store: Store, task_id: str) -> list[dict[str, Any]]:
+    """The task's compensations, from its journal: each op a plan named to be undone
+    (`op.exhausted`, policy `compensate`; `after`: the failed call), its compensation op
+    (`by`) and how it ended (`op.compensated`: `compensated`, `done_by_hand`, `left`)
+    or `pending`."""
+    found: dict[str, dict[str, Any]] = {}
+    for e in await store.read_events(task_id, types={"op.exhausted", "op.compensated"}):
+        if e.type == "op.exhausted":
+            for op_id in e.data.get("compensate") or ():
+                found.setdefault(
+                    str(op_id),
+                    {"op_id": op_id, "by": f"{op_id}.compensate", "outcome": "pending",
+                     "after": e.data.get("op_id")},
+                )  # fmt: skip
+        else:
+            op_id = str(e.data.get("op_id"))
+            row = found.setdefault(op_id, {"op_id": op_id, "after": None})
+            row.update(by=e.data.get("by"), outcome=e.data.get("outcome"))
+    return list(found.values())
 
 
 async def status_dict(store: Store, task_id: str) -> dict[str, Any]:

@@ -62,6 +62,45 @@ ModelOpt = Annotated[
 ]
 ByOpt = Annotated[str, typer.Option("--by", help="Who decides (journaled).")]
 
+#: The most seconds `--model-timeout` takes (as `TETHER_MODEL_TIMEOUT`).
+MAX_MODEL_TIMEOUT = 3600.0
+
+
+def _model_timeout(value: float | None) -> float | None:
+    if value is not None and not (0 < value <= MAX_MODEL_TIMEOUT):  # also refuses NaN
+        raise typer.BadParameter(
+            f"{value} is not a number of seconds above 0 and at most {MAX_MODEL_TIMEOUT:g}"
+        )
+    return value
+
+
+ModelTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--model-timeout",
+        help="Seconds one model request may take before it is given up (and retried); "
+        "over the spec's models.timeout and TETHER_MODEL_TIMEOUT (default 300).",
+        callback=_model_timeout,
+        show_default=False,
+    ),
+]
+ModelRetriesOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--model-retries",
+        help="How often a failed or timed-out model request is tried again (0-10); over "
+        "the spec's models.max_retries and TETHER_MODEL_RETRIES (default 3).",
+        min=0,
+        max=10,
+        show_default=False,
+    ),
+]
+
+
+def model_options(timeout: float | None, retries: int | None) -> dict[str, float | int | None]:
+    """`--model-timeout` / `--model-retries` as `open_runtime`'s `model_options`."""
+    return {"timeout": timeout, "max_retries": retries}
+
 
 def fail(exc: BaseException, code: int) -> typer.Exit:
     """Print a user-facing error; the exit to raise."""

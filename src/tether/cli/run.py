@@ -16,7 +16,19 @@ from rich.text import Text
 
 from tether import errors, lifecycle
 from tether.cli import views
-from tether.cli._app import DbOpt, JsonOpt, ModelOpt, app, err, out, print_json, run_async
+from tether.cli._app import (
+    DbOpt,
+    JsonOpt,
+    ModelOpt,
+    ModelRetriesOpt,
+    ModelTimeoutOpt,
+    app,
+    err,
+    model_options,
+    out,
+    print_json,
+    run_async,
+)
 
 if TYPE_CHECKING:
     from tether.runtime.engine import RunResult
@@ -32,6 +44,29 @@ BroadOpt = Annotated[
     typer.Option(
         "--allow-broad-workspace",
         help="Accept a system or shared folder, or your home folder, as the workspace.",
+    ),
+]
+#: The most seconds `--reconnect-for` takes.
+MAX_RECONNECT_FOR = 86400.0
+
+
+def _reconnect_seconds(value: float) -> float:
+    if not 0 <= value <= MAX_RECONNECT_FOR:  # also refuses NaN
+        raise typer.BadParameter(
+            f"{value} is not a number of seconds from 0 to {MAX_RECONNECT_FOR:g}"
+        )
+    return value
+
+
+ReconnectOpt = Annotated[
+    float,
+    typer.Option(
+        "--reconnect-for",
+        envvar="TETHER_RECONNECT_FOR",
+        help="When the database goes away during the run (a restart, a failover), wait "
+        "this many seconds for it to come back, then go on from what it recorded; "
+        "after that, exit 4. 0: exit 4 at once.",
+        callback=_reconnect_seconds,
     ),
 ]
 
@@ -66,19 +101,22 @@ def _first_ctrl_c_stops(stop: asyncio.Event) -> Iterator[None]:
             signal.signal(signal.SIGINT, lambda *_: os._exit(130))
 
 
-async def drive(rt: Runtime, task_id: str, *, quiet: bool, force: bool = False) -> RunResult:
+async def drive(
+    rt: Runtime, task_id: str, *, quiet: bool, force: bool = False, reconnect_for: float = 0.0
+) -> RunResult:
     """Run a task here until it is terminal, waiting or interrupted, showing progress
     live on a terminal (unless `quiet`). `force` takes the lease over from a live owner
-    (a worker known to be gone); its fencing token then refuses the old owner's writes."""
+    (a worker known to be gone); its fencing token then refuses the old owner's writes.
+    `reconnect_for`: see `Engine.run`."""
     stop = asyncio.Event()
     view = views.ProgressView()
     async with rt.engine(task_id, on_progress=view.update, stop=stop) as engine:
         with _first_ctrl_c_stops(stop):
             if quiet or not out.is_terminal:
-                return await engine.run(task_id, force=force)
+                return await engine.run(task_id, force=force, reconnect_for=reconnect_for)
             with Live(view, console=out, refresh_per_second=4, transient=False) as live:
                 view.live = live
-                return await engine.run(task_id, force=force)
+                return await engine.run(task_id, force=force, reconnect_for=reconnect_for)
 
 
 def _finish(store_doc: dict[str, Any], result: RunResult, json_out: bool) -> None:
@@ -111,6 +149,9 @@ def run(
     json_out: JsonOpt = False,
     workspace: WorkspaceOpt = None,
     allow_broad_workspace: BroadOpt = False,
+    model_timeout: ModelTimeoutOpt = None,
+    model_retries: ModelRetriesOpt = None,
+    reconnect_for: ReconnectOpt = 60.0,
 ) -> None:
     """Start a task from a spec and drive it to a terminal or waiting state."""
     from tether.runtime.tasks import create_task, status_dict
@@ -119,15 +160,16 @@ def run(
 
     async def main() -> tuple[dict[str, Any], RunResult]:
         contract = load_spec(spec)
-        await check_task(contract, model)  # refuse a bad model or tool before writing
+        options = model_options(model_timeout, model_retries)
+        await check_task(contract, model, options)  # refuse a bad model or tool first
         ws = _workspace(contract, workspace, allow_broad_workspace)
-        async with open_runtime(db, model=model) as rt:
+        async with open_runtime(db, model=model, model_options=options) as rt:
             task = await create_task(
                 rt.store, contract, workspace=ws, allow_broad_workspace=allow_broad_workspace
             )
             if not json_out:
                 out.print(views.task_created(task.task_id, len(contract.items)))
-            result = await drive(rt, task.task_id, quiet=json_out)
+            result = await drive(rt, task.task_id, quiet=json_out, reconnect_for=reconnect_for)
             return await status_dict(rt.store, task.task_id), result
 
     doc, result = run_async(main)
@@ -223,13 +265,17 @@ def resume(
             "renews it, nothing is taken over; else its later writes are refused.",
         ),
     ] = False,
+    model_timeout: ModelTimeoutOpt = None,
+    model_retries: ModelRetriesOpt = None,
+    reconnect_for: ReconnectOpt = 60.0,
 ) -> None:
     """Continue a task (after a crash, a Ctrl-C, an approval or a fix)."""
     from tether.runtime.tasks import status_dict
     from tether.runtime.wiring import open_runtime
 
     async def main() -> tuple[dict[str, Any], RunResult]:
-        async with open_runtime(db, model=model, create=False) as rt:
+        options = model_options(model_timeout, model_retries)
+        async with open_runtime(db, model=model, create=False, model_options=options) as rt:
             task = await rt.store.get_task(task_id)
             if lifecycle.is_terminal(task.status):
                 raise errors.UserError(
@@ -237,7 +283,9 @@ def resume(
                 )
             if force:
                 await _confirm_takeover(rt, task_id, quiet=json_out)
-            result = await drive(rt, task_id, quiet=json_out, force=force)
+            result = await drive(
+                rt, task_id, quiet=json_out, force=force, reconnect_for=reconnect_for
+            )
             return await status_dict(rt.store, task_id), result
 
     doc, result = run_async(main)

@@ -10,7 +10,16 @@ import typer
 from rich.text import Text
 
 from tether import errors
-from tether.cli._app import DbOpt, ModelOpt, app, err, run_async
+from tether.cli._app import (
+    DbOpt,
+    ModelOpt,
+    ModelRetriesOpt,
+    ModelTimeoutOpt,
+    app,
+    err,
+    model_options,
+    run_async,
+)
 from tether.cli.views import clean
 
 if TYPE_CHECKING:
@@ -107,12 +116,15 @@ def worker(
             max=65535,
         ),
     ] = None,
+    model_timeout: ModelTimeoutOpt = None,
+    model_retries: ModelRetriesOpt = None,
 ) -> None:
     """Claim and run tasks from the database until stopped."""
     from tether.runtime.wiring import open_runtime
 
     async def main() -> WorkerStats:
-        async with open_runtime(db, model=model) as rt:
+        options = model_options(model_timeout, model_retries)
+        async with open_runtime(db, model=model, model_options=options) as rt:
             server = None
             if metrics_port is not None:
                 server = await _serve_metrics(rt.store, metrics_port)

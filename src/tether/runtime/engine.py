@@ -253,25 +253,88 @@ class Engine:
 
     # ---------------------------------------------------------------- entry point
 
-    async def run(self, task_id: str, *, force: bool = False) -> RunResult:
+    async def run(
+        self, task_id: str, *, force: bool = False, reconnect_for: float = 0.0
+    ) -> RunResult:
         """Claim `task_id` and drive it until it is terminal, waiting or interrupted.
 
         A lease held by a dead process on this machine is taken over; `force` takes over
         any lease (for a worker known to be gone). Fencing keeps that safe.
+
+        `reconnect_for`: for how many seconds a lost database (`StoreUnavailable`) is
+        waited out. A lost connection may cut a commit off after it was sent, so whether
+        it happened is unknown and it is never sent again: the engine waits, with
+        backoff, until the store answers, then claims the task again and goes on from
+        what the store holds, as after a crash (the recovery of the new turn settles the
+        commit and any op it left in doubt). After that long without an answer, or once
+        `stop` is set, the error is raised. 0 raises at once.
         """
+        reconnecting = False
+        while True:
+            try:
+                return await self._run_once(task_id, force, reconnecting, reconnect_for > 0)
+            except errors.StoreUnavailable as exc:
+                # A held lock (`StoreBusy`) is a peer's doing, not an outage: said at once.
+                if reconnect_for <= 0 or isinstance(exc, errors.StoreBusy):
+                    raise
+                await self._await_store(task_id, exc, reconnect_for)
+                reconnecting = True
+
+    async def _run_once(
+        self, task_id: str, force: bool, reconnecting: bool, reconnecting_allowed: bool
+    ) -> RunResult:
         before = await self.store.get_task(task_id)
+        # After an outage this engine's own lease may still stand (its release, or a
+        # claim whose answer was lost, could not be settled): it is ours to take again.
+        ours = reconnecting and before.lease_owner == self.worker_id
         lease = await self.store.claim(self.worker_id, self.lease_ttl, task_id=task_id)
         if lease is None:
             task = await self.store.get_task(task_id)
             if lifecycle.is_terminal(task.status):
                 return RunResult(task_id, task.status, task.stop_reason, task.waiting, 0)
-            if force or owner_is_dead(task.lease_owner):
+            if force or ours or owner_is_dead(task.lease_owner):
                 lease = await self.store.claim(
                     self.worker_id, self.lease_ttl, task_id=task_id, force=True
                 )
             if lease is None:
                 raise errors.TaskBusy(task_id, task.lease_owner, task.lease_expiry)
-        return await self._drive(lease, before.lease_owner)
+        # With a reconnect to come, a lease the outage cut off is kept, not given back
+        # (that would wait out the store's own retries first): it is taken up again above.
+        return await self._drive(
+            lease, None if ours else before.lease_owner, keep_on_outage=reconnecting_allowed
+        )
+
+    async def _await_store(
+        self, task_id: str, lost: errors.StoreUnavailable, seconds: float
+    ) -> None:
+        """Wait until the store answers again (for `run`'s `reconnect_for`); raise a
+        `StoreUnavailable` saying so after `seconds`, or at once when `stop` is set."""
+        deadline = time.monotonic() + seconds
+        delay = 0.1
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.stop.is_set():
+                waited = "" if self.stop.is_set() else f" and did not come back in {seconds:g} s"
+                raise errors.StoreUnavailable(
+                    f"{lost.message} — the database went away{waited}; the task stays as "
+                    f"the store last recorded it: `tether resume {task_id}` goes on from there"
+                ) from lost
+            log.warning("task %s: %s; reconnecting (for up to %.0f s)", task_id, lost, left)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), min(delay, left))
+            delay = min(2.0, delay * 2)
+            if self.stop.is_set():
+                continue
+            try:
+                # A read is safe to send again; its own retries are cut at the deadline.
+                await asyncio.wait_for(
+                    self.store.get_task(task_id), max(0.1, deadline - time.monotonic())
+                )
+                return
+            except errors.StoreUnavailable as exc:
+                lost = exc
+            except TimeoutError:
+                pass
 
     async def run_next(self) -> RunResult | None:
         """Claim any claimable task and run it; None when there is nothing to do."""
@@ -285,8 +348,12 @@ class Engine:
         given back at the end."""
         return await self._drive(lease, previous_owner)
 
-    async def _drive(self, lease: Lease, previous_owner: str | None) -> RunResult:
-        """Drive a claimed task with a heartbeat; give the lease back at the end."""
+    async def _drive(
+        self, lease: Lease, previous_owner: str | None, *, keep_on_outage: bool = False
+    ) -> RunResult:
+        """Drive a claimed task with a heartbeat; give the lease back at the end (unless
+        `keep_on_outage` and the store went away: see `run`)."""
+        outage = False
         run = TaskRun(self, lease.task_id, lease.token, previous_owner=previous_owner)
         # The heartbeat cancels this task when a round outlives `limits.round_timeout`.
         run.driver = asyncio.current_task()
@@ -304,13 +371,17 @@ class Engine:
                 if run.prober.ask_human and await probe.escalate(run, run.overdue):
                     return run.result()
                 return await run.timed_out(run.overdue)
+        except errors.StoreUnavailable:
+            outage = keep_on_outage
+            raise
         finally:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
             await run.prober.close()
-            with contextlib.suppress(errors.StaleLease, errors.TaskNotFound):
-                await self.store.release(lease.task_id, lease.token)
+            if not outage:
+                with contextlib.suppress(errors.StaleLease, errors.TaskNotFound):
+                    await self.store.release(lease.task_id, lease.token)
 
 
 class TaskRun:

@@ -29,12 +29,22 @@ from tether.store import Store, default_url, open_store, sqlite_path
 from tether.tools.registry import ToolRegistry
 
 RULES_ONLY = "rules"
+#: Options for every model a process builds, over the spec's (`timeout` in seconds,
+#: `max_retries`); a None value leaves the spec's or the environment's.
+ModelOptions = dict[str, float | int | None]
 
 
-def build_models(spec: TaskSpec, override: str | None = None) -> ModelSet:
+def build_models(
+    spec: TaskSpec, override: str | None = None, options: ModelOptions | None = None
+) -> ModelSet:
     """Actor from `--model`, the spec or `TETHER_MODEL`; judge, compaction and review
     from the spec, defaulting to the actor's model. `models.judge: rules` judges by
-    `done_when` rules alone."""
+    `done_when` rules alone.
+
+    How long a request may take and how often a failed one is retried: `options`
+    (`--model-timeout`, `--model-retries`), else the spec's `models: {timeout,
+    max_retries}`, else `TETHER_MODEL_TIMEOUT` / `TETHER_MODEL_RETRIES`, else the
+    adapter's defaults (300 s, 3 retries)."""
     actor_name = override or spec.models.actor or os.environ.get("TETHER_MODEL")
     if not actor_name:
         raise errors.UserError(
@@ -42,15 +52,17 @@ def build_models(spec: TaskSpec, override: str | None = None) -> ModelSet:
             "or set models.actor in the spec or TETHER_MODEL in the environment"
         )
     cache: dict[str, Model] = {}
-    options: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {}
     if spec.models.timeout is not None:
-        options["timeout"] = spec.models.timeout
+        kwargs["timeout"] = spec.models.timeout
     if spec.models.max_retries is not None:
-        options["max_retries"] = spec.models.max_retries
+        kwargs["max_retries"] = spec.models.max_retries
+    # The command line is the operator's word for this process: it comes first.
+    kwargs.update({k: v for k, v in (options or {}).items() if v is not None})
 
     def get(name: str) -> Model:
         if name not in cache:
-            cache[name] = resolve_model(name, **options)
+            cache[name] = resolve_model(name, **kwargs)
         return cache[name]
 
     actor = get(actor_name)
@@ -67,13 +79,15 @@ def _no_store() -> Store:
     raise errors.StoreError("this registry only names tools; it has no store")
 
 
-async def check_task(spec: TaskSpec, model: str | None = None) -> None:
+async def check_task(
+    spec: TaskSpec, model: str | None = None, options: ModelOptions | None = None
+) -> None:
     """Refuse a task that cannot run, before anything is written: its models must
     resolve (they are built and closed again) and every tool its contract names must be
     registered (the built-ins and `TETHER_TOOLS`, and the tools of its MCP servers:
     they are started, listed and stopped again, so one that cannot start or whose tool
     clashes with another is refused here too)."""
-    models = build_models(spec, model)
+    models = build_models(spec, model, options)
     await models.aclose()
     await check_task_tools(spec)
 
@@ -120,11 +134,18 @@ class Runtime:
     worker first needs it, unless one is given."""
 
     def __init__(
-        self, store: Store, *, model: str | None = None, registry: ToolRegistry | None = None
+        self,
+        store: Store,
+        *,
+        model: str | None = None,
+        registry: ToolRegistry | None = None,
+        model_options: ModelOptions | None = None,
     ) -> None:
         self.store = store
         #: `--model`: the actor for every task, instead of the spec's or `TETHER_MODEL`.
         self.model = model
+        #: `--model-timeout` / `--model-retries`, over the spec's and the environment's.
+        self.model_options: ModelOptions = dict(model_options or {})
         self._registry = registry
 
     @property
@@ -136,7 +157,7 @@ class Runtime:
 
     def models_for(self, spec: TaskSpec) -> ModelSet:
         """The models a task with this spec runs with (see `build_models`)."""
-        return build_models(spec, self.model)
+        return build_models(spec, self.model, self.model_options)
 
     @asynccontextmanager
     async def engine(self, task_id: str, **options: Any) -> AsyncIterator[Engine]:
@@ -163,10 +184,12 @@ async def open_runtime(
     create: bool = True,
     clock: Clock | None = None,
     registry: ToolRegistry | None = None,
+    model_options: ModelOptions | None = None,
 ) -> AsyncIterator[Runtime]:
-    """Open the store at `db` (see `open_db`) as a `Runtime`; close it on exit."""
+    """Open the store at `db` (see `open_db`) as a `Runtime`; close it on exit.
+    `model_options`: see `build_models`."""
     store = await open_db(db, create=create, clock=clock)
     try:
-        yield Runtime(store, model=model, registry=registry)
+        yield Runtime(store, model=model, registry=registry, model_options=model_options)
     finally:
         await store.close()

@@ -9,19 +9,26 @@ become invalid (evidence, then claims, then sections, then the report); nothing 
 touched. Invalid artifacts stay in the store as history (`valid` false, the reason in
 their meta) and are never current again; the items whose evidence cited one return to
 pending with the reason.
+
+The results of rounds made from the old version go to history with them: each
+succeeded `read_source` op of a changed source (its result is the old version's text)
+is marked `superseded_by` the new task version, as a late result of an older goal is
+(`runtime.ops.superseded_by`), so no judge counts it and no item can cite it again;
+whatever was made from such an op (`op:<id>` dependents, a large output's artifact) is
+invalidated, and an item whose evidence cites one reopens. `history` lists both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from tether import errors
 from tether import events as ev
 from tether import ledger as L
 from tether.spec import TaskSpec
-from tether.store.base import ArtifactRecord, Store
+from tether.store.base import ArtifactRecord, OpRecord, Store
 
 #: The kinds of artifacts tether knows (a user's tool may add others).
 KINDS: Final[tuple[str, ...]] = (
@@ -35,6 +42,11 @@ KINDS: Final[tuple[str, ...]] = (
 )
 #: Meta key holding why and when an artifact became invalid.
 INVALIDATED: Final = "invalidated"
+#: The tool whose results are reads of a source (their args name it: `source`).
+READ_SOURCE: Final = "read_source"
+#: Op result keys marking a result made from an old source version (history).
+SUPERSEDED_BY: Final = "superseded_by"
+STALE: Final = "stale"
 
 
 def source_ref(source_id: str, version: str) -> str:
@@ -74,12 +86,49 @@ def invalidated(
     return [replace(a, valid=False, meta={**a.meta, INVALIDATED: mark}) for a in records]
 
 
+def op_ref(op_id: str) -> str:
+    """The dependency (and evidence) ref of an op: `op:<id>`."""
+    return f"op:{op_id}"
+
+
+def source_of(ref: str) -> str | None:
+    """The source id of a `source:<id>@<version>` ref (None for another ref)."""
+    if not ref.startswith("source:"):
+        return None
+    return ref[len("source:") :].partition("@")[0]
+
+
+def is_history(op: OpRecord) -> bool:
+    """True if the op's result was sent to history (an older goal or source version)."""
+    return isinstance((op.result or {}).get(SUPERSEDED_BY), int)
+
+
+def reads_of(ops: Iterable[OpRecord], source_id: str) -> list[OpRecord]:
+    """The current (not history) succeeded `read_source` ops that read `source_id`."""
+    return [
+        o
+        for o in ops
+        if o.tool == READ_SOURCE
+        and o.status == "succeeded"
+        and o.args.get("source") == source_id
+        and not is_history(o)
+    ]
+
+
+def superseded(ops: Sequence[OpRecord], reason: str, version: int) -> list[OpRecord]:
+    """The op records as written when their results go to history: the result kept
+    (the conversation still shows it) and marked `superseded_by` with the reason."""
+    return [
+        replace(o, result={**(o.result or {}), SUPERSEDED_BY: version, STALE: reason}) for o in ops
+    ]
+
+
 def reopen_citing(
-    ledger: L.Ledger, artifact_ids: Collection[str], reason: str
+    ledger: L.Ledger, artifact_ids: Collection[str], reason: str, *, op_ids: Collection[str] = ()
 ) -> tuple[L.Ledger, list[str]]:
-    """The ledger with every done item whose evidence cites one of `artifact_ids` back
-    to pending (its note says why); returns it and the reopened ids."""
-    refs = {artifact_ref(i) for i in artifact_ids}
+    """The ledger with every done item whose evidence cites one of `artifact_ids` (or
+    of `op_ids`) back to pending (its note says why); returns it and the reopened ids."""
+    refs = {artifact_ref(i) for i in artifact_ids} | {op_ref(i) for i in op_ids}
     reopened = []
     for d, s in ledger.items():
         if s.status == "done" and refs.intersection(s.evidence):
@@ -97,6 +146,8 @@ class Invalidation:
     ledger: L.Ledger
     reopened: list[str]
     events: list[ev.Event]
+    #: Ops whose results read an old version, as written when they go to history.
+    ops: list[OpRecord] = field(default_factory=list)
 
 
 def changed_sources(old: TaskSpec, new: TaskSpec) -> dict[str, str]:
@@ -122,34 +173,51 @@ def plan_invalidation(
     roots: Mapping[str, str],
     *,
     version: int | None = None,
+    ops: Sequence[OpRecord] = (),
 ) -> Invalidation:
     """Everything that depends on `roots` (`{ref: reason}`), transitively, made invalid,
-    and the items it proved reopened. Pure."""
+    the reads of a changed source among `ops` sent to history (with what was made from
+    them), and the items any of it proved reopened. Pure."""
     records: list[ArtifactRecord] = []
+    stale_ops: list[OpRecord] = []
     events: list[ev.Event] = []
     reopened: list[str] = []
     seen: set[str] = set()
+    seen_ops: set[str] = set()
     before = ledger
     for root, reason in roots.items():
-        hit = [a for a in dependents(artifacts, [root]) if a.artifact_id not in seen]
-        if not hit:
+        sid = source_of(root)
+        reads = [o for o in reads_of(ops, sid) if o.op_id not in seen_ops] if sid else []
+        seen_ops.update(o.op_id for o in reads)
+        refs = [root, *(op_ref(o.op_id) for o in reads)]
+        hit = [a for a in dependents(artifacts, refs) if a.artifact_id not in seen]
+        if not hit and not reads:
             continue
         seen.update(a.artifact_id for a in hit)
         records += invalidated(hit, reason, version=version)
+        if version is not None:
+            stale_ops += superseded(reads, reason, version)
         ledger, items = reopen_citing(
-            ledger, [a.artifact_id for a in hit], f"{reason}; its evidence is invalid"
+            ledger,
+            [a.artifact_id for a in hit],
+            f"{reason}; its evidence is invalid",
+            op_ids=[o.op_id for o in reads],
         )
         reopened += items
         events.append(
             ev.ArtifactsInvalidated(
-                artifacts=[a.artifact_id for a in hit], reason=reason, roots=[root], items=items
+                artifacts=[a.artifact_id for a in hit],
+                reason=reason,
+                roots=[root],
+                items=items,
+                ops=[o.op_id for o in reads],
             )
         )
     if reopened:
         # The full diff, so the ledger can be folded back from the log.
         changes = L.diff(before, ledger).to_list()
         events.append(ev.LedgerUpdated(version=ledger.version, diff=changes, cause="invalidation"))
-    return Invalidation(records, ledger, reopened, events)
+    return Invalidation(records, ledger, reopened, events, stale_ops)
 
 
 async def invalidate_for_edit(
@@ -166,7 +234,8 @@ async def invalidate_for_edit(
     if not roots:
         return Invalidation([], ledger, [], [])
     arts = await store.get_artifacts(task_id)
-    return plan_invalidation(arts, ledger, roots, version=version)
+    reads = await store.get_ops(task_id, statuses={"succeeded"}, tools={READ_SOURCE})
+    return plan_invalidation(arts, ledger, roots, version=version, ops=reads)
 
 
 def source_changes(spec: Mapping[str, Any], assignments: Sequence[str]) -> dict[str, Any]:
@@ -205,6 +274,8 @@ async def status_view(store: Store, task_id: str, spec: Mapping[str, Any]) -> di
         return {"sources": []}
     arts = await store.get_artifacts(task_id)
     invalid = [describe(a) for a in arts if not a.valid]
+    reads = await store.get_ops(task_id, statuses={"succeeded"}, tools={READ_SOURCE})
+    stale = [describe_op(o) for o in reads if is_history(o)]
     return {
         "sources": sources,
         "artifacts": {
@@ -214,7 +285,34 @@ async def status_view(store: Store, task_id: str, spec: Mapping[str, Any]) -> di
                 for d in invalid[-50:]
             ],
             "invalid_count": len(invalid),
+            "stale_reads": stale[-50:],
+            "stale_read_count": len(stale),
         },
+    }
+
+
+async def history(store: Store, task_id: str) -> dict[str, list[dict[str, Any]]]:
+    """What a task keeps as history, never current: its invalidated artifacts and the
+    source reads whose results were sent to history (described, oldest first)."""
+    arts = await store.get_artifacts(task_id)
+    reads = await store.get_ops(task_id, statuses={"succeeded"}, tools={READ_SOURCE})
+    return {
+        "artifacts": [describe(a) for a in arts if not a.valid],
+        "ops": [describe_op(o) for o in reads if is_history(o)],
+    }
+
+
+def describe_op(op: OpRecord) -> dict[str, Any]:
+    """A source read sent to history, JSON-ready."""
+    res = op.result or {}
+    return {
+        "op_id": op.op_id,
+        "tool": op.tool,
+        "source": op.args.get("source"),
+        "round": op.round,
+        "task_version": op.task_version,
+        "superseded_by": res.get(SUPERSEDED_BY),
+        "reason": res.get(STALE),
     }
 
 

@@ -153,6 +153,7 @@ async def edit_task(
         ),
         ledger=LedgerWrite.of(ledger, old_ledger.version, skeleton=True),
         artifacts=stale.records,
+        ops=stale.ops,
     )
     return await store.get_task(task_id)
 

@@ -312,12 +312,16 @@ class ArtifactStored(Event):
 @_register("artifacts.invalidated")
 class ArtifactsInvalidated(Event):
     """Artifacts that depended on a source version (or on other invalidated artifacts)
-    became invalid: they stay in history, never current; the items they proved reopen."""
+    became invalid, and the results of the ops that read the old version went to history
+    with them: they stay stored, never current; the items they proved reopen."""
 
     artifacts: list[str]
     reason: str
     roots: list[str] = Field(default_factory=list)
     items: list[str] = Field(default_factory=list)
+    #: Ops whose results were made from the old version (reads of the source): history
+    #: from now on (their result says `superseded_by`), never evidence again.
+    ops: list[str] = Field(default_factory=list)
 
 
 # --- judge, ledger, audits -------------------------------------------------------------

@@ -45,7 +45,7 @@ from tether import errors
 from tether import events as ev
 from tether.redact import MASK, redact
 from tether.spec import Source
-from tether.store.base import ArtifactRecord, Store, blob_hash
+from tether.store.base import ArtifactRecord, OpRecord, Store, blob_hash
 from tether.tools.registry import Tool, ToolContext, tool
 
 #: The names of the tools this module makes.
@@ -75,8 +75,11 @@ async def _store(
     arts: Sequence[ArtifactRecord],
     blobs: Sequence[bytes],
     more: Sequence[ev.Event] = (),
+    *,
+    ops: Sequence[OpRecord] = (),
 ) -> None:
-    """Write artifacts under the run's fencing token (a stale worker writes nothing)."""
+    """Write artifacts (and ops sent to history) under the run's fencing token (a stale
+    worker writes nothing)."""
     events: list[ev.Event] = [
         ev.ArtifactStored(
             artifact_id=a.artifact_id,
@@ -90,7 +93,7 @@ async def _store(
         if a.valid
     ]
     await store.commit(
-        ctx.task_id, ctx.fencing_token, [*more, *events], artifacts=arts, blobs=blobs
+        ctx.task_id, ctx.fencing_token, [*more, *events], artifacts=arts, blobs=blobs, ops=ops
     )
 
 
@@ -301,17 +304,32 @@ class _Reader:
         changed = [a for a in earlier if _key(a.meta) != got.key]
         notice = ""
         stale: list[ArtifactRecord] = []
+        stale_ops: list[OpRecord] = []
         more: list[ev.Event] = []
         if changed:
             what = f"ETag now {fp['etag']}" if fp.get("etag") else f"sha256 now {fp['sha256'][:12]}"
             reason = f"source {self.src.id} {self.src.version} changed on re-read ({what})"
             arts = await self.store.get_artifacts(self.ctx.task_id)
+            # The earlier reads of this source saw the old content: their results go to
+            # history, and whatever was made from them is invalid too.
+            done = await self.store.get_ops(
+                self.ctx.task_id, statuses={"succeeded"}, tools={A.READ_SOURCE}
+            )
+            reads = [o for o in A.reads_of(done, self.src.id) if o.op_id != self.ctx.op_id]
             roots = [A.artifact_ref(a.artifact_id) for a in changed]
-            hit = changed + A.dependents(arts, roots)
+            hit = changed + [
+                a
+                for a in A.dependents(arts, [*roots, *(A.op_ref(o.op_id) for o in reads)])
+                if a not in changed
+            ]
             stale = A.invalidated(hit, reason, version=self.ctx.task_version)
+            stale_ops = A.superseded(reads, reason, self.ctx.task_version)
             more.append(
                 ev.ArtifactsInvalidated(
-                    artifacts=[a.artifact_id for a in hit], reason=reason, roots=roots
+                    artifacts=[a.artifact_id for a in hit],
+                    reason=reason,
+                    roots=roots,
+                    ops=[o.op_id for o in reads],
                 )
             )
             notice = f"NOTE: {reason}; invalidated: {', '.join(a.artifact_id for a in hit)}\n"
@@ -326,7 +344,7 @@ class _Reader:
         art = await _existing(self.store, self.ctx, "fp") or _record(
             self.ctx, "fp", "source_snapshot", self.src.id, blob, [self.ref], meta
         )
-        await _store(self.store, self.ctx, [*stale, art], [blob], more)
+        await _store(self.store, self.ctx, [*stale, art], [blob], more, ops=stale_ops)
         return art, text, notice
 
 

@@ -363,3 +363,47 @@ async def test_a_compensated_task_replays_without_undoing_anything(tmp_path: Pat
     result = await replay_task(store, tid, registry=registry)
     assert result.ok, json.dumps(result.to_dict()["divergence"])
     assert svc.cancels == cancels  # the replay ran no real compensation
+
+
+async def test_only_the_items_current_stretch_is_compensated(tmp_path: Path) -> None:
+    """Item `first` filed ticket x and is done; item `batch` filed a (one round) and b
+    (the next) before c ran out of retries: b and a are undone, newest first; x, the
+    work of another item, stays."""
+    from .loop_support import next_item
+
+    store = await MemoryStore.open()
+    svc = Tickets(failing={"c": 10**6})
+    steps = {"batch": 0}
+
+    def actor(request: ModelRequest) -> ModelResponse:
+        item = next_item(request)
+        if item == "first":
+            return ModelResponse("x", (tether.tool_call("create_ticket", title="x"),))
+        if item != "batch" or steps["batch"] > 1:
+            return ModelResponse("nothing more")
+        steps["batch"] += 1
+        titles = ("a",) if steps["batch"] == 1 else ("b", "c")
+        calls = tuple(tether.tool_call("create_ticket", title=t) for t in titles)
+        return ModelResponse("filing", calls)
+
+    data = {
+        "objective": "file x, then the batch",
+        "items": [
+            {"id": "first", "title": "file x",
+             "done_when": {"kind": "op", "tool": "create_ticket", "args": {"title": "x"}}},
+            {"id": "batch", "title": "file a, b and c",
+             "done_when": {"kind": "op", "tool": "create_ticket", "args": {"title": "c"}}},
+        ],
+        "tools": [{"name": "create_ticket", "on_exhausted": "compensate"}],
+        "models": {"judge": "rules"},
+    }  # fmt: skip
+    tid, res = await run(store, None, svc, tether.parse_spec(data), actor, tmp_path)
+    x, a, b = f"{tid}.r1.c0", f"{tid}.r2.c0", f"{tid}.r3.c0"
+    assert svc.created == {x: "x"}
+    assert svc.cancels == [b, a]
+    (plan,) = await events_of(store, tid, "op.exhausted")
+    assert plan["compensate"] == [b, a] and plan["item"] == "batch"
+    ledger = await ledger_of(store, tid)
+    assert ledger.item("first").status == "done"
+    assert ledger.item("batch").status == "blocked"
+    assert res.waiting is not None and res.waiting["kind"] == "decision"

@@ -47,7 +47,11 @@ def approve(
     ] = None,
     done: Annotated[
         bool,
-        typer.Option("--done", help="For an op whose outcome was unknown: it did happen."),
+        typer.Option(
+            "--done",
+            help="For an op whose outcome was unknown, whose retries ran out or whose "
+            "compensation failed: it did happen (done another way, undone by hand).",
+        ),
     ] = False,
     result: Annotated[
         str | None, typer.Option("--result", help="With --done: what the service returned.")

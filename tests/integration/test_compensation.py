@@ -44,6 +44,8 @@ class Tickets:
     failing: dict[str, int] = field(default_factory=dict)
     #: Ops whose cancellation fails transiently, for how many more sends.
     cancel_failing: dict[str, int] = field(default_factory=dict)
+    #: Ops whose cancellation takes effect but loses its answer, for how many more sends.
+    cancel_lost: dict[str, int] = field(default_factory=dict)
 
     def tools(self, policy: tether.RetryPolicy = FAST) -> tether.Tool:
         def cancel_ticket(op: tether.OpRecord, ctx: tether.ToolContext) -> dict[str, Any]:
@@ -55,6 +57,10 @@ class Tickets:
             assert ctx.op_id == f"{op.op_id}.compensate"
             assert op.result is not None and "T-" in str(op.result.get("content"))
             self.created.pop(op.op_id)
+            lost = self.cancel_lost.get(op.op_id, 0)
+            if lost:
+                self.cancel_lost[op.op_id] = lost - 1
+                raise tether.OutcomeUnknown("the connection dropped after the cancel")
             return {"cancelled": op.op_id}
 
         @tether.tool(effect="write", service="tickets", retry=policy, compensate=cancel_ticket)
@@ -407,3 +413,25 @@ async def test_only_the_items_current_stretch_is_compensated(tmp_path: Path) -> 
     assert ledger.item("first").status == "done"
     assert ledger.item("batch").status == "blocked"
     assert res.waiting is not None and res.waiting["kind"] == "decision"
+
+
+async def test_a_compensation_in_doubt_waits_for_a_human_like_any_op(tmp_path: Path) -> None:
+    """The cancel of b takes effect but its answer is lost; the compensation is not
+    idempotent and has no reconcile, so it is never sent again on a guess: a person
+    says it happened, and the rest of the plan goes on."""
+    store = await MemoryStore.open()
+    svc = Tickets(failing={"c": 10**6})
+    tid = (await tether.create_task(store, spec("compensate"), workspace=tmp_path)).task_id
+    a, b = f"{tid}.r1.c0", f"{tid}.r1.c1"
+    svc.cancel_lost = {b: 1}
+    _, res = await run(store, tid, svc, spec("compensate"), batch_actor, tmp_path)
+    assert svc.cancels == [b]
+    assert res.waiting is not None and res.waiting["request_id"] == f"{b}.compensate.in_doubt"
+    _, still = await run(store, tid, svc, spec("compensate"), batch_actor, tmp_path)
+    assert still.status == "waiting" and svc.cancels == [b]
+    await approvals.decide(store, tid, f"{b}.compensate.in_doubt", "done", by="ops")
+    _, end = await run(store, tid, svc, spec("compensate"), batch_actor, tmp_path)
+    assert svc.cancels == [b, a] and svc.created == {}
+    assert end.waiting is not None and end.waiting["kind"] == "decision"
+    marks = [(m["op_id"], m["outcome"]) for m in await events_of(store, tid, "op.compensated")]
+    assert marks == [(b, "compensated"), (a, "compensated")]

@@ -7,7 +7,9 @@
   `restart()` (`pg_ctl restart -m fast`: the clients are told, as in a planned restart),
   `kill()` (SIGKILL to the postmaster and every backend: a crash or an OOM kill, the
   clients are told nothing, a commit on its way gets no answer), `start()` (the crash
-  recovery of a killed server runs then).
+  recovery of a killed server runs then). `hold_commits()` makes every commit wait, after
+  it is flushed, for a synchronous standby that does not exist, so that a kill cuts off
+  a commit that has landed; `unhold_commits()` (server down) undoes it.
 - `TicketService`: `tests/services/ticket_api.py` as a child process, whose counters
   are the effects as the outside world saw them (the tests' proof that no op was sent
   twice, independent of tether's database).
@@ -39,6 +41,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -203,6 +206,68 @@ class PgServer:
         (self.data / "postmaster.pid").unlink(missing_ok=True)
         for lock in self.root.glob(".s.PGSQL.*"):
             lock.unlink(missing_ok=True)
+
+    def hold_commits(self) -> None:
+        """From now on a commit is written and flushed here, then waits for a standby
+        that does not exist (`synchronous_standby_names`): killing the server then cuts
+        off a commit that has landed (the crash recovery replays it) without an answer.
+        Returns once a commit of the test's own waits so (`SyncRep`)."""
+        import psycopg
+
+        base = self.url().split("?")[0]
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS hold_probe (x int)")
+            conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody_listens'")
+            conn.execute("SELECT pg_reload_conf()")
+
+        def held() -> bool:
+            # The setting reaches the commits once the checkpointer has read it again.
+            probe = psycopg.connect(base, autocommit=True)
+            pid = probe.info.backend_pid
+            done = threading.Event()
+
+            def insert() -> None:
+                with contextlib.suppress(psycopg.Error):
+                    probe.execute("INSERT INTO hold_probe VALUES (1)")
+                done.set()
+
+            threading.Thread(target=insert, daemon=True).start()
+            try:
+                with psycopg.connect(base, autocommit=True) as conn:
+                    for _ in range(50):
+                        if done.wait(0.02):
+                            return False
+                        row = conn.execute(
+                            "SELECT wait_event FROM pg_stat_activity WHERE pid = %s", (pid,)
+                        ).fetchone()
+                        if row and row[0] == "SyncRep":
+                            conn.execute("SELECT pg_cancel_backend(%s)", (pid,))
+                            return True
+                    conn.execute("SELECT pg_cancel_backend(%s)", (pid,))
+                    return False
+            finally:
+                done.wait(30)
+                probe.close()
+
+        wait_for(held, "commits to wait for the missing standby")
+
+    def waiting_commits(self, app: str) -> int:
+        """How many sessions of `app` wait in a held commit (see `hold_commits`)."""
+        import psycopg
+
+        with psycopg.connect(self.url().split("?")[0], autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE application_name = %s AND wait_event = 'SyncRep'",
+                (app,),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def unhold_commits(self) -> None:
+        """Undo `hold_commits` while the server is down (the next start reads it)."""
+        auto = self.data / "postgresql.auto.conf"
+        lines = auto.read_text().splitlines(keepends=True)
+        auto.write_text("".join(ln for ln in lines if "synchronous_standby_names" not in ln))
 
     def stop(self) -> None:
         """Stop the server (immediately; the data are thrown away)."""

@@ -14,11 +14,16 @@ see `_pg_server`), so it can do to it what an operator or a crash does:
   workers are still there and stop cleanly (a worker that exited 4 instead would be
   started again, and the work would still finish).
 - **`tether run` across a crash in the middle of its commit**: the run is frozen at a
-  commit with its connection in hand (fail point `during_commit=N:stop`), the server is
-  killed, the run thawed (its commit fails without an answer: did it happen?) and the
-  server started again. The run does not send the commit again, nor exit: it reconnects,
-  takes the task up from what the database holds, and finishes it — exit 0, one ticket
-  per item.
+  commit with its connection in hand (fail point `during_commit=N:stop`), and the server
+  is killed either before the commit reaches it (`commit-lost`) or after the commit was
+  written and flushed but before the answer was sent (`answer-lost`: the server holds
+  commits back waiting for a synchronous standby that does not exist, see
+  `PgServer.hold_commits`); the test checks which of the two the database then holds.
+  Either way the run's commit fails without an answer (did it happen?). The run does not
+  send it again, nor exit: it reconnects, takes the task up from what the database
+  holds, and finishes it — exit 0, one ticket per item, one request per op.
+- **past `--reconnect-for`** with the server still down: exit 4 saying so; a resume
+  finishes the task once the server is back.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 import yaml
@@ -117,6 +123,12 @@ def rounds_done(db: str) -> dict[str, int]:
         "SELECT task_id, count(*) AS n FROM events WHERE type = 'round.committed' GROUP BY task_id",
     )
     return {r["task_id"]: int(r["n"]) for r in rows or []}
+
+
+def event_count(db: str) -> int:
+    rows = query(db, "SELECT count(*) AS n FROM events")
+    assert rows is not None
+    return int(rows[0]["n"])
 
 
 def statuses(db: str) -> dict[str, str]:
@@ -232,11 +244,13 @@ def describe_proc(proc: subprocess.Popen[str]) -> str:
     return f"exit {proc.returncode}\n{out}\n{err}"
 
 
+@pytest.mark.parametrize("landed", [False, True], ids=["commit-lost", "answer-lost"])
 @pytest.mark.parametrize("nth_commit", [3, 6])
 def test_run_goes_on_after_its_commit_is_cut_off_by_a_server_crash(
-    tmp_path: Path, server: PgServer, tickets: TicketService, nth_commit: int
+    tmp_path: Path, server: PgServer, tickets: TicketService, nth_commit: int, landed: bool
 ) -> None:
     db = fresh_db(server)
+    app = app_of(db)
     ws = tmp_path / "ws"
     ws.mkdir()
     spec = write_task_spec(tmp_path, "r", 3)
@@ -247,13 +261,32 @@ def test_run_goes_on_after_its_commit_is_cut_off_by_a_server_crash(
     )  # fmt: skip
     try:
         wait_stopped(run, LONG)
-        # The commit's connection is in the run's hand; the server dies without a word.
-        server.kill()
-        os.kill(run.pid, signal.SIGCONT)
+        before = event_count(db)
+        if landed:
+            # The commit is written and flushed, then waits for a standby: the server
+            # dies with the commit in its log and the answer not sent.
+            server.hold_commits()
+            os.kill(run.pid, signal.SIGCONT)
+            wait_for(lambda: server.waiting_commits(app), "the run's commit to be held", LONG)
+            os.kill(run.pid, signal.SIGSTOP)  # while the test looks (not needed by the run)
+            wait_stopped(run, LONG)
+            server.kill()
+            server.unhold_commits()
+        else:
+            # The commit's connection is in the run's hand; the server dies without a
+            # word before the commit is sent.
+            server.kill()
         server.start()
+        # What the run will find: its commit there (landed) or not.
+        after = event_count(db)
+        assert after > before if landed else after == before, (before, after)
+        os.kill(run.pid, signal.SIGCONT)
         out, err = run.communicate(timeout=LONG)
     finally:
         reap(run)
+        if landed and server.postmaster_pid() is None:
+            server.unhold_commits()
+            server.start()
     assert run.returncode == 0, f"exit {run.returncode}\n{err}"
     assert "Traceback" not in err
     assert "reconnecting" in err, err  # it did lose the database on the way
@@ -264,6 +297,10 @@ def test_run_goes_on_after_its_commit_is_cut_off_by_a_server_crash(
     # And the CLI reads it back like any task.
     assert_ok(tether("status", task_id, "--db", db, cwd=tmp_path, env=env_for(tickets)))
     assert '"satisfied"' in out
+
+
+def app_of(db: str) -> str:
+    return dict(parse_qsl(urlsplit(db).query))["application_name"]
 
 
 def test_run_exits_4_once_the_server_stays_away_past_reconnect_for(

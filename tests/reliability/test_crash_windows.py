@@ -406,6 +406,36 @@ def test_window3_crash_before_commit_is_backfilled_not_resent(
     assert_one_ticket_per_item(api, evs, "create_ticket")
 
 
+def test_approved_call_lost_in_a_crash_is_reconciled_not_sent_again(
+    tmp_path: Path, ws: Path, api: TicketAPI, sqlite_cli: CLI
+) -> None:
+    """A call a human approved is sent, the service executes it and drops the answer,
+    and the worker dies right there: recovery asks the service (reconcile) instead of
+    sending the approved call again as if it had never left."""
+    cli = sqlite_cli
+    spec = spec_file(tmp_path, "create_ticket", items=1)
+    data = yaml.safe_load(spec.read_text())
+    data["tools"] = [{"name": "create_ticket", "approval": True}]
+    spec.write_text(yaml.safe_dump(data))
+    doc = cli.run(spec, ws)
+    tid = doc["task_id"]
+    assert doc["status"] == "waiting" and doc["waiting"]["kind"] == "approval", doc
+    res = cli("approve", tid, doc["waiting"]["request_id"])
+    assert res.returncode == 0, res.stderr
+    api.faults(drop_after=[1])
+    res = cli("resume", tid, "--model", POLICY, "--json", failpoints="after_op_dispatch=1")
+    assert res.returncode == 137, res.stderr[-2000:]
+    assert api.stats()["created"] == 1
+
+    assert_delivered(cli.resume(tid))
+    evs = cli.events(tid)
+    op = f"{tid}.r1.c0"
+    assert [p["key"] for p in api.stats()["posts"]] == [op]  # never sent again
+    assert reconciled(evs, op) == ["done"]
+    assert final_ops(evs)[op] == "succeeded"
+    assert len(api.tickets()) == 1
+
+
 # ---------------------------------------------------------------- PostgreSQL table
 
 

@@ -378,6 +378,7 @@ class OpRunner:
                     )
                     continue
                 record = replace(record, args=args, args_hash=_hash_args(args))
+            await self._leave_approval(prior, record)
             try:
                 done = await self.execute(tool, call, record, fresh=prior is None)
             except Pause:
@@ -397,6 +398,17 @@ class OpRunner:
         except Pause:
             await self.save_finished(outcomes)
             raise
+
+    async def _leave_approval(self, prior: OpRecord | None, record: OpRecord) -> None:
+        """An approved call is about to be sent: store it as `intended`, so that a crash
+        after the send is recovered like any call in flight (reconciled, or sent again
+        under its key), not sent blind as a call that never left."""
+        if (
+            prior is not None
+            and prior.status == "awaiting_approval"
+            and record.op_id in self.approved
+        ):
+            await self.run.commit([], ops=[replace(record, status="intended")])
 
     async def save_finished(self, outcomes: list[OpOutcome]) -> None:
         """Before pausing a round, make its finished calls durable so that resuming

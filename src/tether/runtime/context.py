@@ -57,6 +57,13 @@ def render_contract(spec: TaskSpec) -> str:
         lines += [f"  - [{a.id}] {a.description}" for a in spec.acceptance]
     if spec.tools:
         lines.append("Allowed tools: " + ", ".join(spec.tool_names()))
+    if spec.sources:
+        # The model can read only these (read_source refuses others), at these versions.
+        lines.append("Sources (read them with read_source; cite what you read):")
+        lines += [
+            f"  - {s.id} version {s.version} ({s.kind}{f': {s.title}' if s.title else ''})"
+            for s in spec.sources
+        ]
     return "\n".join(lines)
 
 

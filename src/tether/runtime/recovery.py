@@ -10,9 +10,11 @@ summary and recent events. Each step is a `recovery.*` event.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from tether import artifacts as A
 from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message
@@ -59,6 +61,8 @@ async def start_turn(run: TurnHost) -> Outcome | None:
         run.state.system_version = run.task.version
         run.state.system_at = run.clock.now()
     text = turn_message(kind, ledger, epoch=epoch)
+    if not first:
+        text += await invalidation_notice(run, invalidated, ledger)
     turn = run.state.turns + 1
     run.state.turns = turn
     if not first:
@@ -85,6 +89,40 @@ async def start_turn(run: TurnHost) -> Outcome | None:
     run.ctx.append(Entry("turn", [Message("user", text)]))
     run.snapshot(f"turn {turn} ({kind})")
     return None
+
+
+async def invalidation_notice(
+    run: TurnHost, found: Sequence[ArtifactRecord], ledger: L.Ledger
+) -> str:
+    """What the model must hear at a new turn: the artifacts invalidated since its last
+    turn (an edit of a source's version, content found missing by recovery) and the
+    items reopened with why. Without it a model would cite stale artifacts, or not know
+    what to redo. Empty when nothing changed."""
+    why: dict[str, str] = {}
+    for e in await run.store.read_events(
+        run.task_id, types={"turn.started", "artifacts.invalidated"}
+    ):
+        if e.type == "turn.started":
+            why.clear()  # the model heard of the earlier ones
+            continue
+        for ident in e.data.get("artifacts", []):
+            why[str(ident)] = str(e.data.get("reason", ""))
+    for art in found:
+        mark = art.meta.get(A.INVALIDATED)
+        reason = mark.get("reason") if isinstance(mark, dict) else None
+        why.setdefault(art.artifact_id, str(reason or "its content is missing from the store"))
+    reopened = [(d.id, s.note) for d, s in ledger.items() if s.status == "pending" and s.note]
+    if not why and not reopened:
+        return ""
+    parts = []
+    if why:
+        parts.append(
+            "Invalidated since your last turn (never cite these; redo what rested on them):\n"
+            + "\n".join(f"  - {ident}: {reason}" for ident, reason in why.items())
+        )
+    if reopened:
+        parts.append("Open again:\n" + "\n".join(f"  - {item}: {note}" for item, note in reopened))
+    return "\n\n" + "\n\n".join(parts)
 
 
 async def _recover(

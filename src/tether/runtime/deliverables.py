@@ -116,17 +116,22 @@ class _Check:
         if problem is not None:
             return f"evidence {problem}"
         # A citation is only as good as what it was built from: a claim whose evidence
-        # is gone is a dangling citation.
+        # is gone is a dangling citation. Both checks run, so recovery reports every
+        # break (a report whose file is gone and whose evidence is too).
+        problems = []
         for dep in _below(ident, self.artifacts):
             problem = self.own(dep)
             if problem is not None:
-                return f"evidence artifact {ident} cites {problem}"
+                problems.append(f"evidence artifact {ident} cites {problem}")
+                break
         art = self.artifacts[ident]
         path = art.meta.get(DELIVERABLE_KEY)
         if isinstance(path, str):
             want = art.meta.get(SHA256_KEY)
-            return _file_problem(self.workspace, path, want if isinstance(want, str) else None)
-        return None
+            problem = _file_problem(self.workspace, path, want if isinstance(want, str) else None)
+            if problem is not None:
+                problems.append(problem)
+        return "; ".join(problems) or None
 
     def op(self, ident: str) -> str | None:
         op = self.ops.get(ident)

@@ -19,6 +19,11 @@
   found again; each hit names the id to cite (`artifact:<id>` as an item's evidence, an
   evidence id in `record_claim`) and an excerpt. Invalidated artifacts are left out
   unless asked for, and then marked as history, never to be cited.
+- `write_report(path, title, sections, open_questions)` writes the report file into the
+  workspace from the cited sections (each with the claims it cites) and its open
+  questions, and stores a `report` artifact that depends on the sections and records
+  the file's content hash: a changed source invalidates it with its sections, and a
+  deleted or altered file reopens its item on the next verification.
 
 A citation must resolve to a valid artifact of the right kind of this task, so nothing
 is built on a dangling or stale one. Each artifact's id derives from the op id, and the
@@ -44,8 +49,10 @@ from tether import artifacts as A
 from tether import errors
 from tether import events as ev
 from tether.redact import MASK, redact
+from tether.runtime.deliverables import deliverable_meta
 from tether.spec import Source
 from tether.store.base import ArtifactRecord, OpRecord, Store, blob_hash
+from tether.tools import files
 from tether.tools.registry import Tool, ToolContext, tool
 
 #: The names of the tools this module makes.
@@ -55,6 +62,7 @@ SOURCE_TOOLS = (
     "record_claim",
     "write_report_section",
     "search_artifacts",
+    "write_report",
 )
 _MAX_TEXT = 20_000
 #: The largest source a snapshot copies into the store (and the largest response a
@@ -537,7 +545,57 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
             lines.append("   " + " ".join(hit.excerpt.split())[:400])
         return "\n".join(lines)
 
-    return [read_source, record_evidence, record_claim, write_report_section, search_artifacts]
+    @tool(
+        name="write_report",
+        effect="write",
+        idempotent=True,
+        description=(
+            "Write the report file (Markdown) from report section artifact ids, in order, "
+            "with its open questions; returns the report artifact id."
+        ),
+    )
+    async def write_report(
+        ctx: ToolContext,
+        path: Annotated[str, Field(description="path relative to the workspace folder")],
+        title: Annotated[str, Field(min_length=1, max_length=200)],
+        sections: Annotated[list[str], Field(min_length=1, max_length=100)],
+        open_questions: Annotated[list[str], Field(max_length=100)] = [],  # noqa: B006
+    ) -> str:
+        store = store_getter()
+        cited = _need(
+            await store.get_artifacts(ctx.task_id, artifact_ids=set(sections)),
+            sections,
+            "report_section",
+            "write_report",
+        )
+        text = await _render_report(store, title, cited, open_questions)
+        if ctx.workspace is None:
+            raise errors.ToolFailed("write_report: this task has no workspace folder")
+        ws = files.Workspace(ctx.workspace)
+        await ctx.ensure_owner()  # a worker paused past its lease writes nothing
+        try:
+            ws.write_file(path, text)
+        except OSError as exc:
+            raise errors.ToolFailed(f"write_report failed: {exc.strerror or exc}") from None
+        data = text.encode("utf-8")
+        meta = {**deliverable_meta(path, data), "open_questions": len(open_questions)}
+        art = await _existing(store, ctx, "report") or _record(
+            ctx, "report", "report", path, data, [A.artifact_ref(i) for i in sections], meta
+        )
+        await _store(store, ctx, [art], [data])
+        return (
+            f"report artifact {art.artifact_id} written to {path} ({len(sections)} sections, "
+            f"{len(open_questions)} open questions)"
+        )
+
+    return [
+        read_source,
+        record_evidence,
+        record_claim,
+        write_report_section,
+        search_artifacts,
+        write_report,
+    ]
 
 
 def _hit_line(art: ArtifactRecord) -> str:
@@ -557,3 +615,19 @@ def _hit_line(art: ArtifactRecord) -> str:
         ref = art.artifact_id
         return f"{head}; cite it as artifact:{ref}, or {ref} in record_claim"
     return f"{head}; cite it as artifact:{art.artifact_id}"
+
+
+async def _render_report(
+    store: Store, title: str, sections: Sequence[ArtifactRecord], questions: Sequence[str]
+) -> str:
+    """The report's Markdown: each section with the claims it cites (ids in brackets,
+    so every citation can be traced to its evidence), then the open questions."""
+    lines = [f"# {title}", ""]
+    for sec in sections:
+        doc = json.loads(await store.get_blob(sec.blob_hash))
+        lines += [f"## {doc.get('title', sec.name)}", "", str(doc.get("text", "")), ""]
+        claims = [str(c) for c in doc.get("claims", [])]
+        lines += ["Cites: " + ", ".join(f"[{c}]" for c in claims), ""]
+    lines += ["## Open questions", ""]
+    lines += [f"- {q}" for q in questions] if questions else ["- none"]
+    return "\n".join(lines) + "\n"

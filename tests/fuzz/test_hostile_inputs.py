@@ -218,3 +218,17 @@ def test_a_rejected_submit_writes_nothing(cli: Any, tmp_path_factory: Any, spec:
         assert not (cwd / ".tether").exists(), result.output
     else:
         assert (cwd / ".tether" / "tether.db").is_file()
+
+
+@FUZZ_CLI
+@given(timeout=numbers, retries=numbers, reconnect=numbers)
+def test_model_and_reconnect_options_never_escape(
+    cli: Any, tmp_path_factory: Any, timeout: str, retries: str, reconnect: str
+) -> None:
+    cwd = tmp_path_factory.mktemp("resume")
+    args = ["resume", "t1", "--model-timeout", timeout, "--model-retries", retries]
+    result = invoke(cli, [*args, "--reconnect-for", reconnect], cwd)
+    assert_no_traceback(result)
+    # Bad values are refused, good ones find no database here: nothing is written.
+    assert result.exit_code == 2, result.output
+    assert not (cwd / ".tether").exists()

@@ -58,7 +58,7 @@ class StoreConfigError(UserError):
 
 class StoreUnavailable(TetherError):
     """The database does not answer: infrastructure, not the user's input (the command
-    line exits 4; a worker retries)."""
+    line exits 4, `run` and `resume` after waiting `--reconnect-for`; a worker retries)."""
 
     exit_code = 4
 

@@ -40,7 +40,9 @@ had, or a session the server ended: restart, `pg_terminate_backend`, a timeout) 
 again on a new connection for up to 30 s, and so is a read or another step that may
 run twice; then it fails with `StoreUnavailable` (exit 4; a worker backs off and claims
 again). A commit whose connection was lost in the middle is not sent again blindly (it
-may have happened): the run stops, and its recovery reads what the store holds.
+may have happened): the run stops, and its recovery reads what the store holds (`tether
+run` waits for the database and runs that recovery itself: `Engine.run`'s
+`reconnect_for`).
 """
 
 from __future__ import annotations

@@ -82,7 +82,8 @@ def fresh_db(server: PgServer) -> str:
 
 
 def env_for(tickets: TicketService, **extra: str) -> dict[str, str]:
-    return cli_env(TETHER_TOOLS=TOOLS, TICKETS_URL=tickets.url, **extra)
+    # A slow answer under CPU stress is no lost answer: one request per op stays exact.
+    return cli_env(TETHER_TOOLS=TOOLS, TICKETS_URL=tickets.url, TICKETS_TIMEOUT="30", **extra)
 
 
 def write_task_spec(folder: Path, name: str, n_items: int) -> Path:

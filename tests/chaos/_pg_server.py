@@ -109,7 +109,10 @@ class PgServer:
 
     def __init__(self, bindir: Path) -> None:
         self.bindir = bindir
-        self.root = Path(tempfile.mkdtemp(prefix="tether-pg-"))
+        # /tmp rather than $TMPDIR: the socket's path must stay short (about 100 bytes),
+        # and the server's account (as root: `postgres`) must be able to reach it.
+        tmp = "/tmp" if os.access("/tmp", os.W_OK | os.X_OK) else None
+        self.root = Path(tempfile.mkdtemp(prefix="tether-pg-", dir=tmp))
         self.data = self.root / "data"
         self.log = self.root / "server.log"
         self.port = _free_port()

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.ab_policies import analyst, cited_claims
+from tether import artifacts as A
+from tether.edits import edit_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
 from tether.runtime import deliverables
@@ -94,10 +96,52 @@ async def test_the_report_cites_its_sections_and_breaks_when_its_file_goes(
 
     # The file is gone: the report's item no longer holds.
     (tmp_path / "report.md").unlink()
-    _, broken, _ = await deliverables.verify(store, tid, await ledger_of(store, tid), tmp_path)
+    _, broken, stale = await deliverables.verify(store, tid, await ledger_of(store, tid), tmp_path)
     assert [(b.item, b.reason) for b in broken] == [
         ("report", "deliverable report.md is missing from the workspace")
     ]
+    # It no longer stands for the file: invalid, so it can never prove the item again.
+    assert [(a.artifact_id, a.valid) for a in stale] == [(report.artifact_id, False)]
+    assert stale[0].meta[A.INVALIDATED]["reason"] == (
+        "its file in the workspace is missing or changed"
+    )
+
+
+async def test_a_report_whose_file_is_gone_is_written_again_not_accepted_again(
+    store: Store, tmp_path: Path
+) -> None:
+    """After recovery finds the report's file deleted, a round that does not rewrite it
+    does not make the item done again on the old report artifact: only a new report
+    (with its file) does."""
+    shutil.copytree(DATA / "corpus_ab", tmp_path / "corpus")
+    tid, result = await run_task(store, _spec(), tmp_path, ScriptedModel(policy=analyst))
+    assert result.status == "satisfied", result
+    (old,) = [a for a in await store.get_artifacts(tid) if a.kind == "report"]
+    (tmp_path / "report.md").unlink()
+    await edit_task(store, tid, {"budget": {"rounds": 90}})  # goes on: recovery runs
+    thought: list[int] = []
+
+    def slow_analyst(request: ModelRequest) -> ModelResponse | str:
+        if request.purpose == "act" and not thought:
+            thought.append(1)
+            return ModelResponse("Let me look at the ledger first.")
+        return analyst(request)
+
+    _, again = await run_task(
+        store, _spec(), tmp_path, ScriptedModel(policy=slow_analyst), task_id=tid
+    )
+    assert again.status == "satisfied", again
+    led = await ledger_of(store, tid)
+    (evidence,) = led.item("report").evidence
+    assert evidence != A.artifact_ref(old.artifact_id)
+    proved = [
+        change["after"]
+        for e in await store.read_events(tid, types={"ledger.updated"})
+        for change in e.data.get("diff", [])
+        if change["item"] == "report" and change["field"] == "evidence"
+    ]
+    assert proved.count([A.artifact_ref(old.artifact_id)]) == 1  # the first delivery only
+    assert (tmp_path / "report.md").is_file()
 
 
 async def test_verification_reports_every_break_of_a_report(

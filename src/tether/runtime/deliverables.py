@@ -101,6 +101,9 @@ class _Check:
         self.ops = ops
         self.last_writer = last_writer
         self.blobs = blobs
+        #: Artifacts whose workspace file is gone or altered: they no longer stand for
+        #: it, and must not prove an item again.
+        self.files_broken: dict[str, str] = {}
 
     def own(self, ident: str) -> str | None:
         """What is wrong with one stored artifact itself, or None."""
@@ -131,6 +134,7 @@ class _Check:
             problem = _file_problem(self.workspace, path, want if isinstance(want, str) else None)
             if problem is not None:
                 problems.append(problem)
+                self.files_broken[ident] = problem
         return "; ".join(problems) or None
 
     def op(self, ident: str) -> str | None:
@@ -245,12 +249,19 @@ async def verify(
             if reason is not None:
                 broken.append(Broken(item, ref, reason))
     gone = [a for a in hashed if a.valid and not states.get(a.blob_hash, True)]
+    moved = [arts[i] for i in check.files_broken if arts[i].valid]
     stale: list[ArtifactRecord] = []
-    if gone:
+    if gone or moved:
         every = await store.get_artifacts(task_id)
-        hit = gone + A.dependents(every, [A.artifact_ref(a.artifact_id) for a in gone])
-        hit = list({a.artifact_id: a for a in hit}.values())
-        stale = A.invalidated(hit, "its content is missing from the store")
+        seen: set[str] = set()
+        for roots, why in (
+            (gone, "its content is missing from the store"),
+            (moved, "its file in the workspace is missing or changed"),
+        ):
+            hit = roots + A.dependents(every, [A.artifact_ref(a.artifact_id) for a in roots])
+            hit = [a for a in {a.artifact_id: a for a in hit}.values() if a.artifact_id not in seen]
+            seen.update(a.artifact_id for a in hit)
+            stale += A.invalidated(hit, why)
     return reopen(ledger, broken), broken, stale
 
 
@@ -347,14 +358,17 @@ async def hold_delivery(run: JudgeHost, round_no: int) -> bool:
         for b in broken
     ]
     reopened = list(dict.fromkeys(b.item for b in broken))
-    if stale:
-        events.append(
-            ev.ArtifactsInvalidated(
-                artifacts=[a.artifact_id for a in stale],
-                reason="its content is missing from the store",
-                items=reopened,
-            )
+    by_reason: dict[str, list[str]] = {}
+    for art in stale:
+        mark = art.meta.get(A.INVALIDATED)
+        why = mark.get("reason") if isinstance(mark, dict) else None
+        by_reason.setdefault(str(why or "its content is missing from the store"), []).append(
+            art.artifact_id
         )
+    events += [
+        ev.ArtifactsInvalidated(artifacts=ids, reason=why, items=reopened)
+        for why, ids in by_reason.items()
+    ]
     events.append(
         ev.LedgerUpdated(
             version=ledger.version,

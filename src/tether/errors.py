@@ -151,10 +151,19 @@ class ReplayMismatch(TetherError):
 class ModelError(TetherError):
     """The model provider failed."""
 
-    def __init__(self, message: str, *, transient: bool = False, status: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        transient: bool = False,
+        status: int | None = None,
+        attempts: int = 1,
+    ):
         self.transient = transient
         self.status = status
-        super().__init__(message, transient=transient, status=status)
+        #: Requests sent to the provider before giving up.
+        self.attempts = attempts
+        super().__init__(message, transient=transient, status=status, attempts=attempts)
 
 
 # --- signals tools raise -------------------------------------------------------------

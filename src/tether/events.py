@@ -153,6 +153,8 @@ class ModelCalled(Event):
     cost_usd: float = 0.0
     summary: str = ""
     tool_calls: int = 0
+    #: Requests sent to the provider for this answer (1 + its retries).
+    attempts: int = 1
 
 
 @_register("model.failed")

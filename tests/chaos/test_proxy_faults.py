@@ -124,7 +124,8 @@ def _texts(value: Any) -> Iterator[str]:
 
 
 def _next_item(body: dict[str, Any]) -> str | None:
-    found = _NEXT.findall("\n".join(_texts(body.get("messages", []))))
+    # The ledger is in the messages, or in Anthropic's `system` on the first round.
+    found = _NEXT.findall("\n".join(_texts([body.get("system"), body.get("messages")])))
     return None if not found or found[-1] == "nothing" else found[-1]
 
 

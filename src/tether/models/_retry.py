@@ -91,8 +91,8 @@ async def call_with_retry(
     `classify` maps an exception to a `Failure`, or to None for exceptions that are
     not provider errors (those propagate untouched). A non-transient failure raises
     `ModelError(transient=False, status=...)` at once; the last transient one raises
-    `ModelError(transient=True, status=...)`. The original exception is kept as
-    `__cause__`.
+    `ModelError(transient=True, status=...)`; both say how many `attempts` were made.
+    The original exception is kept as `__cause__`.
     """
     draw = _Draw(rand)
     attempt = 0
@@ -106,7 +106,10 @@ async def call_with_retry(
                 raise
             if not failure.transient:
                 raise ModelError(
-                    f"{provider}: {failure.message}", transient=False, status=failure.status
+                    f"{provider}: {failure.message}",
+                    transient=False,
+                    status=failure.status,
+                    attempts=attempt,
                 ) from exc
             decision = decide(policy, attempt, "transient", hint=failure.retry_after, rng=draw)
             if not decision.retry:
@@ -115,6 +118,7 @@ async def call_with_retry(
                     f"{'s' if attempt != 1 else ''})",
                     transient=True,
                     status=failure.status,
+                    attempts=attempt,
                 ) from exc
             event = RetryEvent(attempt=attempt, delay=decision.delay, failure=failure)
             log.warning(

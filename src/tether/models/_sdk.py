@@ -5,6 +5,9 @@
   (today `httpx2`, not classic `httpx`: tether passes none of its own) and
   `max_retries=0`, so every retry is decided by `tether.retry` and seen by `on_retry`.
   A client passed in is the caller's to close; a built one is closed by `aclose()`.
+- **Timeout**: `timeout` bounds each attempt as a whole. The SDK's own timeout bounds
+  each read, so a provider trickling its answer a few bytes at a time would never
+  time out there; the attempt's deadline (`DeadlineExceeded`, transient) does.
 - **Errors**: `sdk_classifier` reads the exception family both SDKs share
   (`APIStatusError`, `APITimeoutError`, `APIConnectionError`,
   `APIResponseValidationError`); `call_with_retry` turns the last failure into
@@ -47,6 +50,14 @@ Classifier = Callable[[BaseException], Failure | None]
 # --- errors -------------------------------------------------------------------------------
 
 
+class DeadlineExceeded(TimeoutError):
+    """One attempt took longer than the model timeout as a whole (a trickled answer)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"request timed out (no complete answer within {seconds:g} s)")
+        self.seconds = seconds
+
+
 def describe_status_error(status: int, body: object, fallback: str) -> str:
     """A short, readable message for an HTTP error from a provider."""
     detail: str | None = None
@@ -73,6 +84,8 @@ def sdk_classifier(sdk: object) -> Classifier:
     validation_error: type[BaseException] = sdk.APIResponseValidationError  # type: ignore[attr-defined]
 
     def classify(exc: BaseException) -> Failure | None:
+        if isinstance(exc, DeadlineExceeded):
+            return Failure(transient=True, message=str(exc))
         if isinstance(exc, timeout_error):  # (a subclass of the connection error)
             return Failure(transient=True, message="request timed out")
         if isinstance(exc, connection_error):
@@ -108,8 +121,9 @@ def _status_failure(exc: BaseException) -> Failure:
 
 
 class SdkModel(Generic[ClientT]):
-    """What the SDK adapters share: name, retry policy, the client's lifetime and the
-    retried call. Subclasses build their request and parse the response body."""
+    """What the SDK adapters share: name, retry policy, the attempt's deadline
+    (`timeout`), the client's lifetime and the retried call. Subclasses build their
+    request and parse the response body."""
 
     provider = "sdk"
 
@@ -121,6 +135,7 @@ class SdkModel(Generic[ClientT]):
         client: ClientT | None,
         build: Callable[[], ClientT],
         classify: Classifier,
+        timeout: float = DEFAULT_TIMEOUT,
         max_retries: int = DEFAULT_MAX_RETRIES,
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
@@ -129,19 +144,27 @@ class SdkModel(Generic[ClientT]):
         self.model = model
         self.name = name
         self.retry = retry or RetryPolicy(max_attempts=max(0, max_retries) + 1)
+        self.timeout = timeout
         self._sleep = sleep
         self._on_retry = on_retry
         self._classify = classify
         self._owns_client = client is None
         self.client: ClientT = client if client is not None else build()
 
-    async def _send(self, call: Callable[[], Awaitable[Any]]) -> tuple[dict[str, Any], float]:
-        """Run one SDK call with retries: the response body as a dict, and the latency
-        in milliseconds (retries included)."""
+    async def _send(self, call: Callable[[], Awaitable[Any]]) -> tuple[dict[str, Any], float, int]:
+        """Run one SDK call with retries: the response body as a dict, the latency in
+        milliseconds (retries included) and the number of attempts it took."""
         started = time.perf_counter()
+        attempts = 0
 
         async def once() -> dict[str, Any]:
-            answer = await call()
+            nonlocal attempts
+            attempts += 1
+            try:
+                async with asyncio.timeout(self.timeout):
+                    answer = await call()
+            except TimeoutError as exc:  # the deadline's own; the SDK's are not these
+                raise DeadlineExceeded(self.timeout) from exc
             body: dict[str, Any] = answer.to_dict(mode="json", warnings=False)
             return body
 
@@ -153,7 +176,7 @@ class SdkModel(Generic[ClientT]):
             sleep=self._sleep or asyncio.sleep,
             on_retry=self._on_retry,
         )
-        return data, (time.perf_counter() - started) * 1000.0
+        return data, (time.perf_counter() - started) * 1000.0, attempts
 
     async def aclose(self) -> None:
         """Close the HTTP client if this model built it."""

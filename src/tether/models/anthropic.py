@@ -16,13 +16,15 @@
 - Client, retries, error mapping and usage normalization are shared with the OpenAI
   adapter (`tether.models._sdk`): the SDK client is built with its own HTTP client,
   `max_retries=0` and no tracing of its own; the `tether.retry` schedule retries 408,
-  409, 425, 429, 5xx and 529 "overloaded", timeouts and connection errors.
+  409, 425, 429, 5xx and 529 "overloaded", timeouts and connection errors; `timeout`
+  bounds each attempt as a whole.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import anthropic
@@ -205,6 +207,7 @@ class AnthropicModel(_sdk.SdkModel[anthropic.AsyncAnthropic]):
             name=name or f"anthropic:{model}",
             client=client,
             build=build,
+            timeout=timeout,
             classify=_sdk.sdk_classifier(anthropic),
             max_retries=max_retries,
             retry=retry,
@@ -233,7 +236,8 @@ class AnthropicModel(_sdk.SdkModel[anthropic.AsyncAnthropic]):
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer one request; latency covers retries too."""
         params = self.build_params(request)
-        data, latency_ms = await self._send(lambda: self.client.messages.create(**params))
-        return parse_anthropic_response(
+        data, latency_ms, attempts = await self._send(lambda: self.client.messages.create(**params))
+        response = parse_anthropic_response(
             data, request, default_model=self.model, latency_ms=latency_ms
         )
+        return replace(response, attempts=attempts)

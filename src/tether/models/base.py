@@ -161,10 +161,13 @@ class ModelResponse:
     model: str = ""
     latency_ms: float = 0.0
     finish_reason: str | None = None
+    #: Requests sent to the provider for this answer (1 + the retries it took).
+    attempts: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (journaled, and read back by replay)."""
-        return {
+        """JSON-ready form (journaled, and read back by replay); `attempts` only when
+        the answer took retries."""
+        d: dict[str, Any] = {
             "text": self.text,
             "tool_calls": [c.to_dict() for c in self.tool_calls],
             "usage": self.usage.to_dict(),
@@ -172,6 +175,9 @@ class ModelResponse:
             "latency_ms": self.latency_ms,
             "finish_reason": self.finish_reason,
         }
+        if self.attempts != 1:
+            d["attempts"] = self.attempts
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ModelResponse:
@@ -183,6 +189,7 @@ class ModelResponse:
             model=d.get("model", ""),
             latency_ms=float(d.get("latency_ms", 0.0)),
             finish_reason=d.get("finish_reason"),
+            attempts=int(d.get("attempts", 1)),
         )
 
 

@@ -15,8 +15,10 @@ format at a `base_url`: vLLM, Ollama, llama.cpp server, DeepSeek, Qwen and other
 - Client, retries, error mapping and usage normalization are shared with the Anthropic
   adapter (`tether.models._sdk`): the SDK client is built with its own HTTP client and
   `max_retries=0`; transient errors (timeouts, connection errors, 408, 409, 425, 429,
-  5xx) are retried on the `tether.retry` schedule, honouring `retry-after`. Failures
-  end as `errors.ModelError` with `transient` and `status`.
+  5xx) are retried on the `tether.retry` schedule, honouring `retry-after`; `timeout`
+  bounds each attempt as a whole (a trickled answer included). Failures end as
+  `errors.ModelError` with `transient`, `status` and `attempts`; an answer says how
+  many `attempts` it took.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any, Literal
 
 import openai
@@ -222,6 +225,7 @@ class OpenAIModel(_sdk.SdkModel[openai.AsyncOpenAI]):
             name=name or (f"openai:{model}" if base_url is None else model),
             client=client,
             build=build,
+            timeout=timeout,
             classify=_sdk.sdk_classifier(openai),
             max_retries=max_retries,
             retry=retry,
@@ -250,5 +254,10 @@ class OpenAIModel(_sdk.SdkModel[openai.AsyncOpenAI]):
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer one request; latency covers retries too."""
         params = self.build_params(request)
-        data, latency_ms = await self._send(lambda: self.client.chat.completions.create(**params))
-        return parse_openai_response(data, request, default_model=self.model, latency_ms=latency_ms)
+        data, latency_ms, attempts = await self._send(
+            lambda: self.client.chat.completions.create(**params)
+        )
+        response = parse_openai_response(
+            data, request, default_model=self.model, latency_ms=latency_ms
+        )
+        return replace(response, attempts=attempts)

@@ -859,13 +859,10 @@ class TaskRun:
                 ),
             )
         if not resp.latency_ms:
-            resp = ModelResponse(
-                resp.text,
-                resp.tool_calls,
-                resp.usage,
-                resp.model or model.name,
-                (time.perf_counter() - t0) * 1000,
-                resp.finish_reason,
+            resp = replace(
+                resp,
+                model=resp.model or model.name,
+                latency_ms=(time.perf_counter() - t0) * 1000,
             )
         return resp
 
@@ -969,6 +966,7 @@ class TaskRun:
             cost_usd=cost,
             summary=summary,
             tool_calls=len(response.tool_calls),
+            attempts=response.attempts,
         )
 
     async def model_failed(self, purpose: str, model: Model, exc: Exception) -> None:
@@ -980,6 +978,7 @@ class TaskRun:
             model=model.name,
             error=str(exc),
             transient=transient,
+            attempts=exc.attempts if isinstance(exc, errors.ModelError) else 1,
         )
         if transient:
             raise Stop(

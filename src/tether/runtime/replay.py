@@ -203,7 +203,9 @@ class _Cursor:
             await asyncio.Event().wait()
         if event.type == "model.failed":
             raise errors.ModelError(
-                str(event.data.get("error", "")), transient=bool(event.data.get("transient"))
+                str(event.data.get("error", "")),
+                transient=bool(event.data.get("transient")),
+                attempts=int(event.data.get("attempts", 1)),
             )
         doc = history.unpack(await self.rec.source.get_blob(event.data["response_blob"]))
         return ModelResponse.from_dict(doc)

@@ -142,6 +142,7 @@ class OpOutcome:
                 artifact_id=self.artifact.artifact_id if self.artifact else None,
                 error_class=self.error_class,
                 error=self.error,
+                attempt=max(1, self.record.attempts) if self.record is not None else 1,
                 duration_ms=self.duration_ms,
             )
         ]

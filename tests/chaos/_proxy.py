@@ -322,20 +322,21 @@ class _Conn:
             for i in range(0, len(data), step):
                 await self.deliver(data[i : i + step])
                 await asyncio.sleep(ex.fault.interval)
-        else:
-            await self.deliver(data)
         if ex.outcome in ("open", "stalled"):
             ex.outcome = "forwarded"
+        if kind != "trickle":
+            # Counted before the write: the client may read it before drain() returns.
+            await self.deliver(data)
         return True
 
     async def deliver(self, data: bytes) -> None:
-        """Write to the client and count it."""
+        """Count and write to the client."""
         if not data:
             return
-        self.cw.write(data)
-        await self.cw.drain()
         assert self.current is not None
         self.current.response_bytes += len(data)
+        self.cw.write(data)
+        await self.cw.drain()
 
 
 class FaultProxy:

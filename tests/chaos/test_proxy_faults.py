@@ -333,7 +333,7 @@ def test_model_stalled_response_is_cut_by_the_timeout_and_retried(
     tmp_path: Path, upstream: Upstream
 ) -> None:
     upstream.proxy.plan(Fault.stall_response())
-    out = run_model_task(tmp_path, upstream, timeout=1.0)
+    out = run_model_task(tmp_path, upstream, timeout=3.0)
     assert_delivered_in_one_round(out, tmp_path, attempts=2)
     assert len(upstream.provider.requests) == 2
     first = upstream.proxy.snapshot()[0]
@@ -396,7 +396,7 @@ def test_model_response_trickled_past_the_timeout_is_cut(
     """Every chunk comes well within the timeout, the whole answer does not: a per-read
     timeout would wait for it (about 10 s here); the attempt's deadline cuts it."""
     upstream.proxy.plan(Fault.trickle(chunk=16, interval=0.25))
-    out = run_model_task(tmp_path, upstream, timeout=1.0)
+    out = run_model_task(tmp_path, upstream, timeout=3.0)
     assert_delivered_in_one_round(out, tmp_path, attempts=2)
     first = upstream.proxy.snapshot()[0]
     assert first.upstream_answered and 0 < first.response_bytes < 600, first
@@ -459,7 +459,7 @@ def run_ticket_task(tmp_path: Path, proxy: FaultProxy, tool: str) -> Outcome:
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(data))
     (tmp_path / "ws").mkdir()
-    env = cli_env(TETHER_TOOLS=TOOLS_REF, TICKETS_URL=proxy.url, TICKETS_TIMEOUT="1")
+    env = cli_env(TETHER_TOOLS=TOOLS_REF, TICKETS_URL=proxy.url, TICKETS_TIMEOUT="2")
     proc = tether(
         "run",
         spec,

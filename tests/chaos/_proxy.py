@@ -318,11 +318,15 @@ class _Conn:
                 self.reset()
                 return False
         if kind == "trickle":
+            # Not "open" meanwhile: a client that read the last chunk and closed did
+            # not cut the trickle short.
+            ex.outcome = "trickling"
             step = max(1, ex.fault.size)
             for i in range(0, len(data), step):
+                if i:
+                    await asyncio.sleep(ex.fault.interval)
                 await self.deliver(data[i : i + step])
-                await asyncio.sleep(ex.fault.interval)
-        if ex.outcome in ("open", "stalled"):
+        if ex.outcome in ("open", "stalled", "trickling"):
             ex.outcome = "forwarded"
         if kind != "trickle":
             # Counted before the write: the client may read it before drain() returns.

@@ -44,7 +44,7 @@ import yaml
 from tests.chaos._pg_server import PgServer, TicketService, pg_server
 from tests.chaos._procs import reap, wait_for, wait_stopped
 from tests.conftest import pg_connect
-from tests.e2e._cli import assert_ok, cli_env, popen_tether, tether
+from tests.e2e._cli import assert_ok, cli_env, popen_tether, tether, tether_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -180,23 +180,37 @@ def test_workers_ride_out_a_fast_restart_and_a_kill_of_the_server(
         assert_ok(sub)
         titles[sub.stdout.strip().split()[-1]] = [f"{name}{k}" for k in range(1, n_items + 1)]
 
+    logs: list[Path] = []
+
     def start_worker() -> subprocess.Popen[str]:
-        return popen_tether(
-            "worker", "--db", db, "--model", POLICY, "--poll", "0.1", "--quiet",
-            cwd=tmp_path, env=env,
-        )  # fmt: skip
+        # Its stderr to a file: a pipe nobody reads during the outages could fill up
+        # with reconnect warnings and block the worker.
+        log = tmp_path / f"worker-{len(logs)}.log"
+        logs.append(log)
+        with open(log, "w", encoding="utf-8") as err:
+            return subprocess.Popen(
+                [*tether_command(), "worker", "--db", db, "--model", POLICY,
+                 "--poll", "0.1", "--quiet"],
+                cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=err, text=True,
+            )  # fmt: skip
 
     workers = [start_worker() for _ in range(3)]
-    replaced: list[tuple[int, str]] = []
+    log_of = {w.pid: logs[i] for i, w in enumerate(workers)}
+
+    def err_of(w: subprocess.Popen[str]) -> str:
+        return log_of[w.pid].read_text(errors="replace")
 
     def check_workers() -> None:
         """A worker that exited must have said "infrastructure" (4): start it again."""
         for i, w in enumerate(workers):
             if w.poll() is not None:
-                _, err = w.communicate()
-                assert w.returncode == 4 and "Traceback" not in err, (w.returncode, err)
-                replaced.append((w.returncode, err))
+                assert w.returncode == 4 and "Traceback" not in err_of(w), (
+                    w.returncode,
+                    err_of(w),
+                )
                 workers[i] = start_worker()
+                log_of[workers[i].pid] = logs[-1]
 
     def all_at_work() -> bool:
         check_workers()
@@ -226,25 +240,18 @@ def test_workers_ride_out_a_fast_restart_and_a_kill_of_the_server(
         wait_for(finished, "every task to finish after the kill", LONG)
         # Still there, and they stop cleanly.
         for w in workers:
-            assert w.poll() is None, describe_proc(w)
+            assert w.poll() is None, f"exit {w.returncode}: {err_of(w)}"
             w.send_signal(signal.SIGTERM)
         for w in workers:
-            _, err = w.communicate(timeout=LONG)
-            assert w.returncode == 0, err
-            assert "Traceback" not in err, err
+            w.wait(timeout=LONG)
+            assert w.returncode == 0, err_of(w)
+            assert "Traceback" not in err_of(w), err_of(w)
     finally:
         for w in workers:
             reap(w)
     for task_id, item_titles in titles.items():
         assert_journal_sound(db, task_id, item_titles)
     assert_one_effect_per_op(tickets, [t for ts in titles.values() for t in ts])
-
-
-def describe_proc(proc: subprocess.Popen[str]) -> str:
-    if proc.poll() is None:
-        return f"pid {proc.pid} running"
-    out, err = proc.communicate()
-    return f"exit {proc.returncode}\n{out}\n{err}"
 
 
 @pytest.mark.parametrize("landed", [False, True], ids=["commit-lost", "answer-lost"])

@@ -304,7 +304,13 @@ async def test_a_lost_evidence_artifact_reopens_its_item_on_recovery(tmp_path: P
         steps = {e["step"]: e["details"] for e in await events_of(store, tid, "recovery.step")}
         assert steps["artifacts"]["invalid"] == [art.artifact_id]
         assert steps["ledger"]["reopened"] == ["i1"]
-        assert (await store.get_artifact(art.artifact_id)).valid is False
+        lost = await store.get_artifact(art.artifact_id)
+        assert lost.valid is False
+        # The journal says why it went to history, not only the recovery step's details.
+        (inval,) = await events_of(store, tid, "artifacts.invalidated")
+        assert inval["artifacts"] == [art.artifact_id] and inval["items"] == ["i1"]
+        assert "missing from the store" in inval["reason"]
+        assert "missing from the store" in lost.meta["invalidated"]["reason"]
         # The rule judge proved it again with fresh evidence, and the task delivered.
         assert result.status == "satisfied"
         led = (await store.get_ledger(tid)).to_ledger()

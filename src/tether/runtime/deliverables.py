@@ -342,6 +342,25 @@ def details(
     }
 
 
+def invalidation_events(
+    stale: Sequence[ArtifactRecord], items: Sequence[str]
+) -> list[ev.ArtifactsInvalidated]:
+    """One `artifacts.invalidated` event per reason for artifacts found broken, so the
+    journal (and `tether artifacts --invalid`, the next turn's notice) says why each went
+    to history rather than leaving the reason in a check's details only."""
+    by_reason: dict[str, list[str]] = {}
+    for art in stale:
+        mark = art.meta.get(A.INVALIDATED)
+        why = mark.get("reason") if isinstance(mark, dict) else None
+        by_reason.setdefault(str(why or "its content is missing from the store"), []).append(
+            art.artifact_id
+        )
+    return [
+        ev.ArtifactsInvalidated(artifacts=ids, reason=why, items=list(items))
+        for why, ids in by_reason.items()
+    ]
+
+
 async def hold_delivery(run: JudgeHost, round_no: int) -> bool:
     """Before a task is delivered: verify every done item's evidence once more. When
     something broke, commit the reopened items with an `audit.warning` per finding and
@@ -358,17 +377,7 @@ async def hold_delivery(run: JudgeHost, round_no: int) -> bool:
         for b in broken
     ]
     reopened = list(dict.fromkeys(b.item for b in broken))
-    by_reason: dict[str, list[str]] = {}
-    for art in stale:
-        mark = art.meta.get(A.INVALIDATED)
-        why = mark.get("reason") if isinstance(mark, dict) else None
-        by_reason.setdefault(str(why or "its content is missing from the store"), []).append(
-            art.artifact_id
-        )
-    events += [
-        ev.ArtifactsInvalidated(artifacts=ids, reason=why, items=reopened)
-        for why, ids in by_reason.items()
-    ]
+    events += invalidation_events(stale, reopened)
     events.append(
         ev.LedgerUpdated(
             version=ledger.version,

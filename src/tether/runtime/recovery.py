@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tether import artifacts as A
@@ -159,7 +158,7 @@ async def _recover(
             ok = False
         if not ok:
             missing.append(art.artifact_id)
-            invalidated.append(replace(art, valid=False))
+            invalidated.append(A.invalidated([art], "its content is missing from the store")[0])
     events.append(
         ev.RecoveryStep(step="artifacts", details={"checked": len(artifacts), "invalid": missing})
     )
@@ -193,6 +192,7 @@ async def _recover(
     )
     reopened += [i for i in dict.fromkeys(b.item for b in broken) if i not in reopened]
     events.append(ev.RecoveryStep(step="ledger", details={"reopened": reopened}))
+    events += deliverables.invalidation_events(invalidated, reopened)
     if reopened:
         events.append(
             ev.LedgerUpdated(

@@ -162,3 +162,50 @@ async def test_a_stop_during_the_outage_gives_up_at_once(tmp_path: Path) -> None
     engine.stop.set()
     with pytest.raises(errors.StoreUnavailable, match="the database went away"):
         await asyncio.wait_for(run, 60)
+
+
+class CutOffCreate(MemoryStore):
+    """`create_task` loses its connection, after landing (`landed`) or before; then the
+    next `down` reads fail too."""
+
+    landed = False
+    down = 0
+
+    async def create_task(self, *args: Any, **kwargs: Any) -> Any:
+        self.creates = getattr(self, "creates", 0) + 1
+        if self.creates == 1:
+            if self.landed:
+                await super().create_task(*args, **kwargs)
+            self.away = self.down
+            raise errors.StoreUnavailable(LOST)
+        return await super().create_task(*args, **kwargs)
+
+    async def get_task(self, task_id: str) -> Any:
+        if getattr(self, "away", 0) > 0:
+            self.away -= 1
+            raise errors.StoreUnavailable(LOST)
+        return await super().get_task(task_id)
+
+
+SPEC = {"objective": "o", "items": [{"id": "i1", "title": "i1"}]}
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["request-lost", "answer-lost"])
+async def test_a_creation_cut_off_is_looked_up_not_repeated(tmp_path: Path, landed: bool) -> None:
+    store = await CutOffCreate.open()
+    store.landed, store.down = landed, 2
+    task = await tether.create_task(store, tether.parse_spec(SPEC), reconnect_for=30)
+    # Exactly one task, created once: looked up when it had landed, created when not.
+    assert [t.task_id for t in await store.list_tasks()] == [task.task_id]
+    assert store.creates == (1 if landed else 2)
+    assert [e.type for e in await store.read_events(task.task_id)] == ["task.created"]
+
+
+async def test_a_creation_cut_off_past_reconnect_for_names_the_task_id(tmp_path: Path) -> None:
+    store = await CutOffCreate.open()
+    store.down = 10**9
+    with pytest.raises(errors.StoreUnavailable, match=r"tether status t\w+") as raised:
+        await tether.create_task(store, tether.parse_spec(SPEC), reconnect_for=0.3)
+    assert "whether it was is unknown" in str(raised.value)
+    with pytest.raises(errors.StoreUnavailable):  # without reconnect_for: at once
+        await tether.create_task(CutOffCreate(), tether.parse_spec(SPEC))

@@ -165,7 +165,11 @@ def run(
         ws = _workspace(contract, workspace, allow_broad_workspace)
         async with open_runtime(db, model=model, model_options=options) as rt:
             task = await create_task(
-                rt.store, contract, workspace=ws, allow_broad_workspace=allow_broad_workspace
+                rt.store,
+                contract,
+                workspace=ws,
+                allow_broad_workspace=allow_broad_workspace,
+                reconnect_for=reconnect_for,
             )
             if not json_out:
                 out.print(views.task_created(task.task_id, len(contract.items)))

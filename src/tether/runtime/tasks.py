@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import secrets
 import time
@@ -41,33 +42,69 @@ async def create_task(
     task_id: str | None = None,
     workspace: str | Path | None = None,
     allow_broad_workspace: bool = False,
+    reconnect_for: float = 0.0,
 ) -> TaskRecord:
     """Store a new queued task with its ledger; returns the task record.
 
     The workspace (`workspace`, else the spec's) is resolved and checked first (see
-    `workspace_folder`): a bad one raises `UserError` and nothing is written."""
+    `workspace_folder`): a bad one raises `UserError` and nothing is written.
+
+    `reconnect_for`: for how many seconds a lost database is waited out. The task id is
+    chosen here, before anything is sent, so a creation cut off by a lost connection is
+    settled by looking the id up once the store answers again, never by blindly
+    creating again (which could make a second task, or fail on the first)."""
     tid = task_id or new_task_id()
     ws = workspace if workspace is not None else spec.workspace
     folder = workspace_folder(ws, allow_broad=allow_broad_workspace) if ws is not None else None
     ws_str = str(folder) if folder is not None else None
     ledger = ledger_from_spec(spec)
     preexisting = _preexisting(spec, folder) if folder is not None else {}
-    return await store.create_task(
-        task_id=tid,
-        name=spec.name,
-        spec=spec.model_dump(mode="json"),
-        ledger=ledger,
-        workspace=ws_str,
-        events=[
-            ev.TaskCreated(
-                name=spec.name,
-                objective=spec.objective,
-                items=len(spec.items),
-                workspace=ws_str,
-                preexisting=preexisting,
-            )
-        ],
-    )
+
+    async def create() -> TaskRecord:
+        return await store.create_task(
+            task_id=tid,
+            name=spec.name,
+            spec=spec.model_dump(mode="json"),
+            ledger=ledger,
+            workspace=ws_str,
+            events=[
+                ev.TaskCreated(
+                    name=spec.name,
+                    objective=spec.objective,
+                    items=len(spec.items),
+                    workspace=ws_str,
+                    preexisting=preexisting,
+                )
+            ],
+        )
+
+    if reconnect_for <= 0:
+        return await create()
+    deadline = time.monotonic() + reconnect_for
+    delay = 0.1
+    while True:
+        try:
+            return await create()
+        except errors.StoreBusy:
+            raise  # a peer's held lock, not an outage
+        except errors.StoreUnavailable as exc:
+            lost = exc
+        while True:  # the creation's outcome is unknown: wait, then look
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise errors.StoreUnavailable(
+                    f"{lost.message} — the database went away and did not come back in "
+                    f"{reconnect_for:g} s while task {tid} was being stored; whether it "
+                    f"was is unknown: `tether status {tid}` tells once the database is back"
+                ) from lost
+            await asyncio.sleep(min(delay, left))
+            delay = min(2.0, delay * 2)
+            try:
+                return await store.get_task(tid)  # it landed: the answer was lost
+            except errors.TaskNotFound:
+                break  # it did not land: create it now
+            except errors.StoreUnavailable as exc:
+                lost = exc
 
 
 def _home() -> Path | None:

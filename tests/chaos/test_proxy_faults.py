@@ -387,6 +387,47 @@ def test_model_stalled_for_good_leaves_the_task_waiting(
     assert (doc["task_id"], doc["status"]) == (task_id, "satisfied"), doc
 
 
+def test_worker_gives_up_on_a_stalled_provider_and_runs_the_next_task(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    """`tether worker --once` with two queued tasks: the provider stalls every attempt
+    of the first task it takes, then heals. That task waits for the provider (lease
+    given back), the worker goes on to the next one, delivers it and exits 0."""
+    upstream.proxy.plan(Fault.stall_request(), Fault.stall_request())
+    spec = write_spec(tmp_path / "spec.yaml", 1)
+    env = model_env(upstream.proxy, "openai", 1.0, 1)
+    ids = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        queued = tether("submit", spec, "--workspace", tmp_path / name, "--json", cwd=tmp_path)
+        ids.append(json_out(queued)["task_id"])
+    proc = tether(
+        "worker",
+        "--once",
+        "--poll",
+        "0.1",
+        "--model",
+        model_name(upstream.proxy, "openai"),
+        cwd=tmp_path,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, describe(proc)
+    assert "Traceback" not in proc.stderr and "worker ran 2 task(s)" in proc.stderr, describe(proc)
+    docs = {t: json_out(tether("status", t, "--json", cwd=tmp_path)) for t in ids}
+    waiting = [t for t in ids if docs[t]["status"] == "waiting"]
+    done = [t for t in ids if docs[t]["status"] == "satisfied"]
+    assert len(waiting) == 1 and len(done) == 1, docs
+    stalled = docs[waiting[0]]
+    assert stalled["waiting"]["kind"] == "external" and stalled["lease"]["owner"] is None, stalled
+    events = json_out(tether("events", waiting[0], "--json", cwd=tmp_path))
+    failed = [e["data"] for e in events if e["type"] == "model.failed"]
+    assert [(f["attempts"], f["transient"]) for f in failed] == [(2, True)], failed
+    # The stalled requests never reached the provider; the healed one did, once.
+    assert len(upstream.provider.requests) == 1
+    assert [e.outcome for e in upstream.proxy.snapshot()] == ["stalled", "stalled", "forwarded"]
+
+
 # ---------------------------------------------------------------- model: slow peers
 
 
@@ -445,8 +486,16 @@ def tickets() -> Iterator[tuple[TicketAPI, FaultProxy]]:
         api.close()
 
 
-def run_ticket_task(tmp_path: Path, proxy: FaultProxy, tool: str) -> Outcome:
-    """`tether run` of a one-item task that files one ticket through the proxy."""
+def run_ticket_task(
+    tmp_path: Path,
+    proxy: FaultProxy,
+    tool: str,
+    *,
+    tools: str = TOOLS_REF,
+    client_timeout: float = 2.0,
+) -> Outcome:
+    """`tether run` of a one-item task that files one ticket through the proxy (the
+    tools' HTTP client gives up after `client_timeout` seconds)."""
     data = {
         "name": "one-ticket",
         "objective": "file one ticket",
@@ -459,7 +508,7 @@ def run_ticket_task(tmp_path: Path, proxy: FaultProxy, tool: str) -> Outcome:
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(data))
     (tmp_path / "ws").mkdir()
-    env = cli_env(TETHER_TOOLS=TOOLS_REF, TICKETS_URL=proxy.url, TICKETS_TIMEOUT="2")
+    env = cli_env(TETHER_TOOLS=tools, TICKETS_URL=proxy.url, TICKETS_TIMEOUT=str(client_timeout))
     proc = tether(
         "run",
         spec,
@@ -469,7 +518,7 @@ def run_ticket_task(tmp_path: Path, proxy: FaultProxy, tool: str) -> Outcome:
         ACTOR,
         "--json",
         cwd=tmp_path,
-        timeout=120,
+        timeout=60,
         env=env,
     )
     return inspect(tmp_path, proc)
@@ -553,6 +602,35 @@ def test_tool_request_that_never_reached_the_service_is_retried(
     ]
 
 
+def test_tool_stalled_past_the_tool_timeout_is_abandoned_and_retried(
+    tmp_path: Path, tickets: tuple[TicketAPI, FaultProxy]
+) -> None:
+    """The HTTP client would wait ten minutes; tether's own tool timeout (1 s,
+    `tests/chaos/_stall_tools.py`) cuts the call, which is left behind in its thread
+    while the retry files the ticket. `tether run` then exits at once: the abandoned
+    thread (still stalled: the proxy holds its request) does not keep it alive."""
+    api, proxy = tickets
+    proxy.plan(Fault.stall_request())
+    out = run_ticket_task(
+        tmp_path,
+        proxy,
+        "create_ticket",
+        tools="tests.chaos._stall_tools:TOOLS",
+        client_timeout=600,
+    )
+    assert out.proc.returncode == 0, describe(out.proc)
+    assert out.status["status"] == "satisfied", out.status
+    (intended,) = out.of_type("op.intended")
+    assert [r["outcome"] for r in out.of_type("op.reconciled")] == ["not_done"]
+    (retry,) = out.of_type("op.retry_scheduled")
+    assert (retry["error_class"], retry["error"]) == ("transient", "TimeoutError"), retry
+    assert [(r["status"], r["attempt"]) for r in out.of_type("op.result")] == [("succeeded", 2)]
+    stats = api.stats()
+    assert stats["created"] == 1
+    assert [(p["key"], p["attempt"]) for p in stats["posts"]] == [(intended["op_id"], "2")]
+    assert proxy.snapshot()[0].outcome == "stalled"
+
+
 def test_tool_response_stalled_after_the_ticket_was_created_is_reconciled(
     tmp_path: Path, tickets: tuple[TicketAPI, FaultProxy]
 ) -> None:
@@ -566,6 +644,27 @@ def test_tool_response_stalled_after_the_ticket_was_created_is_reconciled(
     assert out.of_type("op.retry_scheduled") == []
     assert [(r["status"], r["attempt"]) for r in out.of_type("op.result")] == [("succeeded", 1)]
     assert breaker_calls(tmp_path) == [True]
+
+
+def test_tool_response_lost_and_the_reconcile_lookup_reset_too(
+    tmp_path: Path, tickets: tuple[TicketAPI, FaultProxy]
+) -> None:
+    """The response is lost after the ticket was created, and the reconcile's own lookup
+    is reset on its way: the lookup is asked again, finds the ticket, one ticket."""
+    api, proxy = tickets
+    proxy.plan(Fault.reset_after_request(), Fault.reset_before())
+    out = run_ticket_task(tmp_path, proxy, "create_ticket")
+    assert out.proc.returncode == 0, describe(out.proc)
+    assert out.status["status"] == "satisfied", out.status
+    assert api.stats()["created"] == 1 and len(api.stats()["posts"]) == 1
+    assert [r["outcome"] for r in out.of_type("op.reconciled")] == ["done"]
+    assert out.of_type("op.retry_scheduled") == []
+    assert [(r["status"], r["attempt"]) for r in out.of_type("op.result")] == [("succeeded", 1)]
+    assert [(e.fault.kind, e.outcome) for e in proxy.snapshot()] == [
+        ("reset_after_request", "reset"),
+        ("reset_before", "reset"),
+        ("pass", "forwarded"),
+    ]
 
 
 def test_blind_tool_response_lost_waits_for_a_human(

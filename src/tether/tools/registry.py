@@ -27,7 +27,6 @@ async def create_ticket(title: str, body: str, ctx: tether.ToolContext) -> dict:
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import logging
@@ -43,6 +42,7 @@ from pydantic.json_schema import GenerateJsonSchema
 
 from tether import _validation, errors, redact
 from tether.models.base import ToolSchema
+from tether.tools._threads import run_sync
 from tether.tools.retry import FailureClass, RetryPolicy
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ class Compensation:
         """Call `fn` (a sync one in a thread)."""
         if inspect.iscoroutinefunction(self.fn):
             return await self.fn(op, ctx)
-        answer = await asyncio.to_thread(self.fn, op, ctx)
+        answer = await run_sync(self.fn, op, ctx)
         if inspect.isawaitable(answer):
             answer = await answer
         return answer
@@ -389,7 +389,7 @@ def tool(
                 kwargs[ctx_name] = ctx
             if is_async:
                 return await f(**kwargs)
-            return await asyncio.to_thread(f, **kwargs)
+            return await run_sync(f, **kwargs)  # a daemon thread: see `_threads`
 
         doc = (description or inspect.getdoc(f) or tname).strip()
         return Tool(

@@ -13,7 +13,8 @@ and the Anthropic messages wire formats) behind the proxy, with the real `openai
   in the journal, and the call's `attempts` says how many requests it took;
 - a stalled response is cut by the model timeout and retried; a provider stalled for
   good leaves the task `waiting` (external, lease given back, `model.failed` with the
-  number of attempts), and a resume after the provider heals delivers it;
+  number of attempts), and a resume after the provider heals delivers it; a
+  `tether worker --once` goes on to its next task and exits 0;
 - a response trickled slower than the timeout is cut at the timeout (the timeout bounds
   the whole attempt, not each read); a fast trickle and a peer that delivers and then
   never closes are answered normally.
@@ -23,9 +24,12 @@ behind the proxy, with `create_ticket` (idempotency key and reconcile):
 
 - the response lost after the service created the ticket: reconciled as done, exactly
   one ticket, never sent again; the breaker counts it as a success;
-- a request reset before it reached the service, or stalled until the tool's timeout:
-  reconciled as not done, retried on schedule with the same key, exactly one ticket;
-  the breaker counts the failed attempt;
+- the same, and the reconcile's own lookup reset: the lookup is asked again;
+- a request reset before it reached the service, or stalled until the HTTP client's
+  timeout: reconciled as not done, retried on schedule with the same key, exactly one
+  ticket; the breaker counts the failed attempt;
+- a request stalled past tether's own tool timeout: the call is abandoned in its thread,
+  retried, and `tether run` exits at once although that thread never returns;
 - the same lost response for a tool that can neither reconcile nor be retried safely
   (`create_ticket_blind`): the task waits for a human and nothing is sent twice.
 """

@@ -106,8 +106,20 @@ def _request_id(appr: ApprovalRecord) -> str:
     return appr.request_id
 
 
+#: A JSON `\u0000` escape (not an escaped backslash followed by `u0000`).
+_NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
+
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def _dumps_no_nul(obj: Any) -> str:
+    """`_dumps` for PostgreSQL, whose jsonb (and text) cannot hold a NUL: a model's text
+    or tool arguments may carry one, stored as U+FFFD so a stray control character never
+    fails a commit (the run would stop on a StoreError as if the database were down)."""
+    out = _dumps(obj)
+    return _NUL_ESCAPE.sub(r"\1\\ufffd", out) if "\\u0000" in out else out
 
 
 def migrations(dialect: str) -> list[tuple[int, str, str]]:

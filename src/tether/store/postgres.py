@@ -67,10 +67,10 @@ from tether.store._sql import (
     _ART_COLS_A,
     SqlStore,
     _artifact_id,
-    _dumps,
     _op_id,
     _request_id,
 )
+from tether.store._sql import _dumps_no_nul as _dumps
 from tether.store.base import (
     SCHEMA_VERSION,
     ApprovalRecord,

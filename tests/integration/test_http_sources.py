@@ -195,7 +195,9 @@ async def test_a_changed_etag_on_re_read_invalidates_what_depended_on_it(
     ev = _id(await call("record_evidence", source_artifact=fp, excerpt="1,2"), "evidence artifact ")
     claim = _id(await call("record_claim", text="y is 2", evidence=[ev]), "claim artifact ")
     assert "NOTE" not in await call("read_source", source="F")  # same ETag: nothing happens
-    assert site.hits("/feed") == 2  # a fingerprint is checked at every read
+    # A fingerprint is checked at every read, and again when evidence quotes the read
+    # (only the fingerprint is stored: the excerpt is checked against the source).
+    assert site.hits("/feed") == 3
     # Same bytes, new ETag: the server says it is another version.
     site.pages["/feed"] = Page(b"x,y\n1,2\n", etag='"b"')
     changed = await call("read_source", source="F")

@@ -15,14 +15,16 @@ interrupted by a crash) that was let through as a plain `write`, i.e. found no f
 `read_file` (as `default_registry` makes it) refuses a file that is the location of a
 source the contract declares, telling the model to call `read_source`: a source is read
 only through the tool that records the version seen (and pins a snapshot), so nothing
-is built on an unversioned read of it.
+is built on an unversioned read of it. `write_file`, `append_file` and `write_report`
+refuse it too: a task that wrote its own sources could quote whatever it put there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -201,9 +203,12 @@ def _source_at(real: Path, sources: Mapping[Path, str]) -> str | None:
     return None
 
 
-def source_aware_read_file(store_getter: Callable[[], Store]) -> Tool:
-    """`read_file`, refusing the location of any source the task's contract declares
-    (with the `read_source` call to make instead). Its schema is `read_file`'s."""
+SpecOf = Callable[[ToolContext], Awaitable[Mapping[str, Any]]]
+
+
+def _spec_reader(store_getter: Callable[[], Store]) -> SpecOf:
+    """`spec_of(ctx)`: the contract of the task a call belongs to, read once per task
+    version (the sources a file tool must leave alone)."""
     cache: dict[tuple[str, int], Mapping[str, Any]] = {}
 
     async def spec_of(ctx: ToolContext) -> Mapping[str, Any]:
@@ -220,6 +225,19 @@ def source_aware_read_file(store_getter: Callable[[], Store]) -> Tool:
             cache[key] = task.spec if task is not None else {}
         return cache[key]
 
+    return spec_of
+
+
+async def _source_of(ws: files.Workspace, real: Path, spec: Mapping[str, Any]) -> str | None:
+    sources = _source_files(spec, Path(ws.root))
+    return await asyncio.to_thread(_source_at, real, sources) if sources else None
+
+
+def source_aware_read_file(store_getter: Callable[[], Store]) -> Tool:
+    """`read_file`, refusing the location of any source the task's contract declares
+    (with the `read_source` call to make instead). Its schema is `read_file`'s."""
+    spec_of = _spec_reader(store_getter)
+
     @tool(
         name="read_file",
         effect="read",
@@ -234,19 +252,47 @@ def source_aware_read_file(store_getter: Callable[[], Store]) -> Tool:
         ws = _workspace(ctx, "read_file")
         with _io("read_file"):
             real = await asyncio.to_thread(ws.resolve, path)  # a path not permitted fails first
-        sources = _source_files(await spec_of(ctx), Path(ws.root))
-        if sources:
-            sid = _source_at(real, sources)
-            if sid is not None:
-                raise errors.ToolFailed(
-                    f"read_file: {path} is source {sid} of this task's contract; read it with "
-                    f'read_source(source="{sid}"), which records the version you read '
-                    "(read_file does not)"
-                )
+        sid = await _source_of(ws, real, await spec_of(ctx))
+        if sid is not None:
+            raise errors.ToolFailed(
+                f"read_file: {path} is source {sid} of this task's contract; read it with "
+                f'read_source(source="{sid}"), which records the version you read '
+                "(read_file does not)"
+            )
         with _io("read_file"):
             return await asyncio.to_thread(ws.read_file, path, offset, limit)
 
     return guarded_read_file
+
+
+#: The built-in tools that write a workspace file named by their `path` argument.
+SOURCE_GUARDED_WRITERS = ("write_file", "append_file", "write_report")
+
+
+def source_guarded_writer(store_getter: Callable[[], Store], inner: Tool) -> Tool:
+    """`inner` (a tool writing the workspace file `path`), refusing the location of any
+    source the task's contract declares, by any name: a task that could write its own
+    sources could quote in its evidence whatever it wrote there (a missing source is
+    not the model's to create either)."""
+    spec_of = _spec_reader(store_getter)
+
+    async def fn(args: Mapping[str, Any], ctx: ToolContext) -> Any:
+        path = args.get("path") if isinstance(args, Mapping) else None
+        if isinstance(path, str) and ctx.workspace is not None:
+            ws = files.Workspace(ctx.workspace)
+            try:
+                real = await asyncio.to_thread(ws.resolve, path)
+            except (errors.ToolFailed, OSError):
+                real = None  # not a usable path: the tool itself says so
+            sid = await _source_of(ws, real, await spec_of(ctx)) if real is not None else None
+            if sid is not None:
+                raise errors.ToolFailed(
+                    f"{inner.name}: {path} is source {sid} of this task's contract; a "
+                    f'source is only read (read_source(source="{sid}")), never written'
+                )
+        return await inner.fn(args, ctx)
+
+    return dataclasses.replace(inner, fn=fn)
 
 
 # --- read_artifact ------------------------------------------------------------------------
@@ -268,6 +314,8 @@ def read_artifact_tool(store_getter: Callable[[], Store]) -> Tool:
     ) -> str:
         store = store_getter()
         try:
+            if "\x00" in artifact_id:  # no id holds one (PostgreSQL's text cannot)
+                raise KeyError(artifact_id)
             art = await store.get_artifact(artifact_id)
         except KeyError:
             raise errors.ToolFailed(f"read_artifact: no artifact {artifact_id!r}") from None
@@ -304,10 +352,18 @@ def default_registry(store_getter: Callable[[], Store]) -> ToolRegistry:
     artifact tools (`tether.runtime.source_tools`), and the tools named by
     `TETHER_TOOLS` (`module:attr,...`)."""
     reg = ToolRegistry(
-        t if t is not read_file else source_aware_read_file(store_getter) for t in FILE_TOOLS
+        source_aware_read_file(store_getter)
+        if t is read_file
+        else source_guarded_writer(store_getter, t)
+        if t.name in SOURCE_GUARDED_WRITERS
+        else t
+        for t in FILE_TOOLS
     )
     reg.add(read_artifact_tool(store_getter))
-    reg.extend(source_tools(store_getter))
+    reg.extend(
+        source_guarded_writer(store_getter, t) if t.name in SOURCE_GUARDED_WRITERS else t
+        for t in source_tools(store_getter)
+    )
     for ref in os.environ.get(TOOLS_ENV, "").split(","):
         if ref.strip():
             reg.extend(_import_tools(ref))

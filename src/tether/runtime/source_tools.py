@@ -10,7 +10,9 @@
   with a GET or a POST of the contract's JSON `body`, asking for JSON; both with a
   timeout and a size cap, their credentials masked in whatever is stored or shown.
 - `record_evidence(source_artifact, excerpt, location)` stores an excerpt of a snapshot
-  (it must be in it) with its location; it depends on the snapshot and its version.
+  with its location; it depends on the snapshot and its version. The excerpt must quote
+  the read (whole words, not blank): a snapshot's stored bytes, or for a read pinned by
+  fingerprint the source read again, which must still be the version that read saw.
 - `record_claim(text, evidence)` stores a claim citing valid evidence artifacts.
 - `write_report_section(title, text, claims)` stores a report section citing claims.
 - `search_artifacts(query, kinds, limit, include_invalid)` finds this task's stored
@@ -356,6 +358,33 @@ class _Reader:
         return art, text, notice
 
 
+async def _lookup(store: Store, task_id: str, ids: Sequence[str]) -> list[ArtifactRecord]:
+    """The stored artifacts of this task among the cited `ids`. An id no artifact can
+    have (one with a NUL, which PostgreSQL's text cannot hold) is simply not found,
+    rather than failing the store's query as if the store were down."""
+    wanted = {i for i in ids if "\x00" not in i}
+    return await store.get_artifacts(task_id, artifact_ids=wanted) if wanted else []
+
+
+def _quoted(excerpt: str, body: str) -> bool:
+    """Whether `excerpt` quotes `body`: its words in order (whitespace aside), not cut
+    out of a longer word or number at either end ("costs 3" does not quote "costs 35
+    euros"), and not blank."""
+    want = " ".join(excerpt.split())
+    text = " ".join(body.split())
+    if not want:
+        return False
+    start = text.find(want)
+    while start >= 0:
+        end = start + len(want)
+        cut_left = want[0].isalnum() and start > 0 and text[start - 1].isalnum()
+        cut_right = want[-1].isalnum() and end < len(text) and text[end].isalnum()
+        if not (cut_left or cut_right):
+            return True
+        start = text.find(want, start + 1)
+    return False
+
+
 def _need(
     found: Sequence[ArtifactRecord], ids: Sequence[str], kind: str, what: str
 ) -> list[ArtifactRecord]:
@@ -368,6 +397,38 @@ def _need(
             "artifact of this task (invalidated, unknown, or of another kind); cite current ones"
         )
     return [by_id[i] for i in ids]
+
+
+async def _read_body(store: Store, ctx: ToolContext, snap: ArtifactRecord) -> str:
+    """The text an excerpt must be quoted from: a snapshot's stored bytes; for a read
+    pinned by fingerprint (nothing stored but the fingerprint), the source read again,
+    which must still be the version that read saw (else the read is stale: the model
+    reads it again, which invalidates what was built on the old one)."""
+    if snap.meta.get("pin") == "snapshot":
+        return (await store.get_blob(snap.blob_hash)).decode("utf-8", "replace")
+    sid, version = snap.meta.get("source"), snap.meta.get("version")
+    src = next(
+        (s for s in await _sources(store, ctx.task_id) if s.id == sid and s.version == version),
+        None,
+    )
+    if src is None:
+        raise errors.ToolFailed(
+            f"record_evidence: source {sid} {version} of {snap.artifact_id} is no longer "
+            "a source of this task"
+        )
+    try:
+        got = await _fetch(src, ctx.workspace, cap=None)
+    except OSError as exc:
+        raise errors.ToolFailed(
+            f"record_evidence: cannot read source {src.id} again ({exc.strerror or exc})"
+        ) from None
+    if got.key != _key(snap.meta):
+        raise errors.ToolFailed(
+            f"record_evidence: source {src.id} {src.version} changed since "
+            f'{snap.artifact_id} read it; read it again (read_source(source="{src.id}")) '
+            "and quote the new read"
+        )
+    return got.data.decode("utf-8", "replace")
 
 
 def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
@@ -427,15 +488,15 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
         location: str = "",
     ) -> str:
         store = store_getter()
-        found = await store.get_artifacts(ctx.task_id, artifact_ids={source_artifact})
+        found = await _lookup(store, ctx.task_id, [source_artifact])
         snap = _need(found, [source_artifact], "source_snapshot", "record_evidence")[0]
-        if snap.meta.get("pin") == "snapshot":
-            body = (await store.get_blob(snap.blob_hash)).decode("utf-8", "replace")
-            if " ".join(excerpt.split()) not in " ".join(body.split()):
-                raise errors.ToolFailed(
-                    f"record_evidence: the excerpt is not in {snap.artifact_id} (source "
-                    f"{snap.meta.get('source')} {snap.meta.get('version')}); quote it exactly"
-                )
+        body = await _read_body(store, ctx, snap)
+        if not _quoted(excerpt, body):
+            raise errors.ToolFailed(
+                f"record_evidence: the excerpt is not in {snap.artifact_id} (source "
+                f"{snap.meta.get('source')} {snap.meta.get('version')}); quote it exactly, "
+                "whole words"
+            )
         src, version = str(snap.meta.get("source")), str(snap.meta.get("version"))
         doc = {"excerpt": excerpt, "location": location, "source": src, "version": version}
         data = json.dumps(doc, ensure_ascii=False, sort_keys=True).encode()
@@ -461,7 +522,7 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
     ) -> str:
         store = store_getter()
         cited = _need(
-            await store.get_artifacts(ctx.task_id, artifact_ids=set(evidence)),
+            await _lookup(store, ctx.task_id, evidence),
             evidence,
             "evidence",
             "record_claim",
@@ -496,7 +557,7 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
     ) -> str:
         store = store_getter()
         _need(
-            await store.get_artifacts(ctx.task_id, artifact_ids=set(claims)),
+            await _lookup(store, ctx.task_id, claims),
             claims,
             "claim",
             "write_report_section",
@@ -563,7 +624,7 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
     ) -> str:
         store = store_getter()
         cited = _need(
-            await store.get_artifacts(ctx.task_id, artifact_ids=set(sections)),
+            await _lookup(store, ctx.task_id, sections),
             sections,
             "report_section",
             "write_report",

@@ -1,0 +1,176 @@
+"""A model that forges its sources: it quotes what a source does not say, overwrites a
+declared source (or its snapshot) with its own text before reading it, and cites with
+ids that are not what they look like. Every store: nothing it forges becomes evidence."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether import errors
+from tether.runtime.builtins import default_registry
+from tether.runtime.tasks import create_task
+from tether.spec import parse_spec
+from tether.store.base import Store
+from tether.tools.registry import ToolContext
+
+
+class Calls:
+    """Calls the built-in tools as the runtime would, one op id per call."""
+
+    def __init__(self, store: Store, task_id: str, token: int, ws: Path) -> None:
+        self.store, self.task_id, self.token, self.ws = store, task_id, token, ws
+        self.reg = default_registry(lambda: store)
+        self.n = 0
+
+    async def __call__(self, name: str, **args: Any) -> str:
+        self.n += 1
+        ctx = ToolContext(
+            op_id=f"{self.task_id}.r{self.n}.c0",
+            task_id=self.task_id,
+            task_version=1,
+            fencing_token=self.token,
+            workspace=self.ws,
+            logger=logging.getLogger("test"),
+        )
+        tool = self.reg.get(name)
+        assert tool is not None
+        return str(await tool.fn(args, ctx))
+
+
+@pytest.fixture
+async def call(store: Store, tmp_path: Path) -> Calls:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "b.md").write_text("# B 2.0\nB costs 35 euros.\n")
+    (tmp_path / "c.csv").write_text("x,y\n1,2\n")
+    spec = parse_spec(
+        {
+            "objective": "o",
+            "items": [{"id": "i", "title": "t"}],
+            "sources": [
+                {"id": "B", "version": "2.0", "location": "docs/b.md"},
+                {
+                    "id": "C",
+                    "kind": "dataset",
+                    "version": "7",
+                    "location": "c.csv",
+                    "pin": "fingerprint",
+                },
+            ],
+        }
+    )
+    task = await create_task(store, spec, workspace=tmp_path)
+    lease = await store.claim("w", 60, task_id=task.task_id)
+    assert lease is not None
+    return Calls(store, task.task_id, lease.token, tmp_path)
+
+
+def _id(text: str, what: str) -> str:
+    return text.split(what, 1)[1].split()[0]
+
+
+async def _refused(call: Calls, name: str, match: str, **args: Any) -> None:
+    before = await call.store.get_artifacts(call.task_id)
+    with pytest.raises(errors.ToolFailed, match=match):
+        await call(name, **args)
+    assert await call.store.get_artifacts(call.task_id) == before, "a refused call stored"
+
+
+async def test_evidence_must_quote_the_read_whatever_its_pin(call: Calls) -> None:
+    fp = _id(await call("read_source", source="C"), "cite snapshot artifact ")
+    snap = _id(await call("read_source", source="B"), "cite snapshot artifact ")
+    # Invented, blank, and cut out of a longer number: none quotes the source. A read
+    # pinned by fingerprint stores no bytes, but the excerpt is checked all the same.
+    for art, excerpt in (
+        (fp, "x,y\n1,2,3"),
+        (fp, "the sky is green"),
+        (fp, " \n\t"),
+        (snap, " \n"),
+        (snap, "costs 3"),
+        (snap, "B costs 35 euros. And is free"),
+    ):
+        await _refused(call, "record_evidence", "not in", source_artifact=art, excerpt=excerpt)
+    await call("record_evidence", source_artifact=snap, excerpt="B costs 35")
+    await call("record_evidence", source_artifact=fp, excerpt="1,2")
+    # The dataset changed behind the fingerprint: the old read is no ground to quote from
+    # (not even the new text), until the source is read again.
+    (call.ws / "c.csv").write_text("x,y\n1,2\n3,4\n")
+    await _refused(call, "record_evidence", "changed since", source_artifact=fp, excerpt="3,4")
+    again = _id(await call("read_source", source="C"), "cite snapshot artifact ")
+    assert again != fp
+    await call("record_evidence", source_artifact=again, excerpt="3,4")
+
+
+@pytest.mark.parametrize("tool", ["write_file", "append_file"])
+async def test_a_declared_source_is_never_written_by_any_name(call: Calls, tool: str) -> None:
+    (call.ws / "hard.md").hardlink_to(call.ws / "docs" / "b.md")
+    names = ["docs/b.md", "./docs/b.md", "docs//b.md", "docs/../docs/b.md", "hard.md", "c.csv"]
+    names.append(str(call.ws / "docs" / "b.md"))
+    for path in names:
+        with pytest.raises(errors.ToolFailed, match="never written"):
+            await call(tool, path=path, content="B is free.\n")
+    assert (call.ws / "docs" / "b.md").read_text() == "# B 2.0\nB costs 35 euros.\n"
+    assert (call.ws / "c.csv").read_text() == "x,y\n1,2\n"
+    # Nor a source whose file is missing: the model may not create what it will quote.
+    (call.ws / "docs" / "b.md").unlink()
+    (call.ws / "hard.md").unlink()
+    with pytest.raises(errors.ToolFailed, match="never written"):
+        await call(tool, path="docs/b.md", content="B is free.\n")
+    assert not (call.ws / "docs" / "b.md").exists()
+    # Any other file is written as before, a case variant of a source's name included
+    # (another file on a case-sensitive file system).
+    assert "docs/B.md" in await call(tool, path="docs/B.md", content="notes\n")
+
+
+async def test_a_report_is_not_written_over_a_source(call: Calls) -> None:
+    snap = _id(await call("read_source", source="B"), "cite snapshot artifact ")
+    ev = _id(
+        await call("record_evidence", source_artifact=snap, excerpt="B costs 35 euros."),
+        "evidence artifact ",
+    )
+    claim = _id(await call("record_claim", text="B costs 35", evidence=[ev]), "claim artifact ")
+    sec = _id(
+        await call("write_report_section", title="Price", text="35", claims=[claim]),
+        "report section artifact ",
+    )
+    await _refused(
+        call, "write_report", "never written", path="docs/b.md", title="t", sections=[sec]
+    )
+    assert (call.ws / "docs" / "b.md").read_text() == "# B 2.0\nB costs 35 euros.\n"
+    assert "report artifact" in await call(
+        "write_report", path="report.md", title="t", sections=[sec]
+    )
+
+
+async def test_odd_citation_ids_are_unknown_never_a_store_failure(call: Calls) -> None:
+    """Ids a model makes up (prefixed, traversing, huge, with NUL or SQL/FTS syntax)
+    are unknown artifacts: a clear tool failure, on PostgreSQL too (whose text cannot
+    hold a NUL: the query must not fail as if the store were down)."""
+    odd = ["artifact:", "op:../x", "x" * 5000, "\u00e9\x00", "' OR 1=1 --", '"a" OR b*', ""]
+    for ident in odd:
+        await _refused(call, "record_claim", "not a valid evidence", text="t", evidence=[ident])
+        await _refused(
+            call, "write_report_section", "not a valid claim", title="t", text="t", claims=[ident]
+        )
+        await _refused(
+            call,
+            "write_report",
+            "not a valid report_section",
+            path="r.md",
+            title="t",
+            sections=[ident],
+        )
+        await _refused(
+            call,
+            "record_evidence",
+            "not a valid source_snapshot",
+            source_artifact=ident,
+            excerpt="B",
+        )
+        with pytest.raises(errors.ToolFailed, match="no artifact"):
+            await call("read_artifact", artifact_id=ident)
+    for query in ('"', "a OR b*", "NEAR(a b)", "')--", "\x00", "-x", "col:x", "^", "*"):
+        assert isinstance(await call("search_artifacts", query=query), str)

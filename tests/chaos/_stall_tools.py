@@ -1,6 +1,6 @@
 """Tools for the proxy chaos tests (`TETHER_TOOLS=tests.chaos._stall_tools:TOOLS`).
 
-`create_ticket` of `tests.services.tools` declared again with a 1 s tether timeout:
+`create_ticket` of `tests.services.tools` declared again with a 2 s tether timeout:
 with `TICKETS_TIMEOUT` set high, a stalled service is cut by tether's own tool timeout,
 not by the HTTP client's.
 """
@@ -18,7 +18,7 @@ create_ticket: Tool = tool(
     retry=RETRY,
     reconcile=_find_ticket,
     validate=_has_id,
-    timeout=1.0,
+    timeout=2.0,
 )
 
 TOOLS: list[Tool] = [create_ticket]

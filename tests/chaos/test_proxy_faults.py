@@ -259,7 +259,7 @@ def run_model_task(
     up: Upstream,
     adapter: str = "openai",
     *,
-    timeout: float = 2.0,
+    timeout: float = 10.0,
     retries: int = 2,
 ) -> Outcome:
     """`tether run` of a one-item task whose actor is the provider behind the proxy."""
@@ -399,7 +399,7 @@ def test_worker_gives_up_on_a_stalled_provider_and_runs_the_next_task(
     given back), the worker goes on to the next one, delivers it and exits 0."""
     upstream.proxy.plan(Fault.stall_request(), Fault.stall_request())
     spec = write_spec(tmp_path / "spec.yaml", 1)
-    env = model_env(upstream.proxy, "openai", 1.0, 1)
+    env = model_env(upstream.proxy, "openai", 3.0, 1)
     ids = []
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
@@ -609,7 +609,7 @@ def test_tool_request_that_never_reached_the_service_is_retried(
 def test_tool_stalled_past_the_tool_timeout_is_abandoned_and_retried(
     tmp_path: Path, tickets: tuple[TicketAPI, FaultProxy]
 ) -> None:
-    """The HTTP client would wait ten minutes; tether's own tool timeout (1 s,
+    """The HTTP client would wait ten minutes; tether's own tool timeout (2 s,
     `tests/chaos/_stall_tools.py`) cuts the call, which is left behind in its thread
     while the retry files the ticket. `tether run` then exits at once: the abandoned
     thread (still stalled: the proxy holds its request) does not keep it alive."""

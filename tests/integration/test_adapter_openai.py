@@ -317,6 +317,7 @@ async def test_rate_limited_then_success(provider: FakeProvider) -> None:
         resp = await m.complete(request())
     assert resp.text == "ok"
     assert len(provider.requests) == 2
+    assert resp.attempts == 2  # journaled with the call (model.called)
     assert sleeps == [pytest.approx(0.02)]  # retry-after honoured
     assert len(retries) == 1 and retries[0].failure.status == 429
     # The SDK itself did not retry: it was told max_retries=0.
@@ -377,6 +378,7 @@ async def test_server_errors_exhaust_retries(provider: FakeProvider, model: Open
     assert info.value.transient is True
     assert info.value.status == 500
     assert "3 attempts" in str(info.value)
+    assert info.value.attempts == 3  # journaled with the failure (model.failed)
     assert len(provider.requests) == 3
 
 
@@ -425,6 +427,27 @@ async def test_timeout_is_transient(provider: FakeProvider) -> None:
             await m.complete(request())
     assert info.value.transient is True
     assert "timed out" in str(info.value)
+    assert info.value.attempts == 2
+
+
+async def test_timeout_bounds_the_whole_attempt(provider: FakeProvider) -> None:
+    """A provider trickling its answer (each chunk well within the timeout, the whole
+    answer not) is cut at the timeout: the SDK's own timeout is per read."""
+    from tests.chaos._proxy import Fault, FaultProxy
+
+    provider.queue(200, completion(content="slow"))
+    provider.queue(200, completion(content="fast"))
+    with FaultProxy(int(provider.httpd.server_address[1])) as proxy:
+        proxy.plan(Fault.trickle(chunk=8, interval=0.2))
+        started = time.monotonic()
+        async with OpenAIModel(
+            "m", base_url=f"{proxy.url}/v1", api_key="k", timeout=1.0, retry=TINY
+        ) as m:
+            resp = await m.complete(request())
+        elapsed = time.monotonic() - started
+    # Trickled whole, the first answer would take about 10 s.
+    assert (resp.text, resp.attempts) == ("fast", 2)
+    assert elapsed < 8, elapsed
 
 
 async def test_connection_refused_is_transient() -> None:

@@ -385,6 +385,37 @@ def _quoted(excerpt: str, body: str) -> bool:
     return False
 
 
+#: How a `read_source` answer names the snapshot artifact of the version it read.
+_CITE_SNAPSHOT = "cite snapshot artifact "
+_CITED_SNAPSHOT = re.compile(re.escape(_CITE_SNAPSHOT) + r"(\S+)")
+
+
+def snapshot_read_by(op: OpRecord) -> str | None:
+    """The snapshot artifact a succeeded `read_source` op read (its answer names it), or
+    None for any other op. A read proves something only while that artifact is valid:
+    a re-read that found the source changed invalidates it, in the same round too
+    (before the earlier read's op is in the journal to be sent to history)."""
+    if op.tool != A.READ_SOURCE or op.status != "succeeded":
+        return None
+    found = _CITED_SNAPSHOT.search(str((op.result or {}).get("content", ""))[:2000])
+    return found.group(1) if found else None
+
+
+async def stale_reads(
+    store: Store, task_id: str, ops: Sequence[OpRecord], staged: Sequence[ArtifactRecord] = ()
+) -> set[str]:
+    """The ids of the `read_source` ops among `ops` whose snapshot is no longer valid
+    (`staged`: artifacts of this round not yet stored)."""
+    read = {o.op_id: snap for o in ops if (snap := snapshot_read_by(o)) is not None}
+    if not read:
+        return set()
+    known = {a.artifact_id: a for a in staged}
+    missing = set(read.values()) - set(known)
+    if missing:
+        known.update((a.artifact_id, a) for a in await _lookup(store, task_id, list(missing)))
+    return {op for op, snap in read.items() if snap not in known or not known[snap].valid}
+
+
 def _need(
     found: Sequence[ArtifactRecord], ids: Sequence[str], kind: str, what: str
 ) -> list[ArtifactRecord]:
@@ -468,7 +499,7 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
             ) from None
         head = (
             f"{notice}source {src.id} version {src.version} ({src.kind}, {src.pin}); "
-            f"cite snapshot artifact {art.artifact_id}\n"
+            f"{_CITE_SNAPSHOT}{art.artifact_id}\n"
         )
         return head + _slice(text, offset, limit)
 

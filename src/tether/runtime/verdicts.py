@@ -16,6 +16,7 @@ from tether.runtime.completion import parse_review, review_request, run_acceptan
 from tether.runtime.context import Entry, continuation_message
 from tether.runtime.ops import history_only
 from tether.runtime.outcome import Outcome
+from tether.runtime.source_tools import stale_reads
 from tether.spec import TaskSpec
 from tether.store.base import ArtifactRecord, OpRecord
 
@@ -247,6 +248,8 @@ async def resolve_evidence(
         return facts.focus if round_no == facts.round else focus_of(run, round_no)
 
     ops = {k: o for k, o in ops.items() if not history_only(o)}  # late or compensated
+    stale = await stale_reads(run.store, run.task_id, list(ops.values()), staged)
+    ops = {k: o for k, o in ops.items() if k not in stale}  # read a version since changed
     known: dict[str, J.Evidence] = {}
     for op in ops.values():
         known[f"op:{op.op_id}"] = J.Evidence(
@@ -416,10 +419,12 @@ class _RuleEnv:
             if o.status == "succeeded" and (not tools or o.tool in tools)
         ]
         # A late result of an older task version, or an op since compensated, proves
-        # nothing now (`ops.history_only`).
-        return [o for o in stored if o.op_id not in mine and not history_only(o)] + [
+        # nothing now (`ops.history_only`); nor a read of a source version since changed.
+        found = [o for o in stored if o.op_id not in mine and not history_only(o)] + [
             o for o in fresh if not history_only(o)
         ]
+        stale = await stale_reads(self.run.store, self.run.task_id, found)
+        return [o for o in found if o.op_id not in stale]
 
     async def valid_artifacts(self) -> list[ArtifactRecord]:
         stored = [a for a in await self.run.store.get_artifacts(self.run.task_id) if a.valid]

@@ -13,6 +13,7 @@ import datetime as _dt
 import math
 import re
 import sys
+import urllib.parse
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -175,6 +176,47 @@ def file_path_problem(path: str) -> str | None:
     return None
 
 
+#: What a URL or a label (a source's version) may not contain: whitespace in a URL, and
+#: anywhere the controls that would act on a terminal (ESC, CR, BEL...), DEL and C1
+#: controls, bidirectional overrides, line separators.
+_CONTROLS = "\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_BAD_IN_URL = re.compile(f"[\\s{_CONTROLS}]")
+_BAD_IN_LABEL = re.compile(f"[{_CONTROLS}]")
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why `url` cannot be fetched or posted to, or None: an http(s) URL with a host, a
+    valid port, and no whitespace or control characters (`ftp://`, `file://`,
+    `http://` without a host and a broken IPv6 literal are refused here, once, instead
+    of failing every round that uses it)."""
+    bad = _BAD_IN_URL.search(url)
+    if bad:
+        return f"contains whitespace or a control character ({bad.group()!r}); percent-encode it"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port  # raises for a port out of range or not a number
+    except ValueError as exc:
+        return f"is not a valid URL ({exc})"
+    if parts.scheme.lower() not in ("http", "https"):
+        return f"must be an http(s):// URL, not {_cut(url, 60)}"
+    if not parts.hostname:
+        return f"has no host ({_cut(url, 60)})"
+    if port == 0:
+        return "has port 0"
+    return None
+
+
+def label_problem(text: str) -> str | None:
+    """Why `text` cannot be a one-line label (a source's version), or None: not blank,
+    and without control characters that would act on a terminal where it is shown."""
+    if not text.strip():
+        return "is blank"
+    bad = _BAD_IN_LABEL.search(text)
+    if bad:
+        return f"contains a control character ({bad.group()!r})"
+    return None
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -301,10 +343,29 @@ class Source(_Strict):
     method: Literal["GET", "POST"] = "GET"
     body: dict[str, Any] | list[Any] | None = None
 
+    @field_validator("version", mode="after")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        problem = label_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
     @model_validator(mode="after")
     def _http_fields(self) -> Source:
-        if self.kind in ("url", "api") and not re.match(r"(?i)^https?://", self.location):
-            raise ValueError(f"a {self.kind} source's location must be an http(s):// URL")
+        if self.kind in ("url", "api"):
+            if not re.match(r"(?i)^https?://", self.location):
+                raise ValueError(f"a {self.kind} source's location must be an http(s):// URL")
+            problem = http_url_problem(self.location)
+            if problem:
+                raise ValueError(f"location {problem}")
+        else:
+            bad = _BAD_IN_LABEL.search(self.location)
+            if bad or not self.location.strip():
+                raise ValueError(
+                    "location is not a usable file path "
+                    + (f"(it contains {bad.group()!r})" if bad else "(it is blank)")
+                )
         if self.kind != "api" and (self.method != "GET" or self.body is not None):
             raise ValueError("method and body are for api sources only")
         if self.body is not None and self.method != "POST":
@@ -431,7 +492,10 @@ class WebhookTarget(_Strict):
     @classmethod
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
-            raise ValueError(f"must be an http(s) URL, not {value[:80]!r}")
+            raise ValueError(f"must be an http(s) URL, not {_cut(value, 80)}")
+        problem = http_url_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
 
@@ -507,6 +571,9 @@ class McpServer(_Strict):
     def _one_transport(self) -> McpServer:
         if (self.command is None) == (self.url is None):
             raise ValueError("give exactly one of command (stdio) or url (streamable HTTP)")
+        problem = http_url_problem(self.url) if self.url is not None else None
+        if problem:
+            raise ValueError(f"url {problem}")
         return self
 
 
@@ -756,6 +823,7 @@ def _loc(loc: tuple[int | str, ...]) -> str:
         for n, p in enumerate(loc)
         if not (n > 0 and loc[n - 1] in ("done_when", "check") and p in _TAGS)
         and not (n > 1 and loc[n - 2] == "tools" and p in ("str", "ToolPermission"))
+        and not (n > 1 and loc[n - 2] in ("targets", "admin") and p == "WebhookTarget")
     ]
     return _validation.where(kept, root=_TOP)
 
@@ -776,8 +844,17 @@ def _describe(err: Any) -> list[str]:
 
 def _named_wrongly(err: Any, errs: Sequence[Any]) -> bool:
     """A `tools` entry is a name or an object: an object that is wrong as a
-    `ToolPermission` is not also reported as "not a string"."""
+    `ToolPermission` is not also reported as "not a string" (nor a wrong webhook target
+    as "not 'log'")."""
     loc = tuple(err["loc"])
+    if (
+        len(loc) == 4
+        and loc[:2] in (("notify", "targets"), ("notify", "admin"))
+        and err["type"] == "literal_error"
+        and isinstance(err.get("input"), Mapping)
+    ):
+        # A notify target is `log` or a webhook: a wrong webhook is not also "not 'log'".
+        return any(tuple(o["loc"])[:4] == (*loc[:3], "WebhookTarget") for o in errs)
     if len(loc) != 3 or loc[0] != "tools" or loc[2] != "str" or err["type"] != "string_type":
         return False
     if not isinstance(err.get("input"), Mapping):

@@ -25,7 +25,7 @@ from tether import ledger as L
 from tether.artifacts import invalidate_for_edit
 from tether.decisions import changeable
 from tether.runtime.tasks import ledger_from_spec
-from tether.spec import TaskSpec, parse_spec
+from tether.spec import TaskSpec, data_problem, parse_spec
 from tether.store.base import LedgerWrite, Store, TaskPatch, TaskRecord
 
 
@@ -158,18 +158,31 @@ async def edit_task(
     return await store.get_task(task_id)
 
 
+#: The longest message `tell` takes.
+MAX_MESSAGE_CHARS = 8000
+
+
 async def tell(store: Store, task_id: str, text: str, *, by: str = "user") -> TaskRecord:
     """A message from a person to the agent (an answer to its NEED_HELP, a correction);
     a task that waits for a human is queued again."""
     body = (text or "").strip()
     if not body:
         raise errors.UserError("the message is empty")
+    if len(body) > MAX_MESSAGE_CHARS:
+        # Refused, not cut: a message silently shortened loses what its end said.
+        raise errors.UserError(
+            f"the message is {len(body):,} characters long; at most {MAX_MESSAGE_CHARS:,} "
+            "(put a long text in a file in the workspace and tell the agent where it is)"
+        )
+    problem = data_problem(body)
+    if problem:
+        raise errors.UserError(f"the message {problem}")
     task = await store.get_task(task_id)
     if lifecycle.is_terminal(task.status):
         raise errors.UserError(
             f"task {task_id} is {task.status}; edit it to give it a new goal instead"
         )
-    events: list[ev.Event] = [ev.UserMessage(text=body[:8000], by=by)]
+    events: list[ev.Event] = [ev.UserMessage(text=body, by=by)]
     patch = None
     kind = (task.waiting or {}).get("kind")
     if task.status == "waiting" and kind in ("human", "decision"):

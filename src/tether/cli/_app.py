@@ -60,7 +60,24 @@ ModelOpt = Annotated[
         "openai-compatible:http://127.0.0.1:8000/v1#model, scripted:module:function.",
     ),
 ]
-ByOpt = Annotated[str, typer.Option("--by", help="Who decides (journaled).")]
+#: The longest `--by` (as the web API's `by`).
+MAX_BY_CHARS = 200
+
+
+def _by(value: str) -> str:
+    from tether.spec import label_problem
+
+    problem = label_problem(value) or (
+        f"is {len(value):,} characters long; at most {MAX_BY_CHARS}"
+        if len(value) > MAX_BY_CHARS
+        else None
+    )
+    if problem:
+        raise typer.BadParameter(f"the name {problem}")
+    return value
+
+
+ByOpt = Annotated[str, typer.Option("--by", help="Who decides (journaled).", callback=_by)]
 
 #: The most seconds `--model-timeout` takes (as `TETHER_MODEL_TIMEOUT`).
 MAX_MODEL_TIMEOUT = 3600.0

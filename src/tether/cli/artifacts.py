@@ -5,16 +5,23 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 from rich.tree import Tree
 
 from tether.cli._app import DbOpt, JsonOpt, app, out, print_json, run_async, with_store
+from tether.cli.views import clean
 
 
-def _label(node: dict[str, Any]) -> str:
-    mark = "" if node["valid"] else f" [red]invalid: {escape(str(node['invalid_reason']))}[/]"
-    return f"{escape(node['artifact_id'])} [dim]{node['kind']}[/] {escape(node['name'])}{mark}"
+def _label(node: dict[str, Any]) -> Text:
+    # Built as Text, not markup: the console prints markup as-is, and ids, names and
+    # reasons come from models and tools (`clean` escapes their control characters).
+    label = Text(clean(node["artifact_id"]))
+    label.append(f" {clean(node['kind'])}", style="dim")
+    label.append(f" {clean(node['name'])}")
+    if not node["valid"]:
+        label.append(f" invalid: {clean(node['invalid_reason'])}", style="red")
+    return label
 
 
 def _grow(branch: Tree, node: dict[str, Any]) -> None:
@@ -55,7 +62,7 @@ def artifacts(
         out.print("no artifacts" + (" are invalid" if invalid else ""))
         return
     if tree:
-        root = Tree(f"artifacts of {escape(task_id)}")
+        root = Tree(Text(f"artifacts of {clean(task_id)}"))
         for node in A.tree(arts):
             _grow(root.add(_label(node)), node)
         out.print(root)
@@ -63,11 +70,12 @@ def artifacts(
     table = Table("artifact", "kind", "name", "depends on", "valid")
     for a in arts:
         doc = A.describe(a)
-        table.add_row(
-            escape(a.artifact_id),
+        cells = (
+            a.artifact_id,
             a.kind,
-            escape(a.name),
-            escape(", ".join(a.deps)),
-            "yes" if a.valid else f"no: {escape(str(doc['invalid_reason']))}",
+            a.name,
+            ", ".join(a.deps),
+            "yes" if a.valid else f"no: {doc['invalid_reason']}",
         )
+        table.add_row(*(Text(clean(c)) for c in cells))
     out.print(table)

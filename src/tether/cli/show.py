@@ -15,7 +15,7 @@ from rich.text import Text
 
 from tether import errors
 from tether.cli._app import DbOpt, JsonOpt, app, out, print_json, run_async, with_store
-from tether.cli.views import clean, ts
+from tether.cli.views import clean, clean_json_text, ts
 
 
 def _args(arguments: Any) -> str:
@@ -124,6 +124,9 @@ def report(
 
     text = run_async(main)
     if output is None:
+        # On the terminal, nothing in the report (task names, model text) may act on
+        # it: JSON keeps its escapes valid, md and html show controls escaped.
+        text = clean_json_text(text) if fmt == "json" else clean(text, lines=True)
         out.file.write(text if text.endswith("\n") else text + "\n")
         return
     try:

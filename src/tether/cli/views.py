@@ -65,12 +65,16 @@ def clean(text: Any, *, lines: bool = False) -> str:
     return (_UNSAFE_IN_LINES if lines else _UNSAFE_IN_A_LINE).sub(_escape, s)
 
 
+def clean_json_text(text: str) -> str:
+    """JSON text safe to print on a terminal, and the same JSON: what would act on the
+    terminal and `json.dumps` leaves raw in strings is written as a `\\uNNNN` escape."""
+    return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", redact(text))
+
+
 def json_view(doc: Any) -> Text:
     """`--json` output: `json.dumps(doc, indent=2)` with non-ASCII text kept, except what
     would act on a terminal, which is written as a `\\uNNNN` escape (the same JSON)."""
-    text = redact(json.dumps(doc, indent=2, ensure_ascii=False))
-    text = _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-    return JSONHighlighter()(Text(text))
+    return JSONHighlighter()(Text(clean_json_text(json.dumps(doc, indent=2, ensure_ascii=False))))
 
 
 def ts(t: float | None) -> str:

@@ -11,14 +11,39 @@ One wording everywhere: a contract's fields (`tether.spec`) and a tool's argumen
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from itertools import islice
 from typing import Any
 
 from pydantic import ValidationError
 
+from tether import errors
+
 #: The longest shown form of an offending value.
 MAX_SHOWN = 60
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def free_text(text: str | None, what: str, *, limit: int, required: bool = False) -> str:
+    """A person's free text (a message, a reason, a hint) as it is stored: stripped, and
+    refused with a `UserError` — never cut short, which would lose its end — when it is
+    longer than `limit` characters, holds a NUL or an unpaired surrogate (no database
+    stores those as text), or is blank and `required`."""
+    value = (text or "").strip()
+    if required and not value:
+        raise errors.UserError(f"{what} is empty")
+    if len(value) > limit:
+        raise errors.UserError(
+            f"{what} is {len(value):,} characters long; at most {limit:,} (put a long text "
+            "in a file in the workspace and say where it is)"
+        )
+    bad = _UNSTORABLE.search(value)
+    if bad:
+        kind = "a NUL character (\\0)" if bad.group() == "\x00" else "an unpaired surrogate"
+        raise errors.UserError(f"{what} contains {kind}, which cannot be stored as text")
+    return value
 
 
 def where(loc: Sequence[int | str], *, root: str) -> str:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from tether import errors
 from tether import events as ev
+from tether._validation import free_text
 from tether.spec import MAX_DEPTH, data_problem
 from tether.store.base import ApprovalRecord, Store, TaskPatch
 
@@ -57,6 +58,10 @@ def parse_json_argument(text: str, what: str, *, text_fallback: bool = False) ->
     return value
 
 
+#: The longest reason given with a decision (as the web API takes).
+MAX_REASON_CHARS = 8000
+
+
 async def pending(store: Store, task_id: str) -> list[ApprovalRecord]:
     """The task's requests still waiting for a decision."""
     await store.get_task(task_id)
@@ -76,6 +81,7 @@ async def decide(
 ) -> ApprovalRecord:
     """Approve (optionally with modified arguments), reject, or — for an op whose outcome
     was unknown — record that it did happen (`done`, with the `result` a human saw)."""
+    reason = free_text(reason, "the reason", limit=MAX_REASON_CHARS)
     task = await store.get_task(task_id)
     requests = {a.request_id: a for a in await store.get_approvals(task_id)}
     req = requests.get(request_id)

@@ -17,10 +17,13 @@ from typing import Any
 from tether import errors, lifecycle
 from tether import events as ev
 from tether import ledger as L
+from tether._validation import free_text
 from tether.runtime.state import RunState
 from tether.store.base import LedgerWrite, Store, TaskPatch, TaskRecord
 
 #: Task states a human may decide in: not terminal and not being run by a worker.
+#: The longest reason or hint a person gives (as the web API takes).
+MAX_REASON_CHARS = 8000
 _DECIDABLE = frozenset({"queued", "waiting", "suspended", "stalled"})
 
 
@@ -43,10 +46,10 @@ async def changeable(store: Store, task_id: str, verb: str, *, reopen: bool = Fa
 
 
 def _reason(text: str | None, what: str) -> str:
-    value = (text or "").strip()
+    value = free_text(text, f"the reason for {what}", limit=MAX_REASON_CHARS)
     if not value:
         raise errors.UserError(f"{what} needs a reason (--reason TEXT)")
-    return value[:2000]
+    return value
 
 
 async def _write(
@@ -92,7 +95,7 @@ async def retry_item(
     previous = ledger.item(item_id).status
     if previous == "done":
         raise errors.UserError(f"item {item_id} is done; there is nothing to retry")
-    hint_text = (hint or "").strip()[:4000]
+    hint_text = free_text(hint, "the hint", limit=MAX_REASON_CHARS)
     note = f"retry requested by {by}" + (f": {hint_text}" if hint_text else "")
     update = L.retry(ledger, item_id, note)
     events: list[ev.Event] = [

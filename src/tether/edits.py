@@ -22,10 +22,11 @@ from typing import Any
 from tether import errors, lifecycle
 from tether import events as ev
 from tether import ledger as L
+from tether._validation import free_text
 from tether.artifacts import invalidate_for_edit
 from tether.decisions import changeable
 from tether.runtime.tasks import ledger_from_spec
-from tether.spec import TaskSpec, data_problem, parse_spec
+from tether.spec import TaskSpec, parse_spec
 from tether.store.base import LedgerWrite, Store, TaskPatch, TaskRecord
 
 
@@ -97,6 +98,7 @@ async def edit_task(
     """Change a task's contract (a partial spec merged over the stored one, and items
     added, removed or changed by id); returns the task at its new version. Raises
     `SpecError` (nothing written) if the result is not a valid contract."""
+    reason = free_text(reason, "the reason", limit=MAX_MESSAGE_CHARS)
     changes = dict(changes or {}) if isinstance(changes, Mapping | None) else changes
     if not isinstance(changes, dict):
         raise errors.UserError("an edit's changes must be a mapping of spec fields")
@@ -165,18 +167,7 @@ MAX_MESSAGE_CHARS = 8000
 async def tell(store: Store, task_id: str, text: str, *, by: str = "user") -> TaskRecord:
     """A message from a person to the agent (an answer to its NEED_HELP, a correction);
     a task that waits for a human is queued again."""
-    body = (text or "").strip()
-    if not body:
-        raise errors.UserError("the message is empty")
-    if len(body) > MAX_MESSAGE_CHARS:
-        # Refused, not cut: a message silently shortened loses what its end said.
-        raise errors.UserError(
-            f"the message is {len(body):,} characters long; at most {MAX_MESSAGE_CHARS:,} "
-            "(put a long text in a file in the workspace and tell the agent where it is)"
-        )
-    problem = data_problem(body)
-    if problem:
-        raise errors.UserError(f"the message {problem}")
+    body = free_text(text, "the message", limit=MAX_MESSAGE_CHARS, required=True)
     task = await store.get_task(task_id)
     if lifecycle.is_terminal(task.status):
         raise errors.UserError(

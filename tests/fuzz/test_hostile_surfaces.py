@@ -405,3 +405,28 @@ def test_artifacts_and_report_never_print_control_sequences(tmp_path: Path) -> N
     # JSON printed on the terminal is still the same JSON.
     doc = json.loads(_invoke(["report", tid, "--format", "json"], tmp_path).output)
     assert doc["task"]["name"] == "n" + EVIL
+
+
+@pytest.mark.parametrize("text", ["x" * 8001, "a\x00b", "a\ud800b"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["waive", "{tid}", "i", "--reason"],
+        ["abandon", "{tid}", "--reason"],
+        ["retry", "{tid}", "i", "--hint"],
+        ["reject", "{tid}", "r1", "--reason"],
+        ["edit", "{tid}", "--set", "limits.max_rounds=9", "--reason"],
+        ["tell", "{tid}"],
+    ],
+)
+def test_a_reason_too_long_or_unstorable_is_refused_not_cut(
+    sourced: tuple[Path, str], command: list[str], text: str
+) -> None:
+    folder, tid = sourced
+    db = folder / ".tether" / "tether.db"
+    before = _rows(db)
+    result = _invoke([c.format(tid=tid) for c in command] + [text], folder)
+    _no_traceback(result)
+    assert result.exit_code == 2, result.output
+    assert "at most 8,000" in result.output or "cannot be stored" in result.output, result.output
+    assert _rows(db) == before

@@ -1,0 +1,322 @@
+"""Many `tether worker` processes on one database: every task runs exactly once at a
+time, and every op reaches the service once.
+
+The workers are real processes (`tether worker --once`) against the ticket API (its own
+process, counting every POST with its Idempotency-Key, the op id). What the event log
+must show, task by task:
+
+- the events are numbered 1..n without a gap;
+- every `lease.claimed` has a higher token than the one before (no two workers ever
+  held the task under the same token), and every event written under a lease carries
+  that lease's token: no event of an earlier holder after a later claim (no
+  interleaved rounds from two owners);
+- each op is POSTed once, and the service holds one ticket per item;
+- no task is starved: a task is first claimed before any task queued after it is
+  delivered (claims go oldest first).
+
+Also: two workers starting together on an empty database both migrate it (one does the
+work, neither fails), and a worker refuses a database written by a newer tether.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from subprocess import PIPE
+from typing import Any, TypeVar
+
+import pytest
+from tests.reliability.test_crash_windows import TicketAPI
+from tests.services.flaky_tools import POLICY, TOOL_NAME, TOOLS_REF
+
+from tether.runtime.tasks import create_task
+from tether.spec import parse_spec
+from tether.store import Store, open_store
+from tether.store.base import StoredEvent
+
+pytestmark = [pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+def in_store(url: str, fn: Callable[[Store], Awaitable[T]]) -> T:
+    """Run `fn` on a fresh store handle on `url` (the test's own process)."""
+
+    async def main() -> T:
+        store = await open_store(url)
+        try:
+            return await fn(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(main())
+
+
+def ticket_spec(name: str, items: list[str], tool: str = TOOL_NAME) -> Any:
+    return parse_spec(
+        {
+            "name": name,
+            "objective": f"file tickets {', '.join(items)}",
+            "items": [
+                {"id": i, "title": f"ticket {i}",
+                 "done_when": {"kind": "op", "tool": tool, "args": {"title": i}}}
+                for i in items
+            ],
+            "tools": [tool],
+            "models": {"judge": "rules"},
+        }
+    )  # fmt: skip
+
+
+def add_tasks(url: str, specs: list[Any]) -> list[str]:
+    """Queue one task per spec, oldest first; their ids."""
+
+    async def go(store: Store) -> list[str]:
+        return [(await create_task(store, s)).task_id for s in specs]
+
+    return in_store(url, go)
+
+
+def all_events(url: str, tids: list[str]) -> dict[str, list[StoredEvent]]:
+    async def go(store: Store) -> dict[str, list[StoredEvent]]:
+        return {t: list(await store.read_events(t)) for t in tids}
+
+    return in_store(url, go)
+
+
+def statuses(url: str, tids: list[str]) -> list[tuple[str, str | None]]:
+    async def go(store: Store) -> list[tuple[str, str | None]]:
+        return [((t := await store.get_task(tid)).status, t.stop_reason) for tid in tids]
+
+    return in_store(url, go)
+
+
+def check_one_holder_at_a_time(tid: str, evs: list[StoredEvent]) -> list[str]:
+    """The log's invariants of exclusive ownership (see the module docstring); the
+    owners of the task's claims, in order."""
+    assert [e.seq for e in evs] == list(range(1, len(evs) + 1)), f"{tid}: gaps in the log"
+    owners: list[str] = []
+    token = 0
+    for e in evs:
+        if e.type == "lease.claimed":
+            assert e.data["token"] > token, f"{tid}: token {e.data['token']} after {token}"
+            token = e.data["token"]
+            owners.append(e.data["worker_id"])
+            assert e.fencing_token in (None, token), f"{tid}: claim written under another token"
+        elif e.fencing_token is not None:
+            # Written under a lease: the latest claim's, never an earlier holder's.
+            assert e.fencing_token == token, (
+                f"{tid}: event {e.seq} ({e.type}) under token {e.fencing_token}, "
+                f"the lease is {token}'s"
+            )
+    return owners
+
+
+class Workers:
+    """`tether worker` processes on one database; always stopped at the end."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def start(
+        self, url: str, n: int, *args: str, **env_extra: str
+    ) -> list[subprocess.Popen[bytes]]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+        env.update(PYTHONPATH=str(ROOT), TETHER_TOOLS=TOOLS_REF, **env_extra)
+        started = []
+        for _ in range(n):
+            log = self.logs / f"worker-{len(self.procs)}.log"
+            with log.open("wb") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "tether.cli", "worker", "--poll", "0.2",
+                     "--quiet", "--model", POLICY, "--db", url, *args],
+                    cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                )  # fmt: skip
+            self.procs.append((proc, log))
+            started.append(proc)
+        return started
+
+    def wait(self, procs: list[subprocess.Popen[bytes]], timeout: float = 120) -> None:
+        """Wait for `procs` to exit by themselves, each with status 0."""
+        for proc in procs:
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"worker {proc.pid} still running after {timeout} s: {self.log(proc)}")
+            assert rc == 0, self.log(proc)
+
+    def log(self, proc: subprocess.Popen[bytes]) -> str:
+        path = next(p for q, p in self.procs if q is proc)
+        return path.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        for proc, _ in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=30)
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Workers]:
+    w = Workers(tmp_path)
+    try:
+        yield w
+    finally:
+        w.stop()
+
+
+@pytest.fixture
+def api() -> Iterator[TicketAPI]:
+    service = TicketAPI()
+    try:
+        yield service
+    finally:
+        service.close()
+
+
+def db_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if kind == "postgres":
+        return str(request.getfixturevalue("pg_schema_url")())
+    return f"sqlite:///{tmp_path / 'tether.db'}"
+
+
+BACKENDS = [pytest.param("postgres", marks=pytest.mark.postgres), "sqlite"]
+
+
+async def raw(store: Store, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One SQL statement on the store's own connection (the test reaching under the API)."""
+
+    def go() -> list[dict[str, Any]]:
+        with store._auto() as conn:  # type: ignore[attr-defined]
+            cur = store._x(conn, sql, params or {})  # type: ignore[attr-defined]
+            return [dict(r) for r in cur.fetchall()] if cur.description else []
+
+    return await store._run(go)  # type: ignore[attr-defined,no-any-return]
+
+
+# ---------------------------------------------------------------- exactly once
+
+
+@pytest.mark.parametrize(
+    ("kind", "n_workers", "n_tasks"),
+    [pytest.param("postgres", 5, 24, marks=pytest.mark.postgres), ("sqlite", 3, 12)],
+    ids=["postgres-5x24", "sqlite-3x12"],
+)
+def test_many_workers_run_every_task_once_at_a_time(
+    kind: str,
+    n_workers: int,
+    n_tasks: int,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    api: TicketAPI,
+    workers: Workers,
+) -> None:
+    url = db_url(kind, tmp_path, request)
+    names = [[f"t{t}a", f"t{t}b"] for t in range(n_tasks)]
+    tids = add_tasks(url, [ticket_spec(f"task{t}", n) for t, n in enumerate(names)])
+    procs = workers.start(url, n_workers, "--once", TICKETS_URL=api.url)
+    workers.wait(procs)
+
+    assert statuses(url, tids) == [("satisfied", "delivered")] * n_tasks
+    evs = all_events(url, tids)
+    owners = {tid: check_one_holder_at_a_time(tid, evs[tid]) for tid in tids}
+    # The work was shared (more than one process claimed tasks).
+    pids = {int(o.rsplit(":", 1)[1]) for os_ in owners.values() for o in os_}
+    assert pids <= {p.pid for p in procs} and len(pids) >= 2, pids
+
+    # Each op reached the service once; one ticket per item, from a succeeded op.
+    stats = api.stats()
+    posts = Counter(p["key"] for p in stats["posts"])
+    assert all(n == 1 for n in posts.values()), posts.most_common(3)
+    tickets = api.tickets()
+    assert sorted(t["title"] for t in tickets) == sorted(i for n in names for i in n)
+    ok = sorted(
+        e.data["op_id"]
+        for tid in tids
+        for e in evs[tid]
+        if e.type == "op.result" and e.data["status"] == "succeeded"
+    )
+    assert sorted(t["key"] for t in tickets) == ok
+
+    # No task starved: each was first claimed before any later-queued task was delivered.
+    first_claim = {tid: next(e.at for e in evs[tid] if e.type == "lease.claimed") for tid in tids}
+    delivered = {
+        tid: next(
+            e.at for e in evs[tid] if e.type == "task.status" and e.data["dst"] == "satisfied"
+        )
+        for tid in tids
+    }
+    for i, tid in enumerate(tids):
+        overtaken = [j for j in range(i + 1, n_tasks) if delivered[tids[j]] < first_claim[tid]]
+        assert not overtaken, f"task {i} waited while later tasks {overtaken} were delivered"
+
+
+# ---------------------------------------------------------------- migrations
+
+
+def _migrate_script(tmp_path: Path) -> Path:
+    script = tmp_path / "open.py"
+    script.write_text(
+        "import asyncio, sys\n"
+        "from tether.store import open_store\n"
+        "async def main(url):\n"
+        "    store = await open_store(url)\n"
+        "    print(await store.schema_version(), flush=True)\n"
+        "    await store.close()\n"
+        "asyncio.run(main(sys.argv[1]))\n"
+    )
+    return script
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_workers_starting_together_migrate_an_empty_database_once(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from tether.store.base import SCHEMA_VERSION
+
+    url = db_url(kind, tmp_path, request)
+    script = _migrate_script(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    env["PYTHONPATH"] = str(ROOT)
+    cmd = [sys.executable, str(script), url]
+    procs = [
+        subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, stdout=PIPE, stderr=PIPE)
+        for _ in range(4)
+    ]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-3000:]
+        assert out.strip() == str(SCHEMA_VERSION)
+
+    versions = in_store(url, lambda s: raw(s, "SELECT version FROM tether_schema ORDER BY 1"))
+    assert versions == [{"version": v} for v in range(1, SCHEMA_VERSION + 1)]
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_worker_refuses_a_database_of_a_newer_tether(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, workers: Workers
+) -> None:
+    from tether.store.base import SCHEMA_VERSION
+
+    url = db_url(kind, tmp_path, request)
+
+    in_store(
+        url,
+        lambda s: raw(
+            s,
+            "INSERT INTO tether_schema (version, name, applied_at) VALUES (:v, 'future', 0)",
+            {"v": SCHEMA_VERSION + 1},
+        ),
+    )
+    (proc,) = workers.start(url, 1, "--once")
+    assert proc.wait(timeout=60) != 0
+    out = workers.log(proc)
+    assert "Traceback" not in out, out
+    assert f"version {SCHEMA_VERSION + 1}" in out and "upgrade tether" in out, out

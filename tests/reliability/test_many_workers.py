@@ -24,6 +24,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -31,6 +32,7 @@ from subprocess import PIPE
 from typing import Any, TypeVar
 
 import pytest
+from tests.chaos._procs import wait_for
 from tests.reliability.test_crash_windows import TicketAPI
 from tests.services.flaky_tools import POLICY, TOOL_NAME, TOOLS_REF
 
@@ -320,3 +322,68 @@ def test_a_worker_refuses_a_database_of_a_newer_tether(
     out = workers.log(proc)
     assert "Traceback" not in out, out
     assert f"version {SCHEMA_VERSION + 1}" in out and "upgrade tether" in out, out
+
+
+# ---------------------------------------------------------------- a dead worker's task
+
+
+@pytest.fixture
+def slow_api() -> Iterator[TicketAPI]:
+    """The ticket API taking 0.5 s per POST (a worker is killed mid-task)."""
+    service = TicketAPI("--delay", "0.5")
+    try:
+        yield service
+    finally:
+        service.close()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_killed_workers_task_is_taken_over_at_once(
+    kind: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    slow_api: TicketAPI,
+    workers: Workers,
+) -> None:
+    """A worker SIGKILLed mid-task leaves a live lease (a minute, `tether worker`'s
+    period). Its pid is gone from this machine, which proves it dead: the workers
+    started next take the task over at once instead of waiting out the lease. Three
+    start together; one takes it, the log shows one holder at a time, and every item
+    gets exactly one ticket."""
+    url = db_url(kind, tmp_path, request)
+    items = [f"d{i}" for i in range(5)]
+    (tid,) = add_tasks(url, [ticket_spec("dead", items)])
+    (a,) = workers.start(url, 1, TICKETS_URL=slow_api.url)
+
+    def a_mid_task() -> Any:
+        async def go(store: Store) -> Any:
+            task = await store.get_task(tid)
+            posts = len(slow_api.stats()["posts"])
+            if (task.lease_owner or "").endswith(f":{a.pid}") and posts >= 2:
+                return task
+            return None
+
+        return in_store(url, go)
+
+    held = wait_for(a_mid_task, "worker A to be mid-task")
+    a.kill()
+    a.wait(timeout=30)
+    assert held.lease_expiry > time.time() + 20  # the lease would stand a while yet
+
+    takers = workers.start(url, 3, "--once", TICKETS_URL=slow_api.url)
+    workers.wait(takers)
+
+    assert statuses(url, [tid]) == [("satisfied", "delivered")]
+    evs = all_events(url, [tid])[tid]
+    owners = check_one_holder_at_a_time(tid, evs)
+    taker = owners[-1]
+    assert owners[0].endswith(f":{a.pid}") and int(taker.rsplit(":", 1)[1]) in {
+        p.pid for p in takers
+    }, owners
+    claimed = [e for e in evs if e.type == "lease.claimed"]
+    assert claimed[-1].at < held.lease_expiry  # before A's lease ran out
+    started = [e.data for e in evs if e.type == "recovery.started"]
+    assert started[-1]["previous_owner"] == owners[0]
+    assert sorted(t["title"] for t in slow_api.tickets()) == items
+    logs = "".join(workers.log(p) for p in takers)
+    assert logs.count("taken over") == 1, logs

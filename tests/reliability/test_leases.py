@@ -265,3 +265,29 @@ async def test_worker_paused_past_its_lease_gets_stale_lease(
     finally:
         stop_all(procs)
         await store.close()
+
+
+async def test_a_dead_lease_is_taken_over_only_while_it_stands(
+    store: Any, make_task: Any, clock: Any
+) -> None:
+    """`claim(force=True, from_token=T)` takes the task only while T is its token (the
+    lease found dead): of two workers taking over the same dead lease, one gets it;
+    `live_leases` lists the live leases of an owner prefix on claimable tasks only."""
+    await make_task("t")
+    await make_task("u")
+    dead = await store.claim("host:1", 60, task_id="t")
+    other = await store.claim("elsewhere:2", 60, task_id="u")
+    assert dead is not None and other is not None
+    assert [(x.task_id, x.worker_id, x.token) for x in await store.live_leases("host:")] == [
+        ("t", "host:1", dead.token)
+    ]
+    assert await store.live_leases("hos:") == []  # a prefix, not a pattern
+    first = await store.claim("host:3", 60, task_id="t", force=True, from_token=dead.token)
+    second = await store.claim("host:4", 60, task_id="t", force=True, from_token=dead.token)
+    assert first is not None and first.token == dead.token + 1
+    assert second is None
+    task = await store.get_task("t")
+    assert (task.lease_owner, task.fencing_token) == ("host:3", first.token)
+    # An expired lease is no longer live (a plain claim takes it).
+    clock.advance(61)
+    assert await store.live_leases("") == []

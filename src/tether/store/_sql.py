@@ -852,17 +852,25 @@ class SqlStore:
     # --- leases -------------------------------------------------------------------------
 
     def _claim_sync(
-        self, worker_id: str, ttl: float, task_id: str | None, force: bool = False
+        self,
+        worker_id: str,
+        ttl: float,
+        task_id: str | None,
+        force: bool = False,
+        from_token: int | None = None,
     ) -> Lease | None:
         now = self.clock.now()
         with self._tx(write=True) as conn:
             if task_id is not None:
                 free = "" if force else f" AND {rules.LEASE_FREE_SQL}"
+                if force and from_token is not None:
+                    # Only the lease found dead is taken over, under the row's lock.
+                    free = " AND fencing_token = :held"
                 row = self._x(
                     conn,
                     "SELECT task_id, status, fencing_token FROM tasks WHERE task_id = :id"
                     f"{free}{self.FOR_UPDATE}",
-                    {"id": task_id, "now": now},
+                    {"id": task_id, "now": now, "held": from_token},
                 ).fetchone()
                 if row is None:
                     self._get_task_in(conn, task_id)  # raises TaskNotFound if absent
@@ -899,14 +907,41 @@ class SqlStore:
         return row  # type: ignore[no-any-return]
 
     async def claim(
-        self, worker_id: str, ttl: float, *, task_id: str | None = None, force: bool = False
+        self,
+        worker_id: str,
+        ttl: float,
+        *,
+        task_id: str | None = None,
+        force: bool = False,
+        from_token: int | None = None,
     ) -> Lease | None:
         """Take the lease on a claimable task (or on `task_id`); the token rises.
 
         `force` takes `task_id` even from a live lease (its owner is known to be dead);
         the risen token makes any commit of the old owner fail with `StaleLease`.
+        `from_token` (with `force`): only while the task's token is still that one.
         """
-        return await self._run(self._claim_sync, worker_id, ttl, task_id, force)
+        return await self._run(self._claim_sync, worker_id, ttl, task_id, force, from_token)
+
+    def _list_live_leases_sync(self, owner_prefix: str) -> list[Lease]:
+        # LIKE would need its wildcards escaped in a host name; a prefix compare is exact.
+        with self._auto() as conn:
+            rows = self._x(
+                conn,
+                "SELECT task_id, lease_owner, fencing_token, lease_expiry FROM tasks"
+                f" WHERE {rules.CLAIMABLE_SQL} AND NOT {rules.LEASE_FREE_SQL}"
+                " AND substr(lease_owner, 1, :n) = :prefix ORDER BY updated_at, task_id",
+                {"now": self.clock.now(), "f": self._bool_in(False), "n": len(owner_prefix),
+                 "prefix": owner_prefix},
+            ).fetchall()  # fmt: skip
+        return [
+            Lease(r["task_id"], r["lease_owner"], int(r["fencing_token"]), r["lease_expiry"])
+            for r in rows
+        ]
+
+    async def live_leases(self, owner_prefix: str) -> list[Lease]:
+        """The live leases of owners starting with `owner_prefix` on claimable tasks."""
+        return await self._run(self._list_live_leases_sync, owner_prefix)
 
     def _lease_write(
         self, task_id: str, token: int, *, renew: bool, sets: str, params: dict[str, Any]

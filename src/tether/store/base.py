@@ -309,13 +309,27 @@ class Store(Protocol):
         ...
 
     async def claim(
-        self, worker_id: str, ttl: float, *, task_id: str | None = None, force: bool = False
+        self,
+        worker_id: str,
+        ttl: float,
+        *,
+        task_id: str | None = None,
+        force: bool = False,
+        from_token: int | None = None,
     ) -> Lease | None:
         """Take the lease on a claimable task (or on `task_id`); the token rises.
 
         `force` takes `task_id` even from a live lease, for an owner known to be dead;
         the risen fencing token refuses anything the old owner still tries to commit.
+        `from_token` (with `force`) takes it only while its fencing token is still that
+        one, the lease found dead, checked in the claim's own transaction: a worker
+        that claimed the task in between keeps it.
         """
+        ...
+
+    async def live_leases(self, owner_prefix: str) -> list[Lease]:
+        """The live leases, whose owner starts with `owner_prefix`, on tasks a claim
+        would take but for that lease (a host's workers; see `runtime.worker`)."""
         ...
 
     async def renew(self, task_id: str, token: int, ttl: float) -> float:

@@ -230,9 +230,16 @@ class MemoryStore:
             return CommitResult(plan.first_seq, plan.last_seq, rec.cancel_requested, rec.version)
 
     async def claim(
-        self, worker_id: str, ttl: float, *, task_id: str | None = None, force: bool = False
+        self,
+        worker_id: str,
+        ttl: float,
+        *,
+        task_id: str | None = None,
+        force: bool = False,
+        from_token: int | None = None,
     ) -> Lease | None:
-        """Take the lease on a claimable task (`force`: even from a live lease)."""
+        """Take the lease on a claimable task (`force`: even from a live lease, while
+        its token is `from_token` if given)."""
         async with self._lock:
             now = self.clock.now()
 
@@ -242,6 +249,8 @@ class MemoryStore:
             if task_id is not None:
                 rec = self._task(task_id)
                 if (not force and not free(rec)) or lifecycle.is_terminal(rec.status):
+                    return None
+                if force and from_token is not None and rec.fencing_token != from_token:
                     return None
             else:
                 cands = [
@@ -261,6 +270,20 @@ class MemoryStore:
                 heartbeat_at=now,
             )
             return Lease(rec.task_id, worker_id, token, now + ttl)
+
+    async def live_leases(self, owner_prefix: str) -> list[Lease]:
+        """The live leases of owners starting with `owner_prefix` on claimable tasks."""
+        async with self._lock:
+            now = self.clock.now()
+            return [
+                Lease(t.task_id, t.lease_owner, t.fencing_token, t.lease_expiry)
+                for t in sorted(self._tasks.values(), key=lambda t: (t.updated_at, t.task_id))
+                if t.lease_owner is not None
+                and t.lease_owner.startswith(owner_prefix)
+                and t.lease_expiry is not None
+                and not rules.lease_free(t.lease_owner, t.lease_expiry, now)
+                and rules.claimable(t.status, t.wake_at, t.cancel_requested, now)
+            ]
 
     async def renew(self, task_id: str, token: int, ttl: float) -> float:
         """Extend our lease."""

@@ -293,8 +293,13 @@ class Engine:
             if lifecycle.is_terminal(task.status):
                 return RunResult(task_id, task.status, task.stop_reason, task.waiting, 0)
             if force or ours or owner_is_dead(task.lease_owner):
+                # Only the lease seen here: a worker that took the task since keeps it.
                 lease = await self.store.claim(
-                    self.worker_id, self.lease_ttl, task_id=task_id, force=True
+                    self.worker_id,
+                    self.lease_ttl,
+                    task_id=task_id,
+                    force=True,
+                    from_token=task.fencing_token,
                 )
             if lease is None:
                 raise errors.TaskBusy(task_id, task.lease_owner, task.lease_expiry)

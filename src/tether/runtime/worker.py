@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether import errors
-from tether.runtime.engine import Engine, ModelSet, RunResult
+from tether.runtime.engine import Engine, ModelSet, RunResult, owner_is_dead
 from tether.runtime.watch import Notifier, SweepReport, WatchPolicy, sweep
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import Lease, Store
@@ -141,6 +141,7 @@ class Worker:
         self._held: dict[str, int] = {}  # task id -> token of the lease holding it back
         self._wake = asyncio.Event()
         self._claim_failures = 0
+        self._taken_from: str | None = None  # the dead owner `_take_from_dead` took from
 
     def notify(self) -> None:
         """Claim again now instead of at the end of the current wait (a task was queued)."""
@@ -204,8 +205,12 @@ class Worker:
             log.warning("worker %s: claiming failed: %s", self.worker_id, exc)
             return None
         self._claim_failures = 0
+        previous_owner = None
         if lease is None:
-            return False
+            lease = await self._take_from_dead()
+            if lease is None:
+                return False
+            previous_owner = self._taken_from
         task_id = lease.task_id
         self._held.pop(task_id, None)
         try:
@@ -214,13 +219,47 @@ class Worker:
             await self._failed(task_id, exc, lease)
             return True
         try:
-            await self._run(lease, models)
+            await self._run(lease, models, previous_owner)
         finally:
             if models is not self.models:
                 await models.aclose()
         return True
 
-    async def _run(self, lease: Lease, models: ModelSet) -> None:
+    async def _take_from_dead(self) -> Lease | None:
+        """Take over a task whose lease a dead process of this machine still holds,
+        instead of leaving it until the lease expires (a lease period, a minute by
+        default). Only a same-host owner whose pid is gone counts (`owner_is_dead`: a
+        proof of death, where a silent owner elsewhere may be merely slow), and only
+        the lease found dead is taken (`from_token`, checked in the claim's own
+        transaction): a worker that took the task in between keeps it. A failure is
+        logged; the task then waits for its lease to expire, as before."""
+        self._taken_from = None
+        try:
+            held = await self.store.live_leases(f"{socket.gethostname()}:")
+            for dead in held:
+                if dead.worker_id == self.worker_id or not owner_is_dead(dead.worker_id):
+                    continue
+                lease = await self.store.claim(
+                    self.worker_id,
+                    self.lease_ttl,
+                    task_id=dead.task_id,
+                    force=True,
+                    from_token=dead.token,
+                )
+                if lease is not None:
+                    log.warning(
+                        "task %s: its worker %s is dead; taken over without waiting for "
+                        "its lease to expire",
+                        dead.task_id,
+                        dead.worker_id,
+                    )
+                    self._taken_from = dead.worker_id
+                    return lease
+        except errors.TetherError as exc:
+            log.warning("worker %s: looking for dead owners' tasks failed: %s", self.worker_id, exc)
+        return None
+
+    async def _run(self, lease: Lease, models: ModelSet, previous_owner: str | None = None) -> None:
         """Hand the lease to an engine for the run (no release and claim again: another
         worker could take the task in between), and report how it ended."""
         task_id = lease.task_id
@@ -234,7 +273,7 @@ class Worker:
                 stop=self.stop,
                 **self.engine_options,
             )
-            result = await engine.run_claimed(lease)
+            result = await engine.run_claimed(lease, previous_owner)
         except (errors.TaskBusy, errors.StaleLease):
             log.debug("task %s: another worker took it first", task_id)
             return

@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.e2e._cli import write_spec
@@ -147,3 +148,62 @@ async def test_a_frozen_worker_is_detected_its_task_recovered_and_its_writes_ref
                 p.kill()
                 p.communicate(timeout=30)
         await store.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def test_many_workers_sweeping_at_once_mark_a_silent_task_stalled_once(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, add_task: Any
+) -> None:
+    """Every worker sweeps; six sweeps at once (each with its own store handle, as six
+    worker processes have) find the same silent tasks. Each task is marked `stalled`
+    once and announced once, not by every sweep, and then claimed by a worker as usual."""
+    from tether import events as ev
+    from tether.runtime.watch import WatchPolicy, sweep
+    from tether.store.base import TaskPatch
+
+    url = (
+        request.getfixturevalue("pg_schema_url")()
+        if kind == "postgres"
+        else f"sqlite:///{tmp_path / 'tether.db'}"
+    )
+    stores = [await open_store(url, clock=SystemClock()) for _ in range(6)]
+    try:
+        first = stores[0]
+        tids = []
+        for _ in range(8):
+            tid = (await add_task(first)).task_id
+            lease = await first.claim("gone:1", 0.05, task_id=tid)
+            assert lease is not None
+            await first.commit(
+                tid,
+                lease.token,
+                [ev.TaskStatusChanged(src="queued", dst="running", reason="started")],
+                task=TaskPatch(status="running"),
+            )
+            tids.append(tid)
+
+        async def silent() -> bool:
+            tasks = [await first.get_task(tid) for tid in tids]
+            return all(
+                (t.lease_expiry or 0.0) < time.time()
+                and time.time() - (t.heartbeat_at or 0.0) > 0.2
+                for t in tasks
+            )
+
+        await _until(silent, "the leases to expire")
+        policy = WatchPolicy(stalled_after=0.2)
+        reports = await asyncio.gather(*(sweep(s, policy=policy) for s in stores))
+        assert sorted(t for r in reports for t in r.stalled) == sorted(tids)
+        for tid in tids:
+            events = await first.read_events(tid)
+            stalled = [e for e in events if e.type == "task.status" and e.data["dst"] == "stalled"]
+            assert len(stalled) == 1, f"{tid} marked stalled {len(stalled)} times"
+            notices = [e.data for e in events if e.type == "notice.sent"]
+            assert [n["kind"] for n in notices] == ["stalled"], notices
+            assert (await first.get_task(tid)).status == "stalled"
+        # Claimable as a stalled task is: each goes to a worker.
+        claimed = [await first.claim("w", 60) for _ in tids]
+        assert {c.task_id for c in claimed if c is not None} == set(tids)
+    finally:
+        for s in stores:
+            await s.close()

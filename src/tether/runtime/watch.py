@@ -24,7 +24,10 @@ Time comes from the store's clock (or `clock`): tests move it by hours in no tim
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +69,8 @@ log = logging.getLogger("tether.watch")
 
 #: Waiting kinds a person must answer.
 HUMAN_KINDS = frozenset({"approval", "decision", "human"})
+#: The lease a sweep holds while it marks a task stalled (the mark is two writes).
+_MARK_TTL = 30.0
 _MOVED = (errors.ConcurrentUpdate, errors.IllegalTransition, errors.StaleLease)
 
 
@@ -271,11 +276,26 @@ async def _silent(
         f"no heartbeat for {now - beat:.0f} s from {task.lease_owner or 'its worker'}; "
         "marked stalled, any worker may take it over"
     )
-    # The status change is announced from the journal, like every other.
-    await store.commit(
-        task.task_id,
-        None,
-        [ev.TaskStatusChanged(src="running", dst="stalled", reason=text)],
-        task=TaskPatch(status="stalled"),
-    )
+    # Every worker sweeps: the mark is made under a lease of its own, taken only if the
+    # task's token is still the one read above (no worker ran it, no other sweep
+    # marked it since), so the task is marked once and never while someone runs it.
+    # The holder is this process, in the form `owner_is_dead` reads: a sweep that dies
+    # here leaves a lease the workers of this host take over at once.
+    sweeper = f"{socket.gethostname()}:{os.getpid()}"
+    lease = await store.claim(sweeper, _MARK_TTL, task_id=task.task_id)
+    if lease is None:
+        return  # a worker, or another sweep, holds it now
+    try:
+        if lease.token != task.fencing_token + 1:
+            return
+        # The status change is announced from the journal, like every other.
+        await store.commit(
+            task.task_id,
+            lease.token,
+            [ev.TaskStatusChanged(src="running", dst="stalled", reason=text)],
+            task=TaskPatch(status="stalled"),
+        )
+    finally:
+        with contextlib.suppress(errors.TetherError):
+            await store.release(task.task_id, lease.token)
     report.stalled.append(task.task_id)

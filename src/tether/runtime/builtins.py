@@ -5,9 +5,10 @@ They are declared with the public `@tool`, as a user's tool would be: their sign
 give the model-facing schemas and the argument checks (`bad arguments for read_file:
 ...`), and the blocking IO of `tether.tools.files.Workspace` runs in a thread.
 
-`write_file` and `append_file` are `write`s, except a call that would change a file
-which existed before the task started: that one is an `overwrite`, which needs a human's
-approval unless the contract relaxes it (`tools: [{name: write_file, approval: false}]`).
+`write_file`, `append_file` and `write_report` are `write`s, except a call that would
+change a file which existed before the task started: that one is an `overwrite`, which
+needs a human's approval unless the contract relaxes it (`tools: [{name: write_file,
+approval: false}]`).
 A file counts as the task's own when an earlier op of the task made it: a succeeded
 write whose output says `created ...`, or a write still in flight (this round's, or one
 interrupted by a crash) that was let through as a plain `write`, i.e. found no file.
@@ -45,8 +46,8 @@ BUILTIN_READ_TOOLS = ("list_files", "read_file", READ_ARTIFACT)
 TOOLS_ENV = "TETHER_TOOLS"
 
 
-#: The file tools that change a file, and whose calls may be overwrites.
-_WRITERS = ("write_file", "append_file")
+#: The built-in tools that change a file, and whose calls may be overwrites.
+_WRITERS = ("write_file", "append_file", "write_report")
 #: Op states of a call that may have taken effect but has no stored result yet.
 _IN_FLIGHT = ("intended", "dispatched", "unknown", "retry_wait")
 
@@ -292,7 +293,9 @@ def source_guarded_writer(store_getter: Callable[[], Store], inner: Tool) -> Too
                 )
         return await inner.fn(args, ctx)
 
-    return dataclasses.replace(inner, fn=fn)
+    # A report is a file write like any other: over a file the task did not make it is
+    # an `overwrite` (approval), as for write_file.
+    return dataclasses.replace(inner, fn=fn, effect_of=inner.effect_of or _write_effect)
 
 
 # --- read_artifact ------------------------------------------------------------------------

@@ -666,7 +666,7 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
         ws = files.Workspace(ctx.workspace)
         await ctx.ensure_owner()  # a worker paused past its lease writes nothing
         try:
-            ws.write_file(path, text)
+            written = ws.write_file(path, text)
         except OSError as exc:
             raise errors.ToolFailed(f"write_report failed: {exc.strerror or exc}") from None
         data = text.encode("utf-8")
@@ -675,8 +675,10 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
             ctx, "report", "report", path, data, [A.artifact_ref(i) for i in sections], meta
         )
         await _store(store, ctx, [art], [data])
+        # The workspace's own words first: "created ..." marks the file as the task's
+        # (a later write_report or write_file over it is no overwrite).
         return (
-            f"report artifact {art.artifact_id} written to {path} ({len(sections)} sections, "
+            f"{written}; report artifact {art.artifact_id} ({len(sections)} sections, "
             f"{len(open_questions)} open questions)"
         )
 

@@ -174,3 +174,4 @@ async def test_odd_citation_ids_are_unknown_never_a_store_failure(call: Calls) -
             await call("read_artifact", artifact_id=ident)
     for query in ('"', "a OR b*", "NEAR(a b)", "')--", "\x00", "-x", "col:x", "^", "*"):
         assert isinstance(await call("search_artifacts", query=query), str)
+        assert "no stored artifact" in await call("search_artifacts", query="B", kinds=[query])

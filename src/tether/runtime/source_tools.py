@@ -621,12 +621,15 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
         include_invalid: bool = False,
     ) -> str:
         store = store_getter()
-        hits = await store.search_artifacts(
-            ctx.task_id,
-            query,
-            kinds=set(kinds) if kinds else None,
-            limit=limit,
-            include_invalid=include_invalid,
+        # A kind with a NUL names nothing (and would fail PostgreSQL's query as if the
+        # store were down): it matches no artifact, like any other unknown kind.
+        wanted = {k for k in kinds if "\x00" not in k} if kinds else None
+        hits = (
+            await store.search_artifacts(
+                ctx.task_id, query, kinds=wanted, limit=limit, include_invalid=include_invalid
+            )
+            if wanted is None or wanted
+            else []
         )
         if not hits:
             scope = f" of kind {', '.join(kinds)}" if kinds else ""

@@ -10,10 +10,12 @@ from pathlib import Path
 from tests.adversarial._support import (
     assert_honest,
     assert_status_agrees,
+    change,
     contract,
     op_rule_items,
     say,
     statuses,
+    verdict,
     write,
 )
 from tests.integration.loop_support import run_task
@@ -64,3 +66,24 @@ def test_a_nul_is_stored_as_a_replacement_character_only() -> None:
         out = _dumps(value)
         assert json.loads(out) == want
         assert "\x00" not in json.loads(out.replace("\\\\", ""))  # no NUL escape left
+
+
+async def test_a_judge_citing_ids_with_a_nul_proves_nothing_and_stops_nothing(
+    store: Store, tmp_path: Path
+) -> None:
+    spec = contract([*op_rule_items("a"), {"id": "b", "title": "b"}], limits={"max_rounds": 3})
+    odd = ["artifact:\x00", "op:\x00", "op:a\x00b", "artifact:" + "\x00" * 3, "\x00:x"]
+
+    def judge(request: ModelRequest) -> str:
+        return verdict([change("b", "done", odd), change("a", "done", odd)], "satisfied")
+
+    tid, res = await run_task(
+        store,
+        spec,
+        tmp_path,
+        ScriptedModel(policy=lambda r: say("done")),
+        judge=ScriptedModel(policy=judge),
+    )
+    assert res.status != "satisfied", res
+    assert set((await statuses(store, tid)).values()) <= {"pending", "in_progress", "blocked"}
+    await assert_honest(store, tid, spec)

@@ -229,6 +229,9 @@ async def resolve_evidence(
     """What the runtime knows of each cited ref that resolves: a succeeded op or a valid
     artifact of this task, with the round (and its focus) that produced it. `staged`
     and `staged_ops` are this round's, not yet committed: read from memory."""
+    # A ref with a NUL names nothing stored (and PostgreSQL's text cannot hold one: the
+    # lookup would fail as if the store were down): it stays unresolved.
+    refs = {r for r in refs if "\x00" not in r}
     art_ids = {r.partition(":")[2] for r in refs if r.startswith("artifact:")}
     arts = {a.artifact_id: a for a in staged if a.artifact_id in art_ids}
     missing = art_ids - set(arts)

@@ -22,7 +22,8 @@ from tether.clock import Clock
 from tether.models.base import Model
 from tether.models.registry import resolve_model
 from tether.runtime.builtins import FILE_TOOLS, READ_ARTIFACT, default_registry
-from tether.runtime.engine import Engine, ModelSet, check_tools
+from tether.runtime.engine import Engine, ModelSet, check_tools, inline_wait_max_from_env
+from tether.runtime.notify import default_notifier
 from tether.runtime.worker import Worker
 from tether.spec import TaskSpec, parse_spec
 from tether.store import Store, default_url, open_store, sqlite_path
@@ -87,6 +88,9 @@ async def check_task(
     registered (the built-ins and `TETHER_TOOLS`, and the tools of its MCP servers:
     they are started, listed and stopped again, so one that cannot start or whose tool
     clashes with another is refused here too)."""
+    # The environment too: refused before the task is written.
+    inline_wait_max_from_env()
+    default_notifier()
     models = build_models(spec, model, options)
     await models.aclose()
     await check_task_tools(spec)
@@ -119,11 +123,21 @@ async def open_db(
     empty database (for commands that read or continue existing tasks); `read_only`
     migrates nothing and takes no write lock (for commands that only show things)."""
     url = db or default_url()
-    if not create and url.startswith("sqlite://") and not sqlite_path(url).exists():
-        raise errors.StoreConfigError(
-            f"no tether database at {sqlite_path(url)} (start a task with `tether run` or "
-            "`tether demo`, or point --db / TETHER_DB at your database)"
-        )
+    if url.startswith("sqlite://"):
+        path = sqlite_path(url)
+        try:
+            exists = path.exists()
+        except (OSError, ValueError) as exc:  # a name too long, a NUL character
+            shown = str(path) if len(str(path)) <= 80 else str(path)[:77] + "..."
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise errors.StoreConfigError(
+                f"cannot use {shown!r} as a database file: {reason}"
+            ) from None
+        if not create and not exists:
+            raise errors.StoreConfigError(
+                f"no tether database at {path} (start a task with `tether run` or "
+                "`tether demo`, or point --db / TETHER_DB at your database)"
+            )
     return await open_store(url, clock=clock, read_only=read_only)
 
 

@@ -430,3 +430,51 @@ def test_a_reason_too_long_or_unstorable_is_refused_not_cut(
     assert result.exit_code == 2, result.output
     assert "at most 8,000" in result.output or "cannot be stored" in result.output, result.output
     assert _rows(db) == before
+
+
+# --- the environment and the database URL ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "needle"),
+    [
+        ("TETHER_INLINE_WAIT_MAX", "abc", "TETHER_INLINE_WAIT_MAX"),
+        ("TETHER_INLINE_WAIT_MAX", "nan", "TETHER_INLINE_WAIT_MAX"),
+        ("TETHER_INLINE_WAIT_MAX", "-1", "TETHER_INLINE_WAIT_MAX"),
+        ("TETHER_WEBHOOK_URL", "ftp://x", "webhook"),
+        ("TETHER_WEBHOOK_URL", "http://", "no host"),
+        ("TETHER_WEBHOOK_URL", "http://h:99999/", "Port out of range"),
+    ],
+)
+def test_a_bad_environment_setting_is_refused_before_a_task_is_written(
+    tmp_path: Path, name: str, value: str, needle: str
+) -> None:
+    spec = {"objective": "x", "items": [{"id": "a", "title": "A"}], "models": {"judge": "rules"}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        from tether.cli import app
+
+        for args in (
+            ["run", "spec.yaml", "--model", "scripted:tests.e2e.policies:done_policy"],
+            ["worker", "--once"],
+        ):
+            result = CliRunner().invoke(app, args, env={name: value}, catch_exceptions=True)
+            _no_traceback(result)
+            assert result.exit_code == 2, (args, result.output)
+            assert needle in result.output, result.output
+            assert not (tmp_path / ".tether").exists(), args
+    finally:
+        os.chdir(old)
+
+
+@pytest.mark.parametrize("path", ["a" * 5000, "a/" * 3000 + "x.db", "x" * 300 + ".db"])
+@pytest.mark.parametrize("command", [["list"], ["status", "t1"], ["artifacts", "t1", "--tree"]])
+def test_a_database_path_the_system_refuses_is_a_clear_error(
+    tmp_path: Path, path: str, command: list[str]
+) -> None:
+    result = _invoke([*command, "--db", f"sqlite:///{path}"], tmp_path)
+    _no_traceback(result)
+    assert result.exit_code == 2, result.output
+    assert "cannot use" in result.output and "as a database file" in result.output

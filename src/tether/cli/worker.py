@@ -120,9 +120,14 @@ def worker(
     model_retries: ModelRetriesOpt = None,
 ) -> None:
     """Claim and run tasks from the database until stopped."""
+    from tether.runtime.engine import inline_wait_max_from_env
+    from tether.runtime.notify import default_notifier
     from tether.runtime.wiring import open_runtime
 
     async def main() -> WorkerStats:
+        # The environment's settings are refused now, not by every sweep or task later.
+        default_notifier()
+        inline_wait_max_from_env()
         options = model_options(model_timeout, model_retries)
         async with open_runtime(db, model=model, model_options=options) as rt:
             server = None

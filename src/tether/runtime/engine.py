@@ -201,6 +201,23 @@ def _cost(model: str, response: ModelResponse) -> float:
     return float(fn(model, response.usage)) if fn else 0.0
 
 
+def inline_wait_max_from_env() -> float:
+    """`TETHER_INLINE_WAIT_MAX` (seconds, 0 to a day), else `INLINE_WAIT_MAX`; a value
+    that is not such a number is a `UserError`, not a traceback."""
+    raw = os.environ.get("TETHER_INLINE_WAIT_MAX", "").strip()
+    if not raw:
+        return INLINE_WAIT_MAX
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 86400:  # also refuses NaN
+        raise errors.UserError(
+            f"TETHER_INLINE_WAIT_MAX={raw[:40]!r} is not a number of seconds from 0 to 86400"
+        )
+    return seconds
+
+
 class Engine:
     """Claims tasks and runs them. One engine instance runs one task at a time."""
 
@@ -242,13 +259,8 @@ class Engine:
         self.status_probe = status_probe
         # Backoffs up to this long are waited out in the worker; longer ones park the
         # task as `waiting` until the stored time and release the lease.
-        env_wait = os.environ.get("TETHER_INLINE_WAIT_MAX")
         self.inline_wait_max = (
-            inline_wait_max
-            if inline_wait_max is not None
-            else float(env_wait)
-            if env_wait
-            else INLINE_WAIT_MAX
+            inline_wait_max if inline_wait_max is not None else inline_wait_max_from_env()
         )
 
     # ---------------------------------------------------------------- entry point

@@ -96,8 +96,12 @@ class WebhookNotifier:
         backoff: float = 0.5,
         name: str = "webhook",
     ) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise errors.UserError(f"a webhook must be an http(s) URL, not {url[:80]!r}")
+        from tether.spec import http_url_problem
+
+        problem = http_url_problem(url)
+        if problem:
+            shown = url if len(url) <= 80 else url[:77] + "..."
+            raise errors.UserError(f"the webhook {shown!r} {problem}")
         self.url = url
         self.timeout = timeout
         self.secret = secret

@@ -528,6 +528,14 @@ def run_ticket_task(
     return inspect(tmp_path, proc)
 
 
+def assert_replays(tmp_path: Path, out: Outcome, tools: str = TOOLS_REF) -> None:
+    """`tether replay` runs the task again on the recorded answers (the tools stand in
+    with the journaled results; the service is not asked) and matches the recording."""
+    env = cli_env(TETHER_TOOLS=tools, TICKETS_URL="http://127.0.0.1:9")
+    proc = tether("replay", out.status["task_id"], cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, describe(proc)
+
+
 def breaker_calls(tmp_path: Path) -> list[bool]:
     """The verdicts the `tickets` breaker counted, oldest first (its shared document)."""
     db = sqlite3.connect(f"file:{tmp_path / '.tether' / 'tether.db'}?mode=ro", uri=True)
@@ -563,6 +571,7 @@ def test_tool_response_lost_after_the_ticket_was_created_is_reconciled(
     assert breaker_calls(tmp_path) == [True]
     kinds = [(e.fault.kind, e.outcome) for e in proxy.snapshot()]
     assert kinds == [("reset_after_request", "reset"), ("pass", "forwarded")], kinds
+    assert_replays(tmp_path, out)
 
 
 @pytest.mark.parametrize(
@@ -604,6 +613,8 @@ def test_tool_request_that_never_reached_the_service_is_retried(
         ("pass", True),  # the reconcile's lookup
         ("pass", True),  # the second attempt
     ]
+    # The replay asks the reconcile again and gets the recorded answer (not done).
+    assert_replays(tmp_path, out)
 
 
 def test_tool_stalled_past_the_tool_timeout_is_abandoned_and_retried(

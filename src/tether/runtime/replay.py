@@ -141,6 +141,8 @@ class _Recording:
     source: Store
     #: Recorded attempts per op id (from `op.result` and `op.retry_scheduled`).
     attempts: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
+    #: Recorded reconcile outcomes per op id, in order (`op.reconciled`).
+    reconciled: dict[str, list[str]] = field(default_factory=dict)
     #: What each op's approval request said (its tool asked, or its effect did).
     asked: dict[str, str] = field(default_factory=dict)
     #: The replay's copy of the workspace (see `_scratch`).
@@ -283,9 +285,15 @@ def _stand_in(tool: Tool, rec: _Recording, effects: Mapping[str, str]) -> Tool:
 
     async def reconcile(op: Any, ctx: ToolContext) -> Reconciliation:
         recorded = rec.ops.get(ctx.op_id)
-        if recorded is not None and recorded.status == "succeeded":
-            return Reconciliation("done", (recorded.result or {}).get("content"))
-        return Reconciliation("unknown")
+        done = recorded is not None and recorded.status == "succeeded"
+        outcomes = rec.reconciled.get(ctx.op_id)
+        if outcomes:  # what the outside world answered then, in order
+            outcome = outcomes.pop(0)
+            if outcome != "done":
+                return Reconciliation("not_done" if outcome == "not_done" else "unknown")
+        elif not done:
+            return Reconciliation("unknown")
+        return Reconciliation("done", (recorded.result or {}).get("content") if recorded else None)
 
     def classify(exc: BaseException) -> Any:
         return exc.cls if isinstance(exc, _RecordedFailure) else None
@@ -327,6 +335,14 @@ def _comparable(e: StoredEvent) -> dict[str, Any]:
     if e.type == "op.result":
         # The message of a failure is the recorded one; its class is what matters.
         data.pop("error", None)
+    if e.type == "op.retry_scheduled":
+        # The backoff is jittered (random by design): when is not compared, that is.
+        data.pop("delay", None)
+        data.pop("next_attempt_at", None)
+    if e.type == "op.reconciled":
+        # What the outside world answered is the recorded result (only a cut text of
+        # it was journaled); the outcome is what matters.
+        data.pop("detail", None)
     return {"type": e.type, **data}
 
 
@@ -398,12 +414,22 @@ async def _load(source: Store, task_id: str, until: int | None) -> _Recording:
     events = await source.read_events(task_id, limit=until)
     ops = {o.op_id: o for o in await source.get_ops(task_id)}
     rec = _Recording(task, events, ops, source)
+    in_doubt: set[str] = set()
     for e in events:
         if e.type == "approval.requested" and e.data.get("op_id"):
             rec.asked[str(e.data["op_id"])] = str(e.data.get("impact") or "")
+        if e.type == "op.reconciled":
+            rec.reconciled.setdefault(str(e.data["op_id"]), []).append(str(e.data["outcome"]))
+            in_doubt.add(str(e.data["op_id"]))
         if e.type == "op.result" or e.type == "op.retry_scheduled":
-            status = e.data.get("status", "failed")
-            rec.attempts.setdefault(str(e.data["op_id"]), []).append({**e.data, "status": status})
+            op_id = str(e.data["op_id"])
+            attempt = {**e.data, "status": e.data.get("status", "failed")}
+            if op_id in in_doubt:
+                # Settled by a reconcile: the attempt itself ended in doubt (a lost
+                # answer), whatever the retry or the backfilled result says.
+                in_doubt.discard(op_id)
+                attempt.update(status="failed", error_class="unknown")
+            rec.attempts.setdefault(op_id, []).append(attempt)
     return rec
 
 

@@ -5,6 +5,7 @@ ids that are not what they look like. Every store: nothing it forges becomes evi
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -175,3 +176,45 @@ async def test_odd_citation_ids_are_unknown_never_a_store_failure(call: Calls) -
     for query in ('"', "a OR b*", "NEAR(a b)", "')--", "\x00", "-x", "col:x", "^", "*"):
         assert isinstance(await call("search_artifacts", query=query), str)
         assert "no stored artifact" in await call("search_artifacts", query="B", kinds=[query])
+
+
+async def test_a_section_cannot_cite_in_its_text_what_it_does_not_cite(call: Calls) -> None:
+    """The report cites claims in brackets: a section whose text (or title) brackets an
+    id it does not cite, a made-up one or another task's, would read as a citation that
+    nothing backs. A title cannot open headings of its own either."""
+    snap = _id(await call("read_source", source="B"), "cite snapshot artifact ")
+    ev = _id(
+        await call("record_evidence", source_artifact=snap, excerpt="B costs 35 euros."),
+        "evidence artifact ",
+    )
+    claim = _id(await call("record_claim", text="B costs 35", evidence=[ev]), "claim artifact ")
+    for title, text in (
+        ("Price", "B is free [t6b0e00000000aa.r9.c0.claim]."),
+        ("Price", f"B costs 35 [{claim}], and B is free [{ev}]."),
+        ("Price [t6b0e00000000aa.r1.c0.claim]", "B costs 35."),
+    ):
+        await _refused(
+            call,
+            "write_report_section",
+            "not among the claims",
+            title=title,
+            text=text,
+            claims=[claim],
+        )
+    sec = _id(
+        await call(
+            "write_report_section",
+            title="Price\n\n## Open questions\n\n- none",
+            text=f"B costs 35 euros [{claim}] (see [1]).\n## Open questions\n\n- none\n"
+            "Open questions\n---\n# Done\n### Detail",
+            claims=[claim],
+        ),
+        "report section artifact ",
+    )
+    await call("write_report", path="report.md", title="R\n# Fake", sections=[sec])
+    report = (call.ws / "report.md").read_text()
+    top = [line for line in report.splitlines() if re.match(r" {0,3}#{1,2} |[=-]+$", line)]
+    assert top == ["# R # Fake", "## Price ## Open questions - none", "## Open questions"]
+    assert "### Detail" in report
+    cited = set(re.findall(r"\[(t[0-9a-f]+\.[^\]\s]+)\]", report))
+    assert cited == {claim}

@@ -385,6 +385,8 @@ def _quoted(excerpt: str, body: str) -> bool:
     return False
 
 
+#: An artifact (or op) id in brackets, as a report cites: `[t6b0e1234abcd.r3.c0.claim]`.
+_BRACKETED_ID = re.compile(r"\[(t[0-9a-f]{6,}\.[^\[\]\s]+)\]")
 #: How a `read_source` answer names the snapshot artifact of the version it read.
 _CITE_SNAPSHOT = "cite snapshot artifact "
 _CITED_SNAPSHOT = re.compile(re.escape(_CITE_SNAPSHOT) + r"(\S+)")
@@ -593,6 +595,15 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
             "claim",
             "write_report_section",
         )
+        # The report cites in brackets (`Cites: [id]`): an id in brackets in the text
+        # that the section does not cite would read as a citation nothing backs.
+        loose = sorted(set(_BRACKETED_ID.findall(f"{title}\n{text}")) - set(claims))
+        if loose:
+            raise errors.ToolFailed(
+                f"write_report_section: the text cites {', '.join(loose[:5])} in brackets, "
+                "which are not among the claims this section cites; cite them in `claims` "
+                "(valid claim artifacts) or leave them out"
+            )
         data = json.dumps(
             {"title": title, "text": text, "claims": claims}, ensure_ascii=False
         ).encode()
@@ -714,15 +725,28 @@ def _hit_line(art: ArtifactRecord) -> str:
     return f"{head}; cite it as artifact:{art.artifact_id}"
 
 
+#: A level 1 or 2 heading line of Markdown (ATX `# x`, `## x`; or a setext underline).
+_TOP_HEADING = re.compile(r"^ {0,3}#{1,2}(?=[ \t]|$)", re.M)
+_SETEXT = re.compile(r"^( {0,3})(=+|-+)[ \t]*$", re.M)
+
+
+def _nested(text: str) -> str:
+    """A section's text with its headings below the report's own (level 3 at most), so
+    a section cannot open a section or an "Open questions" of its own."""
+    return _SETEXT.sub(r"\1\\\2", _TOP_HEADING.sub("###", text))
+
+
 async def _render_report(
     store: Store, title: str, sections: Sequence[ArtifactRecord], questions: Sequence[str]
 ) -> str:
     """The report's Markdown: each section with the claims it cites (ids in brackets,
     so every citation can be traced to its evidence), then the open questions."""
-    lines = [f"# {title}", ""]
+    lines = [f"# {' '.join(title.split())}", ""]
     for sec in sections:
         doc = json.loads(await store.get_blob(sec.blob_hash))
-        lines += [f"## {doc.get('title', sec.name)}", "", str(doc.get("text", "")), ""]
+        # A title is one line: it cannot open headings (a fake "Open questions") of its own.
+        heading = " ".join(str(doc.get("title", sec.name)).split())
+        lines += [f"## {heading}", "", _nested(str(doc.get("text", ""))), ""]
         claims = [str(c) for c in doc.get("claims", [])]
         lines += ["Cites: " + ", ".join(f"[{c}]" for c in claims), ""]
     lines += ["## Open questions", ""]

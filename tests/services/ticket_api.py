@@ -23,7 +23,9 @@ SIGTERM or SIGINT.
   `delay` (seconds before answering a POST), `drop_after` / `drop_before` (numbers of
   POSTs, counted from 1, whose connection is closed without an answer after / before
   executing them: "executed but the response was lost" / "lost on the way"),
-  `unavailable` (POST numbers answered 503 with `Retry-After: retry_after`), and
+  `unavailable` (POST numbers answered 503 with `Retry-After: retry_after`),
+  `unavailable_titles` (tickets with these titles are answered 503 on every POST,
+  however the requests are numbered: a fault that survives restarts of the client), and
   `fail_rate` with `seed` (that fraction of POSTs answered 503, chosen by a seeded
   generator in arrival order, so a run is reproducible).
 """
@@ -199,7 +201,10 @@ class Handler(BaseHTTPRequestHandler):
             post["outcome"] = "dropped_before"
             self._drop()
             return
-        if n in (faults.get("unavailable") or ()) or roll < float(faults.get("fail_rate") or 0):
+        down = n in (faults.get("unavailable") or ()) or title in (
+            faults.get("unavailable_titles") or ()
+        )
+        if down or roll < float(faults.get("fail_rate") or 0):
             post["outcome"] = "unavailable"
             retry_after = faults.get("retry_after")
             headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}

@@ -22,6 +22,7 @@ from tests.e2e.ab_policies import _call
 from tests.e2e.ab_policies import analyst as ab_analyst
 from tests.services import compensation_tools
 from tests.services.tools import TOOLS as TICKET_TOOLS
+
 from tether.models.base import ModelRequest, ModelResponse
 from tether.tools.registry import Tool
 

@@ -46,17 +46,17 @@ from typing import Any
 
 import pytest
 import yaml
-
 from tests.e2e.test_ab_comparison import DATA
 from tests.e2e.test_ab_comparison import spec as ab_spec
 from tests.reliability.random_kill_support import MODEL, TOOLS_REF
 from tests.reliability.test_crash_windows import ROOT, TicketAPI, of_type
+
 from tether import failpoints
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 STRESS = os.environ.get("TETHER_TEST_STRESS") == "1"
-KILLS = int(os.environ.get("TETHER_TEST_KILLS") or (12 if STRESS else 4))
+KILLS = int(os.environ.get("TETHER_TEST_KILLS") or (12 if STRESS else 3))
 #: Fail points a `tether resume` of this task reaches (the others: claims by workers,
 #: compaction) are left to their own tests.
 POINTS = sorted(failpoints.KNOWN - {"during_claim", "during_compaction"})
@@ -122,6 +122,7 @@ class Harness:
         self.spec = root / "spec.yaml"
         self.spec.write_text(yaml.safe_dump(data, sort_keys=False))
         self.task = ""
+        self.finished = False
         self.log: list[str] = []
 
     def env(self, points: str | None = None) -> dict[str, str]:
@@ -131,11 +132,11 @@ class Harness:
             env["TETHER_FAILPOINTS"] = points
         return env
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", "tether.cli", *args, "--db", self.db]
         res = subprocess.run(cmd, cwd=self.ws, env=self.env(), capture_output=True, text=True,
                              timeout=120)  # fmt: skip
-        assert res.returncode == 0, (args, res.returncode, res.stderr[-3000:])
+        assert res.returncode == 0 or not check, (args, res.returncode, res.stderr[-3000:])
         return res
 
     def json(self, *args: str) -> Any:
@@ -154,13 +155,18 @@ class Harness:
 
     def task_id(self) -> str:
         if not self.task:
-            listed = self.json("list")
+            # Before the first commit there is no database yet (a driver killed early,
+            # or a worker started first).
+            res = self.cli("list", "--json", check=False)
+            listed = json.loads(res.stdout) if res.returncode == 0 else []
             if listed:
                 self.task = str(listed[0]["task_id"])
         return self.task
 
     def drive(self, what: str, *, delay: float | None = None, points: str | None = None) -> int:
         """One process; SIGKILLed after `delay` if it still runs then. Its exit code."""
+        if what == "drive" and self.finished:
+            what = "worker"  # nothing to resume: sweep instead
         proc = self.start(what, points)
         try:
             _, err = proc.communicate(timeout=delay if delay is not None else 300)
@@ -179,6 +185,7 @@ class Harness:
         if not self.task_id():
             return "none"
         doc = self.json("status", self.task)
+        self.finished = doc["status"] == "satisfied"
         if doc["status"] != "waiting":
             return str(doc["status"])
         for req in self.json("approvals", self.task):
@@ -206,7 +213,8 @@ def run_harness(h: Harness) -> None:
     for p in _pick_points(h.rng):
         plan.append(("drive", None, p))
     for _ in range(KILLS):
-        plan.append((h.rng.choice(["drive", "drive", "worker"]), h.rng.uniform(MIN_DELAY, MAX_DELAY), None))
+        what = h.rng.choice(["drive", "drive", "worker"])
+        plan.append((what, h.rng.uniform(MIN_DELAY, MAX_DELAY), None))
     h.rng.shuffle(plan)
     for what, delay, points in plan:
         h.drive(what, delay=delay, points=points)
@@ -276,7 +284,8 @@ def check_end(h: Harness) -> None:
     questions = [t for t in tickets if t["title"].startswith("Open questions")]
     assert len(questions) == 1, (questions, h.log)
     assert stats["created"] == 3 == len(tickets)
-    effective = Counter(c["ticket"] for c in stats["cancels"] if c["outcome"].startswith("cancelled"))
+    cancels = stats["cancels"]
+    effective = Counter(c["ticket"] for c in cancels if c["outcome"].startswith("cancelled"))
     by_title = {t["title"]: str(t["id"]) for t in tickets}
     assert effective == {by_title["a"]: 1, by_title["b"]: 1}, (stats["cancels"], h.log)
     assert {c["ticket"] for c in stats["cancels"]} == {by_title["a"], by_title["b"]}

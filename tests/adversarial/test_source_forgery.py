@@ -39,7 +39,7 @@ class Calls:
         )
         tool = self.reg.get(name)
         assert tool is not None
-        return str(await tool.fn(args, ctx))
+        return str(await tool.fn(tool.check_args(args), ctx))  # checked as the runtime does
 
 
 @pytest.fixture
@@ -173,6 +173,22 @@ async def test_odd_citation_ids_are_unknown_never_a_store_failure(call: Calls) -
         )
         with pytest.raises(errors.ToolFailed, match="no artifact"):
             await call("read_artifact", artifact_id=ident)
+    # Arguments past their bounds are refused before anything runs.
+    for name, args in (
+        ("record_evidence", {"source_artifact": "x", "excerpt": "B", "location": "l" * 501}),
+        ("record_claim", {"text": "t", "evidence": ["x"], "topic": "t" * 201}),
+        ("record_claim", {"text": "t", "evidence": ["x"] * 51}),
+        ("write_report", {"path": "p" * 1001, "title": "t", "sections": ["x"]}),
+        (
+            "write_report",
+            {"path": "r.md", "title": "t", "sections": ["x"], "open_questions": ["q" * 2001]},
+        ),
+        ("write_report", {"path": "r.md", "title": "t", "sections": []}),
+        ("read_source", {"source": "B", "limit": 10**9}),
+        ("read_source", {"source": "B", "offset": -1}),
+        ("record_claim", {"text": 5, "evidence": "x"}),
+    ):
+        await _refused(call, name, "bad arguments", **args)
     for query in ('"', "a OR b*", "NEAR(a b)", "')--", "\x00", "-x", "col:x", "^", "*"):
         assert isinstance(await call("search_artifacts", query=query), str)
         assert "no stored artifact" in await call("search_artifacts", query="B", kinds=[query])
@@ -218,3 +234,40 @@ async def test_a_section_cannot_cite_in_its_text_what_it_does_not_cite(call: Cal
     assert "### Detail" in report
     cited = set(re.findall(r"\[(t[0-9a-f]+\.[^\]\s]+)\]", report))
     assert cited == {claim}
+
+
+async def test_another_tasks_artifacts_are_unknown_here(call: Calls, tmp_path: Path) -> None:
+    """The same store holds another task reading the same file: its snapshot, evidence,
+    claim and section are not this task's to quote or cite (nor to read)."""
+    other_ws = tmp_path / "other"
+    other_ws.mkdir()
+    (other_ws / "b.md").write_text("# B 2.0\nB costs 35 euros.\n")
+    spec = parse_spec(
+        {
+            "objective": "o",
+            "items": [{"id": "i", "title": "t"}],
+            "sources": [{"id": "B", "version": "2.0", "location": "b.md"}],
+        }
+    )
+    task = await create_task(call.store, spec, workspace=other_ws)
+    lease = await call.store.claim("w2", 60, task_id=task.task_id)
+    assert lease is not None
+    other = Calls(call.store, task.task_id, lease.token, other_ws)
+    snap = _id(await other("read_source", source="B"), "cite snapshot artifact ")
+    ev = _id(
+        await other("record_evidence", source_artifact=snap, excerpt="B costs"),
+        "evidence artifact ",
+    )
+    claim = _id(await other("record_claim", text="B costs", evidence=[ev]), "claim artifact ")
+    sec = _id(
+        await other("write_report_section", title="P", text="x", claims=[claim]),
+        "report section artifact ",
+    )
+    await _refused(call, "record_evidence", "not a valid", source_artifact=snap, excerpt="B costs")
+    await _refused(call, "record_claim", "not a valid", text="B costs", evidence=[ev])
+    await _refused(call, "write_report_section", "not a valid", title="P", text="x", claims=[claim])
+    await _refused(call, "write_report", "not a valid", path="r.md", title="t", sections=[sec])
+    with pytest.raises(errors.ToolFailed, match="no artifact"):
+        await call("read_artifact", artifact_id=ev)
+    assert "no stored artifact" in await call("search_artifacts", query="B costs")
+    assert not (call.ws / "r.md").exists()

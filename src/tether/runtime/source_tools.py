@@ -464,6 +464,10 @@ async def _read_body(store: Store, ctx: ToolContext, snap: ArtifactRecord) -> st
     return got.data.decode("utf-8", "replace")
 
 
+#: One open question of a report.
+Question = Annotated[str, Field(max_length=2000)]
+
+
 def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
     """`read_source`, `record_evidence`, `record_claim` and `write_report_section`."""
 
@@ -518,7 +522,7 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
         ctx: ToolContext,
         source_artifact: str,
         excerpt: Annotated[str, Field(min_length=1, max_length=_MAX_TEXT)],
-        location: str = "",
+        location: Annotated[str, Field(max_length=500)] = "",
     ) -> str:
         store = store_getter()
         found = await _lookup(store, ctx.task_id, [source_artifact])
@@ -551,7 +555,7 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
         ctx: ToolContext,
         text: Annotated[str, Field(min_length=1, max_length=_MAX_TEXT)],
         evidence: Annotated[list[str], Field(min_length=1, max_length=50)],
-        topic: str = "claim",
+        topic: Annotated[str, Field(min_length=1, max_length=200)] = "claim",
     ) -> str:
         store = store_getter()
         cited = _need(
@@ -662,10 +666,12 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
     )
     async def write_report(
         ctx: ToolContext,
-        path: Annotated[str, Field(description="path relative to the workspace folder")],
+        path: Annotated[
+            str, Field(max_length=1000, description="path relative to the workspace folder")
+        ],
         title: Annotated[str, Field(min_length=1, max_length=200)],
         sections: Annotated[list[str], Field(min_length=1, max_length=100)],
-        open_questions: Annotated[list[str], Field(max_length=100)] = [],  # noqa: B006
+        open_questions: Annotated[list[Question], Field(max_length=100)] = [],  # noqa: B006
     ) -> str:
         store = store_getter()
         cited = _need(

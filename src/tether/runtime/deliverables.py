@@ -6,7 +6,9 @@ when it accepts it, and a succeeded `write_file` or `append_file` op names the f
 made. Files live outside tether's store, so they can vanish or change behind its back.
 Whenever recovery runs, and once more before a task is delivered, every done item's
 deliverables are checked: the file must still exist and, where a hash was recorded (or
-the op that wrote it is the file's last writer), still have that content. Evidence
+the op that wrote it is the file's last writer), still have that content; a file the
+task wrote over since must still hold what the accepted op wrote (a later append or a
+fuller version keeps it; emptying or replacing it does not). Evidence
 artifacts cited by done items must still be stored with their hash. A broken one reopens
 its item with the reason, so a deleted or altered deliverable can never end `satisfied`.
 """
@@ -57,9 +59,9 @@ def deliverable_meta(path: str, data: bytes) -> dict[str, Any]:
     return {DELIVERABLE_KEY: path, SHA256_KEY: hashlib.sha256(data).hexdigest()}
 
 
-def _file_state(workspace: Path | None, path: str, *, nul_as: bytes | None = None) -> str | None:
-    """The sha256 of a workspace file (with its NUL bytes read as `nul_as`, if given),
-    or None when it is gone (or not a file, or outside the workspace)."""
+def _file_bytes(workspace: Path | None, path: str) -> bytes | None:
+    """A workspace file's content, or None when it is gone (or not a file, or outside
+    the workspace)."""
     if workspace is None:
         return None
     try:
@@ -67,10 +69,25 @@ def _file_state(workspace: Path | None, path: str, *, nul_as: bytes | None = Non
         target = (root / path).resolve()
         if not target.is_relative_to(root) or not target.is_file():
             return None
-        data = target.read_bytes()
-        return hashlib.sha256(data if nul_as is None else data.replace(b"\0", nul_as)).hexdigest()
+        return target.read_bytes()
     except (OSError, ValueError):
         return None
+
+
+def _file_state(workspace: Path | None, path: str) -> str | None:
+    """The sha256 of a workspace file, or None when it is gone."""
+    data = _file_bytes(workspace, path)
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def _where(workspace: Path | None, path: str) -> str:
+    """One name per workspace file (`out/a.txt`, `./out/a.txt`, `out//a.txt` alike)."""
+    if workspace is None:
+        return path
+    try:
+        return str((workspace.resolve() / path).resolve())
+    except (OSError, ValueError):
+        return path
 
 
 def _file_problem(workspace: Path | None, path: str, want: str | None) -> str | None:
@@ -145,25 +162,34 @@ class _Check:
         path = op.args.get("path")
         if not isinstance(path, str):
             return None
-        want = None
+        data = _file_bytes(self.workspace, path)
+        if data is None:
+            return f"deliverable {path} is missing from the workspace"
         content = op.args.get("content")
-        if (
-            op.tool == "write_file"
-            and self.last_writer.get(path) == op.op_id
-            and isinstance(content, str)
-        ):
-            want = hashlib.sha256(content.encode("utf-8")).hexdigest()
-        problem = _file_problem(self.workspace, path, want)
-        # PostgreSQL keeps a NUL of the op's arguments as U+FFFD (`store._sql`): the file
-        # holds the NUL the model sent, which is the content it accepted.
-        if (
-            problem is not None
-            and want is not None
-            and "\ufffd" in str(content)
-            and _file_state(self.workspace, path, nul_as=b"\xef\xbf\xbd") == want
-        ):
+        if not isinstance(content, str):
             return None
-        return problem
+        want = content.encode("utf-8")
+        if "\ufffd" in content:
+            # PostgreSQL keeps a NUL of the op's arguments as U+FFFD (`store._sql`): the
+            # file holds the NUL the model sent, which is the content it accepted.
+            data = data.replace(b"\0", "\ufffd".encode())
+        last = self.last_writer.get(_where(self.workspace, path)) == op.op_id
+        if op.tool == "write_file" and last:
+            if data != want:
+                return (
+                    f"deliverable {path} changed since it was accepted (sha256 "
+                    f"{hashlib.sha256(want).hexdigest()[:12]}..., now "
+                    f"{hashlib.sha256(data).hexdigest()[:12]}...)"
+                )
+        elif want not in data:
+            # Written over since (by the task itself: a later write of the same file):
+            # what was accepted must still be in it (a later append or a fuller
+            # version keeps it), or the evidence stands for content that is gone.
+            return (
+                f"deliverable {path} no longer holds what {op.tool} op {op.op_id} wrote "
+                "(the file was written over since it was accepted)"
+            )
+        return None
 
     def ref(self, ref: str) -> str | None:
         kind, _, ident = ref.partition(":")
@@ -247,7 +273,7 @@ async def verify(
     for op in writers:  # oldest first: the last one wins
         path = op.args.get("path")
         if isinstance(path, str):
-            last_writer[path] = op.op_id
+            last_writer[_where(workspace, path)] = op.op_id
     states = await _blob_states(store, hashed)
     check = _Check(
         workspace,

@@ -131,7 +131,7 @@ class Workers:
         self, url: str, n: int, *args: str, **env_extra: str
     ) -> list[subprocess.Popen[bytes]]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-        env.update(PYTHONPATH=str(ROOT), TETHER_TOOLS=TOOLS_REF, **env_extra)
+        env.update({"PYTHONPATH": str(ROOT), "TETHER_TOOLS": TOOLS_REF, **env_extra})
         started = []
         for _ in range(n):
             log = self.logs / f"worker-{len(self.procs)}.log"
@@ -387,3 +387,30 @@ def test_a_killed_workers_task_is_taken_over_at_once(
     assert sorted(t["title"] for t in slow_api.tickets()) == items
     logs = "".join(workers.log(p) for p in takers)
     assert logs.count("taken over") == 1, logs
+
+
+# ---------------------------------------------------------------- workers with other tools
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_worker_without_a_tasks_tool_leaves_it_to_one_that_has_it(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, api: TicketAPI, workers: Workers
+) -> None:
+    """Workers may register different tools (`TETHER_TOOLS`). One that lacks a task's
+    tool hands the task back at once, untouched, and passes it over: it neither holds
+    it back from a worker that has the tool nor counts it as a failed run."""
+    url = db_url(kind, tmp_path, request)
+    (bare,) = workers.start(url, 1, TICKETS_URL=api.url, TETHER_TOOLS="")
+    tids = add_tasks(url, [ticket_spec(f"tool{t}", [f"x{t}"]) for t in range(3)])
+    wait_for(lambda: "create_ticket" in workers.log(bare), "the bare worker to meet a task")
+    able = workers.start(url, 1, "--once", TICKETS_URL=api.url)
+    workers.wait(able, timeout=25)  # well within the 30 s a failed task is held back
+    assert statuses(url, tids) == [("satisfied", "delivered")] * 3, workers.log(able[0])
+    evs = all_events(url, tids)
+    for tid in tids:
+        owners = check_one_holder_at_a_time(tid, evs[tid])
+        assert all(not o.endswith(f":{bare.pid}") for o in owners), owners
+    assert bare.poll() is None  # still serving
+    bare.terminate()
+    assert bare.wait(timeout=30) == 0, workers.log(bare)
+    assert "could not run" not in workers.log(bare)

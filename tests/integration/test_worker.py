@@ -19,7 +19,7 @@ from tether import errors
 from tether.clock import FakeClock
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
-from tether.runtime.engine import ModelSet, RunResult, Snapshot
+from tether.runtime.engine import Engine, ModelSet, RunResult, Snapshot
 from tether.runtime.tasks import create_task
 from tether.runtime.worker import Worker
 from tether.spec import TaskSpec
@@ -237,13 +237,22 @@ async def test_stop_ends_an_idle_wait(db: Store, clock: FakeClock) -> None:
 
 @pytest.mark.parametrize("where", ["engine", "models"])
 async def test_a_failing_task_is_reported_held_back_and_the_loop_goes_on(
-    db: Store, clock: FakeClock, tmp_path: Path, where: str
+    db: Store, clock: FakeClock, tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The first task fails: its contract names a tool this worker does not have (the
-    # engine raises), or its models cannot be built (the worker raises).
-    unknown_tool = spec_of(1, tools=["write_file", "not_registered_here"])
-    bad = await queue(db, tmp_path, "bad", unknown_tool if where == "engine" else None)
+    # The first task fails: the engine raises, or its models cannot be built (the
+    # worker raises).
+    bad = await queue(db, tmp_path, "bad")
     good = await queue(db, tmp_path, "good")
+    if where == "engine":
+        real_run = Engine.run_claimed
+
+        async def run_claimed(self: Engine, lease: Any, *args: Any) -> Any:
+            if lease.task_id == bad:
+                await self.store.release(lease.task_id, lease.token)  # as the engine does
+                raise errors.SpecError("the engine cannot run this task")
+            return await real_run(self, lease, *args)
+
+        monkeypatch.setattr(Engine, "run_claimed", run_claimed)
     built: list[TaskSpec] = []
 
     def models_for(spec: TaskSpec) -> ModelSet:
@@ -272,9 +281,13 @@ async def test_a_failing_task_is_reported_held_back_and_the_loop_goes_on(
 async def test_a_held_back_task_waits_out_its_delay(
     db: Store, clock: FakeClock, tmp_path: Path
 ) -> None:
-    bad = await queue(db, tmp_path, "bad", spec_of(1, tools=["write_file", "nope"]))
+    bad = await queue(db, tmp_path, "bad")
+
+    def no_models(spec: TaskSpec) -> ModelSet:
+        raise errors.UserError("model 'openai:x' needs an API key")
+
     reports = Reports()
-    w = worker(db, clock, honest(), reports, poll_interval=0.01, retry_delay=30)
+    w = worker(db, clock, no_models, reports, poll_interval=0.01, retry_delay=30)
     running = asyncio.create_task(w.run())
     try:
         failed_id, _ = await asyncio.wait_for(reports.errors.get(), LIMIT)
@@ -293,6 +306,41 @@ async def test_a_held_back_task_waits_out_its_delay(
         stats = await asyncio.wait_for(running, LIMIT)
     assert (stats.ran, stats.failed) == (0, 2)
     assert (await db.get_task(bad)).lease_owner is None
+
+
+async def test_a_task_naming_a_tool_this_worker_lacks_is_handed_back_and_passed_over(
+    db: Store, clock: FakeClock, tmp_path: Path
+) -> None:
+    # Workers may register different tools: this one lacks the task's, so it hands the
+    # task back at once (another worker may claim it now), runs the next, counts no
+    # failure, and looks at the task again only after `retry_delay`.
+    other = await queue(db, tmp_path, "other", spec_of(1, tools=["write_file", "elsewhere"]))
+    mine = await queue(db, tmp_path, "mine")
+    reports = Reports()
+    w = worker(db, clock, honest(), reports, poll_interval=0.01, retry_delay=30)
+    running = asyncio.create_task(w.run())
+    try:
+        assert (await reports.next_result()).task_id == mine
+        task = await db.get_task(other)
+        assert (task.status, task.lease_owner) == ("queued", None)
+        assert [e.type for e in await db.read_events(other)] == ["task.created"]
+        token = task.fencing_token
+        assert token == 1  # looked at once: passed over since, not claimed in a loop
+        clock.advance(31)
+        w.notify()
+        for _ in range(int(LIMIT * 100)):  # looked at again (claimed, handed back)
+            if (await db.get_task(other)).fencing_token > token:
+                break
+            await asyncio.sleep(0.01)
+        else:
+            pytest.fail("the worker did not look at the task again after its delay")
+        lease = await db.claim("able", 60)  # handed back again: free for a worker with it
+        assert lease is not None and lease.task_id == other
+    finally:
+        w.stop.set()
+        stats = await asyncio.wait_for(running, LIMIT)
+    assert (stats.ran, stats.failed) == (1, 0)
+    assert reports.errors.empty()
 
 
 async def test_a_failing_claim_is_retried(db: Store, clock: FakeClock, tmp_path: Path) -> None:

@@ -291,3 +291,15 @@ async def test_a_dead_lease_is_taken_over_only_while_it_stands(
     # An expired lease is no longer live (a plain claim takes it).
     clock.advance(61)
     assert await store.live_leases("") == []
+
+
+async def test_a_claim_passes_over_excluded_tasks(store: Any, make_task: Any, clock: Any) -> None:
+    """`claim(exclude=...)` takes the oldest claimable task not excluded (a worker's
+    tasks it cannot run), and none when all are."""
+    await make_task("a")
+    clock.advance(1)
+    await make_task("b")
+    got = await store.claim("w", 60, exclude=["a"])
+    assert got is not None and got.task_id == "b"
+    assert await store.claim("w", 60, exclude=["a", "b"]) is None
+    assert (await store.claim("w", 60)).task_id == "a"

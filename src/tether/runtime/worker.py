@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether import errors
-from tether.runtime.engine import Engine, ModelSet, RunResult, owner_is_dead
+from tether.runtime.builtins import READ_ARTIFACT, default_registry
+from tether.runtime.engine import Engine, ModelSet, RunResult, check_tools, owner_is_dead
 from tether.runtime.watch import Notifier, SweepReport, WatchPolicy, sweep
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import Lease, Store
@@ -74,13 +75,17 @@ class Worker:
     - **`once`**: return as soon as nothing is claimable; **`max_tasks`**: return after
       taking that many tasks (runs and failures).
     - **Errors never end the loop silently.** An exception from one task (a stored spec
-      that no longer parses, a model that cannot be built, a contract naming a tool
-      nobody registered, a store fault) is logged, passed to `on_error`, and the task is
-      held back: the worker keeps a lease on it, without running it, for
-      `retry_delay` seconds, doubled at each further failure up to `max_retry_delay`,
-      so that no worker retries it in a tight loop and the other tasks go first. A
-      `claim` that fails (the database away) is retried after `poll_interval`, doubled
-      at each further failure (with `once` it raises instead).
+      that no longer parses, a model that cannot be built, a store fault) is logged,
+      passed to `on_error`, and the task is held back: the worker keeps a lease on it,
+      without running it, for `retry_delay` seconds, doubled at each further failure up
+      to `max_retry_delay`, so that no worker retries it in a tight loop and the other
+      tasks go first. A `claim` that fails (the database away) is retried after
+      `poll_interval`, doubled at each further failure (with `once` it raises instead).
+    - **Tools** may differ between workers (`TETHER_TOOLS`): a task whose contract
+      names a tool this worker lacks is handed back at once, untouched, and passed over
+      for `retry_delay` seconds, for a worker that has the tool (not a failure).
+    - **A dead worker's task** on this machine (its pid is gone) is taken over when
+      nothing else is claimable, without waiting for its lease to expire.
 
     `models` is a `ModelSet` for every task (owned by the caller) or a function from a
     task's `TaskSpec` to its `ModelSet` (built for the run and closed after it). Other
@@ -142,6 +147,8 @@ class Worker:
         self._wake = asyncio.Event()
         self._claim_failures = 0
         self._taken_from: str | None = None  # the dead owner `_take_from_dead` took from
+        self._passed: dict[str, float] = {}  # task id -> until when it is passed over
+        self._tool_names: list[str] | None = None
 
     def notify(self) -> None:
         """Claim again now instead of at the end of the current wait (a task was queued)."""
@@ -197,7 +204,9 @@ class Worker:
         """Claim one task and run it: True if a task was taken (run or failed), False if
         nothing was claimable, None if the claim itself failed."""
         try:
-            lease = await self.store.claim(self.worker_id, self.lease_ttl)
+            lease = await self.store.claim(
+                self.worker_id, self.lease_ttl, exclude=self._passing_over()
+            )
         except errors.TetherError as exc:
             if self.once:
                 raise
@@ -214,7 +223,11 @@ class Worker:
         task_id = lease.task_id
         self._held.pop(task_id, None)
         try:
-            models = await self._models_of(task_id)
+            spec = await self._spec_of(task_id)
+            if self._lacks_tools(task_id, spec):
+                await self.store.release(task_id, lease.token)
+                return True
+            models = self.models if isinstance(self.models, ModelSet) else self.models(spec)
         except Exception as exc:
             await self._failed(task_id, exc, lease)
             return True
@@ -236,8 +249,11 @@ class Worker:
         self._taken_from = None
         try:
             held = await self.store.live_leases(f"{socket.gethostname()}:")
+            passing = self._passing_over()
             for dead in held:
-                if dead.worker_id == self.worker_id or not owner_is_dead(dead.worker_id):
+                if dead.worker_id == self.worker_id or dead.task_id in passing:
+                    continue
+                if not owner_is_dead(dead.worker_id):
                     continue
                 lease = await self.store.claim(
                     self.worker_id,
@@ -298,11 +314,37 @@ class Worker:
         if self.on_result is not None:
             self.on_result(result)
 
-    async def _models_of(self, task_id: str) -> ModelSet:
-        if isinstance(self.models, ModelSet):
-            return self.models
+    async def _spec_of(self, task_id: str) -> TaskSpec:
         task = await self.store.get_task(task_id)
-        return self.models(parse_spec(task.spec, source=f"task {task_id}"))
+        return parse_spec(task.spec, source=f"task {task_id}")
+
+    def _passing_over(self) -> list[str]:
+        """The tasks this worker passes over now (see `_lacks_tools`)."""
+        now = time.monotonic()
+        for task_id in [t for t, until in self._passed.items() if until <= now]:
+            del self._passed[task_id]
+        return list(self._passed)
+
+    def _lacks_tools(self, task_id: str, spec: TaskSpec) -> bool:
+        """Does the task's contract name a tool this worker does not have? Workers may
+        register different tools (`TETHER_TOOLS`): such a task is handed back at once,
+        untouched, and passed over for `retry_delay` seconds (its contract may be
+        edited meanwhile), so that a worker with the tool runs it. Not a failure: held
+        back as one, it would wait for this worker's delay with a worker able to run
+        it idle. An MCP server's tools are known only once it runs: not checked here."""
+        if spec.mcp_servers:
+            return False
+        if self._tool_names is None:
+            registry = self.registry or default_registry(lambda: self.store)
+            self._tool_names = [*registry.names(), READ_ARTIFACT]
+        try:
+            check_tools(spec, self._tool_names)
+        except errors.SpecError as exc:
+            if task_id not in self._passed:
+                log.warning("task %s: left to another worker: %s", task_id, exc)
+            self._passed[task_id] = time.monotonic() + self.retry_delay
+            return True
+        return False
 
     def _backoff(self, failures: int) -> float:
         return float(min(self.max_retry_delay, self.retry_delay * 2 ** max(0, failures - 1)))

@@ -858,6 +858,7 @@ class SqlStore:
         task_id: str | None,
         force: bool = False,
         from_token: int | None = None,
+        exclude: Collection[str] = (),
     ) -> Lease | None:
         now = self.clock.now()
         with self._tx(write=True) as conn:
@@ -878,12 +879,14 @@ class SqlStore:
                 if lifecycle.is_terminal(row["status"]):
                     return None
             else:
+                params: dict[str, Any] = {"now": now, "f": self._bool_in(False)}
+                skip = self._in(params, "task_id", "x", exclude, negate=True) if exclude else ""
                 row = self._x(
                     conn,
                     f"SELECT task_id, status, fencing_token FROM tasks WHERE {rules.CLAIMABLE_SQL}"
-                    f" AND {rules.LEASE_FREE_SQL}"
+                    f" AND {rules.LEASE_FREE_SQL}{skip}"
                     f" ORDER BY updated_at, task_id LIMIT 1{self.SKIP_LOCKED}",
-                    {"now": now, "f": self._bool_in(False)},
+                    params,
                 ).fetchone()
                 if row is None:
                     return None
@@ -914,14 +917,18 @@ class SqlStore:
         task_id: str | None = None,
         force: bool = False,
         from_token: int | None = None,
+        exclude: Collection[str] = (),
     ) -> Lease | None:
         """Take the lease on a claimable task (or on `task_id`); the token rises.
 
         `force` takes `task_id` even from a live lease (its owner is known to be dead);
         the risen token makes any commit of the old owner fail with `StaleLease`.
         `from_token` (with `force`): only while the task's token is still that one.
+        `exclude`: task ids a claim of any task passes over.
         """
-        return await self._run(self._claim_sync, worker_id, ttl, task_id, force, from_token)
+        return await self._run(
+            self._claim_sync, worker_id, ttl, task_id, force, from_token, frozenset(exclude)
+        )
 
     def _list_live_leases_sync(self, owner_prefix: str) -> list[Lease]:
         # LIKE would need its wildcards escaped in a host name; a prefix compare is exact.
@@ -1017,12 +1024,19 @@ class SqlStore:
         return await self._run(self._get_blob_sync, ref)
 
     @staticmethod
-    def _in(params: dict[str, Any], column: str, prefix: str, values: Collection[Any]) -> str:
+    def _in(
+        params: dict[str, Any],
+        column: str,
+        prefix: str,
+        values: Collection[Any],
+        *,
+        negate: bool = False,
+    ) -> str:
         names = []
         for n, v in enumerate(sorted(values)):
             params[f"{prefix}{n}"] = v
             names.append(f":{prefix}{n}")
-        return f" AND {column} IN ({', '.join(names)})"
+        return f" AND {column} {'NOT IN' if negate else 'IN'} ({', '.join(names)})"
 
     def _get_ops_sync(
         self,

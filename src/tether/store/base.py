@@ -316,6 +316,7 @@ class Store(Protocol):
         task_id: str | None = None,
         force: bool = False,
         from_token: int | None = None,
+        exclude: Collection[str] = (),
     ) -> Lease | None:
         """Take the lease on a claimable task (or on `task_id`); the token rises.
 
@@ -323,7 +324,8 @@ class Store(Protocol):
         the risen fencing token refuses anything the old owner still tries to commit.
         `from_token` (with `force`) takes it only while its fencing token is still that
         one, the lease found dead, checked in the claim's own transaction: a worker
-        that claimed the task in between keeps it.
+        that claimed the task in between keeps it. `exclude`: task ids a claim of any
+        task passes over (a worker's tasks it cannot run).
         """
         ...
 

@@ -237,9 +237,10 @@ class MemoryStore:
         task_id: str | None = None,
         force: bool = False,
         from_token: int | None = None,
+        exclude: Collection[str] = (),
     ) -> Lease | None:
         """Take the lease on a claimable task (`force`: even from a live lease, while
-        its token is `from_token` if given)."""
+        its token is `from_token` if given), none of `exclude`."""
         async with self._lock:
             now = self.clock.now()
 
@@ -256,7 +257,9 @@ class MemoryStore:
                 cands = [
                     t
                     for t in self._tasks.values()
-                    if free(t) and rules.claimable(t.status, t.wake_at, t.cancel_requested, now)
+                    if free(t)
+                    and rules.claimable(t.status, t.wake_at, t.cancel_requested, now)
+                    and t.task_id not in exclude
                 ]
                 if not cands:
                     return None

@@ -381,9 +381,18 @@ class PostgresStore(SqlStore):
         return value
 
     @staticmethod
-    def _in(params: dict[str, Any], column: str, prefix: str, values: Collection[Any]) -> str:
+    def _in(
+        params: dict[str, Any],
+        column: str,
+        prefix: str,
+        values: Collection[Any],
+        *,
+        negate: bool = False,
+    ) -> str:
         # One parameter for any number of values: one statement text, prepared once.
         params[prefix] = sorted(values)
+        if negate:
+            return f" AND NOT ({column} = ANY(:{prefix}))"
         return f" AND {column} = ANY(:{prefix})"
 
     # --- the one write path: one statement, one round trip ------------------------------

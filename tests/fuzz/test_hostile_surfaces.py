@@ -478,3 +478,52 @@ def test_a_database_path_the_system_refuses_is_a_clear_error(
     _no_traceback(result)
     assert result.exit_code == 2, result.output
     assert "cannot use" in result.output and "as a database file" in result.output
+
+
+# --- sources that are not files ----------------------------------------------------------
+
+ODD_SOURCES = ["zero", "fifo", "folder", "missing"]
+
+
+def read_odd_sources(request: Any) -> Any:
+    """A scripted policy: read every odd source once (one round), then stop."""
+    from tether.models.base import ModelResponse
+    from tether.models.scripted import tool_call
+
+    if request.purpose != "act":
+        return '{"changes": [], "decision": "continue", "reason": "rules decide"}'
+    if any("read_source" in m.content for m in request.messages if m.role != "system"):
+        return ModelResponse("Nothing more to read.")
+    return ModelResponse("Reading.", tuple(tool_call("read_source", source=s) for s in ODD_SOURCES))
+
+
+@pytest.mark.timeout(60)
+def test_a_source_that_is_a_device_fifo_folder_or_missing_fails_the_read_only(
+    tmp_path: Path,
+) -> None:
+    os.mkfifo(tmp_path / "pipe")  # nobody writes: a read would wait forever
+    (tmp_path / "dir").mkdir()
+    spec = {
+        "objective": "read",
+        "items": [{"id": "a", "title": "A"}],
+        "tools": ["read_source"],
+        "models": {"judge": "rules"},
+        "limits": {"max_rounds": 3},
+        "sources": [
+            {"id": "zero", "version": "1", "location": "/dev/zero", "pin": "fingerprint"},
+            {"id": "fifo", "version": "1", "location": "pipe"},
+            {"id": "folder", "version": "1", "location": "dir"},
+            {"id": "missing", "version": "1", "location": "nope.md"},
+        ],
+    }
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    model = f"scripted:{__name__}:read_odd_sources"
+    result = _invoke(["run", "spec.yaml", "--model", model, "--json"], tmp_path)
+    _no_traceback(result)
+    tid = json.loads(result.output)["task_id"]
+    events = json.loads(_invoke(["events", tid, "--json"], tmp_path).output)
+    failed = [e["data"] for e in events if e["type"] == "op.result" and not e["data"].get("ok")]
+    texts = " ".join(json.dumps(d) for d in failed)
+    assert len(failed) == len(ODD_SOURCES), texts
+    assert "source zero is not a regular file" in texts
+    assert "source fifo is not a regular file" in texts

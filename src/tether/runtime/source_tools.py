@@ -39,6 +39,7 @@ import asyncio
 import hashlib
 import json
 import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,6 +190,9 @@ def _key(meta: Mapping[str, Any]) -> str:
 def _read_file(src: Source, workspace: Path | None, cap: int | None) -> _Fetched:
     path = _location(src, workspace)
     st = path.stat()
+    if not stat.S_ISREG(st.st_mode):
+        # A device (/dev/zero), a FIFO or a socket reports no size and never ends.
+        raise errors.ToolFailed(f"read_source: source {src.id} is not a regular file")
     if cap is not None and st.st_size > cap:
         raise errors.ToolFailed(
             f"read_source: source {src.id} is larger than {cap >> 20} MiB; a snapshot would "

@@ -3,8 +3,9 @@
 Four tools: `list_files`, `read_file`, `write_file` and `append_file`. Every path the
 model gives is resolved against the workspace root with all symlinks followed; a path
 that ends up outside the root (`..`, an absolute path, a symlink anywhere along the
-way that points out, a symlink loop) is refused with a deterministic
-"not permitted" `errors.ToolFailed`, before anything is read or written.
+way that points out, a symlink loop) or inside a `.tether/` folder (tether's own state,
+where its default database lives) is refused with a deterministic "not permitted"
+`errors.ToolFailed`, before anything is read or written.
 
 Writes are atomic: the new content goes to a temporary file in the same folder, is
 flushed to disk, then moved over the target with `os.replace`, so a crash leaves
@@ -38,6 +39,9 @@ MAX_READ_LIMIT: Final[int] = 200_000
 _READ_BLOCK: Final[int] = 1 << 20
 #: How the output of `write_file` and `append_file` begins when they made a new file.
 CREATED_PREFIX: Final[str] = "created "
+#: tether's own state folder (the default SQLite database lives in `./.tether`, and the
+#: default workspace is `.` too): no file tool reaches into one.
+STATE_DIR: Final[str] = ".tether"
 
 
 def _not_permitted(path: str, why: str = "is outside the workspace") -> errors.ToolFailed:
@@ -77,6 +81,10 @@ class Workspace:
         real = Path(os.path.realpath(os.path.join(self.root, path)))
         if not real.is_relative_to(self.root):
             raise _not_permitted(shown)
+        if STATE_DIR in real.relative_to(self.root).parts:
+            # The store's database (all tasks' journals): a task reading it would see
+            # other tasks' data, and one writing there could corrupt every task.
+            raise _not_permitted(shown, f"is in {STATE_DIR}/, tether's own state")
         # `realpath` follows every symlink it can; one that is still there on the way
         # means a loop (or a link swapped in meanwhile): refuse rather than guess.
         probe = self.root

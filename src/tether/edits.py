@@ -105,7 +105,7 @@ async def edit_task(
     if not (changes or add_items or remove_items or update_items):
         raise errors.UserError("an edit needs at least one field of the spec to change")
     task = await changeable(store, task_id, "edit", reopen=True)
-    old_spec = parse_spec(task.spec, source=f"task {task_id}")
+    old_spec = parse_spec(task.spec, source=f"task {task_id}", stored=True)
     if add_items or remove_items or update_items:
         base = changes.get("items") or [i.model_dump(mode="json") for i in old_spec.items]
         if not isinstance(base, list) or not all(isinstance(i, Mapping) for i in base):

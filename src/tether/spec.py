@@ -217,6 +217,12 @@ def label_problem(text: str) -> str | None:
     return None
 
 
+def _stored(info: ValidationInfo) -> bool:
+    """Whether a stored task's spec is being read (`parse_spec(..., stored=True)`): the
+    input checks of URLs and labels are for what is written now, not what was."""
+    return bool(info.context and info.context.get("stored"))
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -345,21 +351,21 @@ class Source(_Strict):
 
     @field_validator("version", mode="after")
     @classmethod
-    def _one_line(cls, value: str) -> str:
-        problem = label_problem(value)
+    def _one_line(cls, value: str, info: ValidationInfo) -> str:
+        problem = None if _stored(info) else label_problem(value)
         if problem:
             raise ValueError(problem)
         return value
 
     @model_validator(mode="after")
-    def _http_fields(self) -> Source:
+    def _http_fields(self, info: ValidationInfo) -> Source:
         if self.kind in ("url", "api"):
             if not re.match(r"(?i)^https?://", self.location):
                 raise ValueError(f"a {self.kind} source's location must be an http(s):// URL")
-            problem = http_url_problem(self.location)
+            problem = None if _stored(info) else http_url_problem(self.location)
             if problem:
                 raise ValueError(f"location {problem}")
-        else:
+        elif not _stored(info):
             bad = _BAD_IN_LABEL.search(self.location)
             if bad or not self.location.strip():
                 raise ValueError(
@@ -490,10 +496,10 @@ class WebhookTarget(_Strict):
 
     @field_validator("webhook")
     @classmethod
-    def _http_url(cls, value: str) -> str:
+    def _http_url(cls, value: str, info: ValidationInfo) -> str:
         if not value.startswith(("http://", "https://")):
             raise ValueError(f"must be an http(s) URL, not {_cut(value, 80)}")
-        problem = http_url_problem(value)
+        problem = None if _stored(info) else http_url_problem(value)
         if problem:
             raise ValueError(problem)
         return value
@@ -568,10 +574,11 @@ class McpServer(_Strict):
     )
 
     @model_validator(mode="after")
-    def _one_transport(self) -> McpServer:
+    def _one_transport(self, info: ValidationInfo) -> McpServer:
         if (self.command is None) == (self.url is None):
             raise ValueError("give exactly one of command (stdio) or url (streamable HTTP)")
-        problem = http_url_problem(self.url) if self.url is not None else None
+        stored = _stored(info) or self.url is None
+        problem = None if stored else http_url_problem(self.url or "")
         if problem:
             raise ValueError(f"url {problem}")
         return self
@@ -862,14 +869,18 @@ def _named_wrongly(err: Any, errs: Sequence[Any]) -> bool:
     return any(tuple(o["loc"])[:3] == (*loc[:2], "ToolPermission") for o in errs)
 
 
-def parse_spec(data: Any, *, source: str = "<spec>") -> TaskSpec:
-    """Validate a decoded spec (a dict) and return the `TaskSpec`."""
+def parse_spec(data: Any, *, source: str = "<spec>", stored: bool = False) -> TaskSpec:
+    """Validate a decoded spec (a dict) and return the `TaskSpec`.
+
+    `stored`: the spec of a task already in the database. Checks added after it was
+    accepted (see `_stored`) are skipped, so a task stored by an earlier version stays
+    readable, resumable and editable (an edit validates its new spec in full)."""
     if not isinstance(data, dict):
         raise errors.SpecError(
             f"expected a mapping at the top level, got {type(data).__name__}", source=source
         )
     try:
-        return TaskSpec.model_validate(data)
+        return TaskSpec.model_validate(data, context={"stored": True} if stored else None)
     except ValidationError as exc:
         errs = exc.errors()
         problems = [p for e in errs if not _named_wrongly(e, errs) for p in _describe(e)]

@@ -527,3 +527,33 @@ def test_a_source_that_is_a_device_fifo_folder_or_missing_fails_the_read_only(
     assert len(failed) == len(ODD_SOURCES), texts
     assert "source zero is not a regular file" in texts
     assert "source fifo is not a regular file" in texts
+
+
+def test_a_task_stored_before_the_stricter_checks_stays_usable(tmp_path: Path) -> None:
+    """A spec accepted by an earlier version (a version with ESC, a webhook without a
+    host) is read as stored; an edit must fix what it touches, and can."""
+    spec = {
+        "objective": "x",
+        "items": [{"id": "a", "title": "A"}],
+        "sources": [{"id": "A", "version": "1.0", "location": "a.md"}],
+    }
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    tid = json.loads(_invoke(["submit", "spec.yaml", "--json"], tmp_path).output)["task_id"]
+    db = tmp_path / ".tether" / "tether.db"
+    old = dict(spec, sources=[{"id": "A", "version": "1\x1b[2J", "location": "a.md"}])
+    old["notify"] = {"targets": [{"webhook": "http://"}]}
+    with sqlite3.connect(db) as con:
+        row = con.execute("SELECT spec FROM tasks WHERE task_id = ?", (tid,)).fetchone()
+        stored = {**json.loads(row[0]), **old}
+        con.execute("UPDATE tasks SET spec = ? WHERE task_id = ?", (json.dumps(stored), tid))
+
+    shown = _invoke(["status", tid], tmp_path)
+    assert shown.exit_code == 0 and not (set(shown.output) & UNSAFE), shown.output
+    before = _rows(db)
+    half = _invoke(["edit", tid, "--source", "A=2.0"], tmp_path)
+    assert half.exit_code == 2 and "notify.targets.0.webhook: has no host" in half.output
+    assert _rows(db) == before
+    fixed = _invoke(["edit", tid, "--source", "A=2.0", "--set", "notify.targets=[]"], tmp_path)
+    assert fixed.exit_code == 0, fixed.output
+    status = json.loads(_invoke(["status", tid, "--json"], tmp_path).output)
+    assert [s["version"] for s in status["sources"]] == ["2.0"]

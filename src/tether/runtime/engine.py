@@ -825,7 +825,7 @@ class TaskRun:
         self.task = await self.store.get_task(self.task_id)
         self.status = self.task.status
         try:
-            self.spec = parse_spec(self.task.spec, source=f"task {self.task_id}")
+            self.spec = parse_spec(self.task.spec, source=f"task {self.task_id}", stored=True)
         except errors.SpecError as exc:
             raise errors.StoreError(
                 f"stored spec of task {self.task_id} is invalid: {exc}"

@@ -581,7 +581,7 @@ async def _run(
         task_id=task_id,
         name=rec.task.name,
         spec=rec.task.spec,
-        ledger=ledger_from_spec(parse_spec(rec.task.spec, source=f"task {task_id}")),
+        ledger=ledger_from_spec(parse_spec(rec.task.spec, source=f"task {task_id}", stored=True)),
         workspace=str(rec.scratch) if rec.scratch is not None else rec.task.workspace,
         events=[rec.events[0].typed()],
     )

@@ -99,7 +99,7 @@ class SweepReport:
 def _contract(task: TaskRecord) -> TaskSpec | None:
     """The task's contract (None if the stored spec no longer parses)."""
     try:
-        return parse_spec(task.spec, source=f"task {task.task_id}")
+        return parse_spec(task.spec, source=f"task {task.task_id}", stored=True)
     except errors.UserError:
         return None
 

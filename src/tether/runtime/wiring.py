@@ -178,7 +178,7 @@ class Runtime:
         """An engine for `task_id` with the models its spec asks for, closed on exit.
         `options` go to `Engine` (`stop`, `on_progress`, `worker_id`, ...)."""
         task = await self.store.get_task(task_id)
-        models = self.models_for(parse_spec(task.spec, source=f"task {task_id}"))
+        models = self.models_for(parse_spec(task.spec, source=f"task {task_id}", stored=True))
         try:
             yield Engine(self.store, models, registry=self.registry, **options)
         finally:

@@ -316,7 +316,7 @@ class Worker:
 
     async def _spec_of(self, task_id: str) -> TaskSpec:
         task = await self.store.get_task(task_id)
-        return parse_spec(task.spec, source=f"task {task_id}")
+        return parse_spec(task.spec, source=f"task {task_id}", stored=True)
 
     def _passing_over(self) -> list[str]:
         """The tasks this worker passes over now (see `_lacks_tools`)."""

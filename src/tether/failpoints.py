@@ -28,6 +28,8 @@ KNOWN: Final[frozenset[str]] = frozenset(
         "during_compaction",
         "during_commit",
         "during_claim",
+        "before_notice_send",
+        "after_notice_send",
     }
 )
 ACTIONS: Final[frozenset[str]] = frozenset({"exit", "stop"})

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import events as ev
-from tether import lifecycle
+from tether import failpoints, lifecycle
 from tether.runtime.notify import Notice, Notifier
 from tether.store.base import Store, StoredEvent, TaskRecord
 
@@ -148,7 +148,9 @@ async def announce(store: Store, task: TaskRecord, notifier: Notifier, now: floa
             continue
         if not await store.update_shared(key(task.task_id), _take(event.seq)):
             return sent  # another sweeper is on this task: it goes on from here
+        failpoints.hit("before_notice_send")
         channel = await notifier.notify(notice)
+        failpoints.hit("after_notice_send")
         await store.commit(
             task.task_id,
             None,

@@ -1,0 +1,98 @@
+"""A worker killed while it sends a notice: the next worker sends it, at once.
+
+A task waits for a person to approve its ticket; its contract sends notices to a
+webhook receiver (`tests/services/notice_receiver.py`, its own process). A real
+`tether worker --once` takes the `approval_requested` notice and is killed (fail point,
+`os._exit`) before it sends it (`before_notice_send`), or after the receiver got it but
+before the worker recorded that (`after_notice_send`). The next worker of the machine
+sees that the taker is dead and sends the notice itself (the same id: a receiver drops
+the repeat) instead of waiting for the take to expire, and the notices after it (the
+task's end) are not held back either.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.reliability.test_crash_windows import POLICY, ROOT, TicketAPI, of_type
+from tests.reliability.test_random_kills import Receiver
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def services() -> Iterator[tuple[TicketAPI, Receiver]]:
+    api, hook = TicketAPI(), Receiver()
+    try:
+        yield api, hook
+    finally:
+        api.close()
+        hook.close()
+
+
+def tether(db: str, api: TicketAPI, *args: str, points: str | None = None) -> Any:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    env.update(PYTHONPATH=str(ROOT), TETHER_TOOLS="tests.services.tools:TOOLS",
+               TICKETS_URL=api.url)  # fmt: skip
+    if points:
+        env["TETHER_FAILPOINTS"] = points
+    return subprocess.run([sys.executable, "-m", "tether.cli", *args, "--db", db], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+@pytest.mark.parametrize("point", ["before_notice_send", "after_notice_send"])
+def test_a_notice_whose_sender_died_is_sent_by_the_next_worker(
+    point: str, tmp_path: Path, services: tuple[TicketAPI, Receiver]
+) -> None:
+    api, hook = services
+    db = f"sqlite:///{tmp_path / 'tether.db'}"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "approve-me", "objective": "file t1",
+        "items": [{"id": "t1", "title": "file t1",
+                   "done_when": {"kind": "op", "tool": "create_ticket", "args": {"title": "t1"}}}],
+        "tools": [{"name": "create_ticket", "approval": True}],
+        "models": {"judge": "rules"},
+        "notify": {"targets": [{"webhook": hook.url}]},
+    }))  # fmt: skip
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    res = tether(db, api, "run", str(spec), "--model", POLICY, "--workspace", str(ws), "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    tid, request = doc["task_id"], doc["waiting"]["request_id"]
+    worker = ("worker", "--once", "--poll", "0.05", "--model", POLICY)
+
+    killed = tether(db, api, *worker, points=point)
+    assert killed.returncode == 137, killed.stderr[-2000:]
+    assert f"fail point {point} reached" in killed.stderr
+    sent_before = [n["body"]["kind"] for n in hook.stats()["notices"]]
+    assert sent_before == ([] if point == "before_notice_send" else ["approval_requested"])
+
+    # The next worker sends it (again, under the same id), without waiting.
+    res = tether(db, api, *worker)
+    assert res.returncode == 0, res.stderr[-2000:]
+    stats = hook.stats()
+    assert [n["body"]["kind"] for n in stats["notices"]] == ["approval_requested"]
+    assert stats["repeats"] == (0 if point == "before_notice_send" else 1)
+
+    # The task goes on; its end is announced too.
+    assert tether(db, api, "approve", tid, request).returncode == 0
+    res = tether(db, api, "resume", tid, "--model", POLICY, "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)["status"] == "satisfied", res.stderr
+    assert tether(db, api, *worker).returncode == 0
+    notices = hook.stats()["notices"]
+    assert [n["body"]["kind"] for n in notices] == ["approval_requested", "finished"]
+    evs = json.loads(tether(db, api, "events", tid, "--json").stdout)
+    assert Counter(d["kind"] for d in of_type(evs, "notice.sent")) == {
+        "approval_requested": 1, "finished": 1,
+    }  # fmt: skip

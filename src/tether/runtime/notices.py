@@ -6,8 +6,9 @@ loop stuck), a round limit reached, a budget crossing 50, 80 or 100 %, a task st
 failed or finished — are read from each task's journal after a cursor
 kept in the store's shared state (`notices:<task id>`), so every worker sweeping the
 same database sends each of them once. A notice is taken before it is sent and the
-cursor moves on after: a sweeper that dies in between leaves the take to expire, and
-the next one sends it again with the same id (receivers drop the repeat).
+cursor moves on after: a sweeper that dies in between leaves the take to expire (or to
+be taken over at once, when it was a process of this host that is gone), and the next
+one sends it again with the same id (receivers drop the repeat).
 
 A task first seen more than `FIRST_SIGHT_MAX_AGE` after its last change is not
 announced: a database that gains this module does not flood anyone with its history.
@@ -15,11 +16,14 @@ announced: a database that gains this module does not flood anyone with its hist
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
 from tether import events as ev
 from tether import failpoints, lifecycle
+from tether.runtime.engine import owner_is_dead
 from tether.runtime.notify import Notice, Notifier
 from tether.store.base import Store, StoredEvent, TaskRecord
 
@@ -104,15 +108,30 @@ def notice_of(
     return Notice(task.task_id, kind, text[:1000], details, notice_id=f"{task.task_id}:{event.seq}")
 
 
+def _sender() -> str:
+    """This process, in the form `owner_is_dead` reads (host:pid)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 def _take(seq: int) -> Callable[[dict[str, Any] | None, float], tuple[dict[str, Any], bool]]:
+    me = _sender()
+
     def step(doc: dict[str, Any] | None, now: float) -> tuple[dict[str, Any], bool]:
         state = dict(doc or {"after": 0})
         taking = state.get("taking")
         if int(state.get("after", 0)) >= seq:
             return state, False  # sent already
-        if taking and taking.get("seq") == seq and float(taking.get("until", 0)) > now:
-            return state, False  # another sweeper is sending it
-        state["taking"] = {"seq": seq, "until": now + TAKE_TTL}
+        if (
+            taking
+            and taking.get("seq") == seq
+            and float(taking.get("until", 0)) > now
+            and not owner_is_dead(taking.get("by"))
+        ):
+            # Another sweeper is sending it. A take whose sender died (a process of
+            # this host that is gone) is not waited out: its notice may be lost or
+            # half sent, and every later notice of the task waits behind it.
+            return state, False
+        state["taking"] = {"seq": seq, "until": now + TAKE_TTL, "by": me}
         return state, True
 
     return step

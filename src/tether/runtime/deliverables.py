@@ -8,7 +8,8 @@ Whenever recovery runs, and once more before a task is delivered, every done ite
 deliverables are checked: the file must still exist and, where a hash was recorded (or
 the op that wrote it is the file's last writer), still have that content; a file the
 task wrote over since must still hold what the accepted op wrote (a later append or a
-fuller version keeps it; emptying or replacing it does not). Evidence
+fuller version keeps it; emptying or replacing it does not). An op undone since it
+proved its item (a compensation, a human's decision) or gone to history proves nothing. Evidence
 artifacts cited by done items must still be stored with their hash. A broken one reopens
 its item with the reason, so a deleted or altered deliverable can never end `satisfied`.
 """
@@ -113,8 +114,10 @@ class _Check:
         ops: Mapping[str, OpRecord],
         last_writer: Mapping[str, str],
         blobs: Mapping[str, bool],
+        history: Mapping[str, str] | None = None,
     ) -> None:
         self.workspace = workspace
+        self.history = history or {}
         self.artifacts = artifacts
         self.ops = ops
         self.last_writer = last_writer
@@ -156,6 +159,8 @@ class _Check:
         return "; ".join(problems) or None
 
     def op(self, ident: str) -> str | None:
+        if ident in self.history:
+            return self.history[ident]
         op = self.ops.get(ident)
         if op is None:
             return None  # not a writer op: the journal (recovery's own check) vouches for it
@@ -266,9 +271,22 @@ async def verify(
     op_ids = {r.partition(":")[2] for r in refs if r.startswith("op:")}
     arts = await _closure(store, task_id, art_ids) if art_ids else {}
     hashed = [a for i, a in arts.items() if blobs or i not in art_ids]
+    # Imported here: `ops` imports the built-in tools, which import this module.
+    from tether.runtime.ops import compensation_of, superseded_by
+
     writers: list[OpRecord] = []
+    history: dict[str, str] = {}
     if op_ids:
         writers = await store.get_ops(task_id, statuses={"succeeded"}, tools=set(WRITERS))
+        # An op undone since it proved its item (a compensation, a human's decision) or
+        # whose result went to history (a late result of an older task version) no
+        # longer proves it: its effect is not what the item was accepted on.
+        for op in await store.get_ops(task_id, op_ids=op_ids):
+            how = compensation_of(op)
+            if how is not None:
+                history[op.op_id] = f"{op.tool} op {op.op_id} was undone since ({how})"
+            elif superseded_by(op) is not None:
+                history[op.op_id] = f"{op.tool} op {op.op_id} is history (a late result)"
     last_writer: dict[str, str] = {}
     for op in writers:  # oldest first: the last one wins
         path = op.args.get("path")
@@ -281,6 +299,7 @@ async def verify(
         {o.op_id: o for o in writers if o.op_id in op_ids},
         last_writer,
         states,
+        history,
     )
     broken: list[Broken] = []
     for item, evidence in done:

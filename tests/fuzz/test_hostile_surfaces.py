@@ -557,3 +557,24 @@ def test_a_task_stored_before_the_stricter_checks_stays_usable(tmp_path: Path) -
     assert fixed.exit_code == 0, fixed.output
     status = json.loads(_invoke(["status", tid, "--json"], tmp_path).output)
     assert [s["version"] for s in status["sources"]] == ["2.0"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status", "x" * 100_000],
+        ["artifacts", "x" * 100_000, "--tree"],
+        ["tell", "x" * 100_000, "hi"],
+        ["edit", "{tid}", "--item", "a." * 20_000 + "x=1"],
+        ["report", "x" * 100_000],
+    ],
+)
+def test_an_echoed_huge_value_keeps_the_error_short(tmp_path: Path, args: list[str]) -> None:
+    spec = {"objective": "x", "items": [{"id": "a", "title": "A"}]}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    tid = json.loads(_invoke(["submit", "spec.yaml", "--json"], tmp_path).output)["task_id"]
+    result = _invoke([a.replace("{tid}", tid) for a in args], tmp_path)
+    _no_traceback(result)
+    assert result.exit_code in (2, 3), result.output
+    assert len(result.output) < 1200, result.output[:300]
+    assert "characters)" in result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Annotated, Any, TypeVar
 
@@ -119,9 +120,19 @@ def model_options(timeout: float | None, retries: int | None) -> dict[str, float
     return {"timeout": timeout, "max_retries": retries}
 
 
+#: The longest run without a space an error message shows whole: an echoed value (a
+#: 100,000-character task id, say) is cut to its start and its length.
+MAX_WORD = 300
+_LONG_WORD = re.compile(rf"\S{{{MAX_WORD + 1},}}")
+
+
+def _short_words(text: str) -> str:
+    return _LONG_WORD.sub(lambda m: f"{m.group()[:60]}... ({len(m.group()):,} characters)", text)
+
+
 def fail(exc: BaseException, code: int) -> typer.Exit:
     """Print a user-facing error; the exit to raise."""
-    err.print(Text(clean(f"tether: {exc}", lines=True), style="bold red"))
+    err.print(Text(clean(_short_words(f"tether: {exc}"), lines=True), style="bold red"))
     return typer.Exit(code)
 
 

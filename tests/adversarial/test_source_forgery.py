@@ -15,7 +15,7 @@ from tether import errors
 from tether.runtime.builtins import default_registry
 from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
-from tether.store.base import Store
+from tether.store.base import ArtifactRecord, Store, blob_hash
 from tether.tools.registry import ToolContext
 
 
@@ -187,6 +187,9 @@ async def test_odd_citation_ids_are_unknown_never_a_store_failure(call: Calls) -
         ("read_source", {"source": "B", "limit": 10**9}),
         ("read_source", {"source": "B", "offset": -1}),
         ("record_claim", {"text": 5, "evidence": "x"}),
+        # A source's location is the contract's: no argument can point it elsewhere.
+        ("read_source", {"source": "B", "location": "http://127.0.0.1:9/x"}),
+        ("read_source", {"source": "B", "url": "http://127.0.0.1:9/x"}),
     ):
         await _refused(call, name, "bad arguments", **args)
     for query in ('"', "a OR b*", "NEAR(a b)", "')--", "\x00", "-x", "col:x", "^", "*"):
@@ -271,3 +274,33 @@ async def test_another_tasks_artifacts_are_unknown_here(call: Calls, tmp_path: P
         await call("read_artifact", artifact_id=ev)
     assert "no stored artifact" in await call("search_artifacts", query="B costs")
     assert not (call.ws / "r.md").exists()
+
+
+async def test_a_claim_rests_on_quotes_not_on_the_rule_judges_evidence(call: Calls) -> None:
+    """The rule judge's evidence (a file that exists) is evidence of an item: a claim
+    citing it would look sourced in the report while quoting nothing."""
+    data = b"out/a.txt exists"
+    rule_ev = ArtifactRecord(
+        artifact_id=f"{call.task_id}.ev1",
+        task_id=call.task_id,
+        kind="evidence",
+        name="i",
+        blob_hash=blob_hash(data),
+        size=len(data),
+        source="rule judge",
+        task_version=1,
+        meta={"deliverable": "out/a.txt", "sha256": "0" * 64},
+    )
+    await call.store.commit(call.task_id, call.token, [], artifacts=[rule_ev], blobs=[data])
+    await _refused(
+        call, "record_claim", "quote no source", text="B is free", evidence=[rule_ev.artifact_id]
+    )
+    # Nor does a valid quote launder it.
+    snap = _id(await call("read_source", source="B"), "cite snapshot artifact ")
+    ev = _id(
+        await call("record_evidence", source_artifact=snap, excerpt="B costs"), "evidence artifact "
+    )
+    await _refused(
+        call, "record_claim", "quote no source", text="B", evidence=[ev, rule_ev.artifact_id]
+    )
+    assert "claim artifact" in await call("record_claim", text="B costs", evidence=[ev])

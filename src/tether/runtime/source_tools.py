@@ -472,6 +472,29 @@ async def _read_body(store: Store, ctx: ToolContext, snap: ArtifactRecord) -> st
 Question = Annotated[str, Field(max_length=2000)]
 
 
+def _quotes_only(cited: Sequence[ArtifactRecord]) -> None:
+    """A claim rests on quotes of sources: the rule judge's evidence (a file that
+    exists, a command that passed) is evidence of an item, not of a claim."""
+    unquoted = [a.artifact_id for a in cited if not any(A.source_of(d) for d in a.deps)]
+    if unquoted:
+        raise errors.ToolFailed(
+            f"record_claim: {', '.join(unquoted)} quote no source; cite the evidence "
+            "artifacts record_evidence made"
+        )
+
+
+def _no_loose_citations(text: str, claims: Sequence[str]) -> None:
+    """The report cites in brackets (`Cites: [id]`): an id in brackets in a section's
+    text that the section does not cite would read as a citation nothing backs."""
+    loose = sorted(set(_BRACKETED_ID.findall(text)) - set(claims))
+    if loose:
+        raise errors.ToolFailed(
+            f"write_report_section: the text cites {', '.join(loose[:5])} in brackets, "
+            "which are not among the claims this section cites; cite them in `claims` "
+            "(valid claim artifacts) or leave them out"
+        )
+
+
 def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
     """`read_source`, `record_evidence`, `record_claim` and `write_report_section`."""
 
@@ -568,6 +591,7 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
             "evidence",
             "record_claim",
         )
+        _quotes_only(cited)
         data = json.dumps(
             {"claim": text, "evidence": evidence, "topic": topic}, ensure_ascii=False
         ).encode()
@@ -603,15 +627,7 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
             "claim",
             "write_report_section",
         )
-        # The report cites in brackets (`Cites: [id]`): an id in brackets in the text
-        # that the section does not cite would read as a citation nothing backs.
-        loose = sorted(set(_BRACKETED_ID.findall(f"{title}\n{text}")) - set(claims))
-        if loose:
-            raise errors.ToolFailed(
-                f"write_report_section: the text cites {', '.join(loose[:5])} in brackets, "
-                "which are not among the claims this section cites; cite them in `claims` "
-                "(valid claim artifacts) or leave them out"
-            )
+        _no_loose_citations(f"{title}\n{text}", claims)
         data = json.dumps(
             {"title": title, "text": text, "claims": claims}, ensure_ascii=False
         ).encode()

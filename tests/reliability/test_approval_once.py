@@ -53,3 +53,42 @@ def test_an_approved_resend_lost_again_asks_again_and_never_sends_a_third_time(
         assert [p["trace"] for p in posts] == [op, op]  # the first send and the one approved resend
     finally:
         api.close()
+
+
+@pytest.mark.parametrize("point", ["after_op_dispatch", "after_op_result"])
+def test_an_approved_resend_cut_by_a_kill_is_sent_at_most_once(point: str, tmp_path: Path) -> None:
+    """The worker that carries out an approved resend dies (after sending it, or after
+    its answer came, before the commit; the resend journals no new intent, so there is
+    no fail point before it): whatever it did, the
+    approval is one send at most, resuming never sends it again on its own, and a
+    person settles what is left (the answer of the first send was lost)."""
+    api = TicketAPI()
+    try:
+        cli = CLI(f"sqlite:///{tmp_path / 'tether.db'}", {"TICKETS_URL": api.url})
+        ws = tmp_path / "ws"
+        ws.mkdir()
+        api.faults(drop_after=[1])
+        doc = cli.run(spec_file(tmp_path, "create_ticket_blind", items=1), ws)
+        tid = doc["task_id"]
+        op = f"{tid}.r1.c0"
+        assert doc["waiting"]["request_id"] == f"{op}.in_doubt"
+        assert cli("approve", tid, f"{op}.in_doubt").returncode == 0
+        res = cli("resume", tid, "--model", "scripted:tests.services.policies:actor",
+                  "--json", failpoints=f"{point}=1")  # fmt: skip
+        assert res.returncode == 137, res.stderr[-2000:]
+        sent = len(api.stats()["posts"])
+        assert sent == 2
+        for _ in range(2):
+            doc = cli.resume(tid)
+            assert len(api.stats()["posts"]) <= 2, api.stats()["posts"]
+        if doc["status"] == "waiting":
+            # Asked again: the resend's outcome is not known; a person says it happened.
+            request = doc["waiting"]["request_id"]
+            assert request != f"{op}.in_doubt", doc["waiting"]
+            assert cli("approve", tid, request, "--done").returncode == 0
+            doc = cli.resume(tid)
+        assert_delivered(doc)
+        posts = api.stats()["posts"]
+        assert len(posts) <= 2 and all(p["trace"] == op for p in posts), posts
+    finally:
+        api.close()

@@ -122,12 +122,13 @@ def test_worker_stops_on_sigterm_between_tasks(tmp_path: Path) -> None:
 
 def test_worker_reports_a_task_it_cannot_run_and_goes_on(tmp_path: Path) -> None:
     """A task whose contract names a tool this worker lacks (the submitter had it in
-    TETHER_TOOLS) is reported and left queued; the next task runs; the exit code is 1."""
+    TETHER_TOOLS) is reported and left queued, untouched, for a worker that has the tool
+    (not a failure of this one: the exit code is 0); the next task runs."""
     bad = _queue(tmp_path, "bad", ["write_file", "create_ticket"], "--skip-tool-check")
     good = _queue(tmp_path, "good", ["write_file"])
     res = _tether("worker", "--once", "--model", POLICY, cwd=tmp_path)
-    assert res.returncode == 1, res.stderr
-    assert f"task {bad}: could not run:" in res.stderr and "create_ticket" in res.stderr
+    assert res.returncode == 0, res.stderr
+    assert f"task {bad}: left to another worker:" in res.stderr and "create_ticket" in res.stderr
     assert f"task {good}: satisfied" in res.stderr
     assert "worker ran 1 task(s)" in res.stderr and "Traceback" not in res.stderr
     docs = {t: json.loads(_tether("status", t, "--json", cwd=tmp_path).stdout) for t in (bad, good)}

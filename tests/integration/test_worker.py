@@ -8,6 +8,8 @@ reports (`on_result`, `on_error`) and on `run()` returning.
 from __future__ import annotations
 
 import asyncio
+import socket
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -341,6 +343,31 @@ async def test_a_task_naming_a_tool_this_worker_lacks_is_handed_back_and_passed_
         stats = await asyncio.wait_for(running, LIMIT)
     assert (stats.ran, stats.failed) == (1, 0)
     assert reports.errors.empty()
+
+
+async def test_a_dead_same_host_owners_task_is_taken_once_it_missed_two_renewals(
+    db: Store, clock: FakeClock, tmp_path: Path
+) -> None:
+    # The owner's pid is gone from this machine; still, while its lease is being renewed
+    # (a process of another pid namespace under the same host name), it is not taken.
+    gone = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+    await gone.wait()
+    owner = f"{socket.gethostname()}:{gone.pid}"
+    tid = await queue(db, tmp_path, "dead")
+    held = await db.claim(owner, 60)
+    assert held is not None
+    clock.advance(39)  # silent, but not yet for two renewals (40 s of a 60 s lease)
+    await db.renew(tid, held.token, 60)  # alive after all: renewed
+    clock.advance(39)
+    reports = Reports()
+    stats = await asyncio.wait_for(worker(db, clock, honest(), reports, once=True).run(), LIMIT)
+    assert (stats.ran, (await db.get_task(tid)).lease_owner) == (0, owner)
+
+    clock.advance(2)  # 41 s without a renewal: two missed; the lease has 19 s to go
+    stats = await asyncio.wait_for(worker(db, clock, honest(), reports, once=True).run(), LIMIT)
+    assert stats.ran == 1
+    task = await db.get_task(tid)
+    assert (task.status, task.fencing_token) == ("satisfied", held.token + 1)
 
 
 async def test_a_failing_claim_is_retried(db: Store, clock: FakeClock, tmp_path: Path) -> None:

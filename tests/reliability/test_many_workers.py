@@ -345,15 +345,15 @@ def test_a_killed_workers_task_is_taken_over_at_once(
     slow_api: TicketAPI,
     workers: Workers,
 ) -> None:
-    """A worker SIGKILLed mid-task leaves a live lease (a minute, `tether worker`'s
-    period). Its pid is gone from this machine, which proves it dead: the workers
-    started next take the task over at once instead of waiting out the lease. Three
-    start together; one takes it, the log shows one holder at a time, and every item
-    gets exactly one ticket."""
+    """A worker SIGKILLed mid-task leaves a live lease (`--lease 45`). Its pid is gone
+    from this machine: once it missed two renewals (a live worker renews every third
+    of the lease), the workers started next take the task over instead of waiting
+    out the lease. Three start together; one takes it, the log
+    shows one holder at a time, and every item gets exactly one ticket."""
     url = db_url(kind, tmp_path, request)
     items = [f"d{i}" for i in range(5)]
     (tid,) = add_tasks(url, [ticket_spec("dead", items)])
-    (a,) = workers.start(url, 1, TICKETS_URL=slow_api.url)
+    (a,) = workers.start(url, 1, "--lease", "45", TICKETS_URL=slow_api.url)
 
     def a_mid_task() -> Any:
         async def go(store: Store) -> Any:
@@ -365,10 +365,21 @@ def test_a_killed_workers_task_is_taken_over_at_once(
 
         return in_store(url, go)
 
-    held = wait_for(a_mid_task, "worker A to be mid-task")
+    wait_for(a_mid_task, "worker A to be mid-task")
     a.kill()
     a.wait(timeout=30)
-    assert held.lease_expiry > time.time() + 20  # the lease would stand a while yet
+
+    def silent_enough() -> Any:
+        async def go(store: Store) -> Any:
+            task = await store.get_task(tid)
+            period = (task.lease_expiry or 0.0) - (task.heartbeat_at or 0.0)
+            silent = time.time() - (task.heartbeat_at or 0.0)
+            return task if silent >= period * 2 / 3 else None
+
+        return in_store(url, go)
+
+    held = wait_for(silent_enough, "the dead lease to miss two renewals")
+    assert held.lease_expiry > time.time() + 5  # the lease would stand a while yet
 
     takers = workers.start(url, 3, "--once", TICKETS_URL=slow_api.url)
     workers.wait(takers)

@@ -104,6 +104,17 @@ def worker(
             "--poll", help="Seconds between polls.", min=0.01, max=3600, callback=_seconds
         ),
     ] = 2.0,
+    lease: Annotated[
+        float,
+        typer.Option(
+            "--lease",
+            help="Seconds a claim holds a task (renewed every third); a dead worker's task "
+            "waits that long for another (two thirds of it on the same machine).",
+            min=1,
+            max=3600,
+            callback=_seconds,
+        ),
+    ] = 60.0,
     quiet: Annotated[
         bool, typer.Option("--quiet", help="No line per round; only how each task ended.")
     ] = False,
@@ -139,6 +150,7 @@ def worker(
                 w = rt.worker(
                     once=once,
                     poll_interval=poll,
+                    lease_ttl=lease,
                     handle_signals=True,
                     on_result=_report,
                     on_error=_report_error,

@@ -32,8 +32,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether import errors
+from tether.clock import SystemClock
 from tether.runtime.builtins import READ_ARTIFACT, default_registry
 from tether.runtime.engine import Engine, ModelSet, RunResult, check_tools, owner_is_dead
+from tether.runtime.takeover import lease_period
 from tether.runtime.watch import Notifier, SweepReport, WatchPolicy, sweep
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import Lease, Store
@@ -84,8 +86,9 @@ class Worker:
     - **Tools** may differ between workers (`TETHER_TOOLS`): a task whose contract
       names a tool this worker lacks is handed back at once, untouched, and passed over
       for `retry_delay` seconds, for a worker that has the tool (not a failure).
-    - **A dead worker's task** on this machine (its pid is gone) is taken over when
-      nothing else is claimable, without waiting for its lease to expire.
+    - **A dead worker's task** on this machine (its pid is gone, two renewals of its
+      lease missed) is taken over when nothing else is claimable, without waiting for
+      the lease to expire.
 
     `models` is a `ModelSet` for every task (owned by the caller) or a function from a
     task's `TaskSpec` to its `ModelSet` (built for the run and closed after it). Other
@@ -240,13 +243,19 @@ class Worker:
 
     async def _take_from_dead(self) -> Lease | None:
         """Take over a task whose lease a dead process of this machine still holds,
-        instead of leaving it until the lease expires (a lease period, a minute by
-        default). Only a same-host owner whose pid is gone counts (`owner_is_dead`: a
-        proof of death, where a silent owner elsewhere may be merely slow), and only
+        instead of leaving it until the lease expires (a minute by default).
+
+        Only a same-host owner whose pid is gone counts (`owner_is_dead`; a silent owner
+        elsewhere may be merely slow), and only once it missed two renewals (silent
+        for two thirds of its lease period; a live worker renews every third): the pid
+        is no proof where processes that share a host name do not share pids
+        (containers on the host's network), and a worker renewing its lease is alive
+        whatever its pid says. Only
         the lease found dead is taken (`from_token`, checked in the claim's own
         transaction): a worker that took the task in between keeps it. A failure is
         logged; the task then waits for its lease to expire, as before."""
         self._taken_from = None
+        clock = getattr(self.store, "clock", None) or SystemClock()
         try:
             held = await self.store.live_leases(f"{socket.gethostname()}:")
             passing = self._passing_over()
@@ -254,6 +263,10 @@ class Worker:
                 if dead.worker_id == self.worker_id or dead.task_id in passing:
                     continue
                 if not owner_is_dead(dead.worker_id):
+                    continue
+                task = await self.store.get_task(dead.task_id)
+                silent = clock.now() - (task.heartbeat_at or 0.0)
+                if task.fencing_token != dead.token or silent < lease_period(task) * 2 / 3:
                     continue
                 lease = await self.store.claim(
                     self.worker_id,
@@ -264,10 +277,11 @@ class Worker:
                 )
                 if lease is not None:
                     log.warning(
-                        "task %s: its worker %s is dead; taken over without waiting for "
-                        "its lease to expire",
+                        "task %s: its worker %s is dead (silent %.0f s); taken over "
+                        "without waiting for its lease to expire",
                         dead.task_id,
                         dead.worker_id,
+                        silent,
                     )
                     self._taken_from = dead.worker_id
                     return lease

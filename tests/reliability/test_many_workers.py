@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -425,3 +426,63 @@ def test_a_worker_without_a_tasks_tool_leaves_it_to_one_that_has_it(
     bare.terminate()
     assert bare.wait(timeout=30) == 0, workers.log(bare)
     assert "could not run" not in workers.log(bare)
+
+
+# ---------------------------------------------------------------- a frozen worker
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_frozen_workers_task_is_finished_by_another_and_its_late_writes_refused(
+    kind: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    slow_api: TicketAPI,
+    workers: Workers,
+) -> None:
+    """Four workers with a 3 s lease; one is frozen (SIGSTOP) mid-task. Once its lease
+    expires the others take its task over and finish everything. Thawed (SIGCONT), the
+    frozen worker's writes are refused: every task's log still shows one holder at a
+    time, and each item has exactly one ticket (an op the frozen worker had in flight
+    may reach the service again, under the same Idempotency-Key)."""
+    url = db_url(kind, tmp_path, request)
+    names = [[f"f{t}a", f"f{t}b"] for t in range(6)]
+    tids = add_tasks(url, [ticket_spec(f"frozen{t}", n) for t, n in enumerate(names)])
+    procs = workers.start(url, 4, "--lease", "3", TICKETS_URL=slow_api.url)
+    pids = {p.pid: p for p in procs}
+
+    def someone_mid_task() -> Any:
+        async def go(store: Store) -> Any:
+            for tid in tids:
+                task = await store.get_task(tid)
+                owner = task.lease_owner or ""
+                pid = int(owner.rsplit(":", 1)[1]) if ":" in owner else 0
+                if pid in pids and task.status == "running" and task.last_seq > 6:
+                    return tid, pids[pid]
+            return None
+
+        return in_store(url, go)
+
+    tid, frozen = wait_for(someone_mid_task, "a worker mid-task")
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+
+        def all_done() -> bool:
+            return statuses(url, tids) == [("satisfied", "delivered")] * len(tids)
+
+        wait_for(all_done, "the other workers to finish every task", timeout=120)
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    before = all_events(url, tids)
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        assert p.wait(timeout=60) in (0, 1), workers.log(p)
+
+    evs = all_events(url, tids)
+    assert evs == before, "a write landed after every task was delivered"
+    for t in tids:
+        check_one_holder_at_a_time(t, evs[t])
+    owners = check_one_holder_at_a_time(tid, evs[tid])
+    assert owners[-1] != f"{owners[0].rsplit(':', 1)[0]}:{frozen.pid}", owners
+    tickets = slow_api.tickets()
+    assert sorted(t["title"] for t in tickets) == sorted(i for n in names for i in n)

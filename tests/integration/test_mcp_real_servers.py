@@ -104,8 +104,10 @@ def children(marker: str) -> list[int]:
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            # Another process's name or arguments need not be UTF-8 (hostile-input tests
+            # run the CLI with raw bytes): read them leniently.
+            stat = (entry / "stat").read_bytes().decode(errors="replace")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2 :].split()

@@ -17,6 +17,7 @@ from typing import Any
 from tests.integration.loop_support import events_of, ledger_of
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import tool_call
+from tether.runtime.ops import history_only
 from tether.runtime.tasks import status_dict
 from tether.spec import (
     ArtifactRule,
@@ -241,7 +242,12 @@ async def assert_honest(store: Store, task_id: str, spec: TaskSpec) -> None:
     task = await store.get_task(task_id)
     led = await ledger_of(store, task_id)
     items = {i.id: i for i in spec.items}
-    ops = {o.op_id: o for o in await store.get_ops(task_id, statuses={"succeeded"})}
+    # An op undone since (compensated, ended by a human) or a late result proves nothing.
+    ops = {
+        o.op_id: o
+        for o in await store.get_ops(task_id, statuses={"succeeded"})
+        if not history_only(o)
+    }
     arts = {a.artifact_id: a for a in await store.get_artifacts(task_id) if a.valid}
     focus = await focus_by_round(store, task_id)
     waived_by_human = {e["item"] for e in await events_of(store, task_id, "item.waived")}

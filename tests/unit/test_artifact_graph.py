@@ -148,6 +148,9 @@ class _Env:
     async def valid_artifacts(self) -> list[ArtifactRecord]:
         return [art("current", "claim")]
 
+    async def current_ops(self, op_ids: object) -> set[str]:
+        return set()
+
     async def record_evidence(self, item_id: str, text: str, meta: object = None) -> str:
         raise AssertionError("no rule here records evidence")
 

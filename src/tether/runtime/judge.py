@@ -756,6 +756,11 @@ class RuleEnv(Protocol):
         """Valid artifacts of the task."""
         ...
 
+    async def current_ops(self, op_ids: Collection[str]) -> set[str]:
+        """Which of `op_ids` are succeeded ops that still prove something: not undone
+        (compensated, or ended by a human), not a late result, not a stale read."""
+        ...
+
     async def record_evidence(
         self, item_id: str, text: str, meta: Mapping[str, Any] | None = None
     ) -> str:
@@ -813,6 +818,9 @@ async def rule_verdict(spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> Verdic
         # A re-read may have found a source changed and invalidated artifacts mid-run:
         # items they proved go back to work now, not only at the check before delivery.
         changes += await check.stale_evidence(ledger)
+    # Likewise an op undone since it proved its item (a compensation of another item's
+    # stretch, a human's decision), gone to history, or a read found stale since.
+    changes += await check.undone_ops(ledger)
     return Verdict("continue", tuple(changes), "", source="rules")
 
 
@@ -868,6 +876,27 @@ class _RuleCheck:
             f"artifact:{a.artifact_id}" for a in reversed(found[: max(rule.min_count, 20)])
         )
         return ProposedChange(item.id, "done", refs, "rule: artifact")
+
+    async def undone_ops(self, ledger: L.Ledger) -> list[ProposedChange]:
+        """`pending` for each done item citing an op that no longer proves anything."""
+        cited = {
+            d.id: [r for r in st.evidence if r.startswith("op:")]
+            for d, st in ledger.items()
+            if st.status == "done"
+        }
+        ids = {r[3:] for refs in cited.values() for r in refs}
+        if not ids:
+            return []
+        current = await self.env.current_ops(ids)
+        out = []
+        for item, refs in cited.items():
+            gone = [r for r in refs if r[3:] not in current]
+            if gone:
+                note = (
+                    f"its evidence {', '.join(gone[:3])} no longer holds (undone since, or history)"
+                )
+                out.append(ProposedChange(item, "pending", (), note))
+        return out
 
     async def stale_evidence(self, ledger: L.Ledger) -> list[ProposedChange]:
         """`pending` for each done item citing an artifact that is no longer valid."""

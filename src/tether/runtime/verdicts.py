@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tether import errors, failpoints
@@ -428,6 +428,17 @@ class _RuleEnv:
         ]
         stale = await stale_reads(self.run.store, self.run.task_id, found)
         return [o for o in found if o.op_id not in stale]
+
+    async def current_ops(self, op_ids: Collection[str]) -> set[str]:
+        ids = {i for i in op_ids if "\x00" not in i}
+        if not ids:
+            return set()
+        mine = {o.op_id: o for o in (self.pending.ops if self.pending else ()) if o.op_id in ids}
+        stored = await self.run.store.get_ops(self.run.task_id, statuses={"succeeded"}, op_ids=ids)
+        found = [o for o in stored if o.op_id not in mine] + list(mine.values())
+        found = [o for o in found if o.status == "succeeded" and not history_only(o)]
+        stale = await stale_reads(self.run.store, self.run.task_id, found)
+        return {o.op_id for o in found} - stale
 
     async def valid_artifacts(self) -> list[ArtifactRecord]:
         stored = [a for a in await self.run.store.get_artifacts(self.run.task_id) if a.valid]

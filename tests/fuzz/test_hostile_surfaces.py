@@ -578,3 +578,69 @@ def test_an_echoed_huge_value_keeps_the_error_short(tmp_path: Path, args: list[s
     assert result.exit_code in (2, 3), result.output
     assert len(result.output) < 1200, result.output[:300]
     assert "characters)" in result.output
+
+
+set_paths = st.one_of(
+    st.sampled_from(
+        [
+            "limits.probe_after",
+            "limits.on_probe_failure",
+            "limits.round_timeout",
+            "notify.renotify_after",
+            "notify.targets",
+            "notify.admin",
+            "tools",
+            "sources",
+            "items",
+            "budget.money_usd",
+            "models.timeout",
+            "workspace",
+            "name",
+            "limits",
+            "",
+            ".",
+            "a..b",
+        ]
+    ),
+    st.text(max_size=20),
+)
+set_values = st.one_of(
+    st.sampled_from(
+        [
+            "nan",
+            "-1",
+            "1e999",
+            "0",
+            "null",
+            "[]",
+            "{}",
+            '[{"webhook": "http://"}]',
+            '[{"name": "write_file", "on_exhausted": "explode"}]',
+            '[{"id": "A", "version": "\\u001b", "location": "a.md"}]',
+            '[{"id": "A", "kind": "api", "version": "1", "location": "ftp://x"}]',
+            '[{"id": "i", "title": "t", "after": ["i"]}]',
+            '"\\u0000"',
+            "x" * 5000,
+        ]
+    ),
+    st.text(max_size=30),
+)
+
+
+@FUZZ_CLI
+@given(path=set_paths, value=set_values)
+def test_edit_set_is_applied_or_refused_without_a_write(
+    sourced: tuple[Path, str], path: str, value: str
+) -> None:
+    folder, tid = sourced
+    db = folder / ".tether" / "tether.db"
+    before = _rows(db)
+    result = _invoke(["edit", tid, "--set", f"{path}={value}"], folder)
+    _no_traceback(result)
+    assert result.exit_code in (0, 2), result.output
+    assert not (set(result.output) & UNSAFE), result.output
+    if result.exit_code == 2:
+        assert _rows(db) == before, result.output
+    else:
+        shown = _invoke(["status", tid], folder)
+        assert shown.exit_code == 0 and not (set(shown.output) & UNSAFE), shown.output

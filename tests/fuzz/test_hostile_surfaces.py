@@ -644,3 +644,34 @@ def test_edit_set_is_applied_or_refused_without_a_write(
     else:
         shown = _invoke(["status", tid], folder)
         assert shown.exit_code == 0 and not (set(shown.output) & UNSAFE), shown.output
+
+
+@pytest.mark.parametrize(
+    ("modify", "needle"),
+    [
+        ('{"x": 1}', "x: unknown argument"),
+        ('{"path": 5, "content": "a"}', "path: Input should be a valid string"),
+        ('{"path": "out/i1.txt"}', "content: required argument is missing"),
+    ],
+)
+def test_approve_modify_with_arguments_the_tool_refuses_is_refused_now(
+    tmp_path: Path, modify: str, needle: str
+) -> None:
+    from tests.e2e._cli import DONE, spec_dict
+
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec_dict(1)), encoding="utf-8")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "i1.txt").write_text("old\n", encoding="utf-8")  # an overwrite
+    doc = json.loads(_invoke(["run", "spec.yaml", "--model", DONE, "--json"], tmp_path).output)
+    assert doc["status"] == "waiting", doc
+    tid = doc["task_id"]
+    rid = json.loads(_invoke(["approvals", tid, "--json"], tmp_path).output)[0]["request_id"]
+    db = tmp_path / ".tether" / "tether.db"
+    before = _rows(db)
+    result = _invoke(["approve", tid, rid, "--modify", modify], tmp_path)
+    _no_traceback(result)
+    assert result.exit_code == 2, result.output
+    assert "--modify: bad arguments for write_file" in result.output and needle in result.output
+    assert _rows(db) == before
+    good = '{"path": "out/i1.txt", "content": "new\\n"}'
+    assert _invoke(["approve", tid, rid, "--modify", good], tmp_path).exit_code == 0

@@ -74,20 +74,25 @@ def approve(
     if modify is not None and not isinstance(args, dict):
         raise fail(errors.UserError("--modify must be a JSON object of tool arguments"), 2)
 
-    async def main() -> Any:
-        return await with_store(
-            db,
-            lambda s: approvals.decide(
-                s,
-                task_id,
-                request_id,
-                "done" if done else "approve",
-                by=by,
-                modified_args=args,
-                result=seen,
-            ),
-            create=False,
+    async def decide(store: Store) -> Any:
+        if args is not None:
+            from tether.runtime.wiring import check_tool_args
+
+            asked = {a.request_id: a for a in await store.get_approvals(task_id)}
+            if request_id in asked:
+                check_tool_args(asked[request_id].request.get("tool"), args, "--modify")
+        return await approvals.decide(
+            store,
+            task_id,
+            request_id,
+            "done" if done else "approve",
+            by=by,
+            modified_args=args,
+            result=seen,
         )
+
+    async def main() -> Any:
+        return await with_store(db, decide, create=False)
 
     run_async(main)
     what = "recorded as done" if done else "approved"

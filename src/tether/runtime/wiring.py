@@ -96,6 +96,20 @@ async def check_task(
     await check_task_tools(spec)
 
 
+def check_tool_args(tool_name: str | None, args: dict[str, Any], what: str) -> None:
+    """Refuse arguments a person gives for a call (`approve --modify`) that the tool's
+    schema refuses, with the tool's own wording — checked here, not when the approved
+    call fails rounds later. A tool this process does not register (an MCP server's)
+    checks them itself when it is called."""
+    tool = default_registry(_no_store).get(tool_name) if tool_name else None
+    if tool is None:
+        return
+    try:
+        tool.check_args(args)
+    except errors.ToolFailed as exc:
+        raise errors.UserError(f"{what}: {exc}") from None
+
+
 async def check_task_tools(spec: TaskSpec) -> None:
     """The tool half of `check_task` (for `tether submit`, whose models are the
     workers'): every tool the contract names is registered here or offered by one of

@@ -102,6 +102,9 @@ async def test_evidence_must_quote_the_read_whatever_its_pin(call: Calls) -> Non
     await _refused(call, "record_evidence", "changed since", source_artifact=fp, excerpt="3,4")
     again = _id(await call("read_source", source="C"), "cite snapshot artifact ")
     assert again != fp
+    # The old read is still readable, as history: never as current.
+    assert "INVALID, history only" in await call("read_artifact", artifact_id=fp)
+    assert "INVALID" not in await call("read_artifact", artifact_id=again)
     await call("record_evidence", source_artifact=again, excerpt="3,4")
 
 

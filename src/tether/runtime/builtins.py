@@ -33,6 +33,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from tether import _imports, errors
+from tether import artifacts as A
 from tether.runtime.source_tools import source_tools
 from tether.store.base import Store
 from tether.tools import files
@@ -328,7 +329,13 @@ def read_artifact_tool(store_getter: Callable[[], Store]) -> Tool:
         part = text[offset : offset + limit]
         rest = max(0, len(text) - offset - len(part))
         tail = f"\n[{rest} more characters after offset {offset + len(part)}]" if rest else ""
-        return part + tail
+        head = ""
+        if not art.valid:  # history: readable, but nothing may rest on it
+            mark = art.meta.get(A.INVALIDATED)
+            why = mark.get("reason") if isinstance(mark, dict) else None
+            head = f"[artifact {artifact_id} is INVALID, history only, do not cite"
+            head += f": {why}]\n" if why else "]\n"
+        return head + part + tail
 
     return read_artifact
 

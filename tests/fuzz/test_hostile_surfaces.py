@@ -675,3 +675,47 @@ def test_approve_modify_with_arguments_the_tool_refuses_is_refused_now(
     assert _rows(db) == before
     good = '{"path": "out/i1.txt", "content": "new\\n"}'
     assert _invoke(["approve", tid, rid, "--modify", good], tmp_path).exit_code == 0
+
+
+def _demo_target(base: Path, kind: str) -> Path:
+    if kind == "file":
+        (base / "afile").write_text("x", encoding="utf-8")
+        return base / "afile"
+    if kind == "someone's folder":
+        (base / "proj").mkdir()
+        (base / "proj" / "spec.yaml").write_text("mine", encoding="utf-8")
+        return base / "proj"
+    if kind == "long name":
+        return base / ("a" * 300)
+    (base / "home").mkdir()  # the home folder (HOME is set to it): too broad a workspace
+    return base / "home"
+
+
+@pytest.mark.parametrize(
+    ("kind", "needle"),
+    [
+        ("file", "is a file"),
+        ("someone's folder", "not empty"),
+        ("long name", "File name too long"),
+        ("home", "your home folder"),
+    ],
+)
+def test_demo_dir_is_checked_before_anything_is_written(
+    tmp_path: Path, kind: str, needle: str
+) -> None:
+    target = _demo_target(tmp_path, kind)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        from tether.cli import app
+
+        args = ["demo", "--dir", str(target)]
+        result = CliRunner().invoke(app, args, env={"HOME": str(tmp_path / "home")})
+    finally:
+        os.chdir(old)
+    _no_traceback(result)
+    assert result.exit_code == 2, result.output
+    assert needle in result.output and "--allow-broad-workspace" not in result.output
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert not any(p.name == "docs" for p in tmp_path.rglob("*"))

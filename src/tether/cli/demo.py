@@ -11,13 +11,41 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
+from tether import errors
 from tether.cli import views
-from tether.cli._app import JsonOpt, app, out, print_json, run_async
+from tether.cli._app import JsonOpt, app, fail, out, print_json, run_async
 from tether.cli.run import drive
 
 if TYPE_CHECKING:
     from tether.runtime.engine import RunResult
     from tether.runtime.wiring import Runtime
+
+
+def _demo_folder(path: Path) -> Path:
+    """`--dir`, checked before anything is written: a folder that may be a workspace (not
+    `/`, a system folder or the home folder), new, empty or an earlier demo's (the demo
+    writes its documents, spec and database there and must not overwrite anyone's
+    files); created when missing."""
+    from tether.runtime.tasks import workspace_folder
+
+    try:
+        folder = workspace_folder(path)
+    except errors.UserError as exc:  # the demo has no --allow-broad-workspace
+        why = str(exc).split(": give the task")[0].split("; give the task")[0]
+        raise errors.UserError(f"--dir: {why}; give the demo a folder of its own") from None
+    try:
+        if folder.exists():
+            if not folder.is_dir():
+                raise errors.UserError(f"--dir {path} is a file, not a folder")
+            if any(folder.iterdir()) and not (folder / "demo-spec.yaml").is_file():
+                raise errors.UserError(
+                    f"--dir {path} is not empty; the demo writes docs/, demo-spec.yaml and "
+                    "a database there: give a new or empty folder (or an earlier demo's)"
+                )
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise errors.UserError(f"--dir {path}: cannot use it ({exc.strerror or exc})") from None
+    return folder
 
 
 @app.command()
@@ -38,8 +66,12 @@ def demo(
     from tether.spec import load_spec
 
     keep = dir_ is not None
-    folder = dir_ or Path(tempfile.mkdtemp(prefix="tether-demo-"))
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder = (
+            _demo_folder(dir_) if dir_ is not None else Path(tempfile.mkdtemp("", "tether-demo-"))
+        )
+    except errors.UserError as exc:
+        raise fail(exc, 2) from None
     demo_mod.make_documents(folder)
     spec_path = demo_mod.write_spec(folder)
     model_name = model or "scripted:tether.demo:policy"

@@ -17,7 +17,8 @@ tether's journal:
   never), one effective cancel each for `a` and `b` and none for anything else;
 - events are numbered 1..N without a gap; every op intended has a final result (no op
   left non-terminal), each op intended once;
-- every done item's evidence is a valid artifact; the report file is the one recorded;
+- every done item's evidence is a valid artifact; the report file is there (the
+  delivery checked its recorded hash); each declared source was read once (one snapshot);
 - `tether rebuild TASK` finds no difference between the log and the projections;
 - every notice the journal calls for reached the receiver, with one id per event
   (a repeat of an id after a kill is allowed: receivers drop repeats).
@@ -295,6 +296,9 @@ def check_end(h: Harness) -> None:
                 assert arts[ident]["valid"], (item, arts[ident])
     reports = [a for a in arts.values() if a["kind"] == "report" and a["valid"]]
     assert len(reports) == 1 and (h.ws / "report.md").is_file()
+    # Each declared source read once: a snapshot made before a kill is not made again.
+    snapshots = [d for d in of_type(evs, "artifact.stored") if d["kind"] == "source_snapshot"]
+    assert Counter(d["name"] for d in snapshots) == {"A": 1, "B": 1}, (snapshots, h.log)
     # The projections are what the log says.
     rebuilt = h.json("rebuild", tid)
     assert not rebuilt.get("differences"), rebuilt

@@ -30,6 +30,7 @@ KNOWN: Final[frozenset[str]] = frozenset(
         "during_claim",
         "before_notice_send",
         "after_notice_send",
+        "after_notice_commit",
     }
 )
 ACTIONS: Final[frozenset[str]] = frozenset({"exit", "stop"})

@@ -3,11 +3,13 @@
 A task waits for a person to approve its ticket; its contract sends notices to a
 webhook receiver (`tests/services/notice_receiver.py`, its own process). A real
 `tether worker --once` takes the `approval_requested` notice and is killed (fail point,
-`os._exit`) before it sends it (`before_notice_send`), or after the receiver got it but
-before the worker recorded that (`after_notice_send`). The next worker of the machine
-sees that the taker is dead and sends the notice itself (the same id: a receiver drops
-the repeat) instead of waiting for the take to expire, and the notices after it (the
-task's end) are not held back either.
+`os._exit`) before it sends it (`before_notice_send`), after the receiver got it but before the
+worker recorded that (`after_notice_send`), or after it journaled `notice.sent` but
+before the cursor moved (`after_notice_commit`). The next worker of the machine sees
+that the taker is dead and goes on at once instead of waiting for the take to expire:
+it sends a notice that may not have gone out (the same id: a receiver drops the
+repeat), not one the journal says went out; the notices after it (the task's end) are
+not held back either, and each notice is journaled once.
 """
 
 from __future__ import annotations
@@ -49,7 +51,17 @@ def tether(db: str, api: TicketAPI, *args: str, points: str | None = None) -> An
                           env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
-@pytest.mark.parametrize("point", ["before_notice_send", "after_notice_send"])
+#: Fail point -> (the receiver got it before the kill, repeats after the next worker).
+POINTS = {
+    "before_notice_send": (False, 0),
+    # Sent, not recorded: it must go again (the receiver drops the repeat by its id).
+    "after_notice_send": (True, 1),
+    # Sent and journaled, the cursor not moved: the journal says it went; not again.
+    "after_notice_commit": (True, 0),
+}
+
+
+@pytest.mark.parametrize("point", list(POINTS))
 def test_a_notice_whose_sender_died_is_sent_by_the_next_worker(
     point: str, tmp_path: Path, services: tuple[TicketAPI, Receiver]
 ) -> None:
@@ -76,14 +88,15 @@ def test_a_notice_whose_sender_died_is_sent_by_the_next_worker(
     assert killed.returncode == 137, killed.stderr[-2000:]
     assert f"fail point {point} reached" in killed.stderr
     sent_before = [n["body"]["kind"] for n in hook.stats()["notices"]]
-    assert sent_before == ([] if point == "before_notice_send" else ["approval_requested"])
+    was_sent, repeats = POINTS[point]
+    assert sent_before == (["approval_requested"] if was_sent else [])
 
     # The next worker sends it (again, under the same id), without waiting.
     res = tether(db, api, *worker)
     assert res.returncode == 0, res.stderr[-2000:]
     stats = hook.stats()
     assert [n["body"]["kind"] for n in stats["notices"]] == ["approval_requested"]
-    assert stats["repeats"] == (0 if point == "before_notice_send" else 1)
+    assert stats["repeats"] == repeats
 
     # The task goes on; its end is announced too.
     assert tether(db, api, "approve", tid, request).returncode == 0

@@ -175,6 +175,7 @@ async def announce(store: Store, task: TaskRecord, notifier: Notifier, now: floa
             None,
             [ev.NoticeSent(kind=notice.kind, channel=channel, text=notice.text[:500])],
         )
+        failpoints.hit("after_notice_commit")
         await store.update_shared(key(task.task_id), _advance(event.seq))
         sent.append(notice)
     await store.update_shared(key(task.task_id), _advance(task.last_seq))

@@ -371,6 +371,8 @@ class NoticeSent(Event):
     kind: str
     channel: str
     text: str = ""
+    #: The notice's id (`TASK:SEQ` for a journal event's notice; empty before it existed).
+    notice_id: str = ""
 
 
 @_register("decision.requested")

@@ -8,7 +8,9 @@ kept in the store's shared state (`notices:<task id>`), so every worker sweeping
 same database sends each of them once. A notice is taken before it is sent and the
 cursor moves on after: a sweeper that dies in between leaves the take to expire (or to
 be taken over at once, when it was a process of this host that is gone), and the next
-one sends it again with the same id (receivers drop the repeat).
+one sends it again with the same id (receivers drop the repeat), unless the journal
+already has its `notice.sent` (the sender died after recording it): then only the cursor
+moves.
 
 A task first seen more than `FIRST_SIGHT_MAX_AGE` after its last change is not
 announced: a database that gains this module does not flood anyone with its history.
@@ -149,6 +151,12 @@ def _advance(seq: int) -> Callable[[dict[str, Any] | None, float], tuple[dict[st
     return step
 
 
+async def _journaled(store: Store, task_id: str, seq: int, notice_id: str) -> bool:
+    """Whether the notice of event `seq` was journaled as sent (after that event)."""
+    sent = await store.read_events(task_id, after=seq, types={"notice.sent"})
+    return any(e.data.get("notice_id") == notice_id for e in sent)
+
+
 async def announce(store: Store, task: TaskRecord, notifier: Notifier, now: float) -> list[Notice]:
     """Send the notices of `task`'s journal since its cursor; returns those sent here."""
     doc = await store.get_shared(key(task.task_id))
@@ -167,13 +175,24 @@ async def announce(store: Store, task: TaskRecord, notifier: Notifier, now: floa
             continue
         if not await store.update_shared(key(task.task_id), _take(event.seq)):
             return sent  # another sweeper is on this task: it goes on from here
+        if await _journaled(store, task.task_id, event.seq, notice.notice_id):
+            # Its sender died after journaling it, before moving the cursor: it went out.
+            await store.update_shared(key(task.task_id), _advance(event.seq))
+            continue
         failpoints.hit("before_notice_send")
         channel = await notifier.notify(notice)
         failpoints.hit("after_notice_send")
         await store.commit(
             task.task_id,
             None,
-            [ev.NoticeSent(kind=notice.kind, channel=channel, text=notice.text[:500])],
+            [
+                ev.NoticeSent(
+                    kind=notice.kind,
+                    channel=channel,
+                    text=notice.text[:500],
+                    notice_id=notice.notice_id,
+                )
+            ],
         )
         failpoints.hit("after_notice_commit")
         await store.update_shared(key(task.task_id), _advance(event.seq))

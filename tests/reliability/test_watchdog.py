@@ -207,3 +207,36 @@ async def test_many_workers_sweeping_at_once_mark_a_silent_task_stalled_once(
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_a_cancel_its_worker_never_saw_is_carried_out_once_the_lease_expires(
+    store: Any, add_task: Any, clock: Any
+) -> None:
+    """`tether cancel` on a running task only asks its worker; if that worker dies
+    before it sees the request, the task is neither claimable (a cancel was asked) nor
+    cancelled. The sweep cancels it once the lease expired (as `tether cancel` does for
+    a task nobody runs), once, and not while a worker still holds the lease."""
+    from tether import events as ev
+    from tether.runtime.tasks import cancel
+    from tether.runtime.watch import WatchPolicy, sweep
+    from tether.store.base import TaskPatch
+
+    tid = (await add_task(store)).task_id
+    lease = await store.claim("gone:1", 60, task_id=tid)
+    await store.commit(
+        tid,
+        lease.token,
+        [ev.TaskStatusChanged(src="queued", dst="running", reason="started")],
+        task=TaskPatch(status="running"),
+    )
+    assert (await cancel(store, tid)).outcome == "requested"
+    policy = WatchPolicy(stalled_after=600)
+    await sweep(store, policy=policy)
+    assert (await store.get_task(tid)).status == "running"  # its worker may yet see it
+    clock.advance(61)
+    report = await sweep(store, policy=policy)
+    task = await store.get_task(tid)
+    assert (task.status, task.stop_reason) == ("cancelled", "cancelled_by_user")
+    assert report.cancelled == [tid] and report.stalled == []
+    assert (await sweep(store, policy=policy)).cancelled == []
+    assert await store.claim("w", 60) is None

@@ -92,6 +92,8 @@ class SweepReport:
     reminded: list[str] = field(default_factory=list)
     escalated: list[str] = field(default_factory=list)
     stalled: list[str] = field(default_factory=list)
+    #: Tasks cancelled because their worker went away before it saw the request.
+    cancelled: list[str] = field(default_factory=list)
     #: Every notice sent, as (task id, kind).
     notices: list[tuple[str, str]] = field(default_factory=list)
 
@@ -124,7 +126,8 @@ async def sweep(
     policy = policy or WatchPolicy()
     now = (clock or getattr(store, "clock", None) or SystemClock()).now()
     report = SweepReport()
-    for task in await store.list_tasks({"running"}, limit=10_000):
+    # Running tasks that went silent; any task whose cancel its worker never saw.
+    for task in await store.list_tasks(lifecycle.ACTIVE, limit=10_000):
         try:
             await _silent(store, task, now, policy, report)
         except _MOVED:
@@ -268,19 +271,37 @@ async def _silent(
     beat = task.heartbeat_at or task.updated_at
     if not lease_over:
         return
-    contract = _contract(task)
-    limit = (contract.limits.stall_after if contract else None) or policy.stalled_after
-    if now - beat < limit:
-        return
-    text = (
-        f"no heartbeat for {now - beat:.0f} s from {task.lease_owner or 'its worker'}; "
-        "marked stalled, any worker may take it over"
-    )
+    if task.cancel_requested:
+        # Its worker went away before it saw the request, and a task someone asked to
+        # cancel is never claimed: cancelled here, as `tether cancel` does a task
+        # nobody runs.
+        change = ev.TaskStatusChanged(
+            src=task.status,
+            dst="cancelled",
+            stop_reason="cancelled_by_user",
+            reason="cancelled: its worker stopped before it saw the request",
+        )
+        patch = TaskPatch(status="cancelled", stop_reason="cancelled_by_user", waiting=None)
+        done = report.cancelled
+    else:
+        if task.status != "running":
+            return
+        contract = _contract(task)
+        limit = (contract.limits.stall_after if contract else None) or policy.stalled_after
+        if now - beat < limit:
+            return
+        text = (
+            f"no heartbeat for {now - beat:.0f} s from {task.lease_owner or 'its worker'}; "
+            "marked stalled, any worker may take it over"
+        )
+        change = ev.TaskStatusChanged(src="running", dst="stalled", reason=text)
+        patch = TaskPatch(status="stalled")
+        done = report.stalled
     # Every worker sweeps: the mark is made under a lease of its own, taken only if the
     # task's token is still the one read above (no worker ran it, no other sweep
     # marked it since), so the task is marked once and never while someone runs it.
     # The holder is this process, in the form `owner_is_dead` reads: a sweep that dies
-    # here leaves a lease the workers of this host take over at once.
+    # here leaves a lease the workers of this host take over before it expires.
     sweeper = f"{socket.gethostname()}:{os.getpid()}"
     lease = await store.claim(sweeper, _MARK_TTL, task_id=task.task_id)
     if lease is None:
@@ -289,13 +310,8 @@ async def _silent(
         if lease.token != task.fencing_token + 1:
             return
         # The status change is announced from the journal, like every other.
-        await store.commit(
-            task.task_id,
-            lease.token,
-            [ev.TaskStatusChanged(src="running", dst="stalled", reason=text)],
-            task=TaskPatch(status="stalled"),
-        )
+        await store.commit(task.task_id, lease.token, [change], task=patch)
     finally:
         with contextlib.suppress(errors.TetherError):
             await store.release(task.task_id, lease.token)
-    report.stalled.append(task.task_id)
+    done.append(task.task_id)

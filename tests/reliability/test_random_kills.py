@@ -21,7 +21,8 @@ tether's journal:
   delivery checked its recorded hash); each declared source was read once (one snapshot);
 - `tether rebuild TASK` finds no difference between the log and the projections;
 - every notice the journal calls for reached the receiver, with one id per event
-  (a repeat of an id after a kill is allowed: receivers drop repeats).
+  (a repeat of an id after a kill is allowed: receivers drop repeats), and each is
+  journaled (`notice.sent`) once.
 
 Sizes: by default 3 random kills and 2 fail points per backend (SQLite, and PostgreSQL
 at `TETHER_TEST_PG_URL`). `TETHER_TEST_STRESS=1` kills at every registered fail point
@@ -309,6 +310,9 @@ def check_end(h: Harness) -> None:
     assert set(want) <= set(got), (want, got, h.log)
     kinds = {n["id"]: n["body"]["kind"] for n in seen["notices"]}
     assert {i: kinds[i] for i in want} == want
+    # And each is journaled once (a sender killed after journaling it sends it no more).
+    journaled = Counter(d["notice_id"] for d in of_type(h.json("events", tid), "notice.sent"))
+    assert {i: journaled[i] for i in want} == dict.fromkeys(want, 1), (journaled, h.log)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ One wording everywhere: a contract's fields (`tether.spec`) and a tool's argumen
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from itertools import islice
 from typing import Any
@@ -22,6 +23,35 @@ from tether import errors
 
 #: The longest shown form of an offending value.
 MAX_SHOWN = 60
+
+#: What a URL may not contain besides whitespace, and a label at all: the controls that
+#: would act on a terminal (ESC, CR, BEL...), DEL and C1 controls, bidirectional
+#: overrides, line separators.
+CONTROLS = "\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_BAD_IN_URL = re.compile(f"[\\s{CONTROLS}]")
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why `url` cannot be fetched or posted to, or None: an http(s) URL with a host, a
+    valid port, and no whitespace or control characters (`ftp://`, `file://`,
+    `http://` without a host and a broken IPv6 literal are refused where they are
+    written, instead of failing every call that uses them)."""
+    bad = _BAD_IN_URL.search(url)
+    if bad:
+        return f"contains whitespace or a control character ({bad.group()!r}); percent-encode it"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port  # raises for a port out of range or not a number
+    except ValueError as exc:
+        return f"is not a valid URL ({exc})"
+    if parts.scheme.lower() not in ("http", "https"):
+        return f"must be an http(s):// URL, not {shown(url)}"
+    if not parts.hostname:
+        return f"has no host ({shown(url)})"
+    if port == 0:
+        return "has port 0"
+    return None
+
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 

@@ -13,7 +13,6 @@ import datetime as _dt
 import math
 import re
 import sys
-import urllib.parse
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -34,6 +33,7 @@ from pydantic import (
 )
 
 from tether import _validation, errors
+from tether._validation import http_url_problem
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 _SEP = "\n"
@@ -176,34 +176,10 @@ def file_path_problem(path: str) -> str | None:
     return None
 
 
-#: What a URL or a label (a source's version) may not contain: whitespace in a URL, and
-#: anywhere the controls that would act on a terminal (ESC, CR, BEL...), DEL and C1
-#: controls, bidirectional overrides, line separators.
-_CONTROLS = "\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
-_BAD_IN_URL = re.compile(f"[\\s{_CONTROLS}]")
-_BAD_IN_LABEL = re.compile(f"[{_CONTROLS}]")
-
-
-def http_url_problem(url: str) -> str | None:
-    """Why `url` cannot be fetched or posted to, or None: an http(s) URL with a host, a
-    valid port, and no whitespace or control characters (`ftp://`, `file://`,
-    `http://` without a host and a broken IPv6 literal are refused here, once, instead
-    of failing every round that uses it)."""
-    bad = _BAD_IN_URL.search(url)
-    if bad:
-        return f"contains whitespace or a control character ({bad.group()!r}); percent-encode it"
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port  # raises for a port out of range or not a number
-    except ValueError as exc:
-        return f"is not a valid URL ({exc})"
-    if parts.scheme.lower() not in ("http", "https"):
-        return f"must be an http(s):// URL, not {_cut(url, 60)}"
-    if not parts.hostname:
-        return f"has no host ({_cut(url, 60)})"
-    if port == 0:
-        return "has port 0"
-    return None
+#: What a label (a source's version) may not contain: the controls that would act on a
+#: terminal (ESC, CR, BEL...), DEL and C1 controls, bidirectional overrides, line
+#: separators.
+_BAD_IN_LABEL = re.compile(f"[{_validation.CONTROLS}]")
 
 
 def label_problem(text: str) -> str | None:

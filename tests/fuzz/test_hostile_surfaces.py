@@ -719,3 +719,32 @@ def test_demo_dir_is_checked_before_anything_is_written(
     assert needle in result.output and "--allow-broad-workspace" not in result.output
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
     assert not any(p.name == "docs" for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    ("model", "env", "needle"),
+    [
+        ("openai-compatible:http://[::1/v1#m", {}, "Invalid IPv6 URL"),
+        ("openai-compatible:http:///v1#m", {}, "has no host"),
+        ("openai-compatible:http://h:99999/v1#m", {}, "Port out of range"),
+        ("openai:gpt-x", {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "http://"}, "OPENAI_BASE_URL"),
+        ("anthropic:c", {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": "h x"}, "whitespace"),
+    ],
+)
+def test_a_model_url_no_request_could_reach_is_refused_before_a_task_is_written(
+    tmp_path: Path, model: str, env: dict[str, str], needle: str
+) -> None:
+    spec = {"objective": "x", "items": [{"id": "a", "title": "A"}]}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        from tether.cli import app
+
+        result = CliRunner().invoke(app, ["run", "spec.yaml", "--model", model], env=env)
+    finally:
+        os.chdir(old)
+    _no_traceback(result)
+    assert result.exit_code == 2, result.output
+    assert needle in result.output
+    assert not (tmp_path / ".tether").exists()

@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from tether import _imports
+from tether._validation import http_url_problem
 from tether.errors import UserError
 from tether.models.base import Model
 
@@ -61,7 +62,7 @@ def resolve_model(name: str, *, env: Mapping[str, str] | None = None, **options:
         return _openai(
             rest,
             api_key=_require_key(environ, "OPENAI_API_KEY", name),
-            base_url=environ.get("OPENAI_BASE_URL") or None,
+            base_url=_env_url(environ, "OPENAI_BASE_URL"),
             name=text,
             **options,
         )
@@ -69,7 +70,7 @@ def resolve_model(name: str, *, env: Mapping[str, str] | None = None, **options:
         return _anthropic(
             rest,
             api_key=_require_key(environ, "ANTHROPIC_API_KEY", name),
-            base_url=environ.get("ANTHROPIC_BASE_URL") or None,
+            base_url=_env_url(environ, "ANTHROPIC_BASE_URL"),
             name=text,
             **options,
         )
@@ -77,7 +78,7 @@ def resolve_model(name: str, *, env: Mapping[str, str] | None = None, **options:
         return _openai(
             rest,
             api_key=_require_key(environ, "DEEPSEEK_API_KEY", name),
-            base_url=environ.get("DEEPSEEK_BASE_URL") or DEEPSEEK_BASE_URL,
+            base_url=_env_url(environ, "DEEPSEEK_BASE_URL") or DEEPSEEK_BASE_URL,
             name=text,
             **options,
         )
@@ -93,6 +94,9 @@ def resolve_model(name: str, *, env: Mapping[str, str] | None = None, **options:
             raise UserError(
                 f"model name {name!r}: the base URL must start with http:// or https://"
             )
+        problem = http_url_problem(base_url)
+        if problem:  # refused now, not by every request of the run
+            raise UserError(f"model name {name!r}: the base URL {problem}")
         return _openai(
             model.strip(),
             api_key=environ.get("OPENAI_API_KEY") or "none",
@@ -103,6 +107,18 @@ def resolve_model(name: str, *, env: Mapping[str, str] | None = None, **options:
     if prefix == "scripted":
         return _scripted(rest, name=text)
     raise UserError(f"unknown model provider {prefix!r} in {name!r}; use one of: {FORMS}")
+
+
+def _env_url(environ: Mapping[str, str], var: str) -> str | None:
+    """A provider's base URL from the environment (None when unset), refused with a
+    `UserError` when no request could reach it (no host, a bad port, a space)."""
+    url = environ.get(var, "").strip()
+    if not url:
+        return None
+    problem = http_url_problem(url)
+    if problem:
+        raise UserError(f"{var}: the URL {problem}")
+    return url
 
 
 def _env_options(environ: Mapping[str, str]) -> dict[str, Any]:

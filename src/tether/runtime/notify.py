@@ -96,7 +96,7 @@ class WebhookNotifier:
         backoff: float = 0.5,
         name: str = "webhook",
     ) -> None:
-        from tether.spec import http_url_problem
+        from tether._validation import http_url_problem
 
         problem = http_url_problem(url)
         if problem:

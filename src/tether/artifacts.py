@@ -244,6 +244,7 @@ def source_changes(spec: Mapping[str, Any], assignments: Sequence[str]) -> dict[
     assignment or an unknown source id raises `UserError`."""
     sources = [dict(s) for s in spec.get("sources", [])]
     by_id = {str(s.get("id")): s for s in sources}
+    seen: set[str] = set()
     for entry in assignments:
         sid, sep, rest = entry.partition("=")
         version, at, location = rest.partition("@")
@@ -254,6 +255,9 @@ def source_changes(spec: Mapping[str, Any], assignments: Sequence[str]) -> dict[
             raise errors.UserError(
                 f"--source {entry!r}: no source {sid.strip()!r} (sources: {known})"
             )
+        if sid.strip() in seen:  # which one was meant? the last would win silently
+            raise errors.UserError(f"--source {entry!r}: source {sid.strip()!r} is given twice")
+        seen.add(sid.strip())
         by_id[sid.strip()]["version"] = version.strip()
         if at:
             by_id[sid.strip()]["location"] = location.strip()

@@ -748,3 +748,13 @@ def test_a_model_url_no_request_could_reach_is_refused_before_a_task_is_written(
     assert result.exit_code == 2, result.output
     assert needle in result.output
     assert not (tmp_path / ".tether").exists()
+
+
+def test_edit_source_given_twice_is_refused(sourced: tuple[Path, str]) -> None:
+    folder, tid = sourced
+    db = folder / ".tether" / "tether.db"
+    before = _rows(db)
+    result = _invoke(["edit", tid, "--source", "A=2", "--source", "A=3"], folder)
+    assert result.exit_code == 2, result.output
+    assert "given twice" in result.output
+    assert _rows(db) == before

@@ -248,8 +248,14 @@ def test_many_workers_run_every_task_once_at_a_time(
     )
     assert sorted(t["key"] for t in tickets) == ok
 
-    # No task starved: each was first claimed before any later-queued task was delivered.
-    first_claim = {tid: next(e.at for e in evs[tid] if e.type == "lease.claimed") for tid in tids}
+    # No task starved: claims go oldest first, so a task is claimed before any task
+    # queued more than a worker count after it is delivered (those between may win a
+    # claim race). The claim's own time is its expiry less the lease (60 s): the
+    # `lease.claimed` event is written later, by a process the CPU may leave waiting.
+    first_claim = {
+        tid: next(e.data["expires_at"] - 60 for e in evs[tid] if e.type == "lease.claimed")
+        for tid in tids
+    }
     delivered = {
         tid: next(
             e.at for e in evs[tid] if e.type == "task.status" and e.data["dst"] == "satisfied"
@@ -257,7 +263,8 @@ def test_many_workers_run_every_task_once_at_a_time(
         for tid in tids
     }
     for i, tid in enumerate(tids):
-        overtaken = [j for j in range(i + 1, n_tasks) if delivered[tids[j]] < first_claim[tid]]
+        later = range(i + n_workers, n_tasks)
+        overtaken = [j for j in later if delivered[tids[j]] < first_claim[tid]]
         assert not overtaken, f"task {i} waited while later tasks {overtaken} were delivered"
 
 

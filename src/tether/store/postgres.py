@@ -163,6 +163,16 @@ def _redact(url: str) -> str:
     return url
 
 
+#: A server's refusal of the login itself (libpq passes its words on; connection errors
+#: carry no SQLSTATE): a database or role that does not exist, a rejected password or
+#: host entry. Matched on the server's English messages; another locale falls back to
+#: "unavailable" (exit 4), which is what it was before.
+_REFUSED_LOGIN = re.compile(
+    r'FATAL: +(database "[^"]*" does not exist|role "[^"]*" does not exist|'
+    r"password authentication failed|no pg_hba\.conf entry)"
+)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -240,8 +250,16 @@ class PostgresStore(SqlStore):
                 self._conninfo, connect_timeout=max(1, int(connect_timeout)), autocommit=True
             )
         except psycopg.Error as exc:
+            why = _first_line(exc)
+            if _REFUSED_LOGIN.search(str(exc)):
+                # The server answered and said no: waiting or retrying cannot fix a wrong
+                # database name, role or password, so it is the user's to correct (exit 2).
+                raise errors.StoreConfigError(
+                    f"PostgreSQL at {self.url} refused the connection: {why} — check the "
+                    "database name, user and password in the URL (TETHER_DB / --db)"
+                ) from exc
             raise errors.StoreUnavailable(
-                f"cannot connect to PostgreSQL at {self.url}: {_first_line(exc)}"
+                f"cannot connect to PostgreSQL at {self.url}: {why}"
             ) from exc
         with conn:
             if self.schema and not read_only:

@@ -947,23 +947,8 @@ class TaskRun:
         cost = _cost(response.model or model.name, response)
         u = response.usage
         st = self.state
-        st.model_calls += 1
-        st.input_tokens += u.input_tokens
-        st.output_tokens += u.output_tokens
-        st.cached_tokens += u.cached_input_tokens
-        st.cost_usd += cost
+        st.count_call(purpose, u, cost, self.ledger.current_milestone())
         st.last_call_at = self.e.clock.now()
-        st.count_for_milestone(
-            self.ledger.current_milestone(),
-            tokens=u.input_tokens + u.output_tokens,
-            cost_usd=cost,
-        )
-        spend = st.spend(purpose)
-        spend.calls += 1
-        spend.input += u.input_tokens
-        spend.output += u.output_tokens
-        spend.cached += u.cached_input_tokens
-        spend.cost_usd += cost
         names = ", ".join(c.name for c in response.tool_calls)
         # A summary for the timeline: the response itself is in its blob.
         summary = (response.text[:100] + (f" [calls: {names}]" if names else "")).strip()

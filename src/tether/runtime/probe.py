@@ -309,22 +309,9 @@ class Prober:
         cost = float(pricing.cost_usd(name, response.usage))
         u = response.usage
         st = run.state
-        st.model_calls += 1
-        st.input_tokens += u.input_tokens
-        st.output_tokens += u.output_tokens
-        st.cached_tokens += u.cached_input_tokens
-        st.cost_usd += cost
         # Not `last_call_at`: a probe's prompt warms none of the actor's prefix cache
         # (which `context.cache_ttl_seconds` is about).
-        st.count_for_milestone(
-            run.ledger.current_milestone(), tokens=u.input_tokens + u.output_tokens, cost_usd=cost
-        )
-        spend = st.spend("probe")
-        spend.calls += 1
-        spend.input += u.input_tokens
-        spend.output += u.output_tokens
-        spend.cached += u.cached_input_tokens
-        spend.cost_usd += cost
+        st.count_call("probe", u, cost, run.ledger.current_milestone())
         called = ev.ModelCalled(
             call_id=f"{run.task_id}.probe.{st.model_calls}",
             purpose="probe",

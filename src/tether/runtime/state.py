@@ -14,7 +14,10 @@ format.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from tether.models.base import Usage
 
 #: Bumped when a field changes meaning; `from_dict` reads every older version.
 STATE_VERSION: Final = 2
@@ -115,6 +118,24 @@ class RunState:
     def spend(self, purpose: str) -> Spend:
         """The spend of one purpose (created on first use)."""
         return self.by_purpose.setdefault(purpose, Spend())
+
+    def count_call(self, purpose: str, usage: Usage, cost: float, milestone: str | None) -> None:
+        """Count one model call: the run's totals, its purpose's spend and its
+        milestone's share (the actor's rounds and the status probe alike)."""
+        self.model_calls += 1
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        self.cached_tokens += usage.cached_input_tokens
+        self.cost_usd += cost
+        self.count_for_milestone(
+            milestone, tokens=usage.input_tokens + usage.output_tokens, cost_usd=cost
+        )
+        spend = self.spend(purpose)
+        spend.calls += 1
+        spend.input += usage.input_tokens
+        spend.output += usage.output_tokens
+        spend.cached += usage.cached_input_tokens
+        spend.cost_usd += cost
 
     def count_for_milestone(self, milestone: str | None, **amounts: float) -> None:
         """Add to a milestone's share of the spend."""

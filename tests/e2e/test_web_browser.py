@@ -145,8 +145,10 @@ def test_watch_approve_and_waive_in_the_browser(site: dict[str, Any]) -> None:
                 cwd=site["dir"],
             )  # fmt: skip
             # Progress arrives over the live stream: the bar advances without a reload.
+            # (`?.` in the predicates: a live swap replaces the elements, and a predicate
+            # that throws while one is briefly absent fails the wait instead of retrying.)
             page.wait_for_function(
-                "Number(document.querySelector('#progress .bar').dataset.done) >= 2"
+                "Number(document.querySelector('#progress .bar')?.dataset.done) >= 2"
             )
             assert page.evaluate("window.__sameDocument") is True
             page.wait_for_function("document.querySelectorAll('#timeline li').length > 20")
@@ -192,13 +194,13 @@ def test_watch_approve_and_waive_in_the_browser(site: dict[str, Any]) -> None:
             row = page.locator("tr[data-item='i3']")
             row.locator("input[name='text']").fill("the file does not exist")
             page.wait_for_selector("tr[data-item='i4'][data-status='done']")
-            page.wait_for_function("document.querySelector('#status').textContent === 'waiting'")
+            page.wait_for_function("document.querySelector('#status')?.textContent === 'waiting'")
             assert row.locator("input[name='text']").input_value() == "the file does not exist"
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "dashboard-task.png"), full_page=True)
 
             row.locator("button[value='waive']").click()
-            page.wait_for_function("document.querySelector('#status').textContent === 'satisfied'")
+            page.wait_for_function("document.querySelector('#status')?.textContent === 'satisfied'")
             page.wait_for_selector("tr[data-item='i3'][data-status='waived']")
             doc = _status(site)
             assert (doc["status"], doc["stop_reason"]) == ("satisfied", "delivered_with_waivers")

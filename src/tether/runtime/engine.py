@@ -95,7 +95,9 @@ class RunResult:
     interrupted: bool = False
 
 
-def _default_worker_id() -> str:
+def process_id() -> str:
+    """This process as `host:pid`: the default worker id, and the form `owner_is_dead`
+    reads (lease owners, notice senders)."""
     import os
 
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -245,7 +247,7 @@ class Engine:
         if self.registry.get(READ_ARTIFACT) is None:
             self.registry.add(default_registry(lambda: self.store).get(READ_ARTIFACT))  # type: ignore[arg-type]
         self.clock: Clock = clock or SystemClock()
-        self.worker_id = worker_id or _default_worker_id()
+        self.worker_id = worker_id or process_id()
         self.lease_ttl = lease_ttl
         self.on_progress = on_progress
         self.stop = stop or asyncio.Event()

@@ -18,14 +18,12 @@ announced: a database that gains this module does not flood anyone with its hist
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Callable
 from typing import Any
 
 from tether import events as ev
 from tether import failpoints, lifecycle
-from tether.runtime.engine import owner_is_dead
+from tether.runtime.engine import owner_is_dead, process_id
 from tether.runtime.notify import Notice, Notifier
 from tether.store.base import Store, StoredEvent, TaskRecord
 
@@ -110,13 +108,8 @@ def notice_of(
     return Notice(task.task_id, kind, text[:1000], details, notice_id=f"{task.task_id}:{event.seq}")
 
 
-def _sender() -> str:
-    """This process, in the form `owner_is_dead` reads (host:pid)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def _take(seq: int) -> Callable[[dict[str, Any] | None, float], tuple[dict[str, Any], bool]]:
-    me = _sender()
+    me = process_id()
 
     def step(doc: dict[str, Any] | None, now: float) -> tuple[dict[str, Any], bool]:
         state = dict(doc or {"after": 0})

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import socket
 import time
@@ -34,7 +33,14 @@ from typing import Any
 from tether import errors
 from tether.clock import SystemClock
 from tether.runtime.builtins import READ_ARTIFACT, default_registry
-from tether.runtime.engine import Engine, ModelSet, RunResult, check_tools, owner_is_dead
+from tether.runtime.engine import (
+    Engine,
+    ModelSet,
+    RunResult,
+    check_tools,
+    owner_is_dead,
+    process_id,
+)
 from tether.runtime.takeover import lease_period
 from tether.runtime.watch import Notifier, SweepReport, WatchPolicy, sweep
 from tether.spec import TaskSpec, parse_spec
@@ -124,8 +130,7 @@ class Worker:
         self.store = store
         self.models = models
         self.registry = registry
-        # The same form as the engine's default, which `owner_is_dead` relies on.
-        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.worker_id = worker_id or process_id()
         self.lease_ttl = lease_ttl
         self.poll_interval = poll_interval
         self.once = once

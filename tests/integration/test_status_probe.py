@@ -273,7 +273,7 @@ async def test_a_round_waiting_for_a_retry_time_is_never_probed(tmp_path: Path) 
     beats = Beats(store)
     polls = 0
 
-    @tether.tool
+    @tether.tool(effect="read")
     def poll_status() -> str:
         """The state of a slow service: ask again in a few seconds the first time."""
         nonlocal polls

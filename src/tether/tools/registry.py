@@ -14,6 +14,12 @@ every call as an op and passes the op id as the idempotency key in `ToolContext`
 user had, say), as opposed to `write`, which adds something new or changes what the
 task itself made.
 
+A tool that does not declare its effect is a `write`: it is journaled as an op, not
+sent again after an unknown outcome unless it is `idempotent` (or `reconcile` says it
+did not happen), and under the approval policy like any write. Only `effect="read"`
+makes a tool retried freely and never journaled, so a tool that sends mail and forgets
+`effect=` is not taken for harmless (an MCP tool without annotations is a `write` too).
+
 A tool whose effect depends on its arguments may also give `effect_of(args, ctx)`,
 which refines the declared effect for one call before the approval policy looks at it
 (the built-in `write_file` answers `overwrite` for a file the task did not create).
@@ -192,6 +198,9 @@ EffectHook = Callable[[Mapping[str, Any], ToolContext], "Awaitable[Effect] | Eff
 class Tool:
     """A tool the model may call.
 
+    `effect` defaults to `write` and `idempotent` to False: a tool that does not say
+    what it does is treated as having effects (journaled, not sent again blindly after
+    an unknown outcome, under the approval policy). A `read` is always idempotent.
     `effect_of(args, ctx)` (optional, sync or async) refines `effect` for one call with
     checked arguments, before the approval policy decides; `ctx.journal` reads this
     task's earlier ops. A `ToolFailed` from it keeps the declared effect (the call will
@@ -202,8 +211,8 @@ class Tool:
     description: str
     parameters: Mapping[str, Any]
     fn: ToolFn
-    effect: Effect = "read"
-    idempotent: bool = True
+    effect: Effect = "write"
+    idempotent: bool = False
     service: str | None = None
     timeout: float = 60.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -216,6 +225,13 @@ class Tool:
     compensate: Compensation | None = None
 
     def __post_init__(self) -> None:
+        if self.effect not in EFFECTS:
+            raise errors.UserError(
+                f"tool {self.name}: effect {self.effect!r} is not one of {', '.join(EFFECTS)}"
+            )
+        if self.effect == "read" and not self.idempotent:
+            # Looking twice changes nothing: a read needs no dispatch mark or reconcile.
+            object.__setattr__(self, "idempotent", True)
         if self.compensate is not None and self.effect == "read":
             raise errors.UserError(
                 f"tool {self.name}: a read tool has nothing to compensate; "
@@ -338,7 +354,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    effect: Effect = "read",
+    effect: Effect = "write",
     idempotent: bool | None = None,
     service: str | None = None,
     timeout: float = 60.0,
@@ -353,7 +369,10 @@ def tool(
     (`Annotated[int, Field(ge=0, description=...)]` constraints included).
 
     A parameter annotated `ToolContext` (or named `ctx`) receives the call's context.
-    `idempotent` defaults to True for reads and False for anything with effects.
+    `effect` defaults to `write`: a tool that only looks must say `effect="read"`,
+    else it is journaled, under the approval policy and not sent again blindly after
+    an unknown outcome, like any tool with effects (MCP tools without annotations
+    agree). `idempotent` defaults to True for reads and False for anything with effects.
     `effect_of` refines `effect` per call (see `Tool`). `compensate(op, ctx)` (or a
     `Compensation`) undoes an applied op when the retry policy's `on_exhausted` is
     `compensate` (see `Compensation`).

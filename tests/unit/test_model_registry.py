@@ -77,10 +77,9 @@ async def test_openai_compatible(closing: Callable[[Any], Any]) -> None:
     assert str(m.client.base_url) == "http://127.0.0.1:8000/v1/"
     assert m.client.api_key == "none"
     assert m.max_tokens_field == "max_tokens"
-    keyed = closing(
-        resolve_model("openai-compatible:http://h:1/v1#m", env={"OPENAI_API_KEY": "sk-local"})
-    )
-    assert keyed.client.api_key == "sk-local"
+    env = {"OPENAI_API_KEY": "sk-openai", "TETHER_OPENAI_COMPATIBLE_API_KEY": "sk-local"}
+    keyed = closing(resolve_model("openai-compatible:http://h:1/v1#m", env=env))
+    assert keyed.client.api_key == "sk-local"  # its own variable, never OpenAI's key
 
 
 async def test_deepseek(closing: Callable[[Any], Any]) -> None:

@@ -25,6 +25,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Generic, Self, TypeVar
+from urllib.parse import urlsplit
 
 from tether import tokens
 from tether.models._retry import (
@@ -45,6 +46,26 @@ _PREVIEW = 200
 
 ClientT = TypeVar("ClientT")
 Classifier = Callable[[BaseException], Failure | None]
+
+
+# --- keys ---------------------------------------------------------------------------------
+
+#: The only host `OPENAI_API_KEY` is ever sent to.
+OPENAI_HOST = "api.openai.com"
+
+
+def is_openai_url(base_url: str | None) -> bool:
+    """True for OpenAI's own API: no base URL (the SDK's default), or an https URL whose
+    host is `api.openai.com` (a host, not a substring: `api.openai.com.example.net` or a
+    path naming it is another server)."""
+    if base_url is None:
+        return True
+    try:
+        parts = urlsplit(base_url.strip())
+        host = parts.hostname
+    except ValueError:
+        return False
+    return parts.scheme == "https" and host == OPENAI_HOST
 
 
 # --- errors -------------------------------------------------------------------------------

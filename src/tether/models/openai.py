@@ -184,6 +184,10 @@ class OpenAIModel(_sdk.SdkModel[openai.AsyncOpenAI]):
     `on_retry` sees each one. `max_tokens_field` picks the request field for the output
     limit: `max_completion_tokens` for OpenAI, `max_tokens` (default when `base_url`
     is given) for servers that only know the older name.
+
+    Without `api_key`, OpenAI's own API (no `base_url`, or an https URL on
+    `api.openai.com`) takes `OPENAI_API_KEY`; any other `base_url` gets the placeholder
+    `none`, never `OPENAI_API_KEY`: pass its key as `api_key`.
     """
 
     provider = "openai"
@@ -203,17 +207,20 @@ class OpenAIModel(_sdk.SdkModel[openai.AsyncOpenAI]):
         max_tokens_field: MaxTokensField | None = None,
         name: str | None = None,
     ) -> None:
-        is_openai = base_url is None or "api.openai.com" in base_url
+        is_openai = _sdk.is_openai_url(base_url)
         self.max_tokens_field: MaxTokensField = max_tokens_field or (
             "max_completion_tokens" if is_openai else "max_tokens"
         )
         self._send_cache_key = is_openai and client is None
         if client is None and not api_key:
-            api_key = os.environ.get("OPENAI_API_KEY") or None
-            if api_key is None:
-                if is_openai:
+            if not is_openai:
+                # Never OPENAI_API_KEY: a key meant for OpenAI goes to OpenAI only.
+                # A local server wants none; the SDK refuses an empty one.
+                api_key = "none"
+            else:
+                api_key = os.environ.get("OPENAI_API_KEY") or None
+                if api_key is None:
                     raise UserError("no OpenAI API key: set OPENAI_API_KEY (or pass api_key=...)")
-                api_key = "none"  # local servers usually ignore the key
 
         def build() -> openai.AsyncOpenAI:
             return openai.AsyncOpenAI(

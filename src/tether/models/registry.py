@@ -5,7 +5,9 @@
 - `anthropic:claude-sonnet-4-5`: the Anthropic messages API; key `ANTHROPIC_API_KEY`,
   base URL from `ANTHROPIC_BASE_URL` if set.
 - `openai-compatible:http://127.0.0.1:8000/v1#qwen3`: any OpenAI-compatible server
-  (vLLM, Ollama, llama.cpp, ...); key `OPENAI_API_KEY` if set, else `none`.
+  (vLLM, Ollama, llama.cpp, ...); key `TETHER_OPENAI_COMPATIBLE_API_KEY` if set, else
+  `none` (a local server wants no key). `OPENAI_API_KEY` is never sent there, unless
+  the URL is OpenAI's own (`https://api.openai.com/...`).
 - `deepseek:deepseek-chat`: DeepSeek's OpenAI-compatible API; key `DEEPSEEK_API_KEY`.
 - `scripted:path/to/script.yaml`: a `ScriptedModel` answering from a JSON/YAML list.
 - `scripted:package.module:function`: a `ScriptedModel` asking a Python policy
@@ -35,6 +37,9 @@ from tether.errors import UserError
 from tether.models.base import Model
 
 DEEPSEEK_BASE_URL = "https://api.deepseek.com"
+#: The key of an `openai-compatible:` server: a variable of its own, so a key meant for
+#: OpenAI never goes to whatever URL a model name names.
+COMPATIBLE_KEY_ENV = "TETHER_OPENAI_COMPATIBLE_API_KEY"
 
 FORMS = (
     "openai:MODEL, anthropic:MODEL, openai-compatible:BASE_URL#MODEL, deepseek:MODEL, "
@@ -99,7 +104,7 @@ def resolve_model(name: str, *, env: Mapping[str, str] | None = None, **options:
             raise UserError(f"model name {name!r}: the base URL {problem}")
         return _openai(
             model.strip(),
-            api_key=environ.get("OPENAI_API_KEY") or "none",
+            api_key=_compatible_key(environ, base_url, name),
             base_url=base_url,
             name=text,
             **options,
@@ -147,6 +152,26 @@ def _require_key(environ: Mapping[str, str], var: str, name: str) -> str:
     key = environ.get(var, "").strip()
     if not key:
         raise UserError(f"model {name!r} needs an API key: set the environment variable {var}")
+    return key
+
+
+def _compatible_key(environ: Mapping[str, str], base_url: str, name: str) -> str:
+    """The key for an `openai-compatible:` server: `TETHER_OPENAI_COMPATIBLE_API_KEY`;
+    failing that `OPENAI_API_KEY`, but only for OpenAI's own URL; else the placeholder
+    `none`, which a keyless local server ignores."""
+    from tether.models._sdk import is_openai_url  # light, but only needed here
+
+    key = environ.get(COMPATIBLE_KEY_ENV, "").strip()
+    if key:
+        return key
+    if not is_openai_url(base_url):
+        return "none"
+    key = environ.get("OPENAI_API_KEY", "").strip()
+    if not key:
+        raise UserError(
+            f"model {name!r} needs an API key: set the environment variable "
+            f"{COMPATIBLE_KEY_ENV} (or OPENAI_API_KEY, which is sent to api.openai.com only)"
+        )
     return key
 
 

@@ -12,9 +12,9 @@ async with McpSources(spec.mcp_servers) as sources:
 ```
 
 Tool annotations map to effects: `readOnlyHint` → `read`, `destructiveHint` → `delete`,
-anything else (unannotated tools included) → `write`. Read tools are idempotent, others
-only with `idempotentHint`. The service (for breakers and concurrency limits) is the
-server's name.
+anything else (unannotated tools included) → `write`, as for a Python `@tool` that
+declares no effect. Read tools are idempotent, others only with `idempotentHint`. The
+service (for breakers and concurrency limits) is the server's name.
 
 Names: a server's tools are exposed as `<prefix>__<tool>` (`McpServer.prefix`, by
 default the server's name with characters providers refuse turned into `_`; `prefix: ""`

@@ -139,7 +139,9 @@ def _markers_before(lines: list[str], i: int) -> list[str]:
 
 def _apply_markers(block: Block, bodies: list[str]) -> None:
     for body in bodies:
-        for part in (p.strip() for p in body.split(";")):
+        # A skip's reason is the rest of the comment, `;` and all.
+        parts = [body.strip()] if SKIP.match(body.strip()) else body.split(";")
+        for part in (p.strip() for p in parts):
             if not part:
                 continue
             block.directives.append(part)

@@ -29,10 +29,11 @@ whatever the reader must know is said in the text as well):
 What the reader fills in, the runner fills in from the session, as the reader would:
 `<task-id>` and `TASK` become the newest task of the session's database
 (`tether list --json`, read when the command runs), `<request-id>` and `REQUEST` its
-first pending approval request (`tether approvals TASK --json`). Folders under `/tmp/` become folders of the run's scratch space, and
-`pip install 'tether[EXTRAS]'` installs from the checkout under test (as the README says
-it reads from a checkout). `tether serve` runs in the background until it answers on
-`/api/tasks` and `/metrics`, then stops; `tether worker` runs with `--once`.
+first pending approval request (`tether approvals TASK --json`). Folders under `/tmp/`
+become folders of the run's scratch space, and `pip install 'tether[EXTRAS]'` installs
+from the checkout under test (as the README says it reads from a checkout). `tether
+serve` runs in the background until it answers on `/api/tasks` and `/metrics`, then
+stops; `tether worker` runs with `--once`.
 
 Run it with `.ci/doc-tests` (a fresh venv, then every page); `python -m
 tests.docs.doc_blocks --help` for the options. Standard library only: it runs beside
@@ -42,7 +43,6 @@ the venv it tests, not inside it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shlex
@@ -116,7 +116,9 @@ def parse_page(page: Path) -> list[Block]:
         j = i + 1
         while j < len(lines) and lines[j].strip() != fence:
             j += 1
-        body = [ln[len(indent) :] if ln.startswith(indent) else ln.lstrip() for ln in lines[i + 1 : j]]
+        body = [
+            ln[len(indent) :] if ln.startswith(indent) else ln.lstrip() for ln in lines[i + 1 : j]
+        ]
         block = Block(page, i + 1, lang, "\n".join(body) + "\n")
         _apply_markers(block, _markers_before(lines, i))
         blocks.append(block)
@@ -247,7 +249,11 @@ set -eo pipefail
 tether() {
     case "$1" in
         serve) _doc_serve "$@" ;;
-        worker) case " $* " in *" --once "*) command tether "$@" ;; *) command tether "$@" --once ;; esac ;;
+        worker)
+            case " $* " in
+                *" --once "*) command tether "$@" ;;
+                *) command tether "$@" --once ;;
+            esac ;;
         *) command tether "$@" ;;
     esac
 }
@@ -317,7 +323,9 @@ def run_block(block: Block, s: Session) -> str:
     except subprocess.TimeoutExpired as exc:
         raise BlockFailed(f"{block.where}: still running after {BLOCK_TIMEOUT} s") from exc
     output = res.stdout + res.stderr
-    entry = f"--- {block.where} ({block.lang}, exit {res.returncode}, {time.monotonic() - t0:.1f} s)"
+    entry = (
+        f"--- {block.where} ({block.lang}, exit {res.returncode}, {time.monotonic() - t0:.1f} s)"
+    )
     with (s.scratch / "blocks.log").open("a", encoding="utf-8") as log:
         log.write(f"{entry}\n{text}\n--- output ---\n{output}\n")
     if res.returncode != block.exit:
@@ -390,7 +398,12 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for page in chosen:
         t0 = time.monotonic()
-        where = scratch / page.stem
+        try:  # docs/README.md and README.md each get a folder of their own
+            where = scratch / page.relative_to(checkout).with_suffix("").as_posix().replace(
+                "/", "-"
+            )
+        except ValueError:
+            where = scratch / page.stem
         shutil.rmtree(where, ignore_errors=True)
         try:
             run_page(page, args.venv.resolve(), checkout, where)

@@ -225,9 +225,9 @@ def test_install_hints_are_spelled_one_way() -> None:
 def test_every_extra_a_page_names_exists() -> None:
     import tomllib
 
-    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"
-    ])
+    extras = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    )
     for page in PAGES:
         for named in re.findall(r"tether\[([a-z,]+)\]", page.read_text(encoding="utf-8")):
             assert set(named.split(",")) <= extras, f"{page.name}: tether[{named}]"
@@ -277,7 +277,8 @@ def test_the_runner_carries_the_folder_and_the_exports(tmp_path: Path) -> None:
     page = _page(
         tmp_path,
         "```bash\nmkdir -p /tmp/here && cd /tmp/here\nexport GREETING=hello\n```\n\n"
-        "<!-- doc-test: file hi.py -->\n```python\nimport os\nprint(os.environ['GREETING'])\n```\n\n"
+        "<!-- doc-test: file hi.py -->\n"
+        "```python\nimport os\nprint(os.environ['GREETING'])\n```\n\n"
         "```bash\npwd\npython hi.py\n```\n\n"
         "<!-- doc-test: output -->\n```text\n.../tmp/here\nhello\n```\n\n"
         "<!-- doc-test: skip — a block a reader cannot run here -->\n```bash\nexit 1\n```\n\n"

@@ -374,3 +374,12 @@ def test_the_events_operations_lists_are_what_the_complete_example_writes(
         )
     ]
     assert sorted(shown) == written, f"{listing.where} lists\n{sorted(shown)}\n{res.stdout}"
+
+
+def test_every_fail_point_is_in_the_operations_table() -> None:
+    from tether import failpoints
+
+    text = _operations()
+    table = text[text.index("## Fail points") : text.index("## Environment variables")]
+    rows = set(re.findall(r"^\| `([a-z_]+)` \|", table, re.M))
+    assert rows == set(failpoints.KNOWN), sorted(rows ^ set(failpoints.KNOWN))

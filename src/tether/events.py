@@ -481,6 +481,20 @@ class ApprovalDecided(Event):
     modified_args: dict[str, Any] | None = None
 
 
+@_register("approval.closed")
+class ApprovalClosed(Event):
+    """A request closed with what it decided about, undecided (or approved but never
+    acted on): the task ended, or the item its call worked for was waived or removed by
+    an edit. A closed request is final: it is never approved, rejected or sent later."""
+
+    request_id: str
+    reason: str
+    by: str = "tether"
+    op_id: str | None = None
+    #: The request's status when it was closed (`pending`, or `approved` and unsent).
+    previous: str = "pending"
+
+
 def encode(event: Event) -> tuple[str, int, dict[str, Any]]:
     """`(type, schema_version, data)` for storage."""
     if isinstance(event, UnknownEvent):

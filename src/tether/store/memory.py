@@ -184,6 +184,17 @@ class MemoryStore:
             cur = rules.TaskState(
                 rec.status, rec.version, rec.fencing_token, rec.last_seq, rec.cancel_requested
             )
+            guard.check_task(cur)  # its refusal comes before a request's
+            mine = [a for a in self._approvals.values() if a.task_id == task_id]
+            rules.check_request_writes(task_id, {a.request_id: a for a in mine}, approvals)
+            if rules.closes_requests(task):
+                found = sorted(
+                    (a for a in mine if rules.is_open(a, self._op_status(a.op_id))),
+                    key=lambda a: (a.created_at, a.request_id),
+                )
+                closed_events, closed = rules.closing(task, events, found, approvals, now)
+                events = [*events, *closed_events]
+                approvals = [*approvals, *closed]
             plan = rules.plan_commit(guard, cur, task, len(events), now)
             new_ledger = None
             if ledger is not None:
@@ -228,6 +239,10 @@ class MemoryStore:
                 )
             self._tasks[task_id] = dataclasses.replace(rec, **changes)
             return CommitResult(plan.first_seq, plan.last_seq, rec.cancel_requested, rec.version)
+
+    def _op_status(self, op_id: str | None) -> str | None:
+        op = self._ops.get(op_id) if op_id is not None else None
+        return op.status if op is not None else None
 
     async def claim(
         self,

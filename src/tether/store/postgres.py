@@ -16,7 +16,9 @@ Round trips are the cost here, so:
   nothing. The statement returns the row it found, and the guard names the refusal
   (`StaleLease`, `IllegalTransition`, `ConcurrentUpdate`) from it. It is sent with
   its Sync, so its transaction begins and ends on the server: no client, crashed or
-  frozen, is ever inside it;
+  frozen, is ever inside it. The exception is the rare commit that writes approval
+  requests or ends the task: it locks the task row in a transaction first, so the
+  requests it checks and closes are the latest (`_commit_requests`);
 - single-statement reads, lease renewals and releases run outside a transaction block
   (no BEGIN/COMMIT round trips); `update_shared` is two pipelined round trips (lock and
   read, then write and commit); the rest (`create_task`, `claim`, migrations) runs in a
@@ -433,6 +435,10 @@ class PostgresStore(SqlStore):
         names the refusal."""
         now = self.clock.now()
         guard = rules.CommitGuard.of(task_id, token, task, ledger)
+        if approvals or rules.closes_requests(task):
+            return self._commit_requests(
+                guard, task, ledger, items, ops, artifacts, approvals, blobs, now
+            )
         texts = self._artifact_texts(artifacts, blobs)
         query, params = self._commit_statement(
             guard, task, ledger, items, ops, artifacts, approvals, blobs, now, texts
@@ -450,6 +456,48 @@ class PostgresStore(SqlStore):
         if not row["applied"]:
             lver = row["ledger_version"]
             raise guard.refusal(state, None if lver is None else int(lver))
+        first, last = rules.seq_range(state.last_seq, len(items))
+        return CommitResult(first, last, state.cancel_requested, state.version)
+
+    def _commit_requests(
+        self,
+        guard: rules.CommitGuard,
+        task: TaskPatch | None,
+        ledger: LedgerWrite | None,
+        items: Sequence[ev.Event],
+        ops: Sequence[OpRecord],
+        artifacts: Sequence[ArtifactRecord],
+        approvals: Sequence[ApprovalRecord],
+        blobs: Sequence[bytes],
+        now: float,
+    ) -> CommitResult:
+        """A commit that writes requests or ends the task: a transaction that locks the
+        task row first, so the requests it then reads are the latest (a single
+        statement reads them as of its start, before it waited for the lock), checks
+        and completes the request writes (`_settle_requests`), then sends the commit's
+        statement. Rare (a request asked, decided or closed), so worth the round trips."""
+        with self._tx(write=True) as conn:
+            row = conn.execute(
+                "SELECT status, version, fencing_token, last_seq, cancel_requested FROM tasks"
+                " WHERE task_id = %(id)s FOR UPDATE",
+                {"id": guard.task_id},
+            ).fetchone()
+            if row is None:
+                raise errors.TaskNotFound(guard.task_id)
+            guard.check_task(self._state(row))
+            items, approvals = self._settle_requests(
+                conn, guard.task_id, task, items, approvals, now
+            )
+            texts = self._artifact_texts(artifacts, blobs)
+            query, params = self._commit_statement(
+                guard, task, ledger, items, ops, artifacts, approvals, blobs, now, texts
+            )
+            failpoints.hit("during_commit")
+            row = conn.execute(query, params).fetchone()
+            state = self._state(row)
+            if not row["applied"]:
+                lver = row["ledger_version"]
+                raise guard.refusal(state, None if lver is None else int(lver))
         first, last = rules.seq_range(state.last_seq, len(items))
         return CommitResult(first, last, state.cancel_requested, state.version)
 

@@ -239,6 +239,12 @@ class TaskBusy(UserError):
         )
 
 
+class AlreadySettled(UserError):
+    """A decision about something already settled: a request decided or closed (the
+    task ended, its item was waived or removed), or a task that has ended. Exit 2; the
+    web API answers 409 with the reason."""
+
+
 class ValidationFailed(ToolSignal):
     """The call worked but its result breaks the tool's post-condition."""
 

@@ -14,7 +14,6 @@ import pytest
 
 from tether import errors
 from tether import events as ev
-from tether.clock import FakeClock
 from tether.store import ApprovalRecord, OpRecord, Store, TaskPatch
 
 if TYPE_CHECKING:
@@ -225,8 +224,10 @@ async def test_approve_racing_abandon_never_leaves_an_approved_request_on_an_end
                     await first.commit(
                         tid,
                         None,
-                        [ev.ApprovalDecided(request_id=a.request_id, decision="approve")
-                         for a in pending],
+                        [
+                            ev.ApprovalDecided(request_id=a.request_id, decision="approve")
+                            for a in pending
+                        ],
                         approvals=[decided(a, "approved") for a in pending],
                     )
                 except errors.ConcurrentUpdate:

@@ -179,6 +179,12 @@ def doubt_id(record: OpRecord) -> str:
     return base if record.attempts <= 1 else f"{base}.{record.attempts}"
 
 
+def _closed_msg(appr: ApprovalRecord) -> str:
+    """What the model is told of a call whose request was closed before a decision."""
+    reason = (appr.decision or {}).get("reason") or "closed"
+    return f"not sent: its approval request {appr.request_id} was closed ({reason})"
+
+
 def compensation_of(record: OpRecord) -> str | None:
     """How an applied op was undone, if it was: `compensated` (by its compensation op),
     `done_by_hand` or `left` (a human's decision). Such an op is history only: it proves
@@ -727,6 +733,8 @@ class OpRunner:
                     request_id=appr.request_id,
                 )
             )
+        if appr.status == "closed":
+            return self.failure(call, tool, record, "not_sent", _closed_msg(appr), 0.0)
         if appr.status == "rejected":
             who = appr.decided_by or "a human"
             msg = f"not permitted: {who} rejected {tool.name} for this call"
@@ -812,11 +820,23 @@ class OpRunner:
             created_at=self.clock.now(),
         )
 
+    async def _doubt_request(self, record: OpRecord) -> tuple[str, ApprovalRecord | None]:
+        """The id of the request about this op in doubt, and the request if asked: a
+        request closed with its task (which an edit re-opened since) is asked again
+        under a new id, never taken as an answer."""
+        base = rid = doubt_id(record)
+        n = 1
+        while True:
+            appr = await self.request(rid)
+            if appr is None or appr.status != "closed":
+                return rid, appr
+            n += 1
+            rid = f"{base}.reopened{n}"
+
     async def in_doubt(self, tool: Tool, record: OpRecord, detail: str) -> None:
         """An op whose outcome nobody can tell: wait for a human, never guess."""
         run = self.run
-        request_id = doubt_id(record)
-        appr = await self.request(request_id)
+        request_id, appr = await self._doubt_request(record)
         if appr is not None and appr.status != "pending":
             return
         first = appr is None
@@ -1193,7 +1213,7 @@ class OpRunner:
                 status = "intended"
         if status in ("retry_wait", "awaiting_approval"):
             return None  # resume the stored schedule / send the approved call
-        human = await self.request(doubt_id(record))
+        _, human = await self._doubt_request(record)
         if human is not None and human.status == "approved":
             decision = human.decision or {}
             if decision.get("decision") == "done":
@@ -1330,6 +1350,8 @@ class OpRunner:
             )
         decision = appr.decision or {}
         who = appr.decided_by or "a human"
+        if appr.status == "closed":
+            return self.failure(call, tool, record, "not_sent", _closed_msg(appr), 0.0)
         if appr.status == "rejected":
             msg = f"{who} decided not to try {tool.name} again after its retries ran out"
             if decision.get("reason"):
@@ -1531,7 +1553,7 @@ class OpRunner:
                     )
                 )
             decision = (asked.decision or {}).get("decision")
-            if asked.status == "rejected":
+            if asked.status in ("rejected", "closed"):
                 await self._mark(target, comp_id, "left", after)
                 return "left"
             if decision == "done":

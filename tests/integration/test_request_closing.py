@@ -14,6 +14,8 @@ import pytest
 
 from tether import errors
 from tether import events as ev
+from tether.clock import FakeClock
+from tether.rebuild import rebuild
 from tether.store import ApprovalRecord, OpRecord, Store, TaskPatch
 
 if TYPE_CHECKING:
@@ -81,7 +83,10 @@ async def _waiting_with_requests(store: Store, make_task: MakeTask) -> None:
     await store.commit(
         "t",
         None,
-        [ev.TaskStatusChanged(src="running", dst="waiting", reason="approval required")],
+        [
+            *(ev.ApprovalRequested(request_id=r, what=f"write {r}") for r in "abc"),
+            ev.TaskStatusChanged(src="running", dst="waiting", reason="approval required"),
+        ],
         task=TaskPatch(status="waiting", waiting={"kind": "approval"}),
         ops=[op("t", "op-a", "awaiting_approval"), op("t", "op-b", "awaiting_approval")],
         approvals=[request("t", "a"), request("t", "b"), request("t", "c", op_id=None)],
@@ -94,7 +99,12 @@ async def test_ending_a_task_closes_its_pending_requests_in_the_same_commit(
     await _waiting_with_requests(store, make_task)
     # One request was rejected before: it stays as it was.
     (b,) = [a for a in await store.get_approvals("t") if a.request_id == "b"]
-    await store.commit("t", None, [], approvals=[decided(b, "rejected")])
+    await store.commit(
+        "t",
+        None,
+        [ev.ApprovalDecided(request_id="b", decision="reject", by="bo")],
+        approvals=[decided(b, "rejected")],
+    )
     before = (await store.get_task("t")).last_seq
     events, patch = abandon()
     res = await store.commit("t", None, events, task=patch)
@@ -111,6 +121,9 @@ async def test_ending_a_task_closes_its_pending_requests_in_the_same_commit(
         {"request_id": "c", "reason": why, "by": "tether", "op_id": None, "previous": "pending"},
     ]
     assert (await store.get_task("t")).last_seq == before + 3
+    # The log folds to the same requests and task as the projections hold.
+    found = await rebuild(store, "t")
+    assert (found["consistent"], found["approvals"], found["task"]) == (True, [], [])
 
 
 async def test_an_approved_request_whose_call_was_never_sent_closes_too(
@@ -253,3 +266,37 @@ async def test_approve_racing_abandon_never_leaves_an_approved_request_on_an_end
             await second.close()
         await first.close()
     assert outcomes <= {"approved", "refused"}
+
+
+async def test_the_watchdogs_cancel_of_a_dead_workers_task_closes_its_requests(
+    store: Store, make_task: MakeTask, clock: FakeClock
+) -> None:
+    from tether.runtime.tasks import cancel
+    from tether.runtime.watch import WatchPolicy, sweep
+
+    await make_task("t")
+    lease = await store.claim("gone:1", 60, task_id="t")
+    assert lease is not None
+    await store.commit(
+        "t",
+        lease.token,
+        [
+            ev.TaskStatusChanged(src="queued", dst="running", reason="started"),
+            ev.ApprovalRequested(request_id="a", what="write a", op_id="op-a"),
+        ],
+        task=TaskPatch(status="running"),
+        ops=[op("t", "op-a", "awaiting_approval")],
+        approvals=[request("t", "a")],
+    )
+    assert (await cancel(store, "t")).outcome == "requested"
+    clock.advance(61)
+    assert (await sweep(store, policy=WatchPolicy(stalled_after=600))).cancelled == ["t"]
+    (a,) = await store.get_approvals("t")
+    assert a.status == "closed"
+    assert a.decision == {
+        "decision": "closed",
+        "reason": "task cancelled: cancelled: its worker stopped before it saw the request",
+    }
+    (closed,) = await store.read_events("t", types={"approval.closed"})
+    assert closed.data["request_id"] == "a"
+    assert (await rebuild(store, "t"))["consistent"]

@@ -184,7 +184,7 @@ async def tell(store: Store, task_id: str, text: str, *, by: str = "user") -> Ta
     body = free_text(text, "the message", limit=MAX_MESSAGE_CHARS, required=True)
     task = await store.get_task(task_id)
     if lifecycle.is_terminal(task.status):
-        raise errors.UserError(
+        raise errors.AlreadySettled(
             f"task {task_id} is {task.status}; edit it to give it a new goal instead"
         )
     events: list[ev.Event] = [ev.UserMessage(text=body, by=by)]

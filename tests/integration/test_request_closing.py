@@ -300,3 +300,110 @@ async def test_the_watchdogs_cancel_of_a_dead_workers_task_closes_its_requests(
     (closed,) = await store.read_events("t", types={"approval.closed"})
     assert closed.data["request_id"] == "a"
     assert (await rebuild(store, "t"))["consistent"]
+
+
+@pytest.mark.parametrize(
+    ("dst", "stop_reason"),
+    [
+        ("satisfied", "delivered"),
+        ("failed", "internal_error"),
+        ("cancelled", "cancelled_by_user"),
+        ("abandoned", "max_rounds"),
+    ],
+)
+async def test_every_ending_closes_the_requests_a_worker_leaves_open(
+    store: Store, make_task: MakeTask, dst: str, stop_reason: str
+) -> None:
+    # The runtime's own endings, under its lease, close what is still open too.
+    await make_task("t")
+    lease = await store.claim("w", 60, task_id="t")
+    assert lease is not None
+    await store.commit(
+        "t",
+        lease.token,
+        [
+            ev.TaskStatusChanged(src="queued", dst="running", reason="started"),
+            ev.ApprovalRequested(request_id="a", what="write a", op_id="op-a"),
+        ],
+        task=TaskPatch(status="running"),
+        ops=[op("t", "op-a", "awaiting_approval")],
+        approvals=[request("t", "a")],
+    )
+    await store.commit(
+        "t",
+        lease.token,
+        [ev.TaskStatusChanged(src="running", dst=dst, stop_reason=stop_reason, reason="the end")],
+        task=TaskPatch(status=dst, stop_reason=stop_reason, waiting=None),
+    )
+    (a,) = await store.get_approvals("t")
+    assert (a.status, a.decision) == (
+        "closed",
+        {"decision": "closed", "reason": f"task {dst}: the end"},
+    )
+    (closed,) = await store.read_events("t", types={"approval.closed"})
+    assert closed.fencing_token == lease.token
+
+
+async def test_deciding_a_closed_request_or_on_an_ended_task_says_what_settled_it(
+    store: Store, make_task: MakeTask
+) -> None:
+    from tether import approvals, decisions
+
+    await _waiting_with_requests(store, make_task)
+    await decisions.abandon_task(store, "t", reason="gone", by="ana")
+    with pytest.raises(
+        errors.AlreadySettled, match="a was closed: task abandoned: abandoned by ana"
+    ):
+        await approvals.decide(store, "t", "a", "approve")
+    assert await approvals.pending(store, "t") == []
+    # A request left pending on an ended task (written by an older tether): refused too.
+    await store.commit("t", None, [], approvals=[request("t", "old")])
+    with pytest.raises(errors.AlreadySettled, match="is abandoned .* nothing to decide"):
+        await approvals.decide(store, "t", "old", "reject")
+    assert {a.request_id: a.status for a in await store.get_approvals("t")}["old"] == "pending"
+
+
+async def test_the_library_decision_racing_abandon_never_leaves_it_approved(
+    backend: Backend, make_task: MakeTask
+) -> None:
+    from tether import approvals, decisions
+
+    first = await backend.open()
+    second = await backend.open() if backend.durable else first
+    try:
+        for n in range(4):
+            tid = f"r{n}"
+            await make_task(tid)
+            await _to_waiting(first, tid)
+            await first.commit(
+                tid,
+                None,
+                [ev.TaskStatusChanged(src="running", dst="waiting", reason="approval required")],
+                task=TaskPatch(status="waiting", waiting={"kind": "approval"}),
+                ops=[op(tid, f"{tid}-op", "awaiting_approval")],
+                approvals=[request(tid, f"{tid}-a", op_id=f"{tid}-op")],
+            )
+
+            async def approve(tid: str = tid) -> str:
+                try:
+                    await approvals.decide(first, tid, f"{tid}-a", "approve", by="bo")
+                except errors.AlreadySettled as exc:
+                    assert "closed: task abandoned" in str(exc) or "is abandoned" in str(exc)
+                    return "refused"
+                return "approved"
+
+            async def abandon(tid: str = tid) -> None:
+                await decisions.abandon_task(second, tid, reason="racing", by="ana")
+
+            if n % 2:
+                await asyncio.gather(approve(), abandon())
+            else:
+                await asyncio.gather(abandon(), approve())
+            (a,) = await first.get_approvals(tid)
+            assert a.status == "closed", a
+            assert (await first.get_task(tid)).status == "abandoned"
+            assert (await rebuild(first, tid))["consistent"]
+    finally:
+        if second is not first:
+            await second.close()
+        await first.close()

@@ -358,7 +358,7 @@ async def test_deciding_a_closed_request_or_on_an_ended_task_says_what_settled_i
     assert await approvals.pending(store, "t") == []
     # A request left pending on an ended task (written by an older tether): refused too.
     await store.commit("t", None, [], approvals=[request("t", "old")])
-    with pytest.raises(errors.AlreadySettled, match="is abandoned .* nothing to decide"):
+    with pytest.raises(errors.AlreadySettled, match=r"is abandoned .* nothing to decide"):
         await approvals.decide(store, "t", "old", "reject")
     assert {a.request_id: a.status for a in await store.get_approvals("t")}["old"] == "pending"
 

@@ -476,30 +476,51 @@ class PostgresStore(SqlStore):
         statement reads them as of its start, before it waited for the lock), checks
         and completes the request writes (`_settle_requests`), then sends the commit's
         statement. Rare (a request asked, decided or closed), so worth the round trips."""
-        with self._tx(write=True) as conn:
-            row = conn.execute(
-                "SELECT status, version, fencing_token, last_seq, cancel_requested FROM tasks"
-                " WHERE task_id = %(id)s FOR UPDATE",
-                {"id": guard.task_id},
-            ).fetchone()
-            if row is None:
-                raise errors.TaskNotFound(guard.task_id)
-            guard.check_task(self._state(row))
-            items, approvals = self._settle_requests(
-                conn, guard.task_id, task, items, approvals, now
-            )
-            texts = self._artifact_texts(artifacts, blobs)
-            query, params = self._commit_statement(
-                guard, task, ledger, items, ops, artifacts, approvals, blobs, now, texts
-            )
+        with self._translated() as conn:
+            # As in the one-statement commit: the connection in hand, nothing sent or
+            # locked yet (a process frozen here holds up no one).
             failpoints.hit("during_commit")
-            row = conn.execute(query, params).fetchone()
-            state = self._state(row)
-            if not row["applied"]:
-                lver = row["ledger_version"]
-                raise guard.refusal(state, None if lver is None else int(lver))
+            with conn.transaction():
+                state, items = self._requests_tx(
+                    conn, guard, task, ledger, items, ops, artifacts, approvals, blobs, now
+                )
         first, last = rules.seq_range(state.last_seq, len(items))
         return CommitResult(first, last, state.cancel_requested, state.version)
+
+    def _requests_tx(
+        self,
+        conn: Any,
+        guard: rules.CommitGuard,
+        task: TaskPatch | None,
+        ledger: LedgerWrite | None,
+        items: Sequence[ev.Event],
+        ops: Sequence[OpRecord],
+        artifacts: Sequence[ArtifactRecord],
+        approvals: Sequence[ApprovalRecord],
+        blobs: Sequence[bytes],
+        now: float,
+    ) -> tuple[rules.TaskState, list[ev.Event]]:
+        """`_commit_requests` inside its transaction: the task state the statement found
+        and the events it wrote."""
+        row = conn.execute(
+            "SELECT status, version, fencing_token, last_seq, cancel_requested FROM tasks"
+            " WHERE task_id = %(id)s FOR UPDATE",
+            {"id": guard.task_id},
+        ).fetchone()
+        if row is None:
+            raise errors.TaskNotFound(guard.task_id)
+        guard.check_task(self._state(row))
+        items, approvals = self._settle_requests(conn, guard.task_id, task, items, approvals, now)
+        texts = self._artifact_texts(artifacts, blobs)
+        query, params = self._commit_statement(
+            guard, task, ledger, items, ops, artifacts, approvals, blobs, now, texts
+        )
+        row = conn.execute(query, params).fetchone()
+        state = self._state(row)
+        if not row["applied"]:
+            lver = row["ledger_version"]
+            raise guard.refusal(state, None if lver is None else int(lver))
+        return state, items
 
     def _commit_statement(
         self,

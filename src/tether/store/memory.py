@@ -185,9 +185,14 @@ class MemoryStore:
                 rec.status, rec.version, rec.fencing_token, rec.last_seq, rec.cancel_requested
             )
             guard.check_task(cur)  # its refusal comes before a request's
-            mine = [a for a in self._approvals.values() if a.task_id == task_id]
+            ends = rules.closes_requests(task)
+            mine = (
+                [a for a in self._approvals.values() if a.task_id == task_id]
+                if approvals or ends
+                else []
+            )
             rules.check_request_writes(task_id, {a.request_id: a for a in mine}, approvals)
-            if rules.closes_requests(task):
+            if ends:
                 found = sorted(
                     (a for a in mine if rules.is_open(a, self._op_status(a.op_id))),
                     key=lambda a: (a.created_at, a.request_id),

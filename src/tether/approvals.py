@@ -220,7 +220,8 @@ async def close_for_items(
     focus = await item_focus(store, task_id)
     events: list[ev.Event] = []
     records: list[ApprovalRecord] = []
-    for appr in await store.get_approvals(task_id, statuses={"pending", "approved"}):
+    status = {op_id: op.status for op_id, op in waiting.items()}
+    for appr in rules.open_requests(await store.get_approvals(task_id), status):
         op = waiting.get(appr.op_id or "")
         if op is None or focus.get(op.round) not in items:
             continue

@@ -407,3 +407,38 @@ async def test_the_library_decision_racing_abandon_never_leaves_it_approved(
         if second is not first:
             await second.close()
         await first.close()
+
+
+async def test_an_approval_acted_on_before_a_later_request_stays_approved(
+    store: Store, make_task: MakeTask, clock: FakeClock
+) -> None:
+    # "Try again" was approved and acted on; the call failed again and a new request
+    # asks about the same op: ending the task closes the new one only.
+    await make_task("t")
+    await _to_waiting(store, "t")
+    first = request("t", "e1", op_id="op-x", created_at=clock.now())
+    await store.commit(
+        "t",
+        None,
+        [ev.ApprovalRequested(request_id="e1", what="again?", op_id="op-x")],
+        ops=[op("t", "op-x", "awaiting_approval")],
+        approvals=[first],
+    )
+    await store.commit(
+        "t",
+        None,
+        [ev.ApprovalDecided(request_id="e1", decision="approve", by="bo")],
+        approvals=[decided(first, "approved")],
+    )
+    clock.advance(1)
+    await store.commit(
+        "t",
+        None,
+        [ev.ApprovalRequested(request_id="e2", what="again?", op_id="op-x")],
+        approvals=[request("t", "e2", op_id="op-x", created_at=clock.now())],
+    )
+    events, patch = abandon(src="running")
+    await store.commit("t", None, events, task=patch)
+    got = {a.request_id: a.status for a in await store.get_approvals("t")}
+    assert got == {"e1": "approved", "e2": "closed"}
+    assert (await rebuild(store, "t"))["consistent"]

@@ -293,11 +293,25 @@ def closes_requests(patch: TaskPatch | None) -> bool:
     return patch is not None and patch.status is not None and lifecycle.is_terminal(patch.status)
 
 
-def is_open(appr: ApprovalRecord, op_status: str | None) -> bool:
-    """A request still open: pending, or approved while its op still waits to be sent."""
-    return appr.status == "pending" or (
-        appr.status == "approved" and op_status == "awaiting_approval"
-    )
+def open_requests(
+    requests: Sequence[ApprovalRecord], op_status: Mapping[str, str]
+) -> list[ApprovalRecord]:
+    """The requests still open, oldest first: pending ones, and an approved one while
+    its op still waits to be sent (`op_status`: op id -> status) and no later request
+    was made about that op (an earlier approval was acted on already)."""
+    ordered = sorted(requests, key=lambda a: (a.created_at, a.request_id))
+    latest = {a.op_id: a.request_id for a in ordered if a.op_id}
+    return [
+        a
+        for a in ordered
+        if a.status == "pending"
+        or (
+            a.status == "approved"
+            and a.op_id is not None
+            and latest.get(a.op_id) == a.request_id
+            and op_status.get(a.op_id) == "awaiting_approval"
+        )
+    ]
 
 
 def close_request(appr: ApprovalRecord, reason: str, by: str, now: float) -> ApprovalRecord:
@@ -339,8 +353,8 @@ def closing(
     writes: Sequence[ApprovalRecord],
     now: float,
 ) -> tuple[list[ev.ApprovalClosed], list[ApprovalRecord]]:
-    """The events and records that close `open_requests` (those `is_open` found, oldest
-    first) when the commit ends the task; requests the commit writes itself are left to
+    """The events and records that close `open_requests` (see the function of that
+    name) when the commit ends the task; requests the commit writes itself are left to
     it. Nothing unless `closes_requests(patch)`."""
     if patch is None or not closes_requests(patch):
         return [], []

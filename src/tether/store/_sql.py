@@ -667,8 +667,7 @@ class SqlStore:
         rules.check_request_writes(task_id, {a.request_id: a for a in stored}, approvals)
         if ends:
             approved = {a.op_id for a in stored if a.status == "approved" and a.op_id}
-            status = self._op_statuses(conn, approved)
-            found = [a for a in stored if rules.is_open(a, status.get(a.op_id or ""))]
+            found = rules.open_requests(stored, self._op_statuses(conn, approved))
             closed_events, closed = rules.closing(task, items, found, approvals, now)
             items += closed_events
             approvals += closed

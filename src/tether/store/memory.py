@@ -193,10 +193,8 @@ class MemoryStore:
             )
             rules.check_request_writes(task_id, {a.request_id: a for a in mine}, approvals)
             if ends:
-                found = sorted(
-                    (a for a in mine if rules.is_open(a, self._op_status(a.op_id))),
-                    key=lambda a: (a.created_at, a.request_id),
-                )
+                status = {a.op_id: self._op_status(a.op_id) for a in mine if a.op_id}
+                found = rules.open_requests(mine, {k: v for k, v in status.items() if v})
                 closed_events, closed = rules.closing(task, events, found, approvals, now)
                 events = [*events, *closed_events]
                 approvals = [*approvals, *closed]
@@ -245,8 +243,8 @@ class MemoryStore:
             self._tasks[task_id] = dataclasses.replace(rec, **changes)
             return CommitResult(plan.first_seq, plan.last_seq, rec.cancel_requested, rec.version)
 
-    def _op_status(self, op_id: str | None) -> str | None:
-        op = self._ops.get(op_id) if op_id is not None else None
+    def _op_status(self, op_id: str) -> str | None:
+        op = self._ops.get(op_id)
         return op.status if op is not None else None
 
     async def claim(

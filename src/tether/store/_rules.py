@@ -367,6 +367,24 @@ def closing(
     )
 
 
+def settle_requests(
+    task_id: str,
+    patch: TaskPatch | None,
+    events: Sequence[ev.Event],
+    writes: Sequence[ApprovalRecord],
+    stored: Sequence[ApprovalRecord],
+    op_status: Mapping[str, str],
+    now: float,
+) -> tuple[list[ev.Event], list[ApprovalRecord]]:
+    """A commit's events and request writes once the request rules are applied against
+    the task's stored requests (`op_status`: the status of their ops, at least of those
+    approved): `ConcurrentUpdate` for a write a stored request forbids; the closing of
+    the open requests appended when the commit ends the task."""
+    check_request_writes(task_id, {a.request_id: a for a in stored}, writes)
+    closed_events, closed = closing(patch, events, open_requests(stored, op_status), writes, now)
+    return [*events, *closed_events], [*writes, *closed]
+
+
 def collapse(
     records: Sequence[R],
     key: Callable[[R], Hashable],

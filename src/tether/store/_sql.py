@@ -659,19 +659,13 @@ class SqlStore:
         """Inside the commit's transaction, with the task row locked (every request write
         takes that lock first): refuse a request write the stored request forbids, and
         add the closing of the task's open requests when the commit ends it."""
-        items, approvals = list(items), list(approvals)
         ends = rules.closes_requests(task)
         if not approvals and not ends:
-            return items, approvals
+            return list(items), list(approvals)
         stored = self._requests_in(conn, task_id)
-        rules.check_request_writes(task_id, {a.request_id: a for a in stored}, approvals)
-        if ends:
-            approved = {a.op_id for a in stored if a.status == "approved" and a.op_id}
-            found = rules.open_requests(stored, self._op_statuses(conn, approved))
-            closed_events, closed = rules.closing(task, items, found, approvals, now)
-            items += closed_events
-            approvals += closed
-        return items, approvals
+        approved = {a.op_id for a in stored if a.status == "approved" and a.op_id}
+        status = self._op_statuses(conn, approved) if ends else {}
+        return rules.settle_requests(task_id, task, items, approvals, stored, status, now)
 
     def _requests_in(self, conn: Any, task_id: str) -> list[ApprovalRecord]:
         rows = self._x(

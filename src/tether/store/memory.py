@@ -191,13 +191,17 @@ class MemoryStore:
                 if approvals or ends
                 else []
             )
-            rules.check_request_writes(task_id, {a.request_id: a for a in mine}, approvals)
-            if ends:
+            if approvals or ends:
                 status = {a.op_id: self._op_status(a.op_id) for a in mine if a.op_id}
-                found = rules.open_requests(mine, {k: v for k, v in status.items() if v})
-                closed_events, closed = rules.closing(task, events, found, approvals, now)
-                events = [*events, *closed_events]
-                approvals = [*approvals, *closed]
+                events, approvals = rules.settle_requests(
+                    task_id,
+                    task,
+                    events,
+                    approvals,
+                    mine,
+                    {k: v for k, v in status.items() if v},
+                    now,
+                )
             plan = rules.plan_commit(guard, cur, task, len(events), now)
             new_ledger = None
             if ledger is not None:

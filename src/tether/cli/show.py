@@ -105,9 +105,12 @@ FORMATS = ("md", "html", "json")
 @app.command()
 def report(
     task_id: str,
-    fmt: Annotated[str, typer.Option("--format", help="md, html or json.")] = "md",
+    fmt: Annotated[
+        str, typer.Option("--format", metavar="md|html|json", help="md, html or json.")
+    ] = "md",
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write to this file instead.")
+        Path | None,
+        typer.Option("--output", "-o", metavar="FILE", help="Write to this file instead."),
     ] = None,
     db: DbOpt = None,
 ) -> None:

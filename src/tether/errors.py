@@ -18,6 +18,7 @@ kept as `__cause__`.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -231,8 +232,13 @@ class TaskBusy(UserError):
 
     def __init__(self, task_id: str, owner: str | None, expires_at: float | None) -> None:
         self.task_id = task_id
+        until = (
+            datetime.fromtimestamp(expires_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+            if expires_at is not None
+            else "unknown"
+        )
         super().__init__(
-            f"task {task_id} is being run by worker {owner!r} (lease until {expires_at}); "
+            f"task {task_id} is being run by worker {owner!r} (lease until {until}); "
             "wait for it to finish or for its lease to expire",
             task_id=task_id,
             owner=owner,

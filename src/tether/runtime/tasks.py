@@ -364,6 +364,7 @@ def _status_doc(task: TaskRecord, ledger: Ledger, views: Mapping[str, Any]) -> d
             if s.status in ("waived", "skipped")
         ],
         "budget": budget_view(task),
+        "limits": dict(task.spec.get("limits", {})),
         "waiting": task.waiting,
         "lease": {
             "owner": task.lease_owner,

@@ -240,7 +240,7 @@ class TetherGroup(TyperGroup):
 class HelpTyper(typer.Typer):
     """A Typer app whose commands default to `TetherCommand`."""
 
-    def command(  # type: ignore[override]
+    def command(
         self, name: str | None = None, *, cls: type[TyperCommand] | None = None, **kwargs: Any
     ) -> Callable[[Any], Any]:
         """`Typer.command`, with `TetherCommand` as the default class."""

@@ -3,7 +3,7 @@
 Typer's rich help lays options out in a table that, at 80 columns, cuts option names and
 examples with `…` and shows flags as `<bool>` and arguments as `{spec}`. These pages are
 plain text instead: every option and command name is printed whole, values are named
-the usual way (`--db TEXT`, `SPEC`, no type after a flag), descriptions are wrapped at
+the usual way (`--db URL`, `SPEC`, nothing after a flag), descriptions are wrapped at
 spaces only (never inside a word, a URL or a model name), and each command's summary is
 its whole first paragraph. The width is the terminal's (`COLUMNS`; 80 in a pipe), at
 most `MAX_WIDTH`.
@@ -49,9 +49,8 @@ def page_width() -> int:
 def _wrap(text: str, width: int) -> list[str]:
     """`text` as lines of at most `width`, broken at spaces only: a word longer than the
     line is kept whole on a line of its own."""
-    return textwrap.wrap(text, max(width, 1), break_long_words=False, break_on_hyphens=False) or [
-        ""
-    ]
+    lines = textwrap.wrap(text, max(width, 1), break_long_words=False, break_on_hyphens=False)
+    return lines or [""]
 
 
 def _paragraphs(help_text: str) -> list[str | list[str]]:
@@ -190,17 +189,12 @@ def _summary(command: Any) -> str:
     return " ".join(para) if isinstance(para, list) else para
 
 
-def group_help(group: TyperGroup, ctx: typer.Context) -> str:
-    """The top-level help page: usage, description, options, every command with its
-    whole summary."""
+def group_help(group: TyperGroup, ctx: typer.Context, commands: Sequence[tuple[str, str]]) -> str:
+    """The top-level help page: usage, description, options, and each of `commands`
+    (name, summary) with its whole summary."""
     width = page_width()
     params = [p for p in group.get_params(ctx) if not getattr(p, "hidden", False)]
     opts = [(_option_name(p, ctx), _help_of(p, ctx)) for p in params if isinstance(p, TyperOption)]
-    commands: list[tuple[str, str]] = []
-    for name in group.list_commands(ctx):
-        cmd = group.get_command(ctx, name)
-        if cmd is not None and not cmd.hidden:
-            commands.append((name, _summary(cmd)))
     lines = _wrap_usage(f"{ctx.command_path} [OPTIONS] COMMAND [ARGS]...", width)
     if group.help:
         lines += ["", *_text_block(group.help, width, 2)]
@@ -226,7 +220,17 @@ class TetherGroup(TyperGroup):
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         """Write `group_help` (instead of Typer's rich table)."""
-        formatter.write(group_help(self, ctx))
+        formatter.write(group_help(self, ctx, self.command_summaries(ctx)))
+
+    def command_summaries(self, ctx: Any) -> list[tuple[str, str]]:
+        """Each visible command's name and whole summary, in order (a group that loads
+        its commands lazily can answer this from a table instead of loading them)."""
+        found: list[tuple[str, str]] = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                found.append((name, _summary(cmd)))
+        return found
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         """`tether` alone prints the help page (and exits 2, as before): Typer's rich

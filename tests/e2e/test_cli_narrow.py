@@ -17,6 +17,7 @@ import pytest
 import typer
 import typer.main
 import yaml
+from rich.console import Console
 
 from tests.e2e._cli import (
     DONE,
@@ -331,3 +332,40 @@ def test_an_unknown_event_type_is_exit_2_listing_the_types(
     known = tether(command, tasks["waiting"], "--type", "lease.claimed", cwd=tasks["root"])
     assert_ok(known)
     assert "lease.claimed" in known.stdout
+
+
+def test_a_service_away_until_a_time_is_shown_as_a_date() -> None:
+    """The runtime's messages carry unix times ("unavailable until 1796161988"); the
+    timeline and `status` show them as dates."""
+    from types import SimpleNamespace
+
+    error = (
+        "service tickets is unavailable until 1796161988: breaker open, cooling down until "
+        "1796161988.415"
+    )
+    event = SimpleNamespace(
+        seq=7,
+        at=1796161900.5,
+        type="op.result",
+        data={"tool": "create_ticket", "status": "failed", "error": error},
+    )
+    line = views.timeline_line(event).plain
+    assert "until 2026-12-01 21:53:08 UTC: breaker open" in line, line
+    assert "1796161988" not in line
+    waiting = {"kind": "external", "reason": f"create_ticket: {error}; the task continues then"}
+    doc = {
+        "task_id": "t1",
+        "name": "n",
+        "version": 1,
+        "status": "waiting",
+        "stop_reason": None,
+        "ledger": {"objective": "o", "progress": _progress(pending=1), "items": []},
+        "waiting": waiting,
+        "budget": {"limits": {}, "used": dict.fromkeys(
+            ("tokens", "cached_tokens", "money_usd", "wall_seconds", "rounds", "model_calls"), 0
+        )},
+    }  # fmt: skip
+    console = Console(width=80, record=True, no_color=True, soft_wrap=True)
+    console.print(views.status_view(doc))
+    shown = console.export_text()
+    assert "1796161988" not in shown and "until 2026-12-01 21:53:08 UTC" in shown, shown

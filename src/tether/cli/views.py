@@ -259,7 +259,7 @@ def status_view(doc: Mapping[str, Any]) -> Group:
     lines.append(ledger_bar(doc["ledger"]["progress"]))
     if doc.get("waiting"):
         reason = doc["waiting"].get("reason", doc["waiting"])
-        lines.append(Text(f"waiting: {clean(reason, lines=True)}", "yellow"))
+        lines.append(Text(f"waiting: {clean(readable_until(str(reason)), lines=True)}", "yellow"))
         partial = doc["waiting"].get("partial")
         if partial:
             lines.append(partial_view(partial))
@@ -582,6 +582,16 @@ def describe_event(e: Any) -> tuple[str, str]:
     return "white", json.dumps(readable_times(d), ensure_ascii=False)[:140]
 
 
+#: "until 1796161988" (or with a fraction): a unix time inside a message the runtime
+#: wrote (a breaker's cooling down, a service that is away).
+_UNTIL_UNIX = re.compile(r"\buntil (\d{9,11}(?:\.\d+)?)\b")
+
+
+def readable_until(text: str) -> str:
+    """`text` with each "until <unix time>" written as "until YYYY-MM-DD HH:MM:SS UTC"."""
+    return _UNTIL_UNIX.sub(lambda m: f"until {ts(float(m.group(1)))} UTC", text)
+
+
 def readable_times(data: Mapping[str, Any]) -> dict[str, Any]:
     """`data` with each unix time (a number under a key ending in `_at`, or `until`)
     written as `YYYY-MM-DD HH:MM:SS` (UTC), for a line a person reads."""
@@ -603,7 +613,7 @@ def timeline_line(e: Any, *, full: bool = False) -> Text:
         (f"{e.seq:>6} ", "dim"),
         (ts(e.at)[11:] + " ", "dim"),
         (f"{clean(e.type):<20} ", style),
-        clean(text),
+        clean(readable_until(text)),
     )
     if full:
         data = json.dumps(e.data, indent=2, ensure_ascii=False, default=str)

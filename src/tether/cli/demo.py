@@ -209,7 +209,10 @@ def demo(
         if dir_ is None:
             return None, []
         folder = _demo_folder(dir_)
-        return folder, await earlier_demo_files(dir_, folder)
+        try:
+            return folder, await earlier_demo_files(dir_, folder)
+        except OSError as exc:
+            raise errors.UserError(f"--dir {dir_}: cannot use it ({exc.strerror or exc})") from None
 
     given, stale = run_async(prepare)
     try:

@@ -307,8 +307,11 @@ def test_status_shows_limits_and_budget_next_to_usage(tasks: dict[str, Any]) -> 
 # --- times and event types ----------------------------------------------------------------------
 
 
-def test_timeline_shows_dates_not_unix_floats(tasks: dict[str, Any]) -> None:
-    proc = narrow("timeline", tasks["waiting"], cwd=tasks["root"])
+@pytest.mark.parametrize("command", ["timeline", "events"])
+def test_timeline_and_events_show_dates_not_unix_floats(
+    tasks: dict[str, Any], command: str
+) -> None:
+    proc = narrow(command, tasks["waiting"], cwd=tasks["root"])
     assert_ok(proc)
     assert "lease.claimed" in proc.stdout
     assert not RAW_TIME.search(proc.stdout), proc.stdout

@@ -475,10 +475,10 @@ def approvals_table(items: Sequence[Any]) -> FittedTable:
 
 
 def event_line(e: Any) -> Text:
-    """`events`: seq, time, type and the data as JSON."""
-    return Text(
-        clean(f"{e.seq:>6} {ts(e.at)} {e.type:<22} {json.dumps(e.data, ensure_ascii=False)}")
-    )
+    """`events`: seq, time, type and the data as JSON, its times as dates (`--json`
+    keeps them as numbers)."""
+    data = json.dumps(readable_times(e.data), ensure_ascii=False)
+    return Text(clean(f"{e.seq:>6} {ts(e.at)} {e.type:<22} {data}"))
 
 
 def _lease_claimed(d: Mapping[str, Any]) -> tuple[str, str]:

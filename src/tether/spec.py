@@ -421,11 +421,30 @@ class Limits(_Strict):
 
     max_rounds: int = Field(default=200, gt=0)
     max_rounds_per_milestone: int | None = Field(default=None, gt=0)
-    max_attempts_per_item: int = Field(default=3, gt=0)
-    no_progress_rounds: int = Field(
-        default=3, gt=0, description="rounds on one item without progress before it is blocked"
+    max_attempts_per_item: int = Field(
+        default=3,
+        gt=0,
+        description="rounds on one item whose failure it has seen before (the same call "
+        "failing the same way again) before it is blocked",
     )
-    same_failure_repeats: int = Field(default=3, gt=0)
+    no_progress_rounds: int = Field(
+        default=3,
+        gt=0,
+        description="rounds in a row on one item that did nothing new for it (the same calls "
+        "with the same results, or words only) before it is blocked",
+    )
+    same_failure_repeats: int = Field(
+        default=3,
+        gt=0,
+        description="the same call failing the same way (same normalised message) this often "
+        "blocks the item as non-convergent",
+    )
+    max_rounds_per_item: int | None = Field(
+        default=40,
+        gt=0,
+        description="rounds one item may take before it is blocked, however new each round "
+        "looks (a backstop against padding with ever-new arguments); null: no cap",
+    )
     max_crash_restarts: int = Field(
         default=5,
         gt=0,

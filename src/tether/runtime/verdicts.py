@@ -12,6 +12,7 @@ from tether.models.base import Message
 from tether.runtime import deliverables
 from tether.runtime import judge as J
 from tether.runtime import outcome as out
+from tether.runtime import progress as P
 from tether.runtime.completion import parse_review, review_request, run_acceptance
 from tether.runtime.context import Entry, continuation_message
 from tether.runtime.ops import history_only
@@ -41,6 +42,9 @@ def facts_from_dict(d: Mapping[str, Any]) -> J.RoundFacts:
                 o.get("summary", ""),
                 o.get("error"),
                 o.get("artifact_id"),
+                o.get("error_class"),
+                str(o.get("args_hash") or ""),
+                str(o.get("result_hash") or ""),
             )
             for o in d.get("ops", [])
         ),
@@ -65,6 +69,9 @@ def facts_to_dict(facts: J.RoundFacts) -> dict[str, Any]:
                 "summary": o.summary,
                 "error": o.error,
                 "artifact_id": o.artifact_id,
+                "error_class": o.error_class,
+                "args_hash": o.args_hash,
+                "result_hash": o.result_hash,
             }
             for o in facts.ops
         ],
@@ -128,9 +135,10 @@ async def judge_round(
         facts=facts,
         limits=run.spec.limits,
         policies=_policies(run.spec),
-        seen={k: tuple(v) for k, v in run.state.credited.items()},
+        seen=run.state.seen,
+        rounds=_count_round(run, facts),
     )
-    _remember(run, outcome)
+    _remember(run, facts, outcome)
     new = outcome.update.ledger
     p = new.progress()
     extra_events.extend(outcome.warnings)  # the audit's warnings are events already
@@ -190,14 +198,34 @@ def _policies(spec: TaskSpec) -> dict[str, J.ItemPolicy]:
     return policies
 
 
-def _remember(run: JudgeHost, outcome: J.AuditOutcome) -> None:
-    """Keep what the next audits need: evidence fingerprints credited to each item (to
-    tell progress from repetition) and statuses a judge proposed for a human."""
-    credited = run.state.credited
-    for item, fps in outcome.credited.items():
-        credited[item] = list(dict.fromkeys([*credited.get(item, []), *fps]))[-100:]
+def _count_round(run: JudgeHost, facts: J.RoundFacts) -> int:
+    """How many rounds the round's focus item has had, this one included (a round whose
+    every call an open breaker held back is not one)."""
+    focus = facts.focus
+    if focus is None or facts.deferred:
+        return 0
+    return run.state.item_rounds.get(focus, 0) + 1
+
+
+def _remember(run: JudgeHost, facts: J.RoundFacts, outcome: J.AuditOutcome) -> None:
+    """Keep what the next audits need: what the round did for its focus item (to tell
+    progress from repetition, `progress.moves`), its round count, and statuses a judge
+    proposed for a human. Only open items are remembered: a finished or blocked item's
+    memory is dropped (a human's retry or a reopening starts it afresh), so the state
+    stays as small as the work in hand."""
+    st = run.state
+    focus = facts.focus
+    if focus is not None and not facts.deferred:
+        st.item_rounds[focus] = _count_round(run, facts)
+        st.seen[focus] = P.remember(st.seen.get(focus, []), outcome.marks)
+    led = outcome.update.ledger
+    for memory in (st.seen, st.item_rounds):
+        for item in [
+            k for k in memory if not (led.has_item(k) and led.item(k).status in L.OPEN_STATUSES)
+        ]:
+            del memory[item]
     for item, (status, note) in outcome.proposals.items():
-        run.state.proposals[item] = {"status": status, "note": note}
+        st.proposals[item] = {"status": status, "note": note}
 
 
 def focus_of(run: JudgeHost, round_no: int) -> str | None:

@@ -1052,12 +1052,17 @@ async def block_events(store: Store, task_id: str) -> list[tuple[int, str, str]]
     return found
 
 
-def registry_for(style: Style, store: Store, ws: Path) -> ToolRegistry:
-    """The built-in tools and the style's own."""
+def registry_with(store: Store, tools: Sequence[Tool]) -> ToolRegistry:
+    """The built-in tools and `tools`."""
     reg = default_registry(lambda: store)
-    for t in style.extra_tools(ws):
+    for t in tools:
         reg.add(t)
     return reg
+
+
+def registry_for(style: Style, store: Store, ws: Path) -> ToolRegistry:
+    """The built-in tools and the style's own."""
+    return registry_with(store, style.extra_tools(ws))
 
 
 async def run_style(style: Style, judge: str, store: Store, ws: Path) -> Outcome:

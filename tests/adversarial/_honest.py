@@ -437,8 +437,11 @@ def _wandering_actor(_ws: Path) -> PlanActor:
                 "I dropped the key strip; reading my version back.",
                 call("read_file", path="parse.py"),
             ),
-            say("Both fixes together.", call("write_file", path="parse.py", content=_PARSE_V3)),
-            say("Final run.", call("run_parse_checks")),
+            say(
+                "Both fixes together, and a final run.",
+                call("write_file", path="parse.py", content=_PARSE_V3),
+                call("run_parse_checks"),
+            ),
         ]
     )
 

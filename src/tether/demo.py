@@ -203,7 +203,7 @@ def spec_dict() -> dict[str, Any]:
         ],
         "items": items,
         "tools": ["list_files", "read_file", "write_file"],
-        "limits": {"max_rounds": 160, "no_progress_rounds": 4, "max_attempts_per_item": 3},
+        "limits": {"max_rounds": 160},
         "context": {"input_budget_tokens": 12000},
         "budget": {"rounds": 200},
     }

@@ -76,6 +76,44 @@ async def test_summary_claiming_open_items_done_changes_nothing(
     await assert_status_agrees(store, tid)
 
 
+@pytest.mark.parametrize("summary", SUMMARIES, ids=["sentences", "bullets"])
+async def test_the_same_lie_at_default_limits(
+    store: MemoryStore, tmp_path: Path, summary: str
+) -> None:
+    """The test above with the contract's default limits: the actor reads new notes
+    every round (so nothing blocks it early), and the run stops after ten rounds."""
+    for k in range(12):
+        (tmp_path / f"big-{k}.txt").write_text(f"{k} " + "y" * 900)
+    spec = contract(
+        [
+            {"id": i, "title": f"{i} stage", "done_when": {"kind": "file", "path": f"out/{i}.txt"}}
+            for i in ("fetch", "parse", "report")
+        ],
+        context={"input_budget_tokens": 1500, "preview_chars": 800},
+    )
+    reads = iter(range(12))
+
+    def actor(_: ModelRequest) -> ModelResponse:
+        return ModelResponse(
+            "reading", (tool_call("read_file", path=f"big-{next(reads, 11)}.txt"),)
+        )
+
+    def judge(_: ModelRequest) -> str:
+        return '{"changes": [], "decision": "satisfied", "reason": "the summary says so"}'
+
+    model = ScriptedModel(policy=by_purpose(act=actor, compact=lambda _: summary, judge=judge))
+    tid, result = await run_task(
+        store, spec, tmp_path, model, judge=model, compact=model, max_rounds_this_run=10
+    )
+    assert "limits" not in spec.model_fields_set
+    assert result.status != "satisfied"
+    assert await terminal_transitions(store, tid) == []
+    assert "done" not in (await statuses(store, tid)).values()
+    flagged = await warnings(store, tid, "summary_claims_done")
+    assert flagged and {"fetch", "parse"} <= set(flagged[0]["details"]["items"])
+    await assert_honest(store, tid, spec)
+
+
 # --- ranges and whole-task wording, at default limits ----------------------------------------
 
 SHELVES = [f"cat-{k}" for k in range(1, 9)]
@@ -92,6 +130,7 @@ RANGE_LIES = [
     "We catalogued everything; the reads below were only for the index.",
     "**cat-1 → cat-8**: catalogued ✅",
     "Everything up to cat-8 is done.",
+    "Summary: ALL ITEMS ARE DONE. cat-4 done, cat-5 done. Nothing is left.",
 ]
 
 

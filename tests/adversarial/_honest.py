@@ -113,7 +113,7 @@ def _payload(request: ModelRequest) -> dict[str, Any]:
 #: A bullet of the judge's instructions that tells it to attach evidence to work that is
 #: not finished (in-progress evidence). Today's instructions have none; a literal judge
 #: attaches such evidence only once its instructions ask for it.
-_IN_PROGRESS_RULE = re.compile(r"in[ _-]progress[^\n]*evidence|evidence[^\n]*in[ _-]progress")
+_IN_PROGRESS_RULE = re.compile(r"in[ _-]progress[^\n]*evidence|evidence[^\n]*in[ _-]progress", re.I)
 
 
 def _bullets(instructions: str) -> list[str]:

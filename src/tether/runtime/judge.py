@@ -652,6 +652,15 @@ Rules (the runtime audits every verdict against them; what breaks them is refuse
   made in a round whose focus_item was that item, or one the contract links to it.
   One piece of evidence proves one item, unless the contract allows sharing.
 - The agent's own claims ("all done") are not evidence.
+- In-progress evidence is optional: a succeeded op or artifact of this round that is
+  work toward the focus_item but does not prove it done yet (a draft it wrote, a source
+  it read, a claim recorded toward a count) may be attached to the focus_item with
+  status "in_progress"; it stays with the item and is shown to the human. Attach only
+  this round's work for the focus_item, never earlier evidence or another item's.
+- You do not need to attach anything for an item to count as moving: the runtime
+  measures progress itself from the op journal (a call it has not seen for the item, a
+  result that changed, a failure that changed), and a repeat is no progress whatever
+  is attached to it.
 - You may only propose "blocked" or "skipped" (with a note): the runtime blocks items
   that make no progress, and only a human (or the contract, for optional items) skips
   or waives them. Your proposal is shown to the human; it changes no status.

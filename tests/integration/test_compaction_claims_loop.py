@@ -12,6 +12,7 @@ from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.runtime.compaction import SUMMARY_AUDIT_INSTRUCTIONS
 from tether.runtime.context import SUMMARY_PREFIX
+from tether.runtime.replay import replay_task
 from tether.store.memory import MemoryStore
 
 from .loop_support import by_purpose, events_of, ledger_of, next_item, run_task, spec_of
@@ -273,8 +274,10 @@ async def test_the_judge_finds_a_claim_the_rules_miss(store: MemoryStore, tmp_pa
     # The judge's call is journaled like any other.
     calls = await events_of(store, tid, "model.called")
     assert any(c["purpose"] == "judge" and c.get("round") is None for c in calls)
-    # The task finished honestly afterwards.
+    # The task finished honestly afterwards, and replays clean.
     assert result.status == "satisfied"
+    replayed = await replay_task(store, tid)
+    assert replayed.divergence is None, replayed.divergence
 
 
 @pytest.mark.parametrize(
@@ -298,6 +301,11 @@ async def test_the_rules_are_the_floor(
     assert warns == []
     assert NOTE not in _summary_message(loop.after[0])
     assert result.status == "satisfied"
+    failed = await events_of(store, tid, "model.failed")
+    assert [f["purpose"] for f in failed] == (["judge"] if reading is None else [])
+    # The judge's call, or its failure, is journaled: the run replays clean.
+    replayed = await replay_task(store, tid)
+    assert replayed.divergence is None, replayed.divergence
 
 
 async def test_a_judge_cannot_clear_what_the_rules_flagged(

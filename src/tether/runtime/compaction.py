@@ -984,8 +984,20 @@ async def _second_reading(run: CompactHost, summary: str, events: list[ev.Event]
     request = summary_audit_request(summary, run.ledger, run.task_id)
     try:
         response = await run.call_model(judge, request)
-    except errors.ModelError:
-        return ClaimFindings()  # the rules' reading is the floor
+    except errors.ModelError as exc:
+        # The rules' reading is the floor. The failure is journaled, so that a replay
+        # meets it at the same point (and goes on the same way).
+        events.append(
+            ev.ModelFailed(
+                call_id=f"{run.task_id}.judge.summary.failed",
+                purpose="judge",
+                model=judge.name,
+                error=str(exc),
+                transient=exc.transient,
+                attempts=exc.attempts,
+            )
+        )
+        return ClaimFindings()
     events.append(await run.record_call("judge", judge, request, response, None))
     return parse_summary_audit(response.text, run.ledger)
 

@@ -99,6 +99,7 @@ _OPEN_WORDS = (
 )
 
 
+@functools.lru_cache(maxsize=64)
 def _phrase_pattern(extra_done: str = "") -> re.Pattern[str]:
     """The per-item status vocabulary, with the task's own done-words (`extra_done`, an
     alternation such as "catalogued|fetched") among the done-words."""
@@ -607,29 +608,34 @@ def _number(word: str) -> int | None:
     return int(word) if word.isdigit() else _NUMBER_WORDS.get(word)
 
 
+@functools.lru_cache(maxsize=64)
+def _numbered_patterns(range_nouns: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A range by number ("items 3-7") and a count from the start ("the first three
+    items"), for the nouns a task's items go by."""
+    num = r"#?(\d+)"
+    return (
+        re.compile(rf"\b(?:{range_nouns})\s+{num}{_RANGE_SEP.pattern}{num}\b"),
+        re.compile(rf"\b(?:the )?first (\d+|{'|'.join(_NUMBER_WORDS)}) (?:{range_nouns})\b"),
+    )
+
+
 def _expand_numbered(text: str, names: _Names) -> str:
-    """ "items 3-7" and "shelves 1 to 8" as the items they name; "the first three items"
-    as those."""
+    """Ranges by number ("items 3-7", "shelves 1 to 8") and counts from the start ("the
+    first three items") written out as the items they name."""
     if not names.numbered:
         return text
-    num = r"#?(\d+)"
-    ranged = re.compile(rf"\b(?:{names.range_nouns})\s+{num}{_RANGE_SEP.pattern}{num}\b")
+    ranged, first = _numbered_patterns(names.range_nouns)
 
     def numbered(m: re.Match[str]) -> str:
         lo, hi = sorted((int(m.group(1)), int(m.group(2))))
         ids = [names.numbered[n] for n in sorted(names.numbered) if lo <= n <= hi]
         return _spell(ids) if ids else m.group(0)
 
-    text = ranged.sub(numbered, text)
-    first = re.compile(
-        rf"\b(?:the )?first (\d+|{'|'.join(_NUMBER_WORDS)}) (?:{names.range_nouns})\b"
-    )
-
     def leading(m: re.Match[str]) -> str:
         n = _number(m.group(1)) or 0
         return _spell(list(names.order[:n])) if 0 < n <= len(names.order) else m.group(0)
 
-    return first.sub(leading, text)
+    return first.sub(leading, ranged.sub(numbered, text))
 
 
 def _mentions(text: str, names: _Names) -> list[_Mention]:

@@ -985,6 +985,49 @@ VERIFIER = Style(
 )
 
 
+# 13. poller: submits a job and polls it; the same answer twice while it runs -------
+
+
+def _job_tools(_ws: Path) -> list[Tool]:
+    state = {"polls": 0, "submitted": 0}
+    answers = ["queued", "running", "running", "finished: 12 rows in out/report.csv"]
+
+    @tool(name="submit_job", effect="write", description="Start the report job.")
+    def submit_job(kind: str) -> str:
+        state["submitted"] += 1
+        return f"job {kind}-1 submitted"
+
+    @tool(name="job_status", effect="read", description="The status of a job.")
+    def job_status(job: str) -> str:
+        state["polls"] += 1
+        return f"{job}: {answers[min(state['polls'], len(answers)) - 1]}"
+
+    return [submit_job, job_status]
+
+
+def _poller_actor(_ws: Path) -> PlanActor:
+    return PlanActor(
+        [
+            say("Starting the job.", call("submit_job", kind="report")),
+            *[say("How is it doing?", call("job_status", job="report-1")) for _ in range(4)],
+            say(
+                "Finished; recording the result.",
+                call("write_file", path="out/job.md", content="report-1: 12 rows\n"),
+            ),
+        ]
+    )
+
+
+POLLER = Style(
+    "poller",
+    "run the report job and record its result",
+    lambda _ws: [file_item("job", "out/job.md", "12 rows")],
+    _poller_actor,
+    tools=[*FILES, "submit_job", "job_status"],
+    extra_tools=_job_tools,
+)
+
+
 STYLES: dict[str, Style] = {
     s.name: s
     for s in (
@@ -1000,6 +1043,7 @@ STYLES: dict[str, Style] = {
         THINKER,
         DOC_READER,
         VERIFIER,
+        POLLER,
     )
 }
 

@@ -1,10 +1,10 @@
 """The other side of the adversarial tests: honest agents are never blocked.
 
-Twelve ordinary ways of working (`_honest.STYLES`: explorers, converging and wandering
+Thirteen ordinary ways of working (`_honest.STYLES`: explorers, converging and wandering
 fixers, a flaky HTTP service the model sees, a rate-limited batch service, a drafter,
 a researcher toward `min_count`, an interleaver, one long item, a thinker, a doc
-reader, a verifier), each doing real work through the built-in tools and a few of its
-own, at the contract's default limits, under three judges: the rules alone (`judge:
+reader, a verifier, a job poller), each doing real work through the built-in tools and a
+few of its own, at the contract's default limits, under three judges: the rules alone (`judge:
 rules`), an LLM judge that does what tether's judge instructions say and nothing more,
 and one that attaches nothing. Every run must end `satisfied`, with no item blocked at
 any time (the event log is searched for any block), in exactly the rounds the agent

@@ -177,21 +177,18 @@ async def test_a_converging_fixer_finishes_at_default_limits(
         await store.close()
 
 
-async def test_the_converging_run_replays_clean(tmp_path: Path) -> None:
-    from tether.store.memory import MemoryStore
-
-    store = MemoryStore()
-    spec = fixer_spec()
-    tid = (await create_task(store, spec, workspace=tmp_path)).task_id
-    registry = default_registry(lambda: store)
-    registry.add(runner_tool(tmp_path))
-    engine = Engine(store, ModelSet(ScriptedModel(policy=fixer)), registry=registry)
-    assert (await engine.run(tid)).status == "satisfied"
-    declared = default_registry(lambda: store)
-    declared.add(runner_tool(tmp_path))
-    result = await replay_task(store, tid, registry=declared)
-    assert result.divergence is None, result.divergence
-    assert result.rounds == 7
+async def test_the_converging_run_replays_clean(backend: Backend, tmp_path: Path) -> None:
+    store = await backend.open()
+    try:
+        tid = (await create_task(store, fixer_spec(), workspace=tmp_path)).task_id
+        registry = registry_of(store, (runner_tool(tmp_path),))
+        engine = Engine(store, ModelSet(ScriptedModel(policy=fixer)), registry=registry)
+        assert (await engine.run(tid)).status == "satisfied"
+        result = await replay_task(store, tid, registry=registry)
+        assert result.divergence is None, result.divergence
+        assert result.rounds == 7
+    finally:
+        await store.close()
 
 
 # --- the same read again -------------------------------------------------------------------
@@ -274,6 +271,25 @@ async def test_the_same_read_again_is_blocked_after_the_same_rounds_across_crash
         task = await store.get_task(tid)
         # Once blocked, the item's memory is dropped: the state carries only open items.
         assert "deploy" not in task.usage.get("seen", {})
+    finally:
+        await store.close()
+
+
+async def test_the_blocked_rereader_replays_clean(backend: Backend, tmp_path: Path) -> None:
+    """Replay judges every round again from the recorded results: the same rounds move
+    nothing and the item is blocked in the same round."""
+    (tmp_path / "config.txt").write_text("replicas: 3\n")
+    store = await backend.open()
+    try:
+        tid = (await create_task(store, rereader_spec(), workspace=tmp_path)).task_id
+        models = ModelSet(
+            ScriptedModel(policy=rereader), judge=ScriptedModel(policy=attaching_judge)
+        )
+        result = await Engine(store, models, registry=registry_of(store)).run(tid)
+        assert result.status == "waiting"
+        replayed = await replay_task(store, tid)
+        assert replayed.divergence is None, replayed.divergence
+        assert replayed.rounds == len(await events_of(store, tid, "round.committed"))
     finally:
         await store.close()
 

@@ -60,6 +60,8 @@ class TaskCreated(Event):
     items: int
     workspace: str | None = None
     preexisting: dict[str, str] = Field(default_factory=dict)
+    #: How the task was started (`runtime.launch`): model names, tool modules; no secrets.
+    launch: dict[str, Any] | None = None
 
 
 @_register("task.status")
@@ -70,6 +72,9 @@ class TaskStatusChanged(Event):
     dst: str
     stop_reason: str | None = None
     reason: str = ""
+    #: A wait's own words, as `status` tells them (the model's NEED_HELP question, the
+    #: command that raises a limit): what a notice of it says, even sent later.
+    told: str = ""
 
 
 @_register("task.edited")

@@ -234,7 +234,9 @@ def demo(
     async def main() -> tuple[dict[str, Any], list[Any]]:
         contract = load_spec(spec_path)  # the file a person may run again with `tether run`
         async with open_runtime(db_url, model=model_name) as rt:
-            task = await create_task(rt.store, contract, workspace=folder)
+            task = await create_task(
+                rt.store, contract, workspace=folder, launch=_launch(contract, model_name, folder)
+            )
             if not json_out:
                 out.print(
                     Text.assemble(
@@ -293,6 +295,13 @@ async def _decide(
         )
     await waive_item(rt.store, task_id, demo_mod.BROKEN, reason=reason, by="demo user")
     return await drive(rt, task_id, quiet=quiet)
+
+
+def _launch(contract: Any, model_name: str, folder: Path) -> dict[str, Any]:
+    """The demo task's launch record: `tether resume` runs it with the same model."""
+    from tether.runtime import launch
+
+    return launch.record(contract, model=model_name, workspace=str(folder))
 
 
 def demo_summary(

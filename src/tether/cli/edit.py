@@ -180,6 +180,8 @@ def tell(
 
     async def main() -> str:
         task = await with_store(db, lambda s: tell_task(s, task_id, message, by=by), create=False)
-        return f"told task {task_id} ({task.status})"
+        if task.status != "queued":
+            return f"told task {task_id} ({task.status})"
+        return f"told task {task_id} ({task.status}); continue with: tether resume {task_id}"
 
     out.print(Text(views.clean(run_async(main))))

@@ -153,7 +153,12 @@ def run(
     model_retries: ModelRetriesOpt = None,
     reconnect_for: ReconnectOpt = 60.0,
 ) -> None:
-    """Start a task from a spec and drive it to a terminal or waiting state."""
+    """Start a task from a spec and drive it to a terminal or waiting state.
+
+    The task remembers how it was started (the model of --model or TETHER_MODEL, the
+    model options, TETHER_TOOLS; never a key): `tether resume` and `tether worker` run
+    it the same way without repeating them."""
+    from tether.runtime import launch
     from tether.runtime.tasks import create_task, status_dict
     from tether.runtime.wiring import check_task, open_runtime
     from tether.spec import load_spec
@@ -170,6 +175,7 @@ def run(
                 workspace=ws,
                 allow_broad_workspace=allow_broad_workspace,
                 reconnect_for=reconnect_for,
+                launch=launch.record(contract, model=model, options=options, workspace=str(ws)),
             )
             if not json_out:
                 out.print(views.task_created(task.task_id, len(contract.items)))
@@ -196,7 +202,9 @@ def submit(
         ),
     ] = False,
 ) -> None:
-    """Queue a task for `tether worker` processes without running it here."""
+    """Queue a task for `tether worker` processes without running it here (they run it
+    with their own --model, else the spec's or TETHER_MODEL)."""
+    from tether.runtime import launch
     from tether.runtime.tasks import create_task
     from tether.runtime.wiring import check_task_tools, open_db
     from tether.spec import load_spec
@@ -209,8 +217,15 @@ def submit(
         ws = _workspace(contract, workspace, allow_broad_workspace)
         store = await open_db(db)
         try:
+            # The models are the workers' choice: only the spec's are remembered.
+            record = launch.record(contract, workspace=str(ws), env={})
+            record["tools"] = launch.tool_refs()
             task = await create_task(
-                store, contract, workspace=ws, allow_broad_workspace=allow_broad_workspace
+                store,
+                contract,
+                workspace=ws,
+                allow_broad_workspace=allow_broad_workspace,
+                launch=record,
             )
             return task.task_id
         finally:
@@ -273,7 +288,9 @@ def resume(
     model_retries: ModelRetriesOpt = None,
     reconnect_for: ReconnectOpt = 60.0,
 ) -> None:
-    """Continue a task (after a crash, a Ctrl-C, an approval or a fix)."""
+    """Continue a task (after a crash, a Ctrl-C, an approval or a fix) with the model,
+    model options and tools it was started with; --model, --model-timeout and
+    --model-retries given here override them."""
     from tether.runtime.tasks import status_dict
     from tether.runtime.wiring import open_runtime
 

@@ -127,8 +127,11 @@ _REDACTED_EVENTS = frozenset(
         "audit.warning",
         "approval.requested",
         "probe.answered",
+        "task.status",
     }
 )
+#: The most characters of a wait's reason its status event keeps (`told`).
+MAX_TOLD_CHARS = 1000
 
 
 def _redacted(event: ev.Event, redactor: Redactor) -> ev.Event:
@@ -622,8 +625,13 @@ class TaskRun:
         """Move the task (with its event) in one commit."""
         if waiting is UNSET and dst != "waiting":
             waiting = None
+        status = self.status_event(dst, stop_reason, reason)
+        if dst == "waiting" and isinstance(waiting, dict) and waiting.get("reason"):
+            # The wait's words go into the journal too: its notice quotes them.
+            told = str(waiting["reason"])[:MAX_TOLD_CHARS]
+            status = status.model_copy(update={"told": told})
         await self.commit(
-            [*extra, self.status_event(dst, stop_reason, reason)],
+            [*extra, status],
             status=dst,
             stop_reason=stop_reason,
             waiting=waiting,

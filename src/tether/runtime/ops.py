@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tether import errors, failpoints, telemetry
 from tether import events as ev
 from tether.models.base import ModelResponse, ToolCall
+from tether.runtime import hints
 from tether.runtime import outcome as out
 from tether.runtime.builtins import READ_ARTIFACT
 from tether.runtime.outcome import Outcome, Stop
@@ -727,8 +728,9 @@ class OpRunner:
             raise Pause(
                 out.waiting(
                     "approval",
-                    f"approve or reject {appr.request['what']} "
-                    f"(tether approve {run.task_id} {appr.request_id})",
+                    f"approve or reject {appr.request['what']}: "
+                    f"{hints.approve(run.task_id, appr.request_id)} or "
+                    f"{hints.reject(run.task_id, appr.request_id)}",
                     why="approval required",
                     request_id=appr.request_id,
                 )

@@ -40,7 +40,7 @@ from tether import errors, failpoints, telemetry
 from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message, ModelRequest, ModelResponse
-from tether.runtime import guards, history, verdicts
+from tether.runtime import guards, hints, history, verdicts
 from tether.runtime import judge as J
 from tether.runtime import outcome as out
 from tether.runtime import progress as P
@@ -299,8 +299,10 @@ async def verify(
     asks = _NEED_HELP.search(response.text)
     if asks is not None:
         await run.commit_round(pending)
-        help_text = response.text[asks.start() :][:500]
-        return out.waiting("human", help_text, why="needs_user_input")
+        help_text = response.text[asks.start() :][:500].rstrip()
+        return out.waiting(
+            "human", f"{help_text}; answer with: {hints.tell(run.task_id)}", why="needs_user_input"
+        )
     rest: PendingRound | None = pending
     if run.models.judge is not None:
         # Results are durable before the judge's model call; a crash in between is

@@ -43,8 +43,12 @@ async def create_task(
     workspace: str | Path | None = None,
     allow_broad_workspace: bool = False,
     reconnect_for: float = 0.0,
+    launch: Mapping[str, Any] | None = None,
 ) -> TaskRecord:
     """Store a new queued task with its ledger; returns the task record.
+
+    `launch`: how it is started, kept with it (`runtime.launch.record`: the model of
+    `--model`, ...), so that `resume` and workers run it the same way.
 
     The workspace (`workspace`, else the spec's) is resolved and checked first (see
     `workspace_folder`): a bad one raises `UserError` and nothing is written.
@@ -74,6 +78,7 @@ async def create_task(
                     items=len(spec.items),
                     workspace=ws_str,
                     preexisting=preexisting,
+                    launch=dict(launch) if launch is not None else None,
                 )
             ],
         )
@@ -296,6 +301,10 @@ async def task_status(store: Store, task_id: str) -> TaskStatus:
     undo = await compensations(store, task_id)
     if undo:
         views["compensations"] = undo
+    from tether.runtime import launch
+
+    # How it was started (model names, tool modules; no secrets), when it was recorded.
+    views["launch"] = await launch.read(store, task_id)
     return TaskStatus(task, ledger, views)
 
 

@@ -9,7 +9,7 @@ from tether import errors, failpoints
 from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message
-from tether.runtime import deliverables
+from tether.runtime import deliverables, hints
 from tether.runtime import judge as J
 from tether.runtime import outcome as out
 from tether.runtime import progress as P
@@ -176,7 +176,8 @@ async def judge_round(
     if outcome.decision == "need_user":
         return out.waiting(
             "human",
-            outcome.reason or "the judge asks for a human",
+            f"{outcome.reason or 'the judge asks for a human'}; answer with: "
+            f"{hints.tell(run.task_id)}",
             why="needs_user_input",
         )
     return None
@@ -405,7 +406,9 @@ async def complete(run: JudgeHost, round_no: int) -> Outcome | None:
         await run.commit(events, ledger=ledger)
         return out.waiting(
             "human",
-            f"the completion check failed {failures} times: " + "; ".join(gaps)[:800],
+            f"the completion check failed {failures} times: "
+            + "; ".join(gaps)[:800]
+            + f"; answer with: {hints.tell(run.task_id)}",
             why="needs_user_input",
         )
     text = continuation_message(ledger, "the completion check failed", gaps)

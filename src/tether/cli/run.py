@@ -46,6 +46,9 @@ BroadOpt = Annotated[
         help="Accept a system or shared folder, or your home folder, as the workspace.",
     ),
 ]
+#: The exit code of a run stopped on infrastructure (the database or the model
+#: endpoint does not answer), as `errors.StoreUnavailable`'s.
+INFRASTRUCTURE_EXIT = 4
 #: The most seconds `--reconnect-for` takes.
 MAX_RECONNECT_FOR = 86400.0
 
@@ -130,6 +133,20 @@ def _finish(store_doc: dict[str, Any], result: RunResult, json_out: bool) -> Non
         raise typer.Exit(130)
     if result.status in ("abandoned", "failed", "cancelled"):
         raise typer.Exit(1)
+    unavailable = (result.waiting or {}).get("unavailable") if result.status == "waiting" else None
+    if unavailable:
+        # Stopped on infrastructure (the model endpoint does not answer), not done: a
+        # script must not read it as success.
+        err.print(
+            Text(
+                views.clean(
+                    f"tether: task {result.task_id} stopped: the {unavailable} does not "
+                    f"answer (exit 4); continue with: tether resume {result.task_id}"
+                ),
+                "bold red",
+            )
+        )
+        raise typer.Exit(INFRASTRUCTURE_EXIT)
 
 
 def _workspace(contract: TaskSpec, workspace: Path | None, broad: bool = False) -> Path:

@@ -30,7 +30,7 @@ from tether import ledger as L
 from tether.clock import Clock, SystemClock
 from tether.models.base import Model, ModelRequest, ModelResponse
 from tether.redact import Redactor
-from tether.runtime import history, probe, recovery
+from tether.runtime import hints, history, probe, recovery
 from tether.runtime import outcome as out
 from tether.runtime import round as rounds
 from tether.runtime.builtins import BUILTIN_READ_TOOLS, READ_ARTIFACT, default_registry
@@ -996,10 +996,13 @@ class TaskRun:
             raise Stop(
                 out.waiting(
                     "external",
-                    f"model provider failed: {exc}",
+                    f"model provider failed: {exc}; a worker tries again in a minute, or "
+                    f"now: {hints.resume(self.task_id)}",
                     why="model provider unavailable",
                     until=self.clock.now() + 60.0,
                     events=[event],
+                    # `tether run`/`resume` exit 4 on it: stopped on infrastructure.
+                    unavailable="model provider",
                 )
             )
         raise Stop(

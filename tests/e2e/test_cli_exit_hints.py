@@ -1,0 +1,23 @@
+"""Exit codes and messages of the human loop: a run stopped because the model endpoint
+does not answer exits 4 (infrastructure unavailable), naming the resume command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.e2e._cli import describe, tether, write_spec
+
+UNREACHABLE = "scripted:tests.e2e.loop_policies:unreachable"
+
+
+def test_an_unreachable_model_endpoint_exits_4(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "spec.yaml", 1)
+    ran = tether("run", spec, "--model", UNREACHABLE, "--model-retries", "0", cwd=tmp_path)
+    assert ran.returncode == 4, describe(ran)
+    assert "Traceback" not in ran.stderr
+    assert "does not answer" in ran.stderr and "tether resume t" in ran.stderr, describe(ran)
+    tid = ran.stderr.split("tether resume ")[-1].split()[0]
+    again = tether("resume", tid, "--json", cwd=tmp_path)  # remembered model: same stop
+    assert again.returncode == 4, describe(again)
+    assert json.loads(again.stdout)["status"] == "waiting"

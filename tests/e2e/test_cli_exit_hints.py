@@ -21,3 +21,30 @@ def test_an_unreachable_model_endpoint_exits_4(tmp_path: Path) -> None:
     again = tether("resume", tid, "--json", cwd=tmp_path)  # remembered model: same stop
     assert again.returncode == 4, describe(again)
     assert json.loads(again.stdout)["status"] == "waiting"
+
+
+def test_a_refused_resume_tells_the_lease_end_as_a_time(tmp_path: Path) -> None:
+    import asyncio
+    import re
+
+    from tether.store import open_store
+
+    spec = write_spec(tmp_path / "spec.yaml", 1)
+    queued = tether("submit", spec, cwd=tmp_path)
+    assert queued.returncode == 0, describe(queued)
+    tid = queued.stdout.strip()
+
+    async def hold() -> None:
+        store = await open_store(f"sqlite:///{tmp_path}/.tether/tether.db")
+        try:
+            assert await store.claim("other-host:4242", 300.0, task_id=tid) is not None
+        finally:
+            await store.close()
+
+    asyncio.run(hold())
+    refused = tether("resume", tid, "--model", UNREACHABLE, cwd=tmp_path)
+    assert refused.returncode == 2, describe(refused)
+    msg = " ".join(refused.stderr.split())
+    assert re.search(r"lease until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}, in \d+ s", msg), msg
+    assert f"tether resume {tid} --force" in msg
+    assert not re.search(r"\d{10}\.\d", msg), msg  # no raw epoch seconds

@@ -319,7 +319,9 @@ class Engine:
                     from_token=task.fencing_token,
                 )
             if lease is None:
-                raise errors.TaskBusy(task_id, task.lease_owner, task.lease_expiry)
+                raise errors.TaskBusy(
+                    task_id, task.lease_owner, task.lease_expiry, self.clock.now()
+                )
         # With a reconnect to come, a lease the outage cut off is kept, not given back
         # (that would wait out the store's own retries first): it is taken up again above.
         return await self._drive(

@@ -13,6 +13,7 @@ import datetime as _dt
 import math
 import re
 import sys
+import weakref
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -875,7 +876,7 @@ def parse_spec(data: Any, *, source: str = "<spec>", stored: bool = False) -> Ta
             f"expected a mapping at the top level, got {type(data).__name__}", source=source
         )
     try:
-        return TaskSpec.model_validate(data, context={"stored": True} if stored else None)
+        spec = TaskSpec.model_validate(data, context={"stored": True} if stored else None)
     except ValidationError as exc:
         errs = exc.errors()
         problems = [p for e in errs if not _named_wrongly(e, errs) for p in _describe(e)]
@@ -887,6 +888,20 @@ def parse_spec(data: Any, *, source: str = "<spec>", stored: bool = False) -> Ta
         raise errors.SpecError(
             f"the spec is nested too deeply (at most {MAX_DEPTH} levels)", source=source
         ) from None
+    _SOURCES[id(spec)] = source
+    weakref.finalize(spec, _SOURCES.pop, id(spec), None)
+    return spec
+
+
+#: Where each parsed spec was read from, by object (not a field: two equal contracts
+#: are equal wherever they came from).
+_SOURCES: dict[int, str] = {}
+
+
+def source_of(spec: TaskSpec) -> str:
+    """Where `spec` was read from (its file's name, `task T`), for its errors; `<spec>`
+    for one built in Python."""
+    return _SOURCES.get(id(spec), "<spec>")
 
 
 class _Refused(yaml.MarkedYAMLError):

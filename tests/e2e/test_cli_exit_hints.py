@@ -48,3 +48,14 @@ def test_a_refused_resume_tells_the_lease_end_as_a_time(tmp_path: Path) -> None:
     assert re.search(r"lease until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}, in \d+ s", msg), msg
     assert f"tether resume {tid} --force" in msg
     assert not re.search(r"\d{10}\.\d", msg), msg  # no raw epoch seconds
+
+
+def test_an_unknown_tool_is_reported_in_the_spec_file(tmp_path: Path) -> None:
+    from tests.e2e._cli import assert_clean_error
+
+    spec = write_spec(tmp_path / "contract.yaml", 1, tools=["write_fil"])
+    for args in (("run", spec, "--model", UNREACHABLE), ("submit", spec)):
+        refused = tether(*args, cwd=tmp_path)
+        msg = assert_clean_error(refused, 2, "write_fil")
+        assert msg.startswith(f"tether: {spec}: "), msg
+        assert "<spec>" not in msg

@@ -43,7 +43,7 @@ from tether.runtime.outcome import Stop
 from tether.runtime.ports import ModelSet as ModelSet  # re-exported: public
 from tether.runtime.ports import PendingRound
 from tether.runtime.state import RunState
-from tether.spec import OpRule, TaskSpec, parse_spec
+from tether.spec import OpRule, TaskSpec, parse_spec, source_of
 from tether.store.base import (
     UNSET,
     ApprovalRecord,
@@ -168,14 +168,16 @@ def check_tools(spec: TaskSpec, known: Sequence[str]) -> None:
         raise errors.SpecError(
             f"the contract names tools that are not registered: {', '.join(missing)} "
             f"(known: {', '.join(sorted(have)) or 'none'}); register them "
-            "(TETHER_TOOLS, or the registry in Python) or fix the tools list"
+            "(TETHER_TOOLS, or the registry in Python) or fix the tools list",
+            source=source_of(spec),
         )
     for n, item in enumerate(spec.items):
         rule = item.done_when
         if isinstance(rule, OpRule) and rule.tool not in have:
             raise errors.SpecError(
                 f"items.{n}.done_when: the tool {rule.tool!r} is not registered, so item "
-                f"{item.id!r} could never be done"
+                f"{item.id!r} could never be done",
+                source=source_of(spec),
             )
 
 

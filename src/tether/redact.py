@@ -2,7 +2,8 @@
 
 Known secret values — environment variables whose names say they hold one (`*_KEY`,
 `*_TOKEN`, `*_SECRET`, `*PASSWORD*`, `*CREDENTIAL*`) — and the userinfo of any URL
-(`http://user:KEY@host`; of a database URL only the password, the role name stays), `Authorization` headers and `Bearer` tokens, and every secret
+(`http://user:KEY@host`; of a database URL only the password, the role name stays),
+`Authorization` headers and `Bearer` tokens, and every secret
 handed to a tool by `ToolContext.secret`,
 are replaced by `***` in what the runtime journals from the
 outside world (model errors, tool errors and results, model names that are URLs) and in

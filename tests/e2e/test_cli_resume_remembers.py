@@ -209,3 +209,28 @@ def test_a_model_url_with_a_password_is_not_remembered(tmp_path: Path) -> None:
     assert rec["models"]["actor"] is None and "secret" not in repr(rec)
     rec = launch.record(spec, model="openai:gpt-4.1-mini", env={"OPENAI_API_KEY": "sk-x"})
     assert rec["key_env"] == ["OPENAI_API_KEY"] and "sk-x" not in repr(rec)
+
+
+@pytest.mark.parametrize("goes_on", ["resume", "worker"])
+def test_tether_tools_are_remembered_by_resume_and_worker(
+    tmp_path: Path, env: dict[str, str], goes_on: str
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    web_policies.prepare(ws)  # i2's overwrite waits for approval
+    shouter = "scripted:tests.e2e.loop_policies:shouts_then_writes"
+    spec = write_spec(tmp_path / "spec.yaml", 3, tools=["write_file", "shout"])
+    started = tether(
+        "run", spec, "--model", shouter, "--workspace", ws, "--json",
+        cwd=tmp_path, env={**env, "TETHER_TOOLS": "tests.e2e.loop_policies:TOOLS"},
+    )  # fmt: skip
+    tid = str(json_out(started)["task_id"])
+    # From here on no TETHER_TOOLS: the task remembers its tool module.
+    shown = _status(tid, tmp_path, env)
+    approved = _run_hint(shown, "approve", tmp_path, env)
+    argv = _hint(approved.stdout, "resume") if goes_on == "resume" else ["worker", "--once"]
+    proc = tether(*argv, cwd=tmp_path, env=env)
+    assert_ok(proc)
+    doc = json_out(tether("status", tid, "--json", cwd=tmp_path, env=env))
+    assert doc["status"] == "satisfied", doc
+    assert doc["launch"]["tools"] == ["tests.e2e.loop_policies:TOOLS"]

@@ -26,7 +26,9 @@ def _asks_first(request: ModelRequest) -> ModelResponse:
     nxt = next_item(request)
     if nxt is None:
         return ModelResponse("closed")
-    return ModelResponse(f"writing {nxt}", (tool_call("write_file", path=f"out/{nxt}.txt", content=nxt),))
+    return ModelResponse(
+        f"writing {nxt}", (tool_call("write_file", path=f"out/{nxt}.txt", content=nxt),)
+    )
 
 
 async def test_a_notice_is_no_human_action_for_replay(tmp_path: Path) -> None:

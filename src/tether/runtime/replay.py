@@ -456,9 +456,12 @@ def _scratch(rec: _Recording) -> Path | None:
 def _actor(event: StoredEvent) -> str:
     """Who wrote an out-of-band event, for `stopped_at`: the watchdog suspending a wait
     nobody answered (`runtime.watch`), or a person."""
-    if event.type == "task.status" and event.data.get("dst") == "suspended":
-        if str(event.data.get("reason", "")).startswith("no answer"):
-            return "the watchdog's suspension of an unanswered wait, which"
+    if (
+        event.type == "task.status"
+        and event.data.get("dst") == "suspended"
+        and str(event.data.get("reason", "")).startswith("no answer")
+    ):
+        return "the watchdog's suspension of an unanswered wait, which"
     return "a human action"
 
 

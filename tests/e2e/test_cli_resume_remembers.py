@@ -234,3 +234,15 @@ def test_tether_tools_are_remembered_by_resume_and_worker(
     doc = json_out(tether("status", tid, "--json", cwd=tmp_path, env=env))
     assert doc["status"] == "satisfied", doc
     assert doc["launch"]["tools"] == ["tests.e2e.loop_policies:TOOLS"]
+
+
+def test_the_demo_task_resumes_with_the_offline_model(tmp_path: Path) -> None:
+    folder = tmp_path / "demo"
+    doc = json_out(tether("demo", "--dir", folder, "--json", cwd=tmp_path, timeout=300))
+    tid = str(doc["status"]["task_id"])
+    assert doc["status"]["launch"]["models"]["actor"] == "scripted:tether.demo:policy"
+    # In the demo's folder (its database is there), reopen it and go on as printed.
+    edited = tether("edit", tid, "--set", "limits.max_rounds=500", cwd=folder)
+    assert_ok(edited)
+    done = _finish_with_printed_resume(edited.stdout, tid, folder, cli_env())
+    assert done["status"] == "satisfied", done

@@ -241,12 +241,16 @@ class Worker:
         self._held.pop(task_id, None)
         try:
             spec = await self._spec_of(task_id)
-            record = await launch.read(self.store, task_id)
-            spec = launch.apply(spec, record)
+            # The launch record is read before the tool check only when it may name
+            # tools here: a task handed back is handed back at once.
+            record = await launch.read(self.store, task_id) if self.remembered_tools else None
             registry = self._registry_for(record)
             if self._lacks_tools(task_id, spec, registry):
                 await self.store.release(task_id, lease.token)
                 return True
+            if not self.remembered_tools:
+                record = await launch.read(self.store, task_id)
+            spec = launch.apply(spec, record)
             models = self.models if isinstance(self.models, ModelSet) else self.models(spec)
         except Exception as exc:
             await self._failed(task_id, exc, lease)

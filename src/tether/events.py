@@ -63,6 +63,13 @@ class TaskCreated(Event):
     #: How the task was started (`runtime.launch`): model names, tool modules; no secrets.
     launch: dict[str, Any] | None = None
 
+    def data(self) -> dict[str, Any]:
+        """The JSON-ready payload (without `launch` when there is none)."""
+        d = super().data()
+        if d.get("launch") is None:
+            d.pop("launch", None)
+        return d
+
 
 @_register("task.status")
 class TaskStatusChanged(Event):
@@ -73,8 +80,16 @@ class TaskStatusChanged(Event):
     stop_reason: str | None = None
     reason: str = ""
     #: A wait's own words, as `status` tells them (the model's NEED_HELP question, the
-    #: command that raises a limit): what a notice of it says, even sent later.
+    #: command that raises a limit): what a notice of it says, even sent later. Stored
+    #: only when there are some.
     told: str = ""
+
+    def data(self) -> dict[str, Any]:
+        """The JSON-ready payload (without an empty `told`)."""
+        d = super().data()
+        if not d.get("told"):
+            d.pop("told", None)
+        return d
 
 
 @_register("task.edited")

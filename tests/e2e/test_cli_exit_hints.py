@@ -12,13 +12,21 @@ UNREACHABLE = "scripted:tests.e2e.loop_policies:unreachable"
 
 
 def test_an_unreachable_model_endpoint_exits_4(tmp_path: Path) -> None:
+    import shlex
+
     spec = write_spec(tmp_path / "spec.yaml", 1)
-    ran = tether("run", spec, "--model", UNREACHABLE, "--model-retries", "0", cwd=tmp_path)
+    db = f"sqlite:///{tmp_path}/elsewhere.db"
+    ran = tether(
+        "run", spec, "--model", UNREACHABLE, "--model-retries", "0", "--db", db, cwd=tmp_path
+    )
     assert ran.returncode == 4, describe(ran)
     assert "Traceback" not in ran.stderr
-    assert "does not answer" in ran.stderr and "tether resume t" in ran.stderr, describe(ran)
-    tid = ran.stderr.split("tether resume ")[-1].split()[0]
-    again = tether("resume", tid, "--json", cwd=tmp_path)  # remembered model: same stop
+    assert "does not answer" in ran.stderr, describe(ran)
+    # The printed command, as printed (with the --db the run was given), the remembered
+    # model stops the same way.
+    printed = shlex.split(" ".join(ran.stderr.split()).split("continue with: ")[-1])
+    assert printed[:2] == ["tether", "resume"] and printed[3:] == ["--db", db], printed
+    again = tether(*printed[1:], "--json", cwd=tmp_path)
     assert again.returncode == 4, describe(again)
     assert json.loads(again.stdout)["status"] == "waiting"
 

@@ -48,14 +48,14 @@ def env(request: pytest.FixtureRequest) -> dict[str, str]:
 
 def _hint(text: str, verb: str) -> list[str]:
     """The last `tether VERB ...` command in `text` (up to the end of its line, or to
-    the next ` or `), split as a shell would split it."""
+    the next ` or `, `; ` or `, tether`), split as a shell would split it."""
     found = [
         hit
         for line in text.splitlines()
-        for hit in re.findall(rf"(tether {verb} (?:(?! or |; ).)+)", line)
+        for hit in re.findall(rf"(tether {verb} (?:(?! or |; |, tether ).)+)", line)
     ]
     assert found, f"no `tether {verb}` hint in:\n{text}"
-    words = shlex.split(found[-1].rstrip(". "))
+    words = shlex.split(found[-1].rstrip(".,) "))
     assert words[0] == "tether"
     return words[1:]
 
@@ -128,13 +128,10 @@ def test_retry_or_waive_then_resume_as_printed(
     tmp_path: Path, env: dict[str, str], decide: str
 ) -> None:
     tid, _ = _start(tmp_path, env, STUBBORN, n_items=3, limits={"no_progress_rounds": 2})
-    args = (
-        ("retry", tid, "i2", "--hint", "write out/i2.txt like the others")
-        if decide == "retry"
-        else ("waive", tid, "i2", "--reason", "not needed")
-    )
-    decided = tether(*args, cwd=tmp_path, env=env)
-    assert_ok(decided)
+    # The decision wait names the blocked item: its commands run as printed.
+    shown = _status(tid, tmp_path, env)
+    assert _hint(shown, decide)[:3] == [decide, tid, "i2"]
+    decided = _run_hint(shown, decide, tmp_path, env)
     done = _finish_with_printed_resume(decided.stdout, tid, tmp_path, env)
     assert done["status"] == "satisfied", done
 

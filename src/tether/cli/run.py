@@ -122,12 +122,25 @@ async def drive(
                 return await engine.run(task_id, force=force, reconnect_for=reconnect_for)
 
 
-def _finish(store_doc: dict[str, Any], result: RunResult, json_out: bool) -> None:
+def _resume_command(task_id: str, db: str | None) -> str:
+    """`tether resume T`, with the `--db` this command was given (the hint must work as
+    printed; `TETHER_DB` carries over by itself)."""
+    import shlex
+
+    return f"tether resume {shlex.quote(task_id)}" + (f" --db {shlex.quote(db)}" if db else "")
+
+
+def _finish(
+    store_doc: dict[str, Any], result: RunResult, json_out: bool, db: str | None = None
+) -> None:
     if json_out:
         print_json(store_doc)
     else:
         out.print(views.status_view(store_doc))
-        if result.interrupted:
+        if result.interrupted and db:
+            hint = f"interrupted; continue with: {_resume_command(result.task_id, db)}"
+            out.print(Text(views.clean(hint), "yellow"))
+        elif result.interrupted:
             out.print(views.interrupted(result.task_id))
     if result.interrupted:
         raise typer.Exit(130)
@@ -141,7 +154,7 @@ def _finish(store_doc: dict[str, Any], result: RunResult, json_out: bool) -> Non
             Text(
                 views.clean(
                     f"tether: task {result.task_id} stopped: the {unavailable} does not "
-                    f"answer (exit 4); continue with: tether resume {result.task_id}"
+                    f"answer (exit 4); continue with: {_resume_command(result.task_id, db)}"
                 ),
                 "bold red",
             )
@@ -200,7 +213,7 @@ def run(
             return await status_dict(rt.store, task.task_id), result
 
     doc, result = run_async(main)
-    _finish(doc, result, json_out)
+    _finish(doc, result, json_out, db)
 
 
 @app.command()
@@ -327,4 +340,4 @@ def resume(
             return await status_dict(rt.store, task_id), result
 
     doc, result = run_async(main)
-    _finish(doc, result, json_out)
+    _finish(doc, result, json_out, db)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -314,12 +315,15 @@ def await_decision(run: JudgeHost, reason: str) -> Outcome:
     (retry an item, waive it, or abandon the task) with the partial-completion record."""
     partial = J.partial_record(run.ledger, run.state.proposals)
     blocked = ", ".join(b["id"] for b in partial["blocked"][:10])
+    # The first blocked item by name: each command runs as printed.
+    item = shlex.quote(str(partial["blocked"][0]["id"])) if partial["blocked"] else "ITEM"
+    tid = shlex.quote(run.task_id)
     text = (
         f"{reason}"
         + (f"; blocked: {blocked}" if blocked else "")
-        + f". Decide: tether retry {run.task_id} ITEM [--hint TEXT], "
-        f"tether waive {run.task_id} ITEM --reason TEXT, or "
-        f"tether abandon {run.task_id} --reason TEXT"
+        + f". Decide: tether retry {tid} {item} --hint 'HINT', "
+        f"tether waive {tid} {item} --reason 'REASON', or "
+        f"tether abandon {tid} --reason 'REASON'"
     )
     return out.waiting(
         "decision",

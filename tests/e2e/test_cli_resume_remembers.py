@@ -243,3 +243,16 @@ def test_the_demo_task_resumes_with_the_offline_model(tmp_path: Path) -> None:
     assert_ok(edited)
     done = _finish_with_printed_resume(edited.stdout, tid, folder, cli_env())
     assert done["status"] == "satisfied", done
+
+
+def test_a_used_up_budget_names_the_edit_that_raises_it(tmp_path: Path) -> None:
+    env = cli_env()
+    tid, _ = _start(tmp_path, env, DONE, n_items=3, budget={"rounds": 1})
+    shown = _status(tid, tmp_path, env)
+    assert _hint(shown, "edit") == ["edit", tid, "--set", "budget.rounds=2"]
+    edited = _run_hint(shown, "edit", tmp_path, env)
+    again = _finish_with_printed_resume(edited.stdout, tid, tmp_path, env)
+    # One more round ran with the remembered model, then the raised cap stops it again.
+    assert again["status"] == "suspended", again
+    assert again["budget"]["used"]["rounds"] == 2
+    assert _hint(_status(tid, tmp_path, env), "edit")[-1] == "budget.rounds=4"

@@ -7,6 +7,7 @@ exceeded by more than one call.
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
 from tether import errors
@@ -128,12 +129,17 @@ async def check_budget(run: GuardHost) -> Outcome | None:
                         )
                     )
             if pct >= 100 and exhausted is None:
-                exhausted = (scope, res)
+                exhausted = (scope, res, float(limit))
     run.state.budget_marks = sorted(marks)
     if exhausted:
-        scope, res = exhausted
+        scope, res, limit = exhausted
+        how = "raise it in the milestone's budget (tether edit) and resume"
+        if scope == "task":
+            whole = res in ("tokens", "rounds")
+            raised = str(int(limit * 2)) if whole else f"{limit * 2:.6f}".rstrip("0").rstrip(".")
+            how = f"raise it: tether edit {shlex.quote(run.task_id)} --set budget.{res}={raised}"
         return out.suspended(
-            f"the {res} budget of the {scope.replace(':', ' ')} is used up; raise it and resume",
+            f"the {res} budget of the {scope.replace(':', ' ')} is used up; {how}",
             why="budget_exhausted",
             events=marks_crossed,
             kind="budget",

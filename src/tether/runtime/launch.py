@@ -48,7 +48,7 @@ KEY_ENV = {
     "openai": "OPENAI_API_KEY",
     "anthropic": "ANTHROPIC_API_KEY",
     "deepseek": "DEEPSEEK_API_KEY",
-    "openai-compatible": "OPENAI_API_KEY",
+    "openai-compatible": "TETHER_OPENAI_COMPATIBLE_API_KEY",
 }
 
 

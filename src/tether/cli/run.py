@@ -232,8 +232,9 @@ def submit(
         ),
     ] = False,
 ) -> None:
-    """Queue a task for `tether worker` processes without running it here (they run it
-    with their own --model, else the spec's or TETHER_MODEL)."""
+    """Queue a task for `tether worker` processes without running it here.
+
+    The workers run it with their own --model, else the spec's or TETHER_MODEL."""
     from tether.runtime import launch
     from tether.runtime.tasks import create_task
     from tether.runtime.wiring import check_task_tools, open_db
@@ -318,9 +319,10 @@ def resume(
     model_retries: ModelRetriesOpt = None,
     reconnect_for: ReconnectOpt = 60.0,
 ) -> None:
-    """Continue a task (after a crash, a Ctrl-C, an approval or a fix) with the model,
-    model options and tools it was started with; --model, --model-timeout and
-    --model-retries given here override them."""
+    """Continue a task (after a crash, a Ctrl-C, an approval or a fix).
+
+    It runs with the model, model options and TETHER_TOOLS it was started with;
+    --model, --model-timeout and --model-retries given here override them."""
     from tether.runtime.tasks import status_dict
     from tether.runtime.wiring import open_runtime
 

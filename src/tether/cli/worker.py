@@ -130,9 +130,10 @@ def worker(
     model_timeout: ModelTimeoutOpt = None,
     model_retries: ModelRetriesOpt = None,
 ) -> None:
-    """Claim and run tasks from the database until stopped, each with the model, model
-    options and TETHER_TOOLS it was started with (--model and friends given here, or
-    this worker's TETHER_TOOLS, override them)."""
+    """Claim and run tasks from the database until stopped.
+
+    Each runs with the model, model options and TETHER_TOOLS it was started with;
+    --model and friends given here, or this worker's TETHER_TOOLS, override them."""
     from tether.runtime.engine import inline_wait_max_from_env
     from tether.runtime.notify import default_notifier
     from tether.runtime.wiring import open_runtime

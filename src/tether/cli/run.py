@@ -321,8 +321,8 @@ def resume(
 ) -> None:
     """Continue a task (after a crash, a Ctrl-C, an approval or a fix).
 
-    It runs with the model, model options and TETHER_TOOLS it was started with;
-    --model, --model-timeout and --model-retries given here override them."""
+    It runs with the model, model options and TETHER_TOOLS it was started with; the
+    model options given here override them."""
     from tether.runtime.tasks import status_dict
     from tether.runtime.wiring import open_runtime
 

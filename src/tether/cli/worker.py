@@ -132,8 +132,8 @@ def worker(
 ) -> None:
     """Claim and run tasks from the database until stopped.
 
-    Each runs with the model, model options and TETHER_TOOLS it was started with;
-    --model and friends given here, or this worker's TETHER_TOOLS, override them."""
+    Each runs with the model, model options and TETHER_TOOLS it was started with; the
+    model options given here, or this worker's TETHER_TOOLS, override them."""
     from tether.runtime.engine import inline_wait_max_from_env
     from tether.runtime.notify import default_notifier
     from tether.runtime.wiring import open_runtime

@@ -19,7 +19,7 @@ EVENT_SCHEMA_VERSION = 1
 class Event(BaseModel):
     """Base of all typed events."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
     TYPE: ClassVar[str] = ""
 
     def data(self) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def _register(type_name: str) -> Any:
 class UnknownEvent(Event):
     """An event of a type this tether does not know (written by a newer one)."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
 
 
 # --- task lifecycle ------------------------------------------------------------------

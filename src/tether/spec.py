@@ -201,7 +201,7 @@ def _stored(info: ValidationInfo) -> bool:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
     @field_validator("*", mode="after")
     @classmethod

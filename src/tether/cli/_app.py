@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -14,7 +13,9 @@ from rich.text import Text
 from tether import errors
 from tether.cli._help import HelpTyper, TetherGroup
 from tether.cli.views import clean, json_view
-from tether.store import Store
+
+if TYPE_CHECKING:
+    from tether.store import Store
 
 T = TypeVar("T")
 # Help pages are plain text, whole at 80 columns and in a pipe (see `_help`).
@@ -155,6 +156,8 @@ def print_json(doc: Any) -> None:
 
 def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run an async command; user mistakes become one paragraph and an exit code."""
+    import asyncio  # here, not at the top: `tether --help` starts no event loop
+
     try:
         return asyncio.run(main())
     except errors.UserError as exc:
@@ -171,7 +174,7 @@ async def with_store(
     read_only: bool = False,
 ) -> T:
     """Open the store, call `fn` with it, close it (`read_only`: see `open_store`)."""
-    from tether.runtime.wiring import open_db
+    from tether.store.opening import open_db
 
     store = await open_db(db, create=create, read_only=read_only)
     try:

@@ -27,7 +27,10 @@ from tether.runtime.engine import Engine, ModelSet, check_tools, inline_wait_max
 from tether.runtime.notify import default_notifier
 from tether.runtime.worker import Worker
 from tether.spec import TaskSpec, parse_spec
-from tether.store import Store, default_url, open_store, sqlite_path
+from tether.store import Store
+
+# Re-exported: `open_db` lives with the store so that reading commands need no runtime.
+from tether.store.opening import open_db as open_db
 from tether.tools.registry import ToolRegistry
 
 RULES_ONLY = "rules"
@@ -123,37 +126,6 @@ async def check_task_tools(spec: TaskSpec) -> None:
             builtins = [*(t.name for t in FILE_TOOLS), READ_ARTIFACT]
             known = contract_names(sources.tools(), known, builtins)
     check_tools(spec, known)
-
-
-async def open_db(
-    db: str | None = None,
-    *,
-    create: bool = True,
-    clock: Clock | None = None,
-    read_only: bool = False,
-) -> Store:
-    """Open the store at `db` (default: `TETHER_DB`, else `.tether/tether.db`).
-
-    With `create=False` a missing SQLite file is a `StoreConfigError` instead of a new,
-    empty database (for commands that read or continue existing tasks); `read_only`
-    migrates nothing and takes no write lock (for commands that only show things)."""
-    url = db or default_url()
-    if url.startswith("sqlite://"):
-        path = sqlite_path(url)
-        try:
-            exists = path.exists()
-        except (OSError, ValueError) as exc:  # a name too long, a NUL character
-            shown = str(path) if len(str(path)) <= 80 else str(path)[:77] + "..."
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise errors.StoreConfigError(
-                f"cannot use {shown!r} as a database file: {reason}"
-            ) from None
-        if not create and not exists:
-            raise errors.StoreConfigError(
-                f"no tether database at {path} (start a task with `tether run` or "
-                "`tether demo`, or point --db / TETHER_DB at your database)"
-            )
-    return await open_store(url, clock=clock, read_only=read_only)
 
 
 class Runtime:

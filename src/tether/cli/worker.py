@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 from typing import TYPE_CHECKING, Annotated
 
@@ -10,6 +9,7 @@ import typer
 from rich.text import Text
 
 from tether import errors
+from tether._extras import needs
 from tether.cli._app import (
     DbOpt,
     ModelOpt,
@@ -23,6 +23,8 @@ from tether.cli._app import (
 from tether.cli.views import clean
 
 if TYPE_CHECKING:
+    import asyncio
+
     from tether.runtime.engine import RunResult, Snapshot
     from tether.runtime.worker import WorkerStats
     from tether.store import Store
@@ -55,12 +57,10 @@ def _round_line(snap: Snapshot) -> None:
 async def _serve_metrics(store: Store, port: int) -> asyncio.Server:
     """Prometheus text at http://127.0.0.1:PORT/metrics: the same metrics as `tether
     serve`'s /metrics, computed from the database at each scrape."""
-    try:
+    import asyncio  # here: `tether --help` needs no event loop
+
+    with needs("web", "tether worker --metrics-port"):
         from tether.web.metrics import render, snapshot
-    except ImportError as exc:
-        raise errors.UserError(
-            f"--metrics-port needs the web extra (pip install 'tether[web]'): {exc}"
-        ) from exc
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

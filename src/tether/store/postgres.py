@@ -63,6 +63,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from tether import errors, failpoints
 from tether import events as ev
+from tether._extras import needs
 from tether.clock import Clock
 from tether.store import _rules as rules
 from tether.store import _search as search
@@ -239,14 +240,10 @@ class PostgresStore(SqlStore):
         return store
 
     def _open_sync(self, connect_timeout: float, read_only: bool = False) -> None:
-        try:
+        with needs("postgres", "a postgresql:// database"):
             import psycopg
             from psycopg.rows import dict_row
             from psycopg_pool import ConnectionPool
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise errors.StoreConfigError(
-                "PostgreSQL support is not installed: pip install 'tether[postgres]'"
-            ) from exc
         try:
             # A direct first connection gives libpq's own words when the server is away.
             conn = psycopg.connect(

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from tether import errors
 from tether import events as ev
 from tether import ledger as L
-from tether.spec import TaskSpec
 from tether.store.base import ArtifactRecord, OpRecord, Store
+
+if TYPE_CHECKING:  # `tether status` reads artifacts without the contract models
+    from tether.spec import TaskSpec
 
 #: The kinds of artifacts tether knows (a user's tool may add others).
 KINDS: Final[tuple[str, ...]] = (

@@ -16,11 +16,41 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import Annotated
 
-from tether.cli._app import app, fail
+import typer
+
+from tether.cli._app import app, fail, out
 from tether.errors import UserError
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from tether import __version__
+
+        out.print(f"tether {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print tether's version and exit.",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
+) -> None:
+    # The options of `tether` itself; each command has its own.
+    del version
+
+
 # Importing a command module registers its commands; --help lists them in this order.
+# The modules are light: each command imports what it runs inside its body, so that
+# `tether --help` builds the help from signatures alone (no runtime, no SDK, no extra).
 for _module in (
     "tasks",
     "run",

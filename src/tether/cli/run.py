@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -31,6 +30,8 @@ from tether.cli._app import (
 )
 
 if TYPE_CHECKING:
+    import asyncio
+
     from tether.runtime.engine import RunResult
     from tether.runtime.wiring import Runtime
     from tether.spec import TaskSpec
@@ -78,6 +79,8 @@ ReconnectOpt = Annotated[
 def _first_ctrl_c_stops(stop: asyncio.Event) -> Iterator[None]:
     """The first Ctrl-C sets `stop` (the engine parks the task after the current step);
     the second quits at once."""
+    import asyncio  # in the functions that run tasks: `tether --help` needs no event loop
+
     loop = asyncio.get_running_loop()
     presses = 0
 
@@ -111,6 +114,8 @@ async def drive(
     live on a terminal (unless `quiet`). `force` takes the lease over from a live owner
     (a worker known to be gone); its fencing token then refuses the old owner's writes.
     `reconnect_for`: see `Engine.run`."""
+    import asyncio
+
     stop = asyncio.Event()
     view = views.ProgressView()
     async with rt.engine(task_id, on_progress=view.update, stop=stop) as engine:

@@ -9,15 +9,17 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tether import artifacts, errors, lifecycle
 from tether import events as ev
 from tether import ledger as L
 from tether.ledger import Ledger, Progress
 from tether.runtime.state import RunState
-from tether.spec import FileRule, TaskSpec
 from tether.store.base import Store, TaskPatch, TaskRecord
+
+if TYPE_CHECKING:  # reading a task's status needs no contract models
+    from tether.spec import TaskSpec
 
 
 def new_task_id() -> str:
@@ -214,6 +216,8 @@ def _preexisting(spec: TaskSpec, workspace: Path) -> dict[str, str]:
     workspace through a symlink, too long for the file system) has no hash; an existing
     file that cannot be read is a `UserError` (the task could not tell later whether it
     changed)."""
+    from tether.spec import FileRule
+
     out: dict[str, str] = {}
     root = workspace.resolve()
     for item in spec.items:

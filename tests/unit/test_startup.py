@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import tether
+from tether.cli import COMMANDS
 from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
 from tether.store import open_store
@@ -151,5 +152,30 @@ def test_reading_commands_load_no_runtime(db: tuple[str, str], command: list[str
     assert code in (None, 0)
     assert loaded(modules, HEAVY) == []
     assert "tether.store.sqlite" in modules  # it did read the database
-    if command[0] == "status":
-        assert loaded(modules, ("tether.spec", "yaml")) == []
+    if command[0] == "status":  # the task as stored: no contract or event models
+        assert loaded(modules, ("tether.spec", "tether.events", "yaml")) == []
+
+
+def test_the_command_table_names_every_command_where_it_is_defined() -> None:
+    from typer.main import get_command
+
+    import tether.cli
+
+    group = get_command(tether.cli.app)  # `tether.cli.app` has every command registered
+    defined = {
+        name: cmd.callback.__module__.rsplit(".", 1)[1]  # type: ignore[union-attr]
+        for name, cmd in group.commands.items()  # type: ignore[attr-defined]
+    }
+    assert defined == COMMANDS
+    assert list(defined) == list(COMMANDS)  # --help lists them in table order
+
+
+def test_a_command_loads_its_own_module_only(db: tuple[str, str]) -> None:
+    url, task = db
+    code, modules = probe("from tether.cli import main; main()", ["status", task, "--db", url])
+    assert code in (None, 0)
+    commands = {m for m in modules if m.startswith("tether.cli.")}
+    assert commands == {"tether.cli._app", "tether.cli.views", "tether.cli.tasks"}
+    # Anything else (help, an unknown command) sees them all.
+    _, modules = probe("from tether.cli import main; main()", ["bogus"])
+    assert {f"tether.cli.{m}" for m in COMMANDS.values()} <= modules

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from tether import artifacts, errors, lifecycle
-from tether import events as ev
 from tether import ledger as L
 from tether.ledger import Ledger, Progress
 from tether.runtime.state import RunState
@@ -59,6 +58,8 @@ async def create_task(
     chosen here, before anything is sent, so a creation cut off by a lost connection is
     settled by looking the id up once the store answers again, never by blindly
     creating again (which could make a second task, or fail on the first)."""
+    from tether import events as ev  # here: reading a task needs no event models
+
     tid = task_id or new_task_id()
     ws = workspace if workspace is not None else spec.workspace
     folder = workspace_folder(ws, allow_broad=allow_broad_workspace) if ws is not None else None
@@ -421,6 +422,8 @@ async def cancel(store: Store, task_id: str, *, by: str = "user") -> CancelResul
     and the worker stops between steps. A terminal task is left as it is. Raises
     `TaskNotFound` for an unknown id.
     """
+    from tether import events as ev
+
     task = await store.get_task(task_id)
     if lifecycle.is_terminal(task.status):
         return CancelResult(task_id, "already_ended", task.status)

@@ -19,10 +19,9 @@ import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from importlib import resources
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether import errors, failpoints, lifecycle
-from tether import events as ev
 from tether.clock import Clock, SystemClock
 from tether.ledger import Ledger
 from tether.store import _rules as rules
@@ -43,6 +42,9 @@ from tether.store.base import (
     TaskRecord,
     blob_hash,
 )
+
+if TYPE_CHECKING:  # the event models load where a commit encodes them, not to read
+    from tether import events as ev
 
 T = TypeVar("T")
 Row = Mapping[str, Any]
@@ -262,6 +264,8 @@ class SqlStore:
         token: int | None,
         now: float,
     ) -> None:
+        from tether import events as ev
+
         rows = []
         for n, event in enumerate(items):
             type_name, schema, data = ev.encode(event)

@@ -175,7 +175,12 @@ def test_a_command_loads_its_own_module_only(db: tuple[str, str]) -> None:
     code, modules = probe("from tether.cli import main; main()", ["status", task, "--db", url])
     assert code in (None, 0)
     commands = {m for m in modules if m.startswith("tether.cli.")}
-    assert commands == {"tether.cli._app", "tether.cli.views", "tether.cli.tasks"}
+    assert commands == {
+        "tether.cli._app",
+        "tether.cli._help",
+        "tether.cli.views",
+        "tether.cli.tasks",
+    }
     # Anything else (help, an unknown command) sees them all.
     _, modules = probe("from tether.cli import main; main()", ["bogus"])
     assert {f"tether.cli.{m}" for m in COMMANDS.values()} <= modules

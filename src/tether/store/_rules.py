@@ -35,10 +35,9 @@ import dataclasses
 import functools
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether import errors, lifecycle
-from tether import events as ev
 from tether.store.base import (
     UNSET,
     ApprovalRecord,
@@ -48,6 +47,9 @@ from tether.store.base import (
     TaskPatch,
     blob_hash,
 )
+
+if TYPE_CHECKING:  # the event models load where a commit builds or reads them
+    from tether import events as ev
 
 R = TypeVar("R")
 
@@ -331,6 +333,8 @@ def close_request(appr: ApprovalRecord, reason: str, by: str, now: float) -> App
 
 def close_event(appr: ApprovalRecord, reason: str, by: str) -> ev.ApprovalClosed:
     """The journal entry of closing `appr`."""
+    from tether import events as ev
+
     return ev.ApprovalClosed(
         request_id=appr.request_id, reason=reason, by=by, op_id=appr.op_id, previous=appr.status
     )
@@ -339,6 +343,8 @@ def close_event(appr: ApprovalRecord, reason: str, by: str) -> ev.ApprovalClosed
 def end_reason(patch: TaskPatch, events: Sequence[ev.Event]) -> str:
     """Why a commit ending the task closes its requests: the task's new status, with the
     reason its status event gives."""
+    from tether import events as ev
+
     said = ""
     for e in events:
         if isinstance(e, ev.TaskStatusChanged) and e.dst == patch.status:

@@ -102,6 +102,14 @@ def test_help_and_version_load_nothing_heavy(args: list[str]) -> None:
     assert loaded(modules, HEAVY + HELP_ALSO_NOT) == []
 
 
+def test_version_alone_loads_no_command() -> None:
+    code, modules = probe("from tether.cli import main; main()", ["--version"])
+    assert code == 0
+    assert {m for m in modules if m.startswith("tether.cli.")} <= {
+        f"tether.cli.{m}" for m in ("_app", "_help", "views")
+    }
+
+
 def test_version_prints_the_package_version() -> None:
     from importlib.metadata import version
 

@@ -50,8 +50,11 @@ COMMANDS: dict[str, str] = {
 
 
 def load_commands(argv: Sequence[str] | None = None) -> None:
-    """Register the command `argv` names (its module alone), or, for anything else
-    (`--help`, no command, an unknown one), every command."""
+    """Register the command `argv` names (its module alone), none for `--version`
+    alone, or, for anything else (`--help`, no command, an unknown one), every
+    command."""
+    if list(argv or ()) == ["--version"]:
+        return  # printed before any command is looked at
     name = next((a for a in argv or () if not a.startswith("-")), None)
     modules = [COMMANDS[name]] if name in COMMANDS else dict.fromkeys(COMMANDS.values())
     for module in modules:

@@ -149,6 +149,7 @@ main()
     ("blocked", "args", "extra"),
     [
         (["fastapi", "uvicorn"], ["serve"], "web"),
+        (["fastapi"], ["worker", "--once", "--metrics-port", "0"], "web"),
         (["openai"], ["run", "spec.yaml", "--model", "openai:gpt-4.1-mini"], "openai"),
         (["anthropic"], ["run", "spec.yaml", "--model", "anthropic:claude-x"], "anthropic"),
         (["jsonschema", "mcp"], ["run", "mcp-spec.yaml", "--model", DONE], "mcp"),

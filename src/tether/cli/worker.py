@@ -17,6 +17,7 @@ from tether.cli._app import (
     ModelTimeoutOpt,
     app,
     err,
+    fail,
     model_options,
     run_async,
 )
@@ -137,6 +138,14 @@ def worker(
     from tether.runtime.engine import inline_wait_max_from_env
     from tether.runtime.notify import default_notifier
     from tether.runtime.wiring import open_runtime
+
+    if metrics_port is not None:
+        # A missing extra is said before the database is opened (or created).
+        try:
+            with needs("web", "tether worker --metrics-port"):
+                import tether.web.metrics  # noqa: F401
+        except errors.UserError as exc:
+            raise fail(exc, 2) from None
 
     async def main() -> WorkerStats:
         # The environment's settings are refused now, not by every sweep or task later.

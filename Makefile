@@ -5,17 +5,21 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test lint format bench bench-peers mcp-servers all clean
 
+# pip 25.1 is the first to install PEP 735 dependency groups (`--group`).
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q --upgrade 'pip>=25.1'
 
+# The core install alone, as a user gets it: `make demo` needs no extra.
 $(VENV)/.base: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
-# The peers (LangGraph, DBOS) too: the peer benchmark's smoke test runs with the tests.
+# The extras the tests exercise, and the `dev` dependency group (test tools, linters,
+# the benchmarks and the peer frameworks, whose smoke test runs with the tests).
+DEV_EXTRAS := postgres,openai,anthropic,mcp,web,otel
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,bench,peers]'
+	$(BIN)/pip install -q -e '.[$(DEV_EXTRAS)]' --group dev
 	touch $@ $(VENV)/.base
 
 demo: $(VENV)/.base  ## run the offline demo on the embedded SQLite store

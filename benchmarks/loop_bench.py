@@ -1,15 +1,17 @@
 """Agent-loop benchmark: rounds 1 to 2,000 of ONE task, and what the harness costs.
 
 A zero-latency scripted model makes one tool call per round (`read_page`, a registered
-read tool that returns 1,024 characters of text); an LLM judge (the same scripted model,
+read tool that returns 1,024 characters of text; each page is read twice, so the
+ledger's counters change every round); an LLM judge (the same scripted model,
 `judge` purpose) answers "no change, continue" after every round and the compressor
 (`compact` purpose) writes a short summary. The task's two checklist items never
 complete (`limits.max_rounds` = rounds, `no_progress_rounds` and
-`max_attempts_per_item` huge), so the loop keeps going. The task lives on the embedded
-SQLite store (synchronous FULL, the default) in a temporary folder and is driven in
-segments of `--segment` rounds (`Engine(max_rounds_this_run=...)`): every segment is a
-new run of the engine, so each one claims the lease, recovers and opens a new *turn*
-(a resume). `context.cache_ttl_seconds` is set to 1e9, so a resume is not an epoch
+`max_attempts_per_item` huge, no `max_rounds_per_item` cap), so the loop keeps going.
+The task lives on the embedded SQLite store (synchronous FULL, the default) in a
+temporary folder and is driven in segments of `--segment` rounds
+(`Engine(max_rounds_this_run=...)`): every segment is a new run of the engine, so each
+one claims the lease, recovers and opens a new *turn* (a resume).
+`context.cache_ttl_seconds` is set to 1e9, so a resume is not an epoch
 boundary (docs/architecture.md) and only compactions re-render the system prompt.
 `context.preview_chars` is 2,000, so the 1 KB outputs go into the context whole (not
 as artifacts). `context.input_budget_tokens` is the default 16,000.
@@ -120,6 +122,7 @@ def bench_spec(rounds: int, budget: int | None = None) -> dict[str, Any]:
             "max_rounds": rounds,
             "no_progress_rounds": 10**9,
             "max_attempts_per_item": 10**9,
+            "max_rounds_per_item": None,
         },
         "context": context,
     }
@@ -355,7 +358,9 @@ def make_policy(probe: Probe) -> Any:
 
     def answer(request: ModelRequest) -> ModelResponse:
         if request.purpose == "act":
-            page = probe.act_calls
+            # Each page twice: the second read brings nothing new, so the item's breaker
+            # (and with it the ledger) changes every round, as a real task's ledger does.
+            page = (probe.act_calls + 1) // 2
             return ModelResponse(f"Reading page {page}.", (tool_call("read_page", page=page),))
         if request.purpose == "judge":
             return ModelResponse(
@@ -365,7 +370,8 @@ def make_policy(probe: Probe) -> Any:
             )
         if request.purpose == "compact":
             return ModelResponse(
-                f"Pages 1 to {probe.act_calls} of the collection were read one per round "
+                f"Pages 1 to {(probe.act_calls + 1) // 2} of the collection were read, "
+                "each twice, one read per round "
                 "with read_page; each page is about a kilobyte of notes-worthy text. No "
                 "notes have been written yet. The ledger says what is still open."
             )

@@ -375,6 +375,7 @@ def bench_spec(rounds: int) -> dict[str, Any]:
             "max_rounds": rounds + 10,
             "no_progress_rounds": 10**9,
             "max_attempts_per_item": 10**9,
+            "max_rounds_per_item": None,
         },
     }
 

@@ -61,6 +61,7 @@ def spec_for(n: int) -> tether.TaskSpec:
                 "max_rounds": n,
                 "no_progress_rounds": 10**9,
                 "max_attempts_per_item": 10**9,
+                "max_rounds_per_item": None,
             },
             "context": {"preview_chars": 2000, "cache_ttl_seconds": 1e9},
         }

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from tether import errors
-from tether import events as ev
 from tether import ledger as L
-from tether.spec import TaskSpec
 from tether.store.base import ArtifactRecord, OpRecord, Store
+
+if TYPE_CHECKING:  # `tether status` reads artifacts without the contract or event models
+    from tether import events as ev
+    from tether.spec import TaskSpec
 
 #: The kinds of artifacts tether knows (a user's tool may add others).
 KINDS: Final[tuple[str, ...]] = (
@@ -178,6 +180,8 @@ def plan_invalidation(
     """Everything that depends on `roots` (`{ref: reason}`), transitively, made invalid,
     the reads of a changed source among `ops` sent to history (with what was made from
     them), and the items any of it proved reopened. Pure."""
+    from tether import events as ev
+
     records: list[ArtifactRecord] = []
     stale_ops: list[OpRecord] = []
     events: list[ev.Event] = []

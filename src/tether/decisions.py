@@ -12,19 +12,23 @@ flight, and its version check refuses a write that raced with one anyway.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from tether import errors, lifecycle
+from tether import approvals, errors, lifecycle
 from tether import events as ev
 from tether import ledger as L
 from tether._validation import free_text
 from tether.runtime.state import RunState
-from tether.store.base import LedgerWrite, Store, TaskPatch, TaskRecord
+from tether.store.base import ApprovalRecord, LedgerWrite, Store, TaskPatch, TaskRecord
 
 #: Task states a human may decide in: not terminal and not being run by a worker.
 #: The longest reason or hint a person gives (as the web API takes).
 MAX_REASON_CHARS = 8000
 _DECIDABLE = frozenset({"queued", "waiting", "suspended", "stalled"})
+#: How often a decision is made again on a fresh read when a request it closes was
+#: decided meanwhile (the store refuses the stale write).
+_RACES = 2
 
 
 async def changeable(store: Store, task_id: str, verb: str, *, reopen: bool = False) -> TaskRecord:
@@ -32,7 +36,7 @@ async def changeable(store: Store, task_id: str, verb: str, *, reopen: bool = Fa
     (with `reopen`, a finished task may be re-opened, a cancelled one never)."""
     task = await store.get_task(task_id)
     if task.status == "cancelled" or (lifecycle.is_terminal(task.status) and not reopen):
-        raise errors.UserError(
+        raise errors.AlreadySettled(
             f"task {task_id} is {task.status} ({task.stop_reason}); nothing to {verb}"
         )
     if lifecycle.is_terminal(task.status):
@@ -60,6 +64,7 @@ async def _write(
     events: list[ev.Event],
     *,
     usage: dict[str, Any] | None = None,
+    approvals: list[ApprovalRecord] | None = None,
 ) -> None:
     """Commit the ledger change, its events and — when the task waited for a decision
     or something else a human answers — queue it again so a worker continues."""
@@ -79,6 +84,7 @@ async def _write(
         events,
         task=patch,
         ledger=LedgerWrite.of(update.ledger, before.version),
+        approvals=approvals or (),
     )
 
 
@@ -115,11 +121,28 @@ async def retry_item(
     return update.ledger
 
 
+def store_time(store: Store) -> float:
+    """Now, by the store's clock when it has one (what the store stamps its rows with)."""
+    clock = getattr(store, "clock", None)
+    return float(clock.now()) if clock is not None else time.time()
+
+
 async def waive_item(
     store: Store, task_id: str, item_id: str, *, reason: str, by: str = "user"
 ) -> L.Ledger:
-    """Let the task be delivered without an item (`delivered_with_waivers`)."""
+    """Let the task be delivered without an item (`delivered_with_waivers`). Requests
+    about calls made for the item and never sent close with it (`approval.closed`): the
+    calls are not sent later."""
     why = _reason(reason, "waive")
+    for _ in range(_RACES):
+        try:
+            return await _waive(store, task_id, item_id, why, by)
+        except errors.ConcurrentUpdate:
+            continue  # a decision landed meanwhile: read again and decide on that
+    return await _waive(store, task_id, item_id, why, by)
+
+
+async def _waive(store: Store, task_id: str, item_id: str, why: str, by: str) -> L.Ledger:
     task = await changeable(store, task_id, "waive")
     ledger = (await store.get_ledger(task_id)).to_ledger()
     if not ledger.has_item(item_id):
@@ -130,12 +153,22 @@ async def waive_item(
         raise errors.UserError(f"item {item_id} is already {previous}")
     update = L.waive(ledger, item_id, f"waived by {by}: {why}")
     events: list[ev.Event] = [ev.ItemWaived(item=item_id, by=by, reason=why, previous=previous)]
-    await _write(store, task, ledger, update, events)
+    # The calls made for the item and never sent are not sent now: their requests close.
+    closed_events, closed = await approvals.close_for_items(
+        store,
+        task_id,
+        {item_id},
+        f"item {item_id} waived by {by}: {why}",
+        by=by,
+        now=store_time(store),
+    )
+    await _write(store, task, ledger, update, [*events, *closed_events], approvals=closed)
     return update.ledger
 
 
 async def abandon_task(store: Store, task_id: str, *, reason: str, by: str = "user") -> TaskRecord:
-    """End the task as `abandoned` (`abandoned_by_user`): a human gave up on it."""
+    """End the task as `abandoned` (`abandoned_by_user`): a human gave up on it. Its open
+    requests close with it, in the same commit (`approval.closed`, see `tether.approvals`)."""
     why = _reason(reason, "abandon")
     task = await changeable(store, task_id, "abandon")
     events: list[ev.Event] = [

@@ -103,11 +103,10 @@ def ground_truth() -> dict[str, dict[str, str]]:
     return truth
 
 
-def make_documents(folder: Path) -> None:
-    """Write the 40 documents under `folder/docs/`."""
-    docs = folder / "docs"
-    docs.mkdir(parents=True, exist_ok=True)
+def documents() -> dict[str, str]:
+    """The 40 documents: path under the demo folder (`docs/doc-07.txt`) -> text."""
     rng = random.Random(7)
+    found: dict[str, str] = {}
     for name, meta in ground_truth().items():
         if name == BROKEN:
             junk = "".join(chr(rng.choice([0xFFFD, 0x25A1, 0x2591, 0x00BF])) for _ in range(300))
@@ -118,7 +117,25 @@ def make_documents(folder: Path) -> None:
                 f"Title: {meta['title']}\nDate: {meta['date']}\nTopic: {meta['topic']}\n\n"
                 f"{para}\n\n{' '.join(rng.sample(_SENTENCES, 4))}\n"
             )
-        (docs / f"{name}.txt").write_text(body, encoding="utf-8")
+        found[f"docs/{name}.txt"] = body
+    return found
+
+
+def make_documents(folder: Path) -> None:
+    """Write the 40 documents under `folder/docs/`."""
+    (folder / "docs").mkdir(parents=True, exist_ok=True)
+    for path, body in documents().items():
+        (folder / path).write_text(body, encoding="utf-8")
+
+
+def output_paths() -> list[str]:
+    """What the task writes into the demo folder: a record per document, the catalogue,
+    the summary and the notice."""
+    return [f"records/{doc_id(n)}.json" for n in range(1, N_DOCS + 1)] + [
+        "catalog.csv",
+        "summary.md",
+        "notice.md",
+    ]
 
 
 def spec_dict() -> dict[str, Any]:
@@ -186,16 +203,24 @@ def spec_dict() -> dict[str, Any]:
         ],
         "items": items,
         "tools": ["list_files", "read_file", "write_file"],
-        "limits": {"max_rounds": 160, "no_progress_rounds": 4, "max_attempts_per_item": 3},
+        "limits": {"max_rounds": 160},
         "context": {"input_budget_tokens": 12000},
         "budget": {"rounds": 200},
     }
 
 
+SPEC_FILE = "demo-spec.yaml"
+
+
+def spec_text() -> str:
+    """`spec_dict()` as the YAML of `demo-spec.yaml`."""
+    return yaml.safe_dump(spec_dict(), sort_keys=False, width=100)
+
+
 def write_spec(folder: Path) -> Path:
     """Write `demo-spec.yaml` into `folder` and return its path."""
-    path = folder / "demo-spec.yaml"
-    path.write_text(yaml.safe_dump(spec_dict(), sort_keys=False, width=100), encoding="utf-8")
+    path = folder / SPEC_FILE
+    path.write_text(spec_text(), encoding="utf-8")
     return path
 
 

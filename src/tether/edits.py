@@ -7,8 +7,10 @@ the task's version and commits the new contract with the ledger carried over: it
 that did not change keep their state and evidence, changed items (another title or
 `done_when`) start again, new items are pending, dropped items leave. A task that was
 waiting or suspended (for a limit, a budget, a human) is queued again; a finished one is
-re-opened by the goal change. A worker notices a new version between rounds and starts
-a fresh turn whose system prompt carries the new contract.
+re-opened by the goal change. A dropped item's requests about calls never sent close
+with it (`approval.closed`): those calls are not sent later. A worker notices a new
+version between rounds and starts a fresh turn whose system prompt carries the new
+contract.
 
 `tell` adds a message from a person; the model reads it at its next turn, and a task
 that waits for a human is queued again.
@@ -19,12 +21,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tether import errors, lifecycle
+from tether import approvals, errors, lifecycle
 from tether import events as ev
 from tether import ledger as L
 from tether._validation import free_text
 from tether.artifacts import invalidate_for_edit
-from tether.decisions import changeable
+from tether.decisions import changeable, store_time
 from tether.runtime.tasks import ledger_from_spec
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import LedgerWrite, Store, TaskPatch, TaskRecord
@@ -132,6 +134,17 @@ async def edit_task(
         *stale.events,
         ev.LedgerUpdated(version=ledger.version, diff=[], cause="edit"),
     ]
+    # Calls made for a dropped item and never sent are not sent now: their requests close.
+    removed = {i.id for i in old_spec.items} - {i.id for i in new_spec.items}
+    closed_events, closed = await approvals.close_for_items(
+        store,
+        task_id,
+        removed,
+        f"item removed by edit v{version} ({by})",
+        by=by,
+        now=store_time(store),
+    )
+    events += closed_events
     status = None
     if task.status != "queued":
         status = "queued"
@@ -156,6 +169,7 @@ async def edit_task(
         ledger=LedgerWrite.of(ledger, old_ledger.version, skeleton=True),
         artifacts=stale.records,
         ops=stale.ops,
+        approvals=closed,
     )
     return await store.get_task(task_id)
 
@@ -170,7 +184,7 @@ async def tell(store: Store, task_id: str, text: str, *, by: str = "user") -> Ta
     body = free_text(text, "the message", limit=MAX_MESSAGE_CHARS, required=True)
     task = await store.get_task(task_id)
     if lifecycle.is_terminal(task.status):
-        raise errors.UserError(
+        raise errors.AlreadySettled(
             f"task {task_id} is {task.status}; edit it to give it a new goal instead"
         )
     events: list[ev.Event] = [ev.UserMessage(text=body, by=by)]

@@ -18,6 +18,8 @@ kept as `__cause__`.
 
 from __future__ import annotations
 
+import time
+from datetime import datetime
 from typing import Any
 
 
@@ -229,14 +231,38 @@ class TaskCancelled(BaseException):
 class TaskBusy(UserError):
     """Another worker holds this task's lease."""
 
-    def __init__(self, task_id: str, owner: str | None, expires_at: float | None) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        owner: str | None,
+        expires_at: float | None,
+        now: float | None = None,
+    ) -> None:
         self.task_id = task_id
         super().__init__(
-            f"task {task_id} is being run by worker {owner!r} (lease until {expires_at}); "
-            "wait for it to finish or for its lease to expire",
+            f"task {task_id} is being run by worker {owner!r} (lease until "
+            f"{lease_time(expires_at, now)}); wait for it to finish or for its lease to "
+            f"expire (its worker gone for good: tether resume {task_id} --force)",
             task_id=task_id,
             owner=owner,
         )
+
+
+class AlreadySettled(UserError):
+    """A decision about something already settled: a request decided or closed (the
+    task ended, its item was waived or removed), or a task that has ended. Exit 2; the
+    web API answers 409 with the reason."""
+
+
+def lease_time(at: float | None, now: float | None = None) -> str:
+    """A lease's end for a person: local ISO time to the second and how far off it is
+    (`2026-12-05 01:02:03 +0100, in 42 s`)."""
+    if at is None:
+        return "unknown"
+    stamp = datetime.fromtimestamp(at).astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
+    left = at - (time.time() if now is None else now)
+    when = f"in {left:.0f} s" if left >= 0.5 else f"{-left:.0f} s ago" if left <= -0.5 else "now"
+    return f"{stamp}, {when}"
 
 
 class ValidationFailed(ToolSignal):

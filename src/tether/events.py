@@ -19,7 +19,7 @@ EVENT_SCHEMA_VERSION = 1
 class Event(BaseModel):
     """Base of all typed events."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
     TYPE: ClassVar[str] = ""
 
     def data(self) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def _register(type_name: str) -> Any:
 class UnknownEvent(Event):
     """An event of a type this tether does not know (written by a newer one)."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
 
 
 # --- task lifecycle ------------------------------------------------------------------
@@ -60,6 +60,15 @@ class TaskCreated(Event):
     items: int
     workspace: str | None = None
     preexisting: dict[str, str] = Field(default_factory=dict)
+    #: How the task was started (`runtime.launch`): model names, tool modules; no secrets.
+    launch: dict[str, Any] | None = None
+
+    def data(self) -> dict[str, Any]:
+        """The JSON-ready payload (without `launch` when there is none)."""
+        d = super().data()
+        if d.get("launch") is None:
+            d.pop("launch", None)
+        return d
 
 
 @_register("task.status")
@@ -70,6 +79,17 @@ class TaskStatusChanged(Event):
     dst: str
     stop_reason: str | None = None
     reason: str = ""
+    #: A wait's own words, as `status` tells them (the model's NEED_HELP question, the
+    #: command that raises a limit): what a notice of it says, even sent later. Stored
+    #: only when there are some.
+    told: str = ""
+
+    def data(self) -> dict[str, Any]:
+        """The JSON-ready payload (without an empty `told`)."""
+        d = super().data()
+        if not d.get("told"):
+            d.pop("told", None)
+        return d
 
 
 @_register("task.edited")
@@ -479,6 +499,20 @@ class ApprovalDecided(Event):
     decision: str
     by: str = "user"
     modified_args: dict[str, Any] | None = None
+
+
+@_register("approval.closed")
+class ApprovalClosed(Event):
+    """A request closed with what it decided about, undecided (or approved but never
+    acted on): the task ended, or the item its call worked for was waived or removed by
+    an edit. A closed request is final: it is never approved, rejected or sent later."""
+
+    request_id: str
+    reason: str
+    by: str = "tether"
+    op_id: str | None = None
+    #: The request's status when it was closed (`pending`, or `approved` and unsent).
+    previous: str = "pending"
 
 
 def encode(event: Event) -> tuple[str, int, dict[str, Any]]:

@@ -6,8 +6,10 @@ strand a task: `rebuild` folds the log again (`tether.report.timetravel`) and re
 every difference from the stored projections; with `fix`, the ledger is replaced by the
 folded one in a commit that journals what changed (a `ledger.updated` event with cause
 `rebuild`, so the log still folds to what is stored).
-Differences in the task row (status, stop reason, version) are reported; the task's
-status changes only through its lifecycle, so those are left to a human.
+Differences in the task row (status, stop reason, version) and in the status of its
+approval requests (pending, approved, rejected, closed: `approval.requested`, `.decided`,
+`.closed`) are reported; the task's status changes only through its lifecycle and a
+request's only by a decision or a close, so those are left to a human.
 """
 
 from __future__ import annotations
@@ -17,13 +19,28 @@ from typing import Any
 from tether import events as ev
 from tether import ledger as L
 from tether.report.timetravel import LedgerFold, TaskFold
-from tether.store.base import LedgerWrite, Store
+from tether.store.base import LedgerWrite, Store, StoredEvent
 
 _FIELDS = ("status", "evidence", "attempts", "breaker", "note")
 
 
 def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
+
+
+def request_status(events: list[StoredEvent]) -> dict[str, str]:
+    """Each approval request's status as its events leave it."""
+    out: dict[str, str] = {}
+    for e in events:
+        rid = str(e.data.get("request_id", ""))
+        if e.type == "approval.requested":
+            out[rid] = "pending"
+        elif e.type == "approval.decided":
+            rejected = e.data.get("decision") in ("reject", "superseded")
+            out[rid] = "rejected" if rejected else "approved"
+        elif e.type == "approval.closed":
+            out[rid] = "closed"
+    return out
 
 
 async def rebuild(store: Store, task_id: str, *, fix: bool = False) -> dict[str, Any]:
@@ -34,9 +51,21 @@ async def rebuild(store: Store, task_id: str, *, fix: bool = False) -> dict[str,
     rec = await store.get_ledger(task_id)
     stored = rec.to_ledger()
     ledger_fold, task_fold = LedgerFold.start(rec.skeleton), TaskFold()
-    for e in await store.read_events(task_id):
+    log = await store.read_events(task_id)
+    for e in log:
         ledger_fold.apply(e)
         task_fold.apply(e)
+    stored_requests = {a.request_id: a.status for a in await store.get_approvals(task_id)}
+    logged_requests = request_status(log)
+    request_diffs = [
+        {
+            "request_id": rid,
+            "stored": stored_requests.get(rid),
+            "from_log": logged_requests.get(rid),
+        }
+        for rid in sorted(set(stored_requests) | set(logged_requests))
+        if stored_requests.get(rid) != logged_requests.get(rid)
+    ]
     folded = ledger_fold.ledger()
     ledger_diffs = [
         {
@@ -76,8 +105,9 @@ async def rebuild(store: Store, task_id: str, *, fix: bool = False) -> dict[str,
         fixed = True
     return {
         "task_id": task_id,
-        "consistent": not ledger_diffs and not task_diffs,
+        "consistent": not ledger_diffs and not task_diffs and not request_diffs,
         "ledger": ledger_diffs,
         "task": task_diffs,
+        "approvals": request_diffs,
         "fixed": fixed,
     }

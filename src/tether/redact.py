@@ -2,7 +2,8 @@
 
 Known secret values — environment variables whose names say they hold one (`*_KEY`,
 `*_TOKEN`, `*_SECRET`, `*PASSWORD*`, `*CREDENTIAL*`) — and the userinfo of any URL
-(`http://user:KEY@host`), `Authorization` headers and `Bearer` tokens, and every secret
+(`http://user:KEY@host`; of a database URL only the password, the role name stays),
+`Authorization` headers and `Bearer` tokens, and every secret
 handed to a tool by `ToolContext.secret`,
 are replaced by `***` in what the runtime journals from the
 outside world (model errors, tool errors and results, model names that are URLs) and in
@@ -20,7 +21,13 @@ from typing import Any
 
 MASK = "***"
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
-_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s:]+(?::[^/@\s]*)?@")
+_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)([^/@\s:]*)(:[^/@\s]*)?@")
+#: Database URLs: their user is a role name, shown; only a password that is there is
+#: masked (`postgresql://app:***@db`, `postgresql://postgres@db` as it is). Elsewhere a
+#: user alone may be a token (`https://TOKEN@host`): the whole userinfo is masked.
+_DB_SCHEMES = frozenset(
+    {"postgresql", "postgres", "postgresql+psycopg", "mysql", "mariadb", "redis", "rediss"}
+)
 #: Credentials as HTTP sends them: an `Authorization` header (or one quoted in JSON, or
 #: a Python dict's repr), and a bare `Bearer <token>`.
 _AUTH_HEADER = re.compile(
@@ -64,7 +71,7 @@ def redact(text: str, secrets: tuple[str, ...] | None = None) -> str:
     """`text` with URL userinfo and every known secret value masked."""
     if not text:
         return text
-    out = _USERINFO.sub(rf"\1{MASK}@", text) if "://" in text else text
+    out = _USERINFO.sub(_mask_userinfo, text) if "://" in text else text
     low = out.lower()
     if "authorization" in low:
         out = _AUTH_HEADER.sub(rf"\1{MASK}", out)
@@ -74,6 +81,15 @@ def redact(text: str, secrets: tuple[str, ...] | None = None) -> str:
         if secret in out:
             out = out.replace(secret, MASK)
     return out
+
+
+def _mask_userinfo(m: re.Match[str]) -> str:
+    scheme, user, password = m.group(1), m.group(2), m.group(3)
+    if not user and (not password or password == ":"):
+        return m.group()  # no userinfo to speak of
+    if scheme[:-3].lower() in _DB_SCHEMES:
+        return f"{scheme}{user}:{MASK}@" if password and password != ":" else m.group()
+    return f"{scheme}{MASK}@"
 
 
 def redact_data(value: Any, secrets: tuple[str, ...] | None = None) -> Any:

@@ -13,6 +13,7 @@ import datetime as _dt
 import math
 import re
 import sys
+import weakref
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -200,7 +201,7 @@ def _stored(info: ValidationInfo) -> bool:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
     @field_validator("*", mode="after")
     @classmethod
@@ -421,11 +422,30 @@ class Limits(_Strict):
 
     max_rounds: int = Field(default=200, gt=0)
     max_rounds_per_milestone: int | None = Field(default=None, gt=0)
-    max_attempts_per_item: int = Field(default=3, gt=0)
-    no_progress_rounds: int = Field(
-        default=3, gt=0, description="rounds on one item without progress before it is blocked"
+    max_attempts_per_item: int = Field(
+        default=3,
+        gt=0,
+        description="rounds on one item whose failure it has seen before (the same call "
+        "failing the same way again) before it is blocked",
     )
-    same_failure_repeats: int = Field(default=3, gt=0)
+    no_progress_rounds: int = Field(
+        default=3,
+        gt=0,
+        description="rounds in a row on one item that did nothing new for it (the same calls "
+        "with the same results, or words only) before it is blocked",
+    )
+    same_failure_repeats: int = Field(
+        default=3,
+        gt=0,
+        description="the same call failing the same way (same normalised message) this often "
+        "blocks the item as non-convergent",
+    )
+    max_rounds_per_item: int | None = Field(
+        default=40,
+        gt=0,
+        description="rounds one item may take before it is blocked, however new each round "
+        "looks (a backstop against padding with ever-new arguments); null: no cap",
+    )
     max_crash_restarts: int = Field(
         default=5,
         gt=0,
@@ -856,7 +876,7 @@ def parse_spec(data: Any, *, source: str = "<spec>", stored: bool = False) -> Ta
             f"expected a mapping at the top level, got {type(data).__name__}", source=source
         )
     try:
-        return TaskSpec.model_validate(data, context={"stored": True} if stored else None)
+        spec = TaskSpec.model_validate(data, context={"stored": True} if stored else None)
     except ValidationError as exc:
         errs = exc.errors()
         problems = [p for e in errs if not _named_wrongly(e, errs) for p in _describe(e)]
@@ -868,6 +888,20 @@ def parse_spec(data: Any, *, source: str = "<spec>", stored: bool = False) -> Ta
         raise errors.SpecError(
             f"the spec is nested too deeply (at most {MAX_DEPTH} levels)", source=source
         ) from None
+    _SOURCES[id(spec)] = source
+    weakref.finalize(spec, _SOURCES.pop, id(spec), None)
+    return spec
+
+
+#: Where each parsed spec was read from, by object (not a field: two equal contracts
+#: are equal wherever they came from).
+_SOURCES: dict[int, str] = {}
+
+
+def source_of(spec: TaskSpec) -> str:
+    """Where `spec` was read from (its file's name, `task T`), for its errors; `<spec>`
+    for one built in Python."""
+    return _SOURCES.get(id(spec), "<spec>")
 
 
 class _Refused(yaml.MarkedYAMLError):

@@ -2,10 +2,11 @@
 
 The item's only real call fails the same way every round, and the judge dresses each
 round up as progress by attaching an unrelated successful op: re-citing an old one,
-citing a new but identical read, or a fresh read of something else. A round with failed
-calls is an attempt, a repeated identical failure is non-convergent whatever else was
-attached, and a repeat of credited evidence is no progress: the item is blocked within
-a few rounds and the items after it start.
+citing a new but identical read, or a fresh read of something else. What the judge
+attaches is not what progress is measured from: a round whose failure was seen before
+is an attempt, a repeated identical failure is non-convergent whatever else the round
+did, the same read with the same result is nothing new, and padding with ever-new calls
+meets the per-item round cap. The item is blocked and the items after it start.
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ async def test_padding_a_repeated_failure_still_blocks_the_item(
     assert await statuses(store, tid) == {"deploy": "blocked", "announce": "done"}
     led = await ledger_of(store, tid)
     deploy = led.item("deploy")
-    assert deploy.attempts == spec.limits.same_failure_repeats
+    # Every round after the first failed the same way again: each of those is an attempt.
+    assert deploy.attempts == spec.limits.same_failure_repeats - 1
     assert deploy.note.startswith("non-convergent"), deploy.note
     assert "secrets/deploy.key" in deploy.note
     # Blocked at the same-failure limit (3): padding bought no extra rounds.
@@ -153,11 +155,12 @@ async def test_padding_a_repeated_failure_still_blocks_the_item(
 
 
 @pytest.mark.parametrize("padding", ["new-distinct", "many-distinct"])
-async def test_fresh_padding_with_varying_failures_runs_out_of_attempts(
+async def test_fresh_padding_with_varying_failures_ends_when_nothing_new_comes(
     store: MemoryStore, workspace: Path, padding: str
 ) -> None:
-    """The failing call changes every round (never non-convergent) and every round brings
-    fresh, distinct reads: still, every round with failures is an attempt."""
+    """The failing call changes every round (never the same failure twice: no attempt, never
+    non-convergent) and the padding reads are fresh while the seed files last: once they
+    only repeat, the rounds do nothing new and the item is blocked, at default limits."""
     spec = spec_for()
     tid, result = await run_task(
         store,
@@ -170,9 +173,49 @@ async def test_fresh_padding_with_varying_failures_runs_out_of_attempts(
     led = await ledger_of(store, tid)
     deploy = led.item("deploy")
     assert deploy.status == "blocked"
-    assert deploy.attempts == spec.limits.max_attempts_per_item
-    assert deploy.note.startswith(f"failed {spec.limits.max_attempts_per_item} attempts")
-    assert await deploy_rounds(store, tid) == spec.limits.max_attempts_per_item
+    assert deploy.attempts == 0
+    assert deploy.note.startswith(f"no progress in {spec.limits.no_progress_rounds} rounds")
+    # At most one round per seed file (each read once is new), then the no-progress rounds.
+    assert await deploy_rounds(store, tid) <= len(SEEDS) + spec.limits.no_progress_rounds
+    assert led.item("announce").status == "done"
+    await assert_honest(store, tid, spec)
+
+
+async def test_padding_with_ever_new_calls_meets_the_per_item_cap(
+    store: MemoryStore, workspace: Path
+) -> None:
+    """Every round writes something never written before next to its failing call: each
+    round looks new, so only `limits.max_rounds_per_item` (at its default) stops it."""
+
+    def actor(request: ModelRequest) -> ModelResponse:
+        nxt = request.ledger["next"] if request.ledger else None
+        if nxt != "deploy":
+            return say(f"writing {nxt}", write(str(nxt))) if nxt else say("done")
+        n = sum(1 for r in act_requests_seen if r == "deploy")
+        act_requests_seen.append("deploy")
+        return say(
+            "Deploying, one more try.",
+            failing_call(n, vary=True),
+            tool_call("write_file", path=f"scratch/try-{n}.txt", content=f"try {n}\n"),
+        )
+
+    act_requests_seen: list[str] = []
+    spec = spec_for()
+    cap = spec.limits.max_rounds_per_item
+    assert cap is not None
+    tid, result = await run_task(
+        store,
+        spec,
+        workspace,
+        ScriptedModel(policy=actor),
+        judge=ScriptedModel(policy=padding_judge(reuse=False)),
+    )
+    assert result.status == "waiting"
+    led = await ledger_of(store, tid)
+    deploy = led.item("deploy")
+    assert deploy.status == "blocked"
+    assert deploy.note.startswith(f"not finished in {cap} rounds"), deploy.note
+    assert await deploy_rounds(store, tid) == cap
     assert led.item("announce").status == "done"
     await assert_honest(store, tid, spec)
 
@@ -180,6 +223,8 @@ async def test_fresh_padding_with_varying_failures_runs_out_of_attempts(
 async def test_item_limits_from_the_contract_are_honoured(
     store: MemoryStore, workspace: Path
 ) -> None:
+    """The same failure again is an attempt: with the item's own `max_attempts: 2` (and a
+    raised same-failure limit) it is blocked at its second repeat, the third round."""
     items = [{"id": "deploy", "title": "deploy", "max_attempts": 2}, *op_rule_items("announce")]
     spec = contract(items, limits={"same_failure_repeats": 5})
     tid, _ = await run_task(
@@ -191,7 +236,8 @@ async def test_item_limits_from_the_contract_are_honoured(
     )
     led = await ledger_of(store, tid)
     assert led.item("deploy").status == "blocked"
-    assert (led.item("deploy").attempts, await deploy_rounds(store, tid)) == (2, 2)
+    assert led.item("deploy").note.startswith("failed 2 attempts"), led.item("deploy").note
+    assert (led.item("deploy").attempts, await deploy_rounds(store, tid)) == (2, 3)
     await assert_honest(store, tid, spec)
 
 

@@ -107,7 +107,7 @@ def spec(corpus: str) -> dict[str, Any]:
         "tools": ["read_source", "record_evidence", "record_claim", "write_report_section",
                   "write_report", {"name": "create_ticket", "approval": True}],
         "budget": {"tokens": 2_000_000, "rounds": 80},
-        "limits": {"max_rounds": 80, "no_progress_rounds": 6},
+        "limits": {"max_rounds": 80},
         "models": {"judge": "rules"},
         "context": {"input_budget_tokens": 200_000},
     }  # fmt: skip

@@ -141,9 +141,9 @@ def test_writes_need_the_token_and_bad_input_changes_nothing(
     auth = {"Authorization": f"Bearer {TOKEN}"}
     bad = {
         f"/api/tasks/{tid}/approvals/nope/approve": ({}, 400, "no approval request 'nope'"),
-        f"/api/tasks/{tid}/approvals/{rid}/reject": ({"modify": {}}, 422, "modify"),
+        f"/api/tasks/{tid}/approvals/{rid}/reject": ({"modify": {}}, 400, "modify"),
         f"/api/tasks/{tid}/items/zz/retry": ({}, 400, "zz"),
-        f"/api/tasks/{tid}/items/i3/waive": ({"reason": ""}, 422, "reason"),
+        f"/api/tasks/{tid}/items/i3/waive": ({"reason": ""}, 400, "reason"),
         f"/api/tasks/{tid}/tell": ({"text": "   "}, 400, "empty"),
         "/api/tasks/t-none/cancel": ({}, 404, "t-none"),
     }

@@ -10,7 +10,9 @@ import pytest
 
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
+from tether.runtime.compaction import SUMMARY_AUDIT_INSTRUCTIONS
 from tether.runtime.context import SUMMARY_PREFIX
+from tether.runtime.replay import replay_task
 from tether.store.memory import MemoryStore
 
 from .loop_support import by_purpose, events_of, ledger_of, next_item, run_task, spec_of
@@ -192,3 +194,141 @@ async def test_the_note_survives_when_the_summary_is_cut_to_fit(
     note = text.split(NOTE, 1)[1]
     assert 'finished ("all items are complete"); that claim was not accepted' in note
     assert note.rstrip().endswith("Next: i2")
+
+
+# --- a judge model's second reading ------------------------------------------------------------
+
+SLY = "i2 and i3 went the same way as i1, which is done."
+
+
+class JudgedLoop:
+    """Writes i1, then reads new notes every round (never the same call twice) until a
+    compaction happened, then finishes honestly; a compressor that says `summary`; and a
+    judge model that answers the runtime's question about the summary with `reading`
+    (or fails, when `reading` is None). Default limits."""
+
+    def __init__(self, summary: str, reading: str | None) -> None:
+        self.summary = summary
+        self.reading = reading
+        self.compact_requests: list[ModelRequest] = []
+        self.audit_requests: list[ModelRequest] = []
+        self.after: list[ModelRequest] = []
+        self.reads = 0
+
+    def actor(self, request: ModelRequest) -> ModelResponse:
+        if self.compact_requests:
+            self.after.append(request)
+        nxt = next_item(request)
+        if nxt is None:
+            return ModelResponse("Everything in the ledger is closed.")
+        if nxt == "i1" or self.compact_requests:
+            return ModelResponse(
+                f"writing {nxt}", (tool_call("write_file", path=f"out/{nxt}.txt", content=nxt),)
+            )
+        self.reads += 1
+        return ModelResponse("reading", (tool_call("read_file", path=f"notes-{self.reads}.txt"),))
+
+    def judge(self, request: ModelRequest) -> str:
+        if request.system == SUMMARY_AUDIT_INSTRUCTIONS:
+            self.audit_requests.append(request)
+            if self.reading is None:
+                raise RuntimeError("the judge model is down")
+            return self.reading
+        return '{"changes": [], "decision": "continue", "reason": "rules decide"}'
+
+    def compressor(self, request: ModelRequest) -> str:
+        self.compact_requests.append(request)
+        return self.summary
+
+    async def run(self, store: MemoryStore, tmp_path: Path) -> tuple[str, Any]:
+        for k in range(1, 30):
+            (tmp_path / f"notes-{k}.txt").write_text(f"notes {k} " + "x" * 700)
+        model = ScriptedModel(
+            policy=by_purpose(act=self.actor, judge=self.judge, compact=self.compressor)
+        )
+        spec = spec_of(3, context={"input_budget_tokens": 1500, "preview_chars": 750})
+        assert "limits" not in spec.model_fields_set
+        return await run_task(
+            store, spec, tmp_path, model, judge=model, compact=model, max_rounds_this_run=30
+        )
+
+
+async def test_the_judge_finds_a_claim_the_rules_miss(store: MemoryStore, tmp_path: Path) -> None:
+    loop = JudgedLoop(SLY, '{"claimed_done": ["i2", "i3"], "whole_task": false, "quote": "x"}')
+    tid, result = await loop.run(store, tmp_path)
+    assert loop.compact_requests and loop.audit_requests
+    # The judge was shown the summary and the true ledger.
+    shown = loop.audit_requests[0].messages[0].content
+    assert SLY in shown and '"id": "i2"' in shown
+    (warn,) = [
+        w
+        for w in await events_of(store, tid, "audit.warning")
+        if w["code"] == "summary_claims_done"
+    ][:1]
+    assert warn["details"]["items"] == ["i2", "i3"]
+    assert warn["details"]["found_by"] == "judge"
+    # The next request says the claim was refused, next to the true ledger.
+    summary = _summary_message(loop.after[0])
+    assert summary.index(SLY) < summary.index(NOTE)
+    assert "claims that i2, i3 are done" in summary
+    # The judge's call is journaled like any other.
+    calls = await events_of(store, tid, "model.called")
+    assert any(c["purpose"] == "judge" and c.get("round") is None for c in calls)
+    # The task finished honestly afterwards, and replays clean.
+    assert result.status == "satisfied"
+    replayed = await replay_task(store, tid)
+    assert replayed.divergence is None, replayed.divergence
+
+
+@pytest.mark.parametrize(
+    "reading",
+    [None, "not json", '{"claimed_done": [], "whole_task": false}'],
+    ids=["judge-down", "unreadable", "nothing-found"],
+)
+async def test_the_rules_are_the_floor(
+    store: MemoryStore, tmp_path: Path, reading: str | None
+) -> None:
+    # A judge that fails, answers nonsense or finds nothing changes nothing: the
+    # rules' reading stands (no claim here), and the task goes on.
+    loop = JudgedLoop(SLY, reading)
+    tid, result = await loop.run(store, tmp_path)
+    assert loop.audit_requests
+    warns = [
+        w
+        for w in await events_of(store, tid, "audit.warning")
+        if w["code"] == "summary_claims_done"
+    ]
+    assert warns == []
+    assert NOTE not in _summary_message(loop.after[0])
+    assert result.status == "satisfied"
+    failed = await events_of(store, tid, "model.failed")
+    assert [f["purpose"] for f in failed] == (["judge"] if reading is None else [])
+    # The judge's call, or its failure, is journaled: the run replays clean.
+    replayed = await replay_task(store, tid)
+    assert replayed.divergence is None, replayed.divergence
+
+
+async def test_a_judge_cannot_clear_what_the_rules_flagged(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    loop = JudgedLoop("cat: i1 to i3 are done.", '{"claimed_done": [], "whole_task": false}')
+    tid, _ = await loop.run(store, tmp_path)
+    # The rules found the claim: the judge is not asked, and the claim is refused.
+    assert loop.audit_requests == []
+    (warn,) = [
+        w
+        for w in await events_of(store, tid, "audit.warning")
+        if w["code"] == "summary_claims_done"
+    ][:1]
+    assert warn["details"]["items"] == ["i2", "i3"] and warn["details"]["found_by"] == "rules"
+
+
+async def test_a_summary_without_completion_words_is_not_sent_to_the_judge(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    loop = JudgedLoop("Read notes 1 to 4; each has 700 x.", '{"claimed_done": ["i2"]}')
+    tid, _ = await loop.run(store, tmp_path)
+    assert loop.compact_requests and loop.audit_requests == []
+    assert "summary_claims_done" not in {
+        w["code"] for w in await events_of(store, tid, "audit.warning")
+    }

@@ -16,7 +16,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tether import errors
@@ -226,7 +225,7 @@ async def test_http_failures_fail_the_call_clearly_and_store_nothing(
 ) -> None:
     with pytest.raises(errors.ToolFailed, match="answered HTTP 404"):
         await call("read_source", source="MISSING")
-    monkeypatch.setattr(st, "HTTP_TIMEOUT", httpx.Timeout(0.3))
+    monkeypatch.setattr(st, "HTTP_TIMEOUT", 0.3)
     with pytest.raises(errors.ToolFailed, match=r"did not answer within 0\.3 s"):
         await call("read_source", source="SLOW")
     site.pages["/page"] = Page(b"x" * 100)

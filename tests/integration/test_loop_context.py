@@ -118,7 +118,7 @@ async def test_five_hundred_rounds_stay_within_the_input_budget(
     spec = spec_of(
         2,
         context={"input_budget_tokens": budget, "preview_chars": 2000},
-        limits={"max_rounds": 500, "no_progress_rounds": 10_000},
+        limits={"max_rounds": 500, "no_progress_rounds": 10_000, "max_rounds_per_item": None},
     )
     model = ScriptedModel(policy=policy, keep_requests=1)
     tid, result = await run_task(store, spec, tmp_path, model, compact=model)
@@ -149,7 +149,8 @@ async def test_a_looping_model_gets_its_item_blocked_and_the_task_moves_on(
     ledger = (await store.get_ledger(tid)).to_ledger()
     state = ledger.item("i1")
     assert state.status == "blocked"
-    assert state.attempts == 3 and "non-convergent: read_file failed 3 times" in state.note
+    # The first failure is no attempt; each repeat of it is, and the third is non-convergent.
+    assert state.attempts == 2 and "non-convergent: read_file failed 3 times" in state.note
     assert "missing.txt" in state.note  # the last error is kept
     assert ledger.item("i2").status == "done" and ledger.item("i3").status == "done"
     # A blocked item is not delivered work: the task waits for a human's decision.
@@ -258,9 +259,12 @@ async def test_completion_check_failures_become_work(store: MemoryStore, tmp_pat
     assert written.count("out/i2.txt") == 2  # reopened by the reviewer, then redone
 
 
-async def test_different_failing_calls_use_up_the_items_attempts(
+async def test_different_failing_calls_are_no_attempts_and_no_progress(
     store: MemoryStore, tmp_path: Path
 ) -> None:
+    """A different missing file every round: never the same failure (no attempt, never
+    non-convergent), and never a success, so nothing moves the item: blocked after
+    `no_progress_rounds` rounds at the default limits."""
     tries = {"n": 0}
 
     def actor(request: ModelRequest) -> ModelResponse:
@@ -270,10 +274,12 @@ async def test_different_failing_calls_use_up_the_items_attempts(
             return ModelResponse("try", (tool_call("read_file", path=f"missing-{tries['n']}.txt"),))
         return honest_actor(request)
 
-    spec = spec_of(2, limits={"no_progress_rounds": 10, "max_attempts_per_item": 3})
+    spec = spec_of(2)
     tid, result = await run_task(store, spec, tmp_path, ScriptedModel(policy=actor))
     state = (await store.get_ledger(tid)).to_ledger().item("i1")
-    assert state.status == "blocked" and "failed 3 attempts" in state.note
+    assert state.status == "blocked" and state.attempts == 0
+    assert state.note.startswith(f"no progress in {spec.limits.no_progress_rounds} rounds")
+    assert tries["n"] == spec.limits.no_progress_rounds
     assert result.status == "waiting"  # the blocked item waits for a human decision
     assert (await store.get_task(tid)).waiting["kind"] == "decision"
 

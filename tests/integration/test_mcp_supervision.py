@@ -233,7 +233,7 @@ async def test_server_that_stays_down_parks_the_task_and_status_says_why(tmp_pat
 
 async def test_transient_failure_exhausting_its_retries_counts_once(tmp_path: Path) -> None:
     """A read that times out on every attempt fails once for its item, not once per
-    attempt: one attempt on the item, one step towards non-convergence."""
+    attempt: one step towards non-convergence."""
 
     def policy(request: ModelRequest) -> ModelResponse:
         if not results_of(request):
@@ -255,7 +255,10 @@ async def test_transient_failure_exhausting_its_retries_counts_once(tmp_path: Pa
         ("notes__add", "succeeded"),
     ]
     item = (await store.get_ledger(task.task_id)).to_ledger().item("i1")
-    assert item.status == "done" and item.attempts == 1
+    # One failure, not one per retry: one step towards non-convergence, and no attempt
+    # (only a failure the item has seen before is one).
+    assert item.status == "done" and item.attempts == 0
+    assert list((await store.get_task(task.task_id)).usage["failure_keys"].values()) == [1]
 
 
 async def test_dead_server_probed_by_a_short_cooldown_blocks_no_item(tmp_path: Path) -> None:

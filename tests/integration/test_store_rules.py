@@ -2,7 +2,9 @@
 
 The rules are pure; the conformance suite checks that memory, SQLite and PostgreSQL
 obey them alike. Here: the rules themselves, that their SQL forms say the same as their
-Python forms, and that a PostgreSQL commit (and a read) is one round trip.
+Python forms, and that a PostgreSQL commit (and a read) is one round trip (two for the
+rare commit that writes approval requests or ends the task: it locks the task and reads
+its requests first).
 """
 
 from __future__ import annotations
@@ -259,11 +261,20 @@ async def test_postgres_round_trips(pg_url: str, add_task: AddTask) -> None:
                 ledger=LedgerWrite.of(led, expected_version=led.version, skeleton=True),
                 ops=[OpRecord("o", "t", 1, 0, "fetch", {}, "h", "read", "intended")],
                 artifacts=[ArtifactRecord("a", "t", "evidence", "a.txt", "sha256:x", 1)],
-                approvals=[ApprovalRecord("r", "t", "pending", {"q": 1})],
                 blobs=[b"blob", b"blob"],
             )
 
         assert await count(commit) == 1
+
+        async def ask() -> None:
+            await store.commit(
+                "t",
+                lease.token,
+                [],
+                approvals=[ApprovalRecord("r", "t", "pending", {"q": 1})],
+            )
+
+        assert await count(ask) == 2
 
         async def refused() -> None:
             with pytest.raises(errors.StaleLease):

@@ -330,8 +330,9 @@ async def test_a_task_naming_a_tool_this_worker_lacks_is_handed_back_and_passed_
         assert token == 1  # looked at once: passed over since, not claimed in a loop
         clock.advance(31)
         w.notify()
-        for _ in range(int(LIMIT * 100)):  # looked at again (claimed, handed back)
-            if (await db.get_task(other)).fencing_token > token:
+        for _ in range(int(LIMIT * 100)):  # looked at again: claimed, then handed back
+            again = await db.get_task(other)
+            if again.fencing_token > token and again.lease_owner is None:
                 break
             await asyncio.sleep(0.01)
         else:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tether import ledger as L
+from tether.runtime import progress as P
 from tether.runtime.judge import (
     AuditOutcome,
     Evidence,
@@ -54,6 +55,22 @@ EVIDENCE: dict[str, Evidence] = {
 OK = OpSummary("x.r5.c0", "write_file", {"path": "a"}, "succeeded")
 FAILED = OpSummary("x.r5.c1", "read_file", {"path": "gone"}, "failed", error="no such file")
 DEFERRED = OpSummary("x.r5.c2", "ticket", {}, "deferred")
+#: The same calls with another outcome: the file read says something else, the read
+#: fails in another way.
+OK_CHANGED = OpSummary("x.r5.c0", "write_file", {"path": "a"}, "succeeded", "other text")
+FAILED_CHANGED = OpSummary(
+    "x.r5.c1", "read_file", {"path": "gone"}, "failed", error="permission denied"
+)
+
+
+def marks(*ops: OpSummary) -> tuple[str, ...]:
+    """What an earlier round with these calls left in the item's `seen`."""
+    return P.moves(ops, None, ()).marks
+
+
+def rule_marks(state: str) -> tuple[str, ...]:
+    """What an earlier round left when the item's rule check found `state`."""
+    return P.moves((), state, ()).marks
 
 
 def ch(item: str, status: Any = None, *refs: str, note: str | None = None) -> ProposedChange:
@@ -66,6 +83,11 @@ def llm(decision: str = "continue", *changes: ProposedChange, reason: str = "") 
 
 def rules(*changes: ProposedChange) -> Verdict:
     return Verdict("continue", tuple(changes), "", source="rules")
+
+
+def rules_checked(checks: Mapping[str, str]) -> Verdict:
+    """The rule judge's verdict with unmet checks (`{item: state}`) and no change."""
+    return Verdict("continue", (), "", source="rules", checks=dict(checks))
 
 
 def facts(
@@ -105,6 +127,7 @@ class Case:
     facts: RoundFacts = field(default_factory=facts)
     policies: dict[str, ItemPolicy] = field(default_factory=dict)
     seen: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    rounds: int = 0
     items: tuple[str, ...] = ("a", "b", "c")
     optional: tuple[str, ...] = ()
     limits: Limits = field(default_factory=Limits)
@@ -129,6 +152,7 @@ def run(case: Case) -> AuditOutcome:
         limits=case.limits,
         policies=case.policies,
         seen=case.seen,
+        rounds=case.rounds,
     )
 
 
@@ -488,7 +512,7 @@ CASES = [
         decision="satisfied",
         codes=[],
     ),
-    # --- the breaker on the focus item ---------------------------------------------------
+    # --- the breaker on the focus item: progress from what the round did -----------------
     Case(
         "no-progress-raises-the-breaker",
         [llm("continue")],
@@ -507,54 +531,86 @@ CASES = [
         codes=["item_blocked"],
     ),
     Case(
-        "fresh-evidence-of-its-own-resets-the-breaker",
-        [llm("continue", ch("a", "in_progress", "op:ls5"))],
+        "a-new-successful-call-is-progress-with-nothing-attached",
+        [llm("continue")],
         {"a": {"status": "in_progress", "breaker": 2}},
         facts("a", OK),
         status={"a": "in_progress"},
         counters={"a": (0, 0)},
-        credited={"a": ("list_files|same",)},
+        codes=[],
     ),
     Case(
-        "a-repeat-of-credited-work-is-no-progress",
-        [llm("continue", ch("a", None, "op:ls5"))],
-        {"a": {"status": "in_progress", "breaker": 2, "evidence": ["op:ls4"]}},
-        seen={"a": ("list_files|same",)},
-        status={"a": "blocked"},
-        evidence={"a": ("op:ls4", "op:ls5")},
-        codes=["item_blocked"],
-    ),
-    Case(
-        "re-citing-an-old-op-is-no-progress",
-        [llm("continue", ch("a", "in_progress", "op:a3"))],
+        "the-same-call-with-the-same-result-is-no-progress",
+        [llm("continue")],
         {"a": {"status": "in_progress", "breaker": 2}},
+        facts("a", OK),
+        seen={"a": marks(OK)},
         status={"a": "blocked"},
         codes=["item_blocked"],
     ),
     Case(
-        "evidence-for-another-item-is-no-progress-on-the-focus",
+        "the-same-call-with-a-new-result-is-progress",
+        [llm("continue")],
+        {"a": {"status": "in_progress", "breaker": 2}},
+        facts("a", OK_CHANGED),
+        seen={"a": marks(OK)},
+        counters={"a": (0, 0)},
+    ),
+    Case(
+        "attached-evidence-of-a-repeat-is-no-progress",
+        [llm("continue", ch("a", "in_progress", "op:a5"))],
+        {"a": {"status": "in_progress", "breaker": 2}},
+        facts("a", OK),
+        seen={"a": marks(OK)},
+        status={"a": "blocked"},
+        evidence={"a": ("op:a5",)},
+        codes=["item_blocked"],
+    ),
+    Case(
+        "a-repeat-with-other-items-evidence-is-no-progress-on-the-focus",
         [llm("continue", ch("c", None, "op:tk5"))],
         {"a": {"status": "in_progress", "breaker": 2}},
+        facts("a", OK),
+        seen={"a": marks(OK)},
         policies={"c": linked("create_ticket")},
         status={"a": "blocked", "c": "pending"},
         evidence={"c": ("op:tk5",)},
         codes=["item_blocked"],
     ),
     Case(
-        "failed-calls-count-an-attempt",
-        [llm("continue", ch("a", None, "op:ls5"))],
+        "a-first-failure-is-no-attempt-and-no-progress",
+        [llm("continue")],
+        IN_A,
+        facts("a", FAILED),
+        status={"a": "in_progress"},
+        counters={"a": (0, 1)},
+    ),
+    Case(
+        "the-same-failure-again-is-an-attempt",
+        [llm("continue")],
         {"a": {"status": "in_progress", "attempts": 1}},
         facts("a", OK, FAILED),
+        seen={"a": marks(FAILED)},
         status={"a": "in_progress"},
         counters={"a": (2, 0)},
     ),
     Case(
-        "attempts-at-the-limit-block-despite-fresh-evidence",
+        "a-failure-that-changed-is-progress-and-no-attempt",
+        [llm("continue")],
+        {"a": {"status": "in_progress", "breaker": 2}},
+        facts("a", FAILED_CHANGED),
+        seen={"a": marks(FAILED)},
+        status={"a": "in_progress"},
+        counters={"a": (0, 0)},
+    ),
+    Case(
+        "attempts-at-the-limit-block-despite-new-work",
         [llm("continue", ch("a", None, "op:ls5"))],
         {"a": {"status": "in_progress", "attempts": 2}},
         facts("a", OK, FAILED),
+        seen={"a": marks(FAILED)},
         status={"a": "blocked"},
-        note={"a": "failed 3 attempts; last error: no such file"},
+        note={"a": "failed 3 attempts (the same failures again); last error: no such file"},
         codes=["item_blocked"],
     ),
     Case(
@@ -562,6 +618,7 @@ CASES = [
         [llm("continue")],
         {"a": {"status": "in_progress", "attempts": 0}},
         facts("a", FAILED),
+        seen={"a": marks(FAILED)},
         policies={"a": ItemPolicy(max_attempts=1)},
         status={"a": "blocked"},
         note={"a": "failed 1 attempts"},
@@ -571,6 +628,7 @@ CASES = [
         [llm("continue", ch("a", "in_progress", "op:ls5", "op:a5b"))],
         IN_A,
         facts("a", OK, FAILED, non_convergent="read_file failed 3 times"),
+        seen={"a": marks(FAILED)},
         status={"a": "blocked"},
         evidence={"a": ("op:ls5", "op:a5b")},
         counters={"a": (1, 1)},
@@ -582,6 +640,7 @@ CASES = [
         [llm("continue", ch("a", "done", "op:a5"))],
         IN_A,
         facts("a", OK, FAILED, non_convergent="read_file failed 3 times"),
+        seen={"a": marks(FAILED)},
         status={"a": "done"},
         counters={"a": (0, 0)},
     ),
@@ -593,6 +652,60 @@ CASES = [
         codes=["non_convergent"],
         decision="need_user",
         counters={"a": (0, 0)},
+    ),
+    Case(
+        "a-rule-check-whose-state-changed-is-progress",
+        [rules_checked({"a": "artifacts: 2 of 3"}), llm("continue")],
+        {"a": {"status": "in_progress", "breaker": 2}},
+        seen={"a": rule_marks("artifacts: 1 of 3")},
+        status={"a": "in_progress"},
+        counters={"a": (0, 0)},
+    ),
+    Case(
+        "a-rule-check-in-the-same-state-is-no-progress",
+        [rules_checked({"a": "artifacts: 1 of 3"}), llm("continue")],
+        {"a": {"status": "in_progress", "breaker": 2}},
+        seen={"a": rule_marks("artifacts: 1 of 3")},
+        status={"a": "blocked"},
+        codes=["item_blocked"],
+    ),
+    Case(
+        "the-per-item-round-cap-blocks-however-new",
+        [llm("continue")],
+        IN_A,
+        facts("a", OK),
+        rounds=40,
+        status={"a": "blocked"},
+        note={"a": "not finished in 40 rounds (limits.max_rounds_per_item)"},
+        codes=["item_blocked"],
+    ),
+    Case(
+        "below-the-cap-new-work-goes-on",
+        [llm("continue")],
+        IN_A,
+        facts("a", OK),
+        rounds=39,
+        status={"a": "in_progress"},
+        codes=[],
+    ),
+    Case(
+        "no-cap-when-the-contract-turns-it-off",
+        [llm("continue")],
+        IN_A,
+        facts("a", OK),
+        rounds=10_000,
+        limits=Limits(max_rounds_per_item=None),
+        status={"a": "in_progress"},
+        codes=[],
+    ),
+    Case(
+        "done-in-the-last-round-the-cap-allows",
+        [llm("continue", ch("a", "done", "op:a5"))],
+        IN_A,
+        facts("a", OK),
+        rounds=40,
+        status={"a": "done"},
+        codes=[],
     ),
     Case(
         "a-deferred-round-is-no-attempt",

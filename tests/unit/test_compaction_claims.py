@@ -10,7 +10,15 @@ import pytest
 
 from tether import ledger as L
 from tether.ledger import Ledger
-from tether.runtime.compaction import FINISHED_STATUSES, ClaimFindings, completion_claims
+from tether.runtime.compaction import (
+    FINISHED_STATUSES,
+    SUMMARY_AUDIT_INSTRUCTIONS,
+    ClaimFindings,
+    completion_claims,
+    may_claim,
+    parse_summary_audit,
+    summary_audit_request,
+)
 
 
 def _ledger(done: tuple[str, ...] = ("i1", "i2"), n: int = 3) -> Ledger:
@@ -273,3 +281,165 @@ def test_empty_and_odd_input() -> None:
     assert completion_claims("\n\n  \n- \n|", LEDGER) == ClaimFindings()
     empty = L.from_spec("nothing to do", [])
     assert completion_claims("i3 done. All done.", empty) == ClaimFindings()
+
+
+# --- ranges and global wording in the task's own words -------------------------------------
+
+
+def _catalogue(done: int = 3, n: int = 8, fmt: str = "cat-{k}") -> Ledger:
+    """Shelves `cat-1..cat-N` ("catalogue shelf K"); the first `done` are done."""
+    led = L.from_spec(
+        "catalogue the shelves",
+        [(fmt.format(k=k), f"catalogue shelf {k}", None) for k in range(1, n + 1)],
+    )
+    for k in range(1, done + 1):
+        led = L.complete(led, fmt.format(k=k), [f"op:{k}"]).ledger
+    return led
+
+
+CATALOGUE = _catalogue()
+OPEN_SHELVES = ("cat-4", "cat-5", "cat-6", "cat-7", "cat-8")
+
+RANGE_CLAIMS = [
+    "cat-1 to cat-8 were all catalogued",
+    "cat-1 to cat-8 are done",
+    "cat-1 through cat-8 finished.",
+    "cat-1 thru cat-8: complete",
+    "cat-1–cat-8 done",
+    "cat-1 — cat-8 done",
+    "cat-1..cat-8 complete",
+    "cat-1...cat-8 catalogued",
+    "Items cat-1 to cat-8 have been catalogued.",
+    "from cat-1 to cat-8, every shelf is catalogued",
+    "Catalogued cat-1 to cat-8.",
+    "Shelves 1-8 done.",
+    "shelves 1 to 8 are catalogued",
+    "items 1–8 finished",
+    "cat-4 onwards are done",
+    "cat-4 and beyond were catalogued",
+    "cat-4 through the end: done",
+    "- [x] cat-1 to cat-8",
+    "cat-8 to cat-1 done (in reverse)",
+    "Everything up to cat-8 is done.",
+    "**cat-1 → cat-8**: catalogued ✅",
+]
+
+
+@pytest.mark.parametrize("summary", RANGE_CLAIMS)
+def test_a_range_claims_every_item_it_spans(summary: str) -> None:
+    found = completion_claims(summary, CATALOGUE)
+    assert found.items == OPEN_SHELVES, found
+
+
+def test_a_range_by_the_numbers_ids_end_with() -> None:
+    led = _catalogue(done=3, n=12, fmt="doc-{k:02d}")
+    found = completion_claims("doc-01 through doc-12 finished", led)
+    assert found.items == tuple(f"doc-{k:02d}" for k in range(4, 13))
+    assert completion_claims("doc-04 to doc-06 done", led).items == ("doc-04", "doc-05", "doc-06")
+    # Numbers mean the items' own numbers, not places.
+    assert completion_claims("items 3-7 done", LEDGER_TEN).items == ("i3", "i4", "i5", "i6", "i7")
+    assert completion_claims("the first five items are done", LEDGER_TEN).items == (
+        "i3",
+        "i4",
+        "i5",
+    )
+
+
+LEDGER_TEN = _ledger(("i1", "i2"), n=10)
+
+GLOBAL_WORDING = [
+    ("the whole catalogue is finished", "the whole catalogue is finished"),
+    ("The entire catalogue is complete.", "the entire catalogue is complete"),
+    ("The catalogue is done.", "the catalogue is done"),
+    ("Catalogue complete.", "catalogue complete"),
+    ("The full set is complete.", "the full set is complete"),
+    ("all items are complete", "all items are complete"),
+    ("Everything is done.", "everything is done"),
+    ("Every shelf has been catalogued.", "every shelf has been catalogued"),
+    ("All eight shelves are catalogued.", "all eight shelves are catalogued"),
+    ("All shelves catalogued.", "all shelves catalogued"),
+    ("Cataloguing finished for every shelf.", "cataloguing finished for every"),
+    ("We catalogued everything.", "catalogued everything"),
+    ("Finished cataloguing all of them.", "finished cataloguing all"),
+]
+
+
+@pytest.mark.parametrize(("summary", "phrase"), GLOBAL_WORDING, ids=[s for s, _ in GLOBAL_WORDING])
+def test_a_whole_task_claim_in_the_tasks_own_words(summary: str, phrase: str) -> None:
+    assert completion_claims(summary, CATALOGUE).global_phrase == phrase
+
+
+def test_the_tasks_own_done_word_claims_one_item() -> None:
+    assert completion_claims("cat-5 was catalogued.", CATALOGUE).items == ("cat-5",)
+    assert completion_claims("Catalogued cat-6 after a retry.", CATALOGUE).items == ("cat-6",)
+
+
+HONEST_RANGES = [
+    "cat-1 to cat-3 were catalogued; cat-4 to cat-8 are pending",
+    "cat-1 through cat-3 done. cat-4 onwards still open.",
+    "Shelves 1-3 catalogued, shelves 4-8 remain.",
+    "cat-4 to cat-8 are not catalogued yet",
+    "The catalogue is not finished: cat-4 to cat-8 remain.",
+    "The whole catalogue is not done yet.",
+    "Once cat-4 to cat-8 are catalogued, the catalogue is complete.",
+    "Read shelves 4-6 but nothing was written for them.",
+    "Next: catalogue cat-4 to cat-8.",
+    "cat-1..cat-3 complete, cat-4..cat-8 pending",
+    "the first three shelves are catalogued; the rest are pending",
+    "Rounds 1-8 were spent on reading.",
+    "Everything up to cat-3 is done; cat-4 next.",
+    "Is the whole catalogue finished?",
+    "The entire catalogue will be complete after cat-8.",
+    "Catalogued cat-1 to cat-3. Not yet catalogued: cat-4 to cat-8.",
+    "Cataloguing finished for cat-1 to cat-3 only; cat-4 to cat-8 pending.",
+    "the catalogue is incomplete",
+    "The full set is not complete.",
+    "When every shelf is catalogued, the task is done.",
+]
+
+
+@pytest.mark.parametrize("summary", HONEST_RANGES)
+def test_an_honest_range_claims_nothing(summary: str) -> None:
+    assert completion_claims(summary, CATALOGUE) == ClaimFindings()
+
+
+def test_an_honest_range_is_checked_against_the_ledger() -> None:
+    four = _ledger(("i1", "i2", "i3"), n=4)
+    assert completion_claims("items 1-3 done per the ledger; 4 pending", four) == ClaimFindings()
+    # The same words over a ledger with i3 open are a claim about i3.
+    two = _ledger(("i1", "i2"), n=4)
+    assert completion_claims("items 1-3 done per the ledger; 4 pending", two).items == ("i3",)
+    assert completion_claims("i1 to i3 done; i4 pending", two).items == ("i3",)
+    # Once every shelf is done, the whole-task words are true.
+    assert completion_claims("the whole catalogue is finished", _catalogue(8)) == ClaimFindings()
+    assert completion_claims("cat-1 to cat-8 were all catalogued", _catalogue(8)) == ClaimFindings()
+
+
+# --- a judge model's second reading ---------------------------------------------------------
+
+
+def test_the_judges_answer_counts_only_what_the_ledger_contradicts() -> None:
+    answer = (
+        '{"claimed_done": ["cat-2", "cat-5", "nope", 7], "whole_task": true, "quote": "all set"}'
+    )
+    found = parse_summary_audit(answer, CATALOGUE)
+    assert found == ClaimFindings(("cat-5",), "all set")
+    assert parse_summary_audit('```json\n{"claimed_done": []}\n```', CATALOGUE) == ClaimFindings()
+    for junk in ("", "no", "[1, 2]", '{"claimed_done": "cat-5"}', "{not json}"):
+        assert parse_summary_audit(junk, CATALOGUE) == ClaimFindings()
+    # A whole-task claim is no lie once everything is finished.
+    assert parse_summary_audit('{"whole_task": true}', _catalogue(8)) == ClaimFindings()
+    assert parse_summary_audit('{"whole_task": true}', CATALOGUE).global_phrase == (
+        "the whole task is finished"
+    )
+
+
+def test_only_summaries_that_speak_of_completion_get_a_second_reading() -> None:
+    assert may_claim("cat-5 was catalogued", CATALOGUE)
+    assert may_claim("- ✅ shelf five", CATALOGUE)
+    assert may_claim("Everything is done.", CATALOGUE)
+    assert not may_claim("Read shelf 5 twice; the tool returned 40 lines.", CATALOGUE)
+    request = summary_audit_request("cat-5 done", CATALOGUE, "t1")
+    assert request.purpose == "judge" and request.system == SUMMARY_AUDIT_INSTRUCTIONS
+    assert "cat-5 done" in request.messages[0].content
+    assert '"status": "pending"' in request.messages[0].content

@@ -16,27 +16,84 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any
 
-from tether.cli._app import app, fail
+import typer
+
+from tether.cli import _app
 from tether.errors import UserError
 
-# Importing a command module registers its commands; --help lists them in this order.
-for _module in (
-    "tasks",
-    "run",
-    "decide",
-    "edit",
-    "artifacts",
-    "rebuild",
-    "worker",
-    "demo",
-    "show",
-    "replay",
-    "serve",
-):
-    importlib.import_module(f"{__name__}.{_module}")
+if TYPE_CHECKING:
+    from tether.cli._app import app
 
-__all__ = ["app", "main"]
+#: Each command and the module that defines it, in the order `--help` lists them.
+#: Importing a module registers its commands. A module is light: each command imports
+#: what it runs inside its body, so the help is built from signatures alone (no
+#: runtime, no SDK, no extra), and a command runs with its own module loaded, not the
+#: others (`main`). A command missing here still works: it is found by loading all.
+COMMANDS: dict[str, str] = {
+    **dict.fromkeys(("status", "list", "events", "timeline", "watch"), "tasks"),
+    **dict.fromkeys(("run", "submit", "resume"), "run"),
+    **dict.fromkeys(
+        ("cancel", "approve", "reject", "retry", "waive", "abandon", "approvals"), "decide"
+    ),
+    **dict.fromkeys(("edit", "tell"), "edit"),
+    "artifacts": "artifacts",
+    "rebuild": "rebuild",
+    "worker": "worker",
+    "demo": "demo",
+    **dict.fromkeys(("show", "report"), "show"),
+    "replay": "replay",
+    "serve": "serve",
+}
+
+
+def load_commands(argv: Sequence[str] | None = None) -> None:
+    """Register the command `argv` names (its module alone), none for `--version`
+    alone, or, for anything else (`--help`, no command, an unknown one), every
+    command."""
+    if list(argv or ()) == ["--version"]:
+        return  # printed before any command is looked at
+    name = next((a for a in argv or () if not a.startswith("-")), None)
+    modules = [COMMANDS[name]] if name in COMMANDS else dict.fromkeys(COMMANDS.values())
+    for module in modules:
+        importlib.import_module(f"{__name__}.{module}")
+
+
+def __getattr__(name: str) -> Any:
+    """`tether.cli.app`: the app with every command registered."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    load_commands()
+    return _app.app
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from tether import __version__
+
+        _app.out.print(f"tether {__version__}")
+        raise typer.Exit()
+
+
+@_app.app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print tether's version and exit.",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
+) -> None:
+    # The options of `tether` itself; each command has its own.
+    del version
+
+
+__all__ = ["COMMANDS", "app", "load_commands", "main"]
 
 
 def _undecodable_argument(argv: list[str]) -> str | None:
@@ -53,11 +110,12 @@ def main() -> None:
     bad = _undecodable_argument(sys.argv[1:])
     if bad is not None:
         raise SystemExit(
-            fail(
+            _app.fail(
                 UserError(f"the argument {bad} is not UTF-8 text; tether keeps text as UTF-8"), 2
             ).exit_code
         )
+    load_commands(sys.argv[1:])
     try:
-        app()
+        _app.app()
     except KeyboardInterrupt:  # pragma: no cover - interactive
         sys.exit(130)

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
 from tether import errors
+from tether.cli._help import HelpTyper, TetherGroup
 from tether.cli.views import clean, json_view
-from tether.store import Store
+
+if TYPE_CHECKING:
+    from tether.store import Store
 
 T = TypeVar("T")
-app = typer.Typer(
+# Help pages are plain text, whole at 80 columns and in a pipe (see `_help`).
+app = HelpTyper(
     name="tether",
+    cls=TetherGroup,
     help="tether: a durable runtime for long-running LLM agents.",
     no_args_is_help=True,
     add_completion=False,
@@ -36,6 +40,7 @@ DbOpt = Annotated[
     str | None,
     typer.Option(
         "--db",
+        metavar="URL",
         help="Database URL: sqlite:///path (default .tether/tether.db) or postgresql://...; "
         "also TETHER_DB.",
         show_default=False,
@@ -43,20 +48,24 @@ DbOpt = Annotated[
 ]
 AfterOpt = Annotated[
     int,
-    typer.Option("--after", help="Only events with seq > SEQ.", min=0, max=MAX_SEQ, clamp=True),
+    typer.Option(
+        "--after", metavar="SEQ", help="Only events with seq > SEQ.", min=0, max=MAX_SEQ, clamp=True
+    ),
 ]
 LimitOpt = Annotated[
     int | None,
-    typer.Option("--limit", help="At most this many.", min=0, max=MAX_SEQ, clamp=True),
+    typer.Option("--limit", metavar="N", help="At most this many.", min=0, max=MAX_SEQ, clamp=True),
 ]
 TypesOpt = Annotated[
-    list[str] | None, typer.Option("--type", help="Only these event types (repeatable).")
+    list[str] | None,
+    typer.Option("--type", metavar="TYPE", help="Only these event types (repeatable)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 ModelOpt = Annotated[
     str | None,
     typer.Option(
         "--model",
+        metavar="MODEL",
         help="Model for the task, e.g. openai:gpt-4.1-mini, anthropic:claude-sonnet-4-5, "
         "openai-compatible:http://127.0.0.1:8000/v1#model, scripted:module:function.",
     ),
@@ -78,7 +87,9 @@ def _by(value: str) -> str:
     return value
 
 
-ByOpt = Annotated[str, typer.Option("--by", help="Who decides (journaled).", callback=_by)]
+ByOpt = Annotated[
+    str, typer.Option("--by", metavar="NAME", help="Who decides (journaled).", callback=_by)
+]
 
 #: The most seconds `--model-timeout` takes (as `TETHER_MODEL_TIMEOUT`).
 MAX_MODEL_TIMEOUT = 3600.0
@@ -96,6 +107,7 @@ ModelTimeoutOpt = Annotated[
     float | None,
     typer.Option(
         "--model-timeout",
+        metavar="SECONDS",
         help="Seconds one model request may take before it is given up (and retried); "
         "over the spec's models.timeout and TETHER_MODEL_TIMEOUT (default 300).",
         callback=_model_timeout,
@@ -106,6 +118,7 @@ ModelRetriesOpt = Annotated[
     int | None,
     typer.Option(
         "--model-retries",
+        metavar="N",
         help="How often a failed or timed-out model request is tried again (0-10); over "
         "the spec's models.max_retries and TETHER_MODEL_RETRIES (default 3).",
         min=0,
@@ -143,6 +156,8 @@ def print_json(doc: Any) -> None:
 
 def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run an async command; user mistakes become one paragraph and an exit code."""
+    import asyncio  # here, not at the top: `tether --help` starts no event loop
+
     try:
         return asyncio.run(main())
     except errors.UserError as exc:
@@ -159,7 +174,7 @@ async def with_store(
     read_only: bool = False,
 ) -> T:
     """Open the store, call `fn` with it, close it (`read_only`: see `open_store`)."""
-    from tether.runtime.wiring import open_db
+    from tether.store.opening import open_db
 
     store = await open_db(db, create=create, read_only=read_only)
     try:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from tether.cli import views
 from tether.cli._app import DbOpt, JsonOpt, app, out, print_json, run_async, with_store
 from tether.cli.views import clean
 
@@ -16,7 +16,7 @@ from tether.cli.views import clean
 def _label(node: dict[str, Any]) -> Text:
     # Built as Text, not markup: the console prints markup as-is, and ids, names and
     # reasons come from models and tools (`clean` escapes their control characters).
-    label = Text(clean(node["artifact_id"]))
+    label = Text(clean(node["artifact_id"]), overflow="fold")
     label.append(f" {clean(node['kind'])}", style="dim")
     label.append(f" {clean(node['name'])}")
     if not node["valid"]:
@@ -65,17 +65,20 @@ def artifacts(
         root = Tree(Text(f"artifacts of {clean(task_id)}"))
         for node in A.tree(arts):
             _grow(root.add(_label(node)), node)
-        out.print(root)
+        out.print(root, soft_wrap=False)  # labels wrap under their branch, never cut
         return
-    table = Table("artifact", "kind", "name", "depends on", "valid")
-    for a in arts:
-        doc = A.describe(a)
-        cells = (
-            a.artifact_id,
-            a.kind,
-            a.name,
-            ", ".join(a.deps),
-            "yes" if a.valid else f"no: {doc['invalid_reason']}",
+    rows = [
+        tuple(
+            Text(clean(c))
+            for c in (
+                a.artifact_id,
+                a.kind,
+                a.name,
+                ", ".join(a.deps),
+                "yes" if a.valid else f"no: {A.describe(a)['invalid_reason']}",
+            )
         )
-        table.add_row(*(Text(clean(c)) for c in cells))
-    out.print(table)
+        for a in arts
+    ]
+    columns = [("artifact", "id"), ("kind", "id"), ("name", "text"), ("depends on", "text")]
+    out.print(views.fitted_table([*columns, ("valid", "text")], rows))

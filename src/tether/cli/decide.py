@@ -4,7 +4,7 @@ and the `approvals` list."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.text import Text
@@ -22,7 +22,9 @@ from tether.cli._app import (
     run_async,
     with_store,
 )
-from tether.store import Store
+
+if TYPE_CHECKING:
+    from tether.store import Store
 
 
 @app.command()

@@ -1,4 +1,12 @@
-"""`tether demo`: catalogue 40 documents offline, then say what happened."""
+"""`tether demo`: catalogue 40 documents offline, then say what happened.
+
+Everything is checked before anything is written: the model (a missing key, an unknown
+provider), the tools, and the folder. `--dir` may be an earlier demo's folder: a new
+demo starts clean there, its predecessor's outputs cleared first — only files the demo
+recognises as its own (what it writes itself, or what an earlier demo's task wrote
+there byte for byte, according to the folder's database); anything else it would
+overwrite is refused, with the command to run instead.
+"""
 
 from __future__ import annotations
 
@@ -20,12 +28,13 @@ if TYPE_CHECKING:
     from tether.runtime.engine import RunResult
     from tether.runtime.wiring import Runtime
 
+#: The offline model the demo runs without `--model`.
+OFFLINE_MODEL = "scripted:tether.demo:policy"
+
 
 def _demo_folder(path: Path) -> Path:
-    """`--dir`, checked before anything is written: a folder that may be a workspace (not
-    `/`, a system folder or the home folder), new, empty or an earlier demo's (the demo
-    writes its documents, spec and database there and must not overwrite anyone's
-    files); created when missing."""
+    """`--dir` resolved and checked, nothing written: a folder that may be a workspace
+    (not `/`, a system folder or the home folder), and not a file."""
     from tether.runtime.tasks import workspace_folder
 
     try:
@@ -34,54 +43,200 @@ def _demo_folder(path: Path) -> Path:
         why = str(exc).split(": give the task")[0].split("; give the task")[0]
         raise errors.UserError(f"--dir: {why}; give the demo a folder of its own") from None
     try:
-        if folder.exists():
-            if not folder.is_dir():
-                raise errors.UserError(f"--dir {path} is a file, not a folder")
-            if any(folder.iterdir()) and not (folder / "demo-spec.yaml").is_file():
-                raise errors.UserError(
-                    f"--dir {path} is not empty; the demo writes docs/, demo-spec.yaml and "
-                    "a database there: give a new or empty folder (or an earlier demo's)"
-                )
-        folder.mkdir(parents=True, exist_ok=True)
+        if folder.exists() and not folder.is_dir():
+            raise errors.UserError(f"--dir {path} is a file, not a folder")
     except OSError as exc:
         raise errors.UserError(f"--dir {path}: cannot use it ({exc.strerror or exc})") from None
     return folder
 
 
+def _new_folder_hint(path: Path) -> str:
+    """`tether demo --dir PATH-2` (the first such folder that does not exist yet)."""
+    n = 2
+    while Path(f"{path}-{n}").exists():
+        n += 1
+    return f"tether demo --dir {path}-{n}"
+
+
+async def _earlier_writes(folder: Path) -> tuple[dict[Path, set[str]], list[dict[str, Any]]]:
+    """What earlier demos in `folder` wrote there, from its database: each file's
+    contents as their `write_file` calls wrote them, and the specs they ran."""
+    from tether import demo as demo_mod
+    from tether.runtime.wiring import open_db
+
+    db = folder / ".tether" / "tether.db"
+    if not db.is_file():
+        return {}, []
+    url = f"sqlite:///{db}"
+    try:
+        store = await open_db(url, create=False, read_only=True)
+    except errors.TetherError:  # an older schema: the demo migrates its own database
+        store = await open_db(url, create=False)
+    name = demo_mod.spec_dict()["name"]
+    written: dict[Path, set[str]] = {}
+    specs: list[dict[str, Any]] = []
+    try:
+        for task in await store.list_tasks(limit=10_000):
+            if task.name != name or task.workspace != str(folder):
+                continue
+            specs.append(task.spec)
+            for op in await store.get_ops(task.task_id, ["succeeded"], tools=["write_file"]):
+                path, content = op.args.get("path"), op.args.get("content")
+                if isinstance(path, str) and isinstance(content, str):
+                    written.setdefault((folder / path).resolve(), set()).add(content)
+    finally:
+        await store.close()
+    return written, specs
+
+
+def _read(path: Path) -> str | None:
+    """A regular file's text (not through a symlink), or None."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            return None
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _spec_is_the_demos(path: Path, specs: list[dict[str, Any]]) -> bool:
+    """`demo-spec.yaml` as this demo writes it, or as an earlier demo here ran it."""
+    from tether import demo as demo_mod
+    from tether.spec import load_spec
+
+    text = _read(path)
+    if text is None:
+        return False
+    if text == demo_mod.spec_text():
+        return True
+    try:
+        return load_spec(path).model_dump(mode="json") in specs
+    except errors.TetherError:
+        return False
+
+
+async def earlier_demo_files(path: Path, folder: Path) -> list[Path]:
+    """The files an earlier demo left in `folder` that a new demo would write again,
+    to be cleared first (nothing is written here). A file is the demo's own when it is
+    what the demo writes (the documents, `demo-spec.yaml`) or what an earlier demo's
+    task wrote there, byte for byte, according to the folder's database. Anything
+    else the demo would overwrite is a person's: `UserError`, with the command to run."""
+    from tether import demo as demo_mod
+
+    if not folder.exists() or not any(folder.iterdir()):
+        return []
+    spec_file = folder / demo_mod.SPEC_FILE
+    hint = _new_folder_hint(path)
+    if not spec_file.exists():
+        raise errors.UserError(
+            f"--dir {path} is not empty and not an earlier demo's folder; the demo writes "
+            f"docs/, records/, {demo_mod.SPEC_FILE} and a database there: give it a new or "
+            f"empty folder: {hint}"
+        )
+    written, specs = await _earlier_writes(folder)
+    theirs = [] if _spec_is_the_demos(spec_file, specs) else [demo_mod.SPEC_FILE]
+    theirs += [
+        rel
+        for rel, body in demo_mod.documents().items()
+        if (folder / rel).exists() and _read(folder / rel) != body
+    ]
+    outputs = {(folder / rel).resolve(): rel for rel in demo_mod.output_paths()}
+    clear: list[Path] = []
+    for target in sorted(set(outputs) | set(written)):
+        if not target.is_relative_to(folder) or not (target.exists() or target.is_symlink()):
+            continue
+        if _read(target) in written.get(target, set()):
+            clear.append(target)
+        elif target in outputs:
+            theirs.append(outputs[target])
+    if theirs:
+        one = len(theirs) == 1
+        it = "it" if one else "them"
+        shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
+        raise errors.UserError(
+            f"--dir {path} holds {shown}, which the demo would write but "
+            f"{'is' if one else 'are'} not what an earlier demo wrote there (changed since, "
+            f"or someone else's); the demo does not overwrite {it}: move {it} away, or run "
+            f"the demo in a new folder: {hint}"
+        )
+    return clear
+
+
+def _clear(folder: Path, files: list[Path]) -> None:
+    """Remove an earlier demo's outputs (and `records/` once empty): the new demo
+    starts clean instead of asking to approve overwriting each of them."""
+    for f in files:
+        f.unlink(missing_ok=True)
+    records = folder / "records"
+    if records.is_dir() and not records.is_symlink() and not any(records.iterdir()):
+        records.rmdir()
+
+
 @app.command()
 def demo(
     dir_: Annotated[
-        Path | None, typer.Option("--dir", help="Folder for the demo (default: a temporary one).")
+        Path | None,
+        typer.Option(
+            "--dir",
+            metavar="DIR",
+            help="Folder for the demo (default: a temporary one): new, empty, or an earlier "
+            "demo's, whose outputs are cleared first.",
+        ),
     ] = None,
     model: Annotated[
         str | None,
-        typer.Option("--model", help="Run the same task with a real model instead of offline."),
+        typer.Option(
+            "--model",
+            metavar="MODEL",
+            help="Run the same task with a real model instead of offline.",
+        ),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Catalogue 40 documents offline, on the embedded SQLite store, in under a minute."""
     from tether import demo as demo_mod
     from tether.runtime.tasks import create_task, status_dict
-    from tether.runtime.wiring import open_runtime
-    from tether.spec import load_spec
+    from tether.runtime.wiring import check_task, open_runtime
+    from tether.spec import load_spec, parse_spec
 
     keep = dir_ is not None
+    model_name = model or OFFLINE_MODEL
+
+    async def prepare() -> tuple[Path | None, list[Path]]:
+        # Nothing is written before the model, the tools and the folder are checked.
+        contract = parse_spec(demo_mod.spec_dict(), source=demo_mod.SPEC_FILE)
+        await check_task(contract, model_name)
+        if dir_ is None:
+            return None, []
+        folder = _demo_folder(dir_)
+        try:
+            return folder, await earlier_demo_files(dir_, folder)
+        except OSError as exc:
+            raise errors.UserError(f"--dir {dir_}: cannot use it ({exc.strerror or exc})") from None
+
+    given, stale = run_async(prepare)
     try:
-        folder = (
-            _demo_folder(dir_) if dir_ is not None else Path(tempfile.mkdtemp("", "tether-demo-"))
-        )
-    except errors.UserError as exc:
-        raise fail(exc, 2) from None
+        if given is None:
+            folder = Path(tempfile.mkdtemp("", "tether-demo-"))
+        else:
+            folder = given
+            folder.mkdir(parents=True, exist_ok=True)
+            _clear(folder, stale)
+    except OSError as exc:
+        raise fail(
+            errors.UserError(f"--dir {dir_}: cannot use it ({exc.strerror or exc})"), 2
+        ) from None
     demo_mod.make_documents(folder)
     spec_path = demo_mod.write_spec(folder)
-    model_name = model or "scripted:tether.demo:policy"
     db_url = f"sqlite:///{folder / '.tether' / 'tether.db'}"
     t0 = time.monotonic()
 
     async def main() -> tuple[dict[str, Any], list[Any]]:
-        contract = load_spec(spec_path)
+        contract = load_spec(spec_path)  # the file a person may run again with `tether run`
         async with open_runtime(db_url, model=model_name) as rt:
-            task = await create_task(rt.store, contract, workspace=folder)
+            task = await create_task(
+                rt.store, contract, workspace=folder, launch=_launch(contract, model_name, folder)
+            )
             if not json_out:
                 out.print(
                     Text.assemble(
@@ -140,6 +295,13 @@ async def _decide(
         )
     await waive_item(rt.store, task_id, demo_mod.BROKEN, reason=reason, by="demo user")
     return await drive(rt, task_id, quiet=quiet)
+
+
+def _launch(contract: Any, model_name: str, folder: Path) -> dict[str, Any]:
+    """The demo task's launch record: `tether resume` runs it with the same model."""
+    from tether.runtime import launch
+
+    return launch.record(contract, model=model_name, workspace=str(folder))
 
 
 def demo_summary(

@@ -88,26 +88,33 @@ def edit(
         list[str] | None,
         typer.Option(
             "--set",
+            metavar="FIELD=VALUE",
             help="FIELD=VALUE, a dotted path into the spec (VALUE as JSON, or plain text), "
             "e.g. --set limits.max_rounds=300 --set budget.money_usd=5",
         ),
     ] = None,
     file: Annotated[
         Path | None,
-        typer.Option("--file", help="A YAML file with the spec fields to change."),
+        typer.Option("--file", metavar="FILE", help="A YAML file with the spec fields to change."),
     ] = None,
-    objective: Annotated[str | None, typer.Option("--objective", help="The new objective.")] = None,
+    objective: Annotated[
+        str | None, typer.Option("--objective", metavar="TEXT", help="The new objective.")
+    ] = None,
     add_item: Annotated[
         list[str] | None,
-        typer.Option("--add-item", help="ID=TITLE, or a JSON item with its done_when."),
+        typer.Option(
+            "--add-item", metavar="ID=TITLE", help="ID=TITLE, or a JSON item with its done_when."
+        ),
     ] = None,
     remove_item: Annotated[
-        list[str] | None, typer.Option("--remove-item", help="The id of an item to drop.")
+        list[str] | None,
+        typer.Option("--remove-item", metavar="ID", help="The id of an item to drop."),
     ] = None,
     item: Annotated[
         list[str] | None,
         typer.Option(
             "--item",
+            metavar="ID.FIELD=VALUE",
             help="ID.FIELD=VALUE: change one item (VALUE as JSON, or plain text), e.g. "
             '--item report.title="Write the Q3 report" --item report.done_when=\'{"kind": '
             '"file", "path": "out/q3.md"}\'',
@@ -117,6 +124,7 @@ def edit(
         list[str] | None,
         typer.Option(
             "--source",
+            metavar="ID=VERSION",
             help="ID=VERSION: a new version of a declared source (ID=VERSION@LOCATION "
             "also moves it); what depended on the old version is invalidated",
         ),
@@ -172,6 +180,8 @@ def tell(
 
     async def main() -> str:
         task = await with_store(db, lambda s: tell_task(s, task_id, message, by=by), create=False)
-        return f"told task {task_id} ({task.status})"
+        if task.status != "queued":
+            return f"told task {task_id} ({task.status})"
+        return f"told task {task_id} ({task.status}); continue with: tether resume {task_id}"
 
     out.print(Text(views.clean(run_async(main))))

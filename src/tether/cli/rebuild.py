@@ -47,6 +47,14 @@ def rebuild(
         out.print(
             Text(views.clean(f"task {d['field']}: stored {d['stored']!r}, log {d['from_log']!r}"))
         )
+    for d in doc.get("approvals", []):
+        out.print(
+            Text(
+                views.clean(
+                    f"request {d['request_id']}: stored {d['stored']!r}, log {d['from_log']!r}"
+                )
+            )
+        )
     if doc["fixed"]:
         out.print(Text("the ledger was replaced by the one from the log"))
     elif doc["ledger"]:

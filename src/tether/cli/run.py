@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -31,6 +30,8 @@ from tether.cli._app import (
 )
 
 if TYPE_CHECKING:
+    import asyncio
+
     from tether.runtime.engine import RunResult
     from tether.runtime.wiring import Runtime
     from tether.spec import TaskSpec
@@ -46,6 +47,9 @@ BroadOpt = Annotated[
         help="Accept a system or shared folder, or your home folder, as the workspace.",
     ),
 ]
+#: The exit code of a run stopped on infrastructure (the database or the model
+#: endpoint does not answer), as `errors.StoreUnavailable`'s.
+INFRASTRUCTURE_EXIT = 4
 #: The most seconds `--reconnect-for` takes.
 MAX_RECONNECT_FOR = 86400.0
 
@@ -75,6 +79,8 @@ ReconnectOpt = Annotated[
 def _first_ctrl_c_stops(stop: asyncio.Event) -> Iterator[None]:
     """The first Ctrl-C sets `stop` (the engine parks the task after the current step);
     the second quits at once."""
+    import asyncio  # in the functions that run tasks: `tether --help` needs no event loop
+
     loop = asyncio.get_running_loop()
     presses = 0
 
@@ -108,6 +114,8 @@ async def drive(
     live on a terminal (unless `quiet`). `force` takes the lease over from a live owner
     (a worker known to be gone); its fencing token then refuses the old owner's writes.
     `reconnect_for`: see `Engine.run`."""
+    import asyncio
+
     stop = asyncio.Event()
     view = views.ProgressView()
     async with rt.engine(task_id, on_progress=view.update, stop=stop) as engine:
@@ -119,17 +127,44 @@ async def drive(
                 return await engine.run(task_id, force=force, reconnect_for=reconnect_for)
 
 
-def _finish(store_doc: dict[str, Any], result: RunResult, json_out: bool) -> None:
+def _resume_command(task_id: str, db: str | None) -> str:
+    """`tether resume T`, with the `--db` this command was given (the hint must work as
+    printed; `TETHER_DB` carries over by itself)."""
+    import shlex
+
+    return f"tether resume {shlex.quote(task_id)}" + (f" --db {shlex.quote(db)}" if db else "")
+
+
+def _finish(
+    store_doc: dict[str, Any], result: RunResult, json_out: bool, db: str | None = None
+) -> None:
     if json_out:
         print_json(store_doc)
     else:
         out.print(views.status_view(store_doc))
-        if result.interrupted:
+        if result.interrupted and db:
+            hint = f"interrupted; continue with: {_resume_command(result.task_id, db)}"
+            out.print(Text(views.clean(hint), "yellow"))
+        elif result.interrupted:
             out.print(views.interrupted(result.task_id))
     if result.interrupted:
         raise typer.Exit(130)
     if result.status in ("abandoned", "failed", "cancelled"):
         raise typer.Exit(1)
+    unavailable = (result.waiting or {}).get("unavailable") if result.status == "waiting" else None
+    if unavailable:
+        # Stopped on infrastructure (the model endpoint does not answer), not done: a
+        # script must not read it as success.
+        err.print(
+            Text(
+                views.clean(
+                    f"tether: task {result.task_id} stopped: the {unavailable} does not "
+                    f"answer (exit 4); continue with: {_resume_command(result.task_id, db)}"
+                ),
+                "bold red",
+            )
+        )
+        raise typer.Exit(INFRASTRUCTURE_EXIT)
 
 
 def _workspace(contract: TaskSpec, workspace: Path | None, broad: bool = False) -> Path:
@@ -153,7 +188,12 @@ def run(
     model_retries: ModelRetriesOpt = None,
     reconnect_for: ReconnectOpt = 60.0,
 ) -> None:
-    """Start a task from a spec and drive it to a terminal or waiting state."""
+    """Start a task from a spec and drive it to a terminal or waiting state.
+
+    The task remembers how it was started (the model of --model or TETHER_MODEL, the
+    model options, TETHER_TOOLS; never a key): `tether resume` and `tether worker` run
+    it the same way without repeating them."""
+    from tether.runtime import launch
     from tether.runtime.tasks import create_task, status_dict
     from tether.runtime.wiring import check_task, open_runtime
     from tether.spec import load_spec
@@ -170,6 +210,7 @@ def run(
                 workspace=ws,
                 allow_broad_workspace=allow_broad_workspace,
                 reconnect_for=reconnect_for,
+                launch=launch.record(contract, model=model, options=options, workspace=str(ws)),
             )
             if not json_out:
                 out.print(views.task_created(task.task_id, len(contract.items)))
@@ -177,7 +218,7 @@ def run(
             return await status_dict(rt.store, task.task_id), result
 
     doc, result = run_async(main)
-    _finish(doc, result, json_out)
+    _finish(doc, result, json_out, db)
 
 
 @app.command()
@@ -196,7 +237,10 @@ def submit(
         ),
     ] = False,
 ) -> None:
-    """Queue a task for `tether worker` processes without running it here."""
+    """Queue a task for `tether worker` processes without running it here.
+
+    The workers run it with their own --model, else the spec's or TETHER_MODEL."""
+    from tether.runtime import launch
     from tether.runtime.tasks import create_task
     from tether.runtime.wiring import check_task_tools, open_db
     from tether.spec import load_spec
@@ -209,8 +253,15 @@ def submit(
         ws = _workspace(contract, workspace, allow_broad_workspace)
         store = await open_db(db)
         try:
+            # The models are the workers' choice: only the spec's are remembered.
+            record = launch.record(contract, workspace=str(ws), env={})
+            record["tools"] = launch.tool_refs()
             task = await create_task(
-                store, contract, workspace=ws, allow_broad_workspace=allow_broad_workspace
+                store,
+                contract,
+                workspace=ws,
+                allow_broad_workspace=allow_broad_workspace,
+                launch=record,
             )
             return task.task_id
         finally:
@@ -273,7 +324,10 @@ def resume(
     model_retries: ModelRetriesOpt = None,
     reconnect_for: ReconnectOpt = 60.0,
 ) -> None:
-    """Continue a task (after a crash, a Ctrl-C, an approval or a fix)."""
+    """Continue a task (after a crash, a Ctrl-C, an approval or a fix).
+
+    It runs with the model, model options and TETHER_TOOLS it was started with; the
+    model options given here override them."""
     from tether.runtime.tasks import status_dict
     from tether.runtime.wiring import open_runtime
 
@@ -293,4 +347,4 @@ def resume(
             return await status_dict(rt.store, task_id), result
 
     doc, result = run_async(main)
-    _finish(doc, result, json_out)
+    _finish(doc, result, json_out, db)

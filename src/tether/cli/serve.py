@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from tether import errors
+from tether._extras import needs
 from tether.cli._app import DbOpt, app, err, fail
 from tether.cli.views import clean
 
@@ -28,16 +29,11 @@ def serve(
     Changing anything needs the token: TETHER_TOKEN, or one generated and printed
     here. Open the printed link to sign your browser in."""
     try:
-        from tether.web.security import new_token
-        from tether.web.server import serve as run_server
-    except ImportError as exc:
-        raise fail(
-            errors.UserError(
-                f"tether serve needs the web extra ({exc.name} is missing): "
-                'pip install "tether[web]"'
-            ),
-            2,
-        ) from None
+        with needs("web", "tether serve"):
+            from tether.web.security import new_token
+            from tether.web.server import serve as run_server
+    except errors.UserError as exc:
+        raise fail(exc, 2) from None
     from tether.store import default_url, sqlite_path
 
     url = db or default_url()

@@ -10,12 +10,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import Group
 from rich.rule import Rule
-from rich.table import Table
 from rich.text import Text
 
 from tether import errors
 from tether.cli._app import DbOpt, JsonOpt, app, out, print_json, run_async, with_store
-from tether.cli.views import clean, clean_json_text, ts
+from tether.cli.views import FittedTable, clean, clean_json_text, fitted_table, shorten, ts
 
 
 def _args(arguments: Any) -> str:
@@ -53,19 +52,22 @@ def call_view(doc: Mapping[str, Any]) -> Group:
     return Group(*parts)
 
 
-def calls_table(task_id: str, rows: list[dict[str, Any]]) -> Table:
-    """`show TASK`: every model call, one line each (ids without the task's)."""
-    table = Table("call", "purpose", "round", "tokens in/out", "cost", "summary", box=None)
-    for r in rows:
-        table.add_row(
+def calls_table(task_id: str, rows: list[dict[str, Any]]) -> FittedTable:
+    """`show TASK`: every model call, one line each (ids without the task's, whole)."""
+    cells = [
+        (
             Text(clean(r["call_id"].removeprefix(f"{task_id}."))),
             Text(clean(r["purpose"])),
             str(r["round"] if r["round"] is not None else "-"),
             f"{r['input_tokens']}/{r['output_tokens']}",
             f"${r['cost_usd']:.4f}",
-            Text(clean(r["summary"])[:80]),
+            Text(clean(shorten(r["summary"], 80))),
         )
-    return table
+        for r in rows
+    ]
+    kinds = ("id", "id", "id", "id", "id", "fold")
+    heads = ("call", "purpose", "round", "tokens in/out", "cost", "summary")
+    return fitted_table(list(zip(heads, kinds, strict=True)), cells)
 
 
 @app.command()
@@ -105,9 +107,12 @@ FORMATS = ("md", "html", "json")
 @app.command()
 def report(
     task_id: str,
-    fmt: Annotated[str, typer.Option("--format", help="md, html or json.")] = "md",
+    fmt: Annotated[
+        str, typer.Option("--format", metavar="md|html|json", help="md, html or json.")
+    ] = "md",
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write to this file instead.")
+        Path | None,
+        typer.Option("--output", "-o", metavar="FILE", help="Write to this file instead."),
     ] = None,
     db: DbOpt = None,
 ) -> None:

@@ -14,11 +14,32 @@ from tether.cli._app import (
     LimitOpt,
     TypesOpt,
     app,
+    fail,
     out,
     print_json,
     run_async,
     with_store,
 )
+
+
+def _check_types(types: list[str] | None) -> None:
+    """Refuse (exit 2) a `--type` that names no event type, listing those there are: a
+    misspelt type would otherwise match nothing and look like an empty log."""
+    if not types:
+        return
+    from tether.errors import UserError
+    from tether.events import EVENT_TYPES
+
+    unknown = [t for t in types if t not in EVENT_TYPES]
+    if unknown:
+        names = ", ".join(repr(t) for t in unknown)
+        raise fail(
+            UserError(
+                f"--type {names}: no such event type; the event types are "
+                f"{', '.join(sorted(EVENT_TYPES))}"
+            ),
+            2,
+        )
 
 
 @app.command()
@@ -73,6 +94,7 @@ def events(
     type_: TypesOpt = None,
 ) -> None:
     """Print a task's events (append-only log)."""
+    _check_types(type_)
 
     async def main() -> list[Any]:
         return await with_store(
@@ -105,6 +127,7 @@ def timeline(
     full: FullOpt = False,
 ) -> None:
     """A readable, coloured timeline of a task (one line per event)."""
+    _check_types(type_)
 
     async def main() -> list[Any]:
         return await with_store(

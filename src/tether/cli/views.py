@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Group
 from rich.highlighter import JSONHighlighter
 from rich.live import Live
@@ -81,26 +82,142 @@ def ts(t: float | None) -> str:
     """A unix time as `YYYY-MM-DD HH:MM:SS` (UTC), `-` for none."""
     if t is None:
         return "-"
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # out of the calendar's range
+        return str(t)
+
+
+# --------------------------------------------------------------------------- tables
+
+#: A word longer than this may be folded in a table cell; shorter ones are kept whole.
+MAX_WHOLE_WORD = 32
+#: The narrowest a `fold` column of a table gets (see `FittedTable`).
+MIN_FOLD = 10
+
+
+def _cell_text(cell: Any) -> str:
+    return cell.plain if isinstance(cell, Text) else str(cell)
+
+
+class FittedTable:
+    """A table that is never cut with `…`, however narrow the terminal or pipe.
+
+    Columns are (header, kind): an `id` column (task, request and artifact ids, times:
+    values one copies) is never wrapped nor narrower than its widest value; a `text`
+    column wraps at spaces and keeps each word whole up to `MAX_WHOLE_WORD` characters (a
+    longer one is folded, never cut); a `fold` column (a name, a summary) wraps too but
+    may fold its words down to `MIN_FOLD` characters to leave room for the others. When
+    the columns cannot fit side by side, each row is printed as a block instead: its
+    first cell, then `header  value` lines."""
+
+    def __init__(
+        self,
+        columns: Sequence[tuple[str, str]],
+        rows: Sequence[Sequence[Any]],
+        **options: Any,
+    ) -> None:
+        self.columns = list(columns)
+        self.rows = [list(r) for r in rows]
+        self.table = Table(**{"box": None, "header_style": "bold", "pad_edge": False, **options})
+        self.min_widths: list[int] = []
+        self.whole_word_widths: list[int] = []
+        self.natural_widths: list[int] = []
+        for i, (header, kind) in enumerate(self.columns):
+            texts = [header, *(_cell_text(row[i]) for row in self.rows)]
+            self.natural_widths.append(
+                max((cell_len(ln) for t in texts for ln in t.splitlines()), default=0)
+            )
+            if kind == "id":
+                widest = max((cell_len(ln) for t in texts for ln in t.splitlines()), default=0)
+                self.table.add_column(header, no_wrap=True, min_width=widest)
+                self.min_widths.append(widest)
+                self.whole_word_widths.append(widest)
+            else:
+                longest = max((cell_len(w) for t in texts for w in t.split()), default=0)
+                cap = MAX_WHOLE_WORD if kind == "text" else MIN_FOLD
+                self.table.add_column(header, overflow="fold", min_width=min(longest, cap))
+                self.min_widths.append(min(longest, cap))
+                self.whole_word_widths.append(min(longest, MAX_WHOLE_WORD))
+        for row in self.rows:
+            self.table.add_row(*row)
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        """The table, or one block per row when the table cannot fit the width."""
+        widths = self.widths(options.max_width)
+        if widths is not None:
+            for column, width in zip(self.table.columns, widths, strict=True):
+                column.width = width
+            yield self.table
+            return
+        if self.table.title:
+            yield Text(str(self.table.title), "bold")
+        for row in self.rows:
+            head = row[0] if isinstance(row[0], Text) else Text(str(row[0]))
+            yield Text.assemble(("", "bold"), head)
+            block = Table.grid(padding=(0, 2))
+            block.add_column(no_wrap=True)
+            block.add_column(overflow="fold")
+            for (header, _), cell in zip(self.columns[1:], row[1:], strict=True):
+                block.add_row(Text(f"  {header}", "bold"), cell)
+            yield block
+
+    def widths(self, max_width: int) -> list[int] | None:
+        """Each column's width in a table `max_width` wide: as wide as its content, the
+        columns with the most room narrowed first, down to their longest word, then (a
+        `fold` column) further down to its minimum; None when the minimums do not fit
+        (then rows are printed as blocks)."""
+        gaps = 2 * (len(self.columns) - 1)  # padding 1 on each side, none at the edges
+        if sum(self.min_widths) + gaps > max_width:
+            return None
+        widths = [max(n, m) for n, m in zip(self.natural_widths, self.min_widths, strict=True)]
+        excess = sum(widths) + gaps - max_width
+        for floors in (self.whole_word_widths, self.min_widths):
+            while excess > 0 and any(w > f for w, f in zip(widths, floors, strict=True)):
+                i = max(range(len(widths)), key=lambda k: widths[k] - floors[k])
+                widths[i] -= 1
+                excess -= 1
+        return widths
+
+    def __rich_measure__(self, console: Any, options: Any) -> Any:
+        """As wide as the table, at most the width available."""
+        return self.table.__rich_measure__(console, options).with_maximum(options.max_width)
+
+
+def fitted_table(
+    columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]], **options: Any
+) -> FittedTable:
+    """`FittedTable(columns, rows, **options)`: see there."""
+    return FittedTable(columns, rows, **options)
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` up to `limit` characters, `…` marking a cut (for summaries, never ids)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # --------------------------------------------------------------------------- status
 
 
+#: The ledger bar's parts: item status, colour, glyph. Each glyph differs from the others
+#: so the bar reads the same without colour (NO_COLOR, a pipe): a full block is done
+#: work and nothing else.
+BAR_PARTS = (
+    ("done", "green", "█"),
+    ("in_progress", "blue", "▒"),
+    ("blocked", "red", "╳"),
+    ("skipped", "magenta", "▚"),
+    ("waived", "magenta", "▓"),
+    ("pending", "grey50", "░"),
+)
+
+
 def ledger_bar(progress: Mapping[str, Any], width: int = 40) -> Text:
-    """The ledger's items as a coloured bar, with counts."""
+    """The ledger's items as a bar (one glyph per status, see `BAR_PARTS`), with counts."""
     total = max(1, int(progress["total"]))
-    parts = [
-        ("done", "green", "█"),
-        ("in_progress", "blue", "█"),
-        ("blocked", "red", "█"),
-        ("skipped", "magenta", "█"),
-        ("waived", "magenta", "▓"),
-        ("pending", "grey50", "░"),
-    ]
     bar = Text()
     used = 0
-    for key, style, ch in parts:
+    for key, style, ch in BAR_PARTS:
         n = round(width * int(progress.get(key, 0)) / total)
         n = min(n, width - used)
         bar.append(ch * n, style=style)
@@ -142,7 +259,7 @@ def status_view(doc: Mapping[str, Any]) -> Group:
     lines.append(ledger_bar(doc["ledger"]["progress"]))
     if doc.get("waiting"):
         reason = doc["waiting"].get("reason", doc["waiting"])
-        lines.append(Text(f"waiting: {clean(reason, lines=True)}", "yellow"))
+        lines.append(Text(f"waiting: {clean(readable_until(str(reason)), lines=True)}", "yellow"))
         partial = doc["waiting"].get("partial")
         if partial:
             lines.append(partial_view(partial))
@@ -161,35 +278,101 @@ def status_view(doc: Mapping[str, Any]) -> Group:
         shown = "; ".join(f"{clean(c['op_id'])} {clean(c['outcome'])}" for c in undo[:6])
         more = f" (+{len(undo) - 6} more)" if len(undo) > 6 else ""
         lines.append(Text(f"compensations: {shown}{more}", "yellow"))
-    used = doc["budget"]["used"]
-    lines.append(
-        Text(
-            f"rounds {used['rounds']}  model calls {used['model_calls']}  tokens {used['tokens']}"
-            f" (cached {used['cached_tokens']})  cost ${used['money_usd']:.4f}  "
-            f"wall {used['wall_seconds']:.1f}s"
-        )
-    )
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for col in ("item", "status", "attempts", "evidence / note"):
-        table.add_column(col)
+    lines.append(budget_view(doc))
+    limits = limits_line(doc.get("limits") or {})
+    if limits.plain:
+        lines.append(limits)
+    colour = {
+        "done": "green",
+        "blocked": "red",
+        "in_progress": "blue",
+        "skipped": "magenta",
+        "waived": "magenta",
+    }
+    rows = []
     for it in doc["ledger"]["items"]:
         st = it["status"]
-        colour = {
-            "done": "green",
-            "blocked": "red",
-            "in_progress": "blue",
-            "skipped": "magenta",
-            "waived": "magenta",
-        }
         detail = ", ".join(it["evidence"][:2]) if st == "done" else (it["note"] or "")
-        table.add_row(
-            Text(clean(it["id"])),
-            Text(clean(st), colour.get(st, "white")),
-            str(it["attempts"]),
-            Text(clean(detail, lines=True)),
+        rows.append(
+            (
+                Text(clean(it["id"])),
+                Text(clean(st), colour.get(st, "white")),
+                str(it["attempts"]),
+                Text(clean(detail, lines=True)),
+            )
         )
+    table = fitted_table(
+        [("item", "id"), ("status", "id"), ("attempts", "id"), ("evidence / note", "text")], rows
+    )
     lines.append(table)
     return Group(*lines)
+
+
+def _amount(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key == "money_usd":
+        return f"${float(value):.4f}"
+    if key == "wall_seconds":
+        return f"{float(value):.1f}s"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def budget_view(doc: Mapping[str, Any]) -> FittedTable:
+    """What the task has used next to what it may use: each budget (`budget:` in the
+    spec) and, for rounds, the loop limit `limits.max_rounds` too."""
+    budget = doc["budget"]
+    used, caps = budget["used"], budget.get("limits") or {}
+    max_rounds = (doc.get("limits") or {}).get("max_rounds")
+    rounds_cap = ", ".join(
+        part
+        for part in (
+            f"max_rounds {max_rounds}" if max_rounds is not None else "",
+            f"budget {caps['rounds']:,}" if caps.get("rounds") is not None else "",
+        )
+        if part
+    )
+    rows = [
+        ("rounds", _amount("rounds", used["rounds"]), rounds_cap or "-"),
+        (
+            "tokens",
+            f"{used['tokens']:,} ({used['cached_tokens']:,} cached)",
+            _amount("tokens", caps.get("tokens")),
+        ),
+        (
+            "cost",
+            _amount("money_usd", used["money_usd"]),
+            _amount("money_usd", caps.get("money_usd")),
+        ),
+        (
+            "wall time",
+            _amount("wall_seconds", used["wall_seconds"]),
+            _amount("wall_seconds", caps.get("wall_seconds")),
+        ),
+        ("model calls", f"{used['model_calls']:,}", "-"),
+    ]
+    return fitted_table([("budget", "id"), ("used", "id"), ("limit", "text")], rows)
+
+
+#: The loop limits `status` shows (the others are tuning a reader seldom needs).
+SHOWN_LIMITS = (
+    "max_rounds_per_milestone",
+    "max_attempts_per_item",
+    "no_progress_rounds",
+    "same_failure_repeats",
+    "max_crash_restarts",
+    "round_timeout",
+)
+
+
+def limits_line(limits: Mapping[str, Any]) -> Text:
+    """The contract's loop limits (`limits:`), beside the budget; empty without any."""
+    shown = [
+        f"{k} {limits[k]:g}" if isinstance(limits[k], float) else f"{k} {limits[k]}"
+        for k in SHOWN_LIMITS
+        if limits.get(k) is not None
+    ]
+    return Text("limits: " + ", ".join(shown)) if shown else Text("")
 
 
 def stop_text(doc: Mapping[str, Any]) -> str:
@@ -247,47 +430,106 @@ def task_rows(tasks: Sequence[Any]) -> list[dict[str, Any]]:
     ]
 
 
-def task_table(tasks: Sequence[Any]) -> Table:
-    """`list`: task, name, status (with the stop reason), created."""
-    table = Table("task", "name", "status", "created", box=None, header_style="bold")
-    for t in tasks:
-        st = t.status + (f" ({t.stop_reason})" if t.stop_reason else "")
-        table.add_row(
+def task_table(tasks: Sequence[Any]) -> FittedTable:
+    """`list`: task, name, status (with the stop reason), created — ids and times
+    whole, however narrow the screen (see `fitted_table`)."""
+    rows = [
+        (
             Text(clean(t.task_id)),
             Text(clean(t.name)),
-            Text(clean(st), STATUS_STYLE.get(t.status, "")),
-            ts(t.created_at),
+            Text(
+                clean(t.status + (f" ({t.stop_reason})" if t.stop_reason else "")),
+                STATUS_STYLE.get(t.status, ""),
+            ),
+            ts(t.created_at)[:16],  # to the minute: the exact time is in `list --json`
         )
-    return table
+        for t in tasks
+    ]
+    return fitted_table(
+        [("task", "id"), ("name", "fold"), ("status", "text"), ("created", "id")], rows
+    )
 
 
-def approvals_table(items: Sequence[Any]) -> Table:
-    """`approvals`: request, status, what, decided by."""
-    table = Table("request", "status", "what", "decided by", box=None, header_style="bold")
-    for a in items:
-        table.add_row(
+#: The most characters of a request's description `approvals` shows (`--json` has all).
+MAX_WHAT = 120
+
+
+def approvals_table(items: Sequence[Any]) -> FittedTable:
+    """`approvals`: request, status, what, decided by — the request id whole (it is what
+    `approve` and `reject` take)."""
+    rows = [
+        (
             Text(clean(a.request_id)),
             Text(clean(a.status)),
-            Text(clean(str(a.request.get("what", ""))[:80])),
+            Text(clean(shorten(str(a.request.get("what", "")), MAX_WHAT))),
             Text(clean(a.decided_by or "")),
         )
-    return table
+        for a in items
+    ]
+    return fitted_table(
+        [("request", "id"), ("status", "id"), ("what", "fold"), ("decided by", "text")], rows
+    )
 
 
 # --------------------------------------------------------------------------- events
 
 
 def event_line(e: Any) -> Text:
-    """`events`: seq, time, type and the data as JSON."""
-    return Text(
-        clean(f"{e.seq:>6} {ts(e.at)} {e.type:<22} {json.dumps(e.data, ensure_ascii=False)}")
+    """`events`: seq, time, type and the data as JSON, its times as dates (`--json`
+    keeps them as numbers)."""
+    data = json.dumps(readable_times(e.data), ensure_ascii=False)
+    return Text(clean(f"{e.seq:>6} {ts(e.at)} {e.type:<22} {data}"))
+
+
+def _lease_claimed(d: Mapping[str, Any]) -> tuple[str, str]:
+    return "dim", (
+        f"{d.get('worker_id')} holds the lease (token {d.get('token')}) until "
+        f"{ts(d.get('expires_at'))}"
     )
+
+
+def _retry_scheduled(d: Mapping[str, Any]) -> tuple[str, str]:
+    return "yellow", (
+        f"{d.get('op_id')} attempt {d.get('attempt')} failed ({d.get('error_class')}); "
+        f"next attempt at {ts(d.get('next_attempt_at'))}"
+        + (f": {str(d.get('error'))[:100]}" if d.get("error") else "")
+    )
+
+
+def _op_exhausted(d: Mapping[str, Any]) -> tuple[str, str]:
+    undo = d.get("compensate") or []
+    then = (
+        f"compensate {len(undo)} applied op(s), newest first"
+        if d.get("policy") == "compensate"
+        else str(d.get("policy"))
+    )
+    return "bold red", f"{d['tool']} {d['op_id']} gave up after {d['attempts']} attempts → {then}"
+
+
+def _probe_answered(d: Mapping[str, Any]) -> tuple[str, str]:
+    style = "yellow" if d.get("answer") in ("STUCK", "unusable") else "cyan"
+    return style, (
+        f"status probe of round {d.get('round')} on {d.get('item')} after "
+        f"{float(d.get('silent_for', 0)):.0f}s silent: {d.get('answer')}"
+        + (f" ({str(d.get('text', ''))[:60]!r})" if d.get("answer") == "unusable" else "")
+    )
+
+
+_DESCRIBERS: dict[str, Callable[[Mapping[str, Any]], tuple[str, str]]] = {
+    "lease.claimed": _lease_claimed,
+    "op.retry_scheduled": _retry_scheduled,
+    "op.exhausted": _op_exhausted,
+    "probe.answered": _probe_answered,
+}
 
 
 def describe_event(e: Any) -> tuple[str, str]:
     """(style, text): one event in words."""
     d = e.data
     t = e.type
+    special = _DESCRIBERS.get(t)
+    if special is not None:
+        return special(d)
     if t == "task.status":
         why = f" — {d.get('reason')}" if d.get("reason") else ""
         stop = f" ({d['stop_reason']})" if d.get("stop_reason") else ""
@@ -304,16 +546,6 @@ def describe_event(e: Any) -> tuple[str, str]:
         return style, f"{d['tool']} {d['status']}: {msg[:100]}"
     if t == "op.intended":
         return "dim", f"intent {d['op_id']} {d['tool']}"
-    if t == "op.exhausted":
-        undo = d.get("compensate") or []
-        then = (
-            f"compensate {len(undo)} applied op(s), newest first"
-            if d.get("policy") == "compensate"
-            else str(d.get("policy"))
-        )
-        return "bold red", (
-            f"{d['tool']} {d['op_id']} gave up after {d['attempts']} attempts → {then}"
-        )
     if t == "op.compensated":
         return "yellow", f"{d['op_id']} {d['outcome']} by {d['by']}"
     if t == "judge.verdict":
@@ -330,13 +562,6 @@ def describe_event(e: Any) -> tuple[str, str]:
         return "green", f"ledger v{d['version']}: {', '.join(changes[:6]) or 'updated'}"
     if t == "audit.warning":
         return "bold yellow", f"AUDIT {d['code']}: {d['message']}"
-    if t == "probe.answered":
-        style = "yellow" if d.get("answer") in ("STUCK", "unusable") else "cyan"
-        return style, (
-            f"status probe of round {d.get('round')} on {d.get('item')} after "
-            f"{float(d.get('silent_for', 0)):.0f}s silent: {d.get('answer')}"
-            + (f" ({str(d.get('text', ''))[:60]!r})" if d.get("answer") == "unusable" else "")
-        )
     if t == "turn.started":
         return (
             "bold",
@@ -354,7 +579,30 @@ def describe_event(e: Any) -> tuple[str, str]:
             f"completion check {'passed' if d['passed'] else 'failed'}"
             + (f": {'; '.join(d['gaps'])[:120]}" if d.get("gaps") else "")
         )
-    return "white", json.dumps(d, ensure_ascii=False)[:140]
+    return "white", json.dumps(readable_times(d), ensure_ascii=False)[:140]
+
+
+#: "until 1796161988" (or with a fraction): a unix time inside a message the runtime
+#: wrote (a breaker's cooling down, a service that is away).
+_UNTIL_UNIX = re.compile(r"\buntil (\d{9,11}(?:\.\d+)?)\b")
+
+
+def readable_until(text: str) -> str:
+    """`text` with each "until <unix time>" written as "until YYYY-MM-DD HH:MM:SS UTC"."""
+    return _UNTIL_UNIX.sub(lambda m: f"until {ts(float(m.group(1)))} UTC", text)
+
+
+def readable_times(data: Mapping[str, Any]) -> dict[str, Any]:
+    """`data` with each unix time (a number under a key ending in `_at`, or `until`)
+    written as `YYYY-MM-DD HH:MM:SS` (UTC), for a line a person reads."""
+    return {
+        k: ts(v)
+        if (k.endswith("_at") or k == "until")
+        and isinstance(v, int | float)
+        and not isinstance(v, bool)
+        else v
+        for k, v in data.items()
+    }
 
 
 def timeline_line(e: Any, *, full: bool = False) -> Text:
@@ -365,7 +613,7 @@ def timeline_line(e: Any, *, full: bool = False) -> Text:
         (f"{e.seq:>6} ", "dim"),
         (ts(e.at)[11:] + " ", "dim"),
         (f"{clean(e.type):<20} ", style),
-        clean(text),
+        clean(readable_until(text)),
     )
     if full:
         data = json.dumps(e.data, indent=2, ensure_ascii=False, default=str)
@@ -410,11 +658,7 @@ class ProgressView:
 # --------------------------------------------------------------------------- demo
 
 
-def summary_table(summary: Mapping[str, Any]) -> Table:
+def summary_table(summary: Mapping[str, Any]) -> FittedTable:
     """The demo's 'what happened' table."""
-    table = Table(title="what happened", show_header=False, box=None)
-    table.add_column(style="bold")
-    table.add_column()
-    for k, v in summary.items():
-        table.add_row(Text(clean(k)), Text(clean(v, lines=True)))
-    return table
+    rows = [(Text(clean(k), "bold"), Text(clean(v, lines=True))) for k, v in summary.items()]
+    return fitted_table([("", "id"), ("", "text")], rows, title="what happened", show_header=False)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 from typing import TYPE_CHECKING, Annotated
 
@@ -10,6 +9,7 @@ import typer
 from rich.text import Text
 
 from tether import errors
+from tether._extras import needs
 from tether.cli._app import (
     DbOpt,
     ModelOpt,
@@ -17,12 +17,15 @@ from tether.cli._app import (
     ModelTimeoutOpt,
     app,
     err,
+    fail,
     model_options,
     run_async,
 )
 from tether.cli.views import clean
 
 if TYPE_CHECKING:
+    import asyncio
+
     from tether.runtime.engine import RunResult, Snapshot
     from tether.runtime.worker import WorkerStats
     from tether.store import Store
@@ -55,12 +58,10 @@ def _round_line(snap: Snapshot) -> None:
 async def _serve_metrics(store: Store, port: int) -> asyncio.Server:
     """Prometheus text at http://127.0.0.1:PORT/metrics: the same metrics as `tether
     serve`'s /metrics, computed from the database at each scrape."""
-    try:
+    import asyncio  # here: `tether --help` needs no event loop
+
+    with needs("web", "tether worker --metrics-port"):
         from tether.web.metrics import render, snapshot
-    except ImportError as exc:
-        raise errors.UserError(
-            f"--metrics-port needs the web extra (pip install 'tether[web]'): {exc}"
-        ) from exc
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -130,10 +131,21 @@ def worker(
     model_timeout: ModelTimeoutOpt = None,
     model_retries: ModelRetriesOpt = None,
 ) -> None:
-    """Claim and run tasks from the database until stopped."""
+    """Claim and run tasks from the database until stopped.
+
+    Each runs with the model, model options and TETHER_TOOLS it was started with; the
+    model options given here, or this worker's TETHER_TOOLS, override them."""
     from tether.runtime.engine import inline_wait_max_from_env
     from tether.runtime.notify import default_notifier
     from tether.runtime.wiring import open_runtime
+
+    if metrics_port is not None:
+        # A missing extra is said before the database is opened (or created).
+        try:
+            with needs("web", "tether worker --metrics-port"):
+                import tether.web.metrics  # noqa: F401
+        except errors.UserError as exc:
+            raise fail(exc, 2) from None
 
     async def main() -> WorkerStats:
         # The environment's settings are refused now, not by every sweep or task later.

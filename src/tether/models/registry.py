@@ -13,8 +13,8 @@
 - `scripted:package.module:function`: a `ScriptedModel` asking a Python policy
   `f(request) -> response` (the working folder is importable).
 
-Unknown prefixes, a missing SDK (`pip install 'tether[openai]'`) or a missing API key
-raise `errors.UserError` with a message that says what to do.
+Unknown prefixes, a missing SDK (`pip install 'tether[openai]'`, see `tether._extras`)
+or a missing API key raise `errors.UserError` with a message that says what to do.
 
 How long one request may take and how often a failed one is retried: the spec's
 `models: {timeout: 60, max_retries: 1}`, else `TETHER_MODEL_TIMEOUT` (seconds) and
@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from tether import _imports
+from tether._extras import needs
 from tether._validation import http_url_problem
 from tether.errors import UserError
 from tether.models.base import Model
@@ -175,31 +176,15 @@ def _compatible_key(environ: Mapping[str, str], base_url: str, name: str) -> str
     return key
 
 
-def _missing_sdk(exc: ImportError, package: str) -> bool:
-    return (exc.name or "").split(".")[0] == package
-
-
 def _openai(model: str, **kwargs: Any) -> Model:
-    try:
+    with needs("openai", f"the model {kwargs.get('name', model)!r}"):
         from tether.models.openai import OpenAIModel
-    except ImportError as exc:
-        if not _missing_sdk(exc, "openai"):
-            raise
-        raise UserError(
-            "the OpenAI SDK is not installed; install it with: pip install 'tether[openai]'"
-        ) from exc
     return OpenAIModel(model, **kwargs)
 
 
 def _anthropic(model: str, **kwargs: Any) -> Model:
-    try:
+    with needs("anthropic", f"the model {kwargs.get('name', model)!r}"):
         from tether.models.anthropic import AnthropicModel
-    except ImportError as exc:
-        if not _missing_sdk(exc, "anthropic"):
-            raise
-        raise UserError(
-            "the Anthropic SDK is not installed; install it with: pip install 'tether[anthropic]'"
-        ) from exc
     return AnthropicModel(model, **kwargs)
 
 

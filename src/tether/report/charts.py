@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tether._extras import needs
+
 #: Colours of the charts (the dashboard's palette).
 _DONE, _BLOCKED, _BAR, _FAIL = "#2e7d32", "#c62828", "#1565c0", "#ef6c00"
 _XML_HEAD = re.compile(r"^.*?(?=<svg)", re.S)
@@ -24,7 +26,8 @@ def available() -> bool:
 
 
 def _figure(height: float = 2.6) -> Any:
-    from matplotlib.figure import Figure
+    with needs("report", "the report's charts"):
+        from matplotlib.figure import Figure
 
     # Figure() without pyplot: no global state, safe in a server's threads.
     fig = Figure(figsize=(7.0, height), dpi=96)

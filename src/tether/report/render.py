@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from tether._extras import install_hint
 from tether.redact import redact
 from tether.report import charts
 
@@ -264,7 +265,8 @@ def html_sections(doc: Mapping[str, Any], *, level: int = 2) -> str:
 def html_charts(doc: Mapping[str, Any]) -> str:
     """The charts as inline SVG (a note instead when matplotlib is not installed)."""
     if not charts.available():
-        return '<p class="empty">charts need matplotlib: pip install "tether[report]"</p>'
+        hint = html.escape(install_hint("report"), quote=False)
+        return f'<p class="empty">charts need the report extra: {hint}</p>'
     return "\n".join(
         f'<figure class="chart" data-chart="{name}">{svg}</figure>'
         for name, svg in charts.all_charts(doc).items()

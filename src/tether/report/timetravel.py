@@ -162,7 +162,7 @@ def _item_rows(ledger: L.Ledger) -> list[dict[str, Any]]:
 
 async def status_at(store: Store, task_id: str, seq: int) -> dict[str, Any]:
     """The `status --json` document as of event `seq` (its fields, plus `at`: the seq and
-    time of that event). Lease, heartbeat and budget limits are today's; `wall_seconds`
+    time of that event). Lease, heartbeat, budget and loop limits are today's; `wall_seconds`
     is the time since the first event. `UserError` for a seq the log does not have."""
     task = await store.get_task(task_id)
     if seq < 1 or seq > task.last_seq:
@@ -196,6 +196,7 @@ async def status_at(store: Store, task_id: str, seq: int) -> dict[str, Any]:
             if s.status in ("waived", "skipped")
         ],
         "budget": {"limits": dict(task.spec.get("budget", {})), "used": tf.used()},
+        "limits": dict(task.spec.get("limits", {})),
         "waiting": tf.waiting,
         "lease": {"owner": None, "expires_at": None, "fencing_token": last.fencing_token},
         "heartbeat_at": None,

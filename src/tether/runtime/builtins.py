@@ -356,11 +356,13 @@ def _import_tools(ref: str) -> list[Tool]:
     return list(found)
 
 
-def default_registry(store_getter: Callable[[], Store]) -> ToolRegistry:
+def default_registry(
+    store_getter: Callable[[], Store], env: Mapping[str, str] | None = None
+) -> ToolRegistry:
     """A registry with the workspace file tools (`read_file` refusing the contract's
     sources), `read_artifact`, the source and
     artifact tools (`tether.runtime.source_tools`), and the tools named by
-    `TETHER_TOOLS` (`module:attr,...`)."""
+    `TETHER_TOOLS` (`module:attr,...`; of `env` when given, else of `os.environ`)."""
     reg = ToolRegistry(
         source_aware_read_file(store_getter)
         if t is read_file
@@ -374,7 +376,7 @@ def default_registry(store_getter: Callable[[], Store]) -> ToolRegistry:
         source_guarded_writer(store_getter, t) if t.name in SOURCE_GUARDED_WRITERS else t
         for t in source_tools(store_getter)
     )
-    for ref in os.environ.get(TOOLS_ENV, "").split(","):
+    for ref in (os.environ if env is None else env).get(TOOLS_ENV, "").split(","):
         if ref.strip():
             reg.extend(_import_tools(ref))
     return reg

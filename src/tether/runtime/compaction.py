@@ -12,9 +12,11 @@ of compaction.
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
 from tether import errors, failpoints, tokens
@@ -95,11 +97,21 @@ _OPEN_WORDS = (
     r"partial|partially|attempted|tried|trying|working on|except|excluding|besides|"
     r"apart from|other than"
 )
-_PHRASE = re.compile(
-    rf"{_B}(?P<both>{_DONE_BOTH}){_E}|{_B}(?P<post>{_DONE_POST}){_E}|"
-    rf"(?P<mark>[✅✔✓])|(?P<pre>{_CHECKED})|(?P<openmark>[{_UNCHECKED}⬜❌⏳])|"
-    rf"{_B}(?P<open>{_OPEN_WORDS}){_E}"
-)
+
+
+@functools.lru_cache(maxsize=64)
+def _phrase_pattern(extra_done: str = "") -> re.Pattern[str]:
+    """The per-item status vocabulary, with the task's own done-words (`extra_done`, an
+    alternation such as "catalogued|fetched") among the done-words."""
+    both = _DONE_BOTH + (f"|{extra_done}" if extra_done else "")
+    return re.compile(
+        rf"{_B}(?P<both>{both}){_E}|{_B}(?P<post>{_DONE_POST}){_E}|"
+        rf"(?P<mark>[✅✔✓])|(?P<pre>{_CHECKED})|(?P<openmark>[{_UNCHECKED}⬜❌⏳])|"
+        rf"{_B}(?P<open>{_OPEN_WORDS}){_E}"
+    )
+
+
+_PHRASE = _phrase_pattern()
 
 
 def _wordset(words: str) -> frozenset[str]:
@@ -137,101 +149,142 @@ _EXCEPT = (
     r"(?:except(?: for)?|but(?: not)?|apart from|other than|besides|save for|excluding|"
     r"aside from|with the exception of|minus)"
 )
+
+
 # (pattern, kind). "weak": counts only in a sentence that names no item, where it cannot
 # be about one item ("i3 is fully completed" is a per-item claim). "verb": not when an
 # item is its subject ("i1 completed all its steps"). "else": claims every item but the
 # ones the line names ("i3 is open, everything else is done").
-_GLOBAL: Final[tuple[tuple[re.Pattern[str], str], ...]] = tuple(
-    (re.compile(p), kind)
-    for p, kind in (
-        (
-            r"\b(?:everything else|all (?:the )?(?:other|remaining) (?:items?|tasks?|steps?|"
-            rf"work|files?)|the rest(?: of (?:the |them)?(?:items?|tasks?|work)?)?)(?:'s)?"
-            rf"{_COPULA} {_DONE_G}\b",
-            "else",
-        ),
-        # all items are done / all 5 items have been completed / every step finished
-        (
-            rf"\b(?:all|every|each)(?! (?:the )?(?:other|remaining)\b)(?: {_WORD}){{0,3}}? {_NOUNS}"
-            rf"(?: (?:in|on|of|from) (?:the |this |our |my )?{_WORD})?"
-            rf"(?P<exc> {_EXCEPT} [^.;!?]{{1,80}}?)?{_COPULA} {_DONE_G}\b",
-            "strong",
-        ),
-        # everything is done / everything finished / all the work is complete
-        (
-            rf"\b(?:everything|all (?:the )?work)(?: (?:in|on|from) (?:the |this |our )?"
-            rf"{_WORD})?(?:'s)?(?P<exc> {_EXCEPT} [^.;!?]{{1,80}}?)?{_COPULA} {_DONE_G}\b",
-            "strong",
-        ),
-        # (the) task is complete / objective achieved / mission accomplished / work is done
+@functools.lru_cache(maxsize=64)
+def _global_patterns(
+    done_g: str = _DONE_G, nouns: str = _NOUNS, extra: str = "", subjects: str = ""
+) -> tuple[tuple[re.Pattern[str], str], ...]:
+    """The whole-task patterns, with a task's own done-words (`done_g`, `extra`: an
+    alternation led by "|"), nouns for its items (`nouns`) and for the whole of its work
+    (`subjects`: "catalogue" when the objective is to catalogue the shelves)."""
+    extra_patterns: list[tuple[str, str]] = [
+        # the whole catalogue is finished / the entire set is complete / the full list done
         (
             r"(?:^|[:,]\s*|\s[-–—]+\s*|\b(?:the|this|our|my)\s+)"
-            r"(?:(?:whole|entire|overall|main)\s+)?(?:task|job|work|objective|goal|mission|"
-            rf"project|assignment|checklist|ledger)(?:'s)?{_COPULA} (?:{_DONE_G}|reached)\b",
+            rf"(?:whole|entire|full|complete|overall)\s+[a-z][\w-]*(?:'s)?{_COPULA} {done_g}\b",
             "strong",
         ),
-        # finished all the items / completed everything / did them all
+        # cataloguing finished for every shelf / finished cataloguing all of them
         (
-            r"\b(?:finished|completed|done|did|resolved|delivered|handled|closed|"
-            r"accomplished|achieved|fulfilled|wrapped up|ticked off|checked off|knocked out|"
-            rf"took care of|taken care of)(?: off| up)? (?:(?:all|every|each)\b(?:(?: {_WORD})"
-            rf"{{0,3}}? {_NOUNS}\b)?|everything\b|(?:them|it|these|those) all\b)",
-            "verb",
-        ),
-        # completed the task / achieved the objective
-        (
-            r"\b(?:completed|finished|accomplished|achieved|met|fulfilled|delivered|"
-            r"satisfied|wrapped up|closed out) (?:the |our |my |this )?"
-            r"(?:(?:whole|entire|overall|full) )?(?:task|objective|goal|job|mission|"
-            r"assignment|project|checklist|ledger|acceptance criteria)\b",
+            rf"\b[a-z]+ing(?:{_COPULA})? {done_g} (?:for|on|of|across|in) (?:all|every|each)\b|"
+            rf"\b(?:finished|completed|done(?: with)?) [a-z]+ing (?:all|every|each|everything)\b",
             "strong",
         ),
-        # nothing left to do / nothing remains / no items remaining / zero items left
-        (
-            r"\bnothing(?: (?:else|more|further|is|was))* (?:left|remains|remaining|"
-            r"outstanding|pending|to do|to be done|to work on)\b|"
-            r"\bno (?:more |further |other )?(?:remaining |pending |outstanding )?"
-            r"(?:items?|work|tasks?|steps?|todos?)(?: (?:is|are))? (?:left|remain|remains|"
-            r"remaining|outstanding|pending|to do)\b|"
-            r"\bno (?:remaining|pending|outstanding|unfinished|incomplete) "
-            r"(?:items?|work|tasks?|steps?|todos?)\b|"
-            r"\b(?:zero|0) (?:items? )?(?:left|remaining|outstanding)\b",
-            "strong",
-        ),
-        # we're done / I have finished (with nothing after it)
-        (
-            r"\b(?:we|i)(?:'re|'m|'ve| are| am| have| had)(?: (?:now|all|fully|completely|"
-            r"successfully|finally|officially))* (?:done|finished|complete|completed)\b"
-            r"(?=\s*(?:$|[.!,;:]|now\b|here\b|and\b|with (?:everything|it all|all\b|the "
-            r"(?:whole |entire )?(?:task|job|work|checklist|project)\b)))",
-            "strong",
-        ),
-        (r"\bdone and dusted\b|\bthat's a wrap\b", "strong"),
-        (
-            r"\b(?:all )?(?:the )?acceptance (?:criteria|checks?)(?: (?:are|were|have|has|"
-            r"been|now|all|fully))* (?:met|satisfied|passed|pass|fulfilled|done|green)\b",
-            "strong",
-        ),
-        (r"\ball (?:now )?(?:done|complete|completed|finished|wrapped up)\b", "weak"),
-        (r"\b(?:fully|completely|entirely|totally) (?:done|complete|completed|finished)\b", "weak"),
-        (
-            r"\b100 ?(?:%|percent|per cent)(?: {_WORD}){0,2}? (?:complete|completed|done|"
-            r"finished)\b|\b(?:completion|progress)\s*[:=]?\s*(?:is |at |of )?100 ?"
-            r"(?:%|percent)",
-            "weak",
-        ),
-        (
-            r"\b(?:overall |final |task |current )?status\s*[:=]?\s*(?:is\s+)?(?:done|"
-            r"complete|completed|finished|success|successful|delivered|satisfied)\b",
-            "weak",
-        ),
-        (
-            r"\bready (?:for|to) (?:delivery|deliver|be delivered|ship|hand ?off|handoff|"
-            r"submission)\b",
-            "weak",
-        ),
+    ]
+    if subjects:
+        # the catalogue is done / Catalogue complete.
+        extra_patterns.append(
+            (
+                r"(?:^|[:,]\s*|\s[-–—]+\s*|\b(?:the|this|our|my)\s+)"
+                rf"(?:{subjects})(?:'s)?{_COPULA} {done_g}\b",
+                "weak",
+            )
+        )
+    return tuple(
+        (re.compile(p), kind)
+        for p, kind in (
+            (
+                r"\b(?:everything else|all (?:the )?(?:other|remaining) (?:items?|tasks?|steps?|"
+                rf"work|files?)|the rest(?: of (?:the |them)?(?:items?|tasks?|work)?)?)(?:'s)?"
+                rf"{_COPULA} {done_g}\b",
+                "else",
+            ),
+            # all items are done / all 5 items have been completed / every step finished
+            (
+                r"\b(?:all|every|each)(?! (?:the )?(?:other|remaining)\b)"
+                rf"(?: {_WORD}){{0,3}}? {nouns}"
+                rf"(?: (?:in|on|of|from) (?:the |this |our |my )?{_WORD})?"
+                rf"(?P<exc> {_EXCEPT} [^.;!?]{{1,80}}?)?{_COPULA} {done_g}\b",
+                "strong",
+            ),
+            # everything is done / everything finished / all the work is complete
+            (
+                rf"\b(?:everything|all (?:the )?work)(?: (?:in|on|from) (?:the |this |our )?"
+                rf"{_WORD})?(?:'s)?(?P<exc> {_EXCEPT} [^.;!?]{{1,80}}?)?{_COPULA} {done_g}\b",
+                "strong",
+            ),
+            # (the) task is complete / objective achieved / mission accomplished / work is done
+            (
+                r"(?:^|[:,]\s*|\s[-–—]+\s*|\b(?:the|this|our|my)\s+)"
+                r"(?:(?:whole|entire|overall|main)\s+)?(?:task|job|work|objective|goal|mission|"
+                rf"project|assignment|checklist|ledger)(?:'s)?{_COPULA} (?:{done_g}|reached)\b",
+                "strong",
+            ),
+            # finished all the items / completed everything / did them all
+            (
+                r"\b(?:finished|completed|done|did|resolved|delivered|handled|closed|"
+                r"accomplished|achieved|fulfilled|wrapped up|ticked off|checked off|knocked out|"
+                rf"took care of|taken care of{extra})(?: off| up)? "
+                rf"(?:(?:all|every|each)\b(?:(?: {_WORD}){{0,3}}? {nouns}\b)?|everything\b|"
+                r"(?:them|it|these|those) all\b)",
+                "verb",
+            ),
+            # completed the task / achieved the objective
+            (
+                r"\b(?:completed|finished|accomplished|achieved|met|fulfilled|delivered|"
+                r"satisfied|wrapped up|closed out) (?:the |our |my |this )?"
+                r"(?:(?:whole|entire|overall|full) )?(?:task|objective|goal|job|mission|"
+                r"assignment|project|checklist|ledger|acceptance criteria)\b",
+                "strong",
+            ),
+            # nothing left to do / nothing remains / no items remaining / zero items left
+            (
+                r"\bnothing(?: (?:else|more|further|is|was))* (?:left|remains|remaining|"
+                r"outstanding|pending|to do|to be done|to work on)\b|"
+                r"\bno (?:more |further |other )?(?:remaining |pending |outstanding )?"
+                r"(?:items?|work|tasks?|steps?|todos?)(?: (?:is|are))? (?:left|remain|remains|"
+                r"remaining|outstanding|pending|to do)\b|"
+                r"\bno (?:remaining|pending|outstanding|unfinished|incomplete) "
+                r"(?:items?|work|tasks?|steps?|todos?)\b|"
+                r"\b(?:zero|0) (?:items? )?(?:left|remaining|outstanding)\b",
+                "strong",
+            ),
+            # we're done / I have finished (with nothing after it)
+            (
+                r"\b(?:we|i)(?:'re|'m|'ve| are| am| have| had)(?: (?:now|all|fully|completely|"
+                r"successfully|finally|officially))* (?:done|finished|complete|completed)\b"
+                r"(?=\s*(?:$|[.!,;:]|now\b|here\b|and\b|with (?:everything|it all|all\b|the "
+                r"(?:whole |entire )?(?:task|job|work|checklist|project)\b)))",
+                "strong",
+            ),
+            (r"\bdone and dusted\b|\bthat's a wrap\b", "strong"),
+            (
+                r"\b(?:all )?(?:the )?acceptance (?:criteria|checks?)(?: (?:are|were|have|has|"
+                r"been|now|all|fully))* (?:met|satisfied|passed|pass|fulfilled|done|green)\b",
+                "strong",
+            ),
+            (r"\ball (?:now )?(?:done|complete|completed|finished|wrapped up)\b", "weak"),
+            (
+                r"\b(?:fully|completely|entirely|totally) (?:done|complete|completed|finished)\b",
+                "weak",
+            ),
+            (
+                r"\b100 ?(?:%|percent|per cent)(?: {_WORD}){0,2}? (?:complete|completed|done|"
+                r"finished)\b|\b(?:completion|progress)\s*[:=]?\s*(?:is |at |of )?100 ?"
+                r"(?:%|percent)",
+                "weak",
+            ),
+            (
+                r"\b(?:overall |final |task |current )?status\s*[:=]?\s*(?:is\s+)?(?:done|"
+                r"complete|completed|finished|success|successful|delivered|satisfied)\b",
+                "weak",
+            ),
+            (
+                r"\bready (?:for|to) (?:delivery|deliver|be delivered|ship|hand ?off|handoff|"
+                r"submission)\b",
+                "weak",
+            ),
+            *extra_patterns,
+        )
     )
-)
+
+
+_GLOBAL: Final = _global_patterns()
 _RATIO = (
     re.compile(
         r"\b(\d+)\s*(?:/|of|out of)\s*(\d+)(?: [\w'-]+){0,2}? (?:are |were |have been |is )?"
@@ -243,6 +296,9 @@ _RATIO = (
 )
 _BARE = frozenset(
     {"done", "complete", "completed", "finished", "all done", "task complete", "task done"}
+)
+_CONDITIONAL_START = re.compile(
+    r"\s*(?:when|whenever|once|if|as soon as|until|unless|only when|only once)\b"
 )
 _GLOBAL_HEDGES = _HEDGES | {"far", "whenever", "wait", "waiting", "until"}
 _GLOBAL_NOT_AFTER = re.compile(
@@ -259,6 +315,7 @@ _LABEL = re.compile(
     rf"|[{_CHECKED}{_UNCHECKED}]"
 )
 _JOINERS = _wordset("and or the of to with are is were was have has been & plus")
+_LIST_JOINERS = _wordset("and or & plus")
 _FILLER = _wordset("and or & plus also both as well items item the")
 
 
@@ -292,7 +349,10 @@ def _clean(line: str) -> tuple[str, bool, bool]:
     text = re.sub(r"\*+|__|`+|~~|(?<!\w)_|_(?!\w)", "", text)
     # "i3: pending -> done" reports a transition to done.
     text = re.sub(r"\b(?:pending|open|in[ _]progress|todo|blocked)\s*(?:->|=>|→)\s*", "", text)
-    text = re.sub(r"->|=>|→|[()\[\]{}\"]", " ", text)
+    # An arrow between two names is a range ("cat-1 → cat-8"): kept as "→" for
+    # `_expand_ranges`, which drops the ones left.
+    text = re.sub(r"(?<=\w)\s*(?:->|=>)\s*(?=\w)", " → ", text)
+    text = re.sub(r"->|=>|[()\[\]{}\"]", " ", text)
     return re.sub(r"\s+", " ", text).strip(), heading, bullet
 
 
@@ -312,15 +372,132 @@ def _logical_lines(summary: str) -> list[tuple[str, bool, bool]]:
 
 @dataclass(frozen=True)
 class _Names:
-    """One regex for every item id and (distinctive) title, and who each names."""
+    """What a summary may name of one ledger: one regex for every item id and
+    (distinctive) title and who each names; the items in order (for ranges); and the
+    status vocabulary with the task's own words (its titles' verbs as done-words,
+    "catalogued" for "catalogue shelf 3", and its nouns)."""
 
     pattern: re.Pattern[str] | None
     lookup: dict[str, str]
+    order: tuple[str, ...] = ()
+    #: Item by the number a summary may call it ("items 3-7", "shelves 1 to 8").
+    numbered: dict[int, str] = field(default_factory=dict)
+    #: Nouns a numbered range may use ("items", "shelves").
+    range_nouns: str = r"items?|entries|steps?|parts?|tasks?"
+    phrase: re.Pattern[str] = _PHRASE
+    global_patterns: tuple[tuple[re.Pattern[str], str], ...] = _GLOBAL
+
+
+#: Participles of the verbs a title may start with, where adding "ed" does not make one.
+_IRREGULAR = {
+    "write": "written|wrote",
+    "build": "built",
+    "make": "made",
+    "send": "sent",
+    "draw": "drawn|drew",
+    "find": "found",
+    "take": "taken|took",
+    "give": "given|gave",
+    "buy": "bought",
+    "sell": "sold",
+    "pay": "paid",
+    "teach": "taught",
+    "bring": "brought",
+    "catch": "caught",
+    "seek": "sought",
+    "hold": "held",
+    "tell": "told",
+    "ship": "shipped",
+    "plan": "planned",
+    "map": "mapped",
+    "tag": "tagged",
+    "scan": "scanned",
+    "log": "logged",
+}
+#: Verbs whose participle says nothing about an item being finished ("read big.txt").
+_NOT_DONE_VERBS = _wordset("read run get set put do try check verify test start open see look")
+_STOP = _wordset(
+    "the and for with from into that this each every all its their about over under per "
+    "via out new one two any some of to in on at by an a or as is are be it them than"
+)
+_NUMBER_WORDS = {
+    w: n
+    for n, w in enumerate(
+        ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+    )
+}
+
+
+def _participles(verb: str) -> list[str]:
+    if verb in _IRREGULAR:
+        return _IRREGULAR[verb].split("|")
+    if verb.endswith("e"):
+        return [verb + "d"]
+    if verb.endswith("y") and verb[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return [verb[:-1] + "ied"]
+    return [verb + "ed"]
+
+
+def _plural(noun: str) -> str:
+    if noun.endswith("f"):
+        return noun[:-1] + "ves"
+    if noun.endswith("y") and noun[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return noun[:-1] + "ies"
+    if noun.endswith(("s", "x", "ch", "sh")):
+        return noun + "es"
+    return noun + "s"
+
+
+def _alt(words: set[str]) -> str:
+    return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+
+
+def _trailing_number(text: str) -> int | None:
+    found = re.search(r"(\d+)\s*$", text)
+    return int(found.group(1)) if found else None
+
+
+def _numbered(ids: list[str], titles: list[str]) -> dict[int, str]:
+    """Item by number: the number its id ends with, else its title's, else its place."""
+    for source in (ids, titles):
+        nums = [_trailing_number(t) for t in source]
+        if all(n is not None for n in nums) and len(set(nums)) == len(nums):
+            return {n: i for n, i in zip(nums, ids, strict=True) if n is not None}
+    return {k: i for k, i in enumerate(ids, start=1)}
+
+
+@functools.lru_cache(maxsize=64)
+def _vocabulary(objective: str, titles: tuple[str, ...]) -> tuple[str, str, str, str]:
+    """`(done-words, item nouns, whole-task nouns, range nouns)` of a task, each an
+    alternation ("" when it has none) from its titles and objective."""
+    verbs: set[str] = set()
+    nouns: set[str] = set()
+    for title in titles:
+        words = re.findall(r"[a-z]+(?:-[a-z]+)*", title.lower())
+        raw = title.lower().split()
+        first = words[0] if raw and words and raw[0] == words[0] else ""
+        if len(first) >= 3 and first not in _STOP and first not in _NOT_DONE_VERBS:
+            verbs.update(_participles(first))
+        for w in raw[1:]:
+            if re.fullmatch(r"[a-z]{3,}", w) and w not in _STOP:
+                nouns.update((w, _plural(w)))
+    nouns -= verbs
+    subjects = {
+        w
+        for w in re.findall(r"[a-z]+", objective.lower())
+        if len(w) >= 4 and w not in _STOP and not w.endswith("ly")
+    }
+    subjects -= verbs
+    return _alt(verbs), _alt(nouns), _alt(subjects), _alt(nouns)
 
 
 def _names(ledger: Ledger) -> _Names:
     lookup: dict[str, str] = {}
+    ids: list[str] = []
+    titles: list[str] = []
     for d, _ in ledger.items():
+        ids.append(d.id)
+        titles.append(d.title)
         if key := " ".join(d.id.lower().split()):
             lookup.setdefault(key, d.id)
         title = " ".join(d.title.lower().split())
@@ -330,7 +507,135 @@ def _names(ledger: Ledger) -> _Names:
         return _Names(None, lookup)
     alts = sorted(lookup, key=len, reverse=True)  # the longest name wins at a position
     body = "|".join(r"\s+".join(re.escape(w) for w in name.split(" ")) for name in alts)
-    return _Names(re.compile(f"{_B}(?:{body}){_E}"), lookup)
+    verbs, nouns, subjects, range_nouns = _vocabulary(ledger.skeleton.objective, tuple(titles))
+    return _Names(
+        re.compile(f"{_B}(?:{body}){_E}"),
+        lookup,
+        tuple(ids),
+        _numbered(ids, titles),
+        r"items?|entries|steps?|parts?|tasks?" + (f"|{range_nouns}" if range_nouns else ""),
+        _phrase_pattern(verbs),
+        _global_patterns(
+            f"(?:{_DONE_G[3:-1]}|{verbs})" if verbs else _DONE_G,
+            f"(?:{_NOUNS[3:-1]}|{nouns})" if nouns else _NOUNS,
+            f"|{verbs}" if verbs else "",
+            subjects,
+        ),
+    )
+
+
+# -- ranges: "cat-1 to cat-8", "items 3-7", "doc-04 onwards", "everything up to i5" --------
+
+_RANGE_SEP = re.compile(
+    r"\s*(?:-|–|—|→|\.\.\.?|…|to|through|thru|till|until|up to|upto|up through)\s*"
+    r"(?:and including\s*)?"
+)
+_ONWARDS = re.compile(
+    r"\s+(?:onwards?|and (?:up|beyond|later|after|onwards?|everything after(?: it)?|all "
+    r"(?:later|following|subsequent)(?: ones| items)?)|(?:through|to|till|until) the (?:end|last"
+    r"(?: one| item)?))\b"
+)
+_UP_TO = re.compile(
+    r"\b(?:everything|all(?: the)?(?: items?)?|items?)\s+(?:up to|through|until|till|upto)"
+    r"(?: and including)?\s+$"
+)
+_FROM = re.compile(r"\bfrom\s+$")
+
+
+def _spell(ids: list[str]) -> str:
+    """Items as a list the claim reader takes as one group ("i1 and i2 and i3")."""
+    # Joined by "and" alone, not commas: one clause, so a hedge before the range
+    # ("once cat-4 to cat-8 are done") still covers all of it.
+    return " and ".join(i.lower() for i in ids)
+
+
+def _span(names: _Names, a: str, b: str) -> list[str]:
+    """The items from `a` to `b`: by the number their ids end with when they share a
+    prefix ("doc-04" to "doc-12"), else in ledger order."""
+    pa, pb = re.match(r"(.*?)(\d+)$", a), re.match(r"(.*?)(\d+)$", b)
+    if pa and pb and pa.group(1) == pb.group(1):
+        lo, hi = sorted((int(pa.group(2)), int(pb.group(2))))
+        found = [
+            i
+            for i in names.order
+            if (m := re.match(r"(.*?)(\d+)$", i))
+            and m.group(1) == pa.group(1)
+            and lo <= int(m.group(2)) <= hi
+        ]
+        if found:
+            return found
+    ia, ib = names.order.index(a), names.order.index(b)
+    return list(names.order[min(ia, ib) : max(ia, ib) + 1])
+
+
+def _expand_ranges(text: str, names: _Names) -> str:
+    """`text` with every range of items written out as the items it spans."""
+    if names.pattern is None:
+        return text
+    # "cat-1..cat-8": the dots would hide the second id (a dotted name is no mention).
+    text = re.sub(r"(?<=\w)(?:\.\.\.?|…)(?=\w)", " to ", text)
+    text = _expand_numbered(text, names)
+    mentions = _mentions(text, names)
+    out: list[str] = []
+    pos = 0
+    k = 0
+    while k < len(mentions):
+        m = mentions[k]
+        nxt = mentions[k + 1] if k + 1 < len(mentions) else None
+        if nxt is not None and _RANGE_SEP.fullmatch(text[m.end : nxt.start]):
+            start = m.start
+            if _FROM.search(text[pos:start]):
+                start = pos + _FROM.search(text[pos:start]).start()  # type: ignore[union-attr]
+            out += [text[pos:start], _spell(_span(names, m.item, nxt.item))]
+            pos, k = nxt.end, k + 2
+            continue
+        after = _ONWARDS.match(text, m.end)
+        before = _UP_TO.search(text[pos : m.start])
+        if after is not None:
+            idx = names.order.index(m.item)
+            out += [text[pos : m.start], _spell(list(names.order[idx:]))]
+            pos = after.end()
+        elif before is not None:
+            idx = names.order.index(m.item)
+            out += [text[pos : pos + before.start()], _spell(list(names.order[: idx + 1]))]
+            pos = m.end
+        k += 1
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _number(word: str) -> int | None:
+    return int(word) if word.isdigit() else _NUMBER_WORDS.get(word)
+
+
+@functools.lru_cache(maxsize=64)
+def _numbered_patterns(range_nouns: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A range by number ("items 3-7") and a count from the start ("the first three
+    items"), for the nouns a task's items go by."""
+    num = r"#?(\d+)"
+    return (
+        re.compile(rf"\b(?:{range_nouns})\s+{num}{_RANGE_SEP.pattern}{num}\b"),
+        re.compile(rf"\b(?:the )?first (\d+|{'|'.join(_NUMBER_WORDS)}) (?:{range_nouns})\b"),
+    )
+
+
+def _expand_numbered(text: str, names: _Names) -> str:
+    """Ranges by number ("items 3-7", "shelves 1 to 8") and counts from the start ("the
+    first three items") written out as the items they name."""
+    if not names.numbered:
+        return text
+    ranged, first = _numbered_patterns(names.range_nouns)
+
+    def numbered(m: re.Match[str]) -> str:
+        lo, hi = sorted((int(m.group(1)), int(m.group(2))))
+        ids = [names.numbered[n] for n in sorted(names.numbered) if lo <= n <= hi]
+        return _spell(ids) if ids else m.group(0)
+
+    def leading(m: re.Match[str]) -> str:
+        n = _number(m.group(1)) or 0
+        return _spell(list(names.order[:n])) if 0 < n <= len(names.order) else m.group(0)
+
+    return first.sub(leading, ranged.sub(numbered, text))
 
 
 def _mentions(text: str, names: _Names) -> list[_Mention]:
@@ -346,16 +651,24 @@ def _words(text: str) -> list[str]:
     return re.findall(rf"[\w']+|[{_CHECKED}{_UNCHECKED}✅✔✓⬜❌⏳]", text)
 
 
-def _phrases(text: str, mentions: list[_Mention]) -> list[_Phrase]:
+def _phrases(
+    text: str, mentions: list[_Mention], phrase: re.Pattern[str] = _PHRASE
+) -> list[_Phrase]:
     out = []
-    for m in _PHRASE.finditer(text):
+    for m in phrase.finditer(text):
         if any(k.start < m.end() and m.start() < k.end for k in mentions):
             continue  # part of an item's title
         kind = m.lastgroup
         if kind in ("open", "openmark"):
             out.append(_Phrase(m.start(), m.end(), False, "both"))
             continue
-        before = _words(text[: m.start()])[-3:]
+        # The words before it, items and list joiners left out: a hedge before a list
+        # ("once i4, i5 and i6 are done") covers the whole list.
+        head = text[: m.start()]
+        for k in reversed(mentions):
+            if k.end <= m.start():
+                head = head[: k.start] + " " + head[k.end :]
+        before = [w for w in _words(head) if w not in _LIST_JOINERS][-3:]
         negated = any(w in _HEDGES or w.endswith("n't") for w in before) or bool(
             _NEGATED_AFTER.match(text, m.end())
         )
@@ -407,7 +720,10 @@ def _split_labels(text: str, names: _Names) -> list[str]:
     cuts = [0]
     for m in _LABEL.finditer(text):
         start = m.start()
-        if start > cuts[-1] and text[start - 1] == " " and _mentions(text[cuts[-1] : start], names):
+        before = text[cuts[-1] : start]
+        # Not after a bare list of items: "i1 and i2 and i3: done" is one clause.
+        listed = all(w in _FILLER for w in _words(_strip_mentions(before, names)))
+        if start > cuts[-1] and text[start - 1] == " " and _mentions(before, names) and not listed:
             cuts.append(start)
     return [text[a:b] for a, b in itertools.pairwise([*cuts, len(text)])]
 
@@ -420,7 +736,7 @@ def _strip_mentions(text: str, names: _Names) -> str:
 
 def _status_of(text: str, names: _Names) -> bool | None:
     """A header's meaning for the list under it: True done, False open, None neither."""
-    ps = _phrases(text, _mentions(text, names))
+    ps = _phrases(text, _mentions(text, names), names.phrase)
     if any(not p.done for p in ps):
         return False
     return True if ps else None
@@ -434,7 +750,7 @@ def _item_claims(pieces: list[str], names: _Names, header: bool | None, listed: 
         mentions = _mentions(piece, names)
         if not mentions:
             continue
-        phrases = _phrases(piece, mentions)
+        phrases = _phrases(piece, mentions, names.phrase)
         for m in mentions:
             best: tuple[int, int, bool] | None = None  # (distance, phrase before?, done)
             for p in phrases:
@@ -460,6 +776,8 @@ def _clause_before(sentence: str, pos: int) -> list[str]:
 def _hedged(sentence: str, m: re.Match[str]) -> bool:
     if _GLOBAL_NOT_AFTER.match(sentence, m.end()):
         return True
+    if m.start() > 0 and _CONDITIONAL_START.match(sentence):
+        return True  # "when every shelf is catalogued, the task is done": a condition
     return any(
         w in _GLOBAL_HEDGES or w.endswith("n't") for w in _clause_before(sentence, m.start())
     )
@@ -480,7 +798,7 @@ def _global_claims(
         for m in ratio.finditer(sentence):
             if int(m.group(1)) == int(m.group(2)) > 0 and not named and not _hedged(sentence, m):
                 out.append((m.start(), m.group(0).strip(), None))
-    for pat, kind in _GLOBAL:
+    for pat, kind in names.global_patterns:
         for m in pat.finditer(sentence):
             found = _global_match(sentence, m, kind, names, line_items, named)
             if found is not None:
@@ -557,6 +875,7 @@ def completion_claims(summary: str, ledger: Ledger) -> ClaimFindings:
     for text, heading, bullet in _logical_lines(summary):
         if not text:
             continue
+        text = _expand_ranges(text, names).replace("→", " ")
         line_items = [m.item for m in _mentions(text, names)]
         is_header = (heading or text.endswith(":")) and not line_items
         for sentence in _SENTENCE.split(text):
@@ -577,6 +896,116 @@ def completion_claims(summary: str, ledger: Ledger) -> ClaimFindings:
             header = _status_of(text, names)
     items = tuple(i for i in status if i in claimed and status[i] != "done")
     return ClaimFindings(items, phrase if unfinished else None)
+
+
+SUMMARY_AUDIT_INSTRUCTIONS = """\
+You check a summary of an agent's earlier work against the goal ledger, which is the
+audited truth about progress. Find every item the summary presents as finished, in any
+wording: one by one, as a range ("i1 to i5 were handled", "items 3-7 done"), or as the
+whole task ("the whole catalogue is finished", "everything is done"). Report only what
+the summary asserts as finished; plans, conditions, questions and honest statements
+that work is still open are not claims.
+
+Answer with one JSON object and nothing else:
+{"claimed_done": ["<item id>", ...], "whole_task": true or false, "quote": "<the words>"}
+"""
+
+
+def may_claim(summary: str, ledger: Ledger) -> bool:
+    """Whether `summary` uses any completion vocabulary (a done-word of the task, a
+    check mark): the summaries worth a second reading when the rules found no claim."""
+    names = _names(ledger)
+    text = summary.lower()
+    if any(m.lastgroup in ("both", "post", "mark", "pre") for m in names.phrase.finditer(text)):
+        return True
+    return any(pat.search(text) for pat, _ in names.global_patterns)
+
+
+def summary_audit_request(summary: str, ledger: Ledger, task_id: str | None) -> ModelRequest:
+    """The question to the judge model: which completion does this summary claim?"""
+    payload = {
+        "summary": summary,
+        "ledger": [
+            {"id": d.id, "title": d.title, "status": str(s.status)} for d, s in ledger.items()
+        ],
+    }
+    return ModelRequest(
+        purpose="judge",
+        system=SUMMARY_AUDIT_INSTRUCTIONS,
+        messages=(Message("user", json.dumps(payload, ensure_ascii=False, sort_keys=True)),),
+        max_output_tokens=512,
+        json_output=True,
+        task_id=task_id,
+        ledger=ledger.to_dict(),
+    )
+
+
+def parse_summary_audit(text: str, ledger: Ledger) -> ClaimFindings:
+    """The judge's answer as findings the ledger contradicts; an answer that cannot be
+    read finds nothing (the rules' reading stands)."""
+    start, end = text.find("{"), text.rfind("}")
+    try:
+        raw = json.loads(text[start : end + 1]) if start != -1 and end > start else None
+    except json.JSONDecodeError:
+        return ClaimFindings()
+    if not isinstance(raw, dict):
+        return ClaimFindings()
+    status = {d.id: str(s.status) for d, s in ledger.items()}
+    named = raw.get("claimed_done")
+    ids = [i for i in named if isinstance(i, str)] if isinstance(named, list) else []
+    items = tuple(i for i in status if i in ids and status[i] != "done")
+    unfinished = any(st not in FINISHED_STATUSES for st in status.values())
+    phrase = None
+    if raw.get("whole_task") is True and unfinished:
+        quote = raw.get("quote")
+        phrase = (
+            " ".join(str(quote).split())[:120]
+            if isinstance(quote, str) and quote
+            else ("the whole task is finished")
+        )
+    return ClaimFindings(items, phrase)
+
+
+async def _read_claims(
+    run: CompactHost, summary: str, fallback: bool, events: list[ev.Event]
+) -> tuple[ClaimFindings, str]:
+    """What the summary claims beyond the ledger, and who found it ("rules", "judge").
+
+    A mechanical summary is the runtime's own and claims nothing. The rules read the
+    summary first; a judge model, when configured, may find a claim they missed."""
+    if fallback:
+        return ClaimFindings(), "rules"
+    findings = completion_claims(summary, run.ledger)
+    if findings:
+        return findings, "rules"
+    return await _second_reading(run, summary, events), "judge"
+
+
+async def _second_reading(run: CompactHost, summary: str, events: list[ev.Event]) -> ClaimFindings:
+    """Ask the judge model what `summary` claims, when one is configured and the summary
+    speaks of completion: what it finds adds to the rules' reading, never removes."""
+    judge = run.models.judge
+    if judge is None or not may_claim(summary, run.ledger):
+        return ClaimFindings()
+    request = summary_audit_request(summary, run.ledger, run.task_id)
+    try:
+        response = await run.call_model(judge, request)
+    except errors.ModelError as exc:
+        # The rules' reading is the floor. The failure is journaled, so that a replay
+        # meets it at the same point (and goes on the same way).
+        events.append(
+            ev.ModelFailed(
+                call_id=f"{run.task_id}.judge.summary.failed",
+                purpose="judge",
+                model=judge.name,
+                error=str(exc),
+                transient=exc.transient,
+                attempts=exc.attempts,
+            )
+        )
+        return ClaimFindings()
+    events.append(await run.record_call("judge", judge, request, response, None))
+    return parse_summary_audit(response.text, run.ledger)
 
 
 def _rejection_note(findings: ClaimFindings, ledger: Ledger, *, short: bool = False) -> str:
@@ -652,8 +1081,7 @@ async def compact_context(run: CompactHost, budget: int) -> None:
         summary, fallback = _mechanical_summary(older), True
     max_chars = max(800, int(budget * 0.15) * 3)
     summary = summary[:max_chars]
-    # A mechanical summary is the runtime's own and claims nothing.
-    findings = ClaimFindings() if fallback else completion_claims(summary, run.ledger)
+    findings, by = await _read_claims(run, summary, fallback, events)
     claimed = list(findings.items)
     note = ""
     if findings:
@@ -667,6 +1095,7 @@ async def compact_context(run: CompactHost, budget: int) -> None:
                     "items": claimed,
                     "global": findings.global_phrase,
                     "unfinished": unfinished,
+                    "found_by": by,
                 },
             )
         )

@@ -8,7 +8,10 @@ Whenever recovery runs, and once more before a task is delivered, every done ite
 deliverables are checked: the file must still exist and, where a hash was recorded (or
 the op that wrote it is the file's last writer), still have that content; a file the
 task wrote over since must still hold what the accepted op wrote (a later append or a
-fuller version keeps it; emptying or replacing it does not). An op undone since it
+fuller version keeps it; emptying or replacing it does not). A draft is not what was
+accepted: when the item itself wrote the file again (a `write_file` in a round whose
+focus was that item, so before it was done), its evidence stands for that revision, and
+only a change made after it (by other work, or outside the task) breaks it. An op undone since it
 proved its item (a compensation, a human's decision) or gone to history proves nothing. Evidence
 artifacts cited by done items must still be stored with their hash. A broken one reopens
 its item with the reason, so a deleted or altered deliverable can never end `satisfied`.
@@ -17,9 +20,10 @@ its item with the reason, so a deleted or altered deliverable can never end `sat
 from __future__ import annotations
 
 import asyncio
+import bisect
 import hashlib
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -115,9 +119,14 @@ class _Check:
         last_writer: Mapping[str, str],
         blobs: Mapping[str, bool],
         history: Mapping[str, str] | None = None,
+        revisions: Mapping[str, Sequence[OpRecord]] | None = None,
+        focus: Callable[[int], str | None] | None = None,
     ) -> None:
         self.workspace = workspace
         self.history = history or {}
+        #: Every succeeded `write_file` op per file, oldest first (see `revision`).
+        self.revisions = revisions or {}
+        self.focus = focus
         self.artifacts = artifacts
         self.ops = ops
         self.last_writer = last_writer
@@ -158,7 +167,21 @@ class _Check:
                 self.files_broken[ident] = problem
         return "; ".join(problems) or None
 
-    def op(self, ident: str) -> str | None:
+    def revision(self, op: OpRecord, path: str, item: str | None) -> OpRecord:
+        """The item's own last rewrite of the file after `op` (a `write_file` made in a
+        round whose focus was the item: a revision of the draft before the item was
+        done), or `op` itself when there is none."""
+        if self.focus is None or item is None:
+            return op
+        found = op
+        for later in self.revisions.get(_where(self.workspace, path), ()):
+            if (later.round, later.call_index) > (found.round, found.call_index) and (
+                self.focus(later.round) == item
+            ):
+                found = later
+        return found
+
+    def op(self, ident: str, item: str | None = None) -> str | None:
         if ident in self.history:
             return self.history[ident]
         op = self.ops.get(ident)
@@ -167,6 +190,8 @@ class _Check:
         path = op.args.get("path")
         if not isinstance(path, str):
             return None
+        # A draft the item itself wrote over is not what it was accepted on: its revision is.
+        op = self.revision(op, path, item)
         data = _file_bytes(self.workspace, path)
         if data is None:
             return f"deliverable {path} is missing from the workspace"
@@ -196,12 +221,12 @@ class _Check:
             )
         return None
 
-    def ref(self, ref: str) -> str | None:
+    def ref(self, ref: str, item: str | None = None) -> str | None:
         kind, _, ident = ref.partition(":")
         if kind == "artifact":
             return self.artifact(ident)
         if kind == "op":
-            return self.op(ident)
+            return self.op(ident, item)
         return None
 
 
@@ -254,6 +279,7 @@ async def verify(
     workspace: Path | None,
     *,
     blobs: bool = True,
+    focus_log: Sequence[Sequence[Any]] = (),
 ) -> tuple[L.Ledger, list[Broken], list[ArtifactRecord]]:
     """Check every done item's evidence; return the ledger with the items whose evidence
     broke reopened (the reason in their note), what broke, and the artifacts to store as
@@ -264,7 +290,9 @@ async def verify(
     evidence, a section's claims) that is. Stored content is read and hashed for the
     artifacts below the cited ones, and for the cited ones too with `blobs` (recovery
     checks those itself and passes `blobs=False`). An artifact whose content is gone
-    becomes invalid with everything built on it, so nothing re-accepts it."""
+    becomes invalid with everything built on it, so nothing re-accepts it. `focus_log`
+    (`RunState.focus_log`) tells which item each round worked on: a file an item cited
+    in a draft and then wrote again itself is checked against that revision."""
     done = [(d.id, s.evidence) for d, s in ledger.items() if s.status == "done"]
     refs = {r for _, evidence in done for r in evidence}
     art_ids = {r.partition(":")[2] for r in refs if r.startswith("artifact:")}
@@ -272,7 +300,7 @@ async def verify(
     arts = await _closure(store, task_id, art_ids) if art_ids else {}
     hashed = [a for i, a in arts.items() if blobs or i not in art_ids]
     # Imported here: `ops` imports the built-in tools, which import this module.
-    from tether.runtime.ops import compensation_of, superseded_by
+    from tether.runtime.ops import compensation_of, history_only, superseded_by
 
     writers: list[OpRecord] = []
     history: dict[str, str] = {}
@@ -288,10 +316,13 @@ async def verify(
             elif superseded_by(op) is not None:
                 history[op.op_id] = f"{op.tool} op {op.op_id} is history (a late result)"
     last_writer: dict[str, str] = {}
+    revisions: dict[str, list[OpRecord]] = {}
     for op in writers:  # oldest first: the last one wins
         path = op.args.get("path")
         if isinstance(path, str):
             last_writer[_where(workspace, path)] = op.op_id
+            if op.tool == "write_file" and not history_only(op):
+                revisions.setdefault(_where(workspace, path), []).append(op)
     states = await _blob_states(store, hashed)
     check = _Check(
         workspace,
@@ -300,11 +331,13 @@ async def verify(
         last_writer,
         states,
         history,
+        revisions,
+        _focus_lookup(focus_log) if focus_log else None,
     )
     broken: list[Broken] = []
     for item, evidence in done:
         for ref in evidence:
-            reason = check.ref(ref)
+            reason = check.ref(ref, item)
             if reason is not None:
                 broken.append(Broken(item, ref, reason))
     gone = [a for a in hashed if a.valid and not states.get(a.blob_hash, True)]
@@ -322,6 +355,19 @@ async def verify(
             seen.update(a.artifact_id for a in hit)
             stale += A.invalidated(hit, why)
     return reopen(ledger, broken), broken, stale
+
+
+def _focus_lookup(log: Sequence[Sequence[Any]]) -> Callable[[int], str | None]:
+    """The focus item of a round, from a focus log (`[[first_round, item], ...]`, one
+    entry per change of focus, in order)."""
+    starts = [int(e[0]) for e in log]
+    items = [e[1] for e in log]
+
+    def focus(round_no: int) -> str | None:
+        at = bisect.bisect_right(starts, round_no) - 1
+        return str(items[at]) if at >= 0 and items[at] is not None else None
+
+    return focus
 
 
 async def recheck_ops(run: TurnHost, ledger: L.Ledger) -> tuple[L.Ledger, list[Broken]]:
@@ -375,7 +421,9 @@ async def recover(
     """Recovery's check of done items: deliverables and citations (`verify`; the cited
     artifacts' own content is checked by recovery itself), then effectful ops with a
     reconcile (`recheck_ops`)."""
-    ledger, broken, stale = await verify(run.store, run.task_id, ledger, run.workspace, blobs=False)
+    ledger, broken, stale = await verify(
+        run.store, run.task_id, ledger, run.workspace, blobs=False, focus_log=run.state.focus_log
+    )
     ledger, lost = await recheck_ops(run, ledger)
     return ledger, broken + lost, stale
 
@@ -424,7 +472,9 @@ async def hold_delivery(run: JudgeHost, round_no: int) -> bool:
     """Before a task is delivered: verify every done item's evidence once more. When
     something broke, commit the reopened items with an `audit.warning` per finding and
     return True (the task goes on instead of being delivered)."""
-    ledger, broken, stale = await verify(run.store, run.task_id, run.ledger, run.workspace)
+    ledger, broken, stale = await verify(
+        run.store, run.task_id, run.ledger, run.workspace, focus_log=run.state.focus_log
+    )
     if not broken and not stale:
         return False
     events: list[ev.Event] = [

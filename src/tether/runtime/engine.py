@@ -30,7 +30,7 @@ from tether import ledger as L
 from tether.clock import Clock, SystemClock
 from tether.models.base import Model, ModelRequest, ModelResponse
 from tether.redact import Redactor
-from tether.runtime import history, probe, recovery
+from tether.runtime import hints, history, probe, recovery
 from tether.runtime import outcome as out
 from tether.runtime import round as rounds
 from tether.runtime.builtins import BUILTIN_READ_TOOLS, READ_ARTIFACT, default_registry
@@ -43,7 +43,7 @@ from tether.runtime.outcome import Stop
 from tether.runtime.ports import ModelSet as ModelSet  # re-exported: public
 from tether.runtime.ports import PendingRound
 from tether.runtime.state import RunState
-from tether.spec import OpRule, TaskSpec, parse_spec
+from tether.spec import OpRule, TaskSpec, parse_spec, source_of
 from tether.store.base import (
     UNSET,
     ApprovalRecord,
@@ -127,8 +127,11 @@ _REDACTED_EVENTS = frozenset(
         "audit.warning",
         "approval.requested",
         "probe.answered",
+        "task.status",
     }
 )
+#: The most characters of a wait's reason its status event keeps (`told`).
+MAX_TOLD_CHARS = 1000
 
 
 def _redacted(event: ev.Event, redactor: Redactor) -> ev.Event:
@@ -165,14 +168,16 @@ def check_tools(spec: TaskSpec, known: Sequence[str]) -> None:
         raise errors.SpecError(
             f"the contract names tools that are not registered: {', '.join(missing)} "
             f"(known: {', '.join(sorted(have)) or 'none'}); register them "
-            "(TETHER_TOOLS, or the registry in Python) or fix the tools list"
+            "(TETHER_TOOLS, or the registry in Python) or fix the tools list",
+            source=source_of(spec),
         )
     for n, item in enumerate(spec.items):
         rule = item.done_when
         if isinstance(rule, OpRule) and rule.tool not in have:
             raise errors.SpecError(
                 f"items.{n}.done_when: the tool {rule.tool!r} is not registered, so item "
-                f"{item.id!r} could never be done"
+                f"{item.id!r} could never be done",
+                source=source_of(spec),
             )
 
 
@@ -316,7 +321,9 @@ class Engine:
                     from_token=task.fencing_token,
                 )
             if lease is None:
-                raise errors.TaskBusy(task_id, task.lease_owner, task.lease_expiry)
+                raise errors.TaskBusy(
+                    task_id, task.lease_owner, task.lease_expiry, self.clock.now()
+                )
         # With a reconnect to come, a lease the outage cut off is kept, not given back
         # (that would wait out the store's own retries first): it is taken up again above.
         return await self._drive(
@@ -622,8 +629,13 @@ class TaskRun:
         """Move the task (with its event) in one commit."""
         if waiting is UNSET and dst != "waiting":
             waiting = None
+        status = self.status_event(dst, stop_reason, reason)
+        if dst == "waiting" and isinstance(waiting, dict) and waiting.get("reason"):
+            # The wait's words go into the journal too: its notice quotes them.
+            told = str(waiting["reason"])[:MAX_TOLD_CHARS]
+            status = status.model_copy(update={"told": told})
         await self.commit(
-            [*extra, self.status_event(dst, stop_reason, reason)],
+            [*extra, status],
             status=dst,
             stop_reason=stop_reason,
             waiting=waiting,
@@ -988,10 +1000,13 @@ class TaskRun:
             raise Stop(
                 out.waiting(
                     "external",
-                    f"model provider failed: {exc}",
+                    f"model provider failed: {exc}; a worker tries again in a minute, or "
+                    f"now: {hints.resume(self.task_id)}",
                     why="model provider unavailable",
                     until=self.clock.now() + 60.0,
                     events=[event],
+                    # `tether run`/`resume` exit 4 on it: stopped on infrastructure.
+                    unavailable="model provider",
                 )
             )
         raise Stop(

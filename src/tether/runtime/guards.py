@@ -7,10 +7,12 @@ exceeded by more than one call.
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
 from tether import errors
 from tether import events as ev
+from tether.runtime import hints
 from tether.runtime import outcome as out
 from tether.runtime.outcome import Outcome
 
@@ -45,11 +47,12 @@ async def limits(run: GuardHost) -> Outcome | None:
     """Rounds per task and per milestone, and the budget: what the next model call may
     spend. The outcome that stops the run, or None."""
     rounds = run.state.rounds
-    if rounds >= run.spec.limits.max_rounds:
+    limit = run.spec.limits.max_rounds
+    if rounds >= limit:
         return out.waiting(
             "human",
-            f"max_rounds ({run.spec.limits.max_rounds}) reached with "
-            f"{len(run.ledger.open_items())} items open; raise the limit and resume",
+            f"max_rounds ({limit}) reached with {len(run.ledger.open_items())} items "
+            f"open; raise the limit: {hints.raise_limit(run.task_id, 'max_rounds', rounds, limit)}",
             why="max_rounds",
         )
     ms = run.ledger.current_milestone()
@@ -57,9 +60,10 @@ async def limits(run: GuardHost) -> Outcome | None:
     if ms is not None and per_ms is not None:
         used = run.state.milestone_rounds.get(ms, 0)
         if used >= per_ms:
+            command = hints.raise_limit(run.task_id, "max_rounds_per_milestone", used, per_ms)
             return out.waiting(
                 "human",
-                f"milestone {ms} used its {per_ms} rounds; raise the limit and resume",
+                f"milestone {ms} used its {per_ms} rounds; raise the limit: {command}",
                 why="max_rounds_per_milestone",
             )
     return await check_budget(run)
@@ -125,12 +129,17 @@ async def check_budget(run: GuardHost) -> Outcome | None:
                         )
                     )
             if pct >= 100 and exhausted is None:
-                exhausted = (scope, res)
+                exhausted = (scope, res, float(limit))
     run.state.budget_marks = sorted(marks)
     if exhausted:
-        scope, res = exhausted
+        scope, res, limit = exhausted
+        how = "raise it in the milestone's budget (tether edit) and resume"
+        if scope == "task":
+            whole = res in ("tokens", "rounds")
+            raised = str(int(limit * 2)) if whole else f"{limit * 2:.6f}".rstrip("0").rstrip(".")
+            how = f"raise it: tether edit {shlex.quote(run.task_id)} --set budget.{res}={raised}"
         return out.suspended(
-            f"the {res} budget of the {scope.replace(':', ' ')} is used up; raise it and resume",
+            f"the {res} budget of the {scope.replace(':', ' ')} is used up; {how}",
             why="budget_exhausted",
             events=marks_crossed,
             kind="budget",

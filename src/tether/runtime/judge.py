@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message, ModelRequest
+from tether.runtime import progress as P
 from tether.runtime.deliverables import deliverable_meta
 from tether.spec import (
     ArtifactRule,
@@ -66,11 +67,16 @@ class Verdict:
     changes: tuple[ProposedChange, ...] = ()
     reason: str = ""
     source: str = "llm"
+    #: The rule judge's unmet checks, `{item: state}` (the rule's file hash, its command's
+    #: exit and output, how many artifacts count toward its `min_count`): a state that
+    #: changed is progress for the item (see `progress.moves`).
+    checks: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class OpSummary:
-    """What the judges see of one op of the round."""
+    """What the judges see of one op of the round (and what progress compares: the
+    call's arguments hash and its result's, see `progress.moves`)."""
 
     op_id: str
     tool: str
@@ -79,6 +85,23 @@ class OpSummary:
     summary: str = ""
     error: str | None = None
     artifact_id: str | None = None
+    error_class: str | None = None
+    args_hash: str = ""
+    #: A success: its output's hash (`progress.result_hash`); a failure: the failure's
+    #: (`progress.failure_hash`). Derived from the summary when not given.
+    result_hash: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.args_hash:
+            text = json.dumps(dict(self.args), sort_keys=True, default=str)
+            object.__setattr__(self, "args_hash", P.digest("args", text))
+        if not self.result_hash:
+            got = (
+                P.result_hash(self.summary)
+                if self.status == "succeeded"
+                else P.failure_hash(self.error_class, self.error)
+            )
+            object.__setattr__(self, "result_hash", got)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -188,10 +211,12 @@ class AuditOutcome:
     reason: str
     accepted: tuple[ProposedChange, ...]
     warnings: tuple[AuditWarning, ...]
-    #: Fingerprints of the evidence newly credited to each item (for `seen`).
+    #: Fingerprints of the evidence newly credited to each item.
     credited: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     #: Statuses a judge proposed that only a human may decide: `{item: (status, note)}`.
     proposals: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    #: What the round did for its focus item, to add to the item's `seen` fingerprints.
+    marks: tuple[str, ...] = ()
 
 
 RuntimeDecision = Literal["continue", "satisfied", "need_decision", "need_user"]
@@ -380,16 +405,20 @@ def _focus_change(
     ledger: L.Ledger,
     facts: RoundFacts,
     accepted: Sequence[ProposedChange],
-    fresh: Sequence[str],
+    moved: P.Moves,
     limits: Limits,
     policy: ItemPolicy,
+    rounds: int,
 ) -> tuple[L.ItemChange | None, AuditWarning | None]:
-    """The mechanical breaker on the focus item.
+    """The mechanical breaker on the focus item, from what the round did (`moved`), not
+    from what a judge attached.
 
-    Progress is the item becoming done, or new evidence of its own from this round that
-    is not a repeat of earlier work (`fresh`). A non-convergent round (the same failing
-    call again) counts against the item whatever else was attached, and every round
-    with failed calls is an attempt.
+    Progress is the item becoming done, or the round doing something new for it (see
+    `progress.moves`). A round without progress raises the breaker; a round whose failure
+    the item has seen before is an attempt; a non-convergent round (the same call failing
+    the same way again and again) blocks the item whatever else it did; and an item
+    still open after `limits.max_rounds_per_item` rounds is blocked (padding with
+    ever-new arguments ends there).
     """
     focus = facts.focus
     if facts.deferred or focus is None or not ledger.has_item(focus):
@@ -398,11 +427,12 @@ def _focus_change(
     if state.status not in L.OPEN_STATUSES:
         return None, None
     done = any(c.item_id == focus and c.status == "done" for c in accepted)
-    progressed = done or (bool(fresh) and not facts.non_convergent)
-    failed = facts.failed_ops > 0 and not done
+    progressed = done or (moved.moved and not facts.non_convergent)
+    failed = moved.repeated and not done
     attempts = state.attempts + (1 if failed else 0)
     breaker = 0 if progressed else state.breaker + 1
     max_attempts = policy.max_attempts or limits.max_attempts_per_item
+    cap = limits.max_rounds_per_item
     reason = None
     if facts.blocked:
         reason = facts.blocked  # its work was undone: not done, whatever was cited
@@ -411,9 +441,14 @@ def _focus_change(
     elif facts.non_convergent:
         reason = f"non-convergent: {facts.non_convergent}"
     elif breaker >= limits.no_progress_rounds:
-        reason = f"no progress in {breaker} rounds"
+        reason = (
+            f"no progress in {breaker} rounds (nothing new: the same calls with the same "
+            "results, or words only)"
+        )
     elif failed and attempts >= max_attempts:
-        reason = f"failed {attempts} attempts"
+        reason = f"failed {attempts} attempts (the same failures again)"
+    elif cap is not None and rounds >= cap:
+        reason = f"not finished in {rounds} rounds (limits.max_rounds_per_item)"
     last_error = next((o.error for o in reversed(facts.ops) if o.error), None)
     if reason and last_error and not facts.blocked:
         reason += f"; last error: {last_error[:160]}"
@@ -495,6 +530,7 @@ def audit(
     limits: Limits,
     policies: Mapping[str, ItemPolicy] | None = None,
     seen: Mapping[str, Collection[str]] | None = None,
+    rounds: int = 0,
 ) -> AuditOutcome:
     """Check the verdicts against the ledger and the evidence; return what may be written.
 
@@ -503,13 +539,14 @@ def audit(
       the item's `shared_evidence`. An item with a `done_when` rule is done only by it.
     - A judge's `blocked`, `skipped` or `waived` is a proposal (a warning and a record
       for the human), never a status change.
-    - The focus item's breaker rises on a round without progress; past the limits the
-      runtime blocks the item.
+    - The focus item's breaker rises on a round that did nothing new for it (measured
+      from the round's calls and the item's rule check, `progress.moves`, whatever the
+      judges attached); past the limits the runtime blocks the item.
     - The decision is the runtime's: `satisfied` only when every item is finished.
 
     Rule verdicts come first and win over LLM verdicts for the same item. `seen` holds
-    the fingerprints of evidence already credited to each item, to tell progress from
-    repetition.
+    each item's progress fingerprints from earlier rounds (`RunState.seen`), and
+    `rounds` how many rounds the focus item has had, this one included.
     """
     run = _Audit(ledger, evidence, policies or {})
     done_items: set[str] = set()
@@ -526,18 +563,14 @@ def audit(
         for c in run.accepted
     ]
     focus = facts.focus
+    rule_state = next(
+        (v.checks.get(focus or "") for v in verdicts if v.source == "rules" and focus in v.checks),
+        None,
+    )
     earlier = set((seen or {}).get(focus or "", ()))
-    fresh = [
-        fp
-        for c in run.accepted
-        if c.item_id == focus
-        for ref in c.evidence
-        if (e := evidence(ref)) is not None
-        and (e.round == facts.round or e.rule_item == focus)
-        and (fp := e.fingerprint or ref) not in earlier
-    ]
+    moved = P.moves(facts.ops, rule_state, earlier)
     policy = run.policy(focus) if focus else ItemPolicy()
-    change, blocked = _focus_change(ledger, facts, run.accepted, fresh, limits, policy)
+    change, blocked = _focus_change(ledger, facts, run.accepted, moved, limits, policy, rounds)
     if change is not None:
         changes.append(change)
     if blocked is not None:
@@ -552,6 +585,7 @@ def audit(
         tuple(run.warnings),
         {k: tuple(v) for k, v in run.credited.items()},
         dict(run.proposals),
+        moved.marks if focus is not None and not facts.deferred else (),
     )
 
 
@@ -618,6 +652,15 @@ Rules (the runtime audits every verdict against them; what breaks them is refuse
   made in a round whose focus_item was that item, or one the contract links to it.
   One piece of evidence proves one item, unless the contract allows sharing.
 - The agent's own claims ("all done") are not evidence.
+- In-progress evidence is optional: a succeeded op or artifact of this round that is
+  work toward the focus_item but does not prove it done yet (a draft it wrote, a source
+  it read, a claim recorded toward a count) may be attached to the focus_item with
+  status "in_progress"; it stays with the item and is shown to the human. Attach only
+  this round's work for the focus_item, never earlier evidence or another item's.
+- You do not need to attach anything for an item to count as moving: the runtime
+  measures progress itself from the op journal (a call it has not seen for the item, a
+  result that changed, a failure that changed), and a repeat is no progress whatever
+  is attached to it.
 - You may only propose "blocked" or "skipped" (with a note): the runtime blocks items
   that make no progress, and only a human (or the contract, for optional items) skips
   or waives them. Your proposal is shown to the human; it changes no status.
@@ -821,7 +864,7 @@ async def rule_verdict(spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> Verdic
     # Likewise an op undone since it proved its item (a compensation of another item's
     # stretch, a human's decision), gone to history, or a read found stale since.
     changes += await check.undone_ops(ledger)
-    return Verdict("continue", tuple(changes), "", source="rules")
+    return Verdict("continue", tuple(changes), "", source="rules", checks=dict(check.states))
 
 
 class _RuleCheck:
@@ -829,6 +872,8 @@ class _RuleCheck:
 
     def __init__(self, spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> None:
         self.env = env
+        #: What each unmet rule found (`Verdict.checks`): how far its item got.
+        self.states: dict[str, str] = {}
         self.credited = {ref for _, st in ledger.items() for ref in st.evidence}
         self.ops: list[OpRecord] | None = None
         self.arts: list[ArtifactRecord] | None = None
@@ -871,6 +916,7 @@ class _RuleCheck:
             and f"artifact:{a.artifact_id}" not in taken
         ]
         if len(found) < rule.min_count:
+            self.states[item.id] = f"artifacts: {len(found)} of {rule.min_count}"
             return None
         refs = tuple(
             f"artifact:{a.artifact_id}" for a in reversed(found[: max(rule.min_count, 20)])
@@ -922,6 +968,7 @@ class _RuleCheck:
         ws = self.env.workspace
         if ws is None:
             return None
+        self.states[item.id] = f"file {rule.path}: missing"
         try:
             path = (ws / rule.path).resolve()
             if not path.is_relative_to(ws.resolve()) or not path.is_file():
@@ -929,12 +976,15 @@ class _RuleCheck:
             data = path.read_bytes()
         except (OSError, ValueError):  # a name too long, a NUL: the rule is not met
             return None
+        full = hashlib.sha256(data).hexdigest()
+        # Not met (yet): the file as it is now, so a changed draft counts as progress.
+        self.states[item.id] = f"file {rule.path}: sha256 {full}"
         content = data.decode("utf-8", errors="replace")
         if rule.contains is not None and rule.contains not in content:
             return None
-        full = hashlib.sha256(data).hexdigest()
         if rule.fresh and self.env.preexisting.get(rule.path) == full:
             return None  # the same file was there before the task started
+        del self.states[item.id]
         # The path and full hash go with the evidence: recovery and the check before
         # delivery verify that the deliverable is still there with this content.
         ref = await self.env.record_evidence(
@@ -947,6 +997,8 @@ class _RuleCheck:
     async def command(self, item: ChecklistItem, rule: CommandRule) -> ProposedChange | None:
         code, out = await _run_command(rule.command, self.env.workspace, rule.timeout)
         if code != rule.exit_code:
+            # What the failing check said, without its timings: another answer is progress.
+            self.states[item.id] = f"command exited {code}: {P.normalise(out)[-4000:]}"
             return None
         ref = await self.env.record_evidence(
             item.id, f"command `{rule.command}` exited {code}\n{out[-2000:]}"

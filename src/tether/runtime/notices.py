@@ -23,6 +23,7 @@ from typing import Any
 
 from tether import events as ev
 from tether import failpoints, lifecycle
+from tether.runtime import hints
 from tether.runtime.engine import owner_is_dead, process_id
 from tether.runtime.notify import Notice, Notifier
 from tether.store.base import Store, StoredEvent, TaskRecord
@@ -47,10 +48,11 @@ def key(task_id: str) -> str:
 def _status_notice(task: TaskRecord, d: dict[str, Any]) -> tuple[str, str] | None:
     dst = str(d.get("dst", ""))
     why = str(d.get("reason") or d.get("stop_reason") or "")
-    # What the task tells the person in `status` (the wait's own words), when the task
-    # still waits like this; a later wait has its own event and notice.
-    told = ""
-    if task.waiting and task.waiting.get("kind") == "human":
+    # What the task tells the person in `status` (the wait's own words: the model's
+    # question, the command that raises a limit), kept in the event itself.
+    told = str(d.get("told") or "")
+    if not told and task.waiting and task.waiting.get("kind") == "human":
+        # A status event journaled before waits kept their words (`told`).
         told = str(task.waiting.get("reason", ""))
     if dst == "waiting" and why in ("needs_user_input", PROBE_ESCALATED):
         return "need_help", told or "the agent asks a person for help"
@@ -86,7 +88,14 @@ def notice_of(
     if event.type == "approval.requested":
         request_id = str(d.get("request_id", ""))
         kind = "op_in_doubt" if ".in_doubt" in request_id else "approval_requested"
-        text = f"{d.get('what', '')} ({d.get('impact', '')})"
+        tid = task.task_id
+        text = f"{str(d.get('what', ''))[:400]} ({d.get('impact', '')}); decide: " + (
+            f"{hints.approve(tid, request_id)} (send again), "
+            f"{hints.approve(tid, request_id)} --done (it happened) or "
+            f"{hints.reject(tid, request_id)}"
+            if kind == "op_in_doubt"
+            else f"{hints.approve(tid, request_id)} or {hints.reject(tid, request_id)}"
+        )
         details |= {"request_id": request_id, "options": d.get("options")}
     elif event.type == "decision.requested":
         kind, text = "decision_needed", str(d.get("reason", ""))

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tether import errors, failpoints, telemetry
 from tether import events as ev
 from tether.models.base import ModelResponse, ToolCall
+from tether.runtime import hints
 from tether.runtime import outcome as out
 from tether.runtime.builtins import READ_ARTIFACT
 from tether.runtime.outcome import Outcome, Stop
@@ -177,6 +178,12 @@ def doubt_id(record: OpRecord) -> str:
     resend permits that one send; if its outcome is lost too, a human is asked again."""
     base = f"{record.op_id}.in_doubt"
     return base if record.attempts <= 1 else f"{base}.{record.attempts}"
+
+
+def _closed_msg(appr: ApprovalRecord) -> str:
+    """What the model is told of a call whose request was closed before a decision."""
+    reason = (appr.decision or {}).get("reason") or "closed"
+    return f"not sent: its approval request {appr.request_id} was closed ({reason})"
 
 
 def compensation_of(record: OpRecord) -> str | None:
@@ -721,12 +728,15 @@ class OpRunner:
             raise Pause(
                 out.waiting(
                     "approval",
-                    f"approve or reject {appr.request['what']} "
-                    f"(tether approve {run.task_id} {appr.request_id})",
+                    f"approve or reject {appr.request['what']}: "
+                    f"{hints.approve(run.task_id, appr.request_id)} or "
+                    f"{hints.reject(run.task_id, appr.request_id)}",
                     why="approval required",
                     request_id=appr.request_id,
                 )
             )
+        if appr.status == "closed":
+            return self.failure(call, tool, record, "not_sent", _closed_msg(appr), 0.0)
         if appr.status == "rejected":
             who = appr.decided_by or "a human"
             msg = f"not permitted: {who} rejected {tool.name} for this call"
@@ -812,11 +822,23 @@ class OpRunner:
             created_at=self.clock.now(),
         )
 
+    async def _doubt_request(self, record: OpRecord) -> tuple[str, ApprovalRecord | None]:
+        """The id of the request about this op in doubt, and the request if asked: a
+        request closed with its task (which an edit re-opened since) is asked again
+        under a new id, never taken as an answer."""
+        base = rid = doubt_id(record)
+        n = 1
+        while True:
+            appr = await self.request(rid)
+            if appr is None or appr.status != "closed":
+                return rid, appr
+            n += 1
+            rid = f"{base}.reopened{n}"
+
     async def in_doubt(self, tool: Tool, record: OpRecord, detail: str) -> None:
         """An op whose outcome nobody can tell: wait for a human, never guess."""
         run = self.run
-        request_id = doubt_id(record)
-        appr = await self.request(request_id)
+        request_id, appr = await self._doubt_request(record)
         if appr is not None and appr.status != "pending":
             return
         first = appr is None
@@ -1193,7 +1215,7 @@ class OpRunner:
                 status = "intended"
         if status in ("retry_wait", "awaiting_approval"):
             return None  # resume the stored schedule / send the approved call
-        human = await self.request(doubt_id(record))
+        _, human = await self._doubt_request(record)
         if human is not None and human.status == "approved":
             decision = human.decision or {}
             if decision.get("decision") == "done":
@@ -1330,6 +1352,8 @@ class OpRunner:
             )
         decision = appr.decision or {}
         who = appr.decided_by or "a human"
+        if appr.status == "closed":
+            return self.failure(call, tool, record, "not_sent", _closed_msg(appr), 0.0)
         if appr.status == "rejected":
             msg = f"{who} decided not to try {tool.name} again after its retries ran out"
             if decision.get("reason"):
@@ -1531,7 +1555,7 @@ class OpRunner:
                     )
                 )
             decision = (asked.decision or {}).get("decision")
-            if asked.status == "rejected":
+            if asked.status in ("rejected", "closed"):
                 await self._mark(target, comp_id, "left", after)
                 return "left"
             if decision == "done":

@@ -43,7 +43,7 @@ from tether import errors, lifecycle, telemetry
 from tether import events as ev
 from tether.clock import Clock
 from tether.models.base import Message, ModelRequest, ModelResponse
-from tether.runtime import history
+from tether.runtime import hints, history
 from tether.store.base import TaskPatch, blob_hash
 
 if TYPE_CHECKING:
@@ -338,7 +338,8 @@ async def escalate(run: TaskRun, why: str) -> bool:
     the store is away): then the round ends like one past its `round_timeout`."""
     waiting: dict[str, Any] = {
         "kind": "human",
-        "reason": f"{why}; answer with `tether tell` (or resume to try again)",
+        "reason": f"{why}; to try again as it is: {hints.resume(run.task_id)}; to answer: "
+        f"{hints.tell(run.task_id)}",
         "probe": {"answers": run.prober.answers},
     }
     try:
@@ -349,7 +350,9 @@ async def escalate(run: TaskRun, why: str) -> bool:
             run.token,
             [
                 ev.AuditWarning(code=CODE, message=why, details={"round": run.state.rounds + 1}),
-                ev.TaskStatusChanged(src=task.status, dst="waiting", reason=CODE),
+                ev.TaskStatusChanged(
+                    src=task.status, dst="waiting", reason=CODE, told=str(waiting["reason"])
+                ),
             ],
             task=TaskPatch(status="waiting", waiting=run.redactor.data(waiting), wake_at=None),
         )

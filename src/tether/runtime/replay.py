@@ -65,6 +65,9 @@ LIMITS: tuple[str, ...] = (
 )
 #: Events that say nothing the runtime decided (bookkeeping of leases and processes).
 _SKIPPED = frozenset({"lease.claimed", "lease.released", "lease.renewed", "lease.taken_over"})
+#: What a sweeper (`runtime.notices`, `runtime.watch`) writes beside a run: a notice sent
+#: to a person is no decision of the run and no action of a person's.
+_SENT = frozenset({"notice.sent"})
 #: Fields that differ between two runs of the same decisions.
 _VOLATILE = frozenset(
     {"duration_ms", "latency_ms", "expires_at", "worker_id", "at", "token", "summary_at"}
@@ -355,7 +358,7 @@ def _probed(e: StoredEvent) -> bool:
 
 def _decisions(events: Sequence[StoredEvent]) -> list[StoredEvent]:
     """The events that record decisions (not lease bookkeeping, not status probes)."""
-    return [e for e in events if e.type not in _SKIPPED and not _probed(e)]
+    return [e for e in events if e.type not in _SKIPPED | _SENT and not _probed(e)]
 
 
 def compare(
@@ -450,12 +453,24 @@ def _scratch(rec: _Recording) -> Path | None:
     return root
 
 
+def _actor(event: StoredEvent) -> str:
+    """Who wrote an out-of-band event, for `stopped_at`: the watchdog suspending a wait
+    nobody answered (`runtime.watch`), or a person."""
+    if (
+        event.type == "task.status"
+        and event.data.get("dst") == "suspended"
+        and str(event.data.get("reason", "")).startswith("no answer")
+    ):
+        return "the watchdog's suspension of an unanswered wait, which"
+    return "a human action"
+
+
 def _human_groups(events: Sequence[StoredEvent]) -> list[list[StoredEvent]]:
     """The out-of-band commits (a human's decision, a message, an edit, a cancel
     request: written without the lease) after the first event, each a run of events."""
     groups: list[list[StoredEvent]] = []
     for n, e in enumerate(events):
-        if n == 0 or e.fencing_token is not None:
+        if n == 0 or e.fencing_token is not None or e.type in _SENT:
             continue
         if groups and groups[-1][-1].seq == e.seq - 1:
             groups[-1].append(e)
@@ -641,7 +656,7 @@ def _result(
         1 for e in recorded[:matched] if e.type == "round.committed" and e.data.get("round") != bad
     )
     stopped = (
-        f"event {human.seq}: {human.type} (a human action replay cannot take)" if human else None
+        f"event {human.seq}: {human.type} ({_actor(human)} replay cannot take)" if human else None
     )
     end = recorded_events[-1].seq if recorded_events else 0
     return ReplayResult(rec.task.task_id, end, rounds, matched, divergence, stopped)

@@ -40,9 +40,10 @@ from tether import errors, failpoints, telemetry
 from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message, ModelRequest, ModelResponse
-from tether.runtime import guards, history, verdicts
+from tether.runtime import guards, hints, history, verdicts
 from tether.runtime import judge as J
 from tether.runtime import outcome as out
+from tether.runtime import progress as P
 from tether.runtime.compaction import compact_context
 from tether.runtime.ops import OpOutcome, OpRunner
 from tether.runtime.outcome import Outcome, Stop
@@ -298,8 +299,10 @@ async def verify(
     asks = _NEED_HELP.search(response.text)
     if asks is not None:
         await run.commit_round(pending)
-        help_text = response.text[asks.start() :][:500]
-        return out.waiting("human", help_text, why="needs_user_input")
+        help_text = response.text[asks.start() :][:500].rstrip()
+        return out.waiting(
+            "human", f"{help_text}; answer with: {hints.tell(run.task_id)}", why="needs_user_input"
+        )
     rest: PendingRound | None = pending
     if run.models.judge is not None:
         # Results are durable before the judge's model call; a crash in between is
@@ -339,6 +342,11 @@ def round_facts(
                 o.summary,
                 o.error,
                 o.artifact.artifact_id if o.artifact else None,
+                o.error_class,
+                o.args_hash,
+                P.result_hash(o.content, o.artifact.blob_hash if o.artifact else None)
+                if o.status == "succeeded"
+                else P.failure_hash(o.error_class, o.error),
             )
             for o in outcomes
         ),
@@ -372,20 +380,22 @@ async def wait_for_services(run: RoundHost, held: Sequence[OpOutcome]) -> Outcom
 
 
 def track_failures(run: RoundHost, outcomes: Sequence[OpOutcome], focus: str | None) -> str | None:
-    """Count identical failures (same item, tool, arguments and error class); the first
-    key that reaches the limit makes the round non-convergent. Keys carry the item so a
-    human's retry of it starts the count afresh."""
+    """Count identical failures: the same item, tool and arguments, failing the same way
+    (error class and normalised message, `progress.failure_key`), so a converging series
+    ("3 failed", "2 failed", "1 failed") is not a loop. The first key that reaches the
+    limit makes the round non-convergent. Keys carry the item so a human's retry of it
+    starts the count afresh."""
     counts = dict(run.state.failure_keys)
     hit = None
     limit = run.spec.limits.same_failure_repeats
     for o in outcomes:
         if o.status != "failed" or o.replayed or o.retry_at is not None:
             continue
-        key = f"{focus}|{o.tool}|{o.args_hash[-16:]}|{o.error_class}"
+        key = P.failure_key(focus, o.tool, o.args_hash, o.error_class, o.error)
         counts[key] = int(counts.get(key, 0)) + 1
         if counts[key] >= limit and hit is None:
             hit = (
-                f"{o.tool} failed {counts[key]} times with the same arguments "
+                f"{o.tool} failed {counts[key]} times the same way with the same arguments "
                 f"({o.error_class}: {(o.error or '')[:120]})"
             )
     # Keep the map small: only the most recent keys matter.

@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import httpx
 from pydantic import Field
 
 from tether import artifacts as A
@@ -71,8 +70,10 @@ _MAX_TEXT = 20_000
 #: The largest source a snapshot copies into the store (and the largest response a
 #: url or api source may give).
 MAX_SNAPSHOT_BYTES = 32 << 20
-#: How long fetching a url or api source may take: 10 s to connect, 30 s per read.
-HTTP_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+#: How long fetching a url or api source may wait for a read (seconds); connecting
+#: waits at most `HTTP_CONNECT_TIMEOUT` of it.
+HTTP_TIMEOUT = 30.0
+HTTP_CONNECT_TIMEOUT = 10.0
 
 
 async def _sources(store: Store, task_id: str) -> list[Source]:
@@ -212,12 +213,17 @@ async def _fetch_http(src: Source) -> _Fetched:
     source's URL: bounded in time (`HTTP_TIMEOUT`) and size (`MAX_SNAPSHOT_BYTES`), the
     response streamed so a huge one is cut off, not buffered. Errors name the URL with
     its credentials masked."""
+    # httpx2 (a core dependency, the SDKs' client) is imported here: only a url or api
+    # source needs it, and `tether --help` or `status` should not pay for it.
+    import httpx2
+
     url = shown_url(src.location)
     headers = {"Accept": "application/json"} if src.kind == "api" else {}
     cap = MAX_SNAPSHOT_BYTES
+    timeout = httpx2.Timeout(HTTP_TIMEOUT, connect=min(HTTP_CONNECT_TIMEOUT, HTTP_TIMEOUT))
     try:
         async with (
-            httpx.AsyncClient(timeout=HTTP_TIMEOUT, follow_redirects=True) as client,
+            httpx2.AsyncClient(timeout=timeout, follow_redirects=True) as client,
             client.stream(
                 src.method,
                 src.location,
@@ -245,11 +251,11 @@ async def _fetch_http(src: Source) -> _Fetched:
                 chunks.append(chunk)
             etag = resp.headers.get("etag")
             modified = resp.headers.get("last-modified")
-    except httpx.TimeoutException:
+    except httpx2.TimeoutException:
         raise errors.ToolFailed(
-            f"read_source: source {src.id} ({url}) did not answer within {HTTP_TIMEOUT.read:g} s"
+            f"read_source: source {src.id} ({url}) did not answer within {HTTP_TIMEOUT:g} s"
         ) from None
-    except httpx.HTTPError as exc:
+    except httpx2.HTTPError as exc:
         raise errors.ToolFailed(
             f"read_source: cannot fetch source {src.id} ({url}): {shown_url(str(exc))}"
         ) from None

@@ -4,8 +4,9 @@
 ledger: how far the task got (rounds, turns), what it spent (tokens, money, wall time,
 per purpose and per milestone), where its context starts (system prompt and snapshot
 blobs), the round in flight, and what the judge's audits remember (evidence credited
-to each item, failures seen, a judge's proposals). It is stored as JSON in the task
-row's `usage` column, written with every commit under the fencing token; `from_dict`
+to each item, what each open item's rounds did, failures seen, a judge's proposals).
+It is stored as JSON in the task row's `usage` column, written with every commit
+under the fencing token; `from_dict`
 reads rows written by older versions (missing keys take their defaults, unknown keys
 are kept), and `to_dict` writes the same key names, so readers of `usage` see one
 format.
@@ -95,6 +96,10 @@ class RunState:
     credited: dict[str, list[str]] = field(default_factory=dict)
     proposals: dict[str, dict[str, str]] = field(default_factory=dict)
     failure_keys: dict[str, int] = field(default_factory=dict)
+    #: Per open item: fingerprints of what its rounds did (`progress.moves`), and how
+    #: many rounds it had; dropped when the item is no longer open.
+    seen: dict[str, list[str]] = field(default_factory=dict)
+    item_rounds: dict[str, int] = field(default_factory=dict)
     evidence_count: int = 0
     malformed_calls: int = 0
     validation_failures: int = 0

@@ -9,15 +9,16 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tether import artifacts, errors, lifecycle
-from tether import events as ev
 from tether import ledger as L
 from tether.ledger import Ledger, Progress
 from tether.runtime.state import RunState
-from tether.spec import FileRule, TaskSpec
 from tether.store.base import Store, TaskPatch, TaskRecord
+
+if TYPE_CHECKING:  # reading a task's status needs no contract models
+    from tether.spec import TaskSpec
 
 
 def new_task_id() -> str:
@@ -43,8 +44,12 @@ async def create_task(
     workspace: str | Path | None = None,
     allow_broad_workspace: bool = False,
     reconnect_for: float = 0.0,
+    launch: Mapping[str, Any] | None = None,
 ) -> TaskRecord:
     """Store a new queued task with its ledger; returns the task record.
+
+    `launch`: how it is started, kept with it (`runtime.launch.record`: the model of
+    `--model`, ...), so that `resume` and workers run it the same way.
 
     The workspace (`workspace`, else the spec's) is resolved and checked first (see
     `workspace_folder`): a bad one raises `UserError` and nothing is written.
@@ -53,6 +58,8 @@ async def create_task(
     chosen here, before anything is sent, so a creation cut off by a lost connection is
     settled by looking the id up once the store answers again, never by blindly
     creating again (which could make a second task, or fail on the first)."""
+    from tether import events as ev  # here: reading a task needs no event models
+
     tid = task_id or new_task_id()
     ws = workspace if workspace is not None else spec.workspace
     folder = workspace_folder(ws, allow_broad=allow_broad_workspace) if ws is not None else None
@@ -74,6 +81,7 @@ async def create_task(
                     items=len(spec.items),
                     workspace=ws_str,
                     preexisting=preexisting,
+                    launch=dict(launch) if launch is not None else None,
                 )
             ],
         )
@@ -209,6 +217,8 @@ def _preexisting(spec: TaskSpec, workspace: Path) -> dict[str, str]:
     workspace through a symlink, too long for the file system) has no hash; an existing
     file that cannot be read is a `UserError` (the task could not tell later whether it
     changed)."""
+    from tether.spec import FileRule
+
     out: dict[str, str] = {}
     root = workspace.resolve()
     for item in spec.items:
@@ -296,6 +306,10 @@ async def task_status(store: Store, task_id: str) -> TaskStatus:
     undo = await compensations(store, task_id)
     if undo:
         views["compensations"] = undo
+    from tether.runtime import launch
+
+    # How it was started (model names, tool modules; no secrets), when it was recorded.
+    views["launch"] = await launch.read(store, task_id)
     return TaskStatus(task, ledger, views)
 
 
@@ -364,6 +378,7 @@ def _status_doc(task: TaskRecord, ledger: Ledger, views: Mapping[str, Any]) -> d
             if s.status in ("waived", "skipped")
         ],
         "budget": budget_view(task),
+        "limits": dict(task.spec.get("limits", {})),
         "waiting": task.waiting,
         "lease": {
             "owner": task.lease_owner,
@@ -407,6 +422,8 @@ async def cancel(store: Store, task_id: str, *, by: str = "user") -> CancelResul
     and the worker stops between steps. A terminal task is left as it is. Raises
     `TaskNotFound` for an unknown id.
     """
+    from tether import events as ev
+
     task = await store.get_task(task_id)
     if lifecycle.is_terminal(task.status):
         return CancelResult(task_id, "already_ended", task.status)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -9,9 +10,10 @@ from tether import errors, failpoints
 from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message
-from tether.runtime import deliverables
+from tether.runtime import deliverables, hints
 from tether.runtime import judge as J
 from tether.runtime import outcome as out
+from tether.runtime import progress as P
 from tether.runtime.completion import parse_review, review_request, run_acceptance
 from tether.runtime.context import Entry, continuation_message
 from tether.runtime.ops import history_only
@@ -41,6 +43,9 @@ def facts_from_dict(d: Mapping[str, Any]) -> J.RoundFacts:
                 o.get("summary", ""),
                 o.get("error"),
                 o.get("artifact_id"),
+                o.get("error_class"),
+                str(o.get("args_hash") or ""),
+                str(o.get("result_hash") or ""),
             )
             for o in d.get("ops", [])
         ),
@@ -65,6 +70,9 @@ def facts_to_dict(facts: J.RoundFacts) -> dict[str, Any]:
                 "summary": o.summary,
                 "error": o.error,
                 "artifact_id": o.artifact_id,
+                "error_class": o.error_class,
+                "args_hash": o.args_hash,
+                "result_hash": o.result_hash,
             }
             for o in facts.ops
         ],
@@ -128,9 +136,10 @@ async def judge_round(
         facts=facts,
         limits=run.spec.limits,
         policies=_policies(run.spec),
-        seen={k: tuple(v) for k, v in run.state.credited.items()},
+        seen=run.state.seen,
+        rounds=_count_round(run, facts),
     )
-    _remember(run, outcome)
+    _remember(run, facts, outcome)
     new = outcome.update.ledger
     p = new.progress()
     extra_events.extend(outcome.warnings)  # the audit's warnings are events already
@@ -168,7 +177,8 @@ async def judge_round(
     if outcome.decision == "need_user":
         return out.waiting(
             "human",
-            outcome.reason or "the judge asks for a human",
+            f"{outcome.reason or 'the judge asks for a human'}; answer with: "
+            f"{hints.tell(run.task_id)}",
             why="needs_user_input",
         )
     return None
@@ -190,14 +200,34 @@ def _policies(spec: TaskSpec) -> dict[str, J.ItemPolicy]:
     return policies
 
 
-def _remember(run: JudgeHost, outcome: J.AuditOutcome) -> None:
-    """Keep what the next audits need: evidence fingerprints credited to each item (to
-    tell progress from repetition) and statuses a judge proposed for a human."""
-    credited = run.state.credited
-    for item, fps in outcome.credited.items():
-        credited[item] = list(dict.fromkeys([*credited.get(item, []), *fps]))[-100:]
+def _count_round(run: JudgeHost, facts: J.RoundFacts) -> int:
+    """How many rounds the round's focus item has had, this one included (a round whose
+    every call an open breaker held back is not one)."""
+    focus = facts.focus
+    if focus is None or facts.deferred:
+        return 0
+    return run.state.item_rounds.get(focus, 0) + 1
+
+
+def _remember(run: JudgeHost, facts: J.RoundFacts, outcome: J.AuditOutcome) -> None:
+    """Keep what the next audits need: what the round did for its focus item (to tell
+    progress from repetition, `progress.moves`), its round count, and statuses a judge
+    proposed for a human. Only open items are remembered: a finished or blocked item's
+    memory is dropped (a human's retry or a reopening starts it afresh), so the state
+    stays as small as the work in hand."""
+    st = run.state
+    focus = facts.focus
+    if focus is not None and not facts.deferred:
+        st.item_rounds[focus] = _count_round(run, facts)
+        st.seen[focus] = P.remember(st.seen.get(focus, []), outcome.marks)
+    led = outcome.update.ledger
+    for memory in (st.seen, st.item_rounds):
+        for item in [
+            k for k in memory if not (led.has_item(k) and led.item(k).status in L.OPEN_STATUSES)
+        ]:
+            del memory[item]
     for item, (status, note) in outcome.proposals.items():
-        run.state.proposals[item] = {"status": status, "note": note}
+        st.proposals[item] = {"status": status, "note": note}
 
 
 def focus_of(run: JudgeHost, round_no: int) -> str | None:
@@ -285,12 +315,15 @@ def await_decision(run: JudgeHost, reason: str) -> Outcome:
     (retry an item, waive it, or abandon the task) with the partial-completion record."""
     partial = J.partial_record(run.ledger, run.state.proposals)
     blocked = ", ".join(b["id"] for b in partial["blocked"][:10])
+    # The first blocked item by name: each command runs as printed.
+    item = shlex.quote(str(partial["blocked"][0]["id"])) if partial["blocked"] else "ITEM"
+    tid = shlex.quote(run.task_id)
     text = (
         f"{reason}"
         + (f"; blocked: {blocked}" if blocked else "")
-        + f". Decide: tether retry {run.task_id} ITEM [--hint TEXT], "
-        f"tether waive {run.task_id} ITEM --reason TEXT, or "
-        f"tether abandon {run.task_id} --reason TEXT"
+        + f". Decide: tether retry {tid} {item} --hint 'HINT', "
+        f"tether waive {tid} {item} --reason 'REASON', or "
+        f"tether abandon {tid} --reason 'REASON'"
     )
     return out.waiting(
         "decision",
@@ -377,7 +410,9 @@ async def complete(run: JudgeHost, round_no: int) -> Outcome | None:
         await run.commit(events, ledger=ledger)
         return out.waiting(
             "human",
-            f"the completion check failed {failures} times: " + "; ".join(gaps)[:800],
+            f"the completion check failed {failures} times: "
+            + "; ".join(gaps)[:800]
+            + f"; answer with: {hints.tell(run.task_id)}",
             why="needs_user_input",
         )
     text = continuation_message(ledger, "the completion check failed", gaps)

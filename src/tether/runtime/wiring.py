@@ -21,12 +21,16 @@ from tether import errors
 from tether.clock import Clock
 from tether.models.base import Model
 from tether.models.registry import resolve_model
+from tether.runtime import launch
 from tether.runtime.builtins import FILE_TOOLS, READ_ARTIFACT, default_registry
 from tether.runtime.engine import Engine, ModelSet, check_tools, inline_wait_max_from_env
 from tether.runtime.notify import default_notifier
 from tether.runtime.worker import Worker
 from tether.spec import TaskSpec, parse_spec
-from tether.store import Store, default_url, open_store, sqlite_path
+from tether.store import Store
+
+# Re-exported: `open_db` lives with the store so that reading commands need no runtime.
+from tether.store.opening import open_db as open_db
 from tether.tools.registry import ToolRegistry
 
 RULES_ONLY = "rules"
@@ -124,37 +128,6 @@ async def check_task_tools(spec: TaskSpec) -> None:
     check_tools(spec, known)
 
 
-async def open_db(
-    db: str | None = None,
-    *,
-    create: bool = True,
-    clock: Clock | None = None,
-    read_only: bool = False,
-) -> Store:
-    """Open the store at `db` (default: `TETHER_DB`, else `.tether/tether.db`).
-
-    With `create=False` a missing SQLite file is a `StoreConfigError` instead of a new,
-    empty database (for commands that read or continue existing tasks); `read_only`
-    migrates nothing and takes no write lock (for commands that only show things)."""
-    url = db or default_url()
-    if url.startswith("sqlite://"):
-        path = sqlite_path(url)
-        try:
-            exists = path.exists()
-        except (OSError, ValueError) as exc:  # a name too long, a NUL character
-            shown = str(path) if len(str(path)) <= 80 else str(path)[:77] + "..."
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise errors.StoreConfigError(
-                f"cannot use {shown!r} as a database file: {reason}"
-            ) from None
-        if not create and not exists:
-            raise errors.StoreConfigError(
-                f"no tether database at {path} (start a task with `tether run` or "
-                "`tether demo`, or point --db / TETHER_DB at your database)"
-            )
-    return await open_store(url, clock=clock, read_only=read_only)
-
-
 class Runtime:
     """An open store with the tool registry and the model choice of this process.
 
@@ -187,21 +160,41 @@ class Runtime:
         """The models a task with this spec runs with (see `build_models`)."""
         return build_models(spec, self.model, self.model_options)
 
+    async def launched_spec(self, task_id: str) -> tuple[TaskSpec, dict[str, Any] | None]:
+        """The task's spec with what its launch record remembers (`runtime.launch`:
+        the model it was started with, ...), and the record."""
+        task = await self.store.get_task(task_id)
+        spec = parse_spec(task.spec, source=f"task {task_id}", stored=True)
+        record = await launch.read(self.store, task_id)
+        return launch.apply(spec, record), record
+
     @asynccontextmanager
     async def engine(self, task_id: str, **options: Any) -> AsyncIterator[Engine]:
-        """An engine for `task_id` with the models its spec asks for, closed on exit.
-        `options` go to `Engine` (`stop`, `on_progress`, `worker_id`, ...)."""
-        task = await self.store.get_task(task_id)
-        models = self.models_for(parse_spec(task.spec, source=f"task {task_id}", stored=True))
+        """An engine for `task_id` with the models its spec and launch record ask for
+        (this process's `--model` first), closed on exit. `options` go to `Engine`
+        (`stop`, `on_progress`, `worker_id`, ...)."""
+        spec, record = await self.launched_spec(task_id)
+        models = self.models_for(spec)
+        registry = self._registry
+        if registry is None:
+            registry = launch.registry_for(lambda: self.store, record) or self.registry
         try:
-            yield Engine(self.store, models, registry=self.registry, **options)
+            yield Engine(self.store, models, registry=registry, **options)
         finally:
             await models.aclose()
 
     def worker(self, **options: Any) -> Worker:
-        """A `Worker` on this store that runs each task with its spec's models.
-        `options` go to `Worker` (`once`, `poll_interval`, `stop`, `on_result`, ...)."""
-        return Worker(self.store, self.models_for, registry=self.registry, **options)
+        """A `Worker` on this store that runs each task with its spec's models (and
+        what its launch record remembers). `options` go to `Worker` (`once`,
+        `poll_interval`, `stop`, `on_result`, ...)."""
+        explicit = self._registry is not None
+        return Worker(
+            self.store,
+            self.models_for,
+            registry=self.registry,
+            remembered_tools=not explicit,
+            **options,
+        )
 
 
 @asynccontextmanager

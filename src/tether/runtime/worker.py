@@ -32,6 +32,7 @@ from typing import Any
 
 from tether import errors
 from tether.clock import SystemClock
+from tether.runtime import launch
 from tether.runtime.builtins import READ_ARTIFACT, default_registry
 from tether.runtime.engine import (
     Engine,
@@ -97,7 +98,10 @@ class Worker:
       the lease to expire.
 
     `models` is a `ModelSet` for every task (owned by the caller) or a function from a
-    task's `TaskSpec` to its `ModelSet` (built for the run and closed after it). Other
+    task's `TaskSpec` to its `ModelSet` (built for the run and closed after it); the
+    spec it gets carries what the task's launch record remembers (`runtime.launch`: the
+    model the task was started with). `remembered_tools`: a task started with
+    `TETHER_TOOLS` runs with those tools when this process sets none. Other
     keyword arguments go to each `Engine` (`clock`, `services`, `inline_wait_max`, ...).
     """
 
@@ -118,6 +122,7 @@ class Worker:
         retry_delay: float = 30.0,
         max_retry_delay: float = 600.0,
         handle_signals: bool = False,
+        remembered_tools: bool = False,
         watch_every: float | None = 60.0,
         watch_policy: WatchPolicy | None = None,
         notifier: Notifier | None = None,
@@ -141,6 +146,10 @@ class Worker:
         self.retry_delay = retry_delay
         self.max_retry_delay = max_retry_delay
         self.handle_signals = handle_signals
+        # A task started with TETHER_TOOLS of its own runs with them here too, unless
+        # this worker names its own (see `runtime.launch.registry_for`).
+        self.remembered_tools = remembered_tools
+        self._launch_registries: dict[tuple[str, ...], ToolRegistry] = {}
         self.engine_options = engine_options
         # Every worker also sweeps for tasks that wait for a person or went silent
         # (`runtime.watch`); None turns it off.
@@ -232,15 +241,22 @@ class Worker:
         self._held.pop(task_id, None)
         try:
             spec = await self._spec_of(task_id)
-            if self._lacks_tools(task_id, spec):
+            # The launch record is read before the tool check only when it may name
+            # tools here: a task handed back is handed back at once.
+            record = await launch.read(self.store, task_id) if self.remembered_tools else None
+            registry = self._registry_for(record)
+            if self._lacks_tools(task_id, spec, registry):
                 await self.store.release(task_id, lease.token)
                 return True
+            if not self.remembered_tools:
+                record = await launch.read(self.store, task_id)
+            spec = launch.apply(spec, record)
             models = self.models if isinstance(self.models, ModelSet) else self.models(spec)
         except Exception as exc:
             await self._failed(task_id, exc, lease)
             return True
         try:
-            await self._run(lease, models, previous_owner)
+            await self._run(lease, models, previous_owner, registry)
         finally:
             if models is not self.models:
                 await models.aclose()
@@ -294,7 +310,28 @@ class Worker:
             log.warning("worker %s: looking for dead owners' tasks failed: %s", self.worker_id, exc)
         return None
 
-    async def _run(self, lease: Lease, models: ModelSet, previous_owner: str | None = None) -> None:
+    def _registry_for(self, record: dict[str, Any] | None) -> ToolRegistry | None:
+        """The tools of a task: this worker's, or (`remembered_tools`) those its launch
+        record names when this worker sets no `TETHER_TOOLS`."""
+        if not self.remembered_tools:
+            return self.registry
+        refs = tuple(launch.remembered_tools(record))
+        if not refs:
+            return self.registry
+        if refs not in self._launch_registries:
+            found = launch.registry_for(lambda: self.store, record)
+            if found is None:
+                return self.registry
+            self._launch_registries[refs] = found
+        return self._launch_registries[refs]
+
+    async def _run(
+        self,
+        lease: Lease,
+        models: ModelSet,
+        previous_owner: str | None = None,
+        registry: ToolRegistry | None = None,
+    ) -> None:
         """Hand the lease to an engine for the run (no release and claim again: another
         worker could take the task in between), and report how it ended."""
         task_id = lease.task_id
@@ -302,7 +339,7 @@ class Worker:
             engine = Engine(
                 self.store,
                 models,
-                registry=self.registry,
+                registry=registry or self.registry,
                 worker_id=self.worker_id,
                 lease_ttl=self.lease_ttl,
                 stop=self.stop,
@@ -344,7 +381,9 @@ class Worker:
             del self._passed[task_id]
         return list(self._passed)
 
-    def _lacks_tools(self, task_id: str, spec: TaskSpec) -> bool:
+    def _lacks_tools(
+        self, task_id: str, spec: TaskSpec, registry: ToolRegistry | None = None
+    ) -> bool:
         """Does the task's contract name a tool this worker does not have? Workers may
         register different tools (`TETHER_TOOLS`): such a task is handed back at once,
         untouched, and passed over for `retry_delay` seconds (its contract may be
@@ -353,11 +392,15 @@ class Worker:
         it idle. An MCP server's tools are known only once it runs: not checked here."""
         if spec.mcp_servers:
             return False
-        if self._tool_names is None:
-            registry = self.registry or default_registry(lambda: self.store)
-            self._tool_names = [*registry.names(), READ_ARTIFACT]
+        if registry is not None and registry is not self.registry:
+            names = [*registry.names(), READ_ARTIFACT]
+        else:
+            if self._tool_names is None:
+                own = self.registry or default_registry(lambda: self.store)
+                self._tool_names = [*own.names(), READ_ARTIFACT]
+            names = self._tool_names
         try:
-            check_tools(spec, self._tool_names)
+            check_tools(spec, names)
         except errors.SpecError as exc:
             if task_id not in self._passed:
                 log.warning("task %s: left to another worker: %s", task_id, exc)

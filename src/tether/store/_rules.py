@@ -14,7 +14,15 @@ these, so they cannot drift apart:
 - **event sequence**: a commit's events take the next numbers after `last_seq`, gapless;
 - **upserts**: an op's identity (tool, args, round...) is fixed at its first write and
   later writes change only its outcome; an artifact's validity and meta may change; an
-  approval's decision may change. Repeated ids within one commit are merged in order.
+  approval's decision may change. Repeated ids within one commit are merged in order;
+- **requests**: a request is decided once. A pending one may be approved, rejected or
+  closed; an approved one may only be closed (its call never sent); a rejected or closed
+  one never changes again (`check_request_write`), checked against the stored request in
+  the commit's transaction, so a late decision loses to the close that came first;
+- **closing with the task**: a commit that moves a task to a terminal status closes, in
+  its own transaction, every request of the task still open (pending, or approved with
+  its op still waiting to be sent), each journaled as `approval.closed` after the
+  commit's own events (`closing`).
 
 A store that checks inside its database (PostgreSQL checks in the commit statement
 itself) translates `CommitGuard` into SQL conditions and, when the database refuses,
@@ -25,9 +33,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether import errors, lifecycle
 from tether.store.base import (
@@ -39,6 +47,9 @@ from tether.store.base import (
     TaskPatch,
     blob_hash,
 )
+
+if TYPE_CHECKING:  # the event models load where a commit builds or reads them
+    from tether import events as ev
 
 R = TypeVar("R")
 
@@ -243,6 +254,141 @@ def merge_approval(old: ApprovalRecord | None, new: ApprovalRecord, now: float) 
     if old is None:
         return dataclasses.replace(new, created_at=new.created_at or now)
     return dataclasses.replace(old, **{f: getattr(new, f) for f in APPROVAL_MUTABLE})
+
+
+#: The status of a request closed with what it decided about (see `closing`).
+CLOSED = "closed"
+
+
+def check_request_write(task_id: str, old: ApprovalRecord | None, new: ApprovalRecord) -> None:
+    """`ConcurrentUpdate` unless `new` may be written over the stored `old` (None: a new
+    request): pending may become anything, approved only closed, the rest never change
+    (writing the very same record again is no change)."""
+    if old is None or old.status == "pending":
+        return
+    if old.status == "approved" and new.status == CLOSED:
+        return
+    if (old.status, old.decision, old.decided_by) == (new.status, new.decision, new.decided_by):
+        return
+    why = ""
+    if old.status == CLOSED:
+        why = f": {(old.decision or {}).get('reason') or 'closed'}"
+    elif old.decided_by:
+        why = f" by {old.decided_by}"
+    raise errors.ConcurrentUpdate(
+        f"task {task_id}: request {old.request_id} was already {old.status}{why}"
+    )
+
+
+def check_request_writes(
+    task_id: str, stored: Mapping[str, ApprovalRecord], writes: Sequence[ApprovalRecord]
+) -> None:
+    """`check_request_write` for each of a commit's request writes, in order."""
+    seen = dict(stored)
+    for new in writes:
+        check_request_write(task_id, seen.get(new.request_id), new)
+        seen[new.request_id] = new
+
+
+def closes_requests(patch: TaskPatch | None) -> bool:
+    """True if a commit with this patch ends the task, so its open requests close."""
+    return patch is not None and patch.status is not None and lifecycle.is_terminal(patch.status)
+
+
+def open_requests(
+    requests: Sequence[ApprovalRecord], op_status: Mapping[str, str]
+) -> list[ApprovalRecord]:
+    """The requests still open, oldest first: pending ones, and an approved one while
+    its op still waits to be sent (`op_status`: op id -> status) and no later request
+    was made about that op (an earlier approval was acted on already)."""
+    ordered = sorted(requests, key=lambda a: (a.created_at, a.request_id))
+    latest = {a.op_id: a.request_id for a in ordered if a.op_id}
+    return [
+        a
+        for a in ordered
+        if a.status == "pending"
+        or (
+            a.status == "approved"
+            and a.op_id is not None
+            and latest.get(a.op_id) == a.request_id
+            and op_status.get(a.op_id) == "awaiting_approval"
+        )
+    ]
+
+
+def close_request(appr: ApprovalRecord, reason: str, by: str, now: float) -> ApprovalRecord:
+    """The request closed (`reason`: what closed it); an approval it had stays readable
+    under `decision.previous`."""
+    decision: dict[str, Any] = {"decision": CLOSED, "reason": reason}
+    if appr.status != "pending":
+        decision["previous"] = {
+            "status": appr.status,
+            "decision": appr.decision,
+            "decided_by": appr.decided_by,
+        }
+    return dataclasses.replace(
+        appr, status=CLOSED, decision=decision, decided_by=by, decided_at=now
+    )
+
+
+def close_event(appr: ApprovalRecord, reason: str, by: str) -> ev.ApprovalClosed:
+    """The journal entry of closing `appr`."""
+    from tether import events as ev
+
+    return ev.ApprovalClosed(
+        request_id=appr.request_id, reason=reason, by=by, op_id=appr.op_id, previous=appr.status
+    )
+
+
+def end_reason(patch: TaskPatch, events: Sequence[ev.Event]) -> str:
+    """Why a commit ending the task closes its requests: the task's new status, with the
+    reason its status event gives."""
+    from tether import events as ev
+
+    said = ""
+    for e in events:
+        if isinstance(e, ev.TaskStatusChanged) and e.dst == patch.status:
+            said = e.reason
+    return f"task {patch.status}" + (f": {said}" if said else "")
+
+
+def closing(
+    patch: TaskPatch | None,
+    events: Sequence[ev.Event],
+    open_requests: Sequence[ApprovalRecord],
+    writes: Sequence[ApprovalRecord],
+    now: float,
+) -> tuple[list[ev.ApprovalClosed], list[ApprovalRecord]]:
+    """The events and records that close `open_requests` (see the function of that
+    name) when the commit ends the task; requests the commit writes itself are left to
+    it. Nothing unless `closes_requests(patch)`."""
+    if patch is None or not closes_requests(patch):
+        return [], []
+    reason = end_reason(patch, events)
+    written = {a.request_id for a in writes}
+    todo = [a for a in open_requests if a.request_id not in written]
+    return (
+        [close_event(a, reason, "tether") for a in todo],
+        [close_request(a, reason, "tether", now) for a in todo],
+    )
+
+
+def settle_requests(
+    task_id: str,
+    patch: TaskPatch | None,
+    events: Sequence[ev.Event],
+    writes: Sequence[ApprovalRecord],
+    stored: Sequence[ApprovalRecord],
+    op_status: Mapping[str, str],
+    now: float,
+) -> tuple[list[ev.Event], list[ApprovalRecord]]:
+    """A commit's events and request writes once the request rules are applied against
+    the task's stored requests (`op_status`: the status of their ops, at least of those
+    approved): `ConcurrentUpdate` for a write a stored request forbids; the closing of
+    the open requests appended when the commit ends the task."""
+    check_request_writes(task_id, {a.request_id: a for a in stored}, writes)
+    closed_events, closed = closing(patch, events, open_requests(stored, op_status), writes, now)
+    return [*events, *closed_events], [*writes, *closed]
 
 
 def collapse(

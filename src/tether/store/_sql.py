@@ -19,10 +19,9 @@ import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from importlib import resources
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether import errors, failpoints, lifecycle
-from tether import events as ev
 from tether.clock import Clock, SystemClock
 from tether.ledger import Ledger
 from tether.store import _rules as rules
@@ -43,6 +42,9 @@ from tether.store.base import (
     TaskRecord,
     blob_hash,
 )
+
+if TYPE_CHECKING:  # the event models load where a commit encodes them, not to read
+    from tether import events as ev
 
 T = TypeVar("T")
 Row = Mapping[str, Any]
@@ -262,6 +264,8 @@ class SqlStore:
         token: int | None,
         now: float,
     ) -> None:
+        from tether import events as ev
+
         rows = []
         for n, event in enumerate(items):
             type_name, schema, data = ev.encode(event)
@@ -603,6 +607,8 @@ class SqlStore:
             ).fetchone()
             if row is None:
                 raise errors.TaskNotFound(task_id)
+            guard.check_task(self._state(row))  # its refusal comes before a request's
+            items, approvals = self._settle_requests(conn, task_id, task, items, approvals, now)
             plan = rules.plan_commit(guard, self._state(row), task, len(items), now)
             if ledger is not None:
                 # Check and write in one statement: the version guard is in the WHERE.
@@ -644,6 +650,57 @@ class SqlStore:
             )
         state = self._state(row)
         return CommitResult(plan.first_seq, plan.last_seq, state.cancel_requested, state.version)
+
+    def _settle_requests(
+        self,
+        conn: Any,
+        task_id: str,
+        task: TaskPatch | None,
+        items: Sequence[ev.Event],
+        approvals: Sequence[ApprovalRecord],
+        now: float,
+    ) -> tuple[list[ev.Event], list[ApprovalRecord]]:
+        """Inside the commit's transaction, with the task row locked (every request write
+        takes that lock first): refuse a request write the stored request forbids, and
+        add the closing of the task's open requests when the commit ends it."""
+        ends = rules.closes_requests(task)
+        if not approvals and not ends:
+            return list(items), list(approvals)
+        stored = self._requests_in(conn, task_id)
+        approved = {a.op_id for a in stored if a.status == "approved" and a.op_id}
+        status = self._op_statuses(conn, approved) if ends else {}
+        return rules.settle_requests(task_id, task, items, approvals, stored, status, now)
+
+    def _requests_in(self, conn: Any, task_id: str) -> list[ApprovalRecord]:
+        rows = self._x(
+            conn,
+            "SELECT request_id, task_id, op_id, status, request, decision, decided_by,"
+            " created_at, decided_at FROM approvals WHERE task_id = :id"
+            " ORDER BY created_at, request_id",
+            {"id": task_id},
+        ).fetchall()
+        return [self._approval_row(r) for r in rows]
+
+    def _op_statuses(self, conn: Any, op_ids: Collection[str]) -> dict[str, str]:
+        if not op_ids:
+            return {}
+        params: dict[str, Any] = {}
+        where = self._in(params, "op_id", "o", op_ids)
+        rows = self._x(conn, f"SELECT op_id, status FROM ops WHERE TRUE{where}", params)
+        return {r["op_id"]: r["status"] for r in rows.fetchall()}
+
+    def _approval_row(self, r: Row) -> ApprovalRecord:
+        return ApprovalRecord(
+            request_id=r["request_id"],
+            task_id=r["task_id"],
+            status=r["status"],
+            request=self._json_out(r["request"]),
+            op_id=r["op_id"],
+            decision=self._json_out(r["decision"]),
+            decided_by=r["decided_by"],
+            created_at=r["created_at"],
+            decided_at=r["decided_at"],
+        )
 
     @staticmethod
     def _state(row: Row) -> rules.TaskState:
@@ -825,20 +882,7 @@ class SqlStore:
                 " ORDER BY created_at, request_id",
                 {"id": task_id},
             ).fetchall()
-        out = [
-            ApprovalRecord(
-                request_id=r["request_id"],
-                task_id=r["task_id"],
-                status=r["status"],
-                request=self._json_out(r["request"]),
-                op_id=r["op_id"],
-                decision=self._json_out(r["decision"]),
-                decided_by=r["decided_by"],
-                created_at=r["created_at"],
-                decided_at=r["decided_at"],
-            )
-            for r in rows
-        ]
+        out = [self._approval_row(r) for r in rows]
         return [a for a in out if statuses is None or a.status in statuses]
 
     async def get_approvals(

@@ -23,10 +23,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from tether import events as ev
 from tether.ledger import Ledger
+
+if TYPE_CHECKING:  # the event models load where events are built or decoded, not to read
+    from tether import events as ev
 
 T = TypeVar("T")
 
@@ -90,6 +92,8 @@ class StoredEvent:
 
     def typed(self) -> ev.Event:
         """Decode into its typed event (or `UnknownEvent`)."""
+        from tether import events as ev
+
         return ev.decode(self.type, self.data)
 
     def to_dict(self) -> dict[str, Any]:

@@ -184,6 +184,24 @@ class MemoryStore:
             cur = rules.TaskState(
                 rec.status, rec.version, rec.fencing_token, rec.last_seq, rec.cancel_requested
             )
+            guard.check_task(cur)  # its refusal comes before a request's
+            ends = rules.closes_requests(task)
+            mine = (
+                [a for a in self._approvals.values() if a.task_id == task_id]
+                if approvals or ends
+                else []
+            )
+            if approvals or ends:
+                status = {a.op_id: self._op_status(a.op_id) for a in mine if a.op_id}
+                events, approvals = rules.settle_requests(
+                    task_id,
+                    task,
+                    events,
+                    approvals,
+                    mine,
+                    {k: v for k, v in status.items() if v},
+                    now,
+                )
             plan = rules.plan_commit(guard, cur, task, len(events), now)
             new_ledger = None
             if ledger is not None:
@@ -228,6 +246,10 @@ class MemoryStore:
                 )
             self._tasks[task_id] = dataclasses.replace(rec, **changes)
             return CommitResult(plan.first_seq, plan.last_seq, rec.cancel_requested, rec.version)
+
+    def _op_status(self, op_id: str) -> str | None:
+        op = self._ops.get(op_id)
+        return op.status if op is not None else None
 
     async def claim(
         self,

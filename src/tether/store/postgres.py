@@ -16,7 +16,10 @@ Round trips are the cost here, so:
   nothing. The statement returns the row it found, and the guard names the refusal
   (`StaleLease`, `IllegalTransition`, `ConcurrentUpdate`) from it. It is sent with
   its Sync, so its transaction begins and ends on the server: no client, crashed or
-  frozen, is ever inside it;
+  frozen, is ever inside it. The exception is the rare commit that writes approval
+  requests or ends the task: two pipelined round trips (as `update_shared`), the task
+  row locked and its requests read first, so the requests it checks and closes are
+  the latest (`_commit_requests`);
 - single-statement reads, lease renewals and releases run outside a transaction block
   (no BEGIN/COMMIT round trips); `update_shared` is two pipelined round trips (lock and
   read, then write and commit); the rest (`create_task`, `claim`, migrations) runs in a
@@ -60,6 +63,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from tether import errors, failpoints
 from tether import events as ev
+from tether._extras import needs
 from tether.clock import Clock
 from tether.store import _rules as rules
 from tether.store import _search as search
@@ -236,14 +240,10 @@ class PostgresStore(SqlStore):
         return store
 
     def _open_sync(self, connect_timeout: float, read_only: bool = False) -> None:
-        try:
+        with needs("postgres", "a postgresql:// database"):
             import psycopg
             from psycopg.rows import dict_row
             from psycopg_pool import ConnectionPool
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise errors.StoreConfigError(
-                "PostgreSQL support is not installed: pip install 'tether[postgres]'"
-            ) from exc
         try:
             # A direct first connection gives libpq's own words when the server is away.
             conn = psycopg.connect(
@@ -433,6 +433,10 @@ class PostgresStore(SqlStore):
         names the refusal."""
         now = self.clock.now()
         guard = rules.CommitGuard.of(task_id, token, task, ledger)
+        if approvals or rules.closes_requests(task):
+            return self._commit_requests(
+                guard, task, ledger, items, ops, artifacts, approvals, blobs, now
+            )
         texts = self._artifact_texts(artifacts, blobs)
         query, params = self._commit_statement(
             guard, task, ledger, items, ops, artifacts, approvals, blobs, now, texts
@@ -446,6 +450,83 @@ class PostgresStore(SqlStore):
             row = conn.execute(query, params).fetchone()
         if row is None:
             raise errors.TaskNotFound(task_id)
+        state = self._state(row)
+        if not row["applied"]:
+            lver = row["ledger_version"]
+            raise guard.refusal(state, None if lver is None else int(lver))
+        first, last = rules.seq_range(state.last_seq, len(items))
+        return CommitResult(first, last, state.cancel_requested, state.version)
+
+    def _commit_requests(
+        self,
+        guard: rules.CommitGuard,
+        task: TaskPatch | None,
+        ledger: LedgerWrite | None,
+        items: Sequence[ev.Event],
+        ops: Sequence[OpRecord],
+        artifacts: Sequence[ArtifactRecord],
+        approvals: Sequence[ApprovalRecord],
+        blobs: Sequence[bytes],
+        now: float,
+    ) -> CommitResult:
+        """A commit that writes requests or ends the task, in two round trips (as
+        `update_shared`): BEGIN, the task row locked and the task's requests and waiting
+        ops read (pipelined) — after the lock, so they are the latest, where one
+        statement would read them as of its start, before it waited for the lock; then
+        the request rules applied (`_rules.settle_requests`) and the commit's statement
+        and COMMIT (pipelined; a statement its guard refused wrote nothing, so the
+        COMMIT commits nothing). Rare: a request asked, decided or closed, a task's end."""
+        if not _has_pipeline():  # pragma: no cover - a libpq older than 14
+            return super()._commit_sync(
+                guard.task_id, guard.token, items, task, ledger, ops, artifacts, approvals, blobs
+            )
+        from psycopg import pq
+
+        with self._translated() as conn:
+            # As in the one-statement commit: the connection in hand, nothing sent or
+            # locked yet (a process frozen here holds up no one).
+            failpoints.hit("during_commit")
+            done = False
+            try:
+                with conn.pipeline() as pipe:
+                    conn.execute("BEGIN")
+                    cur_task = conn.execute(
+                        "SELECT status, version, fencing_token, last_seq, cancel_requested"
+                        " FROM tasks WHERE task_id = %(id)s FOR UPDATE",
+                        {"id": guard.task_id},
+                    )
+                    cur_reqs = conn.execute(
+                        "SELECT request_id, task_id, op_id, status, request, decision,"
+                        " decided_by, created_at, decided_at FROM approvals"
+                        " WHERE task_id = %(id)s ORDER BY created_at, request_id",
+                        {"id": guard.task_id},
+                    )
+                    cur_ops = conn.execute(
+                        "SELECT op_id, status FROM ops WHERE task_id = %(id)s"
+                        " AND status = 'awaiting_approval'",
+                        {"id": guard.task_id},
+                    )
+                    pipe.sync()
+                    row = cur_task.fetchone()
+                    if row is None:
+                        raise errors.TaskNotFound(guard.task_id)
+                    guard.check_task(self._state(row))
+                    stored = [self._approval_row(r) for r in cur_reqs.fetchall()]
+                    status = {r["op_id"]: r["status"] for r in cur_ops.fetchall()}
+                    items, approvals = rules.settle_requests(
+                        guard.task_id, task, items, approvals, stored, status, now
+                    )
+                    texts = self._artifact_texts(artifacts, blobs)
+                    query, params = self._commit_statement(
+                        guard, task, ledger, items, ops, artifacts, approvals, blobs, now, texts
+                    )
+                    cur = conn.execute(query, params)
+                    conn.execute("COMMIT")
+                row = cur.fetchone()  # the pipeline's end sent the Sync
+                done = True
+            finally:
+                if not done and conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    conn.rollback()
         state = self._state(row)
         if not row["applied"]:
             lver = row["ledger_version"]

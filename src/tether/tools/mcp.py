@@ -73,17 +73,21 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import IO, Any, Final, TextIO, cast
 
-import jsonschema  # type: ignore[import-untyped]
-import mcp_types
-from mcp.client import Client
-from mcp.client._input_required import InputRequiredRoundsExceededError
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from tether import __version__, errors
+from tether._extras import needs
 from tether.spec import McpServer
 from tether.tools.registry import Effect, Tool, ToolContext, bad_arguments
+
+# Without the `mcp` extra a contract with `mcp_servers` stops here, in one line.
+with needs("mcp", "a contract with mcp_servers"):
+    import jsonschema  # type: ignore[import-untyped]
+    import mcp_types
+    from mcp.client import Client
+    from mcp.client._input_required import InputRequiredRoundsExceededError
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp.shared.exceptions import MCPError
 
 logger = logging.getLogger(__name__)
 

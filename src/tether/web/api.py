@@ -3,14 +3,18 @@
 Reads return the same documents as the CLI's `--json` output (`status`, `list`,
 `events`, `approvals`, `show`, `report`). Writes need the server's token as
 `Authorization: Bearer TOKEN` and call the library functions the CLI calls; a bad
-input is a 4xx `{"detail": message}` and changes nothing.
+input is a 4xx `{"detail": message}` and changes nothing: 400 for a body or argument
+that is not usable (`body_problem` words a body FastAPI could not read), 409 for a
+decision about something settled (a request decided or closed, a task that ended) or a
+task a worker runs. A body whose fields all have defaults may be left out.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Body, Depends, Query
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 
@@ -32,6 +36,31 @@ async def writer(request: Request) -> None:
 
 
 Write = Annotated[None, Depends(writer)]
+
+
+def body_problem(exc: RequestValidationError) -> str:
+    """One paragraph for a request FastAPI could not read (a missing or malformed JSON
+    body, a field of the wrong type, an unknown one), naming each field."""
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = [str(x) for x in err.get("loc", ()) if x not in ("body", "query", "path", "form")]
+        where = ".".join(loc)
+        kind = str(err.get("type", ""))
+        if kind == "json_invalid":
+            parts.append("the body is not valid JSON")
+        elif kind == "missing" and not where:
+            parts.append("the request has no body: send a JSON object")
+        elif kind == "missing":
+            parts.append(f"{where} is missing")
+        elif kind == "extra_forbidden":
+            parts.append(f"there is no field {where!r}")
+        elif kind == "model_attributes_type" or (kind.endswith("_type") and not where):
+            parts.append("the body must be a JSON object")
+        else:
+            parts.append(f"{where or 'the body'}: {err.get('msg', 'not usable')}")
+    more = len(exc.errors()) - len(parts)
+    text = "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+    return f"bad request: {text}"
 
 
 class _Body(BaseModel):
@@ -151,10 +180,16 @@ async def task_report(request: Request, task_id: str) -> dict[str, Any]:
 
 @router.post("/tasks/{task_id}/approvals/{request_id}/approve")
 async def approve(
-    request: Request, task_id: str, request_id: str, body: ApproveBody, _: Write
+    request: Request,
+    task_id: str,
+    request_id: str,
+    _: Write,
+    body: Annotated[ApproveBody | None, Body()] = None,
 ) -> dict[str, Any]:
-    """Approve a pending request (`tether approve [--modify JSON]`)."""
+    """Approve a pending request (`tether approve [--modify JSON]`); no body approves as
+    `web` with the arguments asked."""
     store, _g = state_of(request)
+    body = body or ApproveBody()
     rec = await approvals.decide(
         store, task_id, request_id, "approve", by=body.by, modified_args=body.modify
     )
@@ -163,10 +198,15 @@ async def approve(
 
 @router.post("/tasks/{task_id}/approvals/{request_id}/reject")
 async def reject(
-    request: Request, task_id: str, request_id: str, body: RejectBody, _: Write
+    request: Request,
+    task_id: str,
+    request_id: str,
+    _: Write,
+    body: Annotated[RejectBody | None, Body()] = None,
 ) -> dict[str, Any]:
     """Reject a pending request (`tether reject`)."""
     store, _g = state_of(request)
+    body = body or RejectBody()
     rec = await approvals.decide(
         store, task_id, request_id, "reject", by=body.by, reason=body.reason
     )
@@ -175,10 +215,15 @@ async def reject(
 
 @router.post("/tasks/{task_id}/items/{item_id}/retry")
 async def retry(
-    request: Request, task_id: str, item_id: str, body: RetryBody, _: Write
+    request: Request,
+    task_id: str,
+    item_id: str,
+    _: Write,
+    body: Annotated[RetryBody | None, Body()] = None,
 ) -> dict[str, Any]:
     """Send an item back to work (`tether retry`)."""
     store, _g = state_of(request)
+    body = body or RetryBody()
     await decisions.retry_item(store, task_id, item_id, hint=body.hint or None, by=body.by)
     return await status_dict(store, task_id)
 

@@ -14,6 +14,7 @@ from importlib.resources import files
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.requests import Request
@@ -107,6 +108,14 @@ def create_app(
     @app.exception_handler(errors.UserError)
     async def bad_input(request: Request, exc: errors.UserError) -> Any:
         return error_response(request, 400, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError) -> Any:
+        return error_response(request, 400, api.body_problem(exc))
+
+    @app.exception_handler(errors.AlreadySettled)
+    async def settled(request: Request, exc: errors.AlreadySettled) -> Any:
+        return error_response(request, 409, str(exc))
 
     @app.exception_handler(errors.TaskBusy)
     async def busy(request: Request, exc: errors.TaskBusy) -> Any:

@@ -69,7 +69,8 @@ async def snapshot(store: Store) -> Snapshot:
         for a in await store.get_approvals(t.task_id):
             if a.status == "pending":
                 snap.pending_approvals += 1
-            elif a.decided_at is not None:
+            elif a.status != "closed" and a.decided_at is not None:
+                # A closed request was never decided: its wait is not a person's.
                 snap.approval_waits.append(max(0.0, a.decided_at - a.created_at))
     return snap
 

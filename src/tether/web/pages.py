@@ -127,6 +127,7 @@ async def _task_context(request: Request, task_id: str) -> dict[str, Any]:
     store, _ = state_of(request)
     doc = await status_dict(store, task_id)
     pending = await approvals.pending(store, task_id)
+    closed = await store.get_approvals(task_id, statuses={"closed"})
     return {
         "task": doc,
         "terminal": lifecycle.is_terminal(doc["status"]),
@@ -139,6 +140,15 @@ async def _task_context(request: Request, task_id: str) -> dict[str, Any]:
                 "options": a.request.get("options", ["approve", "reject"]),
             }
             for a in pending
+        ],
+        # Shown for what happened to them, with no action: they decide nothing now.
+        "closed": [
+            {
+                "request_id": a.request_id,
+                "what": a.request.get("what", ""),
+                "reason": (a.decision or {}).get("reason", ""),
+            }
+            for a in closed
         ],
         "gauges": _gauges(doc),
     }

@@ -1,0 +1,35 @@
+"""The commands a wait tells a person to run, spelled one way everywhere.
+
+Every wait ends with the exact command that answers it (the task id quoted for a
+shell), so that what `status`, a notice or the CLI prints can be run as printed.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+
+def resume(task_id: str) -> str:
+    """`tether resume T`: goes on with the models and tools the task was started with."""
+    return f"tether resume {shlex.quote(task_id)}"
+
+
+def tell(task_id: str) -> str:
+    """`tether tell T '...'`: the answer to a question of the agent's."""
+    return f"tether tell {shlex.quote(task_id)} 'YOUR ANSWER'"
+
+
+def raise_limit(task_id: str, limit: str, used: int, current: int) -> str:
+    """The command that raises a round limit (to twice what is used, at least twice the
+    limit); `tether edit` queues the task again and says how to continue."""
+    return f"tether edit {shlex.quote(task_id)} --set limits.{limit}={max(used, current) * 2}"
+
+
+def approve(task_id: str, request_id: str) -> str:
+    """`tether approve T REQUEST` (the request id in full)."""
+    return f"tether approve {shlex.quote(task_id)} {shlex.quote(request_id)}"
+
+
+def reject(task_id: str, request_id: str) -> str:
+    """`tether reject T REQUEST` (the request id in full)."""
+    return f"tether reject {shlex.quote(task_id)} {shlex.quote(request_id)}"

@@ -1,0 +1,170 @@
+"""How a task was started, remembered with it: its launch record.
+
+`tether run spec.yaml --model openai:gpt-4.1-mini` chooses things the spec does not
+say: the actor's model (`--model`, else `TETHER_MODEL`), the model request options
+(`--model-timeout`, `--model-retries`) and the tools of `TETHER_TOOLS`. They are kept in
+the task's `task.created` event as its launch record (an opaque JSON document to the
+store), so that `tether resume T` and `tether worker` run the task as it was started,
+with no flag repeated. A flag given again (to `resume` or `worker`) still wins.
+
+Never a secret: model names and tool references only, and the *names* of the
+environment variables the models read their keys from. A model name whose URL carries
+a password is not remembered (it is named again on resume).
+
+    {"version": 1,
+     "models": {"actor": "openai:gpt-4.1-mini", "judge": "openai:gpt-4.1-mini",
+                "compact": "openai:gpt-4.1-mini", "review": null},
+     "actor_from": "--model",           # or "TETHER_MODEL", "spec", null (none)
+     "spec_models": {...},              # the spec's `models` when it started
+     "model_options": {"timeout": 60},  # the command line's, over the spec's
+     "tools": ["mytools:TOOLS"],        # TETHER_TOOLS
+     "mcp_servers": ["notes"],          # the spec's (kept in the spec itself)
+     "workspace": "/home/me/work",
+     "key_env": ["OPENAI_API_KEY"]}
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from tether.spec import TaskSpec
+    from tether.store.base import Store
+    from tether.tools.registry import ToolRegistry
+
+#: The launch record's format.
+VERSION = 1
+#: Where `TETHER_MODEL` names the actor's model.
+MODEL_ENV = "TETHER_MODEL"
+#: Where `TETHER_TOOLS` names tool modules (as `runtime.builtins.TOOLS_ENV`).
+TOOLS_ENV = "TETHER_TOOLS"
+#: The judge model that judges by `done_when` rules alone (as `wiring.RULES_ONLY`).
+RULES_ONLY = "rules"
+#: The environment variable each provider reads its key from (names only).
+KEY_ENV = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "deepseek": "DEEPSEEK_API_KEY",
+    "openai-compatible": "TETHER_OPENAI_COMPATIBLE_API_KEY",
+}
+
+
+def carries_password(model: str) -> bool:
+    """Whether a model name holds a URL with a password (`https://u:p@host/v1#m`)."""
+    _, _, rest = model.partition(":")
+    try:
+        return bool(urlsplit(rest.strip()).password)
+    except ValueError:
+        return False
+
+
+def tool_refs(env: Mapping[str, str] | None = None) -> list[str]:
+    """The `module:attr` references of `TETHER_TOOLS`."""
+    environ = os.environ if env is None else env
+    return [r.strip() for r in environ.get(TOOLS_ENV, "").split(",") if r.strip()]
+
+
+def record(
+    spec: TaskSpec,
+    *,
+    model: str | None = None,
+    options: Mapping[str, float | int | None] | None = None,
+    workspace: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The launch record of a task started from `spec` with `--model` `model` and the
+    model `options` of the command line (see the module docstring)."""
+    environ = os.environ if env is None else env
+    actor_from: str | None = None
+    actor = None
+    if model:
+        actor, actor_from = model, "--model"
+    elif spec.models.actor:
+        actor, actor_from = spec.models.actor, "spec"
+    elif environ.get(MODEL_ENV):
+        actor, actor_from = environ[MODEL_ENV], MODEL_ENV
+    if actor is not None and carries_password(actor):
+        actor, actor_from = None, None  # never stored: named again on resume
+    m = spec.models
+    judge = m.judge or actor
+    models = {
+        "actor": actor,
+        "judge": judge,
+        "compact": m.compact or actor,
+        "review": (m.review or (None if judge == RULES_ONLY else judge)) if spec.review else None,
+    }
+    keys = sorted(
+        {
+            KEY_ENV[name.partition(":")[0].strip().lower()]
+            for name in models.values()
+            if name and name.partition(":")[0].strip().lower() in KEY_ENV
+        }
+    )
+    return {
+        "version": VERSION,
+        "models": models,
+        "actor_from": actor_from,
+        "spec_models": m.model_dump(mode="json"),
+        "model_options": {k: v for k, v in (options or {}).items() if v is not None},
+        "tools": tool_refs(environ),
+        "mcp_servers": [s.name for s in spec.mcp_servers],
+        "workspace": workspace,
+        "key_env": keys,
+    }
+
+
+async def read(store: Store, task_id: str) -> dict[str, Any] | None:
+    """The task's launch record, or None (a task stored before launch records, or
+    created without one)."""
+    first = await store.read_events(task_id, limit=1, types={"task.created"})
+    launch = first[0].data.get("launch") if first else None
+    return launch if isinstance(launch, dict) else None
+
+
+def apply(spec: TaskSpec, launch: Mapping[str, Any] | None) -> TaskSpec:
+    """`spec` with what its launch record remembers: the actor's model given outside
+    the spec (`--model`, `TETHER_MODEL`) and the command line's model options. An edit
+    of the spec's `models` since the launch is newer than the record: then the spec's
+    own models stand, and the remembered actor only fills in one the spec lacks."""
+    if not launch:
+        return spec
+    models = launch.get("models")
+    actor = models.get("actor") if isinstance(models, dict) else None
+    options = launch.get("model_options")
+    update: dict[str, Any] = {}
+    unedited = launch.get("spec_models") == spec.models.model_dump(mode="json")
+    if isinstance(actor, str) and actor and (unedited or not spec.models.actor):
+        update["actor"] = actor
+    if unedited and isinstance(options, dict):
+        if isinstance(options.get("timeout"), int | float):
+            update["timeout"] = float(options["timeout"])
+        if isinstance(options.get("max_retries"), int):
+            update["max_retries"] = options["max_retries"]
+    if not update:
+        return spec
+    return spec.model_copy(update={"models": spec.models.model_copy(update=update)})
+
+
+def remembered_tools(launch: Mapping[str, Any] | None) -> list[str]:
+    """The `TETHER_TOOLS` references the task was started with."""
+    refs = (launch or {}).get("tools")
+    return [r for r in refs if isinstance(r, str) and r] if isinstance(refs, list) else []
+
+
+def registry_for(
+    store_getter: Callable[[], Store],
+    launch: Mapping[str, Any] | None,
+    env: Mapping[str, str] | None = None,
+) -> ToolRegistry | None:
+    """A tool registry with the tools the task was started with (its remembered
+    `TETHER_TOOLS`), when this process sets no `TETHER_TOOLS` of its own (which wins,
+    like a flag); None: the process's own registry serves."""
+    refs = remembered_tools(launch)
+    if not refs or tool_refs(env):
+        return None
+    from tether.runtime.builtins import default_registry
+
+    return default_registry(store_getter, {TOOLS_ENV: ",".join(refs)})

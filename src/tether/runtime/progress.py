@@ -1,0 +1,225 @@
+"""Progress measured from what a round did, not from what a judge attached to it.
+
+A round *moves* its focus item when it did something new for it:
+
+- a successful call never seen before for the item: the tool, its arguments and a hash
+  of its result, so re-reading a file that changed, or re-running the tests after an
+  edit, is new information, and the same call with the same result is not;
+- a call that failed before and now fails differently (the failure changed: "3 failed"
+  then "2 failed" is convergence);
+- a `done_when` rule check whose unmet state changed: the rule's file changed, its
+  command says something else, more artifacts count toward its `min_count`.
+
+Words alone move nothing. What a round did is kept as short fingerprints per item
+(`RunState.seen`, stored with every commit), so the same judgement is made after a crash,
+on resume and in a replay; each round only adds its own fingerprints to its item's set.
+
+Failures are compared by what they say with the volatile parts taken out (`normalise`):
+timestamps, durations, addresses, temporary paths, request and op ids, retry counts.
+Counts that carry meaning (how many tests failed, a line number) are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+#: (pattern, replacement), applied in order: the parts of a message that change from one
+#: run of the same call to the next without saying anything new.
+_VOLATILE: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
+    # the runtime's own retry suffix and "attempt 2 of 5" notes
+    (re.compile(r"\(?gave up after \d+ attempts?\)?", re.I), "(gave up)"),
+    (re.compile(r"\battempt \d+( of \d+)?\b", re.I), "attempt <n>"),
+    # op ids of this runtime (`<task>.r3.c0`, `<task>.r3.c0.out`)
+    (re.compile(r"\b[\w-]+\.r\d+\.c\d+(?:\.[A-Za-z]\w*)?\b"), "<op>"),
+    # ISO dates and times, clock times, HTTP dates
+    (
+        re.compile(
+            r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?"
+            r"(?:Z|[+-]\d{2}:?\d{2})?)?"
+        ),
+        "<time>",
+    ),
+    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<time>"),
+    (
+        re.compile(r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d{1,2} \w{3} \d{4} <time>(?: GMT)?"),
+        "<time>",
+    ),
+    # UUIDs, long hex strings (hashes, request ids), memory addresses
+    (
+        re.compile(
+            r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+        ),
+        "<id>",
+    ),
+    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<addr>"),
+    (re.compile(r"\b[0-9a-fA-F]{12,}\b"), "<hex>"),
+    # request / trace / correlation ids, whatever their shape
+    (
+        re.compile(
+            r"\b((?:x-)?(?:request|req|trace|correlation|span)[-_ ]?id)\b([\"']?\s*[:=]?\s*)"
+            r"[\"']?[\w.:/+-]+",
+            re.I,
+        ),
+        r"\1\2<id>",
+    ),
+    # temporary paths
+    (
+        re.compile(
+            r"(?:/private)?(?:/tmp|/var/tmp|/var/folders|/dev/shm)/[^\s'\",;:)\]]*"
+            r"|[A-Za-z]:\\[^\s'\",;]*\\Temp\\[^\s'\",;:)\]]*"
+        ),
+        "<tmp>",
+    ),
+    (re.compile(r"\bpytest-of-[^\s/]+/pytest-\d+"), "<tmp>"),
+    # process ids, epoch timestamps, durations
+    (re.compile(r"\b(pid|process|thread)([ =:#]+)\d+\b", re.I), r"\1\2<n>"),
+    (re.compile(r"\b1\d{9}(?:\d{3})?(?:\.\d+)?\b"), "<epoch>"),
+    (
+        re.compile(
+            r"\b\d+(?:\.\d+)?\s?(?:ms|msec|milliseconds?|s|secs?|seconds?|us|µs|ns|"
+            r"mins?|minutes?)\b",
+            re.I,
+        ),
+        "<duration>",
+    ),
+    # an ephemeral port on a local address
+    (re.compile(r"\b((?:127\.0\.0\.1|localhost|0\.0\.0\.0|\[::1\])):\d{2,5}\b"), r"\1:<port>"),
+)
+_SPACE: Final = re.compile(r"\s+")
+
+#: How much of a message or result is compared (the rest rarely tells a new failure).
+_MAX_CHARS: Final = 20_000
+#: Fingerprints kept per item: far more than an item's rounds produce (`max_rounds_per_item`
+#: rounds of a few calls), a bound on what the run state carries.
+MAX_SEEN: Final = 1_000
+
+
+def normalise(text: str) -> str:
+    """A message with its volatile parts replaced by placeholders and its whitespace
+    collapsed: the same failure said twice normalises to the same text, a different
+    one (another count of failing tests, another error) does not."""
+    out = text[:_MAX_CHARS]
+    for pattern, repl in _VOLATILE:
+        out = pattern.sub(repl, out)
+    return _SPACE.sub(" ", out).strip()
+
+
+def digest(*parts: str) -> str:
+    """A short, stable fingerprint of some parts (16 hex characters)."""
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode("utf-8", errors="replace"))
+        h.update(b"\x1f")
+    return h.hexdigest()[:16]
+
+
+def result_hash(content: str, artifact_hash: str | None = None) -> str:
+    """What a successful call returned: the stored output's hash when a long output went
+    to an artifact, else the normalised text."""
+    if artifact_hash:
+        return digest("blob", artifact_hash)
+    return digest("text", normalise(content))
+
+
+def failure_hash(error_class: str | None, error: str | None) -> str:
+    """What a failure said: its class and its normalised message."""
+    return digest(error_class or "", normalise(error or ""))
+
+
+def failure_key(
+    focus: str | None, tool: str, args_hash: str, error_class: str | None, error: str | None
+) -> str:
+    """The key of a repeated failure: the item, the call (tool and arguments) and the
+    failure (class and normalised message). The same call failing the same way again is
+    the same key; failing differently is another."""
+    return f"{focus}|{tool}|{args_hash[-16:]}|{error_class}|{failure_hash(error_class, error)}"
+
+
+class CallFact(Protocol):
+    """What progress looks at in one call of a round."""
+
+    @property
+    def tool(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def args_hash(self) -> str: ...
+
+    @property
+    def result_hash(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Moves:
+    """What a round did for its item: `new` are the fingerprints that move it (empty: no
+    progress), `marks` everything to remember, `repeated` whether a failure of the round
+    had been seen before for the item (an attempt)."""
+
+    new: tuple[str, ...]
+    marks: tuple[str, ...]
+    repeated: bool
+
+    @property
+    def moved(self) -> bool:
+        """True when the round did something new for its item."""
+        return bool(self.new)
+
+
+def moves(calls: Iterable[CallFact], rule_state: str | None, seen: Collection[str]) -> Moves:
+    """Compare a round's calls (and its item's rule check, when it has one and it is not
+    met) with what the item has seen. Pure."""
+    new: list[str] = []
+    marks: list[str] = []
+    repeated = False
+    for c in calls:
+        if c.status == "succeeded":
+            fp = digest("ok", c.tool, c.args_hash, c.result_hash)
+            marks.append(fp)
+            if fp not in seen:
+                new.append(fp)
+        elif c.status != "deferred":  # a call an open breaker held back did nothing
+            call = digest("call", c.tool, c.args_hash)
+            fail = digest("fail", c.tool, c.args_hash, c.result_hash)
+            marks += [call, fail]
+            if fail in seen:
+                repeated = True
+            elif call in seen:
+                new.append(fail)  # the same call, failing differently: it changed
+    if rule_state is not None:
+        checked = digest("rule")
+        state = digest("rule", rule_state)
+        marks += [checked, state]
+        if checked in seen and state not in seen:
+            new.append(state)
+    return Moves(tuple(dict.fromkeys(new)), tuple(dict.fromkeys(marks)), repeated)
+
+
+def remember(seen: Sequence[str], marks: Iterable[str]) -> list[str]:
+    """An item's fingerprints with a round's marks added (oldest dropped past `MAX_SEEN`)."""
+    have = set(seen)
+    out = list(seen)
+    for m in marks:
+        if m not in have:
+            have.add(m)
+            out.append(m)
+    return out[-MAX_SEEN:]
+
+
+__all__ = [
+    "MAX_SEEN",
+    "CallFact",
+    "Moves",
+    "digest",
+    "failure_hash",
+    "failure_key",
+    "moves",
+    "normalise",
+    "remember",
+    "result_hash",
+]

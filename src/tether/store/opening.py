@@ -1,0 +1,47 @@
+"""`open_db`: the store a command names, with a clear error when it is not there.
+
+Kept apart from `tether.runtime.wiring` (which builds engines, models and tools) so a
+command that only reads the database imports the store and nothing of the runtime.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tether import errors
+from tether.store import default_url, open_store, sqlite_path
+
+if TYPE_CHECKING:
+    from tether.clock import Clock
+    from tether.store.base import Store
+
+
+async def open_db(
+    db: str | None = None,
+    *,
+    create: bool = True,
+    clock: Clock | None = None,
+    read_only: bool = False,
+) -> Store:
+    """Open the store at `db` (default: `TETHER_DB`, else `.tether/tether.db`).
+
+    With `create=False` a missing SQLite file is a `StoreConfigError` instead of a new,
+    empty database (for commands that read or continue existing tasks); `read_only`
+    migrates nothing and takes no write lock (for commands that only show things)."""
+    url = db or default_url()
+    if url.startswith("sqlite://"):
+        path = sqlite_path(url)
+        try:
+            exists = path.exists()
+        except (OSError, ValueError) as exc:  # a name too long, a NUL character
+            shown = str(path) if len(str(path)) <= 80 else str(path)[:77] + "..."
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise errors.StoreConfigError(
+                f"cannot use {shown!r} as a database file: {reason}"
+            ) from None
+        if not create and not exists:
+            raise errors.StoreConfigError(
+                f"no tether database at {path} (start a task with `tether run` or "
+                "`tether demo`, or point --db / TETHER_DB at your database)"
+            )
+    return await open_store(url, clock=clock, read_only=read_only)

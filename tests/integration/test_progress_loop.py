@@ -1,0 +1,390 @@
+"""Progress measured from what rounds did, through the loop, at default limits.
+
+A fixer whose test runs converge ("3 failed" → "2 failed" → "1 failed" → passed) finishes
+with the rules judge; an agent that reads the same file again and again is blocked after
+`limits.no_progress_rounds` rounds that did nothing new. What each item has seen lives in
+the run state committed with every round: a crash between rounds, or between a round's
+results and its LLM judge's verdict, changes neither outcome nor the number of rounds, on
+memory, SQLite and PostgreSQL; and the recorded run replays clean. A draft the item
+itself rewrote before it was done is revision, not a broken deliverable; a change after
+acceptance is still caught.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.models.base import ModelRequest, ModelResponse
+from tether.models.scripted import ScriptedModel, tool_call
+from tether.runtime.builtins import default_registry
+from tether.runtime.engine import Engine, ModelSet
+from tether.runtime.replay import replay_task
+from tether.runtime.tasks import create_task
+from tether.spec import TaskSpec, parse_spec
+from tether.store.base import Store
+from tether.tools.registry import Tool, ToolRegistry, tool
+
+from ..conftest import Backend
+from .loop_support import events_of, ledger_of
+
+Policy = Callable[[ModelRequest], Any]
+
+
+class Crashy:
+    """A scripted model whose process dies (SystemExit stands for a SIGKILL) at the given
+    call numbers; every other call answers with `policy`."""
+
+    def __init__(self, name: str, policy: Policy, crash_at: set[int]) -> None:
+        self.name = name
+        self.policy = policy
+        self.crash_at = crash_at
+        self.calls = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.calls += 1
+        if self.calls in self.crash_at:
+            raise SystemExit("the worker died")
+        answer = self.policy(request)
+        return answer if isinstance(answer, ModelResponse) else ModelResponse(str(answer))
+
+
+async def run_until_done(
+    backend: Backend,
+    tid: str,
+    actor: Crashy,
+    judge: Crashy | None,
+    extra: tuple[Tool, ...] = (),
+) -> tuple[Store, str]:
+    """Run the task, restarting on a fresh store handle after every crash, until a run
+    ends; returns the last handle (open) and the final status."""
+    for _ in range(10):
+        store = await backend.open()
+        registry = registry_of(store, extra)
+        engine = Engine(store, ModelSet(actor, judge=judge), registry=registry, lease_ttl=30)
+        try:
+            result = await engine.run(tid, force=True)
+        except SystemExit:
+            if backend.durable:
+                await store.close()
+            continue
+        return store, result.status
+    raise AssertionError("the task never finished a run")
+
+
+def registry_of(store: Store, extra: tuple[Tool, ...] = ()) -> ToolRegistry:
+    """The built-in tools on this store handle, and `extra`."""
+    registry = default_registry(lambda: store)
+    for t in extra:
+        registry.add(t)
+    return registry
+
+
+def next_of(request: ModelRequest) -> str | None:
+    return request.ledger["next"] if request.ledger else None
+
+
+def last_tool_text(request: ModelRequest) -> str:
+    for m in reversed(request.messages):
+        if m.role == "tool":
+            return m.content
+    return ""
+
+
+# --- the converging fixer ------------------------------------------------------------------
+
+BUGS = ("parse", "render", "save")
+
+
+def runner_tool(workspace: Path) -> Tool:
+    """`run_tests`: fails while any `fixes/<bug>.txt` is missing, saying how many tests
+    failed, with a timing and a timestamp that change on every run."""
+    runs = {"n": 0}
+
+    @tool(effect="read")
+    def run_tests() -> str:
+        runs["n"] += 1
+        broken = [b for b in BUGS if not (workspace / "fixes" / f"{b}.txt").exists()]
+        took = f"{0.1 + runs['n'] / 100:.2f}s"
+        if broken:
+            raise AssertionError(
+                f"{len(broken)} failed, {len(BUGS) - len(broken)} passed in {took} "
+                f"(run at 2026-12-0{runs['n'] % 9 + 1}T10:0{runs['n'] % 10}:00Z)"
+            )
+        return f"{len(BUGS)} passed in {took}"
+
+    return run_tests
+
+
+def fixer(request: ModelRequest) -> ModelResponse:
+    """Runs the tests; after a failure fixes one bug; after a fix runs the tests again."""
+    if next_of(request) is None:
+        return ModelResponse("all green")
+    last = last_tool_text(request)
+    m = re.search(r"(\d+) failed", last)
+    if m is None:
+        return ModelResponse("running the tests", (tool_call("run_tests"),))
+    bug = BUGS[len(BUGS) - int(m.group(1))]
+    return ModelResponse(
+        f"fixing {bug}", (tool_call("write_file", path=f"fixes/{bug}.txt", content="fixed\n"),)
+    )
+
+
+def fixer_spec() -> TaskSpec:
+    return parse_spec(
+        {
+            "objective": "make the tests pass",
+            "items": [
+                {
+                    "id": "green",
+                    "title": "the tests pass",
+                    "done_when": {"kind": "op", "tool": "run_tests"},
+                }
+            ],
+            "tools": ["run_tests", "write_file", "read_file"],
+            "models": {"judge": "rules"},
+        }
+    )
+
+
+@pytest.mark.parametrize("crash_at", [set(), {3, 6}], ids=["straight", "crashes"])
+async def test_a_converging_fixer_finishes_at_default_limits(
+    backend: Backend, tmp_path: Path, crash_at: set[int]
+) -> None:
+    """3 failed → 2 failed → 1 failed → passed: each run says something new, so the item
+    is never blocked (before: non-convergent at the third failing run)."""
+    spec = fixer_spec()
+    store = await backend.open()
+    tid = (await create_task(store, spec, workspace=tmp_path)).task_id
+    if backend.durable:
+        await store.close()
+    actor = Crashy("fixer", fixer, crash_at)
+    store, status = await run_until_done(backend, tid, actor, None, (runner_tool(tmp_path),))
+    try:
+        led = await ledger_of(store, tid)
+        assert status == "satisfied", led.item("green").note
+        assert led.item("green").status == "done"
+        # Four test runs and three fixes: crashes before a round cost no round.
+        rounds = await events_of(store, tid, "round.committed")
+        assert len(rounds) == 7
+        assert not [w for w in await events_of(store, tid, "audit.warning")]
+    finally:
+        await store.close()
+
+
+async def test_the_converging_run_replays_clean(backend: Backend, tmp_path: Path) -> None:
+    store = await backend.open()
+    try:
+        tid = (await create_task(store, fixer_spec(), workspace=tmp_path)).task_id
+        registry = registry_of(store, (runner_tool(tmp_path),))
+        engine = Engine(store, ModelSet(ScriptedModel(policy=fixer)), registry=registry)
+        assert (await engine.run(tid)).status == "satisfied"
+        result = await replay_task(store, tid, registry=registry)
+        assert result.divergence is None, result.divergence
+        assert result.rounds == 7
+    finally:
+        await store.close()
+
+
+# --- the same read again -------------------------------------------------------------------
+
+
+def rereader(request: ModelRequest) -> ModelResponse:
+    """Checks the same config file every round for `deploy`; writes `announce` honestly."""
+    nxt = next_of(request)
+    if nxt == "deploy":
+        return ModelResponse("checking the config", (tool_call("read_file", path="config.txt"),))
+    if nxt == "announce":
+        return ModelResponse(
+            "announcing", (tool_call("write_file", path="out/announce.txt", content="hi\n"),)
+        )
+    return ModelResponse("done")
+
+
+def attaching_judge(request: ModelRequest) -> str:
+    """Attaches every successful op of the round to the focus item as progress."""
+    data = json.loads(request.messages[0].content)
+    refs = [o["evidence_ref"] for o in data["op_journal"] if o["status"] == "succeeded"]
+    focus = data["focus_item"]
+    changes = [{"item": focus, "status": "in_progress", "evidence": refs}] if refs else []
+    return json.dumps({"changes": changes, "decision": "continue", "reason": "progress"})
+
+
+def rereader_spec() -> TaskSpec:
+    return parse_spec(
+        {
+            "objective": "deploy, then announce",
+            "items": [
+                {"id": "deploy", "title": "deploy the service"},
+                {
+                    "id": "announce",
+                    "title": "announce it",
+                    "done_when": {"kind": "op", "tool": "write_file"},
+                },
+            ],
+            "tools": ["read_file", "write_file"],
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("crash_actor", "crash_judge"),
+    [(set(), set()), ({3, 5}, set()), (set(), {2, 3})],
+    ids=["straight", "crash-between-rounds", "crash-before-the-verdict"],
+)
+async def test_the_same_read_again_is_blocked_after_the_same_rounds_across_crashes(
+    backend: Backend,
+    tmp_path: Path,
+    crash_actor: set[int],
+    crash_judge: set[int],
+) -> None:
+    """The first read is new; every repeat (same call, same result) is not, even with a
+    judge attaching it as progress. A crash between rounds, or after the round's results
+    were committed but before its verdict, loses none of what the item has seen."""
+    (tmp_path / "config.txt").write_text("replicas: 3\n")
+    spec = rereader_spec()
+    store = await backend.open()
+    tid = (await create_task(store, spec, workspace=tmp_path)).task_id
+    if backend.durable:
+        await store.close()
+    actor = Crashy("actor", rereader, crash_actor)
+    judge = Crashy("judge", attaching_judge, crash_judge)
+    store, status = await run_until_done(backend, tid, actor, judge)
+    try:
+        assert status == "waiting"
+        led = await ledger_of(store, tid)
+        deploy = led.item("deploy")
+        assert deploy.status == "blocked"
+        assert deploy.note.startswith(f"no progress in {spec.limits.no_progress_rounds} rounds")
+        assert led.item("announce").status == "done"
+        started = await events_of(store, tid, "round.started")
+        assert sum(1 for r in started if r["item"] == "deploy") == (
+            1 + spec.limits.no_progress_rounds
+        )
+        verdicts = await events_of(store, tid, "judge.verdict")
+        assert len({v["round"] for v in verdicts}) == len(verdicts)  # each round judged once
+        task = await store.get_task(tid)
+        # Once blocked, the item's memory is dropped: the state carries only open items.
+        assert "deploy" not in task.usage.get("seen", {})
+    finally:
+        await store.close()
+
+
+async def test_the_blocked_rereader_replays_clean(backend: Backend, tmp_path: Path) -> None:
+    """Replay judges every round again from the recorded results: the same rounds move
+    nothing and the item is blocked in the same round."""
+    (tmp_path / "config.txt").write_text("replicas: 3\n")
+    store = await backend.open()
+    try:
+        tid = (await create_task(store, rereader_spec(), workspace=tmp_path)).task_id
+        models = ModelSet(
+            ScriptedModel(policy=rereader), judge=ScriptedModel(policy=attaching_judge)
+        )
+        result = await Engine(store, models, registry=registry_of(store)).run(tid)
+        assert result.status == "waiting"
+        replayed = await replay_task(store, tid)
+        assert replayed.divergence is None, replayed.divergence
+        assert replayed.rounds == len(await events_of(store, tid, "round.committed"))
+    finally:
+        await store.close()
+
+
+# --- drafts and deliverables ---------------------------------------------------------------
+
+DRAFTS = ("notes v1\n", "notes v2, fuller\n", "notes v3, final\n")
+
+
+def drafter(touch_after: bool) -> Policy:
+    """Writes three drafts of out/notes.txt (reading each back), then the next item; with
+    `touch_after`, also writes over the notes once while working on the next item."""
+    state = {"n": 0, "touched": False}
+
+    def policy(request: ModelRequest) -> ModelResponse:
+        nxt = next_of(request)
+        if nxt == "notes":
+            n = state["n"]
+            state["n"] += 1
+            if n % 2 == 1:
+                return ModelResponse(
+                    "reading back", (tool_call("read_file", path="out/notes.txt"),)
+                )
+            draft = DRAFTS[min(n // 2, len(DRAFTS) - 1)]
+            return ModelResponse(
+                "drafting", (tool_call("write_file", path="out/notes.txt", content=draft),)
+            )
+        if nxt == "summary":
+            calls = [tool_call("write_file", path="out/summary.txt", content="summary\n")]
+            if touch_after and not state["touched"]:
+                state["touched"] = True
+                calls.insert(0, tool_call("write_file", path="out/notes.txt", content="oops\n"))
+            return ModelResponse("summarising", tuple(calls))
+        return ModelResponse("done")
+
+    return policy
+
+
+def drafts_judge(request: ModelRequest) -> str:
+    """Attaches each draft as in-progress evidence; done when the final draft is written
+    (citing it); `summary` done on its write."""
+    data = json.loads(request.messages[0].content)
+    changes = []
+    for o in data["op_journal"]:
+        if o["status"] != "succeeded" or o["tool"] != "write_file":
+            continue
+        path = o["args"]["path"]
+        if path == "out/notes.txt" and data["focus_item"] == "notes":
+            final = o["args"]["content"] == DRAFTS[-1]
+            changes.append(
+                {
+                    "item": "notes",
+                    "status": "done" if final else "in_progress",
+                    "evidence": [o["evidence_ref"]],
+                }
+            )
+        elif path == "out/summary.txt":
+            changes.append({"item": "summary", "status": "done", "evidence": [o["evidence_ref"]]})
+    return json.dumps({"changes": changes, "decision": "continue", "reason": ""})
+
+
+@pytest.mark.parametrize("touch_after", [False, True], ids=["revised", "changed-after"])
+async def test_drafts_are_revision_and_a_later_change_is_caught(
+    tmp_path: Path, touch_after: bool
+) -> None:
+    from tether.store.memory import MemoryStore
+
+    store = MemoryStore()
+    spec = parse_spec(
+        {
+            "objective": "notes and a summary",
+            "items": [
+                {"id": "notes", "title": "write out/notes.txt"},
+                {"id": "summary", "title": "write out/summary.txt"},
+            ],
+            "tools": ["read_file", "write_file"],
+        }
+    )
+    tid = (await create_task(store, spec, workspace=tmp_path)).task_id
+    models = ModelSet(
+        ScriptedModel(policy=drafter(touch_after)), judge=ScriptedModel(policy=drafts_judge)
+    )
+    result = await Engine(store, models).run(tid)
+    led = await ledger_of(store, tid)
+    # The drafts stay cited; the item was accepted on the final one.
+    assert len(led.item("notes").evidence) >= 1
+    broken = [
+        w for w in await events_of(store, tid, "audit.warning") if w["code"] == "deliverable_broken"
+    ]
+    if not touch_after:
+        assert result.status == "satisfied", result
+        assert len(led.item("notes").evidence) == len(DRAFTS)
+        assert broken == []
+        assert (tmp_path / "out" / "notes.txt").read_text() == DRAFTS[-1]
+    else:
+        # Written over after acceptance: caught before delivery and reopened.
+        assert [w["details"]["item"] for w in broken][:1] == ["notes"]
+        assert "notes" in broken[0]["message"]

@@ -1,0 +1,51 @@
+"""`replay` through a run whose journal holds notices: a notice a sweeper sent is not a
+person's action (the replay went on), and neither it nor its absence in the replay is a
+divergence. A need_help notice quotes the model's question even when it is sent after
+the person answered."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tether.edits import tell
+from tether.models.base import ModelRequest, ModelResponse
+from tether.models.scripted import ScriptedModel, tool_call
+from tether.runtime.notify import LogNotifier
+from tether.runtime.replay import replay_task
+from tether.runtime.watch import sweep
+from tether.store.memory import MemoryStore
+
+from .loop_support import next_item, run_task, spec_of
+
+QUESTION = "NEED_HELP: which folder do the files go in?"
+
+
+def _asks_first(request: ModelRequest) -> ModelResponse:
+    if not any("Message from the user" in m.content for m in request.messages):
+        return ModelResponse(QUESTION)
+    nxt = next_item(request)
+    if nxt is None:
+        return ModelResponse("closed")
+    return ModelResponse(
+        f"writing {nxt}", (tool_call("write_file", path=f"out/{nxt}.txt", content=nxt),)
+    )
+
+
+async def test_a_notice_is_no_human_action_for_replay(tmp_path: Path) -> None:
+    store = MemoryStore()
+    model = ScriptedModel(policy=_asks_first)
+    tid, first = await run_task(store, spec_of(1), tmp_path, model)
+    assert first.status == "waiting"
+    await tell(store, tid, "they go in out/")
+    # The sweep comes after the answer: the task waits no more, yet the notice quotes
+    # the question (kept in the status event).
+    report = await sweep(store, notifier=LogNotifier())
+    assert report.notices == [(tid, "need_help")]
+    (sent,) = await store.read_events(tid, types={"notice.sent"})
+    assert QUESTION in sent.data["text"] and f"tether tell {tid}" in sent.data["text"]
+    _, done = await run_task(store, spec_of(1), tmp_path, model, task_id=tid)
+    assert done.status == "satisfied", done.waiting
+
+    result = await replay_task(store, tid)
+    assert result.stopped_at is None, result.stopped_at
+    assert result.divergence is None, result.divergence

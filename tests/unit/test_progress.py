@@ -1,0 +1,217 @@
+"""Progress facts (`tether.runtime.progress`): what makes a round new for its item, and
+when two failures are the same failure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tether.runtime import progress as P
+from tether.runtime.judge import OpSummary
+from tether.runtime.state import RunState
+
+# --- normalise: the same failure says the same thing, a different one does not -----------
+
+
+@pytest.mark.parametrize(
+    ("first", "again"),
+    [
+        (
+            "1 failed, 2 passed in 0.12s",
+            "1 failed, 2 passed in 3.40s",
+        ),
+        (
+            "HTTP 503 Service Unavailable (request id 7f3a9c2e-1b4d-4e8f-9a6b-3c2d1e0f9a8b)",
+            "HTTP 503 Service Unavailable (request id 0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d)",
+        ),
+        ("x-request-id: abc123XYZ rate limited", "x-request-id: zz99QQ rate limited"),
+        ("timeout at 2026-12-04T23:12:53.123Z", "timeout at 2026-12-05T00:01:02Z"),
+        ("lock held since 10:02:03", "lock held since 11:59:59.5"),
+        ("<Conn object at 0x7f6290089ac0> closed", "<Conn object at 0x7f62900f7ee0> closed"),
+        (
+            "cannot open /tmp/pytest-of-ci/pytest-12/test_x0/out.txt",
+            "cannot open /tmp/pytest-of-ci/pytest-13/test_x1/out.txt",
+        ),
+        ("worker pid 41234 died", "worker pid 5120 died"),
+        ("deadline 1796426931.42 passed", "deadline 1796427000.01 passed"),
+        ("connect 127.0.0.1:54321 refused", "connect 127.0.0.1:40001 refused"),
+        (
+            "sha 9f86d081884c7d659a2feaa0c55ad015 mismatch",
+            "sha 2c26b46b68ffc68ff99b453c1d304134 mismatch",
+        ),
+        ("see t6b134ab1638239.r5.c0.out", "see t6b134ab1638239.r9.c2.out"),
+        ("boom (gave up after 3 attempts)", "boom (gave up after 5 attempts)"),
+        ("boom  \n  twice", "boom twice"),
+    ],
+)
+def test_volatile_parts_do_not_make_a_new_failure(first: str, again: str) -> None:
+    assert P.normalise(first) == P.normalise(again)
+    assert P.failure_hash("deterministic", first) == P.failure_hash("deterministic", again)
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ("3 failed, 0 passed in 0.10s", "2 failed, 1 passed in 0.10s"),
+        ("2 failed, 1 passed", "1 failed, 2 passed"),
+        ("FAILED test_parse.py::test_dates", "FAILED test_render.py::test_dates"),
+        ("SyntaxError at line 12", "SyntaxError at line 14"),
+        ("no such file: a.txt", "permission denied: a.txt"),
+        ("HTTP 503", "HTTP 429"),
+    ],
+)
+def test_a_failure_that_says_something_else_is_another_failure(before: str, after: str) -> None:
+    assert P.normalise(before) != P.normalise(after)
+    assert P.failure_key("i", "run_tests", "h", "deterministic", before) != P.failure_key(
+        "i", "run_tests", "h", "deterministic", after
+    )
+
+
+def test_the_failure_key_holds_item_call_and_failure() -> None:
+    key = P.failure_key("fix", "run_tests", "a" * 64, "deterministic", "1 failed in 0.1s")
+    assert key.startswith(f"fix|run_tests|{'a' * 16}|deterministic|")
+    # The same failure of another item, another call or another class is another key.
+    assert key != P.failure_key("other", "run_tests", "a" * 64, "deterministic", "1 failed")
+    assert key != P.failure_key("fix", "run_tests", "b" * 64, "deterministic", "1 failed")
+    assert key != P.failure_key("fix", "run_tests", "a" * 64, "transient", "1 failed")
+    assert key == P.failure_key("fix", "run_tests", "a" * 64, "deterministic", "1 failed in 9s")
+
+
+@given(st.text(max_size=300))
+def test_normalise_is_idempotent_and_total(text: str) -> None:
+    once = P.normalise(text)
+    assert P.normalise(once) == once
+
+
+def test_normalise_reads_a_bounded_prefix() -> None:
+    huge = "x" * 100_000
+    assert len(P.normalise(huge)) <= 20_000
+
+
+# --- moves: what makes a round new for its item --------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call:
+    tool: str
+    status: str
+    args_hash: str
+    result_hash: str = ""
+
+
+OK = Call("read_file", "succeeded", "args-a", "result-1")
+OK_CHANGED = Call("read_file", "succeeded", "args-a", "result-2")
+OTHER = Call("read_file", "succeeded", "args-b", "result-1")
+FAIL = Call("run_tests", "failed", "args-t", "3 failed")
+FAIL_CHANGED = Call("run_tests", "failed", "args-t", "2 failed")
+DEFERRED = Call("ticket", "deferred", "args-x", "")
+
+
+def seen_after(*rounds: tuple[tuple[Call, ...], str | None]) -> list[str]:
+    seen: list[str] = []
+    for calls, rule in rounds:
+        seen = P.remember(seen, P.moves(calls, rule, seen).marks)
+    return seen
+
+
+def test_a_new_successful_call_moves_and_the_same_one_again_does_not() -> None:
+    first = P.moves([OK], None, ())
+    assert first.moved and not first.repeated
+    seen = P.remember([], first.marks)
+    assert not P.moves([OK], None, seen).moved
+    # The same call with another result, or another call, is new.
+    assert P.moves([OK_CHANGED], None, seen).moved
+    assert P.moves([OTHER], None, seen).moved
+
+
+def test_words_only_and_held_back_calls_move_nothing() -> None:
+    assert P.moves([], None, ()) == P.Moves((), (), False)
+    assert P.moves([DEFERRED], None, ()) == P.Moves((), (), False)
+
+
+def test_failures_first_is_no_move_changed_is_a_move_same_again_is_an_attempt() -> None:
+    first = P.moves([FAIL], None, ())
+    assert not first.moved and not first.repeated
+    seen = P.remember([], first.marks)
+    again = P.moves([FAIL], None, seen)
+    assert not again.moved and again.repeated
+    changed = P.moves([FAIL_CHANGED], None, seen)
+    assert changed.moved and not changed.repeated
+
+
+def test_a_rule_check_moves_only_when_its_state_changed() -> None:
+    seen = seen_after(((), "artifacts: 1 of 3"))
+    assert not P.moves([], "artifacts: 1 of 3", seen).moved
+    assert P.moves([], "artifacts: 2 of 3", seen).moved
+    # The first check of an item is no change yet.
+    assert not P.moves([], "file out/a.txt: missing", ()).moved
+
+
+def test_a_converging_series_moves_every_round() -> None:
+    seen: list[str] = []
+    runs = [Call("run_tests", "failed", "t", f"{n} failed") for n in (3, 2, 1)]
+    moved = []
+    for call in [*runs, Call("run_tests", "succeeded", "t", "3 passed")]:
+        m = P.moves([call], None, seen)
+        moved.append((m.moved, m.repeated))
+        seen = P.remember(seen, m.marks)
+    assert moved == [(False, False), (True, False), (True, False), (True, False)]
+
+
+def test_remember_keeps_order_without_repeats_and_is_bounded() -> None:
+    assert P.remember(["a", "b"], ["b", "c", "a", "d"]) == ["a", "b", "c", "d"]
+    many = P.remember([], [str(n) for n in range(P.MAX_SEEN + 50)])
+    assert len(many) == P.MAX_SEEN and many[-1] == str(P.MAX_SEEN + 49)
+
+
+@given(
+    st.lists(
+        st.lists(
+            st.builds(
+                Call,
+                st.sampled_from(["read_file", "run_tests"]),
+                st.sampled_from(["succeeded", "failed", "deferred"]),
+                st.sampled_from(["a", "b"]),
+                st.sampled_from(["r1", "r2"]),
+            ),
+            max_size=3,
+        ),
+        max_size=12,
+    )
+)
+def test_a_round_repeated_at_once_never_moves(rounds: list[list[Call]]) -> None:
+    """Whatever came before, doing exactly the same round again brings nothing new."""
+    seen: list[str] = []
+    for calls in rounds:
+        seen = P.remember(seen, P.moves(calls, None, seen).marks)
+        assert not P.moves(calls, None, seen).moved
+
+
+# --- the round's op summaries carry what progress compares -------------------------------
+
+
+def test_op_summaries_derive_their_hashes_when_not_given() -> None:
+    a = OpSummary("t.r1.c0", "read_file", {"path": "a"}, "succeeded", "hello")
+    b = OpSummary("t.r2.c0", "read_file", {"path": "a"}, "succeeded", "hello")
+    c = OpSummary("t.r3.c0", "read_file", {"path": "a"}, "succeeded", "hello, changed")
+    assert a.args_hash == b.args_hash and a.result_hash == b.result_hash
+    assert a.result_hash != c.result_hash
+    f1 = OpSummary("t.r1.c1", "x", {}, "failed", error="1 failed in 0.2s", error_class="d")
+    f2 = OpSummary("t.r2.c1", "x", {}, "failed", error="1 failed in 0.9s", error_class="d")
+    assert f1.result_hash == f2.result_hash
+    seen = P.remember([], P.moves([a], None, ()).marks)
+    assert not P.moves([b], None, seen).moved and P.moves([c], None, seen).moved
+
+
+def test_seen_and_item_rounds_survive_the_stored_state() -> None:
+    st_ = RunState()
+    st_.seen["fix"] = ["aa", "bb"]
+    st_.item_rounds["fix"] = 7
+    back = RunState.from_dict(st_.to_dict())
+    assert back.seen == {"fix": ["aa", "bb"]} and back.item_rounds == {"fix": 7}
+    # Rows written before these fields existed read as empty.
+    old = {k: v for k, v in st_.to_dict().items() if k not in ("seen", "item_rounds")}
+    assert RunState.from_dict(old).seen == {} and RunState.from_dict(old).item_rounds == {}

@@ -25,7 +25,7 @@ import typer
 import yaml
 
 from tether import events, lifecycle
-from tether.cli._app import app
+from tether.cli import app
 from tether.models.registry import load_script
 from tether.spec import TaskSpec, parse_spec
 

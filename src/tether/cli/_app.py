@@ -67,7 +67,8 @@ ModelOpt = Annotated[
         "--model",
         metavar="MODEL",
         help="Model for the task, e.g. openai:gpt-4.1-mini, anthropic:claude-sonnet-4-5, "
-        "openai-compatible:http://127.0.0.1:8000/v1#model, scripted:module:function.",
+        "openai-compatible:http://127.0.0.1:8000/v1#model (its key, if any, from "
+        "TETHER_OPENAI_COMPATIBLE_API_KEY), scripted:module:function.",
     ),
 ]
 #: The longest `--by` (as the web API's `by`).

@@ -875,14 +875,7 @@ class SqlStore:
         self, task_id: str, statuses: Collection[str] | None
     ) -> list[ApprovalRecord]:
         with self._auto() as conn:
-            rows = self._x(
-                conn,
-                "SELECT request_id, task_id, op_id, status, request, decision, decided_by,"
-                " created_at, decided_at FROM approvals WHERE task_id = :id"
-                " ORDER BY created_at, request_id",
-                {"id": task_id},
-            ).fetchall()
-        out = [self._approval_row(r) for r in rows]
+            out = self._requests_in(conn, task_id)
         return [a for a in out if statuses is None or a.status in statuses]
 
     async def get_approvals(

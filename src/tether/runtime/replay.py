@@ -41,7 +41,7 @@ from tether.runtime.builtins import default_registry
 from tether.runtime.engine import Engine, ModelSet
 from tether.runtime.tasks import ledger_from_spec
 from tether.spec import parse_spec
-from tether.store.base import OpRecord, Store, StoredEvent, TaskRecord
+from tether.store.base import OpRecord, Store, StoredEvent, TaskPatch, TaskRecord
 from tether.store.memory import MemoryStore
 from tether.tools import files
 from tether.tools.registry import (
@@ -74,10 +74,10 @@ _VOLATILE = frozenset(
 )
 #: How the op runner ends the message of a call whose retries ran out.
 _GAVE_UP = re.compile(r" \(gave up after \d+ attempts\)$")
+#: How `decisions.abandon_task` words its status change: who abandoned it, and why.
+_ABANDONED = re.compile(r"abandoned by (.+?): (.*)", re.S)
 #: The built-in tools that write workspace files (replayed into the scratch copy).
 WRITERS = frozenset({"write_file", "append_file"})
-#: Runs of one replay at most (a task parked for a retry time is run again).
-_MAX_RUNS = 100
 #: Of a model call only which call it was is compared (its answer is the recorded one).
 _CALL_FIELDS = ("call_id", "purpose", "round")
 
@@ -465,18 +465,51 @@ def _actor(event: StoredEvent) -> str:
     return "a human action"
 
 
-def _human_groups(events: Sequence[StoredEvent]) -> list[list[StoredEvent]]:
-    """The out-of-band commits (a human's decision, a message, an edit, a cancel
-    request: written without the lease) after the first event, each a run of events."""
-    groups: list[list[StoredEvent]] = []
+@dataclass(frozen=True)
+class _Step:
+    """One stretch of the recording: a run of an engine (`run`: the events it wrote
+    under one lease's fencing token; `more`: the rest of one after an out-of-band
+    commit), or a commit made beside the runs (`out`: a human's decision, a message, an
+    edit, a cancel request, a forced takeover's note, a watchdog's mark or suspension)."""
+
+    kind: str
+    events: list[StoredEvent]
+
+
+def _swept(e: StoredEvent) -> bool:
+    """A watchdog's stall mark (`runtime.watch`): written under a sweep's own lease,
+    yet no run of an engine."""
+    return e.type == "task.status" and e.data.get("dst") == "stalled"
+
+
+def _steps(events: Sequence[StoredEvent]) -> list[_Step]:
+    """The recording after its first event as the runs and the out-of-band commits, in
+    order. Every claim of the task (`tether run`, each `tether resume`, forced or not,
+    a worker's) is a run of its own, even one that only went back to the wait it found:
+    a run is told by its fencing token, never by the human actions around it."""
+    steps: list[_Step] = []
+    token: int | None = None
     for n, e in enumerate(events):
-        if n == 0 or e.fencing_token is not None or e.type in _SENT:
+        if n == 0 or e.type in _SENT:
             continue
-        if groups and groups[-1][-1].seq == e.seq - 1:
-            groups[-1].append(e)
+        last = steps[-1] if steps else None
+        if e.fencing_token is None or _swept(e):
+            if last is not None and last.kind == "out" and last.events[-1].seq == e.seq - 1:
+                last.events.append(e)
+            else:
+                steps.append(_Step("out", [e]))
+        elif e.fencing_token == token and last is not None and last.kind != "out":
+            last.events.append(e)
+        elif e.fencing_token == token:
+            # The run that was under way when an out-of-band commit came in goes on:
+            # no new claim (`more` is driven by nobody).
+            steps.append(_Step("more", [e]))
         else:
-            groups.append([e])
-    return groups
+            # A new claim. (The same token again after an out-of-band commit is the
+            # run that was under way when it came in, not a new one.)
+            token = e.fencing_token
+            steps.append(_Step("run", [e]))
+    return steps
 
 
 async def _apply_human(store: Store, rec: _Recording, group: Sequence[StoredEvent]) -> bool:
@@ -511,9 +544,38 @@ async def _apply_human(store: Store, rec: _Recording, group: Sequence[StoredEven
     ):
         await tasks.cancel(store, tid, by=by)
     elif first.type == "task.status" and d.get("dst") == "abandoned":
-        await decisions.abandon_task(store, tid, reason=str(d.get("reason", "")), by=by)
+        # The event says who and why in one reason ("abandoned by ana: why").
+        said = _ABANDONED.fullmatch(str(d.get("reason", "")))
+        who, why = said.groups() if said else (by, str(d.get("reason", "")))
+        await decisions.abandon_task(store, tid, reason=why, by=who)
+    else:
+        return await _apply_watch(store, tid, group)
+    return True
+
+
+async def _apply_watch(store: Store, task_id: str, group: Sequence[StoredEvent]) -> bool:
+    """Write again what a watchdog or a forced takeover wrote beside the runs: the note
+    of a takeover (`runtime.takeover`), the suspension of a wait nobody answered, a stall
+    mark (`runtime.watch`); each only where the replayed task stands where the recorded
+    one stood. False for anything else."""
+    first = group[0]
+    d = first.data
+    if len(group) == 1 and first.type == "audit.warning" and d.get("code") == "lease_taken_over":
+        await store.commit(task_id, None, [first.typed()])
+        return True
+    if not (len(group) == 1 and first.type == "task.status"):
+        return False
+    task = await store.get_task(task_id)
+    if task.status != d.get("src") or task.lease_owner is not None:
+        return False
+    if d.get("dst") == "suspended" and str(d.get("reason", "")).startswith("no answer"):
+        waiting = {**(task.waiting or {}), "escalated_at": first.at}
+        patch = TaskPatch(status="suspended", waiting=waiting, wake_at=None)
+    elif _swept(first):
+        patch = TaskPatch(status="stalled")
     else:
         return False
+    await store.commit(task_id, None, [first.typed()], task=patch)
     return True
 
 
@@ -567,21 +629,46 @@ async def replay_task(
     declared = registry or default_registry(lambda: store)
     rec.scratch = _scratch(rec)
     try:
-        return await _run(rec, store, clock, cursor, declared)
+        result = await _run(rec, store, clock, cursor, declared)
     finally:
         if rec.scratch is not None:
             shutil.rmtree(rec.scratch.parent, ignore_errors=True)
+    await _check_contract(source, task_id, result)
+    return result
 
 
-async def _drive(engine: Engine, task_id: str, clock: _ReplayClock) -> None:
-    """Run the task once, and again each time it parks until a stored time (a worker
-    took it up again then)."""
-    for _ in range(_MAX_RUNS):
-        res = await engine.run(task_id, force=True)
-        until = (res.waiting or {}).get("until")
-        if engine.stop.is_set() or res.status != "waiting" or until is None:
-            return
-        clock.at = max(clock.at, float(until))
+async def _check_contract(source: Store, task_id: str, result: ReplayResult) -> None:
+    """`UserError` for a divergence the replay's contract may have caused: the task only
+    holds its latest contract, so the rounds before a goal edit ran under one replay
+    does not have. A divergence there says nothing about the runtime."""
+    d = result.divergence
+    edited = await source.read_events(task_id, types={"task.edited"})
+    if d is None or not edited or (d.seq is not None and d.seq > edited[0].seq):
+        return
+    first = edited[0]
+    raise errors.UserError(
+        f"task {task_id} cannot be replayed before its goal edit at event {first.seq} "
+        f"(version {first.data.get('old_version')} to {first.data.get('new_version')}): "
+        "only the edited contract is stored, and under it the earlier rounds decide "
+        f"otherwise ({d.what}); the edit itself is not replayed"
+    )
+
+
+async def _drive(
+    engine: Engine, store: Store, rec: _Recording, clock: _ReplayClock, run: _Step
+) -> None:
+    """Run the task once for one recorded run (a claim of it), at the recorded time of
+    that claim; from the worker it was taken over from, when the recording names one."""
+    clock.at = max(clock.at, run.events[0].at)
+    started = next((e for e in run.events if e.type == "recovery.started"), None)
+    owner = started.data.get("previous_owner") if started is not None else None
+    if owner:
+        # The recorded run took a lease over (`resume --force`, a worker after a stall):
+        # the replay's task is held by that owner first, so the takeover is the same.
+        task = await store.get_task(rec.task.task_id)
+        if task.lease_owner is None:
+            await store.claim(str(owner), 60.0, task_id=rec.task.task_id, force=True)
+    await engine.run(rec.task.task_id, force=True)
 
 
 async def _run(
@@ -610,17 +697,24 @@ async def _run(
         status_probe=False,
     )
     recorded, human = rec.events, None
-    for group in [*_human_groups(rec.events), None]:
-        # The model answers of this stretch only: asked for more, the replay stops.
-        cursor.until = group[0].seq - 1 if group else rec.events[-1].seq
-        await _drive(engine, task_id, clock)
-        if group is None:
-            break
-        if stop.is_set():
-            # The run went on where the recorded one met the human (who came in while
-            # it ran): the moment cannot be reproduced.
-            human, recorded = group[0], [e for e in rec.events if e.seq < group[0].seq]
-            break
+    steps = _steps(rec.events)
+    for n, step in enumerate(steps):
+        if step.kind == "more":
+            continue  # the run it belongs to was driven through already
+        if step.kind == "run":
+            # The model answers up to the next out-of-band commit: asked for more (the
+            # recorded run met it while a round ran), the replay stops.
+            later = next((s for s in steps[n + 1 :] if s.kind == "out"), None)
+            cursor.until = later.events[0].seq - 1 if later else rec.events[-1].seq
+            await _drive(engine, store, rec, clock, step)
+            if stop.is_set():
+                if later is not None:
+                    # The moment it came in, within a round, cannot be reproduced.
+                    human = later.events[0]
+                    recorded = [e for e in rec.events if e.seq < human.seq]
+                break
+            continue
+        group = step.events
         clock.at = max(clock.at, group[0].at)
         try:
             applied = await _apply_human(store, rec, group)

@@ -102,7 +102,9 @@ def _count(events: list[dict[str, Any]], type_: str) -> int:
 
 def _compared(events: list[dict[str, Any]]) -> int:
     """The events replay compares: all but lease bookkeeping and notices sent."""
-    return sum(1 for e in events if not e["type"].startswith("lease.") and e["type"] != "notice.sent")
+    return sum(
+        1 for e in events if not e["type"].startswith("lease.") and e["type"] != "notice.sent"
+    )
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,17 @@ task's writes created (the built-in file writers write there again); a tool's
 `effect_of` answer is taken from the recording; human actions (approvals, retries,
 waivers, messages, cancels, abandons) are taken again through the functions the CLI
 calls, where the replayed task stopped for them (one that came in while a round ran,
-or a goal edit, ends the replay there); a crash and its recovery are not reproduced
-(the replay runs the rounds straight through); tasks with MCP servers are refused
-(their tools come from live servers).
+or a goal edit, ends the replay there; only the edited contract is stored, so rounds
+before an edit that decide otherwise under it are refused, not called a divergence); a
+run that died within a tool call is not killed there; tasks with MCP servers are
+refused (their tools come from live servers).
+
+The recording is followed run by run (`_steps`): every claim of the task — `tether
+run`, each `tether resume` (even one that found the same wait and went back to it, or
+a forced one), a worker's — is one run of the engine again, told by its fencing token,
+with the out-of-band commits between them taken again in order: a human's, a forced
+takeover's note, the watchdog's suspension of an unanswered wait or its stall mark. A
+run whose worker died in a model call is killed again at that call.
 """
 
 from __future__ import annotations
@@ -61,7 +69,10 @@ LIMITS: tuple[str, ...] = (
     "human actions (approvals, decisions, messages, cancels) are taken again through "
     "the same functions at the point they were recorded, not at their recorded moment "
     "within a running round; a goal edit is not: the replay stops before it",
-    "a crash and its recovery are not reproduced: the rounds run straight through",
+    "only the latest contract is stored: rounds before a goal edit are run under the "
+    "edited one (where they decide otherwise, the replay is refused)",
+    "a run that died waiting for a model is killed again there; one that died within a "
+    "tool call is not (its round runs on)",
 )
 #: Events that say nothing the runtime decided (bookkeeping of leases and processes).
 _SKIPPED = frozenset({"lease.claimed", "lease.released", "lease.renewed", "lease.taken_over"})
@@ -175,9 +186,15 @@ class _Cursor:
         self.next = 0
         self.mismatch: Divergence | None = None
         self.clock: _ReplayClock | None = None
+        #: The run being driven, when the recorded one died waiting for this call (see
+        #: `_crashed`): past its answers it is cancelled, as its process was killed.
+        self.crash: asyncio.Task[Any] | None = None
 
     async def answer(self, request: ModelRequest) -> ModelResponse:
         if self.next >= len(self.answers) or self.answers[self.next].seq > self.until:
+            if self.crash is not None:
+                self.crash.cancel()
+                await asyncio.Event().wait()
             if self.until >= self.rec.task.last_seq and self.mismatch is None:
                 # Asked past the end of the whole recording (not of a stretch or of
                 # `--until`): the runtime wanted a call the recorded run never made.
@@ -654,11 +671,33 @@ async def _check_contract(source: Store, task_id: str, result: ReplayResult) -> 
     )
 
 
+def _crashed(events: Sequence[StoredEvent], run: _Step, steps: Sequence[_Step]) -> bool:
+    """Did the recorded run die (its worker killed while it ran): it left the task
+    `running`, and the recording goes on after it?"""
+    if run is steps[-1]:
+        return False  # still running now, or cut by `--until`: nothing died
+    status = None
+    for e in events:
+        if e.seq > run.events[-1].seq:
+            break
+        if e.type == "task.status":
+            status = e.data.get("dst")
+    return status == "running"
+
+
 async def _drive(
-    engine: Engine, store: Store, rec: _Recording, clock: _ReplayClock, run: _Step
+    engine: Engine,
+    store: Store,
+    rec: _Recording,
+    clock: _ReplayClock,
+    run: _Step,
+    cursor: _Cursor,
+    crashed: bool,
 ) -> None:
     """Run the task once for one recorded run (a claim of it), at the recorded time of
-    that claim; from the worker it was taken over from, when the recording names one."""
+    that claim; from the worker it was taken over from, when the recording names one.
+    A run that `crashed` is killed where the recorded one died: at the model call
+    after its last recorded answer (nothing of that round was committed)."""
     clock.at = max(clock.at, run.events[0].at)
     started = next((e for e in run.events if e.type == "recovery.started"), None)
     owner = started.data.get("previous_owner") if started is not None else None
@@ -668,7 +707,16 @@ async def _drive(
         task = await store.get_task(rec.task.task_id)
         if task.lease_owner is None:
             await store.claim(str(owner), 60.0, task_id=rec.task.task_id, force=True)
-    await engine.run(rec.task.task_id, force=True)
+    driver = asyncio.create_task(engine.run(rec.task.task_id, force=True))
+    cursor.crash = driver if crashed else None
+    try:
+        await driver
+    except asyncio.CancelledError:
+        me = asyncio.current_task()
+        if not crashed or (me is not None and me.cancelling()):
+            raise  # the replay itself was cancelled, not the run it kills
+    finally:
+        cursor.crash = None
 
 
 async def _run(
@@ -706,7 +754,10 @@ async def _run(
             # recorded run met it while a round ran), the replay stops.
             later = next((s for s in steps[n + 1 :] if s.kind == "out"), None)
             cursor.until = later.events[0].seq - 1 if later else rec.events[-1].seq
-            await _drive(engine, store, rec, clock, step)
+            crashed = _crashed(rec.events, step, steps)
+            if crashed:
+                cursor.until = step.events[-1].seq
+            await _drive(engine, store, rec, clock, step, cursor, crashed)
             if stop.is_set():
                 if later is not None:
                     # The moment it came in, within a round, cannot be reproduced.

@@ -1,0 +1,170 @@
+"""Replay follows every shape of log the runtime writes around a wait: a task waiting
+for a decision (a blocked item) is run again with nothing answered — once, three times,
+after a forced takeover of a silent lease — or after an answered `tell`, a waiver and a
+worker's claim, the watchdog's suspension of the unanswered wait; and a run killed in
+the middle of a round, marked stalled by the watchdog (or not) and resumed. Each replay
+matches the whole recording (`runtime.replay`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tether import decisions
+from tether.clock import FakeClock
+from tether.edits import tell
+from tether.models.base import ModelRequest, ModelResponse
+from tether.models.scripted import ScriptedModel
+from tether.runtime import watch
+from tether.runtime.engine import Engine, ModelSet
+from tether.runtime.replay import replay_task
+from tether.runtime.takeover import confirm_stopped
+from tether.runtime.tasks import create_task
+from tether.store.memory import MemoryStore
+
+from ..e2e.decision_policies import stubborn
+from .loop_support import spec_of
+
+
+@dataclass
+class Recording:
+    """A task being recorded: its store, clock and the model its runs use."""
+
+    store: MemoryStore
+    clock: FakeClock
+    task_id: str
+    #: The act call (1-based) at which the model hangs until its run is killed.
+    hang_at: int | None = None
+    calls: int = 0
+    hanging: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def policy(self, request: ModelRequest) -> ModelResponse | str:
+        if request.purpose == "act":
+            self.calls += 1
+            if self.calls == self.hang_at:
+                self.hang_at = None
+                self.hanging.set()
+                await asyncio.Event().wait()  # until the run is killed
+        return stubborn(request)
+
+    def engine(self, worker: str = "w") -> Engine:
+        model = ScriptedModel(policy=self.policy)
+        return Engine(
+            self.store, ModelSet(actor=model), lease_ttl=30, clock=self.clock, worker_id=worker
+        )
+
+    async def run(self, *, force: bool = False) -> str:
+        return (await self.engine().run(self.task_id, force=force)).status
+
+    async def killed_in_a_round(self) -> None:
+        """Run until the model hangs in a round, then kill the run there (a worker
+        process killed: nothing of the round is committed, the task stays running)."""
+        driver = asyncio.create_task(self.engine("doomed").run(self.task_id))
+        await self.hanging.wait()
+        driver.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await driver
+        assert (await self.store.get_task(self.task_id)).status == "running"
+
+
+async def _recording(tmp_path: Path, hang_at: int | None = None) -> Recording:
+    clock = FakeClock()
+    store = await MemoryStore.open(clock=clock)
+    spec = spec_of(3, limits={"no_progress_rounds": 2})
+    task = await create_task(store, spec, workspace=tmp_path)
+    return Recording(store, clock, task.task_id, hang_at=hang_at)
+
+
+async def _again(r: Recording) -> None:
+    assert await r.run() == "waiting"
+
+
+async def _three_times(r: Recording) -> None:
+    for _ in range(3):
+        await _again(r)
+
+
+async def _forced_takeover(r: Recording) -> None:
+    # A worker that looked alive holds the lease: `resume --force` watches it for one
+    # lease period, journals the takeover and takes it.
+    assert await r.store.claim("far-host:1", 600, task_id=r.task_id) is not None
+    assert (await confirm_stopped(r.store, r.task_id, clock=r.clock, poll=5)).previous_owner
+    assert await r.run(force=True) == "waiting"
+
+
+async def _told_then_run(r: Recording) -> None:
+    await _again(r)
+    await tell(r.store, r.task_id, "About item i2: write it like the others", by="ana")
+    assert await r.run() == "waiting"
+
+
+async def _waived_then_a_worker(r: Recording) -> None:
+    await _again(r)
+    await decisions.waive_item(r.store, r.task_id, "i2", reason="not needed", by="ana")
+    result = await r.engine("worker-2").run_next()
+    assert result is not None and result.status == "satisfied"
+
+
+async def _suspended_by_the_watchdog(r: Recording) -> None:
+    r.clock.advance(25 * 3600)  # nobody answered for a day
+    report = await watch.sweep(r.store, clock=r.clock)
+    assert report.escalated == [r.task_id]
+    assert (await r.store.get_task(r.task_id)).status == "suspended"
+    await _again(r)
+
+
+async def _abandoned(r: Recording) -> None:
+    await _again(r)
+    await decisions.abandon_task(r.store, r.task_id, reason="the source is gone", by="ana")
+
+
+WAITING: dict[str, Callable[[Recording], Awaitable[None]]] = {
+    "run_again_changing_nothing": _again,
+    "three_runs_in_a_row": _three_times,
+    "forced_takeover_of_a_silent_lease": _forced_takeover,
+    "answered_tell_then_run": _told_then_run,
+    "waived_then_a_workers_claim": _waived_then_a_worker,
+    "suspended_by_the_watchdog_then_run": _suspended_by_the_watchdog,
+    "run_again_then_abandoned": _abandoned,
+}
+
+
+async def _assert_replays(r: Recording) -> None:
+    events = await r.store.read_events(r.task_id)
+    result = await replay_task(r.store, r.task_id)
+    assert result.divergence is None, result.divergence
+    assert result.stopped_at is None, result.stopped_at
+    assert result.until == events[-1].seq
+    assert result.events == len([e for e in events if e.type not in _UNCOMPARED])
+    assert result.rounds == len([e for e in events if e.type == "round.committed"])
+
+
+_UNCOMPARED = {"lease.claimed", "lease.released", "lease.renewed", "notice.sent"}
+
+
+@pytest.mark.parametrize("shape", list(WAITING))
+async def test_a_waiting_task_replays_through(tmp_path: Path, shape: str) -> None:
+    r = await _recording(tmp_path)
+    assert await r.run() == "waiting"
+    await WAITING[shape](r)
+    events = await r.store.read_events(r.task_id)
+    assert sum(e.type == "recovery.started" for e in events) >= 1  # a run after the wait
+    await _assert_replays(r)
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["stall_mark", "no_mark"])
+async def test_a_run_killed_in_a_round_replays_through_its_recovery(
+    tmp_path: Path, marked: bool
+) -> None:
+    r = await _recording(tmp_path, hang_at=2)
+    await r.killed_in_a_round()
+    if marked:
+        r.clock.advance(700)  # past the watchdog's stalled_after
+        report = await watch.sweep(r.store, clock=r.clock)
+        assert report.stalled == [r.task_id]
+    assert await r.run() == "waiting"
+    await _assert_replays(r)

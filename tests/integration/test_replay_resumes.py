@@ -41,6 +41,8 @@ class Recording:
     hang_at: int | None = None
     calls: int = 0
     hanging: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Set to let a hanging model answer (never set for a run that is killed).
+    release: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def policy(self, request: ModelRequest) -> ModelResponse | str:
         if request.purpose == "act":
@@ -48,7 +50,7 @@ class Recording:
             if self.calls == self.hang_at:
                 self.hang_at = None
                 self.hanging.set()
-                await asyncio.Event().wait()  # until the run is killed
+                await self.release.wait()  # or until the run is killed
         return stubborn(request)
 
     def engine(self, worker: str = "w") -> Engine:
@@ -168,3 +170,19 @@ async def test_a_run_killed_in_a_round_replays_through_its_recovery(
         assert report.stalled == [r.task_id]
     assert await r.run() == "waiting"
     await _assert_replays(r)
+
+
+async def test_a_message_while_a_round_ran_stops_the_replay_there(tmp_path: Path) -> None:
+    # Not a crash: the run went on after the message and reached the wait. Replay
+    # cannot place the message within the round, so it stops before it and says so.
+    r = await _recording(tmp_path, hang_at=2)
+    driver = asyncio.create_task(r.run())
+    await r.hanging.wait()
+    await tell(r.store, r.task_id, "About item i2: write it", by="ana")
+    r.release.set()
+    assert await driver == "waiting"
+    told = next(e for e in await r.store.read_events(r.task_id) if e.type == "user.message")
+    result = await replay_task(r.store, r.task_id)
+    assert result.divergence is None, result.divergence
+    assert result.stopped_at is not None and result.stopped_at.startswith(f"event {told.seq}:")
+    assert result.until == told.seq - 1

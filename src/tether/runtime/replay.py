@@ -479,6 +479,8 @@ def _actor(event: StoredEvent) -> str:
         and str(event.data.get("reason", "")).startswith("no answer")
     ):
         return "the watchdog's suspension of an unanswered wait, which"
+    if _swept(event):
+        return "the watchdog's stall mark of a run the replay did not see die, which"
     return "a human action"
 
 
@@ -676,6 +678,9 @@ def _crashed(events: Sequence[StoredEvent], run: _Step, steps: Sequence[_Step]) 
     `running`, and the recording goes on after it?"""
     if run is steps[-1]:
         return False  # still running now, or cut by `--until`: nothing died
+    token = run.events[0].fencing_token
+    if any(s.kind == "more" and s.events[0].fencing_token == token for s in steps):
+        return False  # it went on after a human came in while it ran
     status = None
     for e in events:
         if e.seq > run.events[-1].seq:

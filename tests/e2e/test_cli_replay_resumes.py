@@ -24,6 +24,7 @@ from tests.e2e._cli import (
 )
 
 STUBBORN = "scripted:tests.e2e.decision_policies:stubborn"
+ASKS = "scripted:tests.e2e.people_policies:asks_first"
 
 #: What each case does after `tether run` stopped waiting: (command, args...) with
 #: `{t}` for the task id and `{a}` for the approval request's id.
@@ -60,12 +61,26 @@ APPROVAL_SHAPES: dict[str, list[tuple[str, ...]]] = {
 }
 
 
+#: The same for a task whose model asked a question (NEED_HELP) nobody answered yet.
+QUESTION_SHAPES: dict[str, list[tuple[str, ...]]] = {
+    "resume_then_an_answering_tell_then_resume": [
+        ("resume", "{t}"),
+        ("tell", "{t}", "for ACME"),
+        ("resume", "{t}"),
+    ],
+}
+KINDS = {"decision": SHAPES, "approval": APPROVAL_SHAPES, "question": QUESTION_SHAPES}
+
+
 def _waiting(tmp_path: Path, kind: str) -> tuple[str, Any]:
     ws = tmp_path / "ws"
     ws.mkdir()
     if kind == "decision":
         spec = write_spec(tmp_path / "spec.yaml", 3, limits={"no_progress_rounds": 2})
         model = STUBBORN
+    elif kind == "question":
+        spec = write_spec(tmp_path / "spec.yaml", 2)
+        model = ASKS
     else:
         web_policies.prepare(ws)  # out/i2.txt exists: writing it waits for approval
         spec = write_spec(tmp_path / "spec.yaml", 3)
@@ -109,10 +124,10 @@ def _compared(events: list[dict[str, Any]]) -> int:
 
 @pytest.mark.parametrize(
     ("kind", "shape"),
-    [("decision", s) for s in SHAPES] + [("approval", s) for s in APPROVAL_SHAPES],
+    [(kind, shape) for kind, shapes in KINDS.items() for shape in shapes],
 )
 def test_replay_matches_after_resumes(tmp_path: Path, kind: str, shape: str) -> None:
-    steps = (SHAPES if kind == "decision" else APPROVAL_SHAPES)[shape]
+    steps = KINDS[kind][shape]
     task_id = _play(tmp_path, kind, steps)
     events = _events(task_id, tmp_path)
     # Every resume (and the worker's claim) is a run of its own in the log.

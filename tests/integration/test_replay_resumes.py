@@ -14,20 +14,23 @@ from pathlib import Path
 
 import pytest
 
-from tether import decisions
+from tether import decisions, errors
 from tether.clock import FakeClock
 from tether.edits import tell
 from tether.models.base import ModelRequest, ModelResponse
-from tether.models.scripted import ScriptedModel
+from tether.models.scripted import ScriptedModel, tool_call
 from tether.runtime import watch
 from tether.runtime.engine import Engine, ModelSet
 from tether.runtime.replay import replay_task
 from tether.runtime.takeover import confirm_stopped
 from tether.runtime.tasks import create_task
 from tether.store.memory import MemoryStore
+from tether.tools.registry import ToolContext, tool
+from tether.tools.retry import RetryPolicy
 
 from ..e2e.decision_policies import stubborn
 from .loop_support import spec_of
+from .test_tool_safety import make_spec, registry_with
 
 
 @dataclass
@@ -186,3 +189,35 @@ async def test_a_message_while_a_round_ran_stops_the_replay_there(tmp_path: Path
     assert result.divergence is None, result.divergence
     assert result.stopped_at is not None and result.stopped_at.startswith(f"event {told.seq}:")
     assert result.until == told.seq - 1
+
+
+async def test_a_task_parked_for_a_retry_and_run_again_replays_through(tmp_path: Path) -> None:
+    # A backoff too long to wait out in the worker parks the task `waiting` until a
+    # stored time; the run after it is a claim of its own, replayed at its recorded time.
+    busy = {"n": 1}
+
+    @tool(effect="write", idempotent=True, retry=RetryPolicy(max_attempts=3, base_delay=1))
+    def flaky(x: str, ctx: ToolContext) -> str:
+        if busy["n"] > 0:
+            busy["n"] -= 1
+            raise errors.RetryLater("busy", delay=3600)
+        return "ok"
+
+    clock = FakeClock()
+    store = await MemoryStore.open(clock=clock)
+    registry = registry_with(flaky)
+    model = ScriptedModel([ModelResponse("go", (tool_call("flaky", x="1"),)), "NEED_HELP: done?"])
+    tid = (await create_task(store, make_spec(["flaky"]), workspace=tmp_path)).task_id
+
+    def engine() -> Engine:
+        return Engine(store, ModelSet(model), registry=registry, clock=clock)
+
+    parked = await engine().run(tid)
+    assert parked.status == "waiting" and (parked.waiting or {}).get("until")
+    clock.advance(3601)
+    assert (await engine().run(tid)).status == "waiting"  # now for the question
+    (op,) = await store.get_ops(tid)
+    assert op.status == "succeeded"
+    result = await replay_task(store, tid, registry=registry)
+    assert result.divergence is None, result.divergence
+    assert result.stopped_at is None, result.stopped_at

@@ -261,11 +261,16 @@ class _ReplayClock:
         await asyncio.sleep(0)
 
 
-class _RecordedFailure(errors.ToolFailed):
-    """A recorded failed attempt, raised again with its recorded class."""
+class _RecordedFailure(errors.RetryLater):
+    """A recorded failed attempt, raised again with its recorded class and, for one that
+    was retried, the recorded wait before the next attempt (as the service's asked-for
+    delay, which the op runner honours as it is): the backoff's jitter, or a tool's own
+    `RetryLater` delay, is not drawn again, so the worker waits, or parks the task until
+    a stored time, where it did."""
 
-    def __init__(self, message: str, cls: str) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, cls: str, delay: float | None) -> None:
+        # A negative delay is no hint (`retry.retry_delay`): the policy's backoff decides.
+        super().__init__(message, delay=-1.0 if delay is None else delay)
         self.cls = cls
 
 
@@ -294,10 +299,12 @@ def _stand_in(tool: Tool, rec: _Recording, effects: Mapping[str, str]) -> Tool:
                 art = await rec.source.get_artifact(str(res["artifact_id"]))
                 return (await rec.source.get_blob(art.blob_hash)).decode("utf-8")
             return res.get("content", "")
+        delay = attempt.get("delay")
         raise _RecordedFailure(
             # The replayed schedule says "gave up after N attempts" again itself.
             _GAVE_UP.sub("", str(attempt.get("error") or "recorded failure")),
             str(attempt.get("error_class") or "deterministic"),
+            float(delay) if isinstance(delay, int | float) else None,
         )
 
     def effect_of(args: Mapping[str, Any], ctx: ToolContext) -> Any:

@@ -48,6 +48,7 @@ SHAPES: dict[str, list[tuple[str, ...]]] = {
         ("worker", "--once", "--quiet"),
     ],
     "resume_then_abandon": [("resume", "{t}"), ("abandon", "{t}", "--reason", "gone")],
+    "resume_then_cancel": [("resume", "{t}"), ("cancel", "{t}")],
 }
 #: The same for a task waiting for an approval (an overwrite of the user's file).
 APPROVAL_SHAPES: dict[str, list[tuple[str, ...]]] = {

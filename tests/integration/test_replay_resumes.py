@@ -221,3 +221,42 @@ async def test_a_task_parked_for_a_retry_and_run_again_replays_through(tmp_path:
     result = await replay_task(store, tid, registry=registry)
     assert result.divergence is None, result.divergence
     assert result.stopped_at is None, result.stopped_at
+
+
+async def test_a_run_killed_while_a_tool_call_was_out_replays_through(tmp_path: Path) -> None:
+    # The worker died with a write out (intended, no result); the next run's recovery
+    # finds it in doubt and sends it again with its op id (the tool is idempotent).
+    hanging = asyncio.Event()
+    calls = {"n": 0}
+
+    @tool(effect="write", idempotent=True)
+    async def slow_write(x: str, ctx: ToolContext) -> str:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            hanging.set()
+            await asyncio.Event().wait()  # until the run is killed
+        return "ok"
+
+    clock = FakeClock()
+    store = await MemoryStore.open(clock=clock)
+    registry = registry_with(slow_write)
+    model = ScriptedModel(
+        [ModelResponse("go", (tool_call("slow_write", x="1"),)), "NEED_HELP: done?"]
+    )
+    tid = (await create_task(store, make_spec(["slow_write"]), workspace=tmp_path)).task_id
+
+    def engine() -> Engine:
+        return Engine(store, ModelSet(model), registry=registry, clock=clock)
+
+    driver = asyncio.create_task(engine().run(tid))
+    await hanging.wait()
+    driver.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await driver
+    assert (await engine().run(tid)).status == "waiting"
+    (op,) = await store.get_ops(tid)
+    assert op.status == "succeeded" and calls["n"] == 2
+    result = await replay_task(store, tid, registry=registry)
+    assert result.divergence is None, result.divergence
+    assert result.stopped_at is None, result.stopped_at
+    assert calls["n"] == 2  # the replay called a stand-in, never the tool

@@ -20,15 +20,15 @@ waivers, messages, cancels, abandons) are taken again through the functions the 
 calls, where the replayed task stopped for them (one that came in while a round ran,
 or a goal edit, ends the replay there; only the edited contract is stored, so rounds
 before an edit that decide otherwise under it are refused, not called a divergence); a
-run that died within a tool call is not killed there; tasks with MCP servers are
-refused (their tools come from live servers).
+tasks with MCP servers are refused (their tools come from live servers).
 
 The recording is followed run by run (`_steps`): every claim of the task — `tether
 run`, each `tether resume` (even one that found the same wait and went back to it, or
 a forced one), a worker's — is one run of the engine again, told by its fencing token,
 with the out-of-band commits between them taken again in order: a human's, a forced
 takeover's note, the watchdog's suspension of an unanswered wait or its stall mark. A
-run whose worker died in a model call is killed again at that call.
+run whose worker died in a model call, or while a tool call was out, is killed again
+there.
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ LIMITS: tuple[str, ...] = (
     "within a running round; a goal edit is not: the replay stops before it",
     "only the latest contract is stored: rounds before a goal edit are run under the "
     "edited one (where they decide otherwise, the replay is refused)",
-    "a run that died waiting for a model is killed again there; one that died within a "
-    "tool call is not (its round runs on)",
+    "a run that died is killed again at the model or tool call it died in, not at its "
+    "moment within that call",
 )
 #: Events that say nothing the runtime decided (bookkeeping of leases and processes).
 _SKIPPED = frozenset({"lease.claimed", "lease.released", "lease.renewed", "lease.taken_over"})
@@ -161,6 +161,8 @@ class _Recording:
     asked: dict[str, str] = field(default_factory=dict)
     #: The replay's copy of the workspace (see `_scratch`).
     scratch: Path | None = None
+    #: The model answers' cursor, which also knows a run to kill where it died.
+    cursor: _Cursor | None = None
 
     def round_at(self, seq: int | None) -> int | None:
         """The round in progress at recorded event `seq`."""
@@ -274,6 +276,19 @@ class _RecordedFailure(errors.RetryLater):
         self.cls = cls
 
 
+async def _die_if_it_did(rec: _Recording, tries: Sequence[Mapping[str, Any]], attempt: int) -> None:
+    """In a run that is killed where the recorded one died (see `_crashed`): when this
+    attempt's recorded outcome came only after that run, the run died while the call
+    was out; it is cancelled here too."""
+    cursor = rec.cursor
+    if cursor is None or cursor.crash is None:
+        return
+    recorded = tries[min(attempt, len(tries)) - 1] if tries else None
+    if recorded is None or int(recorded.get("_seq", 0)) > cursor.until:
+        cursor.crash.cancel()
+        await asyncio.Event().wait()
+
+
 def _stand_in(tool: Tool, rec: _Recording, effects: Mapping[str, str]) -> Tool:
     """The tool with its declaration kept and its effects replaced by the recording.
 
@@ -286,6 +301,7 @@ def _stand_in(tool: Tool, rec: _Recording, effects: Mapping[str, str]) -> Tool:
             # The recorded call waited for a human's approval here.
             raise errors.ApprovalRequired(asked.removeprefix("the tool asks: "))
         tries = rec.attempts.get(ctx.op_id, [])
+        await _die_if_it_did(rec, tries, ctx.attempt)
         op = rec.ops.get(ctx.op_id)
         if op is None or not tries:
             raise errors.ReplayMismatch(f"op {ctx.op_id} ({tool.name}) was never recorded")
@@ -450,7 +466,7 @@ async def _load(source: Store, task_id: str, until: int | None) -> _Recording:
             in_doubt.add(str(e.data["op_id"]))
         if e.type == "op.result" or e.type == "op.retry_scheduled":
             op_id = str(e.data["op_id"])
-            attempt = {**e.data, "status": e.data.get("status", "failed")}
+            attempt = {**e.data, "status": e.data.get("status", "failed"), "_seq": e.seq}
             if op_id in in_doubt:
                 # Settled by a reconcile: the attempt itself ended in doubt (a lost
                 # answer), whatever the retry or the backfilled result says.
@@ -652,6 +668,7 @@ async def replay_task(
     store = MemoryStore(clock=clock)
     cursor = _Cursor(rec, rec.events[-1].seq, asyncio.Event())
     cursor.clock = clock
+    rec.cursor = cursor
     declared = registry or default_registry(lambda: store)
     rec.scratch = _scratch(rec)
     try:

@@ -278,6 +278,9 @@ def status_view(doc: Mapping[str, Any]) -> Group:
         shown = "; ".join(f"{clean(c['op_id'])} {clean(c['outcome'])}" for c in undo[:6])
         more = f" (+{len(undo) - 6} more)" if len(undo) > 6 else ""
         lines.append(Text(f"compensations: {shown}{more}", "yellow"))
+    lease = lease_line(doc.get("lease") or {})
+    if lease.plain:
+        lines.append(lease)
     lines.append(budget_view(doc))
     limits = limits_line(doc.get("limits") or {})
     if limits.plain:
@@ -373,6 +376,17 @@ def limits_line(limits: Mapping[str, Any]) -> Text:
         if limits.get(k) is not None
     ]
     return Text("limits: " + ", ".join(shown)) if shown else Text("")
+
+
+def lease_line(lease: Mapping[str, Any]) -> Text:
+    """Who holds the task's lease and until when; empty when nobody does. A task left
+    `running` by a process that died shows here who last held it."""
+    owner = lease.get("owner")
+    if not owner:
+        return Text("")
+    until = lease.get("expires_at")
+    when = f" until {ts(until)} UTC" if isinstance(until, int | float) else ""
+    return Text(f"lease: held by {clean(owner)}{when} (token {lease.get('fencing_token')})")
 
 
 def stop_text(doc: Mapping[str, Any]) -> str:

@@ -1,0 +1,125 @@
+"""What a careful new user found on the documented path, each as a test: the real
+`tether` command in a subprocess, in a pipe, at 80 columns, without colour.
+
+A finding not fixed yet is marked `xfail(strict=True)` with the reason: it fails today
+as described, and the mark must go when the fix lands (a strict xfail that passes turns
+the suite red).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.e2e._cli import DONE, assert_ok, cli_env, json_out, tether, write_spec
+
+NARROW = cli_env(COLUMNS="80")
+
+
+def test_status_names_who_holds_the_lease_of_a_task_left_running(tmp_path: Path) -> None:
+    """docs/operations.md: `status` shows "... lease, what it waits for". A task whose
+    process died mid-round stays `running`; before the fix the human view said only
+    `running`, nothing about who held it or until when (only `--json` had it)."""
+    write_spec(tmp_path / "spec.yaml", 2)
+    crashed = tether(
+        "run",
+        "spec.yaml",
+        "--model",
+        DONE,
+        cwd=tmp_path,
+        env=cli_env(COLUMNS="80", TETHER_FAILPOINTS="after_op_dispatch=1"),
+    )
+    assert crashed.returncode == 137, crashed.stderr
+    (task,) = json_out(tether("list", "--json", cwd=tmp_path, env=NARROW))
+    doc = json_out(tether("status", task["task_id"], "--json", cwd=tmp_path, env=NARROW))
+    assert doc["status"] == "running" and doc["lease"]["owner"], doc["lease"]
+
+    proc = tether("status", task["task_id"], cwd=tmp_path, env=NARROW)
+    assert_ok(proc)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("lease:")), None)
+    assert line is not None, proc.stdout
+    assert doc["lease"]["owner"] in line, line
+    assert re.search(r"until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", line), line
+    assert len(line) <= 80, line
+
+    # A task nobody holds shows no lease line.
+    assert_ok(tether("resume", task["task_id"], cwd=tmp_path, env=NARROW))
+    done = tether("status", task["task_id"], cwd=tmp_path, env=NARROW)
+    assert_ok(done)
+    assert "lease:" not in done.stdout, done.stdout
+
+
+SPEC = """\
+objective: Replace the draft in notes.md
+items:
+  - {id: notes, title: notes.md is final, done_when: {kind: file, path: notes.md, contains: final}}
+tools: [write_file]
+models: {judge: rules}
+"""
+
+ANSWERS = """\
+- text: rewriting notes.md
+  tool_calls: [{name: write_file, arguments: {path: notes.md, content: "final\\n"}}]
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="runtime/builtins.py _write_effect reads an earlier op's args as the model "
+    "asked them, not as approved with --modify: a call approved for other.md counts as "
+    "the task having created notes.md, so the next write to the user's notes.md is "
+    "sent without approval",
+)
+def test_a_redirected_approval_does_not_make_the_users_file_the_tasks(tmp_path: Path) -> None:
+    """docs/writing-tools.md's approval example, with the human redirecting the write
+    (`approve --modify` to another path). notes.md was the user's before the task: any
+    later overwrite of it must still wait for a human."""
+    (tmp_path / "notes.md").write_text("draft\n")
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    (tmp_path / "answers.yaml").write_text(ANSWERS)
+    first = json_out(
+        tether("run", "spec.yaml", "--model", "scripted:answers.yaml", "--json", cwd=tmp_path)
+    )
+    task = first["task_id"]
+    assert first["status"] == "waiting", first["waiting"]
+    assert_ok(
+        tether(
+            "approve",
+            task,
+            f"{task}.r1.c0.approval",
+            "--modify",
+            json.dumps({"path": "other.md", "content": "final, reviewed\n"}),
+            cwd=tmp_path,
+            env=NARROW,
+        )
+    )
+    after = json_out(tether("resume", task, "--json", cwd=tmp_path))
+    assert (tmp_path / "other.md").read_text() == "final, reviewed\n"
+    # The scripted model asks to write notes.md again: that is an overwrite of the
+    # user's file, so it waits; the file keeps the user's text.
+    assert (tmp_path / "notes.md").read_text() == "draft\n"
+    assert after["status"] == "waiting", after["status"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="tether/demo.py's scripted judge answers every purpose='judge' request as a "
+    "round verdict; the compaction summary audit (runtime/compaction.py) sends it a "
+    "different payload and it raises TypeError: 11 model.failed in every demo",
+)
+def test_the_demo_journals_no_failed_model_call(tmp_path: Path) -> None:
+    """The tour's demo is the first thing a user sees; its report lists 'failures 11
+    (model_error)', 'TypeError: list indices must be integers or slices, not str'."""
+    proc = tether("demo", "--dir", tmp_path / "demo", cwd=tmp_path, env=NARROW, timeout=180)
+    assert_ok(proc)
+    db = f"sqlite:///{tmp_path / 'demo' / '.tether' / 'tether.db'}"
+    (task,) = json_out(tether("list", "--json", "--db", db, cwd=tmp_path))
+    failed = json_out(
+        tether(
+            "events", task["task_id"], "--type", "model.failed", "--json", "--db", db, cwd=tmp_path
+        )
+    )
+    assert failed == [], [e["data"]["error"] for e in failed]

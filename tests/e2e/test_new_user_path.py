@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e._cli import DONE, assert_ok, cli_env, json_out, tether, write_spec
+from tests.e2e._cli import (
+    DONE,
+    assert_clean_error,
+    assert_ok,
+    cli_env,
+    json_out,
+    tether,
+    write_spec,
+)
 
 NARROW = cli_env(COLUMNS="80")
 
@@ -123,3 +131,61 @@ def test_the_demo_journals_no_failed_model_call(tmp_path: Path) -> None:
         )
     )
     assert failed == [], [e["data"]["error"] for e in failed]
+
+
+READ_THE_DB = """\
+- text: look
+  tool_calls: [{name: read_file, arguments: {path: "%s"}}]
+- text: write
+  tool_calls: [{name: write_file, arguments: {path: "x.txt", content: "x"}}]
+"""
+
+X_SPEC = """\
+objective: Write x.txt
+items:
+  - {id: x, title: x.txt exists, done_when: {kind: file, path: x.txt}}
+tools: [read_file, write_file]
+models: {judge: rules}
+"""
+
+
+@pytest.mark.parametrize("command", ["run", "submit"])
+def test_a_workspace_inside_the_state_folder_is_refused(tmp_path: Path, command: str) -> None:
+    """The file tools keep out of a `.tether/` folder inside the workspace; before the fix
+    `--workspace .tether` made the database folder itself the workspace, and the model
+    read (and could write next to) every task's journal."""
+    (tmp_path / "spec.yaml").write_text(X_SPEC)
+    (tmp_path / "ans.yaml").write_text(READ_THE_DB % "tether.db")
+    assert_ok(tether("submit", "spec.yaml", cwd=tmp_path, env=NARROW))  # the database exists
+    before = json_out(tether("list", "--json", cwd=tmp_path, env=NARROW))
+    args = (
+        ["run", "spec.yaml", "--model", "scripted:ans.yaml"]
+        if command == "run"
+        else [command, "spec.yaml"]
+    )
+    proc = tether(*args, "--workspace", ".tether", cwd=tmp_path, env=NARROW)
+    assert_clean_error(proc, 2, "workspace .tether", ".tether/ folder")
+    assert json_out(tether("list", "--json", cwd=tmp_path, env=NARROW)) == before
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the file tools refuse paths in a .tether/ folder only; a --db/TETHER_DB file "
+    "elsewhere in the workspace (sqlite:///state.db, run in the workspace) is read like "
+    "any file (README: the database is never in the workspace)",
+)
+def test_the_model_cannot_read_a_database_kept_in_the_workspace(tmp_path: Path) -> None:
+    (tmp_path / "spec.yaml").write_text(X_SPEC)
+    (tmp_path / "ans.yaml").write_text(READ_THE_DB % "state.db")
+    db = "sqlite:///state.db"
+    doc = json_out(
+        tether(
+            "run", "spec.yaml", "--model", "scripted:ans.yaml", "--db", db, "--json", cwd=tmp_path
+        )
+    )
+    results = json_out(
+        tether("events", doc["task_id"], "--type", "op.result", "--json", "--db", db, cwd=tmp_path)
+    )
+    read = results[0]["data"]
+    assert read["tool"] == "read_file"
+    assert read["status"] != "succeeded", read["summary"][:80]

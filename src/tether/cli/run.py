@@ -169,11 +169,27 @@ def _finish(
 
 def _workspace(contract: TaskSpec, workspace: Path | None, broad: bool = False) -> Path:
     """The task's folder (`--workspace`, else the spec's, else the current one), resolved
-    and checked before anything is written (see `runtime.tasks.workspace_folder`)."""
+    and checked before anything is written (see `runtime.tasks.workspace_folder`), and
+    never one inside tether's own state folder (`_away_from_db`)."""
     from tether.runtime.tasks import workspace_folder
 
     ws = workspace or (Path(contract.workspace) if contract.workspace else Path.cwd())
-    return workspace_folder(ws, must_exist=True, allow_broad=broad)
+    resolved = workspace_folder(ws, must_exist=True, allow_broad=broad)
+    _away_from_db(ws, resolved)
+    return resolved
+
+
+def _away_from_db(shown: Path, ws: Path) -> None:
+    """`UserError` when the workspace is in a `.tether/` folder: the file tools keep out
+    of the `.tether/` folders inside their workspace, not of the one it is in, where the
+    database of every task lives."""
+    from tether.tools.files import STATE_DIR
+
+    if STATE_DIR in ws.parts:
+        raise errors.UserError(
+            f"workspace {shown} is in a {STATE_DIR}/ folder, tether's own state (the "
+            "database of every task): give the task a folder of its own"
+        )
 
 
 @app.command()

@@ -27,6 +27,7 @@ from tether import ledger as L
 from tether._validation import free_text
 from tether.artifacts import invalidate_for_edit
 from tether.decisions import changeable, store_time
+from tether.runtime import hints
 from tether.runtime.tasks import ledger_from_spec
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import LedgerWrite, Store, TaskPatch, TaskRecord
@@ -185,7 +186,8 @@ async def tell(store: Store, task_id: str, text: str, *, by: str = "user") -> Ta
     task = await store.get_task(task_id)
     if lifecycle.is_terminal(task.status):
         raise errors.AlreadySettled(
-            f"task {task_id} is {task.status}; edit it to give it a new goal instead"
+            f"task {task_id} is {task.status}; give it a new goal instead: "
+            f"{hints.new_goal(task_id)}"
         )
     events: list[ev.Event] = [ev.UserMessage(text=body, by=by)]
     patch = None

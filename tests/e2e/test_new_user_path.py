@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +22,7 @@ from tests.e2e._cli import (
     assert_clean_error,
     assert_ok,
     cli_env,
+    describe,
     json_out,
     tether,
     write_spec,
@@ -189,3 +193,68 @@ def test_the_model_cannot_read_a_database_kept_in_the_workspace(tmp_path: Path) 
     read = results[0]["data"]
     assert read["tool"] == "read_file"
     assert read["status"] != "succeeded", read["summary"][:80]
+
+
+def _continue_with(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    """The command after "continue with: " in what `proc` printed, split as a shell would."""
+    assert_ok(proc)
+    text = " ".join(proc.stdout.split())
+    assert "continue with: " in text, describe(proc)
+    return shlex.split(text.split("continue with: ")[-1])
+
+
+def test_every_continue_hint_keeps_the_db_it_was_given(tmp_path: Path) -> None:
+    """With `--db` on the command line (the database is not in the current folder), the
+    "continue with: tether resume T" of approve, reject, retry, waive, edit and tell
+    failed as printed: it left `--db` out, and `tether resume T` found no database."""
+    work, here = tmp_path / "work", tmp_path / "here"
+    (work / "out").mkdir(parents=True)
+    here.mkdir()
+    write_spec(work / "spec.yaml", 2)
+    # Both files existed before the task: each write waits for a human.
+    for n in (1, 2):
+        (work / "out" / f"i{n}.txt").write_text("old\n")
+    db = f"sqlite:///{tmp_path / 'db' / 'tether.db'}"
+    (tmp_path / "db").mkdir()
+    spec = str(work / "spec.yaml")
+    first = json_out(
+        tether("run", spec, "--model", DONE, "--workspace", work, "--db", db, "--json", cwd=here)
+    )
+    task = first["task_id"]
+
+    def hint_runs(*decision: str, run: bool = True) -> dict[str, Any]:
+        printed = _continue_with(tether(*decision, "--db", db, cwd=here, env=NARROW))
+        assert printed[:3] == ["tether", "resume", task] and printed[3:] == ["--db", db]
+        return json_out(tether(*printed[1:], "--json", cwd=here, env=NARROW)) if run else {}
+
+    doc = hint_runs("approve", task, f"{task}.r1.c0.approval")
+    assert doc["status"] == "waiting", doc["waiting"]
+    request = doc["waiting"]["reason"].split("tether reject ")[-1].split()[-1]
+    doc = hint_runs("reject", task, request, "--reason", "not this one")
+    assert doc["status"] == "waiting", doc["waiting"]
+    open_item = next(i["id"] for i in doc["ledger"]["items"] if i["status"] != "done")
+    hint_runs("edit", task, "--set", "limits.max_rounds=50", run=False)  # queued
+    hint_runs("tell", task, "keep going")
+    done = hint_runs("waive", task, open_item, "--reason", "not needed")
+    assert done["status"] == "satisfied", done["status"]
+    # retry prints its hint too (on a task still open).
+    again = json_out(
+        tether("run", spec, "--model", DONE, "--workspace", work, "--db", db, "--json", cwd=here)
+    )
+    blocked = next(i["id"] for i in again["ledger"]["items"] if i["status"] != "done")
+    printed = _continue_with(
+        tether("retry", again["task_id"], blocked, "--db", db, cwd=here, env=NARROW)
+    )
+    assert printed[3:] == ["--db", db], printed
+
+
+def test_tell_on_an_ended_task_ends_with_the_command_that_reopens_it(tmp_path: Path) -> None:
+    """It said "edit it to give it a new goal instead", without the command."""
+    write_spec(tmp_path / "spec.yaml", 1)
+    task = json_out(tether("run", "spec.yaml", "--model", DONE, "--json", cwd=tmp_path))["task_id"]
+    msg = assert_clean_error(tether("tell", task, "more", cwd=tmp_path, env=NARROW), 2)
+    printed = shlex.split(" ".join(msg.split()).split("instead: ")[-1])
+    assert printed[:3] == ["tether", "edit", task] and "--objective" in printed, msg
+    edited = tether(*printed[1:], cwd=tmp_path, env=NARROW)
+    assert_ok(edited)
+    assert "version 2 (queued)" in edited.stdout, edited.stdout

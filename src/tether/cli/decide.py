@@ -22,6 +22,7 @@ from tether.cli._app import (
     run_async,
     with_store,
 )
+from tether.runtime import hints
 
 if TYPE_CHECKING:
     from tether.store import Store
@@ -98,7 +99,7 @@ def approve(
 
     run_async(main)
     what = "recorded as done" if done else "approved"
-    out.print(Text(views.clean(f"{what} {request_id}; continue with: tether resume {task_id}")))
+    out.print(Text(views.clean(f"{what} {request_id}; continue with: {hints.resume(task_id, db)}")))
 
 
 @app.command()
@@ -120,7 +121,9 @@ def reject(
         )
 
     run_async(main)
-    out.print(Text(views.clean(f"rejected {request_id}; continue with: tether resume {task_id}")))
+    out.print(
+        Text(views.clean(f"rejected {request_id}; continue with: {hints.resume(task_id, db)}"))
+    )
 
 
 def _decide(db: str | None, action: Callable[[Store], Awaitable[str]]) -> None:
@@ -145,7 +148,7 @@ def retry(
 
     async def action(store: Store) -> str:
         await retry_item(store, task_id, item, hint=hint, by=by)
-        return f"{item} is pending again; continue with: tether resume {task_id}"
+        return f"{item} is pending again; continue with: {hints.resume(task_id, db)}"
 
     _decide(db, action)
 
@@ -163,7 +166,7 @@ def waive(
 
     async def action(store: Store) -> str:
         await waive_item(store, task_id, item, reason=reason, by=by)
-        return f"{item} waived; continue with: tether resume {task_id}"
+        return f"{item} waived; continue with: {hints.resume(task_id, db)}"
 
     _decide(db, action)
 

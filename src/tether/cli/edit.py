@@ -11,6 +11,7 @@ from rich.text import Text
 from tether import errors
 from tether.cli import views
 from tether.cli._app import ByOpt, DbOpt, app, out, run_async, with_store
+from tether.runtime import hints
 
 
 def _item_edits(
@@ -162,7 +163,7 @@ def edit(
         task = await with_store(db, apply, create=False)
         return (
             f"task {task_id} is at version {task.version} ({task.status}); "
-            f"continue with: tether resume {task_id}"
+            f"continue with: {hints.resume(task_id, db)}"
         )
 
     out.print(Text(views.clean(run_async(main))))
@@ -182,6 +183,6 @@ def tell(
         task = await with_store(db, lambda s: tell_task(s, task_id, message, by=by), create=False)
         if task.status != "queued":
             return f"told task {task_id} ({task.status})"
-        return f"told task {task_id} ({task.status}); continue with: tether resume {task_id}"
+        return f"told task {task_id} ({task.status}); continue with: {hints.resume(task_id, db)}"
 
     out.print(Text(views.clean(run_async(main))))

@@ -28,6 +28,7 @@ from tether.cli._app import (
     print_json,
     run_async,
 )
+from tether.runtime import hints
 
 if TYPE_CHECKING:
     import asyncio
@@ -127,14 +128,6 @@ async def drive(
                 return await engine.run(task_id, force=force, reconnect_for=reconnect_for)
 
 
-def _resume_command(task_id: str, db: str | None) -> str:
-    """`tether resume T`, with the `--db` this command was given (the hint must work as
-    printed; `TETHER_DB` carries over by itself)."""
-    import shlex
-
-    return f"tether resume {shlex.quote(task_id)}" + (f" --db {shlex.quote(db)}" if db else "")
-
-
 def _finish(
     store_doc: dict[str, Any], result: RunResult, json_out: bool, db: str | None = None
 ) -> None:
@@ -143,7 +136,7 @@ def _finish(
     else:
         out.print(views.status_view(store_doc))
         if result.interrupted and db:
-            hint = f"interrupted; continue with: {_resume_command(result.task_id, db)}"
+            hint = f"interrupted; continue with: {hints.resume(result.task_id, db)}"
             out.print(Text(views.clean(hint), "yellow"))
         elif result.interrupted:
             out.print(views.interrupted(result.task_id))
@@ -159,7 +152,7 @@ def _finish(
             Text(
                 views.clean(
                     f"tether: task {result.task_id} stopped: the {unavailable} does not "
-                    f"answer (exit 4); continue with: {_resume_command(result.task_id, db)}"
+                    f"answer (exit 4); continue with: {hints.resume(result.task_id, db)}"
                 ),
                 "bold red",
             )

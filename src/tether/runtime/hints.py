@@ -9,14 +9,22 @@ from __future__ import annotations
 import shlex
 
 
-def resume(task_id: str) -> str:
-    """`tether resume T`: goes on with the models and tools the task was started with."""
-    return f"tether resume {shlex.quote(task_id)}"
+def resume(task_id: str, db: str | None = None) -> str:
+    """`tether resume T`: goes on with the models and tools the task was started with;
+    with `db`, the `--db` the printing command was given (`TETHER_DB` carries over by
+    itself), so that the command works as printed from any folder."""
+    return f"tether resume {shlex.quote(task_id)}" + (f" --db {shlex.quote(db)}" if db else "")
 
 
 def tell(task_id: str) -> str:
     """`tether tell T '...'`: the answer to a question of the agent's."""
     return f"tether tell {shlex.quote(task_id)} 'YOUR ANSWER'"
+
+
+def new_goal(task_id: str) -> str:
+    """`tether edit T --objective '...'`: a new version of an ended task's goal (the edit
+    queues it again and says how to continue)."""
+    return f"tether edit {shlex.quote(task_id)} --objective 'NEW GOAL'"
 
 
 def raise_limit(task_id: str, limit: str, used: int, current: int) -> str:

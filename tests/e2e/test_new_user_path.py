@@ -12,6 +12,7 @@ import json
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -258,3 +259,41 @@ def test_tell_on_an_ended_task_ends_with_the_command_that_reopens_it(tmp_path: P
     edited = tether(*printed[1:], cwd=tmp_path, env=NARROW)
     assert_ok(edited)
     assert "version 2 (queued)" in edited.stdout, edited.stdout
+
+
+#: `tether` with matplotlib unimportable, as on a bare install (the dev venv has it).
+WITHOUT_MATPLOTLIB = (
+    "import sys; sys.modules['matplotlib'] = None; sys.argv[0] = 'tether'; "
+    "from tether.cli import main; main()"
+)
+
+
+@pytest.mark.parametrize("to_file", [True, False])
+def test_an_html_report_without_charts_says_which_extra_draws_them(
+    tmp_path: Path, to_file: bool
+) -> None:
+    """The tour's `tether report T --format html -o report.html` ("with charts") on a
+    bare install printed "report written to report.html" only; the note about the
+    missing extra was inside the HTML."""
+    write_spec(tmp_path / "spec.yaml", 1)
+    task = json_out(tether("run", "spec.yaml", "--model", DONE, "--json", cwd=tmp_path))["task_id"]
+    out = ["-o", "report.html"] if to_file else []
+    proc = subprocess.run(
+        [sys.executable, "-c", WITHOUT_MATPLOTLIB, "report", task, "--format", "html", *out],
+        cwd=tmp_path,
+        env=NARROW,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert_ok(proc)
+    assert proc.stderr.strip() == (
+        "tether: the report's charts need the report extra (matplotlib is not installed): "
+        "pip install 'tether[report]'"
+    ), describe(proc)
+    html = (tmp_path / "report.html").read_text() if to_file else proc.stdout
+    assert "charts need the report extra" in html
+    # With matplotlib (the dev venv has it) nothing is said.
+    with_charts = tether("report", task, "--format", "html", *out, cwd=tmp_path, env=NARROW)
+    assert_ok(with_charts)
+    assert with_charts.stderr == "", with_charts.stderr

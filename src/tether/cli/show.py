@@ -133,12 +133,30 @@ def report(
         # it: JSON keeps its escapes valid, md and html show controls escaped.
         text = clean_json_text(text) if fmt == "json" else clean(text, lines=True)
         out.file.write(text if text.endswith("\n") else text + "\n")
-        return
-    try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise errors_exit(f"cannot write {output}: {exc.strerror or exc}") from None
-    out.print(Text(f"report written to {clean(output)}"))
+    else:
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise errors_exit(f"cannot write {output}: {exc.strerror or exc}") from None
+        out.print(Text(f"report written to {clean(output)}"))
+    if fmt == "html":
+        _say_when_charts_are_missing()
+
+
+def _say_when_charts_are_missing() -> None:
+    """The html report without matplotlib has a note where the charts go; the person who
+    asked for it hears it too, in one line on stderr with the install command."""
+    from tether._extras import install_hint
+    from tether.cli._app import err
+    from tether.report import charts
+
+    if not charts.available():
+        err.print(
+            Text(
+                "tether: the report's charts need the report extra (matplotlib is not "
+                f"installed): {install_hint('report')}"
+            )
+        )
 
 
 def errors_exit(message: str) -> typer.Exit:

@@ -297,3 +297,12 @@ def test_an_html_report_without_charts_says_which_extra_draws_them(
     with_charts = tether("report", task, "--format", "html", *out, cwd=tmp_path, env=NARROW)
     assert_ok(with_charts)
     assert with_charts.stderr == "", with_charts.stderr
+
+
+def test_a_worker_spells_the_outcome_as_status_does(tmp_path: Path) -> None:
+    """It printed "task T: satisfied delivered" (and "waiting " with a trailing blank)."""
+    write_spec(tmp_path / "spec.yaml", 1)
+    task = tether("submit", "spec.yaml", cwd=tmp_path, env=NARROW).stdout.strip()
+    proc = tether("worker", "--once", "--model", DONE, cwd=tmp_path, env=NARROW)
+    assert_ok(proc)
+    assert f"task {task}: satisfied (delivered)\n" in proc.stderr, describe(proc)

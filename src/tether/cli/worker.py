@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 
 
 def _report(result: RunResult) -> None:
-    err.print(Text(clean(f"task {result.task_id}: {result.status} {result.stop_reason or ''}")))
+    # Spelled as `status` and `list` spell it: "satisfied (delivered)".
+    why = f" ({result.stop_reason})" if result.stop_reason else ""
+    err.print(Text(clean(f"task {result.task_id}: {result.status}{why}")))
 
 
 def _report_error(task_id: str, exc: Exception) -> None:

@@ -306,3 +306,19 @@ def test_a_worker_spells_the_outcome_as_status_does(tmp_path: Path) -> None:
     proc = tether("worker", "--once", "--model", DONE, cwd=tmp_path, env=NARROW)
     assert_ok(proc)
     assert f"task {task}: satisfied (delivered)\n" in proc.stderr, describe(proc)
+
+
+def test_approve_refuses_result_without_done(tmp_path: Path) -> None:
+    """`--result` ("With --done: what the service returned") alone was accepted and
+    dropped: the request was approved as if it had not been given."""
+    write_spec(tmp_path / "spec.yaml", 1)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "i1.txt").write_text("old\n")
+    doc = json_out(tether("run", "spec.yaml", "--model", DONE, "--json", cwd=tmp_path))
+    request = f"{doc['task_id']}.r1.c0.approval"
+    proc = tether(
+        "approve", doc["task_id"], request, "--result", '{"id": 1}', cwd=tmp_path, env=NARROW
+    )
+    assert_clean_error(proc, 2, "--result goes with --done")
+    (asked,) = json_out(tether("approvals", doc["task_id"], "--json", cwd=tmp_path))
+    assert asked["status"] == "pending", asked

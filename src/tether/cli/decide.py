@@ -66,6 +66,9 @@ def approve(
 
     args = None
     seen = None
+    if result is not None and not done:
+        # Without --done there is no outcome to record: the value would be dropped.
+        raise fail(errors.UserError("--result goes with --done (what the service returned)"), 2)
     try:
         if modify is not None:
             args = approvals.parse_json_argument(modify, "--modify")

@@ -322,3 +322,31 @@ def test_approve_refuses_result_without_done(tmp_path: Path) -> None:
     assert_clean_error(proc, 2, "--result goes with --done")
     (asked,) = json_out(tether("approvals", doc["task_id"], "--json", cwd=tmp_path))
     assert asked["status"] == "pending", asked
+
+
+def test_a_waits_commands_keep_the_db_they_were_shown_with(tmp_path: Path) -> None:
+    """`run --db URL` and `status T --db URL` ended with "tether approve T REQ or tether
+    reject T REQ": run as printed from that folder, it found no database."""
+    work, here = tmp_path / "work", tmp_path / "here"
+    (work / "out").mkdir(parents=True)
+    here.mkdir()
+    write_spec(work / "spec.yaml", 1)
+    (work / "out" / "i1.txt").write_text("old\n")
+    db = f"sqlite:///{tmp_path / 'the db' / 'tether.db'}"  # a blank: quoted in the hint
+    (tmp_path / "the db").mkdir()
+    ran = tether(
+        "run", work / "spec.yaml", "--model", DONE, "--workspace", work, "--db", db, cwd=here
+    )
+    assert_ok(ran)
+    (task,) = json_out(tether("list", "--json", "--db", db, cwd=here))
+    shown = tether("status", task["task_id"], "--db", db, cwd=here, env=NARROW)
+    for proc in (ran, shown):
+        waiting = " ".join(proc.stdout.split()).split("waiting: ")[1]
+        approve = shlex.split(waiting[waiting.index("tether approve") :].split(" or ")[0])
+        assert approve[:4] == ["tether", "approve", "--db", db], approve
+    # The JSON document is data: the runtime's text, unchanged.
+    doc = json_out(tether("status", task["task_id"], "--db", db, "--json", cwd=here))
+    assert "--db" not in doc["waiting"]["reason"], doc["waiting"]
+    approved = tether(*approve[1:], cwd=here, env=NARROW)
+    assert_ok(approved)
+    assert "approved" in approved.stdout

@@ -134,7 +134,7 @@ def _finish(
     if json_out:
         print_json(store_doc)
     else:
-        out.print(views.status_view(store_doc))
+        out.print(views.status_view(store_doc, db))
         if result.interrupted and db:
             hint = f"interrupted; continue with: {hints.resume(result.task_id, db)}"
             out.print(Text(views.clean(hint), "yellow"))

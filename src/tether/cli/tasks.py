@@ -67,7 +67,7 @@ def status(
     if json_out:
         print_json(doc)
     else:
-        out.print(views.status_view(doc))
+        out.print(views.status_view(doc, db))
 
 
 @app.command("list")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -242,8 +243,24 @@ def sources_line(doc: Mapping[str, Any]) -> Text:
     return Text(text)
 
 
-def status_view(doc: Mapping[str, Any]) -> Group:
-    """A task from its `status --json` document: state, ledger, budget, waiting."""
+#: The commands a wait names (`tether.runtime.hints`), which take `--db`.
+_HINTED = re.compile(r"\btether (approve|reject|retry|waive|abandon|tell|edit|resume|cancel) ")
+
+
+def with_db(text: str, db: str | None) -> str:
+    """`text` with `--db DB` put into every command it names, when the command that
+    prints it was given `--db`: the runtime writes a wait's commands without it (it does
+    not know how the store was named), and they must work as printed from this folder.
+    (`TETHER_DB` carries over by itself.)"""
+    if not db:
+        return text
+    flag = f"--db {shlex.quote(db)} "
+    return _HINTED.sub(lambda m: f"tether {m.group(1)} {flag}", text)
+
+
+def status_view(doc: Mapping[str, Any], db: str | None = None) -> Group:
+    """A task from its `status --json` document: state, ledger, budget, waiting (its
+    commands with `--db DB` when given, see `with_db`)."""
     style = STATUS_STYLE.get(doc["status"], "white")
     head = Text.assemble(
         ("task ", "bold"),
@@ -259,7 +276,8 @@ def status_view(doc: Mapping[str, Any]) -> Group:
     lines.append(ledger_bar(doc["ledger"]["progress"]))
     if doc.get("waiting"):
         reason = doc["waiting"].get("reason", doc["waiting"])
-        lines.append(Text(f"waiting: {clean(readable_until(str(reason)), lines=True)}", "yellow"))
+        told = with_db(readable_until(str(reason)), db)
+        lines.append(Text(f"waiting: {clean(told, lines=True)}", "yellow"))
         partial = doc["waiting"].get("partial")
         if partial:
             lines.append(partial_view(partial))

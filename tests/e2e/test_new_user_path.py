@@ -25,6 +25,7 @@ from tests.e2e._cli import (
     cli_env,
     describe,
     json_out,
+    popen_tether,
     tether,
     write_spec,
 )
@@ -177,7 +178,7 @@ def test_a_workspace_inside_the_state_folder_is_refused(tmp_path: Path, command:
     strict=True,
     reason="the file tools refuse paths in a .tether/ folder only; a --db/TETHER_DB file "
     "elsewhere in the workspace (sqlite:///state.db, run in the workspace) is read like "
-    "any file (README: the database is never in the workspace)",
+    "any file (README now says to keep it out; nothing enforces it)",
 )
 def test_the_model_cannot_read_a_database_kept_in_the_workspace(tmp_path: Path) -> None:
     (tmp_path / "spec.yaml").write_text(X_SPEC)
@@ -350,3 +351,33 @@ def test_a_waits_commands_keep_the_db_they_were_shown_with(tmp_path: Path) -> No
     approved = tether(*approve[1:], cwd=here, env=NARROW)
     assert_ok(approved)
     assert "approved" in approved.stdout
+
+
+def test_watch_on_a_waiting_task_says_what_answers_it(tmp_path: Path) -> None:
+    """`tether watch T` (the tour's "follow it live") on a task that waits for a human
+    printed the timeline and then nothing, for ever: nothing moves until someone
+    answers. It now says, once, what the task waits for and the command that answers."""
+    import threading
+
+    write_spec(tmp_path / "spec.yaml", 1)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "i1.txt").write_text("old\n")
+    task = json_out(tether("run", "spec.yaml", "--model", DONE, "--json", cwd=tmp_path))["task_id"]
+    proc = popen_tether("watch", task, "--poll", "0.1", cwd=tmp_path, env=NARROW)
+    guard = threading.Timer(60, proc.kill)  # the test never hangs: watch does not end
+    guard.start()
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("waiting: "):
+                break
+        text = " ".join("".join(lines).split())
+        assert "waiting: " in text, "".join(lines)
+        assert f"tether approve {task} {task}.r1.c0.approval" in text, text
+        assert text.endswith("still watching"), text
+    finally:
+        guard.cancel()
+        proc.kill()
+        proc.communicate()  # reaps it and closes its pipes

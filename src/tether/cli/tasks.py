@@ -141,6 +141,14 @@ def timeline(
         out.print(views.timeline_line(e, full=full))
 
 
+def _waits_on(task: Any) -> str | None:
+    """What a task that waits or is suspended waits for, in the runtime's words."""
+    if task.status not in ("waiting", "suspended"):
+        return None
+    reason = (task.waiting or {}).get("reason")
+    return views.readable_until(str(reason)) if reason else str(task.status)
+
+
 @app.command()
 def watch(
     task_id: str,
@@ -159,6 +167,7 @@ def watch(
 
     async def follow(store: Any) -> str:
         seen = after
+        told = None
         while True:
             task = await store.get_task(task_id)
             for e in await store.read_events(task_id, after=seen):
@@ -166,6 +175,12 @@ def watch(
                 seen = e.seq
             if lifecycle.is_terminal(task.status) and seen >= task.last_seq:
                 return str(task.status)
+            wait = _waits_on(task) if seen >= task.last_seq else None
+            if wait is not None and wait != told:
+                # Nothing moves until someone answers: say what answers it, once per wait,
+                # instead of watching in silence.
+                out.print(views.clean(f"waiting: {views.with_db(wait, db)}; still watching"))
+            told = wait
             await asyncio.sleep(poll)
 
     async def main() -> str:

@@ -121,7 +121,8 @@ def test_run_help_keeps_the_model_examples_whole(tmp_path: Path) -> None:
     for example in (
         "openai:gpt-4.1-mini,",
         "anthropic:claude-sonnet-4-5,",
-        "openai-compatible:http://127.0.0.1:8000/v1#model,",
+        "openai-compatible:http://127.0.0.1:8000/v1#model",
+        "TETHER_OPENAI_COMPATIBLE_API_KEY),",
         "scripted:module:function.",
         "--allow-broad-workspace",
     ):

@@ -414,6 +414,8 @@ def _act(request: ModelRequest) -> ModelResponse:
 
 def _judge(request: ModelRequest) -> str:
     payload = json.loads(request.messages[0].content)
+    if "summary" in payload:
+        return _audit_summary(payload)
     changes = []
     for op in payload.get("op_journal", []):
         m = re.fullmatch(r"records/(doc-\d+)\.json", str(op.get("args", {}).get("path", "")))
@@ -430,6 +432,15 @@ def _judge(request: ModelRequest) -> str:
     return json.dumps(
         {"changes": changes, "decision": decision, "reason": f"{len(changes)} records written"}
     )
+
+
+def _audit_summary(payload: dict[str, Any]) -> str:
+    """The judge's reading of a compaction summary: which items it claims finished.
+    The demo's compressor states counts, never that a named item is done, so a claim is
+    only a document id the summary itself calls done or written."""
+    summary = str(payload["summary"])
+    claimed = sorted(set(re.findall(r"(doc-\d+) (?:is|was) (?:done|written)", summary)))
+    return json.dumps({"claimed_done": claimed, "whole_task": False, "quote": ""})
 
 
 def _compact(request: ModelRequest) -> str:

@@ -871,9 +871,15 @@ def parse_spec(data: Any, *, source: str = "<spec>", stored: bool = False) -> Ta
     `stored`: the spec of a task already in the database. Checks added after it was
     accepted (see `_stored`) are skipped, so a task stored by an earlier version stays
     readable, resumable and editable (an edit validates its new spec in full)."""
-    if not isinstance(data, dict):
+    if data is None:
         raise errors.SpecError(
-            f"expected a mapping at the top level, got {type(data).__name__}", source=source
+            "the file is empty: a spec needs at least `objective:` and `items:`", source=source
+        )
+    if not isinstance(data, dict):
+        kind = {"str": "a line of text", "list": "a list"}.get(type(data).__name__, "a value")
+        raise errors.SpecError(
+            f"expected a mapping at the top level (objective:, items:, ...), got {kind}",
+            source=source,
         )
     try:
         spec = TaskSpec.model_validate(data, context={"stored": True} if stored else None)

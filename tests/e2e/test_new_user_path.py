@@ -80,13 +80,6 @@ ANSWERS = """\
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime/builtins.py _write_effect reads an earlier op's args as the model "
-    "asked them, not as approved with --modify: a call approved for other.md counts as "
-    "the task having created notes.md, so the next write to the user's notes.md is "
-    "sent without approval",
-)
 def test_a_redirected_approval_does_not_make_the_users_file_the_tasks(tmp_path: Path) -> None:
     """docs/writing-tools.md's approval example, with the human redirecting the write
     (`approve --modify` to another path). notes.md was the user's before the task: any

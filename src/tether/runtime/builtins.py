@@ -10,7 +10,8 @@ change a file which existed before the task started: that one is an `overwrite`,
 needs a human's approval unless the contract relaxes it (`tools: [{name: write_file,
 approval: false}]`).
 A file counts as the task's own when an earlier op of the task made it: a succeeded
-write whose output says `created ...`, or a write still in flight (this round's, or one
+write, with the arguments it was sent with (after a human's `modify`), whose output says
+`created <that file> ...`, or a write still in flight (this round's, or one
 interrupted by a crash) that was let through as a plain `write`, i.e. found no file.
 
 `read_file` (as `default_registry` makes it) refuses a file that is the location of a
@@ -25,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -35,7 +36,7 @@ from pydantic import Field
 from tether import _imports, errors
 from tether import artifacts as A
 from tether.runtime.source_tools import source_tools
-from tether.store.base import Store
+from tether.store.base import ApprovalRecord, OpRecord, Store
 from tether.tools import files
 from tether.tools.registry import Effect, Tool, ToolContext, ToolRegistry, tool
 
@@ -71,6 +72,8 @@ async def _write_effect(args: Mapping[str, Any], ctx: ToolContext) -> Effect:
         if ctx.round is not None and ctx.call_index is not None
         else (1 << 62, 0)
     )
+    # `ctx.journal` gives each op with the arguments actually sent (a human's `modify`
+    # replaces the model's request; see `as_sent`): what the model asked for made nothing.
     for op in await ctx.journal(_WRITERS, ("succeeded", *_IN_FLIGHT)):
         earlier = op.args.get("path")
         if not isinstance(earlier, str) or ws.existing_file(earlier) != target:
@@ -80,11 +83,40 @@ async def _write_effect(args: Mapping[str, Any], ctx: ToolContext) -> Effect:
             # call cannot have made the file (this very call can, before a crash).
             continue
         if op.status == "succeeded":
-            if files.says_created(str((op.result or {}).get("summary", ""))):
+            # Its own output must say it created this very file (not merely a file).
+            if _created(str((op.result or {}).get("summary", "")), ws, target):
                 return "write"
         elif op.effect == "write":
             return "write"
     return "overwrite"
+
+
+def _created(summary: str, ws: files.Workspace, target: Path) -> bool:
+    """True if a writer's output says it created `target` (`created <path> with ...`)."""
+    return files.says_created(summary) and summary.startswith(
+        f"{files.CREATED_PREFIX}{ws.relative(target)} with "
+    )
+
+
+def as_sent(ops: Sequence[OpRecord], approvals: Iterable[ApprovalRecord]) -> list[OpRecord]:
+    """`ops` with the arguments each was (or will be) sent with: a human's `approve
+    --modify` replaces the model's arguments for the call, while the journal keeps the
+    call as the model asked it (its identity). Whatever decides what an earlier op did
+    (e.g. which files the task made) must read these, never the model's request."""
+    modified: dict[str, dict[str, Any]] = {}
+    for appr in approvals:
+        args = (appr.decision or {}).get("modified_args")
+        if (
+            appr.status == "approved"
+            and appr.op_id is not None
+            and appr.request_id == f"{appr.op_id}.approval"
+            and isinstance(args, Mapping)
+        ):
+            modified[appr.op_id] = dict(args)
+    return [
+        dataclasses.replace(op, args=modified[op.op_id]) if op.op_id in modified else op
+        for op in ops
+    ]
 
 
 # --- the workspace file tools, declared like any user tool ---------------------------------

@@ -45,7 +45,7 @@ from tether import events as ev
 from tether.models.base import ModelResponse, ToolCall
 from tether.runtime import hints
 from tether.runtime import outcome as out
-from tether.runtime.builtins import READ_ARTIFACT
+from tether.runtime.builtins import READ_ARTIFACT, as_sent
 from tether.runtime.outcome import Outcome, Stop
 from tether.store.base import ApprovalRecord, ArtifactRecord, OpRecord, blob_hash
 from tether.tools import failures
@@ -771,7 +771,9 @@ class OpRunner:
         async def journal(
             tools: Collection[str], statuses: Collection[str] | None = None
         ) -> list[OpRecord]:
-            return await store.get_ops(task_id, statuses, tools=tools)
+            # With the arguments actually sent (a human's `modify`), not as asked.
+            ops = await store.get_ops(task_id, statuses, tools=tools)
+            return as_sent(ops, await store.get_approvals(task_id, statuses={"approved"}))
 
         ctx = replace(self.context(tool, record, record.attempts), journal=journal)
         return await tool.call_effect(record.args, ctx)

@@ -45,7 +45,7 @@ from typing import Any
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.runtime import history
-from tether.runtime.builtins import default_registry
+from tether.runtime.builtins import as_sent, default_registry
 from tether.runtime.engine import Engine, ModelSet
 from tether.runtime.tasks import ledger_from_spec
 from tether.spec import parse_spec
@@ -159,6 +159,8 @@ class _Recording:
     reconciled: dict[str, list[str]] = field(default_factory=dict)
     #: What each op's approval request said (its tool asked, or its effect did).
     asked: dict[str, str] = field(default_factory=dict)
+    #: Each op's arguments as sent (after a human's `modify`), by op id.
+    sent: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: The replay's copy of the workspace (see `_scratch`).
     scratch: Path | None = None
     #: The model answers' cursor, which also knows a run to kill where it died.
@@ -457,6 +459,8 @@ async def _load(source: Store, task_id: str, until: int | None) -> _Recording:
     events = await source.read_events(task_id, limit=until)
     ops = {o.op_id: o for o in await source.get_ops(task_id)}
     rec = _Recording(task, events, ops, source)
+    approved = await source.get_approvals(task_id, statuses={"approved"})
+    rec.sent = {o.op_id: o.args for o in as_sent(list(ops.values()), approved)}
     in_doubt: set[str] = set()
     for e in events:
         if e.type == "approval.requested" and e.data.get("op_id"):
@@ -485,7 +489,7 @@ def _scratch(rec: _Recording) -> Path | None:
     shutil.copytree(rec.task.workspace, root, symlinks=True)
     for op in rec.ops.values():
         summary = str((op.result or {}).get("summary", ""))
-        path = op.args.get("path")
+        path = rec.sent.get(op.op_id, op.args).get("path")  # where it wrote, not was asked
         if op.tool in WRITERS and files.says_created(summary) and isinstance(path, str):
             target = (root / path).resolve()
             if target.is_relative_to(root.resolve()) and target.is_file():

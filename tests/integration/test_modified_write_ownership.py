@@ -42,9 +42,7 @@ async def test_a_write_redirected_by_modify_does_not_make_the_asked_file_the_tas
     assert ov.asks_approval(result), result.waiting
     (again,) = await approvals.pending(store, tid)
     assert again.request["effect"] == "overwrite"
-    assert again.request["impact"] == (
-        "overwrites notes.md, which existed before the task started"
-    )
+    assert again.request["impact"] == "overwrites notes.md, which existed before the task started"
     assert notes.read_text() == "the user's draft\n"
 
 

@@ -161,12 +161,6 @@ def test_a_workspace_inside_the_state_folder_is_refused(tmp_path: Path, command:
     assert json_out(tether("list", "--json", cwd=tmp_path, env=NARROW)) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the file tools refuse paths in a .tether/ folder only; a --db/TETHER_DB file "
-    "elsewhere in the workspace (sqlite:///state.db, run in the workspace) is read like "
-    "any file (README now says to keep it out; nothing enforces it)",
-)
 def test_the_model_cannot_read_a_database_kept_in_the_workspace(tmp_path: Path) -> None:
     (tmp_path / "spec.yaml").write_text(X_SPEC)
     (tmp_path / "ans.yaml").write_text(READ_THE_DB % "state.db")

@@ -59,7 +59,7 @@ async def _write_effect(args: Mapping[str, Any], ctx: ToolContext) -> Effect:
     started, else `write` (a new file, or one the task made itself)."""
     if ctx.workspace is None:
         return "write"  # the call fails: there is nothing to overwrite
-    ws = files.Workspace(ctx.workspace)
+    ws = files.Workspace(ctx.workspace, ctx.private_files)
     path = args.get("path")
     target = ws.existing_file(path) if isinstance(path, str) else None
     if target is None:
@@ -129,7 +129,8 @@ Limit = Annotated[int, Field(ge=1, le=files.MAX_READ_LIMIT)]
 def _workspace(ctx: ToolContext, name: str) -> files.Workspace:
     if ctx.workspace is None:
         raise errors.ToolFailed(f"{name}: this task has no workspace folder")
-    return files.Workspace(ctx.workspace)
+    # The store's own database, if the workspace holds it, is out of every tool's reach.
+    return files.Workspace(ctx.workspace, ctx.private_files)
 
 
 @contextmanager
@@ -313,7 +314,7 @@ def source_guarded_writer(store_getter: Callable[[], Store], inner: Tool) -> Too
     async def fn(args: Mapping[str, Any], ctx: ToolContext) -> Any:
         path = args.get("path") if isinstance(args, Mapping) else None
         if isinstance(path, str) and ctx.workspace is not None:
-            ws = files.Workspace(ctx.workspace)
+            ws = files.Workspace(ctx.workspace, ctx.private_files)
             try:
                 real = await asyncio.to_thread(ws.resolve, path)
             except (errors.ToolFailed, OSError):

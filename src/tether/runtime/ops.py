@@ -48,7 +48,7 @@ from tether.runtime import outcome as out
 from tether.runtime.builtins import READ_ARTIFACT, as_sent
 from tether.runtime.outcome import Outcome, Stop
 from tether.store.base import ApprovalRecord, ArtifactRecord, OpRecord, blob_hash
-from tether.tools import failures
+from tether.tools import failures, files
 from tether.tools.registry import (
     RISKY,
     Reconciliation,
@@ -916,6 +916,8 @@ class OpRunner:
             secret_names=frozenset(perm.secrets if perm is not None else ()),
             round=record.round,
             call_index=record.call_index,
+            # A SQLite store kept inside the workspace: no file tool may reach it.
+            private_files=files.database_files(getattr(self.store, "path", None)),
         )
 
     def policy(self, tool: Tool) -> RetryPolicy:

@@ -709,7 +709,7 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
         text = await _render_report(store, title, cited, open_questions)
         if ctx.workspace is None:
             raise errors.ToolFailed("write_report: this task has no workspace folder")
-        ws = files.Workspace(ctx.workspace)
+        ws = files.Workspace(ctx.workspace, ctx.private_files)
         await ctx.ensure_owner()  # a worker paused past its lease writes nothing
         try:
             written = ws.write_file(path, text)

@@ -4,8 +4,11 @@ Four tools: `list_files`, `read_file`, `write_file` and `append_file`. Every pat
 model gives is resolved against the workspace root with all symlinks followed; a path
 that ends up outside the root (`..`, an absolute path, a symlink anywhere along the
 way that points out, a symlink loop) or inside a `.tether/` folder (tether's own state,
-where its default database lives) is refused with a deterministic "not permitted"
-`errors.ToolFailed`, before anything is read or written.
+where its default database lives) or onto the store's own database file wherever the
+workspace holds it (`--db sqlite:///state.db`, with its `-wal`/`-shm`/`-journal`
+companions, by real path and hard link: the runtime passes them as `private`) is
+refused with a deterministic "not permitted" `errors.ToolFailed`, before anything is
+read or written.
 
 Writes are atomic: the new content goes to a temporary file in the same folder, is
 flushed to disk, then moved over the target with `os.replace`, so a crash leaves
@@ -28,6 +31,7 @@ import contextlib
 import os
 import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path, PurePath
 from typing import Final
 
@@ -55,8 +59,13 @@ class Workspace:
     `resolve` refuses any path whose real location is not under that resolved root.
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], private: Iterable[str | os.PathLike[str]] = ()
+    ) -> None:
         self.root = Path(os.path.realpath(os.fspath(root)))
+        #: Files no tool may reach even inside the root (the store's own database and its
+        #: companions, see `database_files`), by real path.
+        self.private = frozenset(Path(os.path.realpath(os.fspath(p))) for p in private)
 
     def __repr__(self) -> str:
         return f"Workspace({str(self.root)!r})"
@@ -85,6 +94,9 @@ class Workspace:
             # The store's database (all tasks' journals): a task reading it would see
             # other tasks' data, and one writing there could corrupt every task.
             raise _not_permitted(shown, f"is in {STATE_DIR}/, tether's own state")
+        if self._is_private(real):
+            # The same reason as `.tether/`, for a database kept elsewhere in the folder.
+            raise _not_permitted(shown, "is tether's own database")
         # `realpath` follows every symlink it can; one that is still there on the way
         # means a loop (or a link swapped in meanwhile): refuse rather than guess.
         probe = self.root
@@ -99,6 +111,26 @@ class Workspace:
             if stat.S_ISLNK(mode):
                 raise _not_permitted(shown, "goes through a symlink loop")
         return real
+
+    def _is_private(self, real: Path) -> bool:
+        """True if `real` is one of the private files, by name or as the same file under
+        another name (a hard link)."""
+        if not self.private:
+            return False
+        if real in self.private:
+            return True
+        try:
+            mine = os.stat(real)
+        except OSError:
+            return False  # nothing there yet: no other name for a private file
+        for p in self.private:
+            try:
+                theirs = os.stat(p)
+            except OSError:
+                continue
+            if (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino):
+                return True
+        return False
 
     def relative(self, real: Path) -> str:
         """How the model should see a resolved path: relative to the root, `/`-separated."""
@@ -118,6 +150,8 @@ class Workspace:
         lines: list[str] = []
         with os.scandir(real) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
+                if self.private and self._is_private(Path(os.path.realpath(entry.path))):
+                    continue  # tether's own database is not the model's to see
                 if entry.is_symlink():
                     lines.append(f"{entry.name}@")
                 elif entry.is_dir(follow_symlinks=False):
@@ -239,6 +273,25 @@ class Workspace:
                 raise errors.ToolFailed(f"cannot write {shown}: {exc.strerror}") from None
             raise
         _fsync_dir(parent)
+
+
+#: The files SQLite keeps next to a database (write-ahead log, shared memory, rollback).
+DATABASE_COMPANIONS: Final[tuple[str, ...]] = ("-wal", "-shm", "-journal")
+
+
+def database_files(db_path: str | None) -> frozenset[Path]:
+    """The real paths of a SQLite database file and its companions (`-wal`, `-shm`,
+    `-journal`), both as named and next to the file a symlinked name points to; empty
+    for no file (None, `:memory:`)."""
+    if not db_path or db_path.startswith(":") or db_path.startswith("file:"):
+        return frozenset()
+    named = os.path.abspath(db_path)
+    real = os.path.realpath(db_path)
+    out: set[Path] = set()
+    for base in {named, real}:
+        for suffix in ("", *DATABASE_COMPANIONS):
+            out.add(Path(os.path.realpath(base + suffix)))
+    return frozenset(out)
 
 
 def says_created(output: str) -> bool:

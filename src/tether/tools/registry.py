@@ -106,6 +106,9 @@ class ToolContext:
     #: round, e.g. a recovery check).
     round: int | None = None
     call_index: int | None = None
+    #: Files inside the workspace that no tool may read or write: the store's own
+    #: database and its companions (`tether.tools.files.database_files`), real paths.
+    private_files: frozenset[Path] = frozenset()
 
     async def ensure_owner(self) -> None:
         """Raise `StaleLease` if another worker has taken the task over since this run

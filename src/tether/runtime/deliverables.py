@@ -300,12 +300,15 @@ async def verify(
     arts = await _closure(store, task_id, art_ids) if art_ids else {}
     hashed = [a for i, a in arts.items() if blobs or i not in art_ids]
     # Imported here: `ops` imports the built-in tools, which import this module.
+    from tether.runtime.builtins import as_sent
     from tether.runtime.ops import compensation_of, history_only, superseded_by
 
     writers: list[OpRecord] = []
     history: dict[str, str] = {}
     if op_ids:
         writers = await store.get_ops(task_id, statuses={"succeeded"}, tools=set(WRITERS))
+        # The file each wrote is the one it was sent to write (after a human's `modify`).
+        writers = as_sent(writers, await store.get_approvals(task_id, statuses={"approved"}))
         # An op undone since it proved its item (a compensation, a human's decision) or
         # whose result went to history (a late result of an older task version) no
         # longer proves it: its effect is not what the item was accepted on.

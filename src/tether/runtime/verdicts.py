@@ -14,6 +14,7 @@ from tether.runtime import deliverables, hints
 from tether.runtime import judge as J
 from tether.runtime import outcome as out
 from tether.runtime import progress as P
+from tether.runtime.builtins import as_sent
 from tether.runtime.completion import parse_review, review_request, run_acceptance
 from tether.runtime.context import Entry, continuation_message
 from tether.runtime.ops import history_only
@@ -445,9 +446,12 @@ class _RuleEnv:
         self.events: list[ev.Event] = []
 
     async def succeeded_ops(self, tools: Sequence[str] = ()) -> list[OpRecord]:
-        stored = await self.run.store.get_ops(
-            self.run.task_id, statuses={"succeeded"}, tools=set(tools) if tools else None
+        store, task_id = self.run.store, self.run.task_id
+        stored = await store.get_ops(
+            task_id, statuses={"succeeded"}, tools=set(tools) if tools else None
         )
+        # With the arguments sent (a human's `modify`): a rule matches what was done.
+        stored = as_sent(stored, await store.get_approvals(task_id, statuses={"approved"}))
         if self.pending is None:
             return stored
         mine = {o.op_id for o in self.pending.ops}

@@ -383,7 +383,7 @@ def test_ab_comparison(corpus: str, db: str, tmp_path: Path, api: TicketAPI) -> 
     assert all(i in tree for i in b_chain)
 
     err = sc.worker()
-    assert f"task {sc.task}: satisfied delivered" in err
+    assert f"task {sc.task}: satisfied (delivered)" in err
     assert_delivered(sc, info["open_after"])
     evs = sc.events()
     arts = {a["artifact_id"]: a for a in sc.artifacts()}

@@ -450,12 +450,7 @@ class PostgresStore(SqlStore):
             row = conn.execute(query, params).fetchone()
         if row is None:
             raise errors.TaskNotFound(task_id)
-        state = self._state(row)
-        if not row["applied"]:
-            lver = row["ledger_version"]
-            raise guard.refusal(state, None if lver is None else int(lver))
-        first, last = rules.seq_range(state.last_seq, len(items))
-        return CommitResult(first, last, state.cancel_requested, state.version)
+        return self._commit_result(guard, row, len(items))
 
     def _commit_requests(
         self,
@@ -527,11 +522,16 @@ class PostgresStore(SqlStore):
             finally:
                 if not done and conn.info.transaction_status != pq.TransactionStatus.IDLE:
                     conn.rollback()
+        return self._commit_result(guard, row, len(items))
+
+    def _commit_result(self, guard: rules.CommitGuard, row: Any, n_items: int) -> CommitResult:
+        """The commit statement's returned row read by the guard: the refusal it names,
+        or the seqs the commit's events took."""
         state = self._state(row)
         if not row["applied"]:
             lver = row["ledger_version"]
             raise guard.refusal(state, None if lver is None else int(lver))
-        first, last = rules.seq_range(state.last_seq, len(items))
+        first, last = rules.seq_range(state.last_seq, n_items)
         return CommitResult(first, last, state.cancel_requested, state.version)
 
     def _commit_statement(

@@ -88,8 +88,8 @@ from tether.clock import SystemClock
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.runtime import engine as engine_mod
-from tether.runtime import ops as ops_mod
 from tether.runtime.engine import Engine, ModelSet
+from tether.runtime.ops import runner as ops_mod
 from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
 from tether.store.base import Store

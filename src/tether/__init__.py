@@ -30,14 +30,14 @@ if TYPE_CHECKING:
     from tether.ledger import Ledger
     from tether.models.base import Message, Model, ModelRequest, ModelResponse, ToolCall, Usage
     from tether.models.scripted import ScriptedModel, tool_call
-    from tether.runtime.builtins import default_registry
     from tether.runtime.engine import Engine, ModelSet, RunResult
     from tether.runtime.takeover import confirm_stopped
     from tether.runtime.tasks import TaskStatus, create_task, status_dict, task_status
-    from tether.runtime.watch import sweep
+    from tether.runtime.watch.sweep import sweep
     from tether.spec import TaskSpec, load_spec, parse_spec
     from tether.store import Store, open_store
     from tether.store.base import OpRecord
+    from tether.tools.builtin.files import default_registry
     from tether.tools.registry import (
         Compensation,
         Reconciliation,
@@ -76,13 +76,13 @@ _WHERE: dict[str, str] = {
         "tether.models.base",
     ),
     **dict.fromkeys(("ScriptedModel", "tool_call"), "tether.models.scripted"),
-    "default_registry": "tether.runtime.builtins",
+    "default_registry": "tether.tools.builtin.files",
     **dict.fromkeys(("Engine", "ModelSet", "RunResult"), "tether.runtime.engine"),
     "confirm_stopped": "tether.runtime.takeover",
     **dict.fromkeys(
         ("TaskStatus", "create_task", "status_dict", "task_status"), "tether.runtime.tasks"
     ),
-    "sweep": "tether.runtime.watch",
+    "sweep": "tether.runtime.watch.sweep",
     **dict.fromkeys(("TaskSpec", "load_spec", "parse_spec"), "tether.spec"),
     **dict.fromkeys(("Store", "open_store"), "tether.store"),
     "OpRecord": "tether.store.base",

@@ -20,6 +20,7 @@ invalidated, and an item whose evidence cites one reopens. `history` lists both.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final
@@ -364,3 +365,13 @@ def tree(artifacts: Sequence[ArtifactRecord]) -> list[dict[str, Any]]:
         }
 
     return [node(r, frozenset({r})) for r in roots]
+
+
+#: Meta keys of an evidence artifact that stands for a workspace file.
+DELIVERABLE_KEY: Final = "deliverable"
+SHA256_KEY: Final = "sha256"
+
+
+def deliverable_meta(path: str, data: bytes) -> dict[str, Any]:
+    """The meta of an evidence artifact that accepts workspace file `path` with `data`."""
+    return {DELIVERABLE_KEY: path, SHA256_KEY: hashlib.sha256(data).hexdigest()}

@@ -19,7 +19,7 @@ from tether import approvals, errors, lifecycle
 from tether import events as ev
 from tether import ledger as L
 from tether._validation import free_text
-from tether.runtime.state import RunState
+from tether.runtime.run.state import RunState
 from tether.store.base import ApprovalRecord, LedgerWrite, Store, TaskPatch, TaskRecord
 
 #: Task states a human may decide in: not terminal and not being run by a worker.

@@ -162,7 +162,7 @@ class ModelCalled(Event):
     model: str
     round: int | None = None
     request_blob: str | None = None
-    #: The request by reference (the actor's calls; see `tether.runtime.history`).
+    #: The request by reference (the actor's calls; see `tether.runtime.round.history`).
     request: dict[str, Any] | None = None
     response_blob: str | None = None
     input_tokens: int = 0
@@ -198,7 +198,7 @@ class RoundCommitted(Event):
     ops: int = 0
     text: str = ""
     messages_blob: str | None = None
-    #: The round's messages by reference (see `tether.runtime.history`).
+    #: The round's messages by reference (see `tether.runtime.round.history`).
     messages: dict[str, Any] | None = None
     item: str | None = None
 

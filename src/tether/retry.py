@@ -16,7 +16,7 @@ of HTTP statuses.
   `fail_item` (the failure goes back to the model, as always), `ask_human` (the task
   waits for a person to try again, record it done, or fail it) or `compensate` (the
   item's applied ops are undone by their tools' `compensate` hooks, newest first, and
-  the item is blocked); see `tether.runtime.ops`.
+  the item is blocked); see `tether.runtime.ops.runner`.
 
 Written by hand (not a retry library) because the schedule must be durable.
 

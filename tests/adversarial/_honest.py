@@ -36,9 +36,9 @@ from tests.integration.loop_support import by_purpose, events_of, ledger_of, run
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
-from tether.runtime.builtins import default_registry
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import Store
+from tether.tools.builtin.files import default_registry
 from tether.tools.registry import Tool, ToolContext, ToolRegistry, tool
 
 PY = shlex.quote(sys.executable)
@@ -254,7 +254,7 @@ def run_script(ws: Path, script: str, tool_name: str) -> str:
 
 _MODULES = {
     "store": ["store/base.py", "store/memory.py", "store/sql.py"],
-    "runtime": ["runtime/engine.py", "runtime/round.py", "runtime/judge.py"],
+    "runtime": ["runtime/engine.py", "runtime/round/phases.py", "runtime/judge/judges.py"],
     "web": ["web/app.py", "web/api.py"],
 }
 

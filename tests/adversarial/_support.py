@@ -17,7 +17,7 @@ from typing import Any
 from tests.integration.loop_support import events_of, ledger_of
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import tool_call
-from tether.runtime.ops import history_only
+from tether.runtime.ops.runner import history_only
 from tether.runtime.tasks import status_dict
 from tether.spec import (
     ArtifactRule,

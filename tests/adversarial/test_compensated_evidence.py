@@ -13,8 +13,8 @@ from tests.adversarial._support import assert_honest, statuses
 from tests.integration.test_compensation import Tickets
 from tether.decisions import waive_item
 from tether.models.base import ModelRequest, ModelResponse
-from tether.runtime.builtins import default_registry
 from tether.store.base import Store
+from tether.tools.builtin.files import default_registry
 
 
 def _spec() -> tether.TaskSpec:

@@ -29,7 +29,7 @@ from tests.adversarial._honest import (
 )
 from tests.adversarial._support import assert_honest, assert_status_agrees
 from tether.models.base import ModelRequest
-from tether.runtime.judge import JUDGE_INSTRUCTIONS
+from tether.runtime.judge.judges import JUDGE_INSTRUCTIONS
 from tether.spec import Limits
 from tether.store.base import Store
 from tether.store.memory import MemoryStore

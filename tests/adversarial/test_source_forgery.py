@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from tether import errors
-from tether.runtime.builtins import default_registry
 from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
 from tether.store.base import ArtifactRecord, Store, blob_hash
+from tether.tools.builtin.files import default_registry
 from tether.tools.registry import ToolContext
 
 

@@ -24,9 +24,9 @@ from tests.adversarial.test_source_forgery import Calls
 from tests.integration.loop_support import by_purpose, run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
-from tether.runtime.builtins import default_registry
 from tether.runtime.tasks import create_task
 from tether.store.base import Store
+from tether.tools.builtin.files import default_registry
 from tether.tools.registry import ToolContext, tool
 
 SOURCE = {"id": "C", "kind": "dataset", "version": "7", "location": "c.csv", "pin": "fingerprint"}

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from tether import errors
-from tether.runtime.builtins import default_registry
 from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
 from tether.store import open_store
+from tether.tools.builtin.files import default_registry
 from tether.tools.registry import ToolContext
 
 

@@ -31,9 +31,9 @@ from tests.integration.loop_support import events_of, run_task
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
-from tether.runtime.builtins import default_registry
 from tether.spec import parse_spec
 from tether.store.memory import MemoryStore
+from tether.tools.builtin.files import default_registry
 from tether.tools.registry import tool
 
 

@@ -24,8 +24,8 @@ import tether
 from tests.integration.loop_support import next_item
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
-from tether.runtime.builtins import default_registry
 from tether.store.memory import MemoryStore
+from tether.tools.builtin.files import default_registry
 
 N_ITEMS = 2
 LOST = "PostgreSQL at postgresql://db failed: server closed the connection unexpectedly"

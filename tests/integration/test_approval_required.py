@@ -9,8 +9,8 @@ import pytest
 import tether
 from tether import approvals
 from tether.models.base import ModelRequest, ModelResponse
-from tether.runtime.builtins import default_registry
 from tether.store.memory import MemoryStore
+from tether.tools.builtin.files import default_registry
 
 from .loop_support import events_of
 

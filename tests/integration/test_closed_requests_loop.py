@@ -9,8 +9,8 @@ from pathlib import Path
 import tether
 from tether import approvals, decisions, edits
 from tether.models.base import ModelRequest, ModelResponse
-from tether.runtime.builtins import default_registry
 from tether.store import Store, open_store
+from tether.tools.builtin.files import default_registry
 
 
 def actor(request: ModelRequest) -> ModelResponse:

@@ -10,9 +10,9 @@ import pytest
 
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
-from tether.runtime.compaction import SUMMARY_AUDIT_INSTRUCTIONS
-from tether.runtime.context import SUMMARY_PREFIX
-from tether.runtime.replay import replay_task
+from tether.report.replay import replay_task
+from tether.runtime.round.compaction import SUMMARY_AUDIT_INSTRUCTIONS
+from tether.runtime.round.context import SUMMARY_PREFIX
 from tether.store.memory import MemoryStore
 
 from .loop_support import by_purpose, events_of, ledger_of, next_item, run_task, spec_of

@@ -24,9 +24,9 @@ import pytest
 import tether
 from tether import approvals
 from tether.models.base import ModelRequest, ModelResponse
-from tether.runtime.builtins import default_registry
 from tether.store.base import Store
 from tether.store.memory import MemoryStore
+from tether.tools.builtin.files import default_registry
 
 from .loop_support import events_of
 
@@ -355,7 +355,7 @@ async def test_ask_human_waits_and_the_decision_continues(decision: str, tmp_pat
 
 
 async def test_a_compensated_task_replays_without_undoing_anything(tmp_path: Path) -> None:
-    from tether.runtime.replay import replay_task
+    from tether.report.replay import replay_task
 
     store = await MemoryStore.open()
     svc = Tickets(failing={"c": 10**6})

@@ -12,8 +12,8 @@ import tether
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.rebuild import rebuild
-from tether.runtime.builtins import default_registry
 from tether.store.base import Store
+from tether.tools.builtin.files import default_registry
 
 from .loop_support import events_of, honest_actor, ledger_of, run_task, spec_of
 

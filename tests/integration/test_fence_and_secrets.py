@@ -24,11 +24,11 @@ from tests.integration.loop_support import by_purpose, rules_judge, spec_of
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
-from tether.runtime import builtins
 from tether.runtime.engine import Engine, ModelSet
 from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
 from tether.store.base import Store
+from tether.tools.builtin import files as builtins
 from tether.tools.registry import ToolContext, ToolRegistry, ensure_lease, tool
 
 SECRET = "tk-4f8a9c2e71d04b6b"

@@ -12,7 +12,7 @@ import pytest
 from tether.clock import FakeClock
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
-from tether.runtime import history
+from tether.runtime.round import history
 from tether.store import open_store
 from tether.store.base import Store
 

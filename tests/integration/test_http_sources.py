@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from tether import errors
-from tether.runtime import source_tools as st
-from tether.runtime.source_tools import source_tools
 from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
 from tether.store.base import Store
+from tether.tools.builtin import sources as st
+from tether.tools.builtin.sources import source_tools
 from tether.tools.registry import Tool, ToolContext
 
 SECRET = "hunter2-very-secret"

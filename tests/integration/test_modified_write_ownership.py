@@ -13,9 +13,9 @@ from pathlib import Path
 
 from tether import approvals
 from tether.models.scripted import tool_call
-from tether.runtime.builtins import default_registry
 from tether.spec import parse_spec
 from tether.store.memory import MemoryStore
+from tether.tools.builtin.files import default_registry
 from tether.tools.registry import ToolContext, tool
 
 from . import test_overwrite_approval as ov

@@ -23,9 +23,9 @@ from tether.clock import FakeClock
 from tether.edits import tell
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
-from tether.runtime import notices as nt
-from tether.runtime.notify import LogNotifier, default_notifier
-from tether.runtime.watch import sweep
+from tether.runtime.watch import notices as nt
+from tether.runtime.watch.sinks import LogNotifier, default_notifier
+from tether.runtime.watch.sweep import sweep
 from tether.store import Store
 from tether.store.memory import MemoryStore
 

@@ -22,12 +22,12 @@ import pytest
 
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
-from tether.runtime.builtins import default_registry
+from tether.report.replay import replay_task
 from tether.runtime.engine import Engine, ModelSet
-from tether.runtime.replay import replay_task
 from tether.runtime.tasks import create_task
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import Store
+from tether.tools.builtin.files import default_registry
 from tether.tools.registry import Tool, ToolRegistry, tool
 
 from ..conftest import Backend

@@ -13,11 +13,11 @@ import pytest
 from tether import artifacts as A
 from tether import errors
 from tether.edits import edit_task
-from tether.runtime import builtins
-from tether.runtime.builtins import default_registry
 from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
 from tether.store.base import Store
+from tether.tools.builtin import files as builtins
+from tether.tools.builtin.files import default_registry
 from tether.tools.registry import ToolContext
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import tether
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
-from tether.runtime.builtins import default_registry
 from tether.store.memory import MemoryStore
 from tether.tools.breaker import ServiceGuard
+from tether.tools.builtin.files import default_registry
 from tether.tools.retry import RetryPolicy
 
 from .loop_support import events_of

@@ -8,8 +8,8 @@ from pathlib import Path
 import tether
 from tether import approvals, errors
 from tether.models.base import ModelRequest, ModelResponse
-from tether.runtime.builtins import default_registry
 from tether.store.memory import MemoryStore
+from tether.tools.builtin.files import default_registry
 from tether.tools.retry import RetryPolicy
 
 from .loop_support import events_of

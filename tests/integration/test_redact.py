@@ -11,8 +11,8 @@ import tether
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.redact import MASK, redact, redact_data
-from tether.runtime.builtins import default_registry
 from tether.store.memory import MemoryStore
+from tether.tools.builtin.files import default_registry
 
 KEY = "sk-test-4f9a8b7c6d5e"
 

@@ -1,4 +1,4 @@
-"""Deterministic replay (`tether.runtime.replay`, `tether replay`): a real run replays
+"""Deterministic replay (`tether.report.replay`, `tether replay`): a real run replays
 clean on SQLite and PostgreSQL, a tampered recording diverges at the round it changed,
 `--until` stops before it, and bad input is refused."""
 
@@ -13,7 +13,7 @@ import pytest
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
-from tether.runtime.replay import replay_task
+from tether.report.replay import replay_task
 from tether.store.base import Store
 
 from ..conftest import Backend
@@ -159,7 +159,7 @@ async def test_an_edited_op_result_diverges_at_its_round(
 async def test_a_changed_audit_rule_diverges_at_the_first_verdict_it_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tether.runtime import judge
+    from tether.runtime.judge import judges as judge
     from tether.store.memory import MemoryStore
 
     store = MemoryStore()
@@ -273,8 +273,8 @@ def test_cli_replay_clean_tampered_and_bad_input(recorded_db: tuple[Path, str, s
 
 async def test_a_run_with_an_approval_replays_clean_through_the_decision(tmp_path: Path) -> None:
     from tether import approvals
-    from tether.runtime.builtins import default_registry
     from tether.store.memory import MemoryStore
+    from tether.tools.builtin.files import default_registry
 
     from .test_approval_required import Payments, run, setup
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from tether.edits import tell
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
-from tether.runtime.notify import LogNotifier
-from tether.runtime.replay import replay_task
-from tether.runtime.watch import sweep
+from tether.report.replay import replay_task
+from tether.runtime.watch.sinks import LogNotifier
+from tether.runtime.watch.sweep import sweep
 from tether.store.memory import MemoryStore
 
 from .loop_support import next_item, run_task, spec_of

@@ -19,11 +19,11 @@ from tether.clock import FakeClock
 from tether.edits import tell
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
-from tether.runtime import watch
+from tether.report.replay import replay_task
 from tether.runtime.engine import Engine, ModelSet
-from tether.runtime.replay import replay_task
 from tether.runtime.takeover import confirm_stopped
 from tether.runtime.tasks import create_task
+from tether.runtime.watch import sweep as watch
 from tether.store.memory import MemoryStore
 from tether.tools.registry import ToolContext, tool
 from tether.tools.retry import RetryPolicy

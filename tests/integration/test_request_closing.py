@@ -272,7 +272,7 @@ async def test_the_watchdogs_cancel_of_a_dead_workers_task_closes_its_requests(
     store: Store, make_task: MakeTask, clock: FakeClock
 ) -> None:
     from tether.runtime.tasks import cancel
-    from tether.runtime.watch import WatchPolicy, sweep
+    from tether.runtime.watch.sweep import WatchPolicy, sweep
 
     await make_task("t")
     lease = await store.claim("gone:1", 60, task_id="t")

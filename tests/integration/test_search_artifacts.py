@@ -18,12 +18,12 @@ from tether import errors
 from tether.edits import edit_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
-from tether.runtime.builtins import default_registry
-from tether.runtime.context import SUMMARY_PREFIX
-from tether.runtime.source_tools import source_tools
+from tether.runtime.round.context import SUMMARY_PREFIX
 from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
 from tether.store.base import Store
+from tether.tools.builtin.files import default_registry
+from tether.tools.builtin.sources import source_tools
 from tether.tools.registry import Tool, ToolContext
 
 from .loop_support import run_task

@@ -15,11 +15,11 @@ from tether.edits import edit_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.rebuild import rebuild
-from tether.runtime.ops import superseded_by
-from tether.runtime.source_tools import source_tools
+from tether.runtime.ops.runner import superseded_by
 from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
 from tether.store.base import OpRecord, Store
+from tether.tools.builtin.sources import source_tools
 from tether.tools.registry import ToolContext
 
 from .loop_support import events_of, ledger_of, run_task

@@ -14,8 +14,8 @@ import tether
 from tether import approvals
 from tether.edits import edit_task
 from tether.models.base import ModelRequest, ModelResponse
-from tether.runtime.builtins import default_registry
 from tether.store.memory import MemoryStore
+from tether.tools.builtin.files import default_registry
 
 from .loop_support import events_of, ledger_of, next_item
 

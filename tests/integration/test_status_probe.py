@@ -20,11 +20,11 @@ from tether.clock import FakeClock
 from tether.edits import tell
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
-from tether.runtime import probe
 from tether.runtime.engine import Engine, ModelSet, RunResult
-from tether.runtime.notify import LogNotifier
+from tether.runtime.run import probe
 from tether.runtime.tasks import create_task
-from tether.runtime.watch import sweep
+from tether.runtime.watch.sinks import LogNotifier
+from tether.runtime.watch.sweep import sweep
 from tether.store import Store
 from tether.store.memory import MemoryStore
 

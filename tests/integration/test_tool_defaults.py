@@ -19,11 +19,11 @@ import tether
 from tether import approvals, errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
-from tether.runtime.builtins import TOOLS_ENV, default_registry
 from tether.runtime.engine import Engine, ModelSet
 from tether.runtime.tasks import create_task
 from tether.spec import McpServer, parse_spec
 from tether.store.memory import MemoryStore
+from tether.tools.builtin.files import TOOLS_ENV, default_registry
 from tether.tools.mcp import McpSources
 from tether.tools.registry import Tool, ToolContext, ToolRegistry
 

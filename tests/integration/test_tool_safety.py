@@ -14,11 +14,11 @@ from tether import approvals, errors
 from tether.clock import FakeClock
 from tether.models.base import ModelRequest, ModelResponse, ToolCall
 from tether.models.scripted import ScriptedModel, tool_call
-from tether.runtime.builtins import default_registry
 from tether.runtime.engine import Engine, ModelSet
 from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
 from tether.store.memory import MemoryStore
+from tether.tools.builtin.files import default_registry
 from tether.tools.registry import Reconciliation, ToolContext, tool
 from tether.tools.retry import RetryPolicy
 

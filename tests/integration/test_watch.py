@@ -18,7 +18,7 @@ import pytest
 from tether.clock import FakeClock
 from tether.models.base import ModelResponse
 from tether.models.scripted import ScriptedModel
-from tether.runtime.watch import Notice, WatchPolicy, WebhookNotifier, sweep
+from tether.runtime.watch.sweep import Notice, WatchPolicy, WebhookNotifier, sweep
 from tether.store.base import TaskPatch
 from tether.store.memory import MemoryStore
 

@@ -19,7 +19,7 @@ from tether import artifacts as A
 from tether.edits import edit_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
-from tether.runtime import deliverables
+from tether.runtime.recovery import deliverables
 from tether.spec import parse_spec
 from tether.store.base import Store
 

@@ -532,7 +532,7 @@ def test_tether_tools_registers_tools_and_reports_bad_references(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from tether import errors
-    from tether.runtime.builtins import default_registry
+    from tether.tools.builtin.files import default_registry
 
     def store() -> Any:
         raise AssertionError("not used")

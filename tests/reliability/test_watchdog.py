@@ -30,7 +30,7 @@ WORKER = textwrap.dedent(
     import asyncio, logging, sys, time
     from tether.models.scripted import ScriptedModel
     from tether.runtime.engine import ModelSet
-    from tether.runtime.watch import WatchPolicy
+    from tether.runtime.watch.sweep import WatchPolicy
     from tether.runtime.worker import Worker
     from tether.store import open_store
     from tests.e2e.policies import done_policy
@@ -158,7 +158,7 @@ async def test_many_workers_sweeping_at_once_mark_a_silent_task_stalled_once(
     worker processes have) find the same silent tasks. Each task is marked `stalled`
     once and announced once, not by every sweep, and then claimed by a worker as usual."""
     from tether import events as ev
-    from tether.runtime.watch import WatchPolicy, sweep
+    from tether.runtime.watch.sweep import WatchPolicy, sweep
     from tether.store.base import TaskPatch
 
     url = (
@@ -218,7 +218,7 @@ async def test_a_cancel_its_worker_never_saw_is_carried_out_once_the_lease_expir
     a task nobody runs), once, and not while a worker still holds the lease."""
     from tether import events as ev
     from tether.runtime.tasks import cancel
-    from tether.runtime.watch import WatchPolicy, sweep
+    from tether.runtime.watch.sweep import WatchPolicy, sweep
     from tether.store.base import TaskPatch
 
     tid = (await add_task(store)).task_id

@@ -8,7 +8,7 @@ import pytest
 from tether import artifacts as A
 from tether import errors
 from tether import ledger as L
-from tether.runtime.judge import RoundFacts, audit, rule_verdict
+from tether.runtime.judge.judges import RoundFacts, audit, rule_verdict
 from tether.spec import Limits, parse_spec
 from tether.store.base import ArtifactRecord
 

@@ -1,4 +1,4 @@
-"""The audit by table: `tether.runtime.judge.audit`, `belongs` and `partial_record`.
+"""The audit by table: `tether.runtime.judge.judges.audit`, `belongs` and `partial_record`.
 
 Every case starts from a small ledger (items `a`, `b`, `c`), a catalogue of evidence
 the runtime knows (round, focus, tool, fingerprint), one round's facts (round 5, focus
@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 
 from tether import ledger as L
-from tether.runtime import progress as P
-from tether.runtime.judge import (
+from tether.runtime.judge.judges import (
     AuditOutcome,
     Evidence,
     ItemPolicy,
@@ -29,6 +28,7 @@ from tether.runtime.judge import (
     belongs,
     partial_record,
 )
+from tether.runtime.round import progress as P
 from tether.spec import Limits
 
 ROUND = 5

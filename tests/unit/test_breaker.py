@@ -376,11 +376,11 @@ def test_breaker_invariants(ops: list[tuple[str, str, bool]]) -> None:
 
 
 def test_one_admission_and_guard_type_serve_the_runtime() -> None:
-    # `tether.runtime.ops` still declares its own `Admission` and `Guard` protocols; the
+    # `tether.runtime.ops.runner` still declares its own `Admission` and `Guard` protocols; the
     # breaker's types must keep satisfying them until it imports these instead.
     import inspect
 
-    from tether.runtime import ops
+    from tether.runtime.ops import runner as ops
 
     adm = Admission(False, T0 + 5, "breaker open", "open")
     for name in ("allowed", "retry_at", "reason"):

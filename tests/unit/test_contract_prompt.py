@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tether.runtime.context import render_contract
+from tether.runtime.round.context import render_contract
 from tether.spec import parse_spec
 
 

@@ -16,9 +16,9 @@ import pytest
 
 from tether import errors
 from tether.models.base import ToolSchema
-from tether.runtime.builtins import FILE_TOOLS, default_registry
-from tether.runtime.source_tools import SOURCE_TOOLS
 from tether.tools import files, registry
+from tether.tools.builtin.files import FILE_TOOLS, default_registry
+from tether.tools.builtin.sources import SOURCE_TOOLS
 from tether.tools.files import Workspace
 from tether.tools.registry import Tool, ToolContext
 

@@ -12,7 +12,7 @@ import pytest
 from pydantic import Field
 
 from tether import _imports, errors, spec
-from tether.runtime.completion import _call_check
+from tether.runtime.judge.completion import _call_check
 from tether.tools.registry import ToolContext, tool
 
 

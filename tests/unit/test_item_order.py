@@ -9,7 +9,7 @@ import pytest
 
 from tether import errors
 from tether import ledger as L
-from tether.runtime.judge import (
+from tether.runtime.judge.judges import (
     Evidence,
     ProposedChange,
     RoundFacts,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tether import errors
-from tether.runtime.notify import Fanout, LogNotifier, WebhookNotifier, for_task
+from tether.runtime.watch.sinks import Fanout, LogNotifier, WebhookNotifier, for_task
 from tether.spec import WebhookTarget, parse_spec
 
 

@@ -1,4 +1,4 @@
-"""Progress facts (`tether.runtime.progress`): what makes a round new for its item, and
+"""Progress facts (`tether.runtime.round.progress`): what makes a round new for its item, and
 when two failures are the same failure."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.runtime import progress as P
-from tether.runtime.judge import OpSummary
-from tether.runtime.state import RunState
+from tether.runtime.judge.judges import OpSummary
+from tether.runtime.round import progress as P
+from tether.runtime.run.state import RunState
 
 # --- normalise: the same failure says the same thing, a different one does not -----------
 

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.runtime.state import STATE_VERSION, RunState, Spend
+from tether.runtime.run.state import STATE_VERSION, RunState, Spend
 
 OLD_ROW: dict[str, Any] = {
     "rounds": 12,

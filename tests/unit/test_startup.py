@@ -24,7 +24,7 @@ from tether.store import open_store
 #: Never needed to print help or read a task: the runtime, the SDKs, HTTP, the extras.
 HEAVY = (
     "tether.runtime.engine",
-    "tether.runtime.builtins",
+    "tether.tools.builtin.files",
     "tether.runtime.wiring",
     "tether.models.registry",
     "httpx",

@@ -55,7 +55,7 @@ def replay(
     """Re-run a task's rounds from the recorded model answers and tool results (no side
     effects) and check that the runtime makes the decisions it recorded; exits 1 at the
     first divergence."""
-    from tether.runtime.replay import replay_task
+    from tether.report.replay import replay_task
 
     async def main() -> dict[str, Any]:
         result = await with_store(

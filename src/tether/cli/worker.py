@@ -138,7 +138,7 @@ def worker(
     Each runs with the model, model options and TETHER_TOOLS it was started with; the
     model options given here, or this worker's TETHER_TOOLS, override them."""
     from tether.runtime.engine import inline_wait_max_from_env
-    from tether.runtime.notify import default_notifier
+    from tether.runtime.watch.sinks import default_notifier
     from tether.runtime.wiring import open_runtime
 
     if metrics_port is not None:

@@ -1,6 +1,6 @@
 """A stored model call, request and response, as the model saw and answered it.
 
-Requests are stored by reference (see `tether.runtime.history`); `load_call` rebuilds
+Requests are stored by reference (see `tether.runtime.round.history`); `load_call` rebuilds
 one byte for byte. Here a call is found by its id (`TASK.act.7`) or the part after the
 task id (`act.7`) or its number (`7`), and listed for people who do not know the ids yet.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tether import errors
-from tether.runtime.history import load_call
+from tether.runtime.round.history import load_call
 from tether.store.base import Store
 
 

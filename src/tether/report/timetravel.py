@@ -24,7 +24,7 @@ from tether.store.base import Store, StoredEvent
 
 #: Fields of an item's state a ledger diff may set (see `tether.ledger.apply`).
 _ITEM_FIELDS = ("status", "evidence", "attempts", "breaker", "note")
-#: What a task waits for, by the event that asked (see `tether.runtime.outcome`).
+#: What a task waits for, by the event that asked (see `tether.runtime.run.outcome`).
 _WAIT_KIND = {"approval.requested": "approval", "decision.requested": "decision"}
 
 

@@ -30,19 +30,21 @@ from tether import ledger as L
 from tether.clock import Clock, SystemClock
 from tether.models.base import Model, ModelRequest, ModelResponse
 from tether.redact import Redactor
-from tether.runtime import hints, history, probe, recovery
-from tether.runtime import outcome as out
-from tether.runtime import round as rounds
-from tether.runtime.builtins import BUILTIN_READ_TOOLS, READ_ARTIFACT, default_registry
-from tether.runtime.context import (
+from tether.runtime import hints
+from tether.runtime.ops.runner import INLINE_WAIT_MAX, Guard
+from tether.runtime.recovery import turn as recovery
+from tether.runtime.round import history
+from tether.runtime.round import phases as rounds
+from tether.runtime.round.context import (
     Context,
     Entry,
 )
-from tether.runtime.ops import INLINE_WAIT_MAX, Guard
-from tether.runtime.outcome import Stop
-from tether.runtime.ports import ModelSet as ModelSet  # re-exported: public
-from tether.runtime.ports import PendingRound
-from tether.runtime.state import RunState
+from tether.runtime.run import outcome as out
+from tether.runtime.run import probe
+from tether.runtime.run.outcome import Stop
+from tether.runtime.run.ports import ModelSet as ModelSet  # re-exported: public
+from tether.runtime.run.ports import PendingRound
+from tether.runtime.run.state import RunState
 from tether.spec import OpRule, TaskSpec, parse_spec, source_of
 from tether.store.base import (
     UNSET,
@@ -56,6 +58,7 @@ from tether.store.base import (
     TaskRecord,
     blob_hash,
 )
+from tether.tools.builtin.files import BUILTIN_READ_TOOLS, READ_ARTIFACT, default_registry
 from tether.tools.registry import Tool, ToolRegistry
 
 log = logging.getLogger("tether.engine")

@@ -165,6 +165,6 @@ def registry_for(
     refs = remembered_tools(launch)
     if not refs or tool_refs(env):
         return None
-    from tether.runtime.builtins import default_registry
+    from tether.tools.builtin.files import default_registry
 
     return default_registry(store_getter, {TOOLS_ENV: ",".join(refs)})

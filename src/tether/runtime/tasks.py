@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from tether import artifacts, errors, lifecycle
 from tether import ledger as L
 from tether.ledger import Ledger, Progress
-from tether.runtime.state import RunState
+from tether.runtime.run.state import RunState
 from tether.store.base import Store, TaskPatch, TaskRecord
 
 if TYPE_CHECKING:  # reading a task's status needs no contract models

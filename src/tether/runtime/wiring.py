@@ -22,15 +22,15 @@ from tether.clock import Clock
 from tether.models.base import Model
 from tether.models.registry import resolve_model
 from tether.runtime import launch
-from tether.runtime.builtins import FILE_TOOLS, READ_ARTIFACT, default_registry
 from tether.runtime.engine import Engine, ModelSet, check_tools, inline_wait_max_from_env
-from tether.runtime.notify import default_notifier
+from tether.runtime.watch.sinks import default_notifier
 from tether.runtime.worker import Worker
 from tether.spec import TaskSpec, parse_spec
 from tether.store import Store
 
 # Re-exported: `open_db` lives with the store so that reading commands need no runtime.
 from tether.store.opening import open_db as open_db
+from tether.tools.builtin.files import FILE_TOOLS, READ_ARTIFACT, default_registry
 from tether.tools.registry import ToolRegistry
 
 RULES_ONLY = "rules"

@@ -33,7 +33,6 @@ from typing import Any
 from tether import errors
 from tether.clock import SystemClock
 from tether.runtime import launch
-from tether.runtime.builtins import READ_ARTIFACT, default_registry
 from tether.runtime.engine import (
     Engine,
     ModelSet,
@@ -43,9 +42,10 @@ from tether.runtime.engine import (
     process_id,
 )
 from tether.runtime.takeover import lease_period
-from tether.runtime.watch import Notifier, SweepReport, WatchPolicy, sweep
+from tether.runtime.watch.sweep import Notifier, SweepReport, WatchPolicy, sweep
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import Lease, Store
+from tether.tools.builtin.files import READ_ARTIFACT, default_registry
 from tether.tools.registry import ToolRegistry
 
 log = logging.getLogger("tether.worker")

@@ -20,7 +20,7 @@ The runtime reads that back from the op journal to tell a file the task made fro
 that was there before it started (changing the latter is an `overwrite`).
 
 This module is the blocking implementation (`Workspace`). The tools the model sees are
-declared in `tether.runtime.builtins` with the public `@tool`, like any user tool: their
+declared in `tether.tools.builtin.files` with the public `@tool`, like any user tool: their
 signatures give the schemas and the argument checks, and `@tool` runs the IO in a
 thread.
 """

@@ -26,7 +26,7 @@ from prometheus_client.core import (
 from starlette.requests import Request
 
 from tether import lifecycle
-from tether.runtime.state import RunState
+from tether.runtime.run.state import RunState
 from tether.store.base import Store
 from tether.web.app import state_of
 

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 from tether import errors
 from tether import events as ev
 from tether.runtime import hints
-from tether.runtime import outcome as out
-from tether.runtime.outcome import Outcome
+from tether.runtime.run import outcome as out
+from tether.runtime.run.outcome import Outcome
 
 if TYPE_CHECKING:
-    from tether.runtime.ports import GuardHost
+    from tether.runtime.run.ports import GuardHost
 
 
 async def control(run: GuardHost) -> Outcome | None:

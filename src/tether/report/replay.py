@@ -44,14 +44,14 @@ from typing import Any
 
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
-from tether.runtime import history
-from tether.runtime.builtins import as_sent, default_registry
 from tether.runtime.engine import Engine, ModelSet
+from tether.runtime.round import history
 from tether.runtime.tasks import ledger_from_spec
 from tether.spec import parse_spec
 from tether.store.base import OpRecord, Store, StoredEvent, TaskPatch, TaskRecord
 from tether.store.memory import MemoryStore
 from tether.tools import files
+from tether.tools.builtin.files import as_sent, default_registry
 from tether.tools.registry import (
     Compensation,
     Reconciliation,

@@ -25,7 +25,7 @@ from tether import events as ev
 from tether import failpoints, lifecycle
 from tether.runtime import hints
 from tether.runtime.engine import owner_is_dead, process_id
-from tether.runtime.notify import Notice, Notifier
+from tether.runtime.watch.sinks import Notice, Notifier
 from tether.store.base import Store, StoredEvent, TaskRecord
 
 #: The journal events that may make a notice.

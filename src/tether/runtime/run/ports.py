@@ -22,8 +22,8 @@ from tether import events as ev
 from tether import ledger as L
 from tether.clock import Clock
 from tether.models.base import Message, Model, ModelRequest, ModelResponse
-from tether.runtime.context import Context
-from tether.runtime.state import RunState
+from tether.runtime.round.context import Context
+from tether.runtime.run.state import RunState
 from tether.spec import TaskSpec
 from tether.store.base import (
     ApprovalRecord,

@@ -17,7 +17,7 @@ from tether import _imports
 from tether import ledger as L
 from tether.errors import UserError
 from tether.models.base import Message, ModelRequest
-from tether.runtime.judge import _run_command
+from tether.runtime.judge.judges import _run_command
 from tether.spec import CallableCheck, CommandCheck, TaskSpec
 
 

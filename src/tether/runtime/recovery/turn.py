@@ -17,14 +17,15 @@ from tether import artifacts as A
 from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message
-from tether.runtime import deliverables, history
-from tether.runtime import outcome as out
-from tether.runtime.context import Context, Entry, render_system, turn_message
-from tether.runtime.outcome import Outcome
+from tether.runtime.recovery import deliverables
+from tether.runtime.round import history
+from tether.runtime.round.context import Context, Entry, render_system, turn_message
+from tether.runtime.run import outcome as out
+from tether.runtime.run.outcome import Outcome
 from tether.store.base import ArtifactRecord, blob_hash
 
 if TYPE_CHECKING:
-    from tether.runtime.ports import TurnHost
+    from tether.runtime.run.ports import TurnHost
 
 
 async def start_turn(run: TurnHost) -> Outcome | None:

@@ -23,9 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tether import events as ev
 from tether import ledger as L
+from tether.artifacts import deliverable_meta
 from tether.models.base import Message, ModelRequest
-from tether.runtime import progress as P
-from tether.runtime.deliverables import deliverable_meta
+from tether.runtime.round import progress as P
 from tether.spec import (
     ArtifactRule,
     ChecklistItem,

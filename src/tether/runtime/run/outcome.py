@@ -20,7 +20,7 @@ from tether import lifecycle
 from tether.store.base import ApprovalRecord, OpRecord
 
 if TYPE_CHECKING:
-    from tether.runtime.ports import Journal
+    from tether.runtime.run.ports import Journal
 
 
 @dataclass(frozen=True)

@@ -40,17 +40,19 @@ from tether import errors, failpoints, telemetry
 from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message, ModelRequest, ModelResponse
-from tether.runtime import guards, hints, history, verdicts
-from tether.runtime import judge as J
-from tether.runtime import outcome as out
-from tether.runtime import progress as P
-from tether.runtime.compaction import compact_context
-from tether.runtime.ops import OpOutcome, OpRunner
-from tether.runtime.outcome import Outcome, Stop
-from tether.runtime.ports import PendingRound
+from tether.runtime import hints
+from tether.runtime.judge import judges as J
+from tether.runtime.judge import verdicts
+from tether.runtime.ops.runner import OpOutcome, OpRunner
+from tether.runtime.round import guards, history
+from tether.runtime.round import progress as P
+from tether.runtime.round.compaction import compact_context
+from tether.runtime.run import outcome as out
+from tether.runtime.run.outcome import Outcome, Stop
+from tether.runtime.run.ports import PendingRound
 
 if TYPE_CHECKING:
-    from tether.runtime.ports import RoundHost
+    from tether.runtime.run.ports import RoundHost
 
 #: The actor asks for a human with a line that starts NEED_HELP (as its prompt says);
 #: the words quoted inside a sentence are not a request.

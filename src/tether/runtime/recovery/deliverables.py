@@ -32,16 +32,15 @@ from tether import artifacts as A
 from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message
-from tether.runtime.context import Entry, continuation_message
+from tether.runtime.round.context import Entry, continuation_message
 from tether.store.base import ArtifactRecord, OpRecord, Store, blob_hash
 from tether.tools.registry import ToolContext
 
 if TYPE_CHECKING:
-    from tether.runtime.ports import JudgeHost, TurnHost
+    from tether.runtime.run.ports import JudgeHost, TurnHost
 
-#: Meta keys of an evidence artifact that stands for a workspace file.
-DELIVERABLE_KEY = "deliverable"
-SHA256_KEY = "sha256"
+DELIVERABLE_KEY = A.DELIVERABLE_KEY
+SHA256_KEY = A.SHA256_KEY
 #: The built-in tools that write workspace files (their ops name the file in `path`).
 WRITERS = ("write_file", "append_file")
 
@@ -57,11 +56,6 @@ class Broken:
     def to_dict(self) -> dict[str, str]:
         """JSON-ready form."""
         return {"item": self.item, "ref": self.ref, "reason": self.reason}
-
-
-def deliverable_meta(path: str, data: bytes) -> dict[str, Any]:
-    """The meta of an evidence artifact that accepts workspace file `path` with `data`."""
-    return {DELIVERABLE_KEY: path, SHA256_KEY: hashlib.sha256(data).hexdigest()}
 
 
 def _file_bytes(workspace: Path | None, path: str) -> bytes | None:
@@ -300,8 +294,8 @@ async def verify(
     arts = await _closure(store, task_id, art_ids) if art_ids else {}
     hashed = [a for i, a in arts.items() if blobs or i not in art_ids]
     # Imported here: `ops` imports the built-in tools, which import this module.
-    from tether.runtime.builtins import as_sent
-    from tether.runtime.ops import compensation_of, history_only, superseded_by
+    from tether.runtime.ops.runner import compensation_of, history_only, superseded_by
+    from tether.tools.builtin.files import as_sent
 
     writers: list[OpRecord] = []
     history: dict[str, str] = {}

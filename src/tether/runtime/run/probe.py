@@ -43,7 +43,8 @@ from tether import errors, lifecycle, telemetry
 from tether import events as ev
 from tether.clock import Clock
 from tether.models.base import Message, ModelRequest, ModelResponse
-from tether.runtime import hints, history
+from tether.runtime import hints
+from tether.runtime.round import history
 from tether.store.base import TaskPatch, blob_hash
 
 if TYPE_CHECKING:

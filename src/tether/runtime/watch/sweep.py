@@ -35,8 +35,8 @@ from typing import Any
 from tether import errors, lifecycle
 from tether import events as ev
 from tether.clock import Clock, SystemClock
-from tether.runtime import notices as nt
-from tether.runtime.notify import (
+from tether.runtime.watch import notices as nt
+from tether.runtime.watch.sinks import (
     WEBHOOK_ENV,
     WEBHOOK_SECRET_ENV,
     Fanout,

@@ -23,12 +23,12 @@ from tether import errors, failpoints, tokens
 from tether import events as ev
 from tether.ledger import Ledger
 from tether.models.base import Message, ModelRequest
-from tether.runtime import history
-from tether.runtime.context import SUMMARY_PREFIX, Entry, render_system, transcript
+from tether.runtime.round import history
+from tether.runtime.round.context import SUMMARY_PREFIX, Entry, render_system, transcript
 from tether.store.base import ArtifactRecord
 
 if TYPE_CHECKING:
-    from tether.runtime.ports import CompactHost
+    from tether.runtime.run.ports import CompactHost
 
 COMPACT_INSTRUCTIONS = """\
 You compress the history of a long-running agent task so that it fits the context

@@ -10,21 +10,22 @@ from tether import errors, failpoints
 from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message
-from tether.runtime import deliverables, hints
-from tether.runtime import judge as J
-from tether.runtime import outcome as out
-from tether.runtime import progress as P
-from tether.runtime.builtins import as_sent
-from tether.runtime.completion import parse_review, review_request, run_acceptance
-from tether.runtime.context import Entry, continuation_message
-from tether.runtime.ops import history_only
-from tether.runtime.outcome import Outcome
-from tether.runtime.source_tools import stale_reads
+from tether.runtime import hints
+from tether.runtime.judge import judges as J
+from tether.runtime.judge.completion import parse_review, review_request, run_acceptance
+from tether.runtime.ops.runner import history_only
+from tether.runtime.recovery import deliverables
+from tether.runtime.round import progress as P
+from tether.runtime.round.context import Entry, continuation_message
+from tether.runtime.run import outcome as out
+from tether.runtime.run.outcome import Outcome
 from tether.spec import TaskSpec
 from tether.store.base import ArtifactRecord, OpRecord
+from tether.tools.builtin.files import as_sent
+from tether.tools.builtin.sources import stale_reads
 
 if TYPE_CHECKING:
-    from tether.runtime.ports import JudgeHost, PendingRound
+    from tether.runtime.run.ports import JudgeHost, PendingRound
 
 
 def facts_from_dict(d: Mapping[str, Any]) -> J.RoundFacts:

@@ -44,11 +44,11 @@ from tether import errors, failpoints, telemetry
 from tether import events as ev
 from tether.models.base import ModelResponse, ToolCall
 from tether.runtime import hints
-from tether.runtime import outcome as out
-from tether.runtime.builtins import READ_ARTIFACT, as_sent
-from tether.runtime.outcome import Outcome, Stop
+from tether.runtime.run import outcome as out
+from tether.runtime.run.outcome import Outcome, Stop
 from tether.store.base import ApprovalRecord, ArtifactRecord, OpRecord, blob_hash
 from tether.tools import failures, files
+from tether.tools.builtin.files import READ_ARTIFACT, as_sent
 from tether.tools.registry import (
     RISKY,
     Reconciliation,
@@ -60,7 +60,7 @@ from tether.tools.registry import (
 from tether.tools.retry import RetryPolicy, decide
 
 if TYPE_CHECKING:
-    from tether.runtime.ports import OpsHost
+    from tether.runtime.run.ports import OpsHost
 
 #: Backoffs up to this long are waited out in the worker; longer ones park the task as
 #: `waiting` until the stored time, releasing the lease.

@@ -50,8 +50,8 @@ from pydantic import Field
 from tether import artifacts as A
 from tether import errors
 from tether import events as ev
+from tether.artifacts import deliverable_meta
 from tether.redact import MASK, redact
-from tether.runtime.deliverables import deliverable_meta
 from tether.spec import Source
 from tether.store.base import ArtifactRecord, OpRecord, Store, blob_hash
 from tether.tools import files

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tether.models.base import Message, ModelRequest, ModelResponse, ToolSchema
-from tether.runtime.context import Entry
+from tether.runtime.round.context import Entry
 from tether.store.base import Store
 
 #: Event types whose data adds to the conversation.

@@ -1,0 +1,1 @@
+"""Recovery at a turn's start: ops in doubt, evidence and deliverables checked again."""

@@ -1,0 +1,1 @@
+"""Built-in tools: workspace files, artifacts, and the contract's sources."""

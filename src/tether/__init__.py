@@ -94,20 +94,12 @@ _WHERE: dict[str, str] = {
 }
 
 
-def _version() -> str:
-    """The installed distribution's version (package metadata)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("tether")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "0+unknown"
-
-
 def __getattr__(name: str) -> Any:
     """Load a public name on first use and keep it (later lookups skip this)."""
     if name == "__version__":
-        value: Any = _version()
+        from tether._version import installed_version
+
+        value: Any = installed_version()
     elif name in _WHERE:
         value = getattr(importlib.import_module(_WHERE[name]), name)
     else:

@@ -7,8 +7,8 @@ import socket
 import subprocess
 import sys
 
-from tether.runtime.engine import owner_is_dead
 from tether.runtime.ops.runner import op_id_for
+from tether.runtime.takeover import owner_is_dead
 
 
 def test_live_dead_and_remote_owners() -> None:

@@ -17,7 +17,6 @@ import contextlib
 import json
 import logging
 import os
-import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -45,6 +44,7 @@ from tether.runtime.run.outcome import Stop
 from tether.runtime.run.ports import ModelSet as ModelSet  # re-exported: public
 from tether.runtime.run.ports import PendingRound
 from tether.runtime.run.state import RunState
+from tether.runtime.takeover import owner_is_dead, process_id
 from tether.spec import OpRule, TaskSpec, parse_spec, source_of
 from tether.store.base import (
     UNSET,
@@ -96,14 +96,6 @@ class RunResult:
     waiting: Mapping[str, Any] | None
     rounds: int
     interrupted: bool = False
-
-
-def process_id() -> str:
-    """This process as `host:pid`: the default worker id, and the form `owner_is_dead`
-    reads (lease owners, notice senders)."""
-    import os
-
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def default_guard(store: Store, spec: TaskSpec, clock: Clock) -> Guard:
@@ -182,24 +174,6 @@ def check_tools(spec: TaskSpec, known: Sequence[str]) -> None:
                 f"{item.id!r} could never be done",
                 source=source_of(spec),
             )
-
-
-def owner_is_dead(owner: str | None) -> bool:
-    """True when a lease owner is a process of this machine that no longer exists."""
-    if not owner:
-        return False
-    host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    import os
-
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
 def _cost(model: str, response: ModelResponse) -> float:

@@ -12,6 +12,7 @@ risen fencing token refuses anything the old holder still tries to write.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -113,3 +114,29 @@ async def confirm_stopped(
         ],
     )
     return Watched(task.lease_owner, clock.now() - start)
+
+
+def process_id() -> str:
+    """This process as `host:pid`: the default worker id, and the form `owner_is_dead`
+    reads (lease owners, notice senders)."""
+    import os
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owner_is_dead(owner: str | None) -> bool:
+    """True when a lease owner is a process of this machine that no longer exists."""
+    if not owner:
+        return False
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    import os
+
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

@@ -38,10 +38,8 @@ from tether.runtime.engine import (
     ModelSet,
     RunResult,
     check_tools,
-    owner_is_dead,
-    process_id,
 )
-from tether.runtime.takeover import lease_period
+from tether.runtime.takeover import lease_period, owner_is_dead, process_id
 from tether.runtime.watch.sweep import Notifier, SweepReport, WatchPolicy, sweep
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import Lease, Store

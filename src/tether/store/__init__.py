@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl
 
 from tether import errors
 from tether.clock import Clock
+from tether.store._sqlite_level import sqlite_synchronous
 from tether.store.base import (
     SCHEMA_VERSION,
     ApprovalRecord,
@@ -70,7 +71,6 @@ def default_url() -> str:
 
 
 #: The `synchronous` levels SQLite knows.
-SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 #: The query parameters a `sqlite:///` URL may carry.
 SQLITE_URL_PARAMS = ("synchronous", "busy_timeout")
 
@@ -98,18 +98,6 @@ def sqlite_path(url: str) -> Path:
     if not rest:
         raise errors.StoreConfigError(f"{url!r} names no file; use sqlite:///path/to/file.db")
     return Path(rest)
-
-
-def sqlite_synchronous(value: str, source: str = "synchronous") -> str:
-    """The SQLite level for `value` (any case); `StoreConfigError` naming `source` if it is
-    not one of OFF, NORMAL, FULL, EXTRA."""
-    level = value.strip().upper()
-    if level not in SQLITE_SYNCHRONOUS:
-        raise errors.StoreConfigError(
-            f"{source}={value!r} is not one of {', '.join(s.lower() for s in SQLITE_SYNCHRONOUS)}"
-            " (SQLite's synchronous level; the default is full)"
-        )
-    return level
 
 
 def _busy_timeout_ms(url: str, value: str | None) -> int:

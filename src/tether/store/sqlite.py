@@ -94,7 +94,7 @@ class SQLiteStore(SqlStore):
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         read_only: bool = False,
     ) -> None:
-        from tether.store import sqlite_synchronous
+        from tether.store._sqlite_level import sqlite_synchronous
 
         self.path = str(path)
         self.synchronous: Synchronous = sqlite_synchronous(synchronous)  # type: ignore[assignment]
@@ -120,7 +120,7 @@ class SQLiteStore(SqlStore):
     ) -> SQLiteStore:
         """Open (and migrate) a database file; `create=False` refuses a missing file;
         `read_only` opens an existing file for reading only (see the module)."""
-        from tether.store import sqlite_synchronous
+        from tether.store._sqlite_level import sqlite_synchronous
 
         sqlite_synchronous(synchronous)  # refuse a bad level before touching the disk
         p = Path(path)

@@ -75,8 +75,9 @@ from typing import IO, Any, Final, TextIO, cast
 
 from pydantic import ValidationError
 
-from tether import __version__, errors
+from tether import errors
 from tether._extras import needs
+from tether._version import installed_version
 from tether.spec import McpServer
 from tether.tools.registry import Effect, Tool, ToolContext, bad_arguments
 
@@ -337,7 +338,7 @@ class McpToolSource:
         return Client(
             target,
             read_timeout_seconds=self.server.timeout,
-            client_info=mcp_types.Implementation(name="tether", version=__version__),
+            client_info=mcp_types.Implementation(name="tether", version=installed_version()),
             cache=None,
         )
 

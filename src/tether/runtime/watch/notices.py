@@ -24,7 +24,7 @@ from typing import Any
 from tether import events as ev
 from tether import failpoints, lifecycle
 from tether.runtime import hints
-from tether.runtime.engine import owner_is_dead, process_id
+from tether.runtime.takeover import owner_is_dead, process_id
 from tether.runtime.watch.sinks import Notice, Notifier
 from tether.store.base import Store, StoredEvent, TaskRecord
 

@@ -166,10 +166,9 @@ async def decide(
     still = [a for a in requests.values() if a.status == "pending" and a.request_id != request_id]
     patch = None
     if task.status == "waiting" and not still:
-        events.append(
-            ev.TaskStatusChanged(src="waiting", dst="queued", reason=f"{request_id} {decision}d")
-        )
-        patch = TaskPatch(status="queued", waiting=None, wake_at=None)
+        change, moved = lifecycle.transition(task, "queued", f"{request_id} {decision}d")
+        events.append(change)
+        patch = TaskPatch(**moved)
     try:
         await store.commit(task_id, None, events, task=patch, approvals=[record])
     except (errors.ConcurrentUpdate, errors.IllegalTransition):

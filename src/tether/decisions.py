@@ -74,8 +74,9 @@ async def _write(
     ]
     patch: TaskPatch | None = None
     if task.status in ("waiting", "suspended", "stalled"):
-        events.append(ev.TaskStatusChanged(src=task.status, dst="queued", reason="a human decided"))
-        patch = TaskPatch(status="queued", waiting=None, wake_at=None, usage=usage)
+        change, moved = lifecycle.transition(task, "queued", "a human decided")
+        events.append(change)
+        patch = TaskPatch(**moved, usage=usage)
     elif usage is not None:
         patch = TaskPatch(usage=usage)
     await store.commit(
@@ -171,20 +172,8 @@ async def abandon_task(store: Store, task_id: str, *, reason: str, by: str = "us
     requests close with it, in the same commit (`approval.closed`, see `tether.approvals`)."""
     why = _reason(reason, "abandon")
     task = await changeable(store, task_id, "abandon")
-    events: list[ev.Event] = [
-        ev.TaskStatusChanged(
-            src=task.status,
-            dst="abandoned",
-            stop_reason="abandoned_by_user",
-            reason=f"abandoned by {by}: {why}",
-        )
-    ]
-    await store.commit(
-        task_id,
-        None,
-        events,
-        task=TaskPatch(
-            status="abandoned", stop_reason="abandoned_by_user", waiting=None, wake_at=None
-        ),
+    change, patch = lifecycle.transition(
+        task, "abandoned", f"abandoned by {by}: {why}", stop_reason="abandoned_by_user"
     )
+    await store.commit(task_id, None, [change], task=TaskPatch(**patch))
     return await store.get_task(task_id)

@@ -19,6 +19,7 @@ that waits for a human is queued again.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from tether import approvals, errors, lifecycle
@@ -146,27 +147,20 @@ async def edit_task(
         now=store_time(store),
     )
     events += closed_events
-    status = None
+    patch = TaskPatch(
+        version=version, spec=new_spec.model_dump(mode="json"), waiting=None, wake_at=None
+    )
     if task.status != "queued":
-        status = "queued"
-        lifecycle.check_transition(task.status, "queued", task_id=task_id)
-        events.append(
-            ev.TaskStatusChanged(
-                src=task.status, dst="queued", reason=reason or f"edited by {by} (v{version})"
-            )
+        change, moved = lifecycle.transition(
+            task, "queued", reason or f"edited by {by} (v{version})"
         )
+        events.append(change)
+        patch = replace(patch, **moved)
     await store.commit(
         task_id,
         None,
         events,
-        task=TaskPatch(
-            status=status,
-            stop_reason=None,
-            version=version,
-            spec=new_spec.model_dump(mode="json"),
-            waiting=None,
-            wake_at=None,
-        ),
+        task=patch,
         ledger=LedgerWrite.of(ledger, old_ledger.version, skeleton=True),
         artifacts=stale.records,
         ops=stale.ops,
@@ -193,7 +187,8 @@ async def tell(store: Store, task_id: str, text: str, *, by: str = "user") -> Ta
     patch = None
     kind = (task.waiting or {}).get("kind")
     if task.status == "waiting" and kind in ("human", "decision"):
-        events.append(ev.TaskStatusChanged(src="waiting", dst="queued", reason=f"{by} answered"))
-        patch = TaskPatch(status="queued", waiting=None, wake_at=None)
+        change, moved = lifecycle.transition(task, "queued", f"{by} answered")
+        events.append(change)
+        patch = TaskPatch(**moved)
     await store.commit(task_id, None, events, task=patch)
     return await store.get_task(task_id)

@@ -5,13 +5,21 @@ lease), `waiting` (for a human, an external system, a retry time or more budget)
 `suspended` (parked by a budget cap or an admin), `stalled` (the watchdog found a
 stale heartbeat). Terminal states carry a `stop_reason`: `satisfied`, `abandoned`,
 `cancelled`, `failed`.
+
+`transition` is the one builder of a status change: the journaled event and the fields
+of the task row that go with it, checked against `TRANSITIONS`.
 """
 
 from __future__ import annotations
 
-from typing import Final, Literal, get_args
+import enum
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, Required, TypedDict, get_args
 
 from tether import errors
+
+if TYPE_CHECKING:  # the event models load where a change is built, not to read a status
+    from tether import events as ev
 
 Status = Literal[
     "queued",
@@ -119,3 +127,78 @@ def check_transition(
             )
     elif stop_reason is not None:
         raise errors.IllegalTransition(task_id, src, dst, "only terminal states stop")
+
+
+# --- the one builder of a status change ------------------------------------------------
+
+#: The longest wait's own words (`TaskStatusChanged.told`) a status change keeps.
+MAX_TOLD_CHARS = 1000
+
+
+class Keep(enum.Enum):
+    """Leave a field of the task row as it is (see `transition`)."""
+
+    KEEP = "keep"
+
+
+#: Leave the field as it is.
+KEEP: Final = Keep.KEEP
+
+
+class Moving(Protocol):
+    """What `transition` reads of a task: a stored task row, or a run of one."""
+
+    @property
+    def task_id(self) -> str:
+        """The task's id."""
+        ...
+
+    @property
+    def status(self) -> str:
+        """Its status now (the change's source)."""
+        ...
+
+
+class StatusPatch(TypedDict, total=False):
+    """The fields of the task row a status change sets, named as `TaskPatch` names them
+    (`TaskPatch(**patch, ...)`); a field absent is left as it is."""
+
+    status: Required[str]
+    stop_reason: Required[str | None]
+    waiting: dict[str, Any] | None
+    wake_at: float | None
+
+
+def transition(
+    task: Moving,
+    to: str,
+    why: str = "",
+    *,
+    stop_reason: str | None = None,
+    waiting: Mapping[str, Any] | Keep | None = None,
+    wake_at: float | Keep | None = None,
+) -> tuple[ev.TaskStatusChanged, StatusPatch]:
+    """The status change of `task` to `to` (`why`: the event's reason): its journaled
+    event and the task-row fields to commit with it, in one write.
+
+    Raises `IllegalTransition` unless `TRANSITIONS` allows it (with `stop_reason`, which
+    a terminal state needs). The wait ends with the state it belongs to: `waiting` (the
+    wait's document) and `wake_at` are cleared unless given, or kept as they are with
+    `KEEP`. Moving to `waiting` with a document that has a `reason` journals those words
+    as the event's `told` (what a notice of the wait quotes, even sent later).
+    """
+    from tether import events as ev
+
+    check_transition(task.status, to, stop_reason, task_id=task.task_id)
+    told = ""
+    if to == "waiting" and isinstance(waiting, Mapping) and waiting.get("reason"):
+        told = str(waiting["reason"])[:MAX_TOLD_CHARS]
+    event = ev.TaskStatusChanged(
+        src=task.status, dst=to, stop_reason=stop_reason, reason=why, told=told
+    )
+    patch: StatusPatch = {"status": to, "stop_reason": stop_reason}
+    if not isinstance(waiting, Keep):
+        patch["waiting"] = dict(waiting) if waiting is not None else None
+    if not isinstance(wake_at, Keep):
+        patch["wake_at"] = wake_at
+    return event, patch

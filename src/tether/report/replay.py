@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tether import errors
+from tether import errors, lifecycle
 from tether.models.base import ModelRequest, ModelResponse
 from tether.runtime.engine import Engine, ModelSet
 from tether.runtime.round import history
@@ -614,14 +614,17 @@ async def _apply_watch(store: Store, task_id: str, group: Sequence[StoredEvent])
     task = await store.get_task(task_id)
     if task.status != d.get("src") or task.lease_owner is not None:
         return False
-    if d.get("dst") == "suspended" and str(d.get("reason", "")).startswith("no answer"):
+    reason = str(d.get("reason", ""))
+    keep = lifecycle.KEEP
+    if d.get("dst") == "suspended" and reason.startswith("no answer"):
         waiting = {**(task.waiting or {}), "escalated_at": first.at}
-        patch = TaskPatch(status="suspended", waiting=waiting, wake_at=None)
+        _, patch = lifecycle.transition(task, "suspended", reason, waiting=waiting)
     elif _swept(first):
-        patch = TaskPatch(status="stalled")
+        _, patch = lifecycle.transition(task, "stalled", reason, waiting=keep, wake_at=keep)
     else:
         return False
-    await store.commit(task_id, None, [first.typed()], task=patch)
+    # The recorded event as it is; the row changes as the watchdog's did.
+    await store.commit(task_id, None, [first.typed()], task=TaskPatch(**patch))
     return True
 
 

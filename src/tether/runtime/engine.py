@@ -125,8 +125,6 @@ _REDACTED_EVENTS = frozenset(
         "task.status",
     }
 )
-#: The most characters of a wait's reason its status event keeps (`told`).
-MAX_TOLD_CHARS = 1000
 
 
 def _redacted(event: ev.Event, redactor: Redactor) -> ev.Event:
@@ -371,7 +369,7 @@ class Engine:
                 # other (Ctrl-C, a caller's timeout) goes on up.
                 if run.overdue is None or me is None or me.uncancel() > 0:
                     raise
-                if run.prober.ask_human and await probe.escalate(run, run.overdue):
+                if run.prober.ask_human and await run.ask_human(run.prober.escalation(run.overdue)):
                     return run.result()
                 return await run.timed_out(run.overdue)
         except errors.StoreUnavailable:
@@ -503,6 +501,35 @@ class TaskRun:
             self.task_id, task.status, None, task.waiting, self.rounds_this_run, interrupted=True
         )
 
+    def cancel_round(self, why: str, code: str) -> None:
+        """Cancel the round in flight (the status probe's `fail`): `timed_out` or
+        `ask_human` records it, with `code`."""
+        self.overdue = why
+        self.overdue_code = code
+        if self.driver is not None:
+            self.driver.cancel()
+
+    async def ask_human(self, ask: probe.AskHuman) -> bool:
+        """Apply a failed probe's `AskHuman`: the task waits for a person. False if the
+        wait cannot be stored (the task was cancelled or taken over meanwhile, the store
+        is away): then the round ends like one past its `round_timeout`."""
+        try:
+            task = await self.store.get_task(self.task_id)
+            change, patch = lifecycle.transition(
+                task, "waiting", ask.reason, waiting=self.redactor.data(ask.waiting)
+            )
+            await self.store.commit(
+                self.task_id, self.token, [ask.warning, change], task=TaskPatch(**patch)
+            )
+            self.task = await self.store.get_task(self.task_id)
+        except errors.TetherError as exc:
+            log.warning(
+                "task %s: could not ask a person after the status probe: %s", self.task_id, exc
+            )
+            return False
+        self.status = self.task.status
+        return True
+
     def _tick_wall(self, milestone: str | None) -> None:
         now = time.monotonic()
         spent = now - self.wall_mark
@@ -585,12 +612,6 @@ class TaskRun:
         """True once the worker was asked to stop between steps."""
         return self.e.stop.is_set()
 
-    def status_event(self, dst: str, stop_reason: str | None = None, reason: str = "") -> ev.Event:
-        """The status-change event from the current status."""
-        return ev.TaskStatusChanged(
-            src=self.status, dst=dst, stop_reason=stop_reason, reason=reason
-        )
-
     async def set_status(
         self,
         dst: str,
@@ -604,22 +625,17 @@ class TaskRun:
         approvals: Sequence[ApprovalRecord] = (),
     ) -> None:
         """Move the task (with its event) in one commit."""
-        if waiting is UNSET and dst != "waiting":
-            waiting = None
-        status = self.status_event(dst, stop_reason, reason)
-        if dst == "waiting" and isinstance(waiting, dict) and waiting.get("reason"):
-            # The wait's words go into the journal too: its notice quotes them.
-            told = str(waiting["reason"])[:MAX_TOLD_CHARS]
-            status = status.model_copy(update={"told": told})
-        await self.commit(
-            [*extra, status],
-            status=dst,
+        if waiting is UNSET:
+            waiting = lifecycle.KEEP if dst == "waiting" else None
+        change, patch = lifecycle.transition(
+            self,
+            dst,
+            reason,
             stop_reason=stop_reason,
             waiting=waiting,
-            wake_at=wake_at,
-            ops=ops,
-            approvals=approvals,
+            wake_at=lifecycle.KEEP if wake_at is UNSET else wake_at,
         )
+        await self.commit([*extra, change], **patch, ops=ops, approvals=approvals)
 
     def snapshot(self, message: str) -> None:
         """Tell the progress display."""

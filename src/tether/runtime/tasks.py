@@ -430,24 +430,14 @@ async def cancel(store: Store, task_id: str, *, by: str = "user") -> CancelResul
     clock = getattr(store, "clock", None)
     now = clock.now() if clock is not None else time.time()
     if task.lease_owner is None or (task.lease_expiry or 0) <= now:
+        change, patch = lifecycle.transition(
+            task, "cancelled", "cancelled", stop_reason="cancelled_by_user", wake_at=lifecycle.KEEP
+        )
         await store.commit(
             task_id,
             None,
-            [
-                ev.CancelRequested(by=by),
-                ev.TaskStatusChanged(
-                    src=task.status,
-                    dst="cancelled",
-                    stop_reason="cancelled_by_user",
-                    reason="cancelled",
-                ),
-            ],
-            task=TaskPatch(
-                status="cancelled",
-                stop_reason="cancelled_by_user",
-                cancel_requested=True,
-                waiting=None,
-            ),
+            [ev.CancelRequested(by=by), change],
+            task=TaskPatch(**patch, cancel_requested=True),
         )
         return CancelResult(task_id, "cancelled", "cancelled")
     await store.commit(

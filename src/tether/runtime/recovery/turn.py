@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from tether import artifacts as A
 from tether import events as ev
 from tether import ledger as L
+from tether import lifecycle
 from tether.models.base import Message
 from tether.runtime.recovery import deliverables
 from tether.runtime.round import history
@@ -51,8 +52,9 @@ async def start_turn(run: TurnHost) -> Outcome | None:
     invalidated: list[ArtifactRecord] = []
     if not first:
         ledger, invalidated = await _recover(run, ledger, events)
+    change, running = lifecycle.transition(run, "running", kind)
     if run.status != "running":
-        events.append(run.status_event("running", reason=kind))
+        events.append(change)
     await rebuild_context(run)
     epoch, why = epoch_needed(run, first)
     if epoch:
@@ -78,14 +80,7 @@ async def start_turn(run: TurnHost) -> Outcome | None:
             message=text,
         )
     )
-    await run.commit(
-        events,
-        status="running",
-        ledger=ledger,
-        waiting=None,
-        wake_at=None,
-        artifacts=invalidated,
-    )
+    await run.commit(events, **running, ledger=ledger, artifacts=invalidated)
     run.ctx.append(Entry("turn", [Message("user", text)]))
     run.snapshot(f"turn {turn} ({kind})")
     return None

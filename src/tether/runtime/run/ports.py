@@ -210,10 +210,6 @@ class TurnHost(JudgeHost, Protocol):
     epoch_every_turn: bool
     ctx: Context
 
-    def status_event(self, dst: str, stop_reason: str | None = None, reason: str = "") -> ev.Event:
-        """The status-change event from the current status."""
-        ...
-
     async def get_json(self, ref: str) -> Any:
         """A JSON blob."""
         ...

@@ -36,19 +36,20 @@ import logging
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Protocol
 
-from tether import errors, lifecycle, telemetry
+from tether import errors, telemetry
 from tether import events as ev
+from tether import ledger as L
 from tether.clock import Clock
 from tether.models.base import Message, ModelRequest, ModelResponse
 from tether.runtime import hints
 from tether.runtime.round import history
-from tether.store.base import TaskPatch, blob_hash
-
-if TYPE_CHECKING:
-    from tether.runtime.engine import TaskRun
+from tether.runtime.run.ports import ModelSet
+from tether.runtime.run.state import RunState
+from tether.spec import TaskSpec
+from tether.store.base import blob_hash
 
 log = logging.getLogger("tether.probe")
 
@@ -116,6 +117,66 @@ def request(task_id: str, item: str | None, title: str | None, round_no: int) ->
     )
 
 
+class ProbedRun(Protocol):
+    """What the probe reads of the run it watches, and the one thing it does to it:
+    cancel the round in flight. It never writes the task's status: a failed probe that
+    asks for a person says so (`Prober.escalation`) and the run applies it."""
+
+    @property
+    def task_id(self) -> str:
+        """The task's id."""
+        ...
+
+    @property
+    def spec(self) -> TaskSpec:
+        """The contract (its `limits`); absent until the run has loaded the task."""
+        ...
+
+    @property
+    def state(self) -> RunState:
+        """The run's usage: the probe's calls count in it."""
+        ...
+
+    @property
+    def ledger(self) -> L.Ledger:
+        """The ledger: the item the round works on."""
+        ...
+
+    @property
+    def models(self) -> ModelSet:
+        """The run's models: the probe asks the actor's."""
+        ...
+
+    @property
+    def round_started(self) -> float | None:
+        """When the round in flight started (None: no round in flight)."""
+        ...
+
+    @property
+    def overdue(self) -> str | None:
+        """Why the round in flight is being cancelled, once it is."""
+        ...
+
+    async def commit_aside(self, events: Sequence[ev.Event], blobs: Sequence[bytes]) -> None:
+        """Commit the probe's events next to the round in flight."""
+        ...
+
+    def cancel_round(self, why: str, code: str) -> None:
+        """Cancel the round in flight (`code`: its `audit.warning`'s)."""
+        ...
+
+
+@dataclass(frozen=True)
+class AskHuman:
+    """What a failed probe asks for under `ask_human`: the task waits for a person, with
+    the reason (`waiting`), after an `audit.warning` (`warning`); the status event's
+    reason is `CODE`."""
+
+    warning: ev.AuditWarning
+    waiting: dict[str, Any]
+    reason: str = CODE
+
+
 class _WaitAwareClock:
     """The run's clock, telling the prober when the round sleeps on it (a backoff, a
     breaker's cooldown, a concurrency slot): waiting is not silence."""
@@ -142,7 +203,7 @@ class Prober:
     """The status probe of one run (see the module docstring). The run's heartbeat calls
     `tick` at each beat; the run's commits call `heard`."""
 
-    def __init__(self, run: TaskRun, clock: Clock, *, enabled: bool = True) -> None:
+    def __init__(self, run: ProbedRun, clock: Clock, *, enabled: bool = True) -> None:
         self.run = run
         self.inner = clock
         #: What the round's parts use as the run's clock (sleeps are seen).
@@ -240,11 +301,27 @@ class Prober:
             why,
             "asking a person" if self.ask_human else "restarting the round",
         )
-        run.overdue = why
-        run.overdue_code = CODE
         self.answers = list(texts)
-        if run.driver is not None:
-            run.driver.cancel()
+        run.cancel_round(why, CODE)
+
+    def escalation(self, why: str) -> AskHuman:
+        """After a failed probe cancelled the round (`ask_human`): what the run commits
+        so the task waits for a person, with the reason. Nothing of the round's memory
+        is committed (as after a `round_timeout`); the next turn recovers what the round
+        left, like after a crash. Where the wait cannot be stored (the task was cancelled
+        or taken over meanwhile, the store is away), the round ends like one past its
+        `round_timeout`."""
+        task_id = self.run.task_id
+        waiting: dict[str, Any] = {
+            "kind": "human",
+            "reason": f"{why}; to try again as it is: {hints.resume(task_id)}; to answer: "
+            f"{hints.tell(task_id)}",
+            "probe": {"answers": list(self.answers)},
+        }
+        warning = ev.AuditWarning(
+            code=CODE, message=why, details={"round": self.run.state.rounds + 1}
+        )
+        return AskHuman(warning, waiting)
 
     async def _ask(
         self, round_no: int, item: str | None, title: str | None, attempt: int, silent: float
@@ -329,37 +406,3 @@ class Prober:
             summary=response.text[:100].strip(),
         )
         return called, [req_data, resp_data]
-
-
-async def escalate(run: TaskRun, why: str) -> bool:
-    """After a failed probe cancelled the round (`ask_human`): the task waits for a
-    person, with the reason. Nothing of the round's memory is committed (as after a
-    `round_timeout`); the next turn recovers what the round left, like after a crash.
-    False if the wait cannot be stored (the task was cancelled or taken over meanwhile,
-    the store is away): then the round ends like one past its `round_timeout`."""
-    waiting: dict[str, Any] = {
-        "kind": "human",
-        "reason": f"{why}; to try again as it is: {hints.resume(run.task_id)}; to answer: "
-        f"{hints.tell(run.task_id)}",
-        "probe": {"answers": run.prober.answers},
-    }
-    try:
-        task = await run.store.get_task(run.task_id)
-        lifecycle.check_transition(task.status, "waiting", task_id=run.task_id)
-        await run.store.commit(
-            run.task_id,
-            run.token,
-            [
-                ev.AuditWarning(code=CODE, message=why, details={"round": run.state.rounds + 1}),
-                ev.TaskStatusChanged(
-                    src=task.status, dst="waiting", reason=CODE, told=str(waiting["reason"])
-                ),
-            ],
-            task=TaskPatch(status="waiting", waiting=run.redactor.data(waiting), wake_at=None),
-        )
-        run.task = await run.store.get_task(run.task_id)
-    except errors.TetherError as exc:
-        log.warning("task %s: could not ask a person after the status probe: %s", run.task_id, exc)
-        return False
-    run.status = run.task.status
-    return True

@@ -225,16 +225,17 @@ async def _escalate(
         notice_id=f"{task.task_id}:escalation:{since:.3f}",
     )
     channel = await notifier.notify(notice)
+    change, patch = lifecycle.transition(
+        task,
+        "suspended",
+        "no answer: escalated to an admin",
+        waiting={**waiting, "escalated_at": now},
+    )
     await store.commit(
         task.task_id,
         None,
-        [
-            ev.NoticeSent(kind="escalation", channel=channel, text=text),
-            ev.TaskStatusChanged(
-                src="waiting", dst="suspended", reason="no answer: escalated to an admin"
-            ),
-        ],
-        task=TaskPatch(status="suspended", waiting={**waiting, "escalated_at": now}, wake_at=None),
+        [ev.NoticeSent(kind="escalation", channel=channel, text=text), change],
+        task=TaskPatch(**patch),
     )
     report.escalated.append(task.task_id)
     report.notices.append((task.task_id, "escalation"))
@@ -275,13 +276,13 @@ async def _silent(
         # Its worker went away before it saw the request, and a task someone asked to
         # cancel is never claimed: cancelled here, as `tether cancel` does a task
         # nobody runs.
-        change = ev.TaskStatusChanged(
-            src=task.status,
-            dst="cancelled",
+        change, patch = lifecycle.transition(
+            task,
+            "cancelled",
+            "cancelled: its worker stopped before it saw the request",
             stop_reason="cancelled_by_user",
-            reason="cancelled: its worker stopped before it saw the request",
+            wake_at=lifecycle.KEEP,
         )
-        patch = TaskPatch(status="cancelled", stop_reason="cancelled_by_user", waiting=None)
         done = report.cancelled
     else:
         if task.status != "running":
@@ -294,8 +295,9 @@ async def _silent(
             f"no heartbeat for {now - beat:.0f} s from {task.lease_owner or 'its worker'}; "
             "marked stalled, any worker may take it over"
         )
-        change = ev.TaskStatusChanged(src="running", dst="stalled", reason=text)
-        patch = TaskPatch(status="stalled")
+        change, patch = lifecycle.transition(
+            task, "stalled", text, waiting=lifecycle.KEEP, wake_at=lifecycle.KEEP
+        )
         done = report.stalled
     # Every worker sweeps: the mark is made under a lease of its own, taken only if the
     # task's token is still the one read above (no worker ran it, no other sweep
@@ -310,7 +312,7 @@ async def _silent(
         if lease.token != task.fencing_token + 1:
             return
         # The status change is announced from the journal, like every other.
-        await store.commit(task.task_id, lease.token, [change], task=patch)
+        await store.commit(task.task_id, lease.token, [change], task=TaskPatch(**patch))
     finally:
         with contextlib.suppress(errors.TetherError):
             await store.release(task.task_id, lease.token)

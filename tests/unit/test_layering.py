@@ -98,3 +98,59 @@ def test_a_round_ends_by_returning_its_outcome() -> None:
     # closes its call's bookkeeping and re-raises; only `round` turns a Stop into a result.
     assert catching == {"phases", "runner", "engine"}
     assert "except Stop as" in (SRC / "runtime" / "round" / "phases.py").read_text()
+
+
+#: The status-change event and the names a call may give a status outside `lifecycle`.
+STATUS_EVENT = "TaskStatusChanged"
+STATUS_WRITERS = ("TaskPatch", "commit")
+
+
+def status_builders(source: str) -> list[str]:
+    """Where `source` builds a status change by hand: a call of the status event's
+    class (or an import of it under another name), or a literal `status=` given to a
+    task patch or a commit."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and any(a.name == STATUS_EVENT for a in node.names):
+            out.append(f"line {node.lineno}: imports {STATUS_EVENT}")
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name == STATUS_EVENT:
+            out.append(f"line {node.lineno}: builds {STATUS_EVENT}")
+        elif name in STATUS_WRITERS and any(
+            k.arg == "status" and isinstance(k.value, ast.Constant) for k in node.keywords
+        ):
+            out.append(f"line {node.lineno}: {name}(status=...) by hand")
+    return out
+
+
+def test_only_lifecycle_builds_a_status_change() -> None:
+    """`lifecycle.transition` is the one builder of a status change (its event and its
+    task-row fields); everyone else asks it."""
+    found = {
+        str(path.relative_to(SRC)): status_builders(path.read_text(encoding="utf-8"))
+        for path in sorted(SRC.rglob("*.py"))
+        if path != SRC / "lifecycle.py"
+    }
+    assert {path: where for path, where in found.items() if where} == {}
+
+
+def test_the_status_check_sees_hand_built_changes() -> None:
+    # Guard against a check that cannot fail: each hand-built form is seen.
+    source = (
+        "from tether.events import TaskStatusChanged as Moved\n"
+        "e = ev.TaskStatusChanged(src='a', dst='b')\n"
+        "p = TaskPatch(status='queued', waiting=None)\n"
+        "await run.commit(events, status='running')\n"
+        "q = TaskPatch(usage={})\n"
+        "await run.commit(events, **patch)\n"
+    )
+    assert [w.split(":")[0] for w in status_builders(source)] == [
+        "line 1",
+        "line 2",
+        "line 3",
+        "line 4",
+    ]
+    assert "lifecycle.transition" in (SRC / "runtime" / "engine.py").read_text()

@@ -154,3 +154,11 @@ def test_the_status_check_sees_hand_built_changes() -> None:
         "line 4",
     ]
     assert "lifecycle.transition" in (SRC / "runtime" / "engine.py").read_text()
+
+
+def test_the_probe_does_not_know_the_engine() -> None:
+    """The status probe reads its run through `probe.ProbedRun` (no import of the
+    engine, type-only ones included: no `engine <-> probe` circle)."""
+    (path,) = SRC.rglob("probe.py")
+    assert "tether.runtime.run.state" in imports_of(path)  # the check sees its imports
+    assert offending([path], ("tether.runtime.engine", "tether.runtime.worker")) == []

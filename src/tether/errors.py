@@ -8,9 +8,6 @@
    `ToolFailed`, `OutcomeUnknown`, `ValidationFailed`, `ApprovalRequired` (the call
    waits for a human, then runs again approved).
 
-Cancellation (`TaskCancelled`) derives from `BaseException` so that a tool's
-`except Exception` cannot swallow it.
-
 Every class carries structured fields; its docstring's first line is its default
 message. Driver errors (sqlite3, psycopg) are translated once at the store boundary and
 kept as `__cause__`.
@@ -215,17 +212,6 @@ class ApprovalRequired(ToolSignal):
     instead (`overwrite`, `delete`, `send`, `pay`, `publish`), or refine it per call
     with `effect_of`.
     """
-
-
-# --- cancellation --------------------------------------------------------------------
-
-
-class TaskCancelled(BaseException):
-    """The task was cancelled; unwinds through `except Exception`."""
-
-    def __init__(self, task_id: str) -> None:
-        self.task_id = task_id
-        super().__init__(f"task {task_id} was cancelled")
 
 
 class TaskBusy(UserError):

@@ -58,7 +58,12 @@ from tether.store.base import (
     TaskRecord,
     blob_hash,
 )
-from tether.tools.builtin.files import BUILTIN_READ_TOOLS, READ_ARTIFACT, default_registry
+from tether.tools.builtin.files import (
+    BUILTIN_READ_TOOLS,
+    READ_ARTIFACT,
+    default_registry,
+    read_artifact_tool,
+)
 from tether.tools.registry import Tool, ToolRegistry
 
 log = logging.getLogger("tether.engine")
@@ -224,8 +229,8 @@ class Engine:
         self.store = store
         self.models = models
         self.registry = registry or default_registry(lambda: self.store)
-        if self.registry.get(READ_ARTIFACT) is None:
-            self.registry.add(default_registry(lambda: self.store).get(READ_ARTIFACT))  # type: ignore[arg-type]
+        if self.registry.get(READ_ARTIFACT) is None:  # the model reads long outputs with it
+            self.registry.add(read_artifact_tool(lambda: self.store))
         self.clock: Clock = clock or SystemClock()
         self.worker_id = worker_id or process_id()
         self.lease_ttl = lease_ttl

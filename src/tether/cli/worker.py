@@ -130,10 +130,21 @@ def worker(
             max=65535,
         ),
     ] = None,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            "--concurrency",
+            help="Tasks run at once by this process, on one event loop (each with its own "
+            "lease); they share one database connection pool.",
+            min=1,
+            max=1024,
+        ),
+    ] = 1,
     model_timeout: ModelTimeoutOpt = None,
     model_retries: ModelRetriesOpt = None,
 ) -> None:
-    """Claim and run tasks from the database until stopped.
+    """Claim and run tasks from the database until stopped (SIGINT or SIGTERM: no new
+    claim; each running task stops after its current step and is handed back).
 
     Each runs with the model, model options and TETHER_TOOLS it was started with; the
     model options given here, or this worker's TETHER_TOOLS, override them."""
@@ -165,6 +176,7 @@ def worker(
                     once=once,
                     poll_interval=poll,
                     lease_ttl=lease,
+                    concurrency=concurrency,
                     handle_signals=True,
                     on_result=_report,
                     on_error=_report_error,

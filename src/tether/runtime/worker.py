@@ -16,6 +16,12 @@ store, reads the task, builds its models, hands the lease back and lets `Engine.
 take it again for the run. If another worker takes the task in between, that is fine:
 the run is theirs and this worker goes on (`TaskBusy`). A recovery therefore names no
 previous owner, as with `Engine.run_next`.
+
+With `concurrency` N above 1 the same loop keeps up to N runs going at once on the
+event loop, each an asyncio task of its own with its own engine, lease, heartbeat,
+fencing token and models: the loop claims (one claim at a time, oldest first, as the
+store orders them) whenever a slot is free, and the runs share the store (its pool of
+connections on PostgreSQL, its one connection and thread on SQLite).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from tether import errors
 from tether.clock import SystemClock
@@ -70,15 +76,18 @@ class Worker:
     `poll_interval` seconds (or until `stop` is set or `notify()` is called) and claims
     again, so a parked task is picked up within one interval of its `wake_at`.
 
-    - **Concurrency** is one task at a time per `Worker`: an engine drives one task,
-      and the next claim happens when it returns. Run more workers (processes, or
-      `Worker`s with their own `worker_id`) for more tasks at once; leases and fencing
-      tokens keep them apart, and the shared service limits of the contract hold across
-      all of them.
+    - **Concurrency**: up to `concurrency` tasks at once (1 by default: the next claim
+      happens when the run returns). Each run is an asyncio task with its own engine,
+      lease and renewals, fencing token and models; a free slot is filled by the next
+      claim, oldest first. A run that raises (its round crashed, its models could not be
+      built) is reported and held back as below and touches no other run. Run more
+      workers (processes, or `Worker`s with their own `worker_id`) for more still;
+      leases and fencing tokens keep them apart, and the shared service limits of the
+      contract hold across all of them.
     - **Shutdown** is graceful: `stop` is the event the engine checks between steps, so
-      setting it lets the running task finish its current step, record where it is
-      (`interrupted`, the lease given back) and `run()` return; no new task is claimed.
-      `handle_signals=True` sets it on SIGINT and SIGTERM.
+      setting it lets every running task finish its current step, record where it is
+      (`interrupted`, the lease given back) and `run()` return once all have; no new
+      task is claimed. `handle_signals=True` sets it on SIGINT and SIGTERM.
     - **`once`**: return as soon as nothing is claimable; **`max_tasks`**: return after
       taking that many tasks (runs and failures).
     - **Errors never end the loop silently.** An exception from one task (a stored spec
@@ -124,8 +133,11 @@ class Worker:
         watch_every: float | None = 60.0,
         watch_policy: WatchPolicy | None = None,
         notifier: Notifier | None = None,
+        concurrency: int = 1,
         **engine_options: Any,
     ) -> None:
+        if concurrency < 1:
+            raise errors.UserError("the concurrency must be at least 1")
         if poll_interval < 0:
             raise errors.UserError("the poll interval cannot be negative")
         if max_tasks is not None and max_tasks < 1:
@@ -138,6 +150,7 @@ class Worker:
         self.poll_interval = poll_interval
         self.once = once
         self.max_tasks = max_tasks
+        self.concurrency = concurrency
         self.stop = stop or asyncio.Event()
         self.on_result = on_result
         self.on_error = on_error
@@ -164,6 +177,7 @@ class Worker:
         self._taken_from: str | None = None  # the dead owner `_take_from_dead` took from
         self._passed: dict[str, float] = {}  # task id -> until when it is passed over
         self._tool_names: list[str] | None = None
+        self._running: set[asyncio.Task[None]] = set()  # the runs under way
 
     def notify(self) -> None:
         """Claim again now instead of at the end of the current wait (a task was queued)."""
@@ -178,27 +192,90 @@ class Worker:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.add_signal_handler(sig, self.stop.set)
                     installed.append(sig)
-        log.info("worker %s started", self.worker_id)
+        log.info("worker %s started (concurrency %d)", self.worker_id, self.concurrency)
         try:
             while not self.stop.is_set():
-                if self.max_tasks is not None and self.ran + self.failed >= self.max_tasks:
-                    break
+                self._reap()
+                if self.max_tasks is not None and self._taken() >= self.max_tasks:
+                    if not self._running:
+                        break
+                    await self._wait_running()
+                    continue
                 await self.watch()
-                took = await self.step()
+                if len(self._running) >= self.concurrency:
+                    await self._wait_running()
+                    continue
+                took = await self._claim_next()
                 if took is None:  # the claim failed: wait, longer each time
                     delay = self.poll_interval * 2 ** min(10, self._claim_failures - 1)
                     await self._idle(min(self.max_retry_delay, delay))
-                elif not took:
+                elif took is False:
                     if self.once:
-                        break
-                    await self._idle(self.poll_interval)
+                        if not self._running:
+                            break
+                        await self._wait_running()  # a run that ends may free a task
+                    else:
+                        await self._idle(self.poll_interval)
+                else:
+                    self._start(*took)
         finally:
             for sig in installed:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
+            await self._drain()
             await self._release_held()
         log.info("worker %s stopped: ran %d, failed %d", self.worker_id, self.ran, self.failed)
         return WorkerStats(self.ran, self.failed)
+
+    def _taken(self) -> int:
+        """Tasks taken so far for `max_tasks`: runs ended or failed, and runs under way."""
+        return self.ran + self.failed + len(self._running)
+
+    def _start(self, lease: Lease, previous_owner: str | None) -> None:
+        """Run a claimed task as an asyncio task of its own (a slot)."""
+        run = asyncio.create_task(self._go(lease, previous_owner), name=f"task {lease.task_id}")
+        self._running.add(run)
+
+    async def _wait_running(self) -> None:
+        """Wait until a run ends (its slot is free) or `stop` is set; a run that raised
+        past its own handling (a fault of the worker itself, never a task's) is raised
+        here, as one run at a time would have raised it."""
+        stopping = asyncio.ensure_future(self.stop.wait())
+        try:
+            await asyncio.wait({*self._running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            await asyncio.gather(stopping, return_exceptions=True)
+        self._reap()
+
+    def _reap(self) -> None:
+        """Forget the runs that ended; raise what one of them raised (see above)."""
+        done = [t for t in self._running if t.done()]
+        self._running.difference_update(done)
+        for t in done:
+            if not t.cancelled() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+
+    async def _drain(self) -> None:
+        """Wait for the runs under way: with `stop` set each ends after its current step,
+        commits and gives its lease back. If `run()` itself is cancelled (not stopped),
+        they are cancelled too, and waited for (each gives its lease back)."""
+        if not self._running:
+            return
+        self.stop.set()  # no run outlives `run()`
+        runs = set(self._running)
+        try:
+            ended = await asyncio.gather(*runs, return_exceptions=True)
+        except asyncio.CancelledError:
+            for t in runs:
+                t.cancel()
+            await asyncio.gather(*runs, return_exceptions=True)
+            raise
+        finally:
+            self._running.clear()
+        for exc in ended:
+            if isinstance(exc, Exception):
+                log.error("worker %s: a run raised while stopping: %r", self.worker_id, exc)
 
     async def watch(self) -> SweepReport | None:
         """Sweep (notices, reminders, escalations, stalled tasks) when one is due; a
@@ -218,6 +295,16 @@ class Worker:
     async def step(self) -> bool | None:
         """Claim one task and run it: True if a task was taken (run or failed), False if
         nothing was claimable, None if the claim itself failed."""
+        took = await self._claim_next()
+        if not took:
+            return took
+        await self._go(*took)
+        return True
+
+    async def _claim_next(self) -> tuple[Lease, str | None] | Literal[False] | None:
+        """Claim the next task (a dead owner's on this machine when nothing else is
+        claimable): its lease and previous owner, False if nothing was claimable, None
+        if the claim itself failed (raised with `once`)."""
         try:
             lease = await self.store.claim(
                 self.worker_id, self.lease_ttl, exclude=self._passing_over()
@@ -235,8 +322,12 @@ class Worker:
             if lease is None:
                 return False
             previous_owner = self._taken_from
+        self._held.pop(lease.task_id, None)
+        return lease, previous_owner
+
+    async def _go(self, lease: Lease, previous_owner: str | None) -> None:
+        """A claimed task: its spec, tools and models, then its run (see `_run`)."""
         task_id = lease.task_id
-        self._held.pop(task_id, None)
         try:
             spec = await self._spec_of(task_id)
             # The launch record is read before the tool check only when it may name
@@ -245,20 +336,19 @@ class Worker:
             registry = self._registry_for(record)
             if self._lacks_tools(task_id, spec, registry):
                 await self.store.release(task_id, lease.token)
-                return True
+                return
             if not self.remembered_tools:
                 record = await launch.read(self.store, task_id)
             spec = launch.apply(spec, record)
             models = self.models if isinstance(self.models, ModelSet) else self.models(spec)
         except Exception as exc:
             await self._failed(task_id, exc, lease)
-            return True
+            return
         try:
             await self._run(lease, models, previous_owner, registry)
         finally:
             if models is not self.models:
                 await models.aclose()
-        return True
 
     async def _take_from_dead(self) -> Lease | None:
         """Take over a task whose lease a dead process of this machine still holds,

@@ -51,12 +51,14 @@ run` waits for the database and runs that recovery itself: `Engine.run`'s
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import functools
 import logging
 import re
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -211,6 +213,10 @@ class PostgresStore(SqlStore):
         self._conninfo, self.schema = split_schema(url)
         self._max_size = max_size
         self._pool: Any = None
+        # The store's own threads, one per pooled connection: the tasks of a worker
+        # (`--concurrency`) share the pool, a step waits for a thread only when every
+        # connection is busy, and never behind the loop's default executor's other work.
+        self._executor = ThreadPoolExecutor(max_workers=max_size, thread_name_prefix="tether-pg")
         #: How long a step that failed without effect is tried again (see `_run`).
         self.retry_window = 30.0
 
@@ -338,7 +344,8 @@ class PostgresStore(SqlStore):
         delay = 0.0
         while True:
             try:
-                return await asyncio.to_thread(fn, *args)
+                call = functools.partial(contextvars.copy_context().run, fn, *args)
+                return await asyncio.get_running_loop().run_in_executor(self._executor, call)
             except errors.StoreUnavailable as exc:
                 if not (exc.fields.get("retry_safe") or _idempotent(fn)):
                     raise
@@ -735,3 +742,4 @@ class PostgresStore(SqlStore):
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await asyncio.to_thread(pool.close)
+        self._executor.shutdown(wait=False)

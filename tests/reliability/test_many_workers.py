@@ -208,14 +208,21 @@ async def raw(store: Store, sql: str, params: dict[str, Any] | None = None) -> l
 
 
 @pytest.mark.parametrize(
-    ("kind", "n_workers", "n_tasks"),
-    [pytest.param("postgres", 5, 24, marks=pytest.mark.postgres), ("sqlite", 3, 12)],
-    ids=["postgres-5x24", "sqlite-3x12"],
+    ("kind", "n_workers", "n_tasks", "concurrency"),
+    [
+        pytest.param("postgres", 5, 24, 1, marks=pytest.mark.postgres),
+        ("sqlite", 3, 12, 1),
+        # Several runs at once in each process (`--concurrency`), same invariants.
+        pytest.param("postgres", 3, 24, 4, marks=pytest.mark.postgres),
+        ("sqlite", 2, 12, 3),
+    ],
+    ids=["postgres-5x24", "sqlite-3x12", "postgres-3x24-c4", "sqlite-2x12-c3"],
 )
 def test_many_workers_run_every_task_once_at_a_time(
     kind: str,
     n_workers: int,
     n_tasks: int,
+    concurrency: int,
     tmp_path: Path,
     request: pytest.FixtureRequest,
     api: TicketAPI,
@@ -224,7 +231,9 @@ def test_many_workers_run_every_task_once_at_a_time(
     url = db_url(kind, tmp_path, request)
     names = [[f"t{t}a", f"t{t}b"] for t in range(n_tasks)]
     tids = add_tasks(url, [ticket_spec(f"task{t}", n) for t, n in enumerate(names)])
-    procs = workers.start(url, n_workers, "--once", TICKETS_URL=api.url)
+    procs = workers.start(
+        url, n_workers, "--once", "--concurrency", str(concurrency), TICKETS_URL=api.url
+    )
     workers.wait(procs)
 
     assert statuses(url, tids) == [("satisfied", "delivered")] * n_tasks
@@ -249,8 +258,8 @@ def test_many_workers_run_every_task_once_at_a_time(
     assert sorted(t["key"] for t in tickets) == ok
 
     # No task starved: claims go oldest first, so a task is claimed before any task
-    # queued more than a worker count after it is delivered (those between may win a
-    # claim race). The claim's own time is its expiry less the lease (60 s): the
+    # queued more than a slot count (workers x concurrency) after it is delivered (those
+    # between may win a claim race). The claim's own time is its expiry less the lease (60 s): the
     # `lease.claimed` event is written later, by a process the CPU may leave waiting.
     first_claim = {
         tid: next(e.data["expires_at"] - 60 for e in evs[tid] if e.type == "lease.claimed")
@@ -263,7 +272,7 @@ def test_many_workers_run_every_task_once_at_a_time(
         for tid in tids
     }
     for i, tid in enumerate(tids):
-        later = range(i + n_workers, n_tasks)
+        later = range(i + n_workers * concurrency, n_tasks)
         overtaken = [j for j in later if delivered[tids[j]] < first_claim[tid]]
         assert not overtaken, f"task {i} waited while later tasks {overtaken} were delivered"
 

@@ -1,0 +1,455 @@
+"""Scale benchmark: M tasks x R rounds through `Worker(concurrency=N)` processes.
+
+Every task has R checklist items; each round the fake model waits a fixed latency
+(`--model-ms`, 300 by default, an `asyncio.sleep`: a provider call) and asks for one call
+of the tool `work` (sync, `time.sleep` of `--tool-ms`, 20 by default, so it runs in a
+thread as any sync tool does; effect `write`, idempotent: the round commits twice, its
+decision with the op's intent and then its result with the verdict), whose `done_when`
+rule closes the item. After R rounds the ledger is closed and the task ends `satisfied`.
+
+The workers are child processes of this script (`--child`), each a `Worker` with
+`once=True` on the same database, started together once every child has opened its
+store. For each configuration (processes x concurrency, on PostgreSQL or SQLite) it
+reports:
+
+- **tasks/min**: M over the time from the start signal to the last child's end;
+- **added latency per round**, p50 and p99: the time from one act call of a task to its
+  next, less the model's own time (inside `complete`) and the tool's (inside its
+  function): what the runtime, the database and the event loop's queueing add;
+- **RSS per in-flight task**: (the child's highest RSS while running less its RSS
+  before the first claim) / the most runs it had in flight, and, across
+  configurations of one backend, (RSS at concurrency 64 - RSS at 1) / 63, the
+  marginal cost of one more run;
+- **database connections**: the most connections the workers held at once
+  (PostgreSQL: `pg_stat_activity` by the benchmark's `application_name`, sampled every
+  0.2 s; SQLite: one per process by design).
+
+M is `--waves` x processes x concurrency (3 waves by default), so every configuration
+runs the same number of tasks per slot. The machine's load average is printed before
+and after each configuration: on a shared machine the figures move with it.
+
+    .venv/bin/python benchmarks/scale_bench.py --pg postgresql://postgres@127.0.0.1:5432/test
+    .venv/bin/python benchmarks/scale_bench.py --quick --json out.json   # a smoke run
+
+Without `--pg` (or `TETHER_TEST_PG_URL`) the PostgreSQL configurations are skipped.
+Each PostgreSQL configuration runs in a schema of its own, dropped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tether.models.base import ModelRequest, ModelResponse, Usage
+from tether.models.scripted import tool_call
+from tether.runtime.engine import ModelSet
+from tether.runtime.tasks import create_task
+from tether.runtime.worker import Worker
+from tether.spec import TaskSpec, parse_spec
+from tether.store import open_store
+from tether.tools.registry import ToolContext, ToolRegistry, tool
+
+ROOT = Path(__file__).resolve().parents[1]
+NEXT = re.compile(r"^Next: (\S+)", re.M)
+
+
+@dataclass(frozen=True)
+class Config:
+    backend: str  # "postgres" | "sqlite"
+    processes: int
+    concurrency: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend} {self.processes}x{self.concurrency}"
+
+
+FULL = [
+    Config("postgres", 1, 1),
+    Config("postgres", 1, 16),
+    Config("postgres", 1, 64),
+    Config("postgres", 4, 16),
+    Config("sqlite", 1, 1),
+    Config("sqlite", 1, 16),
+    Config("sqlite", 1, 64),
+]
+QUICK = [Config("sqlite", 1, 1), Config("sqlite", 1, 4), Config("postgres", 1, 4)]
+#: The issue's targets (reported against, never asserted).
+TARGETS = {"pg_c64_speedup": 40.0, "sqlite_c64_speedup": 20.0, "rss_mb": 2.0, "p99_ms": 50.0}
+
+
+def bench_spec(name: str, rounds: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "objective": f"do {rounds} pieces of work, one per round",
+        "items": [
+            {"id": f"w{k}", "title": f"do piece {k}",
+             "done_when": {"kind": "op", "tool": "work", "args": {"item": f"w{k}"}}}
+            for k in range(1, rounds + 1)
+        ],
+        "tools": ["work"],
+        "models": {"judge": "rules"},
+        "limits": {"max_rounds": rounds + 5},
+    }  # fmt: skip
+
+
+# --- the child: one worker process --------------------------------------------------
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def child(args: argparse.Namespace) -> None:
+    model_s = args.model_ms / 1000
+    tool_s = args.tool_ms / 1000
+    # per task: act call starts, model seconds and tool seconds per round
+    starts: dict[str, list[float]] = {}
+    model_time: dict[str, list[float]] = {}
+    tool_time: dict[str, list[float]] = {}
+    lock = threading.Lock()
+
+    def work(item: str, ctx: ToolContext) -> str:
+        """Do one piece of work."""
+        t0 = time.perf_counter()
+        time.sleep(tool_s)
+        with lock:
+            tool_time.setdefault(ctx.task_id, []).append(time.perf_counter() - t0)
+        return f"done {item}"
+
+    registry = ToolRegistry([tool(work, effect="write", idempotent=True)])
+
+    class FakeModel:
+        def __init__(self) -> None:
+            self.name = "fake"
+
+        async def complete(self, request: ModelRequest) -> ModelResponse:
+            t0 = time.perf_counter()
+            task = request.task_id or "?"
+            if request.purpose == "act":
+                starts.setdefault(task, []).append(t0)
+            await asyncio.sleep(model_s)
+            nxt = (request.ledger or {}).get("next")
+            item = nxt.get("id") if isinstance(nxt, Mapping) else nxt
+            if not item:
+                resp = ModelResponse("All done.", usage=Usage(100, 5))
+            else:
+                resp = ModelResponse(
+                    f"doing {item}", (tool_call("work", item=item),), usage=Usage(100, 10)
+                )
+            if request.purpose == "act":
+                model_time.setdefault(task, []).append(time.perf_counter() - t0)
+            return resp
+
+        async def aclose(self) -> None:
+            return None
+
+    def models_for(spec: TaskSpec) -> ModelSet:
+        return ModelSet(actor=FakeModel())
+
+    store = await open_store(args.db)
+    worker = Worker(
+        store,
+        models_for,
+        registry=registry,
+        concurrency=args.concurrency,
+        once=True,
+        poll_interval=0.05,
+        watch_every=None,
+        lease_ttl=60,
+    )
+    samples: list[tuple[float, int, int]] = []
+    rss_idle = _rss()
+    print("ready", flush=True)
+    await asyncio.to_thread(sys.stdin.readline)  # the start signal
+    go = time.time()
+
+    async def sample() -> None:
+        while True:
+            samples.append((time.time(), _rss(), len(worker._running)))
+            await asyncio.sleep(0.2)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        stats = await worker.run()
+    finally:
+        sampler.cancel()
+        ended = time.time()
+        await store.close()
+    added: list[float] = []
+    for task, ts in starts.items():
+        models = model_time.get(task, [])
+        tools = tool_time.get(task, [])
+        for k in range(1, len(ts)):
+            gap = ts[k] - ts[k - 1]
+            m = models[k - 1] if k - 1 < len(models) else 0.0
+            t = tools[k - 1] if k - 1 < len(tools) else 0.0
+            added.append((gap - m - t) * 1000)
+    busy = [s for s in samples if s[2] > 0]
+    doc = {
+        "go": go,
+        "ended": ended,
+        "ran": stats.ran,
+        "failed": stats.failed,
+        "added_ms": added,
+        "rss_idle": rss_idle,
+        "rss_max": max([s[1] for s in busy], default=rss_idle),
+        "inflight_max": max([s[2] for s in busy], default=0),
+    }
+    Path(args.out).write_text(json.dumps(doc))
+
+
+# --- the parent: configurations -----------------------------------------------------
+
+
+def _pg_count(pg_url: str, app: str) -> int:
+    import psycopg
+
+    base = re.sub(r"[?&]schema=[^&]*", "", pg_url)
+    with psycopg.connect(base, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _with_params(url: str, **params: str) -> str:
+    sep = "&" if "?" in url else "?"
+    return url + sep + "&".join(f"{k}={v}" for k, v in params.items())
+
+
+def _queue(url: str, n: int, rounds: int) -> list[str]:
+    async def go() -> list[str]:
+        store = await open_store(url)
+        try:
+            spec = parse_spec(bench_spec("scale", rounds))
+            return [(await create_task(store, spec)).task_id for _ in range(n)]
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
+def _statuses(url: str, ids: list[str]) -> dict[str, int]:
+    async def go() -> dict[str, int]:
+        store = await open_store(url)
+        try:
+            out: dict[str, int] = {}
+            for t in ids:
+                s = (await store.get_task(t)).status
+                out[s] = out.get(s, 0) + 1
+            return out
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
+def _drop_schema(pg_url: str, schema: str) -> None:
+    import psycopg
+
+    base = re.sub(r"[?&]schema=[^&]*", "", pg_url)
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def run_config(cfg: Config, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    app = f"tether-scale-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    schema = None
+    if cfg.backend == "postgres":
+        schema = f"scale_{uuid.uuid4().hex[:10]}"
+        url = _with_params(args.pg, schema=schema, application_name=app)
+    else:
+        url = f"sqlite:///{work / f'{cfg.backend}-{cfg.processes}x{cfg.concurrency}.db'}"
+    n_tasks = args.waves * cfg.processes * cfg.concurrency
+    try:
+        ids = _queue(url, n_tasks, args.rounds)
+        load_before = os.getloadavg()[0]
+        procs = []
+        outs = []
+        for k in range(cfg.processes):
+            out = work / f"{app}-{k}.json"
+            outs.append(out)
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, __file__, "--child", "--db", url,
+                     "--concurrency", str(cfg.concurrency), "--out", str(out),
+                     "--model-ms", str(args.model_ms), "--tool-ms", str(args.tool_ms)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                )
+            )  # fmt: skip
+        for p in procs:
+            assert p.stdout is not None
+            line = p.stdout.readline()
+            if line.strip() != "ready":
+                raise RuntimeError(f"a worker did not start: {line!r}")
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        conns = 0
+        while any(p.poll() is None for p in procs):
+            if cfg.backend == "postgres":
+                conns = max(conns, _pg_count(args.pg, app))
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                procs[0].wait(timeout=0.2)
+        for p in procs:
+            if p.wait() != 0:
+                raise RuntimeError(f"a worker exited {p.returncode}")
+        load_after = os.getloadavg()[0]
+        docs = [json.loads(o.read_text()) for o in outs]
+        statuses = _statuses(url, ids)
+    finally:
+        if schema is not None:
+            _drop_schema(args.pg, schema)
+    wall = max(d["ended"] for d in docs) - min(d["go"] for d in docs)
+    added = sorted(x for d in docs for x in d["added_ms"])
+
+    def pct(q: float) -> float:
+        if not added:
+            return float("nan")
+        return added[min(len(added) - 1, int(q * len(added)))]
+
+    per_task = [
+        (d["rss_max"] - d["rss_idle"]) / d["inflight_max"] / 2**20
+        for d in docs
+        if d["inflight_max"]
+    ]
+    return {
+        "config": cfg.label,
+        "backend": cfg.backend,
+        "processes": cfg.processes,
+        "concurrency": cfg.concurrency,
+        "tasks": n_tasks,
+        "rounds_per_task": args.rounds,
+        "satisfied": statuses.get("satisfied", 0),
+        "statuses": statuses,
+        "ran": sum(d["ran"] for d in docs),
+        "failed": sum(d["failed"] for d in docs),
+        "wall_s": wall,
+        "tasks_per_min": n_tasks / wall * 60,
+        "rounds_per_s": n_tasks * args.rounds / wall,
+        "added_p50_ms": pct(0.50),
+        "added_p99_ms": pct(0.99),
+        "rounds_timed": len(added),
+        "rss_mb_per_inflight": statistics.mean(per_task) if per_task else float("nan"),
+        "rss_max_mb": max(d["rss_max"] for d in docs) / 2**20,
+        "inflight_max": sum(d["inflight_max"] for d in docs),
+        "db_connections": conns if cfg.backend == "postgres" else cfg.processes,
+        "load_before": load_before,
+        "load_after": load_after,
+    }
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ratios the targets speak of, where both rows ran."""
+    out: dict[str, Any] = {}
+    by = {(r["backend"], r["processes"], r["concurrency"]): r for r in rows}
+    for backend, key in (("postgres", "pg_c64_speedup"), ("sqlite", "sqlite_c64_speedup")):
+        one, many = by.get((backend, 1, 1)), by.get((backend, 1, 64))
+        if one and many:
+            out[key] = many["tasks_per_min"] / one["tasks_per_min"]
+            out[f"{backend}_rss_marginal_mb"] = (
+                (many["rss_max_mb"] - one["rss_max_mb"]) / 63 if many["inflight_max"] else None
+            )
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--db", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--concurrency", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--pg",
+        default=os.environ.get("TETHER_TEST_PG_URL"),
+        help="PostgreSQL URL (default: TETHER_TEST_PG_URL); without one: SQLite only",
+    )
+    ap.add_argument("--rounds", type=int, default=None, help="rounds per task (10; quick 3)")
+    ap.add_argument("--waves", type=int, default=None, help="tasks per slot (3; quick 1)")
+    ap.add_argument("--model-ms", type=float, default=None, help="model latency (300; quick 50)")
+    ap.add_argument("--tool-ms", type=float, default=None, help="tool time (20; quick 5)")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, three configurations")
+    ap.add_argument("--only", default=None, help="comma-separated labels, e.g. 'sqlite 1x16'")
+    ap.add_argument("--json", default=None, help="write the figures here")
+    args = ap.parse_args()
+    if args.child:
+        args.model_ms = 300.0 if args.model_ms is None else args.model_ms
+        args.tool_ms = 20.0 if args.tool_ms is None else args.tool_ms
+        asyncio.run(child(args))
+        return
+    args.rounds = args.rounds or (3 if args.quick else 10)
+    args.waves = args.waves or (1 if args.quick else 3)
+    args.model_ms = args.model_ms if args.model_ms is not None else (50 if args.quick else 300)
+    args.tool_ms = args.tool_ms if args.tool_ms is not None else (5 if args.quick else 20)
+    configs = QUICK if args.quick else FULL
+    if args.only:
+        wanted = {s.strip() for s in args.only.split(",")}
+        configs = [c for c in configs if c.label in wanted]
+    command = "benchmarks/scale_bench.py " + shlex.join(sys.argv[1:])
+    print(f"tether scale benchmark: {command}")
+    print(
+        f"{args.rounds} rounds per task, model {args.model_ms:g} ms, tool {args.tool_ms:g} ms,"
+        f" {args.waves} task(s) per slot; {os.cpu_count()} CPUs"
+    )
+    rows: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="tether-scale-") as tmp:
+        for cfg in configs:
+            if cfg.backend == "postgres" and not args.pg:
+                skipped.append(cfg.label)
+                continue
+            row = run_config(cfg, args, Path(tmp))
+            rows.append(row)
+            print(
+                f"{row['config']:>16}: {row['tasks_per_min']:8.1f} tasks/min"
+                f" ({row['rounds_per_s']:.1f} rounds/s), added p50 {row['added_p50_ms']:.1f}"
+                f" / p99 {row['added_p99_ms']:.1f} ms, RSS {row['rss_mb_per_inflight']:.2f}"
+                f" MB/in-flight task, {row['db_connections']} connection(s),"
+                f" {row['satisfied']}/{row['tasks']} satisfied,"
+                f" load {row['load_before']:.1f}->{row['load_after']:.1f}",
+                flush=True,
+            )
+    summary = summarize(rows)
+    for key, value in summary.items():
+        if value is not None:
+            print(f"{key}: {value:.2f}")
+    print("targets: " + ", ".join(f"{k} {v:g}" for k, v in TARGETS.items()))
+    if skipped:
+        print(f"skipped (no PostgreSQL URL): {', '.join(skipped)}")
+    if args.json:
+        doc = {
+            "command": command,
+            "rounds": args.rounds,
+            "waves": args.waves,
+            "model_ms": args.model_ms,
+            "tool_ms": args.tool_ms,
+            "cpus": os.cpu_count(),
+            "results": rows,
+            "summary": summary,
+            "targets": TARGETS,
+            "skipped": skipped,
+        }
+        Path(args.json).write_text(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    main()

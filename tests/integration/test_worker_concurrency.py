@@ -412,3 +412,75 @@ async def test_several_concurrent_workers_never_claim_a_task_twice(
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_stop_lets_every_tool_call_in_flight_finish_and_commit(
+    db: Store, tmp_path: Path
+) -> None:
+    """Two tasks inside a tool call when stop is set: each call finishes, its result is
+    committed with the round (the item done by its `done_when` rule), then the run ends
+    `interrupted` with its lease handed back."""
+    from tether.models.scripted import tool_call
+    from tether.spec import parse_spec
+    from tether.tools.registry import ToolRegistry, tool
+
+    inside: asyncio.Queue[str] = asyncio.Queue()
+    release = asyncio.Event()
+
+    async def slow_step(item: str) -> str:
+        """One step that takes a while."""
+        inside.put_nowait(item)
+        await release.wait()
+        return f"did {item}"
+
+    def actor(request: ModelRequest) -> ModelResponse:
+        nxt = (request.ledger or {}).get("next")
+        if not nxt:
+            return ModelResponse("All closed.")
+        return ModelResponse(f"doing {nxt}", (tool_call("slow_step", item=nxt),))
+
+    ids = []
+    for n in range(2):
+        spec = parse_spec(
+            {
+                "name": f"t{n}",
+                "objective": "two steps",
+                "items": [
+                    {"id": f"s{n}{k}", "title": f"step {k}",
+                     "done_when": {"kind": "op", "tool": "slow_step", "args": {"item": f"s{n}{k}"}}}
+                    for k in (1, 2)
+                ],
+                "tools": ["slow_step"],
+                "models": {"judge": "rules"},
+            }
+        )  # fmt: skip
+        ids.append((await create_task(db, spec)).task_id)
+        clock = getattr(db, "clock", None)
+        assert isinstance(clock, FakeClock)
+        clock.advance(1)
+    reports = Reports()
+    w = make_worker(
+        db,
+        ModelSet(actor=ScriptedModel(policy=actor)),
+        reports,
+        registry=ToolRegistry([tool(slow_step, effect="write", idempotent=True)]),
+        concurrency=2,
+    )
+    running = asyncio.create_task(w.run())
+    try:
+        got = {await asyncio.wait_for(inside.get(), LIMIT) for _ in range(2)}
+        assert got == {"s01", "s11"}
+        w.stop.set()
+        release.set()
+        stats = await asyncio.wait_for(running, LIMIT)
+    finally:
+        release.set()
+        w.stop.set()
+        await asyncio.wait_for(running, LIMIT)
+    assert (stats.ran, stats.failed) == (2, 0)
+    for tid in ids:
+        task = await db.get_task(tid)
+        assert task.lease_owner is None and task.status == "queued"
+        ledger = (await db.get_ledger(tid)).to_ledger()
+        assert ledger.progress().done == 1  # the step in flight finished and was committed
+    assert inside.empty()  # no second step started

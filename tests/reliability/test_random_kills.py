@@ -26,7 +26,8 @@ tether's journal:
 
 Sizes: by default 3 random kills and 2 fail points per backend (SQLite, and PostgreSQL
 at `TETHER_TEST_PG_URL`). `TETHER_TEST_STRESS=1` kills at every registered fail point
-and 12 random moments; `TETHER_TEST_KILLS=N` asks for N random kills (a soak).
+and 12 random moments; `TETHER_TEST_KILLS=N` asks for N random kills (a soak). Each
+`tether worker` runs with `--concurrency` 1 or 3 (seeded too).
 Timing never decides a verdict: a kill that lands after the process ended is no kill,
 and every wait is on a process or a condition.
 """
@@ -108,6 +109,9 @@ class Harness:
     def __init__(self, db: str, root: Path, api: TicketAPI, hook: Receiver, seed: int) -> None:
         self.db, self.root, self.api, self.hook = db, root, api, hook
         self.rng = random.Random(seed)
+        # A worker runs with --concurrency 1 or 3, drawn from its own generator (the
+        # plan of kills a seed gives stays the same).
+        self.concurrency_rng = random.Random(seed + 1)
         self.ws = root / "ws"
         self.ws.mkdir()
         shutil.copytree(DATA / "corpus_ab", self.ws / "corpus")
@@ -145,7 +149,10 @@ class Harness:
 
     def start(self, what: str, points: str | None = None) -> subprocess.Popen[str]:
         if what == "worker":
-            args = ["worker", "--once", "--poll", "0.05", "--model", MODEL, "--quiet"]
+            concurrency = self.concurrency_rng.choice(["1", "3"])
+            self.log.append(f"worker --concurrency {concurrency}:")
+            args = ["worker", "--once", "--poll", "0.05", "--model", MODEL, "--quiet",
+                    "--concurrency", concurrency]  # fmt: skip
         elif not self.task:
             args = ["run", str(self.spec), "--model", MODEL, "--workspace", str(self.ws)]
         else:

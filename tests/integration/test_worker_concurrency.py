@@ -484,3 +484,43 @@ async def test_stop_lets_every_tool_call_in_flight_finish_and_commit(
         ledger = (await db.get_ledger(tid)).to_ledger()
         assert ledger.progress().done == 1  # the step in flight finished and was committed
     assert inside.empty()  # no second step started
+
+
+async def test_a_fault_of_the_worker_itself_is_raised_after_the_other_runs_drain(
+    db: Store, tmp_path: Path
+) -> None:
+    """A fault outside any task's run (here the caller's `on_result` raising) ends
+    `run()` with that error, as it did one task at a time; the other run under way is
+    first stopped at its step and handed back, not abandoned with its lease."""
+    ids = [await queue(db, tmp_path, n, items=3) for n in range(2)]
+    gates = Gates()
+    fault = RuntimeError("the caller's report hook broke")
+
+    def on_result(result: RunResult) -> None:
+        raise fault
+
+    w = Worker(
+        db,
+        gates.models_for,
+        worker_id="w1",
+        lease_ttl=30,
+        clock=getattr(db, "clock", None),
+        on_result=on_result,
+        concurrency=2,
+    )
+    running = asyncio.create_task(w.run())
+    try:
+        for n in range(2):
+            assert await gates.wait_entered(f"t{n}") == 1
+        gates.open("t0")  # t0 runs to its end; its report raises
+        with pytest.raises(RuntimeError, match="report hook broke"):
+            await asyncio.wait_for(running, LIMIT)
+    finally:
+        gates.open_all()
+        w.stop.set()
+        if not running.done():
+            await asyncio.wait_for(running, LIMIT)
+    assert (await db.get_task(ids[0])).status == "satisfied"
+    other = await db.get_task(ids[1])
+    assert other.lease_owner is None and other.status == "queued"
+    assert gates.rounds["t1"] == 1

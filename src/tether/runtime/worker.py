@@ -252,9 +252,11 @@ class Worker:
         """Forget the runs that ended; raise what one of them raised (see above)."""
         done = [t for t in self._running if t.done()]
         self._running.difference_update(done)
-        for t in done:
-            if not t.cancelled() and t.exception() is not None:
-                raise t.exception()  # type: ignore[misc]
+        raised = [e for t in done if not t.cancelled() and (e := t.exception()) is not None]
+        for exc in raised[1:]:
+            log.error("worker %s: a run raised: %r", self.worker_id, exc)
+        if raised:
+            raise raised[0]
 
     async def _drain(self) -> None:
         """Wait for the runs under way: with `stop` set each ends after its current step,

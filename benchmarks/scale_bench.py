@@ -22,7 +22,10 @@ reports:
   marginal cost of one more run;
 - **database connections**: the most connections the workers held at once
   (PostgreSQL: `pg_stat_activity` by the benchmark's `application_name`, sampled every
-  0.2 s; SQLite: one per process by design).
+  0.2 s; SQLite: one per process by design);
+- **worker CPU per round**: the worker processes' CPU time (every thread) over their
+  model calls: one process cannot run more rounds per second than 1,000 / this on one
+  core, whatever its concurrency.
 
 M is `--waves` x processes x concurrency (3 waves by default), so every configuration
 runs the same number of tasks per slot. The machine's load average is printed before
@@ -180,18 +183,28 @@ async def child(args: argparse.Namespace) -> None:
     print("ready", flush=True)
     await asyncio.to_thread(sys.stdin.readline)  # the start signal
     go = time.time()
+    cpu0 = time.process_time()
 
     async def sample() -> None:
         while True:
             samples.append((time.time(), _rss(), len(worker._running)))
             await asyncio.sleep(0.2)
 
+    real_start = worker._start
+
+    def start(lease: Any, previous_owner: str | None) -> None:
+        # Also sampled at each start: a short run may end between two periodic samples.
+        real_start(lease, previous_owner)
+        samples.append((time.time(), _rss(), len(worker._running)))
+
+    worker._start = start  # type: ignore[method-assign]
     sampler = asyncio.create_task(sample())
     try:
         stats = await worker.run()
     finally:
         sampler.cancel()
         ended = time.time()
+        cpu = time.process_time() - cpu0
         await store.close()
     added: list[float] = []
     for task, ts in starts.items():
@@ -212,6 +225,8 @@ async def child(args: argparse.Namespace) -> None:
         "rss_idle": rss_idle,
         "rss_max": max([s[1] for s in busy], default=rss_idle),
         "inflight_max": max([s[2] for s in busy], default=0),
+        "cpu_s": cpu,
+        "act_calls": sum(len(ts) for ts in starts.values()),
     }
     Path(args.out).write_text(json.dumps(doc))
 
@@ -352,6 +367,11 @@ def run_config(cfg: Config, args: argparse.Namespace, work: Path) -> dict[str, A
         "rss_mb_per_inflight": statistics.mean(per_task) if per_task else float("nan"),
         "rss_max_mb": max(d["rss_max"] for d in docs) / 2**20,
         "inflight_max": sum(d["inflight_max"] for d in docs),
+        # The worker processes' own CPU (all threads) per round: what bounds one
+        # process's rounds per second at one core.
+        "worker_cpu_ms_per_round": sum(d["cpu_s"] for d in docs)
+        * 1000
+        / max(1, sum(d["act_calls"] for d in docs)),
         "db_connections": conns if cfg.backend == "postgres" else cfg.processes,
         "load_before": load_before,
         "load_after": load_after,
@@ -423,7 +443,8 @@ def main() -> None:
                 f"{row['config']:>16}: {row['tasks_per_min']:8.1f} tasks/min"
                 f" ({row['rounds_per_s']:.1f} rounds/s), added p50 {row['added_p50_ms']:.1f}"
                 f" / p99 {row['added_p99_ms']:.1f} ms, RSS {row['rss_mb_per_inflight']:.2f}"
-                f" MB/in-flight task, {row['db_connections']} connection(s),"
+                f" MB/in-flight task, worker CPU {row['worker_cpu_ms_per_round']:.1f}"
+                f" ms/round, {row['db_connections']} connection(s),"
                 f" {row['satisfied']}/{row['tasks']} satisfied,"
                 f" load {row['load_before']:.1f}->{row['load_after']:.1f}",
                 flush=True,

@@ -43,6 +43,7 @@ def test_scale_bench_quick_run(tmp_path: Path) -> None:
         assert 0 <= row["added_p50_ms"] <= row["added_p99_ms"]
         assert 1 <= row["inflight_max"] <= n
         assert math.isfinite(row["rss_mb_per_inflight"]) and row["rss_max_mb"] > 10
+        assert row["worker_cpu_ms_per_round"] > 0
         if row["backend"] == "postgres":
             # A bounded pool: at least one connection, never more than its size.
             assert 1 <= row["db_connections"] <= 8

@@ -69,7 +69,7 @@ class WorkerStats:
 
 
 class Worker:
-    """Claims tasks from a store and runs them, one at a time, until stopped.
+    """Claims tasks from a store and runs them, up to `concurrency` at once, until stopped.
 
     `run()` loops: claim (the store's `claim`, see the module docstring) → choose the
     task's models → `Engine.run` → report → repeat. When nothing is claimable it waits

@@ -137,7 +137,7 @@ def worker(
             help="Tasks run at once by this process, on one event loop (each with its own "
             "lease); they share one database connection pool.",
             min=1,
-            max=1024,
+            max=10000,
         ),
     ] = 1,
     model_timeout: ModelTimeoutOpt = None,

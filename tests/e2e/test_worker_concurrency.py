@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -109,9 +108,7 @@ def test_sigterm_drains_a_worker_running_several_tasks(
         assert len(set(held)) == 1 and held[0] is not None and held[0].endswith(f":{proc.pid}")
 
         proc.send_signal(signal.SIGTERM)
-        t0 = time.monotonic()
-        rc = proc.wait(timeout=GRACE)
-        took = time.monotonic() - t0
+        rc = proc.wait(timeout=GRACE)  # drained within the grace, or the test fails here
     finally:
         (gates / "release").touch()
         if proc.poll() is None:
@@ -119,7 +116,6 @@ def test_sigterm_drains_a_worker_running_several_tasks(
             proc.wait()
     text = log.read_text(errors="replace")
     assert rc == 0, text[-3000:]
-    assert took < GRACE
     assert "worker ran 3 task(s)" in text, text[-3000:]
     assert "Traceback" not in text, text[-3000:]
 

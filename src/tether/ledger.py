@@ -18,19 +18,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, get_args
 
-from tether import errors
+from tether import errors, ledger_view
 
 ItemStatus = Literal["pending", "in_progress", "done", "blocked", "skipped", "waived"]
 ITEM_STATUSES: Final[tuple[str, ...]] = get_args(ItemStatus)
 OPEN_STATUSES: Final[frozenset[str]] = frozenset({"pending", "in_progress"})
-_MARK: Final[dict[str, str]] = {
-    "pending": "[ ]",
-    "in_progress": "[~]",
-    "done": "[x]",
-    "blocked": "[!]",
-    "skipped": "[-]",
-    "waived": "[w]",
-}
+_MARK: Final[dict[str, str]] = ledger_view.MARK
 
 
 @dataclass(frozen=True)
@@ -373,13 +366,20 @@ class Ledger:
 
     # -- rendering ---------------------------------------------------------------------
 
-    def render(self, *, header: str = "GOAL LEDGER", compact: bool = False) -> str:
+    def render(
+        self, *, header: str = "GOAL LEDGER", compact: bool = False, changed: Sequence[str] = ()
+    ) -> str:
         """Compact text for prompts. Deterministic: same state, same bytes.
 
-        `compact=True` lists done items by id only (one line per group), which keeps
-        continuation messages short on long checklists; open, blocked and skipped items
-        are always shown in full.
+        A checklist of more than `ledger_view.FULL_VIEW_MAX_ITEMS` items is shown as a
+        view of bounded size (`ledger_view.render_view`: counts, the focus item, the next
+        few open items, the items in `changed`, the blocked ones), which the model pages
+        through with the `ledger_items` tool. A shorter one is listed item by item;
+        there `compact=True` lists done items by id only (one line per group), and
+        `changed` is not used (every item is shown).
         """
+        if ledger_view.paged(self):
+            return ledger_view.render_view(self, header=header, changed=changed)
         p = self.progress()
         lines = [
             f"{header} (version {self.version})",

@@ -181,12 +181,12 @@ async def test_the_note_survives_when_the_summary_is_cut_to_fit(
     store: MemoryStore, tmp_path: Path
 ) -> None:
     # A long lying summary against a tight budget: the summary is shortened, the note
-    # and the ledger are not.
+    # and the ledger are not (nor the latest round, kept verbatim, hence 1,100 tokens).
     filler = " ".join(f"Round {k}: read big.txt again." for k in range(1, 200))
     loop = Loop("ALL ITEMS ARE COMPLETE. " + filler)
     (tmp_path / "big.txt").write_text("x" * 700)
     model = loop.model()
-    await run_task(store, _spec(input_budget_tokens=1000), tmp_path, model, compact=model)
+    await run_task(store, _spec(input_budget_tokens=1100), tmp_path, model, compact=model)
     assert loop.compact_requests
     text = _summary_message(loop.after[0])
     assert "ALL ITEMS ARE COMPLETE." in text

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tether import errors, failpoints, lifecycle, telemetry
+from tether import errors, failpoints, ledger_view, lifecycle, telemetry
 from tether import events as ev
 from tether import ledger as L
 from tether.clock import Clock, SystemClock
@@ -64,6 +64,7 @@ from tether.tools.builtin.files import (
     default_registry,
     read_artifact_tool,
 )
+from tether.tools.builtin.ledger import LEDGER_ITEMS, ledger_items_tool
 from tether.tools.registry import Tool, ToolRegistry
 
 log = logging.getLogger("tether.engine")
@@ -231,6 +232,8 @@ class Engine:
         self.registry = registry or default_registry(lambda: self.store)
         if self.registry.get(READ_ARTIFACT) is None:  # the model reads long outputs with it
             self.registry.add(read_artifact_tool(lambda: self.store))
+        if self.registry.get(LEDGER_ITEMS) is None:  # and pages through a long ledger
+            self.registry.add(ledger_items_tool(lambda: self.store))
         self.clock: Clock = clock or SystemClock()
         self.worker_id = worker_id or process_id()
         self.lease_ttl = lease_ttl
@@ -853,6 +856,8 @@ class TaskRun:
             check_tools(self.spec, self.e.registry.names())
         if READ_ARTIFACT not in allow:
             allow.append(READ_ARTIFACT)
+        if ledger_view.paged(self.ledger) and LEDGER_ITEMS not in allow:
+            allow.append(LEDGER_ITEMS)  # a long ledger is shown as a view: page through it
         self.tools = self.e.registry.allowed(allow)
         self.guard = self.e.guard or default_guard(self.store, self.spec, self.clock)
         self.known_tools: dict[str, Tool] = {

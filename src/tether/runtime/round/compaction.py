@@ -24,7 +24,7 @@ from tether import events as ev
 from tether.ledger import Ledger
 from tether.models.base import Message, ModelRequest
 from tether.runtime.round import history
-from tether.runtime.round.context import SUMMARY_PREFIX, Entry, render_system, transcript
+from tether.runtime.round.context import SUMMARY_PREFIX, Context, Entry, render_system, transcript
 from tether.store.base import ArtifactRecord
 
 if TYPE_CHECKING:
@@ -1031,15 +1031,92 @@ def _mechanical_summary(entries: list[Entry]) -> str:
     return "\n".join(lines[-60:])
 
 
+def latest_round_entries(entries: list[Entry]) -> int:
+    """How many entries, from the end, make up the latest round: its `round` entry and
+    all that follows it (its continuation, a turn's opening message, a user's words).
+    0 when there is no round (the history holds only a summary and turn messages)."""
+    for n in range(len(entries) - 1, -1, -1):
+        if entries[n].kind == "round":
+            return len(entries) - n
+    return 0
+
+
+def _trim_results(entry: Entry) -> None:
+    """Cut the long tool results of one entry to their first 300 characters."""
+    entry.messages = [
+        Message(m.role, m.content[:300] + "\n[trimmed]", m.tool_calls, m.tool_call_id, m.name)
+        if m.role == "tool" and len(m.content) > 300
+        else m
+        for m in entry.messages
+    ]
+    entry.tokens = sum(tokens.estimate_message(m) for m in entry.messages)
+
+
+def _fit(
+    ctx: Context,
+    budget: int,
+    kept: str,
+    note: str,
+    findings: ClaimFindings,
+    ledger: Ledger,
+    older: list[Entry],
+) -> None:
+    """Make the compacted context fit `budget` if it can (the caller checks): the
+    summary entry is `ctx.entries[0]`, with the runtime's `note` at its end; rounds
+    folded into it are appended to `older`."""
+    # Still too big: trim long tool outputs, then fold the oldest kept rounds into the
+    # summary one by one, then shorten the summary; give up clearly only when the system
+    # prompt and tools alone do not fit. The runtime's note always stays at the end.
+    # The latest round is left for last: its results are trimmed only when nothing else
+    # can give way, and it is never folded into the summary.
+    pinned = min(latest_round_entries(ctx.entries), len(ctx.entries) - 1)
+    if ctx.estimate() > budget:
+        for e in ctx.entries[1 : len(ctx.entries) - pinned]:
+            _trim_results(e)
+    while ctx.estimate() > budget and len(ctx.entries) > 1 + pinned:
+        dropped = ctx.entries.pop(1)
+        older.append(dropped)
+        folded = _mechanical_summary([dropped]).splitlines()[1:]
+        kept += ("\n" + "\n".join(folded)) if folded else ""
+        head = ctx.entries[0]
+        head.messages = [Message("user", SUMMARY_PREFIX + kept + note)]
+        head.tokens = tokens.estimate_message(head.messages[0])
+    # Then the summary is shortened (its note kept whole); then, as a last resort, the
+    # latest round's long results are trimmed and the summary (and its note) shortened
+    # again.
+    for last_resort in (False, True):
+        if ctx.estimate() <= budget:
+            break
+        if last_resort:
+            for e in ctx.entries[1:]:
+                _trim_results(e)
+        head = ctx.entries[0]
+        room = max(0, budget - (ctx.estimate() - head.tokens)) * 3
+        if last_resort and note and room <= len(SUMMARY_PREFIX) + len(note) + 40:
+            note = _rejection_note(findings, ledger, short=True)
+        if last_resort and note and room <= len(SUMMARY_PREFIX) + len(note) + 40:
+            note = ""
+        if room > len(SUMMARY_PREFIX) + len(note) + 40:
+            keep = room - 20 - len(SUMMARY_PREFIX) - len(note)
+            head.messages = [Message("user", SUMMARY_PREFIX + kept[:keep] + "\n[cut]" + note)]
+            head.tokens = tokens.estimate_message(head.messages[0])
+
+
 async def compact_context(run: CompactHost, budget: int) -> None:
     """Compact `run.ctx` until the next request fits `budget` tokens."""
     ctx = run.ctx
     before = ctx.estimate()
     keep = int(budget * 0.35)
     older, recent = ctx.split(keep)
-    if not older:
-        # Even the most recent round alone is too large: fold all but it.
-        older, recent = ctx.entries[:-1], ctx.entries[-1:]
+    # The latest round (its calls and results, its continuation and whatever came after
+    # it) is always kept verbatim, even when it alone is over `keep`: the model must see
+    # what it has just done. Only older history is summarised.
+    n_latest = latest_round_entries(ctx.entries)
+    start = len(ctx.entries) - (n_latest or 1)
+    if len(older) > start or not older:
+        # The most recent round alone is over `keep`, or everything fits in it while the
+        # request does not: fold all that came before the latest round.
+        older, recent = ctx.entries[:start], ctx.entries[start:]
     if not older:
         raise errors.UserError(
             f"the context budget of {budget} tokens is too small for this task's system "
@@ -1109,39 +1186,7 @@ async def compact_context(run: CompactHost, budget: int) -> None:
     run.state.system_blob = run.stage_blob(ctx.system.encode())
     run.state.system_version = run.task.version
     run.state.system_at = run.clock.now()
-    # Still too big: trim long tool outputs, then fold the oldest kept rounds into the
-    # summary one by one, then shorten the summary; give up clearly only when the system
-    # prompt and tools alone do not fit. The runtime's note always stays at the end.
-    if ctx.estimate() > budget:
-        for e in ctx.entries[1:]:
-            e.messages = [
-                Message(
-                    m.role, m.content[:300] + "\n[trimmed]", m.tool_calls, m.tool_call_id, m.name
-                )
-                if m.role == "tool" and len(m.content) > 300
-                else m
-                for m in e.messages
-            ]
-            e.tokens = sum(tokens.estimate_message(m) for m in e.messages)
-    while ctx.estimate() > budget and len(ctx.entries) > 1:
-        dropped = ctx.entries.pop(1)
-        older.append(dropped)
-        folded = _mechanical_summary([dropped]).splitlines()[1:]
-        kept += ("\n" + "\n".join(folded)) if folded else ""
-        head = ctx.entries[0]
-        head.messages = [Message("user", SUMMARY_PREFIX + kept + note)]
-        head.tokens = tokens.estimate_message(head.messages[0])
-    if ctx.estimate() > budget:
-        head = ctx.entries[0]
-        room = max(0, budget - (ctx.estimate() - head.tokens)) * 3
-        if note and room <= len(SUMMARY_PREFIX) + len(note) + 40:
-            note = _rejection_note(findings, run.ledger, short=True)
-        if note and room <= len(SUMMARY_PREFIX) + len(note) + 40:
-            note = ""
-        if room > len(SUMMARY_PREFIX) + len(note) + 40:
-            keep = room - 20 - len(SUMMARY_PREFIX) - len(note)
-            head.messages = [Message("user", SUMMARY_PREFIX + kept[:keep] + "\n[cut]" + note)]
-            head.tokens = tokens.estimate_message(head.messages[0])
+    _fit(ctx, budget, kept, note, findings, run.ledger, older)
     if ctx.estimate() > budget:
         raise errors.UserError(
             f"the context budget of {budget} tokens cannot hold this task's system prompt, "

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tether import tokens
+from tether import ledger_view, tokens
 from tether.ledger import Ledger
 from tether.models.base import Message, ModelRequest, Purpose, ToolSchema
 from tether.spec import TaskSpec
@@ -40,6 +40,9 @@ How this works:
 - If you cannot go on without a human (missing access, unclear goal), answer with a
   line starting NEED_HELP: and say what you need.
 """
+
+#: The most gaps a continuation message lists one by one (then a count).
+_GAPS_MAX = 25
 
 SUMMARY_PREFIX = (
     "Summary of earlier rounds, written by a compressor. It may be wrong about progress: "
@@ -105,7 +108,9 @@ def continuation_message(
     if reason:
         parts.append(f"Judge: {reason}")
     lines = []
-    for item_id in changed:
+    # A long ledger's view lists what changed itself (bounded); a short one is shown
+    # whole, so the changes are spelled out here.
+    for item_id in () if ledger_view.paged(ledger) else changed:
         if ledger.has_item(item_id):
             s = ledger.item(item_id)
             ev = (
@@ -118,8 +123,12 @@ def continuation_message(
     if lines:
         parts.append("Changed this round:\n" + "\n".join(lines))
     if gaps:
-        parts.append("Completion check found gaps:\n" + "\n".join(f"  - {g}" for g in gaps))
-    parts.append(ledger.render(header="CURRENT GOAL LEDGER", compact=True))
+        shown = gaps if len(gaps) <= _GAPS_MAX else gaps[: _GAPS_MAX - 5]
+        more = [f"  ... and {len(gaps) - len(shown)} more"] if len(shown) < len(gaps) else []
+        parts.append(
+            "Completion check found gaps:\n" + "\n".join([*(f"  - {g}" for g in shown), *more])
+        )
+    parts.append(ledger.render(header="CURRENT GOAL LEDGER", compact=True, changed=changed))
     nxt = ledger.next_item()
     if nxt:
         parts.append(f"Work on {nxt} next: {ledger.definition(nxt).title}")

@@ -37,6 +37,7 @@ from tether import _imports, errors
 from tether import artifacts as A
 from tether.store.base import ApprovalRecord, OpRecord, Store
 from tether.tools import files
+from tether.tools.builtin import ledger
 from tether.tools.builtin.sources import source_tools
 from tether.tools.registry import Effect, Tool, ToolContext, ToolRegistry, tool
 
@@ -405,6 +406,7 @@ def default_registry(
         for t in FILE_TOOLS
     )
     reg.add(read_artifact_tool(store_getter))
+    reg.add(ledger.ledger_items_tool(store_getter))
     reg.extend(
         source_guarded_writer(store_getter, t) if t.name in SOURCE_GUARDED_WRITERS else t
         for t in source_tools(store_getter)

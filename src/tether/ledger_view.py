@@ -1,0 +1,243 @@
+"""The ledger as the model reads it when the checklist is long: a view of bounded size.
+
+A ledger of a few items is rendered whole (`Ledger.render`). Past `FULL_VIEW_MAX_ITEMS`
+items the whole list would make every request grow with the checklist, so the model is
+shown a *view* instead: the objective, the counts by status (and by milestone), the
+focus item in full, the next few open items, the items that changed since the model
+last saw the ledger, the blocked items with their reasons (up to a bound, then a
+count), and the line `Next: <id>`. Everything but the focus item fits in
+`VIEW_LIMIT_CHARS` characters whatever the number of items; the model pages through
+the rest with the read-only built-in tool `ledger_items` (`page` below).
+
+Both the view and a page are pure functions of the ledger (and of the ids said to have
+changed): the same state gives the same bytes, which keeps provider prompt caches warm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from tether.ledger import ItemDef, ItemState, Ledger
+
+#: Checklists longer than this are shown as a bounded view, not item by item.
+FULL_VIEW_MAX_ITEMS: Final = 25
+#: The most characters a view holds besides the focus item's lines.
+VIEW_LIMIT_CHARS: Final = 2048
+#: The name of the built-in tool that pages through the items.
+LEDGER_ITEMS_TOOL: Final = "ledger_items"
+#: The most items one page of `ledger_items` lists.
+PAGE_MAX: Final = 100
+
+#: The mark of each status, in front of an item's line.
+MARK: Final[dict[str, str]] = {
+    "pending": "[ ]",
+    "in_progress": "[~]",
+    "done": "[x]",
+    "blocked": "[!]",
+    "skipped": "[-]",
+    "waived": "[w]",
+}
+_OPEN: Final = frozenset({"pending", "in_progress"})
+_LINE_MAX: Final = 160
+_OBJECTIVE_MAX: Final = 300
+_NEXT_OPEN: Final = 5
+_MILESTONES_MAX: Final = 8
+
+
+def paged(ledger: Ledger) -> bool:
+    """True when the ledger is too long to be rendered item by item: the model is
+    given the bounded view and the `ledger_items` tool."""
+    return len(ledger.skeleton.items) > FULL_VIEW_MAX_ITEMS
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def item_line(d: ItemDef, s: ItemState, *, full: bool = False) -> str:
+    """One item on one line (cut to a bounded length unless `full`)."""
+    line = f"{MARK[s.status]} {d.id}: {d.title}"
+    extra = []
+    if full and d.milestone:
+        extra.append(f"milestone {d.milestone}")
+    if s.status == "done" and s.evidence:
+        extra.append("evidence " + ", ".join(s.evidence[:3]))
+    if s.status in ("blocked", "skipped", "waived") and s.note:
+        extra.append(f"{s.status}: {s.note}")
+    elif s.status in _OPEN and s.attempts:
+        extra.append(f"attempts {s.attempts}")
+        if s.note:
+            extra.append(f"last: {s.note}")
+    if extra:
+        line += " (" + "; ".join(extra) + ")"
+    return line if full else _cut(line, _LINE_MAX)
+
+
+@dataclass
+class _Budget:
+    """Lines added while they fit in the character budget."""
+
+    left: int
+    lines: list[str]
+
+    def add(self, line: str) -> bool:
+        cost = len(line) + 1
+        if cost > self.left:
+            return False
+        self.lines.append(line)
+        self.left -= cost
+        return True
+
+    def section(self, head: str, rows: Iterator[str], total: int, more: str) -> None:
+        """`head`, then rows while they fit, then how many were left out (`more` is
+        formatted with `n`); rows keep room for that last line."""
+        reserve = len(more.format(n=total)) + 3
+        if not self.add(head):
+            return
+        shown = 0
+        for row in rows:
+            if len(row) + 1 + reserve > self.left or not self.add(row):
+                break
+            shown += 1
+        if shown < total:
+            self.add(more.format(n=total - shown))
+
+
+def render_view(ledger: Ledger, *, header: str, changed: Sequence[str] = ()) -> str:
+    """The bounded view of a long ledger (see the module docstring)."""
+    counts: dict[str, int] = {}
+    by_milestone: dict[str | None, dict[str, int]] = {}
+    blocked: list[tuple[ItemDef, ItemState]] = []
+    for d, s in ledger.items():
+        counts[s.status] = counts.get(s.status, 0) + 1
+        m = by_milestone.setdefault(d.milestone, {})
+        m[s.status] = m.get(s.status, 0) + 1
+        if s.status == "blocked":
+            blocked.append((d, s))
+    total = len(ledger.skeleton.items)
+    done, opened = counts.get("done", 0), counts.get("pending", 0) + counts.get("in_progress", 0)
+    waived = counts.get("waived", 0)
+    nxt = ledger.next_item()
+    head = [
+        f"{header} (version {ledger.version})",
+        f"Objective: {_cut(ledger.skeleton.objective, _OBJECTIVE_MAX)}",
+        f"Progress: {done}/{total} done, {opened} open, {counts.get('blocked', 0)} blocked, "
+        f"{counts.get('skipped', 0)} skipped" + (f", {waived} waived" if waived else ""),
+    ]
+    tail = [
+        f"Only part of the {total} items is shown; page through them with "
+        f"{LEDGER_ITEMS_TOOL}(status=..., milestone=..., after=..., limit=...).",
+        f"Next: {nxt}" if nxt else "Next: nothing open",
+    ]
+    focus: list[str] = []
+    if nxt:
+        d, s = ledger.definition(nxt), ledger.item(nxt)
+        focus = ["Focus item (the one named Next):", "  " + item_line(d, s, full=True)]
+        waiting = ledger.waiting_for(nxt)
+        if d.after:
+            focus.append(f"  after: {', '.join(d.after)}")
+        if waiting:
+            focus.append(f"  waiting for: {', '.join(waiting)}")
+    fixed = sum(len(x) + 1 for x in head + tail)
+    b = _Budget(VIEW_LIMIT_CHARS - fixed, [])
+    titles = dict(ledger.skeleton.milestones)
+    named = [(m, c) for m, c in by_milestone.items() if m is not None]
+    if named:
+
+        def milestone_rows() -> Iterator[str]:
+            for m, c in named:
+                t = titles.get(m, "")
+                open_m = c.get("pending", 0) + c.get("in_progress", 0)
+                yield _cut(
+                    f"  {m}{f' ({t})' if t else ''}: {c.get('done', 0)}/{sum(c.values())} "
+                    f"done, {open_m} open, {c.get('blocked', 0)} blocked",
+                    100,
+                )
+
+        rows = milestone_rows()
+        first = [next(rows) for _ in range(min(_MILESTONES_MAX, len(named)))]
+        b.section("By milestone:", iter(first), len(named), "  ... and {n} more milestones")
+    if changed:
+        known = [i for i in dict.fromkeys(changed) if ledger.has_item(i)]
+        b.section(
+            "Changed since your last view:",
+            ("  " + item_line(ledger.definition(i), ledger.item(i), full=False) for i in known),
+            len(known),
+            "  ... and {n} more changed",
+        )
+    if nxt:
+        upcoming = _open_after(ledger, nxt)
+        b.section(
+            f"Open after {nxt} (in order):",
+            ("  " + item_line(d, s) for d, s in upcoming),
+            opened - 1,
+            "  ... and {n} more open",
+        )
+    if blocked:
+        b.section(
+            f"Blocked ({len(blocked)}):",
+            ("  " + item_line(d, s) for d, s in blocked),
+            len(blocked),
+            "  ... and {n} more blocked (" + LEDGER_ITEMS_TOOL + "(status='blocked'))",
+        )
+    return "\n".join(head + focus + b.lines + tail)
+
+
+def _open_after(ledger: Ledger, focus: str) -> list[tuple[ItemDef, ItemState]]:
+    """Up to `_NEXT_OPEN` open items other than the focus, in contract order."""
+    found: list[tuple[ItemDef, ItemState]] = []
+    for d, s in ledger.items():
+        if s.status in _OPEN and d.id != focus:
+            found.append((d, s))
+            if len(found) == _NEXT_OPEN:
+                break
+    return found
+
+
+def page(
+    ledger: Ledger,
+    *,
+    status: str | None = None,
+    milestone: str | None = None,
+    after: str | None = None,
+    limit: int = 50,
+) -> str:
+    """One page of items in contract order: those with `status` (a status, or "open"
+    for pending and in progress) and `milestone`, after the item `after`; at most
+    `limit` (capped at `PAGE_MAX`). The last line says how to get the next page."""
+    limit = max(1, min(limit, PAGE_MAX))
+    if after is not None and not ledger.has_item(after):
+        raise KeyError(after)
+    started = after is None
+    shown: list[str] = []
+    matched = 0
+    last = None
+    for d, s in ledger.items():
+        if not started:
+            started = d.id == after
+            continue
+        if milestone is not None and d.milestone != milestone:
+            continue
+        if status is not None and not (
+            s.status == status or (status == "open" and s.status in _OPEN)
+        ):
+            continue
+        matched += 1
+        if len(shown) < limit:
+            shown.append(item_line(d, s, full=True))
+            last = d.id
+    what = ", ".join(
+        f"{k}={v!r}" for k, v in (("status", status), ("milestone", milestone)) if v is not None
+    )
+    head = f"{len(shown)} of {matched} matching items" + (f" ({what})" if what else "")
+    head += f" after {after}:" if after else ":"
+    lines = [head, *shown]
+    if matched > len(shown) and last is not None:
+        lines.append(f"More: call {LEDGER_ITEMS_TOOL} with after={last!r}.")
+    elif not shown:
+        lines.append("(none)")
+    return "\n".join(lines)

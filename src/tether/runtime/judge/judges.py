@@ -832,8 +832,11 @@ async def _run_command(command: str, cwd: Path | None, timeout: float) -> tuple[
     return proc.returncode if proc.returncode is not None else -1, out.decode(errors="replace")
 
 
-async def rule_verdict(spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> Verdict:
-    """Check open items' `done_when` rules; propose `done` with evidence for those met."""
+async def rule_verdict(
+    spec: TaskSpec, ledger: L.Ledger, env: RuleEnv, only: Collection[str] | None = None
+) -> Verdict:
+    """Check open items' `done_when` rules (of the items in `only`, when given; see
+    `rule_scope`); propose `done` with evidence for those met."""
     check = _RuleCheck(spec, ledger, env)
     changes: list[ProposedChange] = []
     # Items whose rule is met in this verdict: their successors may be judged after them.
@@ -841,6 +844,8 @@ async def rule_verdict(spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> Verdic
     for item in spec.items:
         rule = item.done_when
         if rule is None or not ledger.has_item(item.id):
+            continue
+        if only is not None and item.id not in only:
             continue
         if ledger.item(item.id).status not in L.OPEN_STATUSES:
             continue

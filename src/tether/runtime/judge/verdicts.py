@@ -13,6 +13,7 @@ from tether.models.base import Message
 from tether.runtime import hints
 from tether.runtime.judge import judges as J
 from tether.runtime.judge.completion import parse_review, review_request, run_acceptance
+from tether.runtime.judge.rule_scope import rule_scope
 from tether.runtime.ops.runner import history_only
 from tether.runtime.recovery import deliverables
 from tether.runtime.round import progress as P
@@ -88,7 +89,8 @@ async def judge_round(
     they are still `pending`); act on the decision: the outcome that ends the run, or
     None to go on."""
     env = _RuleEnv(run, pending)
-    verdicts = [await J.rule_verdict(run.spec, run.ledger, env)]
+    only = rule_scope(run.spec, run.ledger, facts.focus, [(o.tool, o.args) for o in facts.ops])
+    verdicts = [await J.rule_verdict(run.spec, run.ledger, env, only)]
     extra_events: list[ev.Event] = list(env.events)
     judge_model = run.models.judge
     judges = ["rules"]

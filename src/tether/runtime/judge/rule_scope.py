@@ -1,0 +1,81 @@
+"""Which items the rule judge checks after a round, so that a round's cost does not grow
+with the checklist.
+
+On a short ledger (`ledger_view.paged` is false) every open item's `done_when` rule is
+checked after every round, as before. On a long one only the items the round can have
+moved are: the focus item, the first `RULE_WINDOW` open items in checklist order (so an
+item finished by other means is found before or when it becomes the focus), the items
+the round's calls name (an argument that is an item's id or its file rule's path) and
+the items whose op rule is about a tool the round called. No open item goes unchecked
+for good: it enters the window before it becomes the focus.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+from tether import ledger_view
+from tether.ledger import OPEN_STATUSES, Ledger
+from tether.spec import FileRule, OpRule, TaskSpec
+
+#: Open items, in checklist order, checked after every round on a long ledger.
+RULE_WINDOW: Final = 25
+
+#: The last spec's rule index: `(spec, {path: ids}, {tool: ids})` (one task per run).
+_INDEX: list[tuple[TaskSpec, dict[str, list[str]], dict[str, list[str]]]] = []
+
+
+def _index(spec: TaskSpec) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    if _INDEX and _INDEX[0][0] is spec:
+        return _INDEX[0][1], _INDEX[0][2]
+    paths: dict[str, list[str]] = {}
+    tools: dict[str, list[str]] = {}
+    for item in spec.items:
+        rule = item.done_when
+        if isinstance(rule, FileRule):
+            paths.setdefault(posixpath.normpath(rule.path), []).append(item.id)
+        elif isinstance(rule, OpRule):
+            tools.setdefault(rule.tool, []).append(item.id)
+    _INDEX[:] = [(spec, paths, tools)]
+    return paths, tools
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _strings(v)
+
+
+def rule_scope(
+    spec: TaskSpec,
+    ledger: Ledger,
+    focus: str | None,
+    calls: list[tuple[str, Mapping[str, Any]]],
+) -> set[str] | None:
+    """The ids of the items to check after a round whose calls were `calls` (tool name,
+    arguments) on `focus`; None for every open item (a short ledger)."""
+    if not ledger_view.paged(ledger):
+        return None
+    scope: set[str] = {focus} if focus else set()
+    window = 0
+    for d, s in ledger.items():
+        if s.status in OPEN_STATUSES:
+            scope.add(d.id)
+            window += 1
+            if window >= RULE_WINDOW:
+                break
+    paths, tools = _index(spec)
+    for tool, args in calls:
+        scope.update(tools.get(tool, ()))
+        for text in _strings(args):
+            if ledger.has_item(text):
+                scope.add(text)
+            scope.update(paths.get(posixpath.normpath(text), ()) if text else ())
+    return scope

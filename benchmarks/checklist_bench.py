@@ -155,6 +155,7 @@ class SizeResult:
     web_task_page_s: float
     web_task_page_bytes: int
     rebuild_s: float
+    error: str = ""
 
 
 def _db_size(path: Path) -> int:
@@ -225,7 +226,13 @@ async def run_size(n_items: int, rounds: int, calls: int, folder: Path) -> SizeR
     store = await SQLiteStore.open(db)
     engine = Engine(store, ModelSet(actor=model, compact=model), max_rounds_this_run=rounds)
     t0 = time.perf_counter()
-    await engine.run(task.task_id)
+    error = ""
+    try:
+        result = await engine.run(task.task_id)
+        if result.status not in ("queued", "satisfied"):
+            error = f"the run ended {result.status}: {result.stop_reason} {result.waiting or ''}"
+    except Exception as exc:  # reported: the old code could not run at all
+        error = f"{type(exc).__name__}: {exc}"
     run_s = time.perf_counter() - t0
     done_rounds = len(await store.read_events(task.task_id, types={"round.committed"}))
     compactions = len(await store.read_events(task.task_id, types={"context.compacted"}))
@@ -243,12 +250,12 @@ async def run_size(n_items: int, rounds: int, calls: int, folder: Path) -> SizeR
     return SizeResult(
         items=n_items,
         rounds=done_rounds,
-        round_ms_median=1000 * statistics.median(gaps),
+        round_ms_median=1000 * statistics.median(gaps) if gaps else float("nan"),
         round_ms_mean=1000 * run_s / max(1, done_rounds),
         bytes_per_round=(size1 - size0) / max(1, done_rounds),
-        request_chars_median=statistics.median(honest.sizes),
-        request_chars_max=max(honest.sizes),
-        request_tokens_max=max(honest.token_sizes),
+        request_chars_median=statistics.median(honest.sizes) if honest.sizes else float("nan"),
+        request_chars_max=max(honest.sizes, default=0),
+        request_tokens_max=max(honest.token_sizes, default=0),
         compactions_per_100=100 * compactions / max(1, done_rounds),
         create_s=create_s,
         status_s=status_s,
@@ -256,6 +263,7 @@ async def run_size(n_items: int, rounds: int, calls: int, folder: Path) -> SizeR
         web_task_page_s=web_s,
         web_task_page_bytes=web_bytes,
         rebuild_s=rebuild_s,
+        error=error,
     )
 
 
@@ -298,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
             results.append(asyncio.run(run_size(n, args.rounds, args.calls, Path(tmp))))
             print(f"{n:,} items done", file=sys.stderr)
     print(_table(results))
+    for r in results:
+        if r.error:
+            print(f"{r.items:,} items: {r.error}")
     ok = True
     base = results[0]
     for r in results[1:]:

@@ -344,8 +344,8 @@ class Ledger:
         return {
             "objective": self.skeleton.objective,
             "version": self.version,
-            "acceptance": self.skeleton.to_dict()["acceptance"],
-            "milestones": self.skeleton.to_dict()["milestones"],
+            "acceptance": [{"id": i, "description": d} for i, d in self.skeleton.acceptance],
+            "milestones": [{"id": i, "title": t} for i, t in self.skeleton.milestones],
             "progress": self.progress().to_dict(),
             "items": items,
         }

@@ -15,9 +15,9 @@ changed): the same state gives the same bytes, which keeps provider prompt cache
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from tether.ledger import ItemDef, ItemState, Ledger
@@ -152,8 +152,8 @@ def render_view(ledger: Ledger, *, header: str, changed: Sequence[str] = ()) -> 
             for m, c in named:
                 t = titles.get(m, "")
                 open_m = c.get("pending", 0) + c.get("in_progress", 0)
-                yield _cut(
-                    f"  {m}{f' ({t})' if t else ''}: {c.get('done', 0)}/{sum(c.values())} "
+                yield "  " + _cut(
+                    f"{m}{f' ({t})' if t else ''}: {c.get('done', 0)}/{sum(c.values())} "
                     f"done, {open_m} open, {c.get('blocked', 0)} blocked",
                     100,
                 )
@@ -241,3 +241,30 @@ def page(
     elif not shown:
         lines.append("(none)")
     return "\n".join(lines)
+
+
+class LedgerData(Mapping[str, Any]):
+    """`{**ledger.to_dict(), "next": next_item}` (a request's `ledger`), built on first
+    read: a round whose model never looks at it does not pay for a long ledger's items."""
+
+    def __init__(self, ledger: Ledger, next_item: str | None) -> None:
+        self._ledger = ledger
+        self._next = next_item
+        self._data: dict[str, Any] | None = None
+
+    def _get(self) -> dict[str, Any]:
+        if self._data is None:
+            self._data = {**self._ledger.to_dict(), "next": self._next}
+        return self._data
+
+    def __getitem__(self, key: str) -> Any:
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __repr__(self) -> str:
+        return f"LedgerData(version={self._ledger.version}, next={self._next!r})"

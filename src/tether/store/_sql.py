@@ -479,6 +479,21 @@ class SqlStore:
         """The task projection; `TaskNotFound` if absent."""
         return await self._run(self._get_task_sync, task_id)
 
+    def _fencing_token_sync(self, task_id: str) -> int:
+        with self._auto() as conn:
+            row = self._x(
+                conn, "SELECT fencing_token FROM tasks WHERE task_id = :id", {"id": task_id}
+            ).fetchone()
+        if row is None:
+            raise errors.TaskNotFound(task_id)
+        return int(row["fencing_token"])
+
+    async def fencing_token(self, task_id: str) -> int:
+        """The task's fencing token alone (`get_task(task_id).fencing_token` without
+        reading the contract: a long checklist's is megabytes, and a tool checks the
+        token before every side effect); `TaskNotFound` if absent."""
+        return await self._run(self._fencing_token_sync, task_id)
+
     def _list_tasks_sync(self, statuses: Collection[str] | None, limit: int) -> list[TaskRecord]:
         params: dict[str, Any] = {"limit": limit}
         where = ""

@@ -138,9 +138,13 @@ class ToolContext:
 async def ensure_lease(store: Any, task_id: str, token: int) -> None:
     """`StaleLease` unless `token` is still the task's fencing token in `store` (what
     `ToolContext.ensure_owner` checks)."""
-    task = await store.get_task(task_id)
-    if task.fencing_token != token:
-        raise errors.StaleLease(task_id, token, task.fencing_token)
+    # The SQL stores read the token alone (`fencing_token`); others give the task.
+    light = getattr(store, "fencing_token", None)
+    current = (
+        await light(task_id) if light is not None else (await store.get_task(task_id)).fencing_token
+    )
+    if current != token:
+        raise errors.StaleLease(task_id, token, current)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tether import events as ev
 from tether import ledger as L
+from tether import ledger_view
 from tether.artifacts import deliverable_meta
 from tether.models.base import Message, ModelRequest
+from tether.runtime.judge.rule_scope import spec_items
 from tether.runtime.round import progress as P
 from tether.spec import (
     ArtifactRule,
@@ -725,7 +727,14 @@ def parse_verdict(text: str) -> Verdict:
 
 
 def compact_ledger(ledger: L.Ledger) -> dict[str, Any]:
-    """The ledger as the judge sees it: open and blocked items in full, done ones by id."""
+    """The ledger as the judge sees it: open and blocked items in full, done ones by id.
+
+    A long ledger (`ledger_view.paged`) is shown in part, so that the judge's request
+    does not grow with the checklist: the first `JUDGE_ITEMS` items not done, in order
+    (the focus among them, as it is the first open one, or named apart), and the count
+    of those left out; done items by count only."""
+    if ledger_view.paged(ledger):
+        return _partial_ledger(ledger)
     items = []
     done = []
     for d, s in ledger.items():
@@ -739,6 +748,31 @@ def compact_ledger(ledger: L.Ledger) -> dict[str, Any]:
         "items": items,
         "done": done,
         "next": ledger.next_item(),
+    }
+
+
+#: Items not done that a long ledger shows the judge (see `compact_ledger`).
+JUDGE_ITEMS = 25
+
+
+def _partial_ledger(ledger: L.Ledger) -> dict[str, Any]:
+    nxt = ledger.next_item()
+    items: list[dict[str, Any]] = []
+    left_out = done = 0
+    for d, s in ledger.items():
+        if s.status == "done":
+            done += 1
+        elif len(items) < JUDGE_ITEMS or d.id == nxt:
+            items.append({"id": d.id, "title": d.title, "status": s.status, "note": s.note})
+        else:
+            left_out += 1
+    return {
+        "version": ledger.version,
+        "progress": ledger.progress().to_dict(),
+        "items": items,
+        "items_left_out": left_out,
+        "done": f"{done} items (ids left out of this long ledger)",
+        "next": nxt,
     }
 
 
@@ -777,7 +811,7 @@ def judge_request(
         max_output_tokens=1024,
         json_output=True,
         task_id=task_id,
-        ledger={**ledger.to_dict(), "next": ledger.next_item()},
+        ledger=ledger_view.LedgerData(ledger, ledger.next_item()),
     )
 
 
@@ -841,11 +875,9 @@ async def rule_verdict(
     changes: list[ProposedChange] = []
     # Items whose rule is met in this verdict: their successors may be judged after them.
     met: set[str] = set()
-    for item in spec.items:
+    for item in spec.items if only is None else spec_items(spec, only):
         rule = item.done_when
         if rule is None or not ledger.has_item(item.id):
-            continue
-        if only is not None and item.id not in only:
             continue
         if ledger.item(item.id).status not in L.OPEN_STATUSES:
             continue

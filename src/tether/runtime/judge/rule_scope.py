@@ -13,33 +13,44 @@ for good: it enters the window before it becomes the focus.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Final
 
 from tether import ledger_view
 from tether.ledger import OPEN_STATUSES, Ledger
-from tether.spec import FileRule, OpRule, TaskSpec
+from tether.spec import ChecklistItem, FileRule, OpRule, TaskSpec
 
 #: Open items, in checklist order, checked after every round on a long ledger.
 RULE_WINDOW: Final = 25
 
-#: The last spec's rule index: `(spec, {path: ids}, {tool: ids})` (one task per run).
-_INDEX: list[tuple[TaskSpec, dict[str, list[str]], dict[str, list[str]]]] = []
+#: The last spec's rule index: `(spec, {path: ids}, {tool: ids}, {id: position})` (one
+#: task per run).
+_INDEX: list[tuple[TaskSpec, dict[str, list[str]], dict[str, list[str]], dict[str, int]]] = []
 
 
-def _index(spec: TaskSpec) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+def _index(
+    spec: TaskSpec,
+) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, int]]:
     if _INDEX and _INDEX[0][0] is spec:
-        return _INDEX[0][1], _INDEX[0][2]
+        return _INDEX[0][1], _INDEX[0][2], _INDEX[0][3]
     paths: dict[str, list[str]] = {}
     tools: dict[str, list[str]] = {}
-    for item in spec.items:
+    where: dict[str, int] = {}
+    for n, item in enumerate(spec.items):
+        where[item.id] = n
         rule = item.done_when
         if isinstance(rule, FileRule):
             paths.setdefault(posixpath.normpath(rule.path), []).append(item.id)
         elif isinstance(rule, OpRule):
             tools.setdefault(rule.tool, []).append(item.id)
-    _INDEX[:] = [(spec, paths, tools)]
-    return paths, tools
+    _INDEX[:] = [(spec, paths, tools, where)]
+    return paths, tools, where
+
+
+def spec_items(spec: TaskSpec, ids: Collection[str]) -> list[ChecklistItem]:
+    """The contract's items with these ids, in contract order (unknown ids left out)."""
+    where = _index(spec)[2]
+    return [spec.items[n] for n in sorted(where[i] for i in ids if i in where)]
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -71,7 +82,7 @@ def rule_scope(
             window += 1
             if window >= RULE_WINDOW:
                 break
-    paths, tools = _index(spec)
+    paths, tools, _ = _index(spec)
     for tool, args in calls:
         scope.update(tools.get(tool, ()))
         for text in _strings(args):

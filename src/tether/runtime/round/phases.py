@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from tether import errors, failpoints, telemetry
+from tether import errors, failpoints, ledger_view, telemetry
 from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message, ModelRequest, ModelResponse
@@ -162,7 +162,7 @@ async def assemble(run: RoundHost, round_no: int) -> tuple[str | None, ModelRequ
         await compact_context(run, budget)
     request = replace(
         run.ctx.request("act", task_id=run.task_id),
-        ledger={**ledger.to_dict(), "next": focus},
+        ledger=ledger_view.LedgerData(ledger, focus),
     )
     run.staged_events = started
     run.staged_ledger = ledger

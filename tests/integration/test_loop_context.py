@@ -34,27 +34,35 @@ def _is_prefix(a: list[str], b: list[str]) -> bool:
     return len(a) <= len(b) and b[: len(a)] == a
 
 
+@pytest.mark.parametrize("n_items", [6, 10_000])
 async def test_requests_in_a_turn_are_byte_identical_prefixes(
-    store: MemoryStore, tmp_path: Path
+    store: MemoryStore, tmp_path: Path, n_items: int
 ) -> None:
     model = ScriptedModel(policy=honest_actor)
-    tid, result = await run_task(store, spec_of(6), tmp_path, model)
-    assert result.status == "satisfied"
+    rounds = min(n_items, 6)
+    spec = spec_of(n_items)
+    tid, result = await run_task(store, spec, tmp_path, model, max_rounds_this_run=rounds)
+    assert result.status == ("satisfied" if n_items == rounds else "queued")
     acts = [r for r in model.requests if r.purpose == "act"]
-    assert len(acts) == 6
+    assert len(acts) == rounds
     for prev, cur in itertools.pairwise(acts):
         # Everything the previous request sent is sent again, byte for byte, first.
         assert _is_prefix(serialized(prev), serialized(cur))
         assert cur.system == prev.system
     # The ledger sits at the very tail of the system prompt at the epoch start...
     assert acts[0].system.rstrip().endswith("Next: i1")
-    assert acts[0].system.rindex("GOAL LEDGER (version") > acts[0].system.index("CONTRACT")
+    cut = acts[0].system.rindex("GOAL LEDGER (version")
+    assert cut > acts[0].system.index("CONTRACT")
+    assert acts[0].metadata["system_stable_prefix"] == cut - 2
+    # ...small whatever the number of items (a view past 25 of them)...
+    assert len(acts[0].system) - cut <= 2048 + 200
     # ...and every continuation message carries the judged, current ledger.
     for n, req in enumerate(acts[1:], start=1):
         last = req.messages[-1]
         assert last.role == "user" and "CURRENT GOAL LEDGER" in last.content
-        assert f"Progress: {n}/6 done" in last.content
+        assert f"Progress: {n}/{n_items} done" in last.content
         assert f"Next: i{n + 1}" in last.content
+        assert len(last.content) <= 2048 + 400
     turns = await events_of(store, tid, "turn.started")
     assert len(turns) == 1 and turns[0]["epoch"] is True
 

@@ -268,3 +268,25 @@ class LedgerData(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"LedgerData(version={self._ledger.version}, next={self._next!r})"
+
+
+#: The most items a listing for people (`tether status`, the dashboard) shows at once.
+ROWS_PER_PAGE: Final = 50
+
+
+def row_page(
+    rows: Sequence[Mapping[str, Any]], after: str | None, limit: int = ROWS_PER_PAGE
+) -> tuple[int, list[Mapping[str, Any]]]:
+    """`(start, rows)`: the item rows (`status --json`'s) a listing shows. All of them
+    when they fit in `limit` and no `after` is given; else `limit` rows after the item
+    `after` (from the start if it is unknown), or from the first one not finished."""
+    if len(rows) <= limit and after is None:
+        return 0, list(rows)
+    if after is not None:
+        start = next((n + 1 for n, r in enumerate(rows) if r["id"] == after), 0)
+    else:
+        start = next(
+            (n for n, r in enumerate(rows) if r["status"] not in ("done", "skipped", "waived")),
+            0,
+        )
+    return start, list(rows[start : start + limit])

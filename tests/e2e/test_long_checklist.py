@@ -64,6 +64,7 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     return cli_env(TETHER_DB=f"sqlite:///{tmp_path / 'tasks.db'}")
 
 
+@pytest.mark.timeout(900 if ITEMS <= 2000 else 7200)
 def test_thousands_of_items_with_crashes_end_satisfied(tmp_path: Path, env: dict[str, str]) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -51,6 +51,14 @@ def status(
         int | None,
         typer.Option("--at", help="As of event SEQ (folded from the event log)."),
     ] = None,
+    after: Annotated[
+        str | None,
+        typer.Option("--after", help="List the ledger's items after this one (a page)."),
+    ] = None,
+    limit: Annotated[
+        int,
+        typer.Option("--limit", min=1, help="How many ledger items to list at most."),
+    ] = views.STATUS_ITEMS,
 ) -> None:
     """Show a task: state, ledger, budget, what it waits for."""
     from tether.report.timetravel import status_at
@@ -67,7 +75,7 @@ def status(
     if json_out:
         print_json(doc)
     else:
-        out.print(views.status_view(doc, db))
+        out.print(views.status_view(doc, db, after=after, limit=limit))
 
 
 @app.command("list")

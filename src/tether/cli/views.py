@@ -26,6 +26,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from tether import ledger_view
 from tether.redact import redact
 
 STATUS_STYLE = {
@@ -258,9 +259,20 @@ def with_db(text: str, db: str | None) -> str:
     return _HINTED.sub(lambda m: f"tether {m.group(1)} {flag}", text)
 
 
-def status_view(doc: Mapping[str, Any], db: str | None = None) -> Group:
+#: The most ledger items `status` lists at once; a longer ledger is shown a page at a time.
+STATUS_ITEMS = ledger_view.ROWS_PER_PAGE
+
+
+def status_view(
+    doc: Mapping[str, Any],
+    db: str | None = None,
+    *,
+    after: str | None = None,
+    limit: int = STATUS_ITEMS,
+) -> Group:
     """A task from its `status --json` document: state, ledger, budget, waiting (its
-    commands with `--db DB` when given, see `with_db`)."""
+    commands with `--db DB` when given, see `with_db`). A long ledger's items are listed
+    `limit` at a time: after the item `after`, or from the first one not finished."""
     style = STATUS_STYLE.get(doc["status"], "white")
     head = Text.assemble(
         ("task ", "bold"),
@@ -311,14 +323,16 @@ def status_view(doc: Mapping[str, Any], db: str | None = None) -> Group:
         "waived": "magenta",
     }
     rows = []
-    for it in doc["ledger"]["items"]:
-        st = it["status"]
-        detail = ", ".join(it["evidence"][:2]) if st == "done" else (it["note"] or "")
+    listed: list[Mapping[str, Any]] = doc["ledger"]["items"]
+    start, page_rows = ledger_view.row_page(listed, after, limit)
+    for item in page_rows:
+        st = item["status"]
+        detail = ", ".join(item["evidence"][:2]) if st == "done" else (item["note"] or "")
         rows.append(
             (
-                Text(clean(it["id"])),
+                Text(clean(item["id"])),
                 Text(clean(st), colour.get(st, "white")),
-                str(it["attempts"]),
+                str(item["attempts"]),
                 Text(clean(detail, lines=True)),
             )
         )
@@ -326,6 +340,14 @@ def status_view(doc: Mapping[str, Any], db: str | None = None) -> Group:
         [("item", "id"), ("status", "id"), ("attempts", "id"), ("evidence / note", "text")], rows
     )
     lines.append(table)
+    if len(page_rows) < len(listed):
+        page = f"items {start + 1:,}-{start + len(page_rows):,} of {len(listed):,}"
+        nxt = (
+            with_db(f"tether status {doc['task_id']} --after {page_rows[-1]['id']}", db)
+            if start + len(page_rows) < len(listed) and page_rows
+            else ""
+        )
+        lines.append(Text(clean(page + (f"; next page: {nxt}" if nxt else "")), "dim"))
     return Group(*lines)
 
 

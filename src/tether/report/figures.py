@@ -267,9 +267,18 @@ def _recoveries(events: Sequence[StoredEvent]) -> list[dict[str, Any]]:
 
 def _progress(events: Sequence[StoredEvent], skeleton: Mapping[str, Any]) -> list[dict[str, Any]]:
     points: list[dict[str, Any]] = []
+    counts: Counter[str] = Counter()
     for e, lf, _ in replay(skeleton, events):
+        if not points or e.type == "task.edited":
+            counts = Counter(str(st.get("status", "pending")) for st in lf.states.values())
+        elif e.type == "ledger.updated":
+            # Counted from the diff: a long checklist is not walked at every update.
+            for change in e.data.get("diff", []):
+                if change.get("field") == "status":
+                    counts[str(change.get("before"))] -= 1
+                    counts[str(change.get("after"))] += 1
         if not points or e.type in ("ledger.updated", "task.edited"):
-            p = lf.ledger().progress()
+            p = _counted(counts)
             points.append(
                 {
                     "seq": e.seq,
@@ -282,6 +291,19 @@ def _progress(events: Sequence[StoredEvent], skeleton: Mapping[str, Any]) -> lis
                 }
             )
     return points
+
+
+def _counted(counts: Counter[str]) -> L.Progress:
+    """`Ledger.progress()` from counts by status."""
+    return L.Progress(
+        total=sum(counts.values()),
+        done=counts["done"],
+        pending=counts["pending"],
+        in_progress=counts["in_progress"],
+        blocked=counts["blocked"],
+        skipped=counts["skipped"],
+        waived=counts["waived"],
+    )
 
 
 def _totals(events: Sequence[StoredEvent]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.requests import Request
 
-from tether import approvals, decisions, edits, errors, lifecycle
+from tether import approvals, decisions, edits, errors, ledger_view, lifecycle
 from tether.cli.views import STATUS_STYLE, describe_event, ts
 from tether.redact import redact
 from tether.report import build_report, show_call
@@ -123,9 +123,15 @@ async def tasks_partial(
     return _render(request, "_task_rows.html", tasks=rows)
 
 
-async def _task_context(request: Request, task_id: str) -> dict[str, Any]:
+async def _task_context(
+    request: Request, task_id: str, items_after: str | None = None
+) -> dict[str, Any]:
     store, _ = state_of(request)
     doc = await status_dict(store, task_id)
+    # A long ledger is listed a page at a time (`?items_after=<id>` for the next one).
+    rows = doc["ledger"]["items"]
+    start, shown = ledger_view.row_page(rows, items_after)
+    more = start + len(shown) < len(rows) and bool(shown)
     pending = await approvals.pending(store, task_id)
     closed = await store.get_approvals(task_id, statuses={"closed"})
     return {
@@ -151,6 +157,15 @@ async def _task_context(request: Request, task_id: str) -> dict[str, Any]:
             for a in closed
         ],
         "gauges": _gauges(doc),
+        "items": shown,
+        "items_page": {
+            "first": start + 1,
+            "last": start + len(shown),
+            "total": len(rows),
+            "paged": len(shown) < len(rows),
+            "after": items_after,
+            "next": shown[-1]["id"] if more else None,
+        },
     }
 
 
@@ -183,14 +198,18 @@ def _number(value: float) -> str:
 
 @router.get("/tasks/{task_id}", response_class=HTMLResponse)
 async def task_page(
-    request: Request, task_id: str, token: Annotated[str | None, Query()] = None
+    request: Request,
+    task_id: str,
+    token: Annotated[str | None, Query()] = None,
+    items_after: Annotated[str | None, Query()] = None,
 ) -> Response:
-    """A task: live ledger, budget, decisions, timeline, calls, report."""
+    """A task: live ledger (a page of its items), budget, decisions, timeline, calls,
+    report."""
     login = _login(request, token)
     if login is not None:
         return login
     store, _ = state_of(request)
-    ctx = await _task_context(request, task_id)
+    ctx = await _task_context(request, task_id, items_after)
     last = ctx["task"]["last_seq"]
     events = await store.read_events(task_id, after=max(0, last - TIMELINE_TAIL))
     calls = await list_calls(store, task_id)
@@ -205,9 +224,12 @@ async def task_page(
 
 
 @router.get("/tasks/{task_id}/partials/state", response_class=HTMLResponse)
-async def state_partial(request: Request, task_id: str) -> HTMLResponse:
+async def state_partial(
+    request: Request, task_id: str, items_after: Annotated[str | None, Query()] = None
+) -> HTMLResponse:
     """The task's changing part: status, progress, gauges, ledger, decisions."""
-    return _render(request, "_state.html", **(await _task_context(request, task_id)))
+    ctx = await _task_context(request, task_id, items_after)
+    return _render(request, "_state.html", **ctx)
 
 
 @router.get("/tasks/{task_id}/partials/calls", response_class=HTMLResponse)

@@ -825,8 +825,11 @@ class RuleEnv(Protocol):
     #: Hashes of files that existed before the task (see `FileRule.fresh`).
     preexisting: dict[str, str]
 
-    async def succeeded_ops(self, tools: Sequence[str] = ()) -> list[OpRecord]:
-        """Committed ops that succeeded (of these tools, if given)."""
+    async def latest_op(
+        self, item_id: str, rule: OpRule, taken: Collection[str]
+    ) -> OpRecord | None:
+        """The newest succeeded op that `rule` (item `item_id`'s) matches and that is not
+        in `taken` (refs `op:<id>`), or None."""
         ...
 
     async def valid_artifacts(self) -> list[ArtifactRecord]:
@@ -844,10 +847,6 @@ class RuleEnv(Protocol):
         """Store an evidence artifact (with `meta`, e.g. the deliverable file it accepts);
         return its ref (`artifact:<id>`)."""
         ...
-
-
-def _args_match(want: Mapping[str, Any], have: Mapping[str, Any]) -> bool:
-    return all(k in have and have[k] == v for k, v in want.items())
 
 
 async def _run_command(command: str, cwd: Path | None, timeout: float) -> tuple[int, str]:
@@ -912,33 +911,12 @@ class _RuleCheck:
         #: What each unmet rule found (`Verdict.checks`): how far its item got.
         self.states: dict[str, str] = {}
         self.credited = {ref for _, st in ledger.items() for ref in st.evidence}
-        self.ops: list[OpRecord] | None = None
         self.arts: list[ArtifactRecord] | None = None
-        self.rule_tools = sorted(
-            {
-                i.done_when.tool
-                for i in spec.items
-                if isinstance(i.done_when, OpRule)
-                and ledger.has_item(i.id)
-                and ledger.item(i.id).status in L.OPEN_STATUSES
-            }
-        )
 
     async def op(self, item: ChecklistItem, rule: OpRule) -> ProposedChange | None:
-        if self.ops is None:
-            self.ops = await self.env.succeeded_ops(self.rule_tools)
         # An op that already proves another item proves this one only with leave.
         taken = set() if item.shared_evidence else self.credited
-        hit = next(
-            (
-                o
-                for o in reversed(self.ops)
-                if o.tool == rule.tool
-                and _args_match(rule.args, o.args)
-                and f"op:{o.op_id}" not in taken
-            ),
-            None,
-        )
+        hit = await self.env.latest_op(item.id, rule, taken)
         return ProposedChange(item.id, "done", (f"op:{hit.op_id}",), "rule: op") if hit else None
 
     async def artifact(self, item: ChecklistItem, rule: ArtifactRule) -> ProposedChange | None:

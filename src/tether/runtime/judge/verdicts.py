@@ -13,6 +13,7 @@ from tether.models.base import Message
 from tether.runtime import hints
 from tether.runtime.judge import judges as J
 from tether.runtime.judge.completion import parse_review, review_request, run_acceptance
+from tether.runtime.judge.index import OpIndex, args_match, index_of
 from tether.runtime.judge.rule_scope import rule_scope
 from tether.runtime.ops.runner import history_only
 from tether.runtime.recovery import deliverables
@@ -20,10 +21,9 @@ from tether.runtime.round import progress as P
 from tether.runtime.round.context import Entry, continuation_message
 from tether.runtime.run import outcome as out
 from tether.runtime.run.outcome import Outcome
-from tether.spec import TaskSpec
+from tether.spec import OpRule, TaskSpec
 from tether.store.base import ArtifactRecord, OpRecord
-from tether.tools.builtin.files import as_sent
-from tether.tools.builtin.sources import stale_reads
+from tether.tools.builtin.sources import snapshot_read_by, stale_reads
 
 if TYPE_CHECKING:
     from tether.runtime.run.ports import JudgeHost, PendingRound
@@ -448,39 +448,71 @@ class _RuleEnv:
         self.artifacts: list[ArtifactRecord] = []
         self.events: list[ev.Event] = []
 
-    async def succeeded_ops(self, tools: Sequence[str] = ()) -> list[OpRecord]:
-        store, task_id = self.run.store, self.run.task_id
-        stored = await store.get_ops(
-            task_id, statuses={"succeeded"}, tools=set(tools) if tools else None
-        )
-        # With the arguments sent (a human's `modify`): a rule matches what was done.
-        stored = as_sent(stored, await store.get_approvals(task_id, statuses={"approved"}))
+    async def _index(self) -> OpIndex:
+        """The run's op index, brought up to date with what was committed since."""
+        idx = index_of(self.run, self.run.spec)
+        await idx.sync(self.run.store, self.run.task_id, self.run.state.last_seq)
+        return idx
+
+    async def latest_op(
+        self, item_id: str, rule: OpRule, taken: Collection[str]
+    ) -> OpRecord | None:
+        """The newest succeeded op (arguments as sent) that `rule` matches, not `taken`:
+        this round's first (still pending), then the stored ones. With the round
+        pending, a late result of an older task version, an op since compensated
+        (`ops.history_only`) or a read of a source version since changed proves nothing."""
+        idx = await self._index()
         if self.pending is None:
-            return stored
+            return next(
+                (o for o in idx.newest_first(item_id) if f"op:{o.op_id}" not in taken), None
+            )
         mine = {o.op_id for o in self.pending.ops}
         fresh = [
             o
             for o in self.pending.ops
-            if o.status == "succeeded" and (not tools or o.tool in tools)
+            if o.status == "succeeded" and o.tool == rule.tool and args_match(rule.args, o.args)
         ]
-        # A late result of an older task version, or an op since compensated, proves
-        # nothing now (`ops.history_only`); nor a read of a source version since changed.
-        found = [o for o in stored if o.op_id not in mine and not history_only(o)] + [
-            o for o in fresh if not history_only(o)
-        ]
-        stale = await stale_reads(self.run.store, self.run.task_id, found)
-        return [o for o in found if o.op_id not in stale]
+        stored = (o for o in idx.newest_first(item_id) if o.op_id not in mine)
+        for op in (*reversed(fresh), *stored):
+            if f"op:{op.op_id}" in taken or history_only(op):
+                continue
+            if not await self._fresh_read(idx, op, stored=op.op_id not in mine):
+                continue
+            return op
+        return None
+
+    async def _fresh_read(self, idx: OpIndex, op: OpRecord, *, stored: bool) -> bool:
+        """Not a read of a source version since changed (`stale_reads`); a stored read
+        found fresh is asked again only after an artifact is invalidated."""
+        if snapshot_read_by(op) is None or (stored and op.op_id in idx.fresh_reads):
+            return True
+        if await stale_reads(self.run.store, self.run.task_id, [op]):
+            return False
+        if stored:
+            idx.fresh_reads.add(op.op_id)
+        return True
 
     async def current_ops(self, op_ids: Collection[str]) -> set[str]:
         ids = {i for i in op_ids if "\x00" not in i}
         if not ids:
             return set()
+        idx = await self._index()
         mine = {o.op_id: o for o in (self.pending.ops if self.pending else ()) if o.op_id in ids}
-        stored = await self.run.store.get_ops(self.run.task_id, statuses={"succeeded"}, op_ids=ids)
-        found = [o for o in stored if o.op_id not in mine] + list(mine.values())
-        found = [o for o in found if o.status == "succeeded" and not history_only(o)]
-        stale = await stale_reads(self.run.store, self.run.task_id, found)
-        return {o.op_id for o in found} - stale
+        # Ops found current before and unchanged since (no event names them) still are:
+        # only the rest is read again.
+        held = (ids & idx.holding) - set(mine)
+        ask = ids - held
+        found_now: set[str] = set()
+        if ask:
+            stored = await self.run.store.get_ops(
+                self.run.task_id, statuses={"succeeded"}, op_ids=ask
+            )
+            found = [o for o in stored if o.op_id not in mine] + list(mine.values())
+            found = [o for o in found if o.status == "succeeded" and not history_only(o)]
+            stale = await stale_reads(self.run.store, self.run.task_id, found)
+            found_now = {o.op_id for o in found} - stale
+        idx.holding = held | found_now
+        return held | found_now
 
     async def valid_artifacts(self) -> list[ArtifactRecord]:
         stored = [a for a in await self.run.store.get_artifacts(self.run.task_id) if a.valid]

@@ -371,15 +371,20 @@ async def recheck_ops(run: TurnHost, ledger: L.Ledger) -> tuple[L.Ledger, list[B
     """Ask the service again about the effectful ops done items rest on, for tools that
     can reconcile: an op whose effect the service no longer has (`not_done`: the ticket
     was deleted, say) reopens its item. A reconcile that fails or cannot tell changes
-    nothing: doubt is not proof of loss."""
+    nothing: doubt is not proof of loss.
+
+    An op the service confirmed at an earlier recovery, and still cited since, is not
+    asked again (`RunState.rechecked`): a recovery asks about the work done since the
+    last one, not about all the finished work of the task."""
     tools = {t.name: t for t in run.tools if t.reconcile is not None and t.effect != "read"}
     done = [(d.id, s.evidence) for d, s in ledger.items() if s.status == "done"]
     op_ids = {r.partition(":")[2] for _, ev_ in done for r in ev_ if r.startswith("op:")}
-    if not tools or not op_ids:
+    confirmed = set(run.state.rechecked) & op_ids
+    ask = op_ids - confirmed
+    if not tools or not ask:
+        run.state.rechecked = sorted(confirmed)
         return ledger, []
-    ops = await run.store.get_ops(
-        run.task_id, statuses={"succeeded"}, op_ids=op_ids, tools=set(tools)
-    )
+    ops = await run.store.get_ops(run.task_id, statuses={"succeeded"}, op_ids=ask, tools=set(tools))
     gone: dict[str, str] = {}
     for op in ops:
         tool = tools[op.tool]
@@ -403,6 +408,9 @@ async def recheck_ops(run: TurnHost, ledger: L.Ledger) -> tuple[L.Ledger, list[B
             gone[op.op_id] = (
                 f"{op.tool} op {op.op_id} no longer holds: the service says it is not done"
             )
+        elif rec.outcome == "done":
+            confirmed.add(op.op_id)
+    run.state.rechecked = sorted(confirmed)
     broken = [
         Broken(item, ref, gone[ref[3:]])
         for item, evidence in done

@@ -101,6 +101,9 @@ class RunState:
     seen: dict[str, list[str]] = field(default_factory=dict)
     item_rounds: dict[str, int] = field(default_factory=dict)
     evidence_count: int = 0
+    #: Cited ops of reconciling tools the service confirmed at a recovery (asked once
+    #: while cited, see `deliverables.recheck_ops`); only ops done items cite.
+    rechecked: list[str] = field(default_factory=list)
     malformed_calls: int = 0
     validation_failures: int = 0
     completion_failures: int = 0

@@ -1,0 +1,190 @@
+"""What the rule judge knows of the op journal, kept up to date from what changed.
+
+An `op` rule looks for a succeeded op of its tool whose arguments (as sent) match, and
+the undone-evidence check asks whether the ops done items cite still hold. Reading every
+succeeded op of the rules' tools each round (and every cited op) makes a long task
+quadratic. Instead a run keeps, per rule (tool and arguments), the matching succeeded
+ops in journal order: read once per turn, then updated from the events committed since
+the last look (an op named by an `op.*`, `approval.*` or `artifacts.invalidated` event
+may have changed: it is read again by id). A round reads the events of the rounds since
+the last judging, not the task's history.
+
+Nothing here is stored: the index is derived from the store (ops, approvals, events),
+so a crash, a resume or `tether rebuild` finds the same; a new turn builds it afresh.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import json
+import weakref
+from collections.abc import Collection, Iterator, Mapping
+from typing import Any, Final
+
+from tether.spec import OpRule, TaskSpec
+from tether.store.base import ApprovalRecord, OpRecord, Store
+
+#: Events whose data may name an op whose record changed (keys `op_id`, `by`, `ops`,
+#: `compensate`, or an approval's `request_id`), or that invalidate reads.
+CHANGE_EVENTS: Final = (
+    "op.intended",
+    "op.dispatched",
+    "op.result",
+    "op.committed",
+    "op.retry_scheduled",
+    "op.reconciled",
+    "op.exhausted",
+    "op.compensated",
+    "approval.requested",
+    "approval.decided",
+    "approval.closed",
+    "artifacts.invalidated",
+)
+
+_Key = tuple[str, str]
+
+
+def args_match(want: Mapping[str, Any], have: Mapping[str, Any]) -> bool:
+    """Whether an op's arguments hold every argument a rule names, with its value."""
+    return all(k in have and have[k] == v for k, v in want.items())
+
+
+def modified_args(approvals: Collection[ApprovalRecord]) -> dict[str, dict[str, Any]]:
+    """The arguments a human's `approve --modify` set, by op id (see `builtins.as_sent`)."""
+    out: dict[str, dict[str, Any]] = {}
+    for appr in approvals:
+        args = (appr.decision or {}).get("modified_args")
+        if (
+            appr.status == "approved"
+            and appr.op_id is not None
+            and appr.request_id == f"{appr.op_id}.approval"
+            and isinstance(args, Mapping)
+        ):
+            out[appr.op_id] = dict(args)
+    return out
+
+
+def _key(rule: OpRule) -> _Key:
+    return rule.tool, json.dumps(rule.args, sort_keys=True, default=str)
+
+
+class OpIndex:
+    """Per run and contract: the succeeded ops each `op` rule matches, in journal order
+    (round, call index, then the order first seen), and which cited ops were last found
+    to hold."""
+
+    def __init__(self, spec: TaskSpec) -> None:
+        self.spec = spec
+        #: Each op rule's key, by item; each tool's rules (key to arguments).
+        self.rule_of: dict[str, _Key] = {}
+        self.by_tool: dict[str, dict[_Key, Mapping[str, Any]]] = {}
+        for item in spec.items:
+            rule = item.done_when
+            if isinstance(rule, OpRule):
+                key = _key(rule)
+                self.rule_of[item.id] = key
+                self.by_tool.setdefault(rule.tool, {})[key] = rule.args
+        self.lists: dict[_Key, list[tuple[int, int, int, str]]] = {}
+        self.ops: dict[str, OpRecord] = {}
+        self.order: dict[str, int] = {}
+        self.modified: dict[str, dict[str, Any]] = {}
+        #: Event cursor: every change after it is still to be read (None: not loaded).
+        self.cursor: int | None = None
+        #: Cited op ids found current at the last check, unchanged since.
+        self.holding: set[str] = set()
+        #: `read_source` ops found not stale, while no artifact was invalidated since.
+        self.fresh_reads: set[str] = set()
+
+    # -- keeping up --------------------------------------------------------------------
+
+    async def sync(self, store: Store, task_id: str, last_seq: int) -> None:
+        """Load the index (first use) or apply the changes committed since the last
+        look. `last_seq`: a sequence number already committed (the run's last)."""
+        if self.cursor is None:
+            self.cursor = last_seq
+            if self.by_tool:
+                self.modified = modified_args(
+                    await store.get_approvals(task_id, statuses={"approved"})
+                )
+                for op in await store.get_ops(
+                    task_id, statuses={"succeeded"}, tools=set(self.by_tool)
+                ):
+                    self._put(op)
+            return
+        events = await store.read_events(task_id, after=self.cursor, types=CHANGE_EVENTS)
+        self.cursor = max([self.cursor, last_seq, *(e.seq for e in events)])
+        ids: set[str] = set()
+        approvals = False
+        for e in events:
+            d = e.data
+            ids.update(v for k in ("op_id", "by") if isinstance(v := d.get(k), str))
+            for k in ("ops", "compensate"):
+                if isinstance(many := d.get(k), list):
+                    ids.update(str(v) for v in many)
+            if e.type.startswith("approval."):
+                approvals = True
+                rid = str(d.get("request_id", ""))
+                if rid.endswith(".approval"):
+                    ids.add(rid.removesuffix(".approval"))
+            if e.type == "artifacts.invalidated":
+                # A read proves something only while its snapshot is valid.
+                self.fresh_reads.clear()
+                self.holding.clear()
+        ids = {i for i in ids if "\x00" not in i}
+        self.holding -= ids
+        if not self.by_tool:
+            return
+        if approvals:
+            self.modified = modified_args(await store.get_approvals(task_id, statuses={"approved"}))
+        if ids:
+            got = await store.get_ops(
+                task_id, statuses={"succeeded"}, op_ids=ids, tools=set(self.by_tool)
+            )
+            for op_id in ids:
+                self._drop(op_id)
+            for op in got:
+                self._put(op)
+
+    def _put(self, op: OpRecord) -> None:
+        if op.op_id in self.modified:
+            op = dataclasses.replace(op, args=self.modified[op.op_id])
+        self._drop(op.op_id)
+        keys = [k for k, args in self.by_tool.get(op.tool, {}).items() if args_match(args, op.args)]
+        if not keys:
+            return
+        order = self.order.setdefault(op.op_id, len(self.order))
+        self.ops[op.op_id] = op
+        for k in keys:
+            bisect.insort(self.lists.setdefault(k, []), (op.round, op.call_index, order, op.op_id))
+
+    def _drop(self, op_id: str) -> None:
+        old = self.ops.pop(op_id, None)
+        if old is None:
+            return
+        entry = (old.round, old.call_index, self.order[op_id], op_id)
+        for k, args in self.by_tool.get(old.tool, {}).items():
+            if args_match(args, old.args):
+                found = self.lists.get(k, [])
+                at = bisect.bisect_left(found, entry)
+                if at < len(found) and found[at] == entry:
+                    del found[at]
+
+    # -- reading -----------------------------------------------------------------------
+
+    def newest_first(self, item_id: str) -> Iterator[OpRecord]:
+        """The stored succeeded ops an item's `op` rule matches, newest first."""
+        key = self.rule_of.get(item_id)
+        for *_, op_id in reversed(self.lists.get(key, []) if key else []):
+            yield self.ops[op_id]
+
+
+_INDEXES: weakref.WeakKeyDictionary[Any, OpIndex] = weakref.WeakKeyDictionary()
+
+
+def index_of(run: Any, spec: TaskSpec) -> OpIndex:
+    """The index of a run (one per run object and contract: an edit starts a new one)."""
+    idx = _INDEXES.get(run)
+    if idx is None or idx.spec is not spec:
+        idx = _INDEXES[run] = OpIndex(spec)
+    return idx

@@ -159,7 +159,7 @@ async def test_an_edited_op_result_diverges_at_its_round(
 async def test_a_changed_audit_rule_diverges_at_the_first_verdict_it_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tether.runtime.judge import judges as judge
+    from tether.runtime.judge import audit as judge
     from tether.store.memory import MemoryStore
 
     store = MemoryStore()

@@ -6,19 +6,29 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tether import _imports
+from tether import _imports, errors
+from tether import events as ev
 from tether import ledger as L
 from tether.errors import UserError
 from tether.models.base import Message, ModelRequest
-from tether.runtime.judge.judges import _run_command
+from tether.runtime import hints
+from tether.runtime.judge.commands import run_command
+from tether.runtime.recovery import deliverables
+from tether.runtime.round.context import Entry, continuation_message
+from tether.runtime.run import outcome as out
+from tether.runtime.run.outcome import Outcome
 from tether.spec import CallableCheck, CommandCheck, TaskSpec
+
+if TYPE_CHECKING:
+    from tether.runtime.run.ports import JudgeHost
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,7 @@ async def run_acceptance(spec: TaskSpec, workspace: Path | None) -> list[CheckRe
         if check is None:
             results.append(CheckResult(crit.id, True, "no machine check", checked=False))
         elif isinstance(check, CommandCheck):
-            code, out = await _run_command(check.command, workspace, check.timeout)
+            code, out = await run_command(check.command, workspace, check.timeout)
             ok = code == check.exit_code
             detail = f"exit {code}" + ("" if ok else f" (expected {check.exit_code}): {out[-500:]}")
             results.append(CheckResult(crit.id, ok, detail))
@@ -135,3 +145,177 @@ def parse_review(text: str) -> Review:
     except (json.JSONDecodeError, ValidationError):
         return Review(False, ("the reviewer's answer could not be read",))
     return Review(r.passed, tuple(r.gaps), tuple(r.reopen))
+
+
+# --- ending a task ------------------------------------------------------------------------
+
+
+def await_decision(run: JudgeHost, reason: str) -> Outcome:
+    """Nothing is open but not everything is finished: wait for a human's decision
+    (retry an item, waive it, or abandon the task) with the partial-completion record."""
+    partial = partial_record(run.ledger, run.state.proposals)
+    blocked = ", ".join(b["id"] for b in partial["blocked"][:10])
+    # The first blocked item by name: each command runs as printed.
+    item = shlex.quote(str(partial["blocked"][0]["id"])) if partial["blocked"] else "ITEM"
+    tid = shlex.quote(run.task_id)
+    text = (
+        f"{reason}"
+        + (f"; blocked: {blocked}" if blocked else "")
+        + f". Decide: tether retry {tid} {item} --hint 'HINT', "
+        f"tether waive {tid} {item} --reason 'REASON', or "
+        f"tether abandon {tid} --reason 'REASON'"
+    )
+    return out.waiting(
+        "decision",
+        text,
+        why="needs_user_input",
+        events=[ev.DecisionRequested(reason=text, partial=partial)],
+        partial=partial,
+    )
+
+
+async def settle(run: JudgeHost, round_no: int) -> Outcome | None:
+    """Before a round: with nothing open there is nothing to ask the model; finish
+    (through the completion check) or wait for a human's decision."""
+    if run.ledger.open_items():
+        return None
+    gaps = run.ledger.gaps()
+    if gaps:
+        return await_decision(run, f"{len(gaps)} of {len(run.ledger.states)} items are not done")
+    if run.state.completion_failed_round == run.state.rounds:
+        return None  # the check just failed: the model gets a round to mend what it found
+    return await complete(run, round_no)
+
+
+async def complete(run: JudgeHost, round_no: int) -> Outcome | None:
+    """The completion check on a proposed `satisfied`: `satisfied` when it passes, else
+    a continuation for the model (None) or, after repeated failures, a human."""
+    if await deliverables.hold_delivery(run, round_no):
+        return None  # a done item's deliverable broke: it is open again
+    checks = await run_acceptance(run.spec, run.workspace)
+    gaps = [f"acceptance {c.id} failed: {c.detail}" for c in checks if not c.passed]
+    reviewer = run.models.review if run.spec.review else None
+    if run.spec.review and reviewer is None:
+        reviewer = run.models.judge or run.models.actor
+    events: list[ev.Event] = []
+    reopen: tuple[str, ...] = ()
+    if not gaps and reviewer is not None:
+        arts = [
+            {"artifact_id": a.artifact_id, "name": a.name, "kind": a.kind, "size": a.size}
+            for a in (await run.store.get_artifacts(run.task_id))[-50:]
+            if a.valid
+        ]
+        req = review_request(run.spec, run.ledger, checks, arts, run.task_id)
+        try:
+            resp = await run.call_model(reviewer, req)
+        except errors.ModelError as exc:
+            await run.model_failed("review", reviewer, exc)
+            raise
+        events.append(await run.record_call("review", reviewer, req, resp, round_no))
+        review = parse_review(resp.text)
+        if not review.passed:
+            gaps += list(review.gaps) or ["the reviewer did not accept the work"]
+            # A human's waiver is not the reviewer's to undo.
+            reopen = tuple(
+                r
+                for r in review.reopen
+                if run.ledger.has_item(r) and run.ledger.item(r).status != "waived"
+            )
+    passed = not gaps
+    events.append(
+        ev.CompletionChecked(
+            passed=passed,
+            results=[c.to_dict() for c in checks],
+            reviewer=reviewer.name if reviewer else None,
+            gaps=gaps,
+        )
+    )
+    if passed and run.ledger.gaps():
+        # Defence in depth: no path reaches delivery with an unfinished item.
+        return await_decision(run, f"{len(run.ledger.gaps())} items are not done")
+    if passed:
+        waived = run.ledger.waivers()
+        why = "completion check passed" + (f"; waived: {', '.join(waived)}" if waived else "")
+        stop = "delivered_with_waivers" if waived else "delivered"
+        return out.finished("satisfied", stop, why, events=events)
+    run.state.completion_failures += 1
+    failures = run.state.completion_failures
+    run.state.completion_failed_round = run.state.rounds
+    ledger = run.ledger
+    for r in reopen:
+        ledger = L.reopen(ledger, r, "reviewer: redo").ledger
+    if ledger.version != run.ledger.version:
+        events.append(ev.LedgerUpdated(version=ledger.version, diff=[], cause="review"))
+    if failures >= 3 or (not ledger.open_items() and failures >= 2):
+        await run.commit(events, ledger=ledger)
+        return out.waiting(
+            "human",
+            f"the completion check failed {failures} times: "
+            + "; ".join(gaps)[:800]
+            + f"; answer with: {hints.tell(run.task_id)}",
+            why="needs_user_input",
+        )
+    text = continuation_message(ledger, "the completion check failed", gaps)
+    events.append(
+        ev.JudgeVerdict(
+            round=round_no,
+            decision="continue",
+            reason="completion check failed",
+            done=ledger.progress().done,
+            total=ledger.progress().total,
+            percent=ledger.progress().percent,
+            continuation=text,
+            judges=["completion"],
+        )
+    )
+    await run.commit(events, ledger=ledger)
+    run.ctx.append(Entry("continuation", [Message("user", text)], round_no))
+    return None
+
+
+def partial_record(ledger: L.Ledger, proposals: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What was done and what was not, for a human deciding how a task ends."""
+    rec: dict[str, Any] = {
+        "done": [],
+        "blocked": [],
+        "waived": [],
+        "skipped": [],
+        "remaining": [],
+        # A proposal about an item that is finished since is history, not a question.
+        "proposed": {
+            k: v
+            for k, v in (proposals or {}).items()
+            if ledger.has_item(k) and not ledger.is_finished(k)
+        },
+    }
+    for d, s in ledger.items():
+        entry: dict[str, Any] = {"id": d.id, "title": d.title}
+        if s.status == "done":
+            rec["done"].append({**entry, "evidence": list(s.evidence)})
+        elif s.status == "blocked":
+            rec["blocked"].append(
+                {**entry, "reason": s.note, "attempts": s.attempts, "evidence": list(s.evidence)}
+            )
+        elif s.status in ("waived", "skipped"):
+            rec[s.status].append({**entry, "reason": s.note, "optional": d.optional})
+        else:
+            rec["remaining"].append({**entry, "status": s.status, **_waits(ledger, d.id)})
+    return rec
+
+
+def _waits(ledger: L.Ledger, item_id: str) -> dict[str, Any]:
+    """What an unfinished item waits for: predecessors not finished, and the stuck ones
+    (blocked, skipped) that hold it until a human decides about them."""
+    out: dict[str, Any] = {}
+    waiting = ledger.waiting_for(item_id)
+    if waiting:
+        out["waiting_for"] = waiting
+    held = ledger.held_by(item_id)
+    if held:
+        out["held_by"] = held
+        out["reason"] = (
+            f"waits for {', '.join(held)}, which "
+            + ("is" if len(held) == 1 else "are")
+            + " not finished and not open"
+        )
+    return out

@@ -1,0 +1,399 @@
+"""The audit: the only way a verdict reaches the ledger (a pure function).
+
+Evidence must resolve to committed ops or valid artifacts and belong to its item;
+`satisfied` with open items is refused; a judge's `blocked`, `skipped` or `waived` is a
+proposal; rounds without progress raise the focus item's breaker and past the limits
+block it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+from tether import ledger as L
+from tether.runtime.judge.facts import (
+    AuditOutcome,
+    AuditWarning,
+    Decision,
+    Evidence,
+    ItemPolicy,
+    ProposedChange,
+    RoundFacts,
+    RuntimeDecision,
+    Verdict,
+)
+from tether.runtime.round import progress as P
+from tether.spec import Limits
+
+
+def _warning(code: str, message: str, details: Mapping[str, Any] | None = None) -> AuditWarning:
+    return AuditWarning(code=code, message=message, details=dict(details or {}))
+
+
+#: Statuses a judge may only propose: the runtime blocks, a human skips or waives.
+_PROPOSAL_ONLY = frozenset({"blocked", "skipped", "waived"})
+
+
+# --- the audit (pure) -------------------------------------------------------------------
+
+
+def belongs(ev: Evidence, item_id: str, policy: ItemPolicy, *, from_rule: bool) -> bool:
+    """Whether evidence may prove `item_id`: the item's own rule result, produced in a
+    round focused on the item, or linked to it by the contract."""
+    if from_rule or ev.rule_item == item_id or ev.focus == item_id:
+        return True
+    if ev.tool is not None and ev.tool in policy.link_tools:
+        return True
+    return ev.name is not None and ev.name in policy.link_artifacts
+
+
+class _Audit:
+    """One audit: the verdicts' changes checked one by one against the evidence."""
+
+    def __init__(
+        self,
+        ledger: L.Ledger,
+        evidence: Callable[[str], Evidence | None],
+        policies: Mapping[str, ItemPolicy],
+    ) -> None:
+        self.ledger = ledger
+        self.evidence = evidence
+        self.policies = policies
+        self.warnings: list[AuditWarning] = []
+        self.accepted: list[ProposedChange] = []
+        self.proposals: dict[str, tuple[str, str]] = {}
+        # Who holds each evidence ref already (the ledger's, then this audit's).
+        self.owner: dict[str, str] = {}
+        for d, st in ledger.items():
+            for ref in st.evidence:
+                self.owner.setdefault(ref, d.id)
+        self.credited: dict[str, list[str]] = {}
+
+    def warn(self, code: str, message: str, **details: Any) -> None:
+        self.warnings.append(_warning(code, message, details))
+
+    def policy(self, item_id: str) -> ItemPolicy:
+        return self.policies.get(item_id, ItemPolicy())
+
+    def ready(self, item_id: str) -> bool:
+        """Every predecessor is finished, or made done earlier in this audit."""
+        done_now = {c.item_id for c in self.accepted if c.status == "done"}
+        return all(p in done_now for p in self.ledger.waiting_for(item_id))
+
+    def own_evidence(self, source: str, ch: ProposedChange) -> tuple[Evidence, ...]:
+        """The cited refs that resolve and belong to the item; warnings for the rest."""
+        item, policy = ch.item_id, self.policy(ch.item_id)
+        good: list[Evidence] = []
+        unresolved, foreign, taken = [], [], []
+        for ref in dict.fromkeys(ch.evidence):
+            found = self.evidence(ref)
+            if found is None:
+                unresolved.append(ref)
+            elif not belongs(found, item, policy, from_rule=source == "rules"):
+                foreign.append(ref)
+            elif self.owner.get(ref, item) != item and not policy.shared_evidence:
+                taken.append(f"{ref} ({self.owner[ref]})")
+            else:
+                good.append(found)
+        if unresolved:
+            self.warn(
+                "unresolved_evidence",
+                f"{source} judge cited evidence that does not resolve for {item}: "
+                + ", ".join(unresolved),
+                item=item,
+                refs=unresolved,
+            )
+        if foreign:
+            self.warn(
+                "evidence_not_item",
+                f"{source} judge cited evidence for {item} that has nothing to do with it "
+                f"(not its rule's result, not made while working on it, not linked by the "
+                f"contract): {', '.join(foreign)}",
+                item=item,
+                refs=foreign,
+            )
+        if taken:
+            self.warn(
+                "evidence_already_credited",
+                f"{source} judge cited evidence for {item} that already proves another item "
+                f"(the contract does not allow shared evidence for it): {', '.join(taken)}",
+                item=item,
+                refs=taken,
+            )
+        return tuple(good)
+
+    def consider(self, source: str, ch: ProposedChange) -> None:
+        """Accept, trim or refuse one proposed change."""
+        item = ch.item_id
+        if not self.ledger.has_item(item):
+            self.warn("unknown_item", f"{source} judge named unknown item {item!r}", item=item)
+            return
+        current = self.ledger.item(item)
+        status = ch.status
+        if current.status == "waived" and source != "rules":
+            # A human's waiver stands until a human retries the item.
+            if status not in (None, "waived"):
+                self.warn(
+                    "waived_item_changed_by_judge",
+                    f"{source} judge proposed {status} for {item}, which a human waived; refused",
+                    item=item,
+                )
+            return
+        if (
+            current.status == "blocked"
+            and source != "rules"
+            and status in ("pending", "in_progress")
+        ):
+            # Only the runtime blocks and only a human unblocks (`retry`, which resets
+            # the counters): a judge that wants the item tried again says so in a note.
+            self.warn(
+                "blocked_item_reopened_by_judge",
+                f"{source} judge proposed {status} for {item}, which the runtime blocked; "
+                "a human decides (retry); refused",
+                item=item,
+            )
+            self.proposals[item] = (str(status), ch.note or "")
+            status = None
+        if status == "skipped" and self.policy(item).optional and source != "rules":
+            pass  # the contract lets an optional item end skipped: not only a proposal
+        elif status in _PROPOSAL_ONLY and source != "rules":
+            self.proposals[item] = (str(status), ch.note or "")
+            self.warn(
+                f"judge_proposed_{status}",
+                f"{source} judge proposed {status} for {item}"
+                + (f" ({ch.note})" if ch.note else "")
+                + "; only the runtime blocks and only a human or the contract skips or "
+                "waives: status unchanged",
+                item=item,
+                note=ch.note or "",
+            )
+            status = None
+        if status in ("done", "in_progress") and not self.ready(item):
+            waiting = self.ledger.waiting_for(item)
+            self.warn(
+                "item_not_ready",
+                f"{source} judge proposed {status} for {item}, which comes after "
+                f"{', '.join(waiting)} (not finished yet); refused",
+                item=item,
+                waiting_for=waiting,
+            )
+            status = None
+        if status == "done" and source != "rules" and self.policy(item).rule:
+            self.warn(
+                "rule_item_done_by_judge",
+                f"{source} judge marked {item} done, but its done_when rule decides that; refused",
+                item=item,
+            )
+            status = None
+        if current.status not in L.OPEN_STATUSES and status is None:
+            return  # evidence for a finished or blocked item changes nothing
+        good = self.own_evidence(source, ch)
+        if status == "done" and not good:
+            # Evidence attached earlier (maybe an unrelated read) does not carry an item
+            # to done: the verdict that says done must cite its own proof.
+            self.warn(
+                "done_without_evidence",
+                f"{source} judge marked {item} done without citing evidence of its own that "
+                "resolves; refused",
+                item=item,
+            )
+            status = None
+        new = tuple(e for e in good if e.ref not in current.evidence)
+        if status == current.status or (status is None and not new):
+            if not new:
+                return
+            status = None
+        refs = tuple(e.ref for e in new) if status != "done" else tuple(e.ref for e in good)
+        self.accepted.append(ProposedChange(item, status, refs, ch.note))
+        for e in good:
+            self.owner.setdefault(e.ref, item)
+        self.credited.setdefault(item, []).extend(e.fingerprint for e in new if e.fingerprint)
+
+
+def _focus_change(
+    ledger: L.Ledger,
+    facts: RoundFacts,
+    accepted: Sequence[ProposedChange],
+    moved: P.Moves,
+    limits: Limits,
+    policy: ItemPolicy,
+    rounds: int,
+) -> tuple[L.ItemChange | None, AuditWarning | None]:
+    """The mechanical breaker on the focus item, from what the round did (`moved`), not
+    from what a judge attached.
+
+    Progress is the item becoming done, or the round doing something new for it (see
+    `progress.moves`). A round without progress raises the breaker; a round whose failure
+    the item has seen before is an attempt; a non-convergent round (the same call failing
+    the same way again and again) blocks the item whatever else it did; and an item
+    still open after `limits.max_rounds_per_item` rounds is blocked (padding with
+    ever-new arguments ends there).
+    """
+    focus = facts.focus
+    if facts.deferred or focus is None or not ledger.has_item(focus):
+        return None, None
+    state = ledger.item(focus)
+    if state.status not in L.OPEN_STATUSES:
+        return None, None
+    done = any(c.item_id == focus and c.status == "done" for c in accepted)
+    progressed = done or (moved.moved and not facts.non_convergent)
+    failed = moved.repeated and not done
+    attempts = state.attempts + (1 if failed else 0)
+    breaker = 0 if progressed else state.breaker + 1
+    max_attempts = policy.max_attempts or limits.max_attempts_per_item
+    cap = limits.max_rounds_per_item
+    reason = None
+    if facts.blocked:
+        reason = facts.blocked  # its work was undone: not done, whatever was cited
+    elif done:
+        pass
+    elif facts.non_convergent:
+        reason = f"non-convergent: {facts.non_convergent}"
+    elif breaker >= limits.no_progress_rounds:
+        reason = (
+            f"no progress in {breaker} rounds (nothing new: the same calls with the same "
+            "results, or words only)"
+        )
+    elif failed and attempts >= max_attempts:
+        reason = f"failed {attempts} attempts (the same failures again)"
+    elif cap is not None and rounds >= cap:
+        reason = f"not finished in {rounds} rounds (limits.max_rounds_per_item)"
+    last_error = next((o.error for o in reversed(facts.ops) if o.error), None)
+    if reason and last_error and not facts.blocked:
+        reason += f"; last error: {last_error[:160]}"
+    # An optional item the runtime would block ends skipped: the contract allows it.
+    stop: L.ItemStatus = "skipped" if policy.optional else "blocked"
+    change = L.ItemChange(
+        focus,
+        attempts_delta=1 if failed else 0,
+        breaker=breaker,
+        status=stop if reason else None,
+        note=(f"optional, skipped: {reason}" if policy.optional else reason) if reason else None,
+    )
+    code = "item_skipped" if policy.optional else "item_blocked"
+    warning = _warning(code, f"{focus} {stop}: {reason}", {"item": focus})
+    return change, warning if reason else None
+
+
+def _decide(
+    ledger: L.Ledger,
+    verdicts: Sequence[Verdict],
+    facts: RoundFacts,
+    warnings: list[AuditWarning],
+) -> tuple[RuntimeDecision, str]:
+    """The runtime's decision: the judge proposes, the ledger decides."""
+    llm = [v for v in verdicts if v.source != "rules"]
+    proposed: Decision = llm[-1].decision if llm else "continue"
+    reason = llm[-1].reason if llm else ""
+    open_items = ledger.open_items()
+    gaps = ledger.gaps()
+    if open_items:
+        if proposed == "satisfied":
+            warnings.append(
+                _warning(
+                    "satisfied_with_pending",
+                    f"judge said satisfied but {len(open_items)} items are still open "
+                    f"({', '.join(open_items[:5])}{'...' if len(open_items) > 5 else ''}); "
+                    "refused",
+                    {"open": open_items},
+                )
+            )
+            return "continue", reason
+        if facts.non_convergent and (facts.focus is None or not ledger.has_item(facts.focus)):
+            warnings.append(
+                _warning("non_convergent", f"needs human judgement: {facts.non_convergent}")
+            )
+            return "need_user", f"needs human judgement: {facts.non_convergent}"
+        if proposed == "abandon":
+            # Giving up is a human's call: the judge's proposal goes to one.
+            warnings.append(
+                _warning("judge_proposed_abandon", f"judge proposed to abandon: {reason}")
+            )
+            return "need_user", f"the judge proposes to abandon the task: {reason}"[:800]
+        if proposed == "need_user":
+            return "need_user", reason
+        return "continue", reason
+    if gaps:
+        if proposed == "satisfied":
+            warnings.append(
+                _warning(
+                    "satisfied_with_gaps",
+                    f"judge said satisfied but {len(gaps)} items are not done "
+                    f"({', '.join(gaps[:5])}{'...' if len(gaps) > 5 else ''}); refused",
+                    {"gaps": gaps},
+                )
+            )
+        held = [f"{g} waits for {', '.join(ledger.held_by(g))}" for g in gaps if ledger.held_by(g)]
+        return "need_decision", f"{len(gaps)} of {len(ledger.states)} items are not done" + (
+            f" ({'; '.join(held[:5])})" if held else ""
+        )
+    return "satisfied", reason or "every item is finished"
+
+
+def audit(
+    ledger: L.Ledger,
+    verdicts: Sequence[Verdict],
+    *,
+    evidence: Callable[[str], Evidence | None],
+    facts: RoundFacts,
+    limits: Limits,
+    policies: Mapping[str, ItemPolicy] | None = None,
+    seen: Mapping[str, Collection[str]] | None = None,
+    rounds: int = 0,
+) -> AuditOutcome:
+    """Check the verdicts against the ledger and the evidence; return what may be written.
+
+    - An item becomes `done` only with evidence cited in that verdict that resolves and
+      belongs to it (see `belongs`); evidence already credited to another item needs
+      the item's `shared_evidence`. An item with a `done_when` rule is done only by it.
+    - A judge's `blocked`, `skipped` or `waived` is a proposal (a warning and a record
+      for the human), never a status change.
+    - The focus item's breaker rises on a round that did nothing new for it (measured
+      from the round's calls and the item's rule check, `progress.moves`, whatever the
+      judges attached); past the limits the runtime blocks the item.
+    - The decision is the runtime's: `satisfied` only when every item is finished.
+
+    Rule verdicts come first and win over LLM verdicts for the same item. `seen` holds
+    each item's progress fingerprints from earlier rounds (`RunState.seen`), and
+    `rounds` how many rounds the focus item has had, this one included.
+    """
+    run = _Audit(ledger, evidence, policies or {})
+    done_items: set[str] = set()
+    for verdict in verdicts:
+        for ch in verdict.changes:
+            if ch.item_id in done_items:
+                continue
+            before = len(run.accepted)
+            run.consider(verdict.source, ch)
+            if len(run.accepted) > before and run.accepted[-1].status is not None:
+                done_items.add(ch.item_id)
+    changes = [
+        L.ItemChange(c.item_id, status=c.status, evidence=c.evidence, note=c.note)
+        for c in run.accepted
+    ]
+    focus = facts.focus
+    rule_state = next(
+        (v.checks.get(focus or "") for v in verdicts if v.source == "rules" and focus in v.checks),
+        None,
+    )
+    earlier = set((seen or {}).get(focus or "", ()))
+    moved = P.moves(facts.ops, rule_state, earlier)
+    policy = run.policy(focus) if focus else ItemPolicy()
+    change, blocked = _focus_change(ledger, facts, run.accepted, moved, limits, policy, rounds)
+    if change is not None:
+        changes.append(change)
+    if blocked is not None:
+        run.warnings.append(blocked)
+    update = L.apply(ledger, changes)
+    decision, reason = _decide(update.ledger, verdicts, facts, run.warnings)
+    return AuditOutcome(
+        update,
+        decision,
+        reason,
+        tuple(run.accepted),
+        tuple(run.warnings),
+        {k: tuple(v) for k, v in run.credited.items()},
+        dict(run.proposals),
+        moved.marks if focus is not None and not facts.deferred else (),
+    )

@@ -1,0 +1,211 @@
+"""What the judges look at in the store: the rule judge's view of a run (`StoreRuleEnv`,
+kept up to date from what changed, see `index`), the evidence refs a verdict cites
+resolved, and the run's focus log (which item each round worked on)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tether import events as ev
+from tether.runtime.judge.facts import Evidence, RoundFacts
+from tether.runtime.judge.index import OpIndex, args_match, index_of
+from tether.runtime.ops.runner import history_only
+from tether.spec import OpRule
+from tether.store.base import ArtifactRecord, OpRecord
+from tether.tools.builtin.sources import snapshot_read_by, stale_reads
+
+if TYPE_CHECKING:
+    from tether.runtime.run.ports import JudgeHost, PendingRound
+
+
+def focus_of(run: JudgeHost, round_no: int) -> str | None:
+    """The focus item of a past round, from the run's focus log."""
+    log = run.state.focus_log
+    found: str | None = None
+    for start, item in log:
+        if int(start) > round_no:
+            break
+        found = item
+    return found
+
+
+def note_focus(run: JudgeHost, round_no: int, focus: str | None) -> None:
+    """Log the focus of a round when it changes (a few entries per item, not per round)."""
+    log = run.state.focus_log
+    if not log or log[-1][1] != focus:
+        log.append([round_no, focus])
+        del log[:-2000]
+
+
+async def resolve_evidence(
+    run: JudgeHost,
+    refs: set[str],
+    staged: Sequence[ArtifactRecord],
+    facts: RoundFacts,
+    staged_ops: Sequence[OpRecord] = (),
+) -> dict[str, Evidence]:
+    """What the runtime knows of each cited ref that resolves: a succeeded op or a valid
+    artifact of this task, with the round (and its focus) that produced it. `staged`
+    and `staged_ops` are this round's, not yet committed: read from memory."""
+    # A ref with a NUL names nothing stored (and PostgreSQL's text cannot hold one: the
+    # lookup would fail as if the store were down): it stays unresolved.
+    refs = {r for r in refs if "\x00" not in r}
+    art_ids = {r.partition(":")[2] for r in refs if r.startswith("artifact:")}
+    arts = {a.artifact_id: a for a in staged if a.artifact_id in art_ids}
+    missing = art_ids - set(arts)
+    if missing:
+        for a in await run.store.get_artifacts(run.task_id, artifact_ids=missing):
+            if a.valid:
+                arts[a.artifact_id] = a
+    op_ids = {r.partition(":")[2] for r in refs if r.startswith("op:")}
+    op_ids |= {a.source for a in arts.values() if a.kind == "tool_output" and a.source}
+    ops = {o.op_id: o for o in staged_ops if o.op_id in op_ids and o.status == "succeeded"}
+    missing = op_ids - set(ops) - {o.op_id for o in staged_ops}
+    if missing:
+        for o in await run.store.get_ops(run.task_id, statuses={"succeeded"}, op_ids=missing):
+            ops[o.op_id] = o
+
+    def where(round_no: int) -> str | None:
+        return facts.focus if round_no == facts.round else focus_of(run, round_no)
+
+    ops = {k: o for k, o in ops.items() if not history_only(o)}  # late or compensated
+    stale = await stale_reads(run.store, run.task_id, list(ops.values()), staged)
+    ops = {k: o for k, o in ops.items() if k not in stale}  # read a version since changed
+    known: dict[str, Evidence] = {}
+    for op in ops.values():
+        known[f"op:{op.op_id}"] = Evidence(
+            f"op:{op.op_id}",
+            round=op.round,
+            focus=where(op.round),
+            tool=op.tool,
+            fingerprint=f"{op.tool}|{op.args_hash}",
+        )
+    for art in arts.values():
+        ref = f"artifact:{art.artifact_id}"
+        made_by = ops.get(art.source) if art.kind == "tool_output" else None
+        if art.kind == "tool_output" and made_by is None:
+            continue  # the output of an op that did not succeed proves nothing
+        rule_item = art.name if art.source == "rule judge" else None
+        known[ref] = Evidence(
+            ref,
+            round=made_by.round if made_by else None,
+            focus=where(made_by.round) if made_by else None,
+            tool=made_by.tool if made_by else None,
+            name=art.name,
+            rule_item=rule_item,
+            fingerprint=f"{made_by.tool}|{made_by.args_hash}" if made_by else art.blob_hash,
+        )
+    return known
+
+
+class StoreRuleEnv:
+    """What the rule judge may look at, with evidence artifacts it creates."""
+
+    def __init__(self, run: JudgeHost, pending: PendingRound | None = None) -> None:
+        self.run = run
+        self.pending = pending
+        self.workspace = run.workspace
+        self.preexisting = run.preexisting
+        self.artifacts: list[ArtifactRecord] = []
+        self.events: list[ev.Event] = []
+
+    async def _index(self) -> OpIndex:
+        """The run's op index, brought up to date with what was committed since."""
+        idx = index_of(self.run, self.run.spec)
+        await idx.sync(self.run.store, self.run.task_id, self.run.state.last_seq)
+        return idx
+
+    async def latest_op(
+        self, item_id: str, rule: OpRule, taken: Collection[str]
+    ) -> OpRecord | None:
+        """The newest succeeded op (arguments as sent) that `rule` matches, not `taken`:
+        this round's first (still pending), then the stored ones. With the round
+        pending, a late result of an older task version, an op since compensated
+        (`ops.history_only`) or a read of a source version since changed proves nothing."""
+        idx = await self._index()
+        if self.pending is None:
+            return next(
+                (o for o in idx.newest_first(item_id) if f"op:{o.op_id}" not in taken), None
+            )
+        mine = {o.op_id for o in self.pending.ops}
+        fresh = [
+            o
+            for o in self.pending.ops
+            if o.status == "succeeded" and o.tool == rule.tool and args_match(rule.args, o.args)
+        ]
+        stored = (o for o in idx.newest_first(item_id) if o.op_id not in mine)
+        for op in (*reversed(fresh), *stored):
+            if f"op:{op.op_id}" in taken or history_only(op):
+                continue
+            if not await self._fresh_read(idx, op, stored=op.op_id not in mine):
+                continue
+            return op
+        return None
+
+    async def _fresh_read(self, idx: OpIndex, op: OpRecord, *, stored: bool) -> bool:
+        """Not a read of a source version since changed (`stale_reads`); a stored read
+        found fresh is asked again only after an artifact is invalidated."""
+        if snapshot_read_by(op) is None or (stored and op.op_id in idx.fresh_reads):
+            return True
+        if await stale_reads(self.run.store, self.run.task_id, [op]):
+            return False
+        if stored:
+            idx.fresh_reads.add(op.op_id)
+        return True
+
+    async def current_ops(self, op_ids: Collection[str]) -> set[str]:
+        ids = {i for i in op_ids if "\x00" not in i}
+        if not ids:
+            return set()
+        idx = await self._index()
+        mine = {o.op_id: o for o in (self.pending.ops if self.pending else ()) if o.op_id in ids}
+        # Ops found current before and unchanged since (no event names them) still are:
+        # only the rest is read again.
+        held = (ids & idx.holding) - set(mine)
+        ask = ids - held
+        found_now: set[str] = set()
+        if ask:
+            stored = await self.run.store.get_ops(
+                self.run.task_id, statuses={"succeeded"}, op_ids=ask
+            )
+            found = [o for o in stored if o.op_id not in mine] + list(mine.values())
+            found = [o for o in found if o.status == "succeeded" and not history_only(o)]
+            stale = await stale_reads(self.run.store, self.run.task_id, found)
+            found_now = {o.op_id for o in found} - stale
+        idx.holding = held | found_now
+        return held | found_now
+
+    async def valid_artifacts(self) -> list[ArtifactRecord]:
+        stored = [a for a in await self.run.store.get_artifacts(self.run.task_id) if a.valid]
+        return stored + (list(self.pending.artifacts) if self.pending else [])
+
+    async def record_evidence(
+        self, item_id: str, text: str, meta: Mapping[str, Any] | None = None
+    ) -> str:
+        ref = self.run.stage_blob(text.encode("utf-8"))
+        self.run.state.evidence_count += 1
+        n = self.run.state.evidence_count
+        art = ArtifactRecord(
+            artifact_id=f"{self.run.task_id}.ev{n}",
+            task_id=self.run.task_id,
+            kind="evidence",
+            name=item_id,
+            blob_hash=ref,
+            size=len(text),
+            source="rule judge",
+            task_version=self.run.task.version,
+            meta=dict(meta or {}),
+        )
+        self.artifacts.append(art)
+        self.events.append(
+            ev.ArtifactStored(
+                artifact_id=art.artifact_id,
+                kind="evidence",
+                name=item_id,
+                blob=ref,
+                size=len(text),
+                source="rule judge",
+            )
+        )
+        return f"artifact:{art.artifact_id}"

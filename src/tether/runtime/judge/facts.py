@@ -1,0 +1,198 @@
+"""What the judges exchange: a round's facts, their verdicts, evidence, item policies.
+
+Plain frozen values, no I/O: the rule judge (`rules`) and the LLM judge (`llm`) produce
+`Verdict`s about a `RoundFacts`; the audit (`audit`) checks them against `Evidence` and
+each item's `ItemPolicy`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tether import events as ev
+from tether import ledger as L
+from tether.runtime.round import progress as P
+from tether.spec import TaskSpec
+
+Decision = Literal["continue", "satisfied", "abandon", "need_user"]
+
+
+@dataclass(frozen=True)
+class ProposedChange:
+    """A judge's proposal for one item."""
+
+    item_id: str
+    status: L.ItemStatus | None = None
+    evidence: tuple[str, ...] = ()
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "item": self.item_id,
+            "status": self.status,
+            "evidence": list(self.evidence),
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One judge's structured verdict."""
+
+    decision: Decision
+    changes: tuple[ProposedChange, ...] = ()
+    reason: str = ""
+    source: str = "llm"
+    #: The rule judge's unmet checks, `{item: state}` (the rule's file hash, its command's
+    #: exit and output, how many artifacts count toward its `min_count`): a state that
+    #: changed is progress for the item (see `progress.moves`).
+    checks: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OpSummary:
+    """What the judges see of one op of the round (and what progress compares: the
+    call's arguments hash and its result's, see `progress.moves`)."""
+
+    op_id: str
+    tool: str
+    args: Mapping[str, Any]
+    status: str
+    summary: str = ""
+    error: str | None = None
+    artifact_id: str | None = None
+    error_class: str | None = None
+    args_hash: str = ""
+    #: A success: its output's hash (`progress.result_hash`); a failure: the failure's
+    #: (`progress.failure_hash`). Derived from the summary when not given.
+    result_hash: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.args_hash:
+            text = json.dumps(dict(self.args), sort_keys=True, default=str)
+            object.__setattr__(self, "args_hash", P.digest("args", text))
+        if not self.result_hash:
+            got = (
+                P.result_hash(self.summary)
+                if self.status == "succeeded"
+                else P.failure_hash(self.error_class, self.error)
+            )
+            object.__setattr__(self, "result_hash", got)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "op_id": self.op_id,
+            "evidence_ref": f"op:{self.op_id}",
+            "tool": self.tool,
+            "args": dict(self.args),
+            "status": self.status,
+            "result": self.summary,
+            "error": self.error,
+            "artifact_id": self.artifact_id,
+        }
+
+
+@dataclass(frozen=True)
+class RoundFacts:
+    """The round as the judges see it."""
+
+    round: int
+    focus: str | None
+    text: str
+    ops: tuple[OpSummary, ...] = ()
+    non_convergent: str | None = None
+    #: Set when the round compensated the focus item's applied ops (`on_exhausted:
+    #: compensate`): the item cannot finish and is blocked with this reason.
+    blocked: str | None = None
+
+    @property
+    def failed_ops(self) -> int:
+        """How many ops failed (calls deferred by an open breaker are not failures)."""
+        return sum(1 for o in self.ops if o.status not in ("succeeded", "deferred"))
+
+    @property
+    def deferred(self) -> bool:
+        """True when every call of the round was held back by an open breaker: the round
+        was no attempt at its item and must not count against it."""
+        return bool(self.ops) and all(o.status == "deferred" for o in self.ops)
+
+
+#: Something the audit refused or flagged: the `audit.warning` event itself, so what the
+#: audit returns is journaled as it is.
+AuditWarning = ev.AuditWarning
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the runtime knows of one evidence ref that resolves (a committed, succeeded
+    op or a valid artifact of this task)."""
+
+    ref: str
+    #: The round that produced it and that round's focus item (None: not from a round).
+    round: int | None = None
+    focus: str | None = None
+    #: The op's tool, or the artifact's name.
+    tool: str | None = None
+    name: str | None = None
+    #: The item whose own `done_when` rule produced it.
+    rule_item: str | None = None
+    #: What it is (tool and arguments, or content): repeating the same call is no
+    #: progress even under a new op id.
+    fingerprint: str = ""
+
+
+@dataclass(frozen=True)
+class ItemPolicy:
+    """What the contract says about judging one item."""
+
+    rule: bool = False
+    optional: bool = False
+    shared_evidence: bool = False
+    link_tools: frozenset[str] = frozenset()
+    link_artifacts: frozenset[str] = frozenset()
+    max_attempts: int | None = None
+
+    @classmethod
+    def of_spec(cls, spec: TaskSpec) -> dict[str, ItemPolicy]:
+        """Every item's policy, by id."""
+        return {
+            i.id: cls(
+                rule=i.done_when is not None,
+                optional=i.optional,
+                shared_evidence=i.shared_evidence,
+                link_tools=frozenset(i.evidence_from.tools),
+                link_artifacts=frozenset(i.evidence_from.artifacts),
+                max_attempts=i.max_attempts,
+            )
+            for i in spec.items
+        }
+
+
+@dataclass(frozen=True)
+class AuditOutcome:
+    """The audited result: the ledger update, the decision, and warnings.
+
+    `decision` is the runtime's, not the judge's: `satisfied` only when every item is
+    finished (done with its own evidence, waived, or optional and skipped), and
+    `need_decision` when nothing is open but something is not finished.
+    """
+
+    update: L.LedgerUpdate
+    decision: RuntimeDecision
+    reason: str
+    accepted: tuple[ProposedChange, ...]
+    warnings: tuple[AuditWarning, ...]
+    #: Fingerprints of the evidence newly credited to each item.
+    credited: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Statuses a judge proposed that only a human may decide: `{item: (status, note)}`.
+    proposals: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    #: What the round did for its focus item, to add to the item's `seen` fingerprints.
+    marks: tuple[str, ...] = ()
+
+
+RuntimeDecision = Literal["continue", "satisfied", "need_decision", "need_user"]

@@ -1,0 +1,212 @@
+"""The rule judge: open items' `done_when` rules over ops, artifacts, files and
+commands, checked without a model; and done items whose evidence no longer holds."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from tether import ledger as L
+from tether.artifacts import deliverable_meta
+from tether.runtime.judge.commands import run_command
+from tether.runtime.judge.facts import ProposedChange, Verdict
+from tether.runtime.judge.rule_scope import spec_items
+from tether.runtime.round import progress as P
+from tether.spec import (
+    ArtifactRule,
+    ChecklistItem,
+    CommandRule,
+    FileRule,
+    OpRule,
+    TaskSpec,
+)
+from tether.store.base import ArtifactRecord, OpRecord
+
+
+class RuleEnv(Protocol):
+    """What the rule judge may look at."""
+
+    workspace: Path | None
+    #: Hashes of files that existed before the task (see `FileRule.fresh`).
+    preexisting: dict[str, str]
+
+    async def latest_op(
+        self, item_id: str, rule: OpRule, taken: Collection[str]
+    ) -> OpRecord | None:
+        """The newest succeeded op that `rule` (item `item_id`'s) matches and that is not
+        in `taken` (refs `op:<id>`), or None."""
+        ...
+
+    async def valid_artifacts(self) -> list[ArtifactRecord]:
+        """Valid artifacts of the task."""
+        ...
+
+    async def current_ops(self, op_ids: Collection[str]) -> set[str]:
+        """Which of `op_ids` are succeeded ops that still prove something: not undone
+        (compensated, or ended by a human), not a late result, not a stale read."""
+        ...
+
+    async def record_evidence(
+        self, item_id: str, text: str, meta: Mapping[str, Any] | None = None
+    ) -> str:
+        """Store an evidence artifact (with `meta`, e.g. the deliverable file it accepts);
+        return its ref (`artifact:<id>`)."""
+        ...
+
+
+async def rule_verdict(
+    spec: TaskSpec, ledger: L.Ledger, env: RuleEnv, only: Collection[str] | None = None
+) -> Verdict:
+    """Check open items' `done_when` rules (of the items in `only`, when given; see
+    `rule_scope`); propose `done` with evidence for those met."""
+    check = _RuleCheck(spec, ledger, env)
+    changes: list[ProposedChange] = []
+    # Items whose rule is met in this verdict: their successors may be judged after them.
+    met: set[str] = set()
+    for item in spec.items if only is None else spec_items(spec, only):
+        rule = item.done_when
+        if rule is None or not ledger.has_item(item.id):
+            continue
+        if ledger.item(item.id).status not in L.OPEN_STATUSES:
+            continue
+        if any(p not in met for p in ledger.waiting_for(item.id)):
+            continue  # it may not start before its predecessors are finished
+        if isinstance(rule, OpRule):
+            change = await check.op(item, rule)
+        elif isinstance(rule, ArtifactRule):
+            change = await check.artifact(item, rule)
+        elif isinstance(rule, FileRule):
+            change = await check.file(item, rule)
+        else:
+            change = await check.command(item, rule)
+        if change is not None:
+            changes.append(change)
+            met.add(item.id)
+    if any(src.pin == "fingerprint" for src in spec.sources):
+        # A re-read may have found a source changed and invalidated artifacts mid-run:
+        # items they proved go back to work now, not only at the check before delivery.
+        changes += await check.stale_evidence(ledger)
+    # Likewise an op undone since it proved its item (a compensation of another item's
+    # stretch, a human's decision), gone to history, or a read found stale since.
+    changes += await check.undone_ops(ledger)
+    return Verdict("continue", tuple(changes), "", source="rules", checks=dict(check.states))
+
+
+class _RuleCheck:
+    """One rule judging: the journal and artifacts read once, each rule kind checked."""
+
+    def __init__(self, spec: TaskSpec, ledger: L.Ledger, env: RuleEnv) -> None:
+        self.env = env
+        #: What each unmet rule found (`Verdict.checks`): how far its item got.
+        self.states: dict[str, str] = {}
+        self.credited = {ref for _, st in ledger.items() for ref in st.evidence}
+        self.arts: list[ArtifactRecord] | None = None
+
+    async def op(self, item: ChecklistItem, rule: OpRule) -> ProposedChange | None:
+        # An op that already proves another item proves this one only with leave.
+        taken = set() if item.shared_evidence else self.credited
+        hit = await self.env.latest_op(item.id, rule, taken)
+        return ProposedChange(item.id, "done", (f"op:{hit.op_id}",), "rule: op") if hit else None
+
+    async def artifact(self, item: ChecklistItem, rule: ArtifactRule) -> ProposedChange | None:
+        if self.arts is None:
+            self.arts = await self.env.valid_artifacts()
+        taken = set() if item.shared_evidence else self.credited
+        found = [
+            a
+            for a in reversed(self.arts)
+            if (rule.name is None or a.name == rule.name)
+            and (rule.artifact_kind is None or a.kind == rule.artifact_kind)
+            and f"artifact:{a.artifact_id}" not in taken
+        ]
+        if len(found) < rule.min_count:
+            self.states[item.id] = f"artifacts: {len(found)} of {rule.min_count}"
+            return None
+        refs = tuple(
+            f"artifact:{a.artifact_id}" for a in reversed(found[: max(rule.min_count, 20)])
+        )
+        return ProposedChange(item.id, "done", refs, "rule: artifact")
+
+    async def undone_ops(self, ledger: L.Ledger) -> list[ProposedChange]:
+        """`pending` for each done item citing an op that no longer proves anything."""
+        cited = {
+            d.id: [r for r in st.evidence if r.startswith("op:")]
+            for d, st in ledger.items()
+            if st.status == "done"
+        }
+        ids = {r[3:] for refs in cited.values() for r in refs}
+        if not ids:
+            return []
+        current = await self.env.current_ops(ids)
+        out = []
+        for item, refs in cited.items():
+            gone = [r for r in refs if r[3:] not in current]
+            if gone:
+                note = (
+                    f"its evidence {', '.join(gone[:3])} no longer holds (undone since, or history)"
+                )
+                out.append(ProposedChange(item, "pending", (), note))
+        return out
+
+    async def stale_evidence(self, ledger: L.Ledger) -> list[ProposedChange]:
+        """`pending` for each done item citing an artifact that is no longer valid."""
+        cited = {
+            d.id: [r for r in st.evidence if r.startswith("artifact:")]
+            for d, st in ledger.items()
+            if st.status == "done"
+        }
+        if not any(cited.values()):
+            return []
+        if self.arts is None:
+            self.arts = await self.env.valid_artifacts()
+        valid = {f"artifact:{a.artifact_id}" for a in self.arts}
+        out = []
+        for item, refs in cited.items():
+            stale = [r for r in refs if r not in valid]
+            if stale:
+                note = f"its evidence {', '.join(stale[:3])} is no longer valid (a source changed)"
+                out.append(ProposedChange(item, "pending", (), note))
+        return out
+
+    async def file(self, item: ChecklistItem, rule: FileRule) -> ProposedChange | None:
+        ws = self.env.workspace
+        if ws is None:
+            return None
+        self.states[item.id] = f"file {rule.path}: missing"
+        try:
+            path = (ws / rule.path).resolve()
+            if not path.is_relative_to(ws.resolve()) or not path.is_file():
+                return None
+            data = path.read_bytes()
+        except (OSError, ValueError):  # a name too long, a NUL: the rule is not met
+            return None
+        full = hashlib.sha256(data).hexdigest()
+        # Not met (yet): the file as it is now, so a changed draft counts as progress.
+        self.states[item.id] = f"file {rule.path}: sha256 {full}"
+        content = data.decode("utf-8", errors="replace")
+        if rule.contains is not None and rule.contains not in content:
+            return None
+        if rule.fresh and self.env.preexisting.get(rule.path) == full:
+            return None  # the same file was there before the task started
+        del self.states[item.id]
+        # The path and full hash go with the evidence: recovery and the check before
+        # delivery verify that the deliverable is still there with this content.
+        ref = await self.env.record_evidence(
+            item.id,
+            f"file {rule.path} exists ({len(content)} chars, sha256 {full[:16]})",
+            deliverable_meta(rule.path, data),
+        )
+        return ProposedChange(item.id, "done", (ref,), f"rule: file {rule.path}")
+
+    async def command(self, item: ChecklistItem, rule: CommandRule) -> ProposedChange | None:
+        code, out = await run_command(rule.command, self.env.workspace, rule.timeout)
+        if code != rule.exit_code:
+            # What the failing check said, without its timings: another answer is progress.
+            self.states[item.id] = f"command exited {code}: {P.normalise(out)[-4000:]}"
+            return None
+        ref = await self.env.record_evidence(
+            item.id, f"command `{rule.command}` exited {code}\n{out[-2000:]}"
+        )
+        return ProposedChange(item.id, "done", (ref,), "rule: command")

@@ -153,6 +153,64 @@ async def test_the_judges_reads_per_round_do_not_grow_with_the_rounds_done(
     assert (await rebuild(store, tid))["consistent"]
 
 
+async def test_artifact_rules_read_only_the_artifacts_stored_since(
+    store: Store, tmp_path: Path
+) -> None:
+    counting = CountingStore(store)
+
+    def tick() -> None:
+        counting.round += 1
+
+    @tether.tool(effect="write", idempotent=True)
+    def file_ticket(title: str, step: int, ctx: tether.ToolContext) -> str:
+        """File one step of a ticket; the service answers at length."""
+        return f"{title}#{step} " + "filed. " * 40  # over preview_chars: an artifact
+
+    registry = default_registry(lambda: None)  # type: ignore[arg-type,return-value]
+    registry.add(file_ticket)
+    # Each item is done by 10 outputs of the tool that no other item holds.
+    rule = {"kind": "artifact", "name": "file_ticket output", "min_count": 10}
+    spec = parse_spec(
+        {
+            "name": "tickets",
+            "objective": "file the tickets",
+            "tools": ["file_ticket"],
+            "items": [
+                {
+                    "id": f"t{k}",
+                    "title": f"ticket t{k}",
+                    "done_when": rule,
+                }
+                for k in range(1, 31)
+            ],
+            "context": {"preview_chars": 100},
+            "limits": {
+                "max_rounds": 340,
+                "no_progress_rounds": 1000,
+                "max_attempts_per_item": 1000,
+                "max_rounds_per_item": None,
+            },
+        }
+    )
+    _, result = await run_task(
+        counting,  # type: ignore[arg-type]
+        spec,
+        tmp_path,
+        _stepping_actor(tick),
+        registry=registry,
+    )
+    assert result.status == "satisfied"
+    assert counting.round >= 300
+
+    def per_round(lo: int, hi: int) -> float:
+        return sum(counting.rows[r] for r in range(lo, hi)) / (hi - lo)
+
+    # ~50 artifacts stored around round 50, ~280 around round 280: the judge reads a
+    # round's worth either way.
+    early, late = per_round(40, 60), per_round(270, 290)
+    assert early > 0 and late <= early + 0.5, (early, late)
+
+
 async def test_a_run_resumed_many_times_judges_as_one_run(store: Store, tmp_path: Path) -> None:
     spec = _steps_spec(items=5, steps=4)
     registry = _ticket_registry({})

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether import events as ev
 from tether.runtime.judge.facts import Evidence, RoundFacts
-from tether.runtime.judge.index import OpIndex, args_match, index_of
+from tether.runtime.judge.index import OpIndex, args_match, artifacts_of, index_of
 from tether.runtime.ops.runner import history_only
 from tether.spec import OpRule
 from tether.store.base import ArtifactRecord, OpRecord
@@ -177,8 +177,10 @@ class StoreRuleEnv:
         return held | found_now
 
     async def valid_artifacts(self) -> list[ArtifactRecord]:
-        stored = [a for a in await self.run.store.get_artifacts(self.run.task_id) if a.valid]
-        return stored + (list(self.pending.artifacts) if self.pending else [])
+        run = self.run
+        idx = artifacts_of(run)
+        await idx.sync(run.store, run.task_id, run.state.last_seq, run.state.compactions)
+        return idx.valid() + (list(self.pending.artifacts) if self.pending else [])
 
     async def record_evidence(
         self, item_id: str, text: str, meta: Mapping[str, Any] | None = None

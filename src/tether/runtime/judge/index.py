@@ -23,7 +23,7 @@ from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Final
 
 from tether.spec import OpRule, TaskSpec
-from tether.store.base import ApprovalRecord, OpRecord, Store
+from tether.store.base import ApprovalRecord, ArtifactRecord, OpRecord, Store
 
 #: Events whose data may name an op whose record changed (keys `op_id`, `by`, `ops`,
 #: `compensate`, or an approval's `request_id`), or that invalidate reads.
@@ -187,4 +187,73 @@ def index_of(run: Any, spec: TaskSpec) -> OpIndex:
     idx = _INDEXES.get(run)
     if idx is None or idx.spec is not spec:
         idx = _INDEXES[run] = OpIndex(spec)
+    return idx
+
+
+#: Events that name an artifact stored or invalidated, and compactions (whose summary
+#: artifact, `<task>.summary<n>`, is stored without an `artifact.stored` event).
+ARTIFACT_EVENTS: Final = ("artifact.stored", "artifacts.invalidated", "context.compacted")
+
+
+class ArtifactIndex:
+    """Per run: the task's valid artifacts in the store's order (created, then id),
+    read once per turn and then updated from the events committed since the last look
+    (see `OpIndex`)."""
+
+    def __init__(self) -> None:
+        self.cursor: int | None = None
+        self.summaries = 0
+        self.by_id: dict[str, ArtifactRecord] = {}
+        self.order: list[tuple[float, str]] = []
+
+    async def sync(self, store: Store, task_id: str, last_seq: int, compactions: int) -> None:
+        """Load (first use) or apply what changed since the last look. `compactions`:
+        how many compactions the run made (each stored one summary artifact)."""
+        if self.cursor is None:
+            self.cursor, self.summaries = last_seq, compactions
+            for art in await store.get_artifacts(task_id):
+                self._put(art)
+            return
+        events = await store.read_events(task_id, after=self.cursor, types=ARTIFACT_EVENTS)
+        self.cursor = max([self.cursor, last_seq, *(e.seq for e in events)])
+        ids: set[str] = set()
+        for e in events:
+            if isinstance(one := e.data.get("artifact_id"), str):
+                ids.add(one)
+            if isinstance(many := e.data.get("artifacts"), list):
+                ids.update(str(a) for a in many)
+        ids.update(f"{task_id}.summary{k}" for k in range(self.summaries + 1, compactions + 1))
+        self.summaries = max(self.summaries, compactions)
+        ids = {i for i in ids if "\x00" not in i}
+        if not ids:
+            return
+        for art_id in ids:
+            self._drop(art_id)
+        for art in await store.get_artifacts(task_id, artifact_ids=ids):
+            self._put(art)
+
+    def _put(self, art: ArtifactRecord) -> None:
+        self._drop(art.artifact_id)
+        if art.valid:
+            self.by_id[art.artifact_id] = art
+            bisect.insort(self.order, (art.created_at, art.artifact_id))
+
+    def _drop(self, art_id: str) -> None:
+        old = self.by_id.pop(art_id, None)
+        if old is not None:
+            self.order.remove((old.created_at, art_id))
+
+    def valid(self) -> list[ArtifactRecord]:
+        """The valid artifacts, oldest first."""
+        return [self.by_id[i] for _, i in self.order]
+
+
+_ARTIFACTS: weakref.WeakKeyDictionary[Any, ArtifactIndex] = weakref.WeakKeyDictionary()
+
+
+def artifacts_of(run: Any) -> ArtifactIndex:
+    """The artifact index of a run (one per run object)."""
+    idx = _ARTIFACTS.get(run)
+    if idx is None:
+        idx = _ARTIFACTS[run] = ArtifactIndex()
     return idx

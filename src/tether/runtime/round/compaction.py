@@ -12,6 +12,7 @@ of compaction.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import json
@@ -1052,6 +1053,38 @@ def _trim_results(entry: Entry) -> None:
     entry.tokens = sum(tokens.estimate_message(m) for m in entry.messages)
 
 
+#: How much of a long message of the latest round the model still sees when nothing
+#: else can give way (its text, and each long string argument of its calls).
+_LAST_RESORT_CHARS = 2_000
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _LAST_RESORT_CHARS else text[:_LAST_RESORT_CHARS] + "\n[trimmed]"
+
+
+def _trim_messages(entry: Entry) -> None:
+    """Cut every long part of one entry's messages: tool results as `_trim_results`
+    does, and the model's own long text and long string arguments to
+    `_LAST_RESORT_CHARS` (the call's record in the journal is untouched: only what
+    the model sees again is shortened)."""
+    _trim_results(entry)
+    out = []
+    for m in entry.messages:
+        calls = tuple(
+            dataclasses.replace(
+                c,
+                arguments={k: _cut(v) if isinstance(v, str) else v for k, v in c.arguments.items()},
+                raw_arguments=_cut(c.raw_arguments),
+            )
+            if c.arguments is not None
+            else dataclasses.replace(c, raw_arguments=_cut(c.raw_arguments))
+            for c in m.tool_calls
+        )
+        out.append(Message(m.role, _cut(m.content), calls, m.tool_call_id, m.name))
+    entry.messages = out
+    entry.tokens = sum(tokens.estimate_message(m) for m in entry.messages)
+
+
 def _fit(
     ctx: Context,
     budget: int,
@@ -1089,7 +1122,7 @@ def _fit(
             break
         if last_resort:
             for e in ctx.entries[1:]:
-                _trim_results(e)
+                _trim_messages(e)
         head = ctx.entries[0]
         room = max(0, budget - (ctx.estimate() - head.tokens)) * 3
         if last_resort and note and room <= len(SUMMARY_PREFIX) + len(note) + 40:

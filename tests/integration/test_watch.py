@@ -18,6 +18,7 @@ import pytest
 from tether.clock import FakeClock
 from tether.models.base import ModelResponse
 from tether.models.scripted import ScriptedModel
+from tether.retry import RetryPolicy
 from tether.runtime.watch.sweep import Notice, WatchPolicy, WebhookNotifier, sweep
 from tether.store.base import TaskPatch
 from tether.store.memory import MemoryStore
@@ -148,7 +149,7 @@ async def test_the_webhook_gets_a_signed_notice_after_a_retry(
 ) -> None:
     url, got = hook
     store, _clock, tid = await _waiting_task(tmp_path)
-    notifier = WebhookNotifier(url, secret="shh-its-a-secret", backoff=0.01)
+    notifier = WebhookNotifier(url, secret="shh-its-a-secret", retry=RetryPolicy(base_delay=0.0))
     await sweep(store, notifier=notifier)
     (delivery,) = got  # the first attempt got a 503; the retry arrived once
     body = delivery["body"]

@@ -4,25 +4,31 @@ A `Notice` is one message to the people responsible for a task, with an id that 
 the same on every delivery attempt (receivers drop repeats). The installation's
 notifier comes from the environment (`TETHER_WEBHOOK_URL`, `TETHER_WEBHOOK_SECRET`;
 the log without them); a contract's `notify:` block adds its own targets and its
-`admin` targets for escalations (`for_task`). Webhooks are sent with the standard
-library so that the core needs no HTTP dependency.
+`admin` targets for escalations (`for_task`). Webhooks are signed per the Standard
+Webhooks scheme (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,...`) and
+sent with the standard library so that the core needs no HTTP dependency.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import hashlib
 import hmac
 import json
 import logging
 import os
+import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tether import errors
+from tether.retry import RetryPolicy, classify_status, decide, parse_retry_after
 
 if TYPE_CHECKING:
     from tether.spec import NotifyConfig, NotifyTarget
@@ -31,6 +37,8 @@ log = logging.getLogger("tether.watch")
 
 WEBHOOK_ENV = "TETHER_WEBHOOK_URL"
 WEBHOOK_SECRET_ENV = "TETHER_WEBHOOK_SECRET"
+#: The prefix of a secret in the Standard Webhooks form (`whsec_` and base64 bytes).
+SECRET_PREFIX = "whsec_"
 
 
 @dataclass(frozen=True)
@@ -78,13 +86,60 @@ class LogNotifier:
         return "log"
 
 
-class WebhookNotifier:
-    """Notices POSTed as JSON to a URL, retried a few times with backoff; a delivery that
-    still fails is logged and journaled, never raised (a reminder tries again).
+def webhook_key(secret: str) -> bytes:
+    """The HMAC key of a webhook secret: `whsec_<base64>` (the Standard Webhooks form,
+    as receivers' libraries print it) is the base64-decoded bytes after the prefix; any
+    other value is taken as a raw secret, its UTF-8 bytes. A `whsec_` secret that is not
+    base64 is a `UserError`."""
+    secret = secret.strip()
+    if secret.startswith(SECRET_PREFIX):
+        try:
+            encoded = secret[len(SECRET_PREFIX) :]
+            # Unpadded base64 is accepted, as the receivers' libraries accept it.
+            key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            raise errors.UserError(
+                f"a webhook secret that starts with {SECRET_PREFIX!r} must be base64 after it"
+            ) from None
+        if not key:
+            raise errors.UserError("a webhook secret must not be empty after 'whsec_'")
+        return key
+    return secret.encode("utf-8")
 
-    Each request carries `X-Tether-Notice` (the notice id, the same on every retry, so a
-    receiver drops repeats) and, when a secret is set, `X-Tether-Signature:
-    sha256=<hex>`, the HMAC-SHA256 of the body with that secret."""
+
+def standard_signature(key: bytes, msg_id: str, timestamp: int, body: bytes) -> str:
+    """The Standard Webhooks `webhook-signature` value: `v1,` and the base64 HMAC-SHA256
+    of `{id}.{timestamp}.{body}`."""
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    digest = hmac.new(key, signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode("ascii")
+
+
+class _Rejected(OSError):
+    """An HTTP error status from the receiver, with what it means for retrying."""
+
+    def __init__(self, status: int, reason: str, retry_after: float | None) -> None:
+        super().__init__(f"HTTP {status} {reason}")
+        self.status = status
+        self.retry_after = retry_after
+
+
+class WebhookNotifier:
+    """Notices POSTed as JSON to a URL, signed per Standard Webhooks and retried with the
+    project's `RetryPolicy`; a delivery that still fails is logged and journaled, never
+    raised (a reminder tries again).
+
+    Each request carries the Standard Webhooks headers: `webhook-id` (the notice id, the
+    same on every retry, so a receiver drops repeats), `webhook-timestamp` (unix seconds
+    of this attempt) and, when a secret is set, `webhook-signature: v1,<base64>`, the
+    HMAC-SHA256 of `{id}.{timestamp}.{body}` with the secret's key (see `webhook_key`).
+    For one release the old headers come along too: `X-Tether-Notice` (the id) and
+    `X-Tether-Signature: sha256=<hex>` (the HMAC-SHA256 of the body alone, keyed with
+    the secret string as given).
+
+    Retries: a connection error, a timeout and a transient or gateway status (408, 409,
+    425, 429, 5xx: a delivery is idempotent by its id) are tried again on `retry`'s
+    schedule, honouring `Retry-After`; any other status (400, 401, 404...) is not."""
 
     def __init__(
         self,
@@ -92,8 +147,7 @@ class WebhookNotifier:
         *,
         timeout: float = 10.0,
         secret: str | None = None,
-        attempts: int = 3,
-        backoff: float = 0.5,
+        retry: RetryPolicy | None = None,
         name: str = "webhook",
     ) -> None:
         from tether._validation import http_url_problem
@@ -105,35 +159,57 @@ class WebhookNotifier:
         self.url = url
         self.timeout = timeout
         self.secret = secret
-        self.attempts = max(1, attempts)
-        self.backoff = backoff
+        self.key = webhook_key(secret) if secret else None
+        self.retry = retry or RetryPolicy()
         self.name = name
 
+    def headers(self, body: bytes, notice_id: str, timestamp: int) -> dict[str, str]:
+        """The headers of one attempt."""
+        headers = {
+            "Content-Type": "application/json",
+            "webhook-id": notice_id,
+            "webhook-timestamp": str(timestamp),
+            "X-Tether-Notice": notice_id,
+        }
+        if self.secret and self.key is not None:
+            headers["webhook-signature"] = standard_signature(self.key, notice_id, timestamp, body)
+            legacy = hmac.new(self.secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
+            headers["X-Tether-Signature"] = f"sha256={legacy}"
+        return headers
+
     def _post(self, body: bytes, notice_id: str) -> None:
-        headers = {"Content-Type": "application/json", "X-Tether-Notice": notice_id}
-        if self.secret:
-            digest = hmac.new(self.secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
-            headers["X-Tether-Signature"] = f"sha256={digest}"
+        headers = self.headers(body, notice_id, int(time.time()))
         req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 resp.read()
         except urllib.error.HTTPError as exc:
+            wait = parse_retry_after(dict(exc.headers.items())) if exc.headers else None
             exc.close()  # an error response holds its connection open otherwise
-            raise OSError(f"HTTP {exc.code} {exc.reason}") from None
+            raise _Rejected(exc.code, str(exc.reason), wait) from None
 
     async def notify(self, notice: Notice) -> str:
         """POST the notice; the channel's name says whether it arrived."""
         body = json.dumps(notice.to_dict(), ensure_ascii=False).encode("utf-8")
-        error: Exception | None = None
-        for attempt in range(self.attempts):
-            if attempt:
-                await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
+        # A notice without an id still gets one id for all its attempts.
+        msg_id = notice.notice_id or f"msg_{uuid.uuid4().hex}"
+        attempt = 0
+        while True:
+            attempt += 1
             try:
-                await asyncio.to_thread(self._post, body, notice.notice_id)
+                await asyncio.to_thread(self._post, body, msg_id)
                 return self.name
             except Exception as exc:  # best effort: the event says it was tried
-                error = exc
+                error: Exception = exc
+                if isinstance(exc, _Rejected):
+                    failure = classify_status(exc.status, has_effect=False)
+                    hint = exc.retry_after
+                else:
+                    failure, hint = "transient", None
+                decision = decide(self.retry, attempt, failure, hint=hint)
+                if not decision.retry:
+                    break
+                await asyncio.sleep(decision.delay)
         log.warning("webhook %s failed for task %s: %s", self.url, notice.task_id, error)
         return f"{self.name} (failed: {type(error).__name__})"
 

@@ -1,28 +1,56 @@
-"""OpenTelemetry spans (extra `otel`): one per turn, round, round phase, model call and
-tool call.
+"""OpenTelemetry spans and metrics (extra `otel`) per the GenAI semantic conventions: one
+span per turn, round, round phase, model call and tool call, and the
+`gen_ai.client.token.usage` and `gen_ai.client.operation.duration` histograms.
 
 The runtime depends on `opentelemetry-api` only, and only when it is installed: without
 it every span here is a no-op, and with it but no SDK configured the API's own no-op
-tracer answers. A process that configures a tracer provider (the SDK and an exporter)
-gets the spans, nested as they happen:
+tracer and meter answer. A process that configures a tracer provider (the SDK and an
+exporter) gets the spans, nested as they happen:
 
-    tether.turn                      tether.task_id
-      tether.round                   tether.task_id, tether.round, tether.item
+    invoke_agent tether   INTERNAL  gen_ai.operation.name=invoke_agent, gen_ai.agent.name,
+                                    gen_ai.agent.id and gen_ai.conversation.id (the task
+                                    id), tether.task_id
+      tether.round        INTERNAL  tether.task_id, tether.round, tether.item
         tether.phase.read / .assemble / .decide / .act
-          chat MODEL                 gen_ai.* (operation, request/response model,
-                                     input/output/cached tokens), tether.purpose
-          execute_tool TOOL          gen_ai.operation.name, gen_ai.tool.name,
-                                     tether.op_id, tether.round
+          chat MODEL      CLIENT    gen_ai.operation.name=chat, gen_ai.provider.name,
+                                    gen_ai.request.model (without tether's `openai:`
+                                    prefix), gen_ai.response.model, gen_ai.usage.*,
+                                    tether.purpose, tether.task_id
+          execute_tool T  INTERNAL  gen_ai.operation.name=execute_tool, gen_ai.tool.name,
+                                    gen_ai.tool.call.id, tether.op_id, tether.round
+
+A GenAI span that fails gets `error.type` (the exception's class) and an error status.
+A configured meter provider gets, per model call, `gen_ai.client.token.usage` (unit
+`{token}`, one record per `gen_ai.token.type`: `input` and `output`) and
+`gen_ai.client.operation.duration` (seconds, with `error.type` when it failed).
+tether's own attributes are under `tether.`.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
-#: The instrumentation scope of every span.
+#: The instrumentation scope of every span and metric.
 TRACER_NAME = "tether"
+#: The agent's name in `invoke_agent` spans.
+AGENT_NAME = "tether"
+
+#: The conventions' bucket boundaries for the two histograms.
+TOKEN_BUCKETS = [4.0**n for n in range(14)]  # 1, 4, 16, ... 67108864
+DURATION_BUCKETS = [0.01 * 2**n for n in range(14)]  # 0.01, 0.02, ... 81.92
+
+#: tether's provider prefixes and the conventions' `gen_ai.provider.name` values.
+_PROVIDERS = {
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "deepseek": "deepseek",
+    "openai-compatible": "openai-compatible",
+    "scripted": "tether.scripted",
+}
 
 
 class SpanLike(Protocol):
@@ -43,6 +71,8 @@ class _NoSpan:
 _NO_SPAN = _NoSpan()
 #: The tracer, obtained once (None: not yet; False: OpenTelemetry is not installed).
 _tracer: Any = None
+#: The two GenAI histograms (None: not yet; False: OpenTelemetry is not installed).
+_instruments: Any = None
 
 
 def _get_tracer() -> Any:
@@ -58,6 +88,54 @@ def _get_tracer() -> Any:
     return _tracer
 
 
+def make_instruments(meter: Any) -> tuple[Any, Any]:
+    """The token-usage and operation-duration histograms of `meter`."""
+    tokens = meter.create_histogram(
+        "gen_ai.client.token.usage",
+        unit="{token}",
+        description="Number of input and output tokens used.",
+        explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
+    )
+    duration = meter.create_histogram(
+        "gen_ai.client.operation.duration",
+        unit="s",
+        description="GenAI operation duration.",
+        explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+    )
+    return tokens, duration
+
+
+def _get_instruments() -> Any:
+    global _instruments
+    if _instruments is None:
+        try:
+            from opentelemetry import metrics
+        except ImportError:
+            _instruments = False
+        else:
+            # A proxy meter too: it follows a meter provider configured later.
+            _instruments = make_instruments(metrics.get_meter(TRACER_NAME))
+    return _instruments
+
+
+def split_model(name: str) -> tuple[str | None, str, str | None]:
+    """`(gen_ai.provider.name, model, server address)` of a tether model name:
+    `openai:gpt-4.1` is `("openai", "gpt-4.1", None)`,
+    `openai-compatible:http://host:8000/v1#qwen3` is
+    `("openai-compatible", "qwen3", "host")`; a name without a known prefix has no
+    provider."""
+    prefix, sep, rest = name.partition(":")
+    provider = _PROVIDERS.get(prefix.strip().lower()) if sep else None
+    if provider is None:
+        return None, name, None
+    server = None
+    if provider == "openai-compatible":
+        base, _, model = rest.rpartition("#")
+        server = urlsplit(base.strip()).hostname
+        rest = model or rest
+    return provider, rest.strip(), server
+
+
 def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
     """OpenTelemetry takes str, bool, int, float (or lists of them); None is left out."""
     return {
@@ -67,23 +145,81 @@ def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+class _Recorded:
+    """A span that remembers its attributes (for the metrics recorded at its end)."""
+
+    def __init__(self, span: Any, attributes: Mapping[str, Any]) -> None:
+        self.span = span
+        self.attributes = dict(attributes)
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        """Set one attribute on the span, and remember it."""
+        self.attributes[key] = value
+        self.span.set_attribute(key, value)
+
+
+def _error_type(exc: BaseException) -> str:
+    cls = type(exc)
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+
+
+def _record_metrics(attributes: Mapping[str, Any], seconds: float, error: str | None) -> None:
+    """The GenAI client metrics of one finished model call."""
+    instruments = _get_instruments()
+    if not instruments:
+        return
+    tokens, duration = instruments
+    keys = (
+        "gen_ai.operation.name",
+        "gen_ai.provider.name",
+        "gen_ai.request.model",
+        "gen_ai.response.model",
+        "server.address",
+    )
+    common = {k: attributes[k] for k in keys if attributes.get(k) is not None}
+    duration.record(seconds, {**common, "error.type": error} if error else common)
+    if error:
+        return
+    for kind in ("input", "output"):
+        count = attributes.get(f"gen_ai.usage.{kind}_tokens")
+        if isinstance(count, int) and not isinstance(count, bool):
+            tokens.record(count, {**common, "gen_ai.token.type": kind})
+
+
 @contextmanager
 def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[SpanLike]:
-    """A span named `name`, current for the block (a no-op without OpenTelemetry)."""
+    """A span named `name`, current for the block (a no-op without OpenTelemetry).
+
+    A span whose `gen_ai.operation.name` is `chat` is a CLIENT span named
+    `chat {gen_ai.request.model}` and records the GenAI client metrics when it ends;
+    any other is INTERNAL."""
     tracer = _get_tracer()
     if not tracer:
         yield _NO_SPAN
         return
-    from opentelemetry.trace import Status, StatusCode
+    from opentelemetry.trace import SpanKind, Status, StatusCode
 
+    attrs = _clean(attributes or {})
+    operation = attrs.get("gen_ai.operation.name")
+    kind = SpanKind.INTERNAL
+    if operation == "chat":
+        kind = SpanKind.CLIENT
+        if attrs.get("gen_ai.request.model"):
+            name = f"chat {attrs['gen_ai.request.model']}"
+    t0 = time.perf_counter()
+    error: str | None = None
     with tracer.start_as_current_span(
         name,
-        attributes=_clean(attributes or {}),
+        kind=kind,
+        attributes=attrs,
         record_exception=False,
         set_status_on_exception=False,
     ) as current:
+        recorded = _Recorded(current, attrs)
         try:
-            yield current
+            yield recorded
         except BaseException as exc:
             stopped = getattr(exc, "outcome", None)
             if stopped is not None:
@@ -91,9 +227,15 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Spa
                 # an exception that carries its outcome: control flow, not an error.
                 current.set_attribute("tether.stopped", str(getattr(stopped, "status", "")))
             else:
+                error = _error_type(exc)
+                if operation:
+                    current.set_attribute("error.type", error)
                 current.record_exception(exc)
                 current.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             raise
+        finally:
+            if operation == "chat":
+                _record_metrics(recorded.attributes, time.perf_counter() - t0, error)
 
 
 def set_attributes(target: SpanLike, attributes: Mapping[str, Any]) -> None:
@@ -102,11 +244,30 @@ def set_attributes(target: SpanLike, attributes: Mapping[str, Any]) -> None:
         target.set_attribute(key, value)
 
 
+def agent_attributes(task_id: str) -> dict[str, Any]:
+    """The attributes of one turn of a task (an `invoke_agent` span)."""
+    return {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": AGENT_NAME,
+        "gen_ai.agent.id": task_id,
+        "gen_ai.conversation.id": task_id,
+        "tether.task_id": task_id,
+    }
+
+
+#: The name of a turn's span.
+AGENT_SPAN = f"invoke_agent {AGENT_NAME}"
+
+
 def model_call_attributes(purpose: str, model: str, task_id: str) -> dict[str, Any]:
-    """The GenAI semantic-convention attributes of a model call, before it is sent."""
+    """The GenAI semantic-convention attributes of a model call, before it is sent:
+    `model` is tether's name (`openai:gpt-4.1`), reported as provider and model."""
+    provider, bare, server = split_model(model)
     return {
         "gen_ai.operation.name": "chat",
-        "gen_ai.request.model": model,
+        "gen_ai.provider.name": provider,
+        "gen_ai.request.model": bare,
+        "server.address": server,
         "tether.purpose": purpose,
         "tether.task_id": task_id,
     }
@@ -117,7 +278,7 @@ def usage_attributes(
 ) -> dict[str, Any]:
     """The GenAI semantic-convention attributes of a model call's answer."""
     return {
-        "gen_ai.response.model": response_model or None,
+        "gen_ai.response.model": split_model(response_model)[1] if response_model else None,
         "gen_ai.usage.input_tokens": input_tokens,
         "gen_ai.usage.output_tokens": output_tokens,
         "gen_ai.usage.cache_read.input_tokens": cached_tokens,
@@ -129,6 +290,7 @@ def tool_call_attributes(tool: str, op_id: str, task_id: str, round_no: int) -> 
     return {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": tool,
+        "gen_ai.tool.call.id": op_id,
         "tether.op_id": op_id,
         "tether.task_id": task_id,
         "tether.round": round_no,

@@ -47,7 +47,13 @@ async def test_a_run_has_turn_round_phase_model_and_tool_spans(
     def parent(s: Any) -> Any:
         return by_id[s.parent.span_id] if s.parent is not None else None
 
-    (turn,) = [s for s in spans if s.name == "tether.turn"]
+    from opentelemetry.trace import SpanKind
+
+    (turn,) = [s for s in spans if s.name == "invoke_agent tether"]
+    assert turn.kind == SpanKind.INTERNAL
+    assert turn.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert turn.attributes["gen_ai.agent.name"] == "tether"
+    assert turn.attributes["gen_ai.agent.id"] == tid == turn.attributes["gen_ai.conversation.id"]
     assert len({s.context.trace_id for s in spans}) == 1
     rounds = sorted(
         (s for s in spans if s.name == "tether.round" and "tether.round" in s.attributes),
@@ -73,6 +79,7 @@ async def test_a_run_has_turn_round_phase_model_and_tool_spans(
     assert purposes.count("act") == 2 and purposes.count("judge") == 2
     for c in chats:
         assert c.attributes["gen_ai.operation.name"] == "chat"
+        assert c.kind == SpanKind.CLIENT and "error.type" not in c.attributes
         assert c.attributes["gen_ai.request.model"] == "m-1"
         assert c.attributes["gen_ai.usage.input_tokens"] > 0
         assert "gen_ai.usage.output_tokens" in c.attributes
@@ -87,6 +94,8 @@ async def test_a_run_has_turn_round_phase_model_and_tool_spans(
         (f"{tid}.r2.c0", 2),
     ]
     assert all(t.attributes["gen_ai.tool.name"] == "write_file" for t in tools)
+    assert all(t.kind == SpanKind.INTERNAL for t in tools)
+    assert [t.attributes["gen_ai.tool.call.id"] for t in tools] == [f"{tid}.r1.c0", f"{tid}.r2.c0"]
     assert parent(tools[1]).name == "tether.phase.act" and parent(parent(tools[1])) is rounds[1]
 
 
@@ -128,7 +137,108 @@ async def test_a_round_that_stops_is_not_an_error_but_a_failure_is(
     (chat,) = [s for s in spans if s.name == "chat m-2"]
     assert chat.status.status_code == StatusCode.ERROR and "bad key" in str(chat.status.description)
     assert any(e.name == "exception" for e in chat.events)
+    assert chat.attributes["error.type"] == "tether.errors.ModelError"
     (round_,) = [s for s in spans if s.name == "tether.round"]
     assert round_.status.status_code != StatusCode.ERROR
     assert round_.attributes["tether.stopped"] == "waiting"
     assert not any(e.name == "exception" for e in round_.events)
+
+
+@pytest.fixture
+def metric_reader(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The GenAI histograms recorded into an in-memory reader of a meter provider of this
+    test's own (the global one can be set only once per process)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    monkeypatch.setattr(
+        telemetry, "_instruments", telemetry.make_instruments(provider.get_meter("tether"))
+    )
+    yield reader
+    provider.shutdown()
+
+
+def _points(reader: Any, name: str) -> tuple[str, list[Any]]:
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                if metric.name == name:
+                    return metric.unit, list(metric.data.data_points)
+    raise AssertionError(f"no metric {name}")
+
+
+async def test_model_names_lose_tether_s_prefix_and_calls_are_measured(
+    exporter: Any, metric_reader: Any, tmp_path: Path
+) -> None:
+    exporter.clear()
+    model = ScriptedModel(
+        policy=by_purpose(act=honest_actor, judge=rules_judge), name="openai:gpt-4.1-mini"
+    )
+    tid, result = await run_task(MemoryStore(), spec_of(1), tmp_path, model, judge=model)
+    assert result.status == "satisfied"
+    spans = [s for s in exporter.get_finished_spans() if s.attributes.get("tether.task_id") == tid]
+    chats = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert chats and {c.name for c in chats} == {"chat gpt-4.1-mini"}
+    for c in chats:
+        assert c.attributes["gen_ai.provider.name"] == "openai"
+        assert c.attributes["gen_ai.request.model"] == "gpt-4.1-mini"
+        assert c.attributes["gen_ai.response.model"] == "gpt-4.1-mini"
+
+    unit, tokens = _points(metric_reader, "gen_ai.client.token.usage")
+    assert unit == "{token}"
+    by_type: dict[str, int] = {}
+    for p in tokens:
+        assert p.attributes["gen_ai.operation.name"] == "chat"
+        assert p.attributes["gen_ai.provider.name"] == "openai"
+        assert p.attributes["gen_ai.request.model"] == "gpt-4.1-mini"
+        kind = p.attributes["gen_ai.token.type"]
+        by_type[kind] = by_type.get(kind, 0) + p.sum
+        assert p.count == len(chats)
+    assert by_type == {
+        "input": sum(c.attributes["gen_ai.usage.input_tokens"] for c in chats),
+        "output": sum(c.attributes["gen_ai.usage.output_tokens"] for c in chats),
+    }
+    assert by_type["input"] > 0
+    unit, durations = _points(metric_reader, "gen_ai.client.operation.duration")
+    assert unit == "s"
+    assert sum(p.count for p in durations) == len(chats)
+    assert all("error.type" not in p.attributes for p in durations)
+
+
+async def test_a_failed_call_s_duration_carries_its_error_type(
+    exporter: Any, metric_reader: Any, tmp_path: Path
+) -> None:
+    from tether import errors
+
+    def refused(_: Any) -> Any:
+        raise errors.ModelError("401: bad key", transient=False)
+
+    model = ScriptedModel(policy=refused, name="anthropic:claude-sonnet-4-5")
+    await run_task(MemoryStore(), spec_of(1, models={"judge": "rules"}), tmp_path, model)
+    _, durations = _points(metric_reader, "gen_ai.client.operation.duration")
+    (point,) = durations
+    assert point.attributes["error.type"] == "tether.errors.ModelError"
+    assert point.attributes["gen_ai.provider.name"] == "anthropic"
+    assert point.attributes["gen_ai.request.model"] == "claude-sonnet-4-5"
+    # No usage came back: no token counts are made up.
+    with pytest.raises(AssertionError, match="no metric"):
+        _points(metric_reader, "gen_ai.client.token.usage")
+
+
+def test_tether_model_names_split_into_provider_and_model() -> None:
+    assert telemetry.split_model("openai:gpt-5.2") == ("openai", "gpt-5.2", None)
+    assert telemetry.split_model("deepseek:deepseek-chat") == (
+        "deepseek",
+        "deepseek-chat",
+        None,
+    )
+    assert telemetry.split_model("openai-compatible:http://10.0.0.5:8000/v1#qwen3-8b") == (
+        "openai-compatible",
+        "qwen3-8b",
+        "10.0.0.5",
+    )
+    assert telemetry.split_model("scripted:demo.json")[0] == "tether.scripted"
+    assert telemetry.split_model("m-1") == (None, "m-1", None)

@@ -369,7 +369,9 @@ class Engine:
         beat = asyncio.create_task(run.heartbeat())
         try:
             try:
-                with telemetry.span("tether.turn", {"tether.task_id": lease.task_id}):
+                with telemetry.span(
+                    telemetry.AGENT_SPAN, telemetry.agent_attributes(lease.task_id)
+                ):
                     return await run.drive()
             except asyncio.CancelledError:
                 me = asyncio.current_task()

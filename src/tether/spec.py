@@ -375,6 +375,23 @@ class Budget(_Strict):
     money_usd: float | None = Field(default=None, gt=0)
     wall_seconds: float | None = Field(default=None, gt=0)
     rounds: int | None = Field(default=None, gt=0)
+    allow_unpriced: bool = Field(
+        default=False,
+        description="run with money_usd although a model has no price (its calls count $0)",
+    )
+
+
+class ModelPrice(_Strict):
+    """A model's price in USD per million tokens (`prices:` in a contract)."""
+
+    input: float = Field(ge=0, le=1_000_000)
+    output: float = Field(ge=0, le=1_000_000)
+    cached_input: float | None = Field(
+        default=None, ge=0, le=1_000_000, description="cache reads; the input price if unset"
+    )
+    cache_write: float | None = Field(
+        default=None, ge=0, le=1_000_000, description="cache writes; the input price if unset"
+    )
 
 
 class Milestone(_Strict):
@@ -678,6 +695,10 @@ class TaskSpec(_Strict):
     budget: Budget = Field(default_factory=Budget)
     limits: Limits = Field(default_factory=Limits)
     models: Models = Field(default_factory=Models)
+    #: Prices by model name (or `prefix*`), over `TETHER_PRICES` and the built-in table.
+    prices: dict[Annotated[str, Field(min_length=1, max_length=300)], ModelPrice] = Field(
+        default_factory=dict
+    )
     context: ContextConfig = Field(default_factory=ContextConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     workspace: str | None = None

@@ -60,6 +60,9 @@ def _coerce(item: ModelResponse | str | Mapping[str, Any]) -> ModelResponse:
 class ScriptedModel:
     """Answers from a script (consumed in order) or a policy function."""
 
+    #: A script costs nothing: a money budget needs no price for it.
+    costs_nothing = True
+
     def __init__(
         self,
         responses: Sequence[ModelResponse | str | Mapping[str, Any]] | None = None,

@@ -27,6 +27,7 @@ from tether import errors, failpoints, ledger_view, lifecycle, telemetry
 from tether import events as ev
 from tether import ledger as L
 from tether.clock import Clock, SystemClock
+from tether.models import pricing
 from tether.models.base import Model, ModelRequest, ModelResponse
 from tether.redact import Redactor
 from tether.runtime import hints
@@ -180,13 +181,14 @@ def check_tools(spec: TaskSpec, known: Sequence[str]) -> None:
             )
 
 
-def _cost(model: str, response: ModelResponse) -> float:
-    try:
-        from tether.models import pricing
-    except ImportError:  # pragma: no cover - pricing ships with the package
-        return 0.0
-    fn = getattr(pricing, "cost_usd", None)
-    return float(fn(model, response.usage)) if fn else 0.0
+def _cost(configured: str, response: ModelResponse) -> float:
+    """The call's cost by the current task's price table (`pricing.set_current` in
+    `TaskRun.load`): the answering model's price, else the configured model's."""
+    from tether.models import pricing
+
+    return float(
+        pricing.current_table().cost_usd(response.model, response.usage, configured=configured)
+    )
 
 
 def inline_wait_max_from_env() -> float:
@@ -856,6 +858,14 @@ class TaskRun:
         allow = self.spec.tool_names() if self.spec.tools else list(BUILTIN_READ_TOOLS)
         if not self.spec.mcp_servers:
             check_tools(self.spec, self.e.registry.names())
+        # A money budget needs prices: refused here too (the Python API's start), and the
+        # task's table is the one every call of this run is counted by (probes too).
+        prices = pricing.table_for(pricing.spec_prices(self.spec))
+        models = self.models
+        pricing.check_prices(
+            self.spec, [models.actor, models.judge, models.compact, models.review], prices
+        )
+        pricing.set_current(prices)
         if READ_ARTIFACT not in allow:
             allow.append(READ_ARTIFACT)
         if ledger_view.paged(self.ledger) and LEDGER_ITEMS not in allow:
@@ -963,7 +973,7 @@ class TaskRun:
         else:
             req_blob = self.stage_packed(request.to_dict())
         resp_blob = self.stage_json(response.to_dict())
-        cost = _cost(response.model or model.name, response)
+        cost = _cost(model.name, response)
         u = response.usage
         st = self.state
         st.count_call(purpose, u, cost, self.ledger.current_milestone())

@@ -19,6 +19,7 @@ from typing import Any
 
 from tether import errors
 from tether.clock import Clock
+from tether.models import pricing
 from tether.models.base import Model
 from tether.models.registry import resolve_model
 from tether.runtime import launch
@@ -91,12 +92,19 @@ async def check_task(
     resolve (they are built and closed again) and every tool its contract names must be
     registered (the built-ins and `TETHER_TOOLS`, and the tools of its MCP servers:
     they are started, listed and stopped again, so one that cannot start or whose tool
-    clashes with another is refused here too)."""
+    clashes with another is refused here too), and a money budget needs a price for
+    each of its models (`pricing.check_prices`)."""
     # The environment too: refused before the task is written.
     inline_wait_max_from_env()
     default_notifier()
     models = build_models(spec, model, options)
     await models.aclose()
+    # A money budget needs a price for every model (TETHER_PRICES must read, too).
+    pricing.check_prices(
+        spec,
+        [models.actor, models.judge, models.compact, models.review],
+        pricing.table_for(pricing.spec_prices(spec)),
+    )
     await check_task_tools(spec)
 
 

@@ -4,6 +4,7 @@ its calls are counted at that price."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +13,14 @@ import yaml
 
 from tests.e2e._cli import assert_clean_error, spec_dict, tether
 from tether import errors
+from tether.clock import FakeClock
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
 from tether.runtime.wiring import check_task
 from tether.store.memory import MemoryStore
 
 from .loop_support import by_purpose, events_of, honest_actor, rules_judge, run_task, spec_of
+from .test_status_probe import Actor, Beats, _answered, _start, until
 
 LOCAL = "openai-compatible:http://127.0.0.1:9/v1#qwen3-8b"
 
@@ -99,3 +102,26 @@ def test_tether_run_refuses_with_exit_2(tmp_path: Path) -> None:
     proc = tether("run", "spec.yaml", cwd=tmp_path)
     assert_clean_error(proc, 2, LOCAL, "budget.money_usd", "prices:", "allow_unpriced")
     assert not (tmp_path / ".tether" / "tether.db").exists()  # refused before it was written
+
+
+async def test_a_status_probe_is_counted_at_the_contract_s_price(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The probe starts from the heartbeat, which starts before the contract is read:
+    it is counted by the same table as the round's calls."""
+    store = await MemoryStore.open(clock=clock)
+    beats = Beats(store)
+    actor = Actor(["WORKING"])
+    priced = {"prices": {"actor": {"input": 300_000, "output": 600_000}}}
+    tid, run = await _start(store, tmp_path, actor, clock, spec=priced)
+    await until(lambda: actor.hanging, "the round's model call")
+    await beats.wait()
+    clock.advance(301)
+    await until(lambda: _answered(store, tid, 1), "the probe's answer")
+    actor.release.set()
+    assert (await asyncio.wait_for(run, 30)).status == "satisfied"
+    calls = await events_of(store, tid, "model.called")
+    assert {c["purpose"] for c in calls} >= {"probe", "act"}
+    for call in calls:
+        expected = (call["input_tokens"] * 300_000 + call["output_tokens"] * 600_000) / 1e6
+        assert call["cost_usd"] == pytest.approx(expected) and expected > 0, call["purpose"]

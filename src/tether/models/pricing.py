@@ -415,32 +415,52 @@ def check_prices(spec: TaskSpec, models: Iterable[Any], table: PriceTable | None
     )
 
 
-_CURRENT: contextvars.ContextVar[PriceTable | None] = contextvars.ContextVar(
+class _Scope:
+    """The price table of one task's run, shared by the tasks the run starts (its
+    heartbeat and status probes start before the contract is read)."""
+
+    def __init__(self, table: PriceTable | None = None) -> None:
+        self.table = table
+
+
+_CURRENT: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
     "tether_prices", default=None
 )
+
+
+def open_scope() -> None:
+    """Start a run's price scope in this context: the tasks started from here on share
+    the table `set_current` puts in it later."""
+    _CURRENT.set(_Scope())
+
+
+def set_current(table: PriceTable) -> None:
+    """Make `table` the current one of this context's scope (a task's run)."""
+    scope = _CURRENT.get()
+    if scope is None:
+        scope = _Scope()
+        _CURRENT.set(scope)
+    scope.table = table
 
 
 @contextmanager
 def using(table: PriceTable) -> Iterator[PriceTable]:
     """Make `table` the one `cost_usd` uses without `prices` (in this context and the
     tasks it starts), for the block."""
-    token = _CURRENT.set(table)
+    token = _CURRENT.set(_Scope(table))
     try:
         yield table
     finally:
         _CURRENT.reset(token)
 
 
-def set_current(table: PriceTable) -> None:
-    """Make `table` the current one for this context (a task's run)."""
-    _CURRENT.set(table)
-
-
 def current_table() -> PriceTable:
     """The table of the task running in this context, else the process's (built-in,
     `TETHER_PRICES`, `genai-prices`)."""
-    table = _CURRENT.get()
-    return table if table is not None else _process_table()
+    scope = _CURRENT.get()
+    if scope is not None and scope.table is not None:
+        return scope.table
+    return _process_table()
 
 
 def _process_table() -> PriceTable:

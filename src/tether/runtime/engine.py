@@ -368,6 +368,8 @@ class Engine:
         run = TaskRun(self, lease.task_id, lease.token, previous_owner=previous_owner)
         # The heartbeat cancels this task when a round outlives `limits.round_timeout`.
         run.driver = asyncio.current_task()
+        # The run's prices, read with the contract, reach the heartbeat's probes too.
+        pricing.open_scope()
         beat = asyncio.create_task(run.heartbeat())
         try:
             try:

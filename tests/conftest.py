@@ -22,11 +22,18 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
+from hypothesis import settings
 
 from tether import events as ev
 from tether import ledger as ledger_mod
 from tether.clock import Clock, FakeClock
 from tether.store import Store, TaskRecord
+
+# Property tests assert behaviour, not speed: hypothesis's per-example deadline (200 ms)
+# fails them on a loaded CI machine, so it is off for every test (a test may still set
+# its own).
+settings.register_profile("tether", deadline=None)
+settings.load_profile("tether")
 
 PG_ENV = "TETHER_TEST_PG_URL"
 PG_SKIP_REASON = f"{PG_ENV} is not set: PostgreSQL tests need a server (e.g. {PG_ENV}=postgresql://postgres@127.0.0.1:5432/test)"

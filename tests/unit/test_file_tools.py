@@ -539,7 +539,7 @@ def test_schemas_and_effects_match_the_tools() -> None:
         "append_file",
     ]
     registry = default_registry(lambda: None)  # type: ignore[arg-type,return-value]
-    assert registry.names() == sorted([*BY_NAME, "read_artifact", *SOURCE_TOOLS])
+    assert registry.names() == sorted([*BY_NAME, "read_artifact", "ledger_items", *SOURCE_TOOLS])
     assert registry.get("delete_file") is None
 
 

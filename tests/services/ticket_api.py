@@ -8,7 +8,9 @@ SIGTERM or SIGINT.
 - `POST /tickets` with `{"title": ...}` creates a ticket. An `Idempotency-Key` header is
   honoured: the same key returns the same ticket (200, no second effect); a new ticket
   answers 201.
-- `GET /tickets?key=K`: the ticket created with key K, or 404. `GET /tickets`: all.
+- `GET /tickets?key=K`: the ticket created with key K, or 404; `GET /tickets?trace=T`:
+  the first ticket created by a request with `X-Trace-Op: T`, or 404 (each look-up by
+  key or trace is counted in `/stats` as `lookups`). `GET /tickets`: all.
 - `POST /tickets/<id>/cancel` cancels a ticket (a saga's compensation): the first one
   takes effect (200, `cancelled: true`, `cancel_key` the request's `Idempotency-Key`),
   a later one answers the same without a second effect. Every cancel request is logged
@@ -51,6 +53,8 @@ class State:
         self.lock = threading.Lock()
         self.tickets: list[dict[str, Any]] = []
         self.by_key: dict[str, dict[str, Any]] = {}
+        self.by_trace: dict[str, dict[str, Any]] = {}
+        self.lookups = 0
         self.posts: list[dict[str, Any]] = []
         self.cancels: list[dict[str, Any]] = []
         self.inflight = 0
@@ -75,6 +79,7 @@ class State:
                 "cancelled": sum(1 for t in self.tickets if t.get("cancelled")),
                 "cancels": [dict(c) for c in self.cancels],
                 "max_concurrent": self.max_concurrent,
+                "lookups": self.lookups,
                 "faults": dict(self.faults),
             }
 
@@ -132,18 +137,21 @@ class Handler(BaseHTTPRequestHandler):
         if url.path == "/tickets":
             self._enter()
             try:
-                keys = parse_qs(url.query).get("key")
+                query = parse_qs(url.query)
+                keys, traces = query.get("key"), query.get("trace")
                 with st.lock:
-                    if keys is None:
+                    if keys is None and traces is None:
                         body: Any = list(st.tickets)
                         found = True
                     else:
-                        body = st.by_key.get(keys[0])
+                        st.lookups += 1
+                        body = st.by_key.get(keys[0]) if keys else st.by_trace.get(traces[0])
                         found = body is not None
                 if found:
                     self._send(200, body)
                 else:
-                    self._send(404, {"error": f"no ticket with key {keys[0] if keys else ''!r}"})
+                    what = f"key {keys[0]!r}" if keys else f"trace {traces[0] if traces else ''!r}"
+                    self._send(404, {"error": f"no ticket with {what}"})
             finally:
                 self._leave()
             return
@@ -213,10 +221,13 @@ class Handler(BaseHTTPRequestHandler):
         with st.lock:
             existing = st.by_key.get(key) if key else None
             if existing is None:
+                trace = post["trace"]
                 ticket = {"id": len(st.tickets) + 1, "key": key, "title": title, "at": time.time()}
                 st.tickets.append(ticket)
                 if key:
                     st.by_key[key] = ticket
+                if trace:
+                    st.by_trace.setdefault(trace, ticket)
                 status = 201
                 post["outcome"] = "created"
             else:

@@ -117,7 +117,10 @@ class TicketService:
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(SERVICE), "--port", "0"], stdout=subprocess.PIPE, text=True
+            [sys.executable, str(SERVICE), "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
         )
         assert self.proc.stdout is not None
         self.port = int(json.loads(self.proc.stdout.readline())["port"])
@@ -342,7 +345,6 @@ class Soak:
         self.proc: subprocess.Popen[bytes] | None = None
         killed_at: float | None = None
         self.size_marks["start"] = 0
-        first_seq_after_kill = 0
         while True:
             self.proc = self.start()
             proc_start_rounds = self.rounds
@@ -357,7 +359,6 @@ class Soak:
                 if waiting_first and new and killed_at is not None:
                     self.res.kill_to_event_s.append(now - killed_at)
                     waiting_first = False
-                    first_seq_after_kill = new[0][0]
                 if now >= next_rss:
                     self.last_proc_rss.append(
                         (self.rounds - proc_start_rounds, rss_mb(self.proc.pid))
@@ -392,7 +393,6 @@ class Soak:
             if self.res.processes > self.a.kills + 20:
                 self.res.violations.append("too many processes: the task does not finish")
                 break
-        del first_seq_after_kill
         self.res.wall_s = time.perf_counter() - t0
         self.size_marks["end"] = self.journal.size()
         self.figures()

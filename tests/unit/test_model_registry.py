@@ -211,3 +211,29 @@ async def test_scripted_policy_from_module(tmp_path: Path, monkeypatch: pytest.M
         resolve_model("scripted:tether_test_policy_mod:missing")
     with pytest.raises(UserError, match="cannot import"):
         resolve_model("scripted:no_such_module_xyz:act")
+
+
+async def test_scripted_models_keep_a_bounded_number_of_requests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model named on the command line keeps only its last request, and a
+    `ScriptedModel` built by hand its last `KEEP_REQUESTS`: never every request seen."""
+    from tether.models.scripted import KEEP_REQUESTS, ScriptedModel
+
+    (tmp_path / "tether_test_policy_keep.py").write_text("def act(request):\n    return 'ok'\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "tether_test_policy_keep", raising=False)
+    named = resolve_model("scripted:tether_test_policy_keep:act")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(["x"] * 5))
+    scripted = resolve_model(f"scripted:{script}")
+    by_hand = ScriptedModel(policy=lambda request: "ok")
+    for _ in range(KEEP_REQUESTS + 10):
+        await named.complete(REQUEST)
+        await by_hand.complete(REQUEST)
+    for _ in range(5):
+        await scripted.complete(REQUEST)
+    assert isinstance(named, ScriptedModel) and isinstance(scripted, ScriptedModel)
+    assert len(named.requests) == 1 and len(scripted.requests) == 1
+    assert len(by_hand.requests) == KEEP_REQUESTS
+    assert by_hand.calls == KEEP_REQUESTS + 10

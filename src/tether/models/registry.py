@@ -193,7 +193,7 @@ def _scripted(ref: str, *, name: str) -> Model:
 
     path = Path(ref).expanduser()
     if path.is_file():
-        return ScriptedModel(responses=load_script(path), name=name)
+        return ScriptedModel(responses=load_script(path), name=name, keep_requests=1)
     if _imports.is_ref(ref):
         policy = _imports.load_ref(ref, what="policy")
         if isinstance(policy, Model):
@@ -202,7 +202,9 @@ def _scripted(ref: str, *, name: str) -> Model:
             raise UserError(
                 f"{ref!r} is not a function: a scripted policy is f(request) -> response"
             )
-        return ScriptedModel(policy=policy, name=name)
+        # Nothing reads the requests of a model named on the command line: keep only
+        # the last, so a worker that runs for days holds none of its past.
+        return ScriptedModel(policy=policy, name=name, keep_requests=1)
     raise UserError(
         f"scripted model {name!r}: no file {str(path)!r}, and {ref!r} is not a "
         "module:function reference"

@@ -20,6 +20,9 @@ from tether.models.base import ModelRequest, ModelResponse, ToolCall, Usage
 
 Policy = Callable[[ModelRequest], "ModelResponse | str | Mapping[str, Any] | Awaitable[Any]"]
 _ids = itertools.count(1)
+#: How many of the last requests a `ScriptedModel` keeps for inspection by default: a
+#: bound, so a model serving a task of days does not hold every request it has seen.
+KEEP_REQUESTS = 256
 
 
 def tool_call(name: str, /, **arguments: Any) -> ToolCall:
@@ -68,14 +71,15 @@ class ScriptedModel:
         responses: Sequence[ModelResponse | str | Mapping[str, Any]] | None = None,
         policy: Policy | None = None,
         name: str = "scripted",
-        keep_requests: int | None = None,
+        keep_requests: int = KEEP_REQUESTS,
     ) -> None:
         if (responses is None) == (policy is None):
             raise errors.UserError("give ScriptedModel either responses or a policy, not both")
         self.name = name
         self._responses = list(responses or [])
         self._policy = policy
-        # Every request seen (the last `keep_requests` of them, if set), for tests.
+        # The last `keep_requests` requests seen, for tests; never all of them, so a
+        # long run's memory stays flat.
         self.requests: deque[ModelRequest] = deque(maxlen=keep_requests)
         self.calls = 0
         self._last_prefix: list[str] = []

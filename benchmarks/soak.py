@@ -107,6 +107,9 @@ class Result:
     kill_to_event_s: list[float] = field(default_factory=list)
     kill_to_event_median_s: float = 0.0
     kill_to_event_max_s: float = 0.0
+    #: PostgreSQL: the rows rewritten each round (`tasks`, `ledgers`): bytes of the
+    #: table with its TOAST and indexes, updates and HOT updates.
+    hot_rows: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 # --- the services ------------------------------------------------------------------------
@@ -213,6 +216,16 @@ class Journal:
             return int(rows[0][0])
         pages, size = self._q("PRAGMA page_count"), self._q("PRAGMA page_size")
         return int(pages[0][0]) * int(size[0][0]) if pages and size else 0
+
+    def hot_rows(self) -> dict[str, dict[str, int]]:
+        if not self.pg:
+            return {}
+        rows = self._q(
+            "SELECT relname, pg_total_relation_size(relid), n_tup_upd, n_tup_hot_upd"
+            " FROM pg_stat_user_tables WHERE schemaname = ? AND relname IN ('tasks', 'ledgers')",
+            (self.schema,),
+        )
+        return {str(n): {"bytes": int(b), "updates": int(u), "hot": int(h)} for n, b, u, h in rows}
 
     def close(self) -> None:
         if self.conn is not None:
@@ -395,6 +408,7 @@ class Soak:
                 break
         self.res.wall_s = time.perf_counter() - t0
         self.size_marks["end"] = self.journal.size()
+        self.res.hot_rows = self.journal.hot_rows()
         self.figures()
         self.check()
         return self.res
@@ -551,6 +565,8 @@ def show(r: Result) -> None:
           f" {r.last_process_mb_per_100_rounds} MB/100 rounds")  # fmt: skip
     print(f"   bytes/round first half={r.bytes_per_round_first_half}"
           f" second half={r.bytes_per_round_second_half}")  # fmt: skip
+    for name, row in sorted(r.hot_rows.items()):
+        print(f"   {name}: {row['bytes']} bytes, {row['updates']} updates, {row['hot']} HOT")
     print(f"   look-ups per recovery={r.lookups_per_recovery}")
     print(f"   kill -> first event median={r.kill_to_event_median_s}s"
           f" max={r.kill_to_event_max_s}s all={r.kill_to_event_s}")  # fmt: skip

@@ -369,3 +369,61 @@ async def test_migration_to_4_indexes_the_artifacts_already_stored(
         assert await found("orphan") == ["a3"]
     finally:
         await new.close()
+
+
+def _hot_row_settings(backend: Backend) -> dict[str, Any]:
+    """The PostgreSQL storage settings of the rows each round rewrites."""
+    conn = backend.raw()
+    try:
+        rel = conn.execute(
+            "SELECT relname, reloptions FROM pg_class"
+            " WHERE relnamespace = current_schema()::regnamespace"
+            " AND relname IN ('tasks', 'ledgers') ORDER BY relname"
+        ).fetchall()
+        cols = conn.execute(
+            "SELECT c.relname, a.attname, a.attstorage FROM pg_attribute a"
+            " JOIN pg_class c ON c.oid = a.attrelid"
+            " WHERE c.relnamespace = current_schema()::regnamespace"
+            " AND (c.relname, a.attname) IN (('tasks', 'usage'), ('tasks', 'waiting'),"
+            " ('tasks', 'spec'), ('ledgers', 'state')) ORDER BY 1, 2"
+        ).fetchall()
+        return {
+            "reloptions": {r["relname"]: r["reloptions"] for r in rel},
+            "storage": {f"{r['relname']}.{r['attname']}": r["attstorage"] for r in cols},
+        }
+    finally:
+        conn.close()
+
+
+HOT_ROWS = {
+    "reloptions": {"ledgers": ["fillfactor=25"], "tasks": ["fillfactor=25"]},
+    # m: in the row, compressed (MAIN); x: compressed, out of line if large (EXTENDED)
+    "storage": {"ledgers.state": "m", "tasks.spec": "x", "tasks.usage": "m", "tasks.waiting": "m"},
+}
+
+
+@pytest.mark.postgres
+async def test_rows_rewritten_every_round_suit_hot_updates(
+    backend_factory: Callable[[str], Backend], add_task: AddTask
+) -> None:
+    """Schema 5 on PostgreSQL: room for HOT updates on the pages of `tasks` and
+    `ledgers`, and their per-round JSON kept in the row, on a fresh database and on one
+    upgraded from schema 4 (its task still readable)."""
+    fresh = backend_factory("postgres")
+    store = await fresh.open()
+    await store.close()
+    assert _hot_row_settings(fresh) == HOT_ROWS
+    old = backend_factory("postgres")
+    store = await old.open(migrate_to=4)
+    try:
+        await add_task(store, "t")
+    finally:
+        await store.close()
+    assert _hot_row_settings(old)["reloptions"] == {"ledgers": None, "tasks": None}
+    store = await old.open()
+    try:
+        assert await store.schema_version() == 5
+        assert (await store.get_task("t")).status == "queued"
+    finally:
+        await store.close()
+    assert _hot_row_settings(old) == HOT_ROWS

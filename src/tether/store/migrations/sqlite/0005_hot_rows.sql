@@ -1,0 +1,3 @@
+-- tether schema 5: on PostgreSQL, storage settings for the rows each round rewrites
+-- (fillfactor and in-row JSON, for HOT updates). SQLite rewrites a row in place and
+-- has no such settings: nothing to change here, the version is kept in step.

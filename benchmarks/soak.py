@@ -28,7 +28,10 @@ round in the first and second half (SQLite: page_count x page_size; PostgreSQL:
 pg_total_relation_size of every table of the task's schema, the server's own
 autovacuum settings); look-ups the service saw per recovery (per resumed process);
 kill -> first new event (the time from SIGKILL to the first event the next process
-journals; the next process is started right after the kill).
+journals; the next process is started right after the kill), and the CPU time that
+process had used by then (what does not depend on the machine's load). The processes
+run without `PYTHONDONTWRITEBYTECODE`, so their bytecode is cached as an installed
+tether's is.
 
     .venv/bin/python benchmarks/soak.py                         # 20 x 25 rounds, 6 kills
     .venv/bin/python benchmarks/soak.py --full                  # 100 x 100, 18 kills
@@ -45,6 +48,7 @@ figures. `--json PATH` writes the result.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -97,6 +101,10 @@ class Result:
     rate_early: float = 0.0
     rate_late: float = 0.0
     late_over_early: float = 0.0
+    #: CPU milliseconds per round of the process that ran them, in the same windows
+    #: (independent of how busy the machine is).
+    cpu_ms_per_round_early: float = 0.0
+    cpu_ms_per_round_late: float = 0.0
     rss_mb_at_10pct: float = 0.0
     rss_mb_at_end: float = 0.0
     last_process_rounds: int = 0
@@ -107,6 +115,10 @@ class Result:
     kill_to_event_s: list[float] = field(default_factory=list)
     kill_to_event_median_s: float = 0.0
     kill_to_event_max_s: float = 0.0
+    #: CPU seconds the new process had used when its first event was seen: the part of
+    #: kill -> first event that does not depend on how busy the machine is.
+    cpu_to_event_s: list[float] = field(default_factory=list)
+    cpu_to_event_median_s: float = 0.0
     #: PostgreSQL: the rows rewritten each round (`tasks`, `ledgers`): bytes of the
     #: table with its TOAST and indexes, updates and HOT updates.
     hot_rows: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -232,6 +244,15 @@ class Journal:
             self.conn.close()
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -282,6 +303,7 @@ class Soak:
         self.journal = Journal(url)
         self.api = TicketService()
         self.task: str | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.seq = 0
         self.rounds = 0
         #: (seq, type, at) of every event seen, in order.
@@ -290,13 +312,21 @@ class Soak:
         self.size_marks: dict[str, int] = {}
         self.rss_marks: dict[str, float] = {}
         self.last_proc_rss: list[tuple[int, float]] = []
+        #: (rounds done, process number, its CPU seconds) whenever rounds were seen.
+        self.cpu_marks: list[tuple[int, int, float]] = []
         self.ws = work / "ws"
         self.ws.mkdir(parents=True)
         self.spec_path = work / "spec.yaml"
         self.spec_path.write_text(json.dumps(spec(args.items, args.calls)))
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+        # As an installed tether runs: with its bytecode cached (an editable install
+        # under PYTHONDONTWRITEBYTECODE would compile every module at every start).
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("TETHER_") and k != "PYTHONDONTWRITEBYTECODE"
+        }
         path = [str(ROOT)]
         if self.a.src:
             path.insert(0, str(Path(self.a.src).resolve() / "src"))
@@ -337,6 +367,8 @@ class Soak:
             if typ == "round.committed":
                 self.rounds += 1
                 self.on_round()
+        if self.proc is not None and any(t == "round.committed" for _, t, _ in new):
+            self.cpu_marks.append((self.rounds, self.res.processes, cpu_s(self.proc.pid)))
         return new
 
     def on_round(self) -> None:
@@ -355,7 +387,6 @@ class Soak:
         kills = sorted(self.rng.randrange(2, hi) for _ in range(self.a.kills))
         plan = [(r, self.rng.uniform(0, self.a.max_extra)) for r in kills]
         lookups_before = 0
-        self.proc: subprocess.Popen[bytes] | None = None
         killed_at: float | None = None
         self.size_marks["start"] = 0
         while True:
@@ -371,6 +402,7 @@ class Soak:
                 now = time.monotonic()
                 if waiting_first and new and killed_at is not None:
                     self.res.kill_to_event_s.append(now - killed_at)
+                    self.res.cpu_to_event_s.append(cpu_s(self.proc.pid))
                     waiting_first = False
                 if now >= next_rss:
                     self.last_proc_rss.append(
@@ -432,7 +464,16 @@ class Soak:
                 n += 1
             return n / spent if spent > 0 else 0.0
 
+        def cpu_ms(lo: int, hi: int) -> float:
+            spent, done = 0.0, 0
+            for (r0, p0, c0), (r1, p1, c1) in itertools.pairwise(self.cpu_marks):
+                if p0 == p1 and lo <= r0 and r1 <= hi and c1 > 0:
+                    spent, done = spent + c1 - c0, done + r1 - r0
+            return round(spent / done * 1000, 1) if done else 0.0
+
         n = len(ends)
+        r.cpu_ms_per_round_early = cpu_ms(int(n * 0.05), int(n * 0.15))
+        r.cpu_ms_per_round_late = cpu_ms(int(n * 0.9), n)
         r.rate_early = round(rate(int(n * 0.05), int(n * 0.15)), 2)
         r.rate_late = round(rate(int(n * 0.9), n), 2)
         r.late_over_early = round(r.rate_late / r.rate_early, 2) if r.rate_early else 0.0
@@ -457,6 +498,8 @@ class Soak:
             r.kill_to_event_median_s = round(statistics.median(r.kill_to_event_s), 3)
             r.kill_to_event_max_s = round(max(r.kill_to_event_s), 3)
         r.kill_to_event_s = [round(x, 3) for x in r.kill_to_event_s]
+        if r.cpu_to_event_s:
+            r.cpu_to_event_median_s = round(statistics.median(r.cpu_to_event_s), 3)
 
     def check(self) -> None:
         r, v = self.res, self.res.violations
@@ -559,7 +602,9 @@ def show(r: Result) -> None:
     print(f"   status={r.status} events={r.events} kills={r.kills} processes={r.processes}"
           f" wall={r.wall_s:.1f}s")  # fmt: skip
     print(f"   effects: tickets={r.tickets} duplicates={r.duplicates} missing={r.missing}")
-    print(f"   rounds/s early={r.rate_early} late={r.rate_late} (late/early {r.late_over_early})")
+    print(f"   rounds/s early={r.rate_early} late={r.rate_late} (late/early {r.late_over_early});"
+          f" CPU ms/round early={r.cpu_ms_per_round_early}"
+          f" late={r.cpu_ms_per_round_late}")  # fmt: skip
     print(f"   RSS MB at 10%={r.rss_mb_at_10pct} at end={r.rss_mb_at_end};"
           f" last process {r.last_process_rounds} rounds,"
           f" {r.last_process_mb_per_100_rounds} MB/100 rounds")  # fmt: skip
@@ -569,7 +614,8 @@ def show(r: Result) -> None:
         print(f"   {name}: {row['bytes']} bytes, {row['updates']} updates, {row['hot']} HOT")
     print(f"   look-ups per recovery={r.lookups_per_recovery}")
     print(f"   kill -> first event median={r.kill_to_event_median_s}s"
-          f" max={r.kill_to_event_max_s}s all={r.kill_to_event_s}")  # fmt: skip
+          f" max={r.kill_to_event_max_s}s all={r.kill_to_event_s};"
+          f" CPU of the new process by then: median {r.cpu_to_event_median_s}s")  # fmt: skip
     print("   violations: " + ("none" if not r.violations else "; ".join(r.violations)))
 
 

@@ -415,6 +415,7 @@ class Soak:
                     self.proc.send_signal(signal.SIGKILL)
                     self.proc.wait()
                     killed_at = time.monotonic()
+                    self.poll()  # what the killed process committed before it died
                     self.kill_marks.append(time.time())
                     self.res.kills += 1
                     break

@@ -119,8 +119,8 @@ class Result:
     #: kill -> first event that does not depend on how busy the machine is.
     cpu_to_event_s: list[float] = field(default_factory=list)
     cpu_to_event_median_s: float = 0.0
-    #: PostgreSQL: the rows rewritten each round (`tasks`, `ledgers`): bytes of the
-    #: table with its TOAST and indexes, updates and HOT updates.
+    #: PostgreSQL: the tables whose rows are rewritten each round (`tasks`, `ledgers`,
+    #: `shared_state`): bytes with TOAST and indexes, updates and HOT updates.
     hot_rows: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
@@ -234,7 +234,8 @@ class Journal:
             return {}
         rows = self._q(
             "SELECT relname, pg_total_relation_size(relid), n_tup_upd, n_tup_hot_upd"
-            " FROM pg_stat_user_tables WHERE schemaname = ? AND relname IN ('tasks', 'ledgers')",
+            " FROM pg_stat_user_tables WHERE schemaname = ?"
+            " AND relname IN ('tasks', 'ledgers', 'shared_state')",
             (self.schema,),
         )
         return {str(n): {"bytes": int(b), "updates": int(u), "hot": int(h)} for n, b, u, h in rows}

@@ -378,14 +378,14 @@ def _hot_row_settings(backend: Backend) -> dict[str, Any]:
         rel = conn.execute(
             "SELECT relname, reloptions FROM pg_class"
             " WHERE relnamespace = current_schema()::regnamespace"
-            " AND relname IN ('tasks', 'ledgers') ORDER BY relname"
+            " AND relname IN ('tasks', 'ledgers', 'shared_state') ORDER BY relname"
         ).fetchall()
         cols = conn.execute(
             "SELECT c.relname, a.attname, a.attstorage FROM pg_attribute a"
             " JOIN pg_class c ON c.oid = a.attrelid"
             " WHERE c.relnamespace = current_schema()::regnamespace"
             " AND (c.relname, a.attname) IN (('tasks', 'usage'), ('tasks', 'waiting'),"
-            " ('tasks', 'spec'), ('ledgers', 'state')) ORDER BY 1, 2"
+            " ('tasks', 'spec'), ('ledgers', 'state'), ('shared_state', 'value')) ORDER BY 1, 2"
         ).fetchall()
         return {
             "reloptions": {r["relname"]: r["reloptions"] for r in rel},
@@ -396,9 +396,15 @@ def _hot_row_settings(backend: Backend) -> dict[str, Any]:
 
 
 HOT_ROWS = {
-    "reloptions": {"ledgers": ["fillfactor=25"], "tasks": ["fillfactor=25"]},
+    "reloptions": {n: ["fillfactor=25"] for n in ("ledgers", "shared_state", "tasks")},
     # m: in the row, compressed (MAIN); x: compressed, out of line if large (EXTENDED)
-    "storage": {"ledgers.state": "m", "tasks.spec": "x", "tasks.usage": "m", "tasks.waiting": "m"},
+    "storage": {
+        "ledgers.state": "m",
+        "shared_state.value": "m",
+        "tasks.spec": "x",
+        "tasks.usage": "m",
+        "tasks.waiting": "m",
+    },
 }
 
 
@@ -406,8 +412,8 @@ HOT_ROWS = {
 async def test_rows_rewritten_every_round_suit_hot_updates(
     backend_factory: Callable[[str], Backend], add_task: AddTask
 ) -> None:
-    """Schema 5 on PostgreSQL: room for HOT updates on the pages of `tasks` and
-    `ledgers`, and their per-round JSON kept in the row, on a fresh database and on one
+    """Schema 5 on PostgreSQL: room for HOT updates on the pages of `tasks`, `ledgers`
+    and `shared_state`, and their per-round JSON kept in the row, on a fresh database and on one
     upgraded from schema 4 (its task still readable)."""
     fresh = backend_factory("postgres")
     store = await fresh.open()
@@ -419,7 +425,7 @@ async def test_rows_rewritten_every_round_suit_hot_updates(
         await add_task(store, "t")
     finally:
         await store.close()
-    assert _hot_row_settings(old)["reloptions"] == {"ledgers": None, "tasks": None}
+    assert _hot_row_settings(old)["reloptions"] == dict.fromkeys(HOT_ROWS["reloptions"])
     store = await old.open()
     try:
         assert await store.schema_version() == 5

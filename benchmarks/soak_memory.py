@@ -1,0 +1,152 @@
+"""Memory of one long run in one process: the soak's task (`benchmarks/soak.py`), driven
+in-process on SQLite against the real ticket service, with nothing killed.
+
+Every `--every` rounds it prints the process's RSS, the memory SQLite itself holds
+(`sqlite3_memory_used`: its page caches and statements), the number of objects the
+garbage collector tracks and the Python memory traced by `tracemalloc` (when
+`--trace` is given: tracing slows the run down), then at the end the allocation sites
+that grew most between the first and the last sample after `--warm` rounds, and the
+object types whose counts grew. The scripted model keeps its last request only, as the
+CLI's does.
+
+    .venv/bin/python benchmarks/soak_memory.py --items 10 --calls 150 --every 100
+    .venv/bin/python benchmarks/soak_memory.py --items 10 --calls 60 --every 100 --trace
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import ctypes
+import gc
+import os
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+for path in (ROOT, ROOT / "benchmarks"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import _sqlite3  # noqa: E402
+
+import soak  # noqa: E402
+from tests.services import soak_tools  # noqa: E402
+
+from tether.models.base import ModelRequest, ModelResponse  # noqa: E402
+from tether.models.scripted import ScriptedModel  # noqa: E402
+from tether.runtime.engine import Engine, ModelSet  # noqa: E402
+from tether.runtime.tasks import create_task  # noqa: E402
+from tether.spec import parse_spec  # noqa: E402
+from tether.store.sqlite import SQLiteStore  # noqa: E402
+from tether.tools.registry import ToolRegistry  # noqa: E402
+
+
+def _sqlite_used() -> Any:
+    fn = ctypes.CDLL(_sqlite3.__file__).sqlite3_memory_used
+    fn.restype = ctypes.c_int64
+    return fn
+
+
+class Sampler:
+    def __init__(self, every: int, warm: int, trace: bool) -> None:
+        self.every, self.warm, self.trace = every, warm, trace
+        self.rounds = 0
+        self.t0 = time.perf_counter()
+        self.sqlite_used = _sqlite_used()
+        self.first: tuple[Any, collections.Counter[str]] | None = None
+        self.last: tuple[Any, collections.Counter[str]] | None = None
+        self.rss: list[tuple[int, float]] = []
+
+    def __call__(self, request: ModelRequest) -> ModelResponse | str:
+        if request.purpose == "act":
+            self.rounds += 1
+            if self.rounds % self.every == 0:
+                self.sample()
+        return soak_tools.worker(request)
+
+    def sample(self) -> None:
+        gc.collect()
+        rss = soak.rss_mb(os.getpid())
+        self.rss.append((self.rounds, rss))
+        traced = tracemalloc.get_traced_memory()[0] / 1e6 if self.trace else 0.0
+        counts = collections.Counter(type(o).__name__ for o in gc.get_objects())
+        print(
+            f"round {self.rounds:6d}  rss {rss:6.1f} MB  sqlite {self.sqlite_used() / 1e6:5.2f} MB"
+            f"  gc objects {sum(counts.values()):7d}  traced {traced:6.2f} MB"
+            f"  t {time.perf_counter() - self.t0:6.0f} s",
+            flush=True,
+        )
+        if self.rounds >= self.warm:
+            snap = tracemalloc.take_snapshot() if self.trace else None
+            if self.first is None:
+                self.first = (snap, counts)
+            self.last = (snap, counts)
+
+    def report(self) -> None:
+        warm = [(r, m) for r, m in self.rss if r >= self.warm]
+        if len(warm) >= 2:
+            (r0, m0), (r1, m1) = warm[0], warm[-1]
+            print(f"RSS after warm-up: {m0:.1f} MB at round {r0}, {m1:.1f} MB at round {r1}:"
+                  f" {(m1 - m0) / (r1 - r0) * 100:.3f} MB per 100 rounds")  # fmt: skip
+        if self.first is None or self.last is None:
+            return
+        grown = self.last[1] - self.first[1]
+        print("object types grown:", grown.most_common(12))
+        if self.trace and self.first[0] is not None and self.last[0] is not None:
+            stats = self.last[0].compare_to(self.first[0], "traceback")
+            for stat in stats[:10]:
+                print(f"+{stat.size_diff / 1024:.1f} KiB ({stat.count_diff:+d} blocks)")
+                for line in stat.traceback.format()[-6:]:
+                    print("    " + line)
+
+
+async def run(args: argparse.Namespace) -> None:
+    sampler = Sampler(args.every, args.warm, args.trace)
+    with tempfile.TemporaryDirectory(prefix="tether-soak-memory-") as tmp:
+        store = await SQLiteStore.open(Path(tmp) / "tether.db")
+        try:
+            spec = parse_spec(soak.spec(args.items, args.calls), source="soak_memory")
+            task = await create_task(store, spec, workspace=tmp)
+            model = ScriptedModel(policy=sampler, name="soak", keep_requests=1)
+            engine = Engine(
+                store,
+                ModelSet(actor=model, judge=model, compact=model),
+                registry=ToolRegistry(list(soak_tools.TOOLS)),
+                worker_id="soak-memory",
+            )
+            result = await engine.run(task.task_id)
+            print(f"{result.status} after {sampler.rounds} rounds")
+        finally:
+            await store.close()
+    sampler.report()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--items", type=int, default=10)
+    p.add_argument("--calls", type=int, default=150)
+    p.add_argument("--every", type=int, default=100)
+    p.add_argument("--warm", type=int, default=500, help="rounds of warm-up")
+    p.add_argument("--trace", action="store_true", help="tracemalloc snapshots (slow)")
+    args = p.parse_args(argv)
+    os.environ[soak_tools.ITEMS_ENV] = str(args.items)
+    os.environ[soak_tools.CALLS_ENV] = str(args.calls)
+    api = soak.TicketService()
+    os.environ["TICKETS_URL"] = api.url
+    if args.trace:
+        tracemalloc.start(6)
+    try:
+        asyncio.run(run(args))
+    finally:
+        api.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

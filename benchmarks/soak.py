@@ -401,7 +401,10 @@ class Soak:
             while self.proc.poll() is None:
                 new = self.poll()
                 now = time.monotonic()
-                if waiting_first and new and killed_at is not None:
+                # Only an event stamped after the kill is the new process's: on
+                # PostgreSQL a commit the killed process had sent may still land.
+                fresh = [e for e in new if self.kill_marks and e[2] > self.kill_marks[-1]]
+                if waiting_first and fresh and killed_at is not None:
                     self.res.kill_to_event_s.append(now - killed_at)
                     self.res.cpu_to_event_s.append(cpu_s(self.proc.pid))
                     waiting_first = False

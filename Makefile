@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint format bench bench-peers mcp-servers all clean
+.PHONY: demo test lint format bench bench-peers soak mcp-servers all clean
 
 # pip 25.1 is the first to install PEP 735 dependency groups (`--group`).
 $(BIN)/python:
@@ -39,6 +39,9 @@ format: $(VENV)/.dev
 
 bench: $(VENV)/.dev  ## benchmarks, printed side by side with their floors
 	$(BIN)/python benchmarks/run_all.py
+
+soak: $(VENV)/.dev  ## a long task killed at random and resumed (SOAK_ARGS="--full --store postgres")
+	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
 bench-peers: $(VENV)/.dev  ## tether, LangGraph and DBOS on the same agent loop (PEERS_ARGS="--n 100,1000,2000")
 	$(BIN)/python benchmarks/peers/run.py $(PEERS_ARGS)

@@ -21,6 +21,7 @@ from typing import Any
 
 from tether import ledger as L
 from tether.report.timetravel import replay
+from tether.runtime.run.state import Spend
 from tether.store.base import Store, StoredEvent
 
 #: Where a call outside any round is counted.
@@ -37,41 +38,40 @@ HUMAN_EVENTS = {
 
 
 @dataclass
-class Spend:
-    """Calls, tokens and money of one bucket (a milestone, an item, a purpose...)."""
+class _Bucket:
+    """The spend of one bucket (a milestone, an item, a purpose...): the runtime's
+    `Spend` value, and the rounds it was spent in."""
 
-    calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    cost_usd: float = 0.0
+    spend: Spend = field(default_factory=Spend)
     rounds: set[int] = field(default_factory=set)
 
     def add(self, d: Mapping[str, Any], share: float = 1.0) -> None:
         """Count (a share of) one `model.called` event."""
-        self.calls += 1
-        self.input_tokens += round(share * int(d.get("input_tokens", 0)))
-        self.output_tokens += round(share * int(d.get("output_tokens", 0)))
-        self.cached_tokens += round(share * int(d.get("cached_tokens", 0)))
-        self.cost_usd += share * float(d.get("cost_usd", 0.0))
+        s = self.spend
+        s.calls += 1
+        s.input += round(share * int(d.get("input_tokens", 0)))
+        s.output += round(share * int(d.get("output_tokens", 0)))
+        s.cached += round(share * int(d.get("cached_tokens", 0)))
+        s.cost_usd += share * float(d.get("cost_usd", 0.0))
         if d.get("round") is not None:
             self.rounds.add(int(d["round"]))
 
     def row(self, key: str) -> dict[str, Any]:
         """JSON-ready, under `key`."""
+        s = self.spend
         return {
             "key": key,
-            "calls": self.calls,
+            "calls": s.calls,
             "rounds": len(self.rounds),
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cached_tokens": self.cached_tokens,
-            "tokens": self.input_tokens + self.output_tokens,
-            "cost_usd": round(self.cost_usd, 6),
+            "input_tokens": s.input,
+            "output_tokens": s.output,
+            "cached_tokens": s.cached,
+            "tokens": s.input + s.output,
+            "cost_usd": round(s.cost_usd, 6),
         }
 
 
-def _rows(buckets: Mapping[str, Spend]) -> list[dict[str, Any]]:
+def _rows(buckets: Mapping[str, _Bucket]) -> list[dict[str, Any]]:
     rows = [s.row(k) for k, s in buckets.items()]
     return sorted(rows, key=lambda r: (-r["cost_usd"], -r["tokens"], r["key"]))
 
@@ -113,8 +113,8 @@ def _rounds(events: Sequence[StoredEvent]) -> _Rounds:
 def _spending(events: Sequence[StoredEvent], skeleton: L.Skeleton) -> dict[str, Any]:
     milestone = {d.id: d.milestone for d in skeleton.items}
     rounds = _rounds(events)
-    by: dict[str, dict[str, Spend]] = {
-        k: defaultdict(Spend) for k in ("milestone", "item", "purpose", "model", "tool", "place")
+    by: dict[str, dict[str, _Bucket]] = {
+        k: defaultdict(_Bucket) for k in ("milestone", "item", "purpose", "model", "tool", "place")
     }
     for e in events:
         if e.type != "model.called":

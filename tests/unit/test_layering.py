@@ -162,3 +162,18 @@ def test_the_probe_does_not_know_the_engine() -> None:
     (path,) = SRC.rglob("probe.py")
     assert "tether.runtime.run.state" in imports_of(path)  # the check sees its imports
     assert offending([path], ("tether.runtime.engine", "tether.runtime.worker")) == []
+
+
+def test_the_dashboard_does_not_import_the_cli() -> None:
+    # What both show (status colours, times, an event in words) is in `tether.report`.
+    files = sorted((SRC / "web").glob("*.py"))
+    assert files
+    assert offending(files, ("tether.cli",)) == []
+
+
+def test_the_dashboards_routers_do_not_import_its_app() -> None:
+    # The app includes the routers; they reach its store and guard through `web.deps`.
+    routers = [SRC / "web" / f"{name}.py" for name in ("api", "pages", "live", "metrics")]
+    assert all(f.is_file() for f in routers)
+    assert offending(routers, ("tether.web.app",)) == []
+    assert "tether.web.deps" in imports_of(SRC / "web" / "pages.py")

@@ -19,11 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 
 from tether import approvals, decisions, edits
-from tether.cli.views import task_rows
 from tether.report import build_report, show_call, status_at
 from tether.report.calls import list_calls
+from tether.report.describe import task_rows
 from tether.runtime.tasks import cancel, status_dict
-from tether.web.app import state_of
+from tether.web.deps import state_of
 
 router = APIRouter(prefix="/api", tags=["tasks"])
 MAX_SEQ = 2**63 - 1

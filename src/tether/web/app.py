@@ -46,12 +46,6 @@ class HostCheck:
         await self.app(scope, receive, send)
 
 
-def state_of(request: Request) -> tuple[Store, Guard]:
-    """The store and guard of the app serving `request`."""
-    st = request.app.state
-    return st.store, st.guard
-
-
 def create_app(
     db: str | None,
     *,

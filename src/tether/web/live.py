@@ -18,7 +18,7 @@ from fastapi import APIRouter, Query
 from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
 
-from tether.web.app import state_of
+from tether.web.deps import state_of
 
 router = APIRouter(include_in_schema=False)
 #: Most events one poll sends (a long backlog streams over a few polls).

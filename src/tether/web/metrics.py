@@ -28,7 +28,7 @@ from starlette.requests import Request
 from tether import lifecycle
 from tether.runtime.run.state import RunState
 from tether.store.base import Store
-from tether.web.app import state_of
+from tether.web.deps import state_of
 
 router = APIRouter(include_in_schema=False)
 #: The newest tasks a scrape sums over.

@@ -19,13 +19,13 @@ from fastapi.templating import Jinja2Templates
 from starlette.requests import Request
 
 from tether import approvals, decisions, edits, errors, ledger_view, lifecycle
-from tether.cli.views import STATUS_STYLE, describe_event, ts
 from tether.redact import redact
 from tether.report import build_report, show_call
 from tether.report.calls import list_calls
+from tether.report.describe import STATUS_STYLE, describe_event, ts
 from tether.report.render import html_page
 from tether.runtime.tasks import cancel, status_dict
-from tether.web.app import state_of
+from tether.web.deps import state_of
 from tether.web.security import COOKIE, Refused
 
 router = APIRouter(include_in_schema=False)

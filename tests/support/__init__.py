@@ -1,0 +1,12 @@
+"""Helpers shared by the test tiers (no tests here).
+
+- `loop`: specs, scripted policies and store readers for the agent-loop tests;
+- `adversarial`: contracts, judge payloads and the honesty oracle of the adversarial tier;
+- `cli`: driving the `tether` command in a subprocess (e2e, chaos, reliability...);
+- `fake_provider`: OpenAI- and Anthropic-shaped model providers on 127.0.0.1;
+- `fault_proxy`: a byte-level proxy that resets, stalls or trickles a connection;
+- `procs`: waiting on and reaping child processes;
+- `ticket_api`: the ticket service (`tests/services/ticket_api.py`) as a child process;
+- `workers`: `tether worker` processes on one database;
+- `stall_tools`: `create_ticket` with a short tether timeout, for the proxy faults.
+"""

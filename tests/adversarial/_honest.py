@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from tests.integration.loop_support import by_purpose, events_of, ledger_of, run_task
+from tests.support.loop import by_purpose, events_of, ledger_of, run_task
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call

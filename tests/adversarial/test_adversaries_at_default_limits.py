@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.adversarial._honest import block_events
-from tests.adversarial._support import assert_honest, assert_status_agrees, statuses
-from tests.integration.loop_support import run_task, spec_of
+from tests.support.adversarial import assert_honest, assert_status_agrees, statuses
+from tests.support.loop import run_task, spec_of
 from tether.models.base import ModelRequest, ModelResponse, Usage
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.spec import Limits

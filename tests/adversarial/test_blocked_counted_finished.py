@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import tether
-from tests.adversarial._support import (
+from tests.support.adversarial import (
     act_requests,
     all_ids,
     all_text,
@@ -38,7 +38,7 @@ from tests.adversarial._support import (
     warning_codes,
     write,
 )
-from tests.integration.loop_support import events_of, ledger_of, run_task
+from tests.support.loop import events_of, ledger_of, run_task
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversarial._support import (
+from tests.support.adversarial import (
     assert_honest,
     assert_status_agrees,
     contract,
@@ -20,7 +20,7 @@ from tests.adversarial._support import (
     terminal_transitions,
     warnings,
 )
-from tests.integration.loop_support import by_purpose, run_task
+from tests.support.loop import by_purpose, run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.store.memory import MemoryStore

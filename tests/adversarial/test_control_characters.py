@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.adversarial._support import (
+from tests.support.adversarial import (
     assert_honest,
     assert_status_agrees,
     change,
@@ -18,7 +18,7 @@ from tests.adversarial._support import (
     verdict,
     write,
 )
-from tests.integration.loop_support import run_task
+from tests.support.loop import run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.store._sql import _dumps_no_nul as _dumps

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversarial._support import (
+from tests.support.adversarial import (
     assert_honest,
     change,
     contract,
@@ -23,7 +23,7 @@ from tests.adversarial._support import (
     warnings,
     write,
 )
-from tests.integration.loop_support import ledger_of, run_task
+from tests.support.loop import ledger_of, run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
 from tether.store.memory import MemoryStore

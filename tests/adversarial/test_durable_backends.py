@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import tether
-from tests.adversarial._support import (
+from tests.support.adversarial import (
     act_requests,
     all_text,
     assert_honest,
@@ -28,9 +28,9 @@ from tests.adversarial._support import (
     verdict,
     write,
 )
-from tests.e2e._cli import assert_clean_error, json_out
-from tests.e2e._cli import tether as cli
-from tests.integration.loop_support import events_of, run_task
+from tests.support.cli import assert_clean_error, json_out
+from tests.support.cli import tether as cli
+from tests.support.loop import events_of, run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
 from tether.runtime.tasks import create_task

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import tether
-from tests.adversarial._support import (
+from tests.support.adversarial import (
     assert_honest,
     assert_status_agrees,
     change,
@@ -29,7 +29,7 @@ from tests.adversarial._support import (
     warning_codes,
     write,
 )
-from tests.integration.loop_support import ledger_of, run_task
+from tests.support.loop import ledger_of, run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.store.memory import MemoryStore

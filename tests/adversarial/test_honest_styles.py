@@ -27,7 +27,7 @@ from tests.adversarial._honest import (
     literal_judge,
     run_style,
 )
-from tests.adversarial._support import assert_honest, assert_status_agrees
+from tests.support.adversarial import assert_honest, assert_status_agrees
 from tether.models.base import ModelRequest
 from tether.runtime.judge.judges import JUDGE_INSTRUCTIONS
 from tether.spec import Limits

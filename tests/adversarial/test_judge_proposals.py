@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import tether
-from tests.adversarial._support import (
+from tests.support.adversarial import (
     assert_honest,
     assert_status_agrees,
     change,
@@ -33,7 +33,7 @@ from tests.adversarial._support import (
     warnings,
     write,
 )
-from tests.integration.loop_support import events_of, run_task
+from tests.support.loop import events_of, run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
 from tether.store.memory import MemoryStore

@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.adversarial._support import assert_honest, say, statuses
-from tests.integration.loop_support import events_of, spec_of
 from tests.integration.test_status_probe import Actor, _start, until
+from tests.support.adversarial import assert_honest, say, statuses
+from tests.support.loop import events_of, spec_of
 from tether.clock import FakeClock
 from tether.models.base import ModelRequest, ModelResponse
 from tether.store.base import Store

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.adversarial._support import (
+from tests.support.adversarial import (
     assert_honest,
     assert_status_agrees,
     change,
@@ -32,7 +32,7 @@ from tests.adversarial._support import (
     warnings,
     write,
 )
-from tests.integration.loop_support import events_of, ledger_of, run_task
+from tests.support.loop import events_of, ledger_of, run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.store.memory import MemoryStore

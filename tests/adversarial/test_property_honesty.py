@@ -9,7 +9,7 @@ succeed or fail, an unknown tool, a big read that becomes an artifact, text clai
 completion) and a judge script (any status including waived, any decision, evidence
 refs from this round, from earlier rounds, other items' evidence, made-up refs, other
 tasks' refs), then runs the task on a fresh `MemoryStore` with a few human decisions
-in between, checking the oracle of `_support.assert_honest` after every run.
+in between, checking the oracle of `tests.support.adversarial.assert_honest` after every run.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tether
-from tests.adversarial._support import (
+from tests.support.adversarial import (
     assert_honest,
     assert_status_agrees,
     contract,
@@ -32,7 +32,7 @@ from tests.adversarial._support import (
     verdict,
     write,
 )
-from tests.integration.loop_support import ledger_of, run_task
+from tests.support.loop import ledger_of, run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.store.memory import MemoryStore

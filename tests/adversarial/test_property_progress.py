@@ -31,8 +31,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.adversarial._honest import block_events, registry_with
-from tests.adversarial._support import assert_honest, contract
-from tests.integration.loop_support import ledger_of, run_task
+from tests.support.adversarial import assert_honest, contract
+from tests.support.loop import ledger_of, run_task
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.adversarial._support import say
-from tests.integration.loop_support import events_of, run_task
+from tests.support.adversarial import say
+from tests.support.loop import events_of, run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.spec import parse_spec

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.adversarial._support import (
+from tests.support.adversarial import (
     act_requests,
     change,
     contract,
@@ -19,7 +19,7 @@ from tests.adversarial._support import (
     verdict,
     write,
 )
-from tests.integration.loop_support import ledger_of, run_task
+from tests.support.loop import ledger_of, run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
 from tether.store.memory import MemoryStore

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversarial._support import (
+from tests.support.adversarial import (
     assert_honest,
     change,
     contract,
@@ -20,7 +20,7 @@ from tests.adversarial._support import (
     warned_items,
     write,
 )
-from tests.integration.loop_support import run_task
+from tests.support.loop import run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.store.base import Store

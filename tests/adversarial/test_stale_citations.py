@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tests.adversarial._support import (
+from tests.adversarial.test_source_forgery import Calls
+from tests.support.adversarial import (
     assert_honest,
     assert_status_agrees,
     change,
@@ -20,8 +21,7 @@ from tests.adversarial._support import (
     statuses,
     verdict,
 )
-from tests.adversarial.test_source_forgery import Calls
-from tests.integration.loop_support import by_purpose, run_task
+from tests.support.loop import by_purpose, run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.runtime.tasks import create_task

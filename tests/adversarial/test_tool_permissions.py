@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.adversarial._support import (
+from tests.support.adversarial import (
     act_requests,
     assert_honest,
     assert_status_agrees,
@@ -26,8 +26,8 @@ from tests.adversarial._support import (
     verdict,
     warning_codes,
 )
-from tests.e2e._cli import DONE, assert_clean_error, spec_dict, tether
-from tests.integration.loop_support import events_of, run_task
+from tests.support.cli import DONE, assert_clean_error, spec_dict, tether
+from tests.support.loop import events_of, run_task
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call

@@ -48,7 +48,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.chaos._procs import proc_state, wait_for
+from tests.support.procs import proc_state, wait_for
 from tether.models.base import ModelRequest, ModelResponse
 
 REQUIRED_ENV = "TETHER_TEST_PG_BINARIES"

@@ -22,9 +22,9 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from tests.chaos._procs import reap, wait_for
 from tests.conftest import pg_base_url, pg_connect
-from tests.e2e._cli import SLOW, assert_ok, json_out, popen_tether, tether, write_spec
+from tests.support.cli import SLOW, assert_ok, json_out, popen_tether, tether, write_spec
+from tests.support.procs import reap, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 

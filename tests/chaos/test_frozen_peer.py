@@ -29,8 +29,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.chaos._procs import reap, wait_stopped
-from tests.e2e._cli import (
+from tests.support.cli import (
     DONE,
     assert_clean_error,
     assert_ok,
@@ -41,6 +40,7 @@ from tests.e2e._cli import (
     tether,
     write_spec,
 )
+from tests.support.procs import reap, wait_stopped
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.chaos.test_model_hang import SilentServer, model_of
-from tests.e2e._cli import (
+from tests.support.cli import (
     assert_ok,
     cli_env,
     describe,

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.chaos._procs import reap, wait_for
-from tests.e2e._cli import DONE, assert_ok, describe, json_out, popen_tether, tether, write_spec
+from tests.support.cli import DONE, assert_ok, describe, json_out, popen_tether, tether, write_spec
+from tests.support.procs import reap, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -116,7 +116,7 @@ def test_environment_sets_the_model_timeout(tmp_path: Path, silent: SilentServer
     spec = write_spec(tmp_path / "spec.yaml", 1)
     (tmp_path / "ws").mkdir()
     start = time.monotonic()
-    from tests.e2e._cli import cli_env
+    from tests.support.cli import cli_env
 
     proc = tether(
         "run",

@@ -42,9 +42,9 @@ import pytest
 import yaml
 
 from tests.chaos._pg_server import PgServer, TicketService, pg_server
-from tests.chaos._procs import reap, wait_for, wait_stopped
 from tests.conftest import pg_connect
-from tests.e2e._cli import assert_ok, cli_env, popen_tether, tether, tether_command
+from tests.support.cli import assert_ok, cli_env, popen_tether, tether, tether_command
+from tests.support.procs import reap, wait_for, wait_stopped
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 

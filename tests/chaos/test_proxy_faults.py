@@ -1,6 +1,6 @@
 """Resets, stalls and slow peers between tether and its model provider or tool service.
 
-A byte-level fault proxy (`tests/chaos/_proxy.py`, a thread of the test) sits in front
+A byte-level fault proxy (`tests/support/fault_proxy.py`, a thread of the test) sits in front
 of each service; a real `tether run` subprocess talks to the proxy, and the service
 behind it counts what really happened.
 
@@ -50,9 +50,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.chaos._proxy import PASS, Fault, FaultProxy
-from tests.e2e._cli import cli_env, describe, json_out, tether, write_spec
 from tests.reliability.test_crash_windows import TicketAPI
+from tests.support.cli import cli_env, describe, json_out, tether, write_spec
+from tests.support.fault_proxy import PASS, Fault, FaultProxy
 
 pytestmark = pytest.mark.slow
 
@@ -624,7 +624,7 @@ def test_tool_stalled_past_the_tool_timeout_is_abandoned_and_retried(
     tmp_path: Path, tickets: tuple[TicketAPI, FaultProxy]
 ) -> None:
     """The HTTP client would wait ten minutes; tether's own tool timeout (2 s,
-    `tests/chaos/_stall_tools.py`) cuts the call, which is left behind in its thread
+    `tests/support/stall_tools.py`) cuts the call, which is left behind in its thread
     while the retry files the ticket. `tether run` then exits at once: the abandoned
     thread (still stalled: the proxy holds its request) does not keep it alive."""
     api, proxy = tickets
@@ -633,7 +633,7 @@ def test_tool_stalled_past_the_tool_timeout_is_abandoned_and_retried(
         tmp_path,
         proxy,
         "create_ticket",
-        tools="tests.chaos._stall_tools:TOOLS",
+        tools="tests.support.stall_tools:TOOLS",
         client_timeout=600,
     )
     assert out.proc.returncode == 0, describe(out.proc)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import tether
-from tests.integration.loop_support import next_item
+from tests.support.loop import next_item
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.store.memory import MemoryStore

@@ -36,8 +36,8 @@ import yaml
 
 from tests.conftest import pg_connect
 from tests.reliability.test_crash_windows import TicketAPI
+from tests.support.cli import cli_env, describe, tether
 
-from ._cli import cli_env, describe, tether
 from .ab_policies import REPORT, cited_claims
 
 # A dozen CLI processes per run: generous for a loaded CI machine.

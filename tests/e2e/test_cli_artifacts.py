@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.e2e._cli import assert_clean_error, assert_ok, json_out, tether
+from tests.support.cli import assert_clean_error, assert_ok, json_out, tether
 from tether.store import open_store
 from tether.store.base import ArtifactRecord, blob_hash
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e._cli import (
+from tests.support.cli import (
     DONE,
     assert_clean_error,
     cli_env,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e._cli import assert_clean_error, assert_ok, json_out, tether, write_spec
+from tests.support.cli import assert_clean_error, assert_ok, json_out, tether, write_spec
 
 ACTOR = "scripted:tests.e2e.decision_policies:stubborn"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.e2e._cli import DONE, assert_clean_error, assert_ok, json_out, tether, write_spec
+from tests.support.cli import DONE, assert_clean_error, assert_ok, json_out, tether, write_spec
 
 
 def _stopped(tmp_path: Path) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.e2e._cli import describe, tether, write_spec
+from tests.support.cli import describe, tether, write_spec
 
 UNREACHABLE = "scripted:tests.e2e.loop_policies:unreachable"
 
@@ -59,7 +59,7 @@ def test_a_refused_resume_tells_the_lease_end_as_a_time(tmp_path: Path) -> None:
 
 
 def test_an_unknown_tool_is_reported_in_the_spec_file(tmp_path: Path) -> None:
-    from tests.e2e._cli import assert_clean_error
+    from tests.support.cli import assert_clean_error
 
     spec = write_spec(tmp_path / "contract.yaml", 1, tools=["write_fil"])
     for args in (("run", spec, "--model", UNREACHABLE), ("submit", spec)):

@@ -2,7 +2,7 @@
 without a traceback, nothing written; never a hang, and nothing on the terminal that
 acts on it.
 
-Each case runs `tether` as a subprocess in a folder of its own (see `tests.e2e._cli`)
+Each case runs `tether` as a subprocess in a folder of its own (see `tests.support.cli`)
 and compares the folder's files before and after. Independent commands run
 concurrently.
 """
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e._cli import (
+from tests.support.cli import (
     DONE,
     assert_clean_error,
     assert_ok,

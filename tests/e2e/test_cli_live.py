@@ -10,7 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.e2e._cli import (
+from tests.support.cli import (
     DONE,
     assert_ok,
     json_out,

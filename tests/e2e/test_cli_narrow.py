@@ -19,7 +19,7 @@ import typer.main
 import yaml
 from rich.console import Console
 
-from tests.e2e._cli import (
+from tests.support.cli import (
     DONE,
     assert_clean_error,
     assert_ok,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.e2e import web_policies
-from tests.e2e._cli import (
+from tests.support.cli import (
     DONE,
     assert_clean_error,
     assert_ok,

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from tests.e2e import web_policies
-from tests.e2e._cli import (
+from tests.e2e.people_policies import QUESTION
+from tests.support.cli import (
     DONE,
     assert_ok,
     cli_env,
@@ -30,7 +31,6 @@ from tests.e2e._cli import (
     tether,
     write_spec,
 )
-from tests.e2e.people_policies import QUESTION
 
 STUBBORN = "scripted:tests.e2e.decision_policies:stubborn"
 ASKS = "scripted:tests.e2e.people_policies:asks_first"

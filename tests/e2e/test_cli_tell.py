@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.e2e._cli import assert_ok, json_out, tether, write_spec
 from tests.e2e.people_policies import QUESTION
+from tests.support.cli import assert_ok, json_out, tether, write_spec
 
 ASKS = "scripted:tests.e2e.people_policies:asks_first"
 

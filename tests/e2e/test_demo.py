@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e._cli import assert_ok, cli_env, json_out, tether, tether_many
+from tests.support.cli import assert_ok, cli_env, json_out, tether, tether_many
 from tether.demo import BROKEN, N_DOCS, doc_id, ground_truth
 
 DEMO_TIMEOUT = 110.0

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e._cli import assert_clean_error, cli_env, describe, json_out, snapshot, tether
+from tests.support.cli import assert_clean_error, cli_env, describe, json_out, snapshot, tether
 from tether.demo import BROKEN, N_DOCS, SPEC_FILE, ground_truth
 
 DEMO_TIMEOUT = 110.0

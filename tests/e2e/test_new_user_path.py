@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e._cli import (
+from tests.support.cli import (
     DONE,
     assert_clean_error,
     assert_ok,

@@ -44,7 +44,7 @@ def test_readme_sources_walkthrough_runs(tmp_path: Path) -> None:
     import shlex
     import shutil
 
-    from ._cli import cli_env, describe, tether
+    from tests.support.cli import cli_env, describe, tether
 
     section = _section("Sources, evidence and change")
     (spec,) = re.findall(r"```yaml\n(.*?)```", section, re.S)

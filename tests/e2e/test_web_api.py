@@ -307,7 +307,7 @@ def test_serve_bad_input_is_one_paragraph_and_exit_2(
 ) -> None:
     import socket
 
-    from ._cli import assert_clean_error, tether
+    from tests.support.cli import assert_clean_error, tether
 
     url, _, _ = waiting
     missing = tether("serve", "--db", f"sqlite:///{tmp_path}/nope.db", "--port", "0", cwd=tmp_path)
@@ -325,7 +325,7 @@ def test_stream_sends_each_event_once_from_where_the_reader_is(
 ) -> None:
     import http.client
 
-    from ._cli import cli_env, popen_tether
+    from tests.support.cli import cli_env, popen_tether
 
     url, tid, _ = waiting
     last = _run(_read(url, lambda s: s.get_task(tid))).last_seq

@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.cli import REPO, assert_ok, cli_env, popen_tether, tether
+
 from . import web_policies
-from ._cli import REPO, assert_ok, cli_env, popen_tether, tether
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "build" / "test-artifacts"

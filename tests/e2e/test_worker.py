@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ._cli import cli_env, tether_command
+from tests.support.cli import cli_env, tether_command
 
-POLICY = "scripted:tests.integration.loop_support:honest_actor"
+POLICY = "scripted:tests.support.loop:honest_actor"
 ROOT = Path(__file__).resolve().parents[2]
 
 

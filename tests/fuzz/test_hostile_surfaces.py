@@ -657,7 +657,7 @@ def test_edit_set_is_applied_or_refused_without_a_write(
 def test_approve_modify_with_arguments_the_tool_refuses_is_refused_now(
     tmp_path: Path, modify: str, needle: str
 ) -> None:
-    from tests.e2e._cli import DONE, spec_dict
+    from tests.support.cli import DONE, spec_dict
 
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec_dict(1)), encoding="utf-8")
     (tmp_path / "out").mkdir()

@@ -433,7 +433,7 @@ async def test_timeout_is_transient(provider: FakeProvider) -> None:
 async def test_timeout_bounds_the_whole_attempt(provider: FakeProvider) -> None:
     """A provider trickling its answer (each chunk well within the timeout, the whole
     answer not) is cut at the timeout: the SDK's own timeout is per read."""
-    from tests.chaos._proxy import Fault, FaultProxy
+    from tests.support.fault_proxy import Fault, FaultProxy
 
     provider.queue(200, completion(content="slow"))
     provider.queue(200, completion(content="fast"))

@@ -7,12 +7,11 @@ from pathlib import Path
 import pytest
 
 import tether
+from tests.support.loop import events_of
 from tether import approvals
 from tether.models.base import ModelRequest, ModelResponse
 from tether.store.memory import MemoryStore
 from tether.tools.builtin.files import default_registry
-
-from .loop_support import events_of
 
 
 class Payments:

@@ -22,13 +22,12 @@ from typing import Any
 import pytest
 
 import tether
+from tests.support.loop import events_of
 from tether import approvals
 from tether.models.base import ModelRequest, ModelResponse
 from tether.store.base import Store
 from tether.store.memory import MemoryStore
 from tether.tools.builtin.files import default_registry
-
-from .loop_support import events_of
 
 FAST = tether.RetryPolicy(max_attempts=2, base_delay=0.0)
 
@@ -375,7 +374,7 @@ async def test_only_the_items_current_stretch_is_compensated(tmp_path: Path) -> 
     """Item `first` filed ticket x and is done; item `batch` filed a (one round) and b
     (the next) before c ran out of retries: b and a are undone, newest first; x, the
     work of another item, stays."""
-    from .loop_support import next_item
+    from tests.support.loop import next_item
 
     store = await MemoryStore.open()
     svc = Tickets(failing={"c": 10**6})

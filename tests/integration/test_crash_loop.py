@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.loop import events_of, honest_actor, spec_of
 from tether.models.base import ModelRequest, ModelResponse
 from tether.runtime.engine import Engine, ModelSet
 from tether.runtime.tasks import create_task
 from tether.store.memory import MemoryStore
-
-from .loop_support import events_of, honest_actor, spec_of
 
 
 class Crashing:

@@ -9,12 +9,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tests.support.loop import events_of, run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.spec import parse_spec
 from tether.store import open_store
-
-from .loop_support import events_of, run_task
 
 SPEC: dict[str, Any] = {
     "objective": "look around",

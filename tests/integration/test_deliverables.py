@@ -9,13 +9,12 @@ from typing import Any
 import pytest
 
 import tether
+from tests.support.loop import events_of, honest_actor, ledger_of, run_task, spec_of
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.rebuild import rebuild
 from tether.store.base import Store
 from tether.tools.builtin.files import default_registry
-
-from .loop_support import events_of, honest_actor, ledger_of, run_task, spec_of
 
 
 async def _steps(store: Store, tid: str) -> dict[str, list[dict[str, object]]]:

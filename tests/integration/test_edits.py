@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.loop import events_of, honest_actor, ledger_of, run_task, spec_of
 from tether import errors
 from tether.edits import edit_task, tell
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
 from tether.store.base import TaskPatch
 from tether.store.memory import MemoryStore
-
-from .loop_support import events_of, honest_actor, ledger_of, run_task, spec_of
 
 
 @pytest.fixture

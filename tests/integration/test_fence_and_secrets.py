@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.loop_support import by_purpose, rules_judge, spec_of
+from tests.support.loop import by_purpose, rules_judge, spec_of
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call

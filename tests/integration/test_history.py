@@ -9,14 +9,13 @@ from typing import Any
 
 import pytest
 
+from tests.support.loop import honest_actor, next_item, run_task, spec_of
 from tether.clock import FakeClock
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.runtime.round import history
 from tether.store import open_store
 from tether.store.base import Store
-
-from .loop_support import honest_actor, next_item, run_task, spec_of
 
 
 def _actor(request: ModelRequest) -> ModelResponse:

@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import tether
+from tests.support.loop import events_of
 from tether import approvals
 from tether.models.base import ModelRequest, ModelResponse
 from tether.store.memory import MemoryStore
 from tether.tools.builtin.files import default_registry
-
-from .loop_support import events_of
 
 
 def actor(request: ModelRequest) -> ModelResponse:

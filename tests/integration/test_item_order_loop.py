@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.support.loop import events_of, ledger_of, next_item, run_task, spec_of
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.store.base import Store
-
-from .loop_support import events_of, ledger_of, next_item, run_task, spec_of
 
 
 def _items() -> list[dict[str, object]]:

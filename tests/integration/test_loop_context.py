@@ -7,14 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tether import tokens
-from tether.clock import FakeClock
-from tether.decisions import waive_item
-from tether.models.base import ModelRequest, ModelResponse
-from tether.models.scripted import ScriptedModel, tool_call
-from tether.store.memory import MemoryStore
-
-from .loop_support import (
+from tests.support.loop import (
     by_purpose,
     events_of,
     honest_actor,
@@ -23,6 +16,12 @@ from .loop_support import (
     serialized,
     spec_of,
 )
+from tether import tokens
+from tether.clock import FakeClock
+from tether.decisions import waive_item
+from tether.models.base import ModelRequest, ModelResponse
+from tether.models.scripted import ScriptedModel, tool_call
+from tether.store.memory import MemoryStore
 
 
 @pytest.fixture

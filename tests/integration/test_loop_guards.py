@@ -6,13 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.loop import by_purpose, events_of, honest_actor, run_task, spec_of
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse, Usage
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.store.memory import MemoryStore
 from tether.tokens import Calibrator
-
-from .loop_support import by_purpose, events_of, honest_actor, run_task, spec_of
 
 
 @pytest.fixture

@@ -7,11 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.models.base import ModelRequest, ModelResponse
-from tether.models.scripted import ScriptedModel, tool_call
-from tether.store.memory import MemoryStore
-
-from .loop_support import (
+from tests.support.loop import (
     by_purpose,
     events_of,
     honest_actor,
@@ -21,6 +17,9 @@ from .loop_support import (
     run_task,
     spec_of,
 )
+from tether.models.base import ModelRequest, ModelResponse
+from tether.models.scripted import ScriptedModel, tool_call
+from tether.store.memory import MemoryStore
 
 
 @pytest.fixture

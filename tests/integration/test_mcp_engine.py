@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.loop import events_of
 from tether import approvals, errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
@@ -17,8 +18,6 @@ from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
 from tether.store.memory import MemoryStore
 from tether.tools.registry import ToolRegistry, tool
-
-from .loop_support import events_of
 
 SERVER = str(Path(__file__).resolve().parents[1] / "mcp_server.py")
 

@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.loop import events_of
 from tether import approvals, errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
@@ -40,8 +41,6 @@ from tether.runtime.engine import Engine, ModelSet
 from tether.runtime.tasks import create_task, status_dict
 from tether.spec import parse_spec
 from tether.store.memory import MemoryStore
-
-from .loop_support import events_of
 
 ROOT = Path(__file__).resolve().parents[2]
 HOME = Path(os.environ.get("TETHER_MCP_SERVERS") or ROOT / ".mcp-servers")

@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
+from tests.support.loop import events_of
 from tether import approvals
 from tether.cli.views import status_view
 from tether.clock import FakeClock
@@ -21,8 +22,6 @@ from tether.runtime.engine import Engine, ModelSet
 from tether.runtime.tasks import create_task, status_dict
 from tether.spec import parse_spec
 from tether.store.memory import MemoryStore
-
-from .loop_support import events_of
 
 SERVER = str(Path(__file__).resolve().parents[1] / "mcp_server.py")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.support.loop import ledger_of, run_task
 from tether import approvals
 from tether.models.scripted import tool_call
 from tether.spec import parse_spec
@@ -19,7 +20,6 @@ from tether.tools.builtin.files import default_registry
 from tether.tools.registry import ToolContext, tool
 
 from . import test_overwrite_approval as ov
-from .loop_support import ledger_of, run_task
 
 
 async def test_a_write_redirected_by_modify_does_not_make_the_asked_file_the_tasks(

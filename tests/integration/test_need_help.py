@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.loop import honest_actor, run_task, spec_of
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
 from tether.store.memory import MemoryStore
-
-from .loop_support import honest_actor, run_task, spec_of
 
 
 @pytest.mark.parametrize(

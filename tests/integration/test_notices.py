@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import tether
+from tests.support.loop import events_of, honest_actor, run_task, spec_of
 from tether import events as ev
 from tether.clock import FakeClock
 from tether.edits import tell
@@ -28,8 +29,6 @@ from tether.runtime.watch.sinks import LogNotifier, default_notifier
 from tether.runtime.watch.sweep import sweep
 from tether.store import Store
 from tether.store.memory import MemoryStore
-
-from .loop_support import events_of, honest_actor, run_task, spec_of
 
 RECEIVER = Path(__file__).resolve().parents[1] / "services" / "notice_receiver.py"
 SECRET = "correct horse battery staple"

@@ -11,14 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.support.loop import events_of, run_task
 from tether import approvals
 from tether.models.base import ModelRequest, ModelResponse, ToolCall
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.runtime.engine import RunResult
 from tether.spec import parse_spec
 from tether.store.memory import MemoryStore
-
-from .loop_support import events_of, run_task
 
 Step = Sequence[ToolCall]
 

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from tests.conftest import PG_SKIP_REASON, pg_base_url
-from tests.e2e._cli import tether
+from tests.support.cli import tether
 from tether import errors
 from tether.store.postgres import PostgresStore
 

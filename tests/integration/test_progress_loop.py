@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.loop import events_of, ledger_of
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.report.replay import replay_task
@@ -31,7 +32,6 @@ from tether.tools.builtin.files import default_registry
 from tether.tools.registry import Tool, ToolRegistry, tool
 
 from ..conftest import Backend
-from .loop_support import events_of, ledger_of
 
 Policy = Callable[[ModelRequest], Any]
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.support.loop import honest_actor, ledger_of, run_task, spec_of
 from tether import ledger as L
 from tether.models.scripted import ScriptedModel
 from tether.rebuild import rebuild
 from tether.store.base import LedgerWrite, Store
-
-from .loop_support import honest_actor, ledger_of, run_task, spec_of
 
 
 async def test_a_damaged_ledger_is_found_and_fixed(store: Store, tmp_path: Path) -> None:

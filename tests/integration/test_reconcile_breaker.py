@@ -7,14 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import tether
+from tests.support.loop import events_of
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.store.memory import MemoryStore
 from tether.tools.breaker import ServiceGuard
 from tether.tools.builtin.files import default_registry
 from tether.tools.retry import RetryPolicy
-
-from .loop_support import events_of
 
 SVC = "tickets"
 

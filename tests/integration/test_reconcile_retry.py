@@ -6,13 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import tether
+from tests.support.loop import events_of
 from tether import approvals, errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.store.memory import MemoryStore
 from tether.tools.builtin.files import default_registry
 from tether.tools.retry import RetryPolicy
-
-from .loop_support import events_of
 
 
 async def _run(tmp_path: Path, reconcile_failures: int) -> tuple[MemoryStore, str, list[str]]:

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.cli import assert_clean_error, assert_ok, tether
+from tests.support.loop import by_purpose, next_item, rules_judge, run_task, spec_of
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
@@ -17,8 +19,6 @@ from tether.report.replay import replay_task
 from tether.store.base import Store
 
 from ..conftest import Backend
-from ..e2e._cli import assert_clean_error, assert_ok, tether
-from .loop_support import by_purpose, next_item, rules_judge, run_task, spec_of
 
 
 def _reader(request: ModelRequest) -> ModelResponse:

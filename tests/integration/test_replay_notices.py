@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.support.loop import next_item, run_task, spec_of
 from tether.edits import tell
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
@@ -14,8 +15,6 @@ from tether.report.replay import replay_task
 from tether.runtime.watch.sinks import LogNotifier
 from tether.runtime.watch.sweep import sweep
 from tether.store.memory import MemoryStore
-
-from .loop_support import next_item, run_task, spec_of
 
 QUESTION = "NEED_HELP: which folder do the files go in?"
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.loop import spec_of
 from tether import decisions, errors
 from tether.clock import FakeClock
 from tether.edits import tell
@@ -29,7 +30,6 @@ from tether.tools.registry import ToolContext, tool
 from tether.tools.retry import RetryPolicy
 
 from ..e2e.decision_policies import stubborn
-from .loop_support import spec_of
 from .test_tool_safety import make_spec, registry_with
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.loop import by_purpose, next_item, rules_judge, run_task, spec_of
 from tether import decisions, errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
@@ -21,8 +22,6 @@ from tether.report.render import markdown, render
 from tether.runtime.tasks import status_dict
 from tether.store import open_store
 from tether.store.base import CommitResult, LedgerWrite, Store
-
-from .loop_support import by_purpose, next_item, rules_judge, run_task, spec_of
 
 #: A priced model name, so money is spent and summed.
 PRICED = "gpt-4.1-mini"

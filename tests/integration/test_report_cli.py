@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import assert_clean_error, assert_ok, tether_many
+from tests.support.loop import next_item, run_task, spec_of
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.store import open_store
-
-from ..e2e._cli import assert_clean_error, assert_ok, tether_many
-from .loop_support import next_item, run_task, spec_of
 
 
 def _reader(request: ModelRequest) -> ModelResponse:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.loop import run_task
 from tether import artifacts as A
 from tether import errors
 from tether.edits import edit_task
@@ -25,8 +26,6 @@ from tether.store.base import Store
 from tether.tools.builtin.files import default_registry
 from tether.tools.builtin.sources import source_tools
 from tether.tools.registry import Tool, ToolContext
-
-from .loop_support import run_task
 
 REF = re.compile(r"^\d+\. artifact:(\S+) ", re.M)
 SOURCES = [

@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from tests.support.loop import events_of, ledger_of, run_task
 from tether import artifacts as A
 from tether.edits import edit_task
 from tether.models.base import ModelRequest, ModelResponse
@@ -21,8 +22,6 @@ from tether.spec import parse_spec
 from tether.store.base import OpRecord, Store
 from tether.tools.builtin.sources import source_tools
 from tether.tools.registry import ToolContext
-
-from .loop_support import events_of, ledger_of, run_task
 
 
 def _spec() -> Any:

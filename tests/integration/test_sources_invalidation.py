@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.loop import events_of, ledger_of, run_task
 from tether import artifacts as A
 from tether.edits import edit_task
 from tether.models.base import ModelRequest, ModelResponse
@@ -22,8 +23,6 @@ from tether.models.scripted import ScriptedModel, tool_call
 from tether.rebuild import rebuild
 from tether.spec import parse_spec
 from tether.store.base import Store
-
-from .loop_support import events_of, ledger_of, run_task
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 IDS = re.compile(r"(cite snapshot artifact|evidence artifact|claim artifact) (\S+)")

@@ -11,13 +11,12 @@ from typing import Any
 import pytest
 
 import tether
+from tests.support.loop import events_of, ledger_of, next_item
 from tether import approvals
 from tether.edits import edit_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.store.memory import MemoryStore
 from tether.tools.builtin.files import default_registry
-
-from .loop_support import events_of, ledger_of, next_item
 
 ITEM = {"id": "n", "title": "notify", "done_when": {"kind": "op", "tool": "send_notice"}}
 GOAL_EDIT = {"items": [{**ITEM, "title": "notify the whole team"}]}

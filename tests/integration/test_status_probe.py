@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import tether
+from tests.support.loop import events_of, honest_actor, spec_of
 from tether import errors
 from tether.cli import views
 from tether.clock import FakeClock
@@ -27,8 +28,6 @@ from tether.runtime.watch.sinks import LogNotifier
 from tether.runtime.watch.sweep import sweep
 from tether.store import Store
 from tether.store.memory import MemoryStore
-
-from .loop_support import events_of, honest_actor, spec_of
 
 SECRET = "sk-probe-9c8b7a6f5e4d"
 

@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 
 import tether
+from tests.support.loop import events_of, spec_of
 from tether import errors
 from tether.clock import FakeClock
 from tether.runtime.takeover import confirm_stopped
 from tether.store.memory import MemoryStore
-
-from .loop_support import events_of, spec_of
 
 
 class RenewingClock(FakeClock):

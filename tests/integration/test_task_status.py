@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 
 import tether
+from tests.support.loop import honest_actor, run_task, spec_of
 from tether.models.scripted import ScriptedModel
 from tether.store.base import Store
-
-from .loop_support import honest_actor, run_task, spec_of
 
 
 async def test_task_status_of_a_finished_task(store: Store, tmp_path: Path) -> None:

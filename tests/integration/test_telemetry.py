@@ -8,11 +8,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.loop import by_purpose, honest_actor, rules_judge, run_task, spec_of
 from tether import telemetry
 from tether.models.scripted import ScriptedModel
 from tether.store.memory import MemoryStore
-
-from .loop_support import by_purpose, honest_actor, rules_judge, run_task, spec_of
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.loop import events_of
 from tether import approvals, errors
 from tether.clock import FakeClock
 from tether.models.base import ModelRequest, ModelResponse, ToolCall
@@ -21,8 +22,6 @@ from tether.store.memory import MemoryStore
 from tether.tools.builtin.files import default_registry
 from tether.tools.registry import Reconciliation, ToolContext, tool
 from tether.tools.retry import RetryPolicy
-
-from .loop_support import events_of
 
 
 class Target:

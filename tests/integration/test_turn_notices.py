@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.ab_policies import analyst
+from tests.support.loop import run_task
 from tether import artifacts as A
 from tether.edits import edit_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
 from tether.spec import parse_spec
 from tether.store.base import Store
-
-from .loop_support import run_task
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

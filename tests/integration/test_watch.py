@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.loop import events_of, run_task, spec_of
 from tether.clock import FakeClock
 from tether.models.base import ModelResponse
 from tether.models.scripted import ScriptedModel
@@ -22,8 +23,6 @@ from tether.retry import RetryPolicy
 from tether.runtime.watch.sweep import Notice, WatchPolicy, WebhookNotifier, sweep
 from tether.store.base import TaskPatch
 from tether.store.memory import MemoryStore
-
-from .loop_support import events_of, run_task, spec_of
 
 HOUR = 3600.0
 

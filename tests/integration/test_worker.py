@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Backend
+from tests.support.loop import honest_actor, spec_of
 from tether import errors
 from tether.clock import FakeClock
 from tether.models.base import ModelRequest, ModelResponse
@@ -26,8 +27,6 @@ from tether.runtime.tasks import create_task
 from tether.runtime.worker import Worker
 from tether.spec import TaskSpec
 from tether.store import Store
-
-from .loop_support import honest_actor, spec_of
 
 #: Generous bound for a run of a few scripted rounds; reaching it is a failure.
 LIMIT = 60.0

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.ab_policies import analyst, cited_claims
+from tests.support.loop import ledger_of, run_task
 from tether import artifacts as A
 from tether.edits import edit_task
 from tether.models.base import ModelRequest, ModelResponse
@@ -22,8 +23,6 @@ from tether.models.scripted import ScriptedModel
 from tether.runtime.recovery import deliverables
 from tether.spec import parse_spec
 from tether.store.base import Store
-
-from .loop_support import ledger_of, run_task
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

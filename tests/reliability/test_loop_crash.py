@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-POLICY = "scripted:tests.integration.loop_support:honest_actor"
+POLICY = "scripted:tests.support.loop:honest_actor"
 
 
 def _spec(folder: Path, items: int = 8) -> Path:

@@ -33,9 +33,9 @@ from subprocess import PIPE
 from typing import Any, TypeVar
 
 import pytest
-from tests.chaos._procs import wait_for
 from tests.reliability.test_crash_windows import TicketAPI
 from tests.services.flaky_tools import POLICY, TOOL_NAME, TOOLS_REF
+from tests.support.procs import wait_for
 
 from tether.runtime.tasks import create_task
 from tether.spec import parse_spec

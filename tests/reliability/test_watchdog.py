@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e._cli import write_spec
+from tests.support.cli import write_spec
 
 import tether
 from tether.clock import SystemClock

@@ -17,8 +17,8 @@ The tool is `create_ticket` of `tests.services.tools` (service `tickets`, an
 
 from __future__ import annotations
 
-from tests.integration.loop_support import next_item
 from tests.services.tools import RETRY, TICKET_TOOLS, create_ticket
+from tests.support.loop import next_item
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import tool_call
 from tether.tools.registry import Tool

@@ -8,7 +8,7 @@ With nothing open it says so, and the task can be delivered.
 
 from __future__ import annotations
 
-from tests.integration.loop_support import next_item
+from tests.support.loop import next_item
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import tool_call
 

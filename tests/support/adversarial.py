@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from tests.integration.loop_support import events_of, ledger_of
+from tests.support.loop import events_of, ledger_of
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import tool_call
 from tether.runtime.ops.runner import history_only

@@ -48,7 +48,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tests.chaos._procs import wait_for
+from tests.support.procs import wait_for
 
 FaultKind = Literal[
     "pass",

@@ -1,4 +1,4 @@
-"""Tools for the proxy chaos tests (`TETHER_TOOLS=tests.chaos._stall_tools:TOOLS`).
+"""Tools for the proxy chaos tests (`TETHER_TOOLS=tests.support.stall_tools:TOOLS`).
 
 `create_ticket` of `tests.services.tools` declared again with a 2 s tether timeout:
 with `TICKETS_TIMEOUT` set high, a stalled service is cut by tether's own tool timeout,

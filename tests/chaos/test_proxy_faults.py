@@ -1,12 +1,13 @@
 """Resets, stalls and slow peers between tether and its model provider or tool service.
 
-A byte-level fault proxy (`tests/support/fault_proxy.py`, a thread of the test) sits in front
-of each service; a real `tether run` subprocess talks to the proxy, and the service
-behind it counts what really happened.
+A byte-level fault proxy (`tests/support/fault_proxy.py`, a thread of the test) sits in
+front of each service; a real `tether run` subprocess talks to the proxy, and the
+service behind it counts what really happened.
 
-**Model provider** (`FakeProvider`: an HTTP server answering the OpenAI chat completions
-and the Anthropic messages wire formats) behind the proxy, with the real `openai` and
-`anthropic` adapters, `TETHER_MODEL_TIMEOUT`/`TETHER_MODEL_RETRIES` set short:
+**Model provider** (`LedgerProvider` of `tests/support/fake_provider.py`: an HTTP server
+answering the OpenAI chat completions and the Anthropic messages wire formats) behind
+the proxy, with the real `openai` and `anthropic` adapters,
+`TETHER_MODEL_TIMEOUT`/`TETHER_MODEL_RETRIES` set short:
 
 - a reset before the request reaches the provider, or a response lost or cut after the
   provider answered, is retried: the task is delivered with one model call and one round
@@ -37,13 +38,10 @@ behind the proxy, with `create_ticket` (idempotency key and reconcile):
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import subprocess
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -52,169 +50,43 @@ import yaml
 
 from tests.reliability.test_crash_windows import TicketAPI
 from tests.support.cli import cli_env, describe, json_out, tether, write_spec
+from tests.support.fake_provider import LedgerProvider
 from tests.support.fault_proxy import PASS, Fault, FaultProxy
 
 pytestmark = pytest.mark.slow
-
-_NEXT = re.compile(r"^Next: (\S+)", re.M)
-
-
-# ---------------------------------------------------------------- a model provider
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = False  # server_close() joins every handler thread
-    block_on_close = True
-
-
-class FakeProvider:
-    """OpenAI chat completions (`POST /v1/chat/completions`) and Anthropic messages
-    (`POST /v1/messages`) on 127.0.0.1: a write of `out/<Next item>.txt` while the
-    ledger names one, else a closing text. Counts the requests it answered."""
-
-    def __init__(self, *, close_after: bool = False) -> None:
-        self.requests: list[str] = []
-        self._lock = threading.Lock()
-        provider = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, as real providers
-
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-                with provider._lock:
-                    provider.requests.append(self.path)
-                item = _next_item(json.loads(raw))
-                if self.path.endswith("/messages"):
-                    body = _anthropic_answer(item)
-                else:
-                    body = _openai_answer(item)
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                if close_after:
-                    self.send_header("connection", "close")
-                    self.close_connection = True
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = _Server(("127.0.0.1", 0), Handler)
-        self.httpd.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
-        self.port = int(self.httpd.server_address[1])
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=30)
-
-
-def _texts(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _texts(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _texts(v)
-
-
-def _next_item(body: dict[str, Any]) -> str | None:
-    # The ledger is in the messages, or in Anthropic's `system` on the first round.
-    found = _NEXT.findall("\n".join(_texts([body.get("system"), body.get("messages")])))
-    return None if not found or found[-1] == "nothing" else found[-1]
-
-
-def _arguments(item: str) -> dict[str, str]:
-    return {"path": f"out/{item}.txt", "content": f"{item} done\n"}
-
-
-def _openai_answer(item: str | None) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": "All items are closed."}
-    if item is not None:
-        message = {
-            "role": "assistant",
-            "content": f"Writing {item}.",
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "write_file", "arguments": json.dumps(_arguments(item))},
-                }
-            ],
-        }
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "fake",
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "finish_reason": "tool_calls" if item else "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
-    }
-
-
-def _anthropic_answer(item: str | None) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": "All items are closed."}]
-    if item is not None:
-        content = [
-            {"type": "text", "text": f"Writing {item}."},
-            {"type": "tool_use", "id": "toolu_1", "name": "write_file", "input": _arguments(item)},
-        ]
-    return {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-fake",
-        "content": content,
-        "stop_reason": "tool_use" if item else "end_turn",
-        "stop_sequence": None,
-        "usage": {"input_tokens": 100, "output_tokens": 10},
-    }
 
 
 @dataclass
 class Upstream:
     """A provider and the proxy in front of it."""
 
-    provider: FakeProvider
+    provider: LedgerProvider
     proxy: FaultProxy
 
 
 @pytest.fixture
 def upstream() -> Iterator[Upstream]:
-    provider = FakeProvider()
+    provider = LedgerProvider()
+    provider.start()
     proxy = FaultProxy(provider.port)
     try:
         yield Upstream(provider, proxy)
     finally:
         proxy.close()  # first: it ends the connections the provider's threads serve
-        provider.close()
+        provider.stop()
 
 
 @pytest.fixture
 def closing_upstream() -> Iterator[Upstream]:
     """A provider that closes each connection after its response."""
-    provider = FakeProvider(close_after=True)
+    provider = LedgerProvider(close_after=True)
+    provider.start()
     proxy = FaultProxy(provider.port)
     try:
         yield Upstream(provider, proxy)
     finally:
         proxy.close()
-        provider.close()
+        provider.stop()
 
 
 ADAPTERS = ["openai", "anthropic"]

@@ -12,12 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-import time
-from collections import deque
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -26,119 +21,17 @@ pytest.importorskip(
     "anthropic", reason="the anthropic extra is not installed (pip install -e '.[anthropic]')"
 )
 
+from tests.support.fake_provider import READ, WRITE, FakeProvider, model_request
 from tether.errors import ModelError, UserError
 from tether.models._retry import RetryEvent, RetryPolicy
 from tether.models.anthropic import AnthropicModel
-from tether.models.base import Message, ModelRequest, ToolCall, ToolSchema
-
-# --- a tiny provider ----------------------------------------------------------------------
-
-
-@dataclass
-class Reply:
-    status: int
-    body: Any
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-
-
-@dataclass
-class Seen:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = False  # server_close() joins every handler thread
-    block_on_close = True
-
-
-class FakeProvider:
-    """An HTTP server on an ephemeral port answering scripted replies in order."""
-
-    def __init__(self) -> None:
-        self.replies: deque[Reply] = deque()
-        self.requests: list[Seen] = []
-        self._lock = threading.Lock()
-        provider = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-                try:
-                    body: Any = json.loads(raw)
-                except ValueError:
-                    body = raw.decode("utf-8", "replace")
-                with provider._lock:
-                    provider.requests.append(
-                        Seen(
-                            "POST",
-                            self.path,
-                            {k.lower(): v for k, v in self.headers.items()},
-                            body,
-                        )
-                    )
-                    reply = (
-                        provider.replies.popleft()
-                        if provider.replies
-                        else Reply(500, {"error": {"message": "no scripted reply"}})
-                    )
-                if reply.delay:
-                    time.sleep(reply.delay)
-                data = (
-                    reply.body.encode()
-                    if isinstance(reply.body, str)
-                    else json.dumps(reply.body).encode()
-                )
-                try:
-                    self.send_response(reply.status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    for k, v in reply.headers.items():
-                        self.send_header(k, v)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except OSError:
-                    pass  # the client gave up (timeout test)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = _Server(("127.0.0.1", 0), Handler)
-        self.httpd.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def queue(
-        self, status: int, body: Any, headers: dict[str, str] | None = None, delay: float = 0.0
-    ) -> None:
-        self.replies.append(Reply(status, body, headers or {}, delay))
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=10)
+from tether.models.base import Message, ModelRequest, ToolCall
 
 
 @pytest.fixture
 def provider() -> Iterator[FakeProvider]:
-    p = FakeProvider()
-    p.start()
-    try:
+    with FakeProvider(prefix="") as p:
         yield p
-    finally:
-        p.stop()
 
 
 TINY = RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.005, max_retry_after=0.5)
@@ -188,32 +81,11 @@ def error(kind: str, text: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": text}, "request_id": "req_011"}
 
 
-READ = ToolSchema(
-    "read_file",
-    "Read a file of the workspace.",
-    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-)
-WRITE = ToolSchema(
-    "write_file",
-    "Write a file.",
-    {
-        "type": "object",
-        "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
-        "required": ["path", "text"],
-    },
-)
 SYSTEM = "You are a careful agent. Use the tools.\n\n## Ledger\n- [ ] i1 read notes"
 
 
 def request(**kwargs: Any) -> ModelRequest:
-    base: dict[str, Any] = {
-        "purpose": "act",
-        "system": SYSTEM,
-        "messages": (Message("user", "Start with item i1."),),
-        "tools": (READ, WRITE),
-    }
-    base.update(kwargs)
-    return ModelRequest(**base)
+    return model_request(**{"system": SYSTEM, **kwargs})
 
 
 # --- (a) a tool call with cache usage -----------------------------------------------------

@@ -8,14 +8,9 @@ official SDK actually sent.
 
 from __future__ import annotations
 
-import json
 import socket
-import threading
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -24,119 +19,18 @@ pytest.importorskip(
     "openai", reason="the openai extra is not installed (pip install -e '.[openai]')"
 )
 
+from tests.support.fake_provider import READ, WRITE, FakeProvider, completion
+from tests.support.fake_provider import model_request as request
 from tether.errors import ModelError
 from tether.models._retry import RetryEvent, RetryPolicy
-from tether.models.base import Message, ModelRequest, ToolCall, ToolSchema
+from tether.models.base import Message, ToolCall
 from tether.models.openai import OpenAIModel
-
-# --- a tiny provider ----------------------------------------------------------------------
-
-
-@dataclass
-class Reply:
-    status: int
-    body: Any
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-
-
-@dataclass
-class Seen:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = False  # server_close() joins every handler thread
-    block_on_close = True
-
-
-class FakeProvider:
-    """An HTTP server on an ephemeral port answering scripted replies in order."""
-
-    def __init__(self) -> None:
-        self.replies: deque[Reply] = deque()
-        self.requests: list[Seen] = []
-        self._lock = threading.Lock()
-        provider = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-                try:
-                    body: Any = json.loads(raw)
-                except ValueError:
-                    body = raw.decode("utf-8", "replace")
-                with provider._lock:
-                    provider.requests.append(
-                        Seen(
-                            "POST",
-                            self.path,
-                            {k.lower(): v for k, v in self.headers.items()},
-                            body,
-                        )
-                    )
-                    reply = (
-                        provider.replies.popleft()
-                        if provider.replies
-                        else Reply(500, {"error": {"message": "no scripted reply"}})
-                    )
-                if reply.delay:
-                    time.sleep(reply.delay)
-                data = (
-                    reply.body.encode()
-                    if isinstance(reply.body, str)
-                    else json.dumps(reply.body).encode()
-                )
-                try:
-                    self.send_response(reply.status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    for k, v in reply.headers.items():
-                        self.send_header(k, v)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except OSError:
-                    pass  # the client gave up (timeout test)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = _Server(("127.0.0.1", 0), Handler)
-        self.httpd.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def queue(
-        self, status: int, body: Any, headers: dict[str, str] | None = None, delay: float = 0.0
-    ) -> None:
-        self.replies.append(Reply(status, body, headers or {}, delay))
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=10)
 
 
 @pytest.fixture
 def provider() -> Iterator[FakeProvider]:
-    p = FakeProvider()
-    p.start()
-    try:
+    with FakeProvider() as p:
         yield p
-    finally:
-        p.stop()
 
 
 TINY = RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.005, max_retry_after=0.5)
@@ -156,65 +50,8 @@ async def model(provider: FakeProvider) -> AsyncIterator[OpenAIModel]:
 # --- wire-format helpers ------------------------------------------------------------------
 
 
-def completion(
-    *,
-    content: str | None = None,
-    tool_calls: list[dict[str, Any]] | None = None,
-    usage: dict[str, Any] | None = None,
-    finish_reason: str = "stop",
-    model: str = "gpt-4.1-mini-2025-04-14",
-) -> dict[str, Any]:
-    message: dict[str, Any] = {
-        "role": "assistant",
-        "content": content,
-        "refusal": None,
-        "annotations": [],
-    }
-    if tool_calls is not None:
-        message["tool_calls"] = tool_calls
-    return {
-        "id": "chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG",
-        "object": "chat.completion",
-        "created": 1741570283,
-        "model": model,
-        "choices": [
-            {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
-        ],
-        "usage": usage or {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
-        "service_tier": "default",
-        "system_fingerprint": "fp_test",
-    }
-
-
 def fn_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-
-
-READ = ToolSchema(
-    "read_file",
-    "Read a file of the workspace.",
-    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-)
-WRITE = ToolSchema(
-    "write_file",
-    "Write a file.",
-    {
-        "type": "object",
-        "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
-        "required": ["path", "text"],
-    },
-)
-
-
-def request(**kwargs: Any) -> ModelRequest:
-    base: dict[str, Any] = {
-        "purpose": "act",
-        "system": "You are a careful agent.\n\n## Ledger\n- [ ] i1 read notes",
-        "messages": (Message("user", "Start with item i1."),),
-        "tools": (READ, WRITE),
-    }
-    base.update(kwargs)
-    return ModelRequest(**base)
 
 
 # --- (a) a tool call with cached usage ----------------------------------------------------

@@ -15,13 +15,13 @@ pytest.importorskip(
     "openai", reason="the openai extra is not installed (pip install -e '.[openai]')"
 )
 
+from tests.support.fake_provider import FakeProvider, completion
+from tests.support.fake_provider import model_request as request
 from tether.errors import UserError
 from tether.models._sdk import is_openai_url
 from tether.models.openai import OpenAIModel
 from tether.models.registry import COMPATIBLE_KEY_ENV, resolve_model
 from tether.redact import redact
-
-from .test_adapter_openai import FakeProvider, completion, request
 
 OPENAI_KEY = "sk-openai-meant-for-openai-only"
 COMPATIBLE_KEY = "sk-compatible-server-key"
@@ -29,12 +29,8 @@ COMPATIBLE_KEY = "sk-compatible-server-key"
 
 @pytest.fixture
 def provider() -> Iterator[FakeProvider]:
-    p = FakeProvider()
-    p.start()
-    try:
+    with FakeProvider() as p:
         yield p
-    finally:
-        p.stop()
 
 
 async def authorization_sent(model: object, provider: FakeProvider) -> str:

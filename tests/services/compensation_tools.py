@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.services.tools import RETRY, HTTPStatusError, _find_ticket, _has_id, _request
+from tests.services.tools import HTTPStatusError, _find_ticket, _request, ticket_tool
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import tool_call
-from tether.tools.registry import Compensation, Reconciliation, Tool, ToolContext, tool
+from tether.tools.registry import Compensation, Reconciliation, Tool, ToolContext
 
 TITLES = ("a", "b", "c")
 
@@ -47,29 +47,7 @@ async def _cancelled(op: Any, ctx: ToolContext) -> Reconciliation:
     return Reconciliation("done", ticket) if ticket.get("cancelled") else Reconciliation("not_done")
 
 
-def _create_ticket(title: str, ctx: ToolContext) -> dict[str, Any]:
-    """File a ticket with this title in the ticket tracker."""
-    status, hdrs, doc = _request(
-        "POST",
-        "/tickets",
-        {"title": title},
-        {"Idempotency-Key": ctx.op_id, "X-Attempt": str(ctx.attempt)},
-    )
-    if status not in (200, 201):
-        raise HTTPStatusError(status, hdrs, json.dumps(doc))
-    return dict(doc)
-
-
-create_ticket: Tool = tool(
-    _create_ticket,
-    name="create_ticket",
-    effect="write",
-    service="tickets",
-    retry=RETRY,
-    reconcile=_find_ticket,
-    validate=_has_id,
-    compensate=Compensation(_cancel, reconcile=_cancelled),
-)
+create_ticket: Tool = ticket_tool(compensate=Compensation(_cancel, reconcile=_cancelled))
 
 TOOLS: list[Tool] = [create_ticket]
 TOOLS_REF = "tests.services.compensation_tools:TOOLS"

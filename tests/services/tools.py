@@ -113,15 +113,23 @@ def _create_ticket_blind(title: str, ctx: ToolContext) -> dict[str, Any]:
     return _post_ticket(title, {"X-Trace-Op": ctx.op_id, "X-Attempt": str(ctx.attempt)})
 
 
-create_ticket: Tool = tool(
-    _create_ticket,
-    name="create_ticket",
-    effect="write",
-    service="tickets",
-    retry=RETRY,
-    reconcile=_find_ticket,
-    validate=_has_id,
-)
+def ticket_tool(**extra: Any) -> Tool:
+    """`create_ticket` as the tests declare it: service `tickets`, retried on `RETRY`,
+    reconciled by its idempotency key; `extra`: more options (a tether timeout, a
+    compensation)."""
+    return tool(
+        _create_ticket,
+        name="create_ticket",
+        effect="write",
+        service="tickets",
+        retry=RETRY,
+        reconcile=_find_ticket,
+        validate=_has_id,
+        **extra,
+    )
+
+
+create_ticket: Tool = ticket_tool()
 create_ticket_blind: Tool = tool(
     _create_ticket_blind,
     name="create_ticket_blind",

@@ -30,8 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import glob
-import http.client
-import json
 import os
 import pwd
 import re
@@ -39,11 +37,9 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -52,7 +48,6 @@ from tests.support.procs import proc_state, wait_for
 from tether.models.base import ModelRequest, ModelResponse
 
 REQUIRED_ENV = "TETHER_TEST_PG_BINARIES"
-SERVICE = Path(__file__).resolve().parents[1] / "services" / "ticket_api.py"
 #: Seconds each call of `paced_actor` takes.
 PACE = 0.3
 _TOOLS = ("initdb", "pg_ctl", "postgres")
@@ -311,48 +306,6 @@ def pg_server() -> PgServer:
         server.close()
         raise
     return server
-
-
-class TicketService:
-    """`tests/services/ticket_api.py` on an ephemeral port of 127.0.0.1."""
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(SERVICE), "--port", "0"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            self.close()
-            raise RuntimeError("the ticket API did not start")
-        self.port = int(json.loads(line)["port"])
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def stats(self) -> dict[str, Any]:
-        """What the service saw: `created` (effects) and every POST with its key."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        try:
-            conn.request("GET", "/stats")
-            resp = conn.getresponse()
-            assert resp.status == 200
-            return dict(json.loads(resp.read()))
-        finally:
-            conn.close()
-
-    def close(self) -> None:
-        """Stop the process and close its pipe."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
 
 
 async def paced_actor(request: ModelRequest) -> ModelResponse:

@@ -41,10 +41,11 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 import yaml
 
-from tests.chaos._pg_server import PgServer, TicketService, pg_server
+from tests.chaos._pg_server import PgServer, pg_server
 from tests.conftest import pg_connect
 from tests.support.cli import assert_ok, cli_env, popen_tether, tether, tether_command
 from tests.support.procs import reap, wait_for, wait_stopped
+from tests.support.ticket_api import TicketAPI
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -67,12 +68,9 @@ def server() -> Iterator[PgServer]:
 
 
 @pytest.fixture
-def tickets() -> Iterator[TicketService]:
-    service = TicketService()
-    try:
+def tickets() -> Iterator[TicketAPI]:
+    with TicketAPI() as service:
         yield service
-    finally:
-        service.close()
 
 
 def fresh_db(server: PgServer) -> str:
@@ -81,7 +79,7 @@ def fresh_db(server: PgServer) -> str:
     return server.url(schema, app=f"tt-{schema}")
 
 
-def env_for(tickets: TicketService, **extra: str) -> dict[str, str]:
+def env_for(tickets: TicketAPI, **extra: str) -> dict[str, str]:
     # A slow answer under CPU stress is no lost answer: one request per op stays exact.
     return cli_env(TETHER_TOOLS=TOOLS, TICKETS_URL=tickets.url, TICKETS_TIMEOUT="30", **extra)
 
@@ -152,7 +150,7 @@ def assert_journal_sound(db: str, task_id: str, titles: list[str]) -> None:
     assert done == sorted(titles), ops
 
 
-def assert_one_effect_per_op(tickets: TicketService, titles: list[str]) -> None:
+def assert_one_effect_per_op(tickets: TicketAPI, titles: list[str]) -> None:
     """The service's own count: one ticket per item, one request per op (key)."""
     stats = tickets.stats()
     assert stats["created"] == len(titles), stats
@@ -166,7 +164,7 @@ def assert_one_effect_per_op(tickets: TicketService, titles: list[str]) -> None:
 
 @pytest.mark.timeout(600)
 def test_workers_ride_out_a_fast_restart_and_a_kill_of_the_server(
-    tmp_path: Path, server: PgServer, tickets: TicketService
+    tmp_path: Path, server: PgServer, tickets: TicketAPI
 ) -> None:
     db = fresh_db(server)
     env = env_for(tickets)
@@ -257,7 +255,7 @@ def test_workers_ride_out_a_fast_restart_and_a_kill_of_the_server(
 @pytest.mark.parametrize("landed", [False, True], ids=["commit-lost", "answer-lost"])
 @pytest.mark.parametrize("nth_commit", [3, 6])
 def test_run_goes_on_after_its_commit_is_cut_off_by_a_server_crash(
-    tmp_path: Path, server: PgServer, tickets: TicketService, nth_commit: int, landed: bool
+    tmp_path: Path, server: PgServer, tickets: TicketAPI, nth_commit: int, landed: bool
 ) -> None:
     db = fresh_db(server)
     app = app_of(db)
@@ -314,7 +312,7 @@ def app_of(db: str) -> str:
 
 
 def test_run_exits_4_once_the_server_stays_away_past_reconnect_for(
-    tmp_path: Path, server: PgServer, tickets: TicketService
+    tmp_path: Path, server: PgServer, tickets: TicketAPI
 ) -> None:
     """After `--reconnect-for` seconds without the database: exit 4, one clear
     paragraph, and a resume finishes the task once the server is back."""

@@ -48,10 +48,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.reliability.test_crash_windows import TicketAPI
 from tests.support.cli import cli_env, describe, json_out, tether, write_spec
 from tests.support.fake_provider import LedgerProvider
 from tests.support.fault_proxy import PASS, Fault, FaultProxy
+from tests.support.ticket_api import TicketAPI
 
 pytestmark = pytest.mark.slow
 

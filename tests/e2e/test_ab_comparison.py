@@ -35,8 +35,8 @@ import pytest
 import yaml
 
 from tests.conftest import pg_connect
-from tests.reliability.test_crash_windows import TicketAPI
 from tests.support.cli import cli_env, describe, tether
+from tests.support.ticket_api import TicketAPI
 
 from .ab_policies import REPORT, cited_claims
 
@@ -261,11 +261,8 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def api() -> Iterator[TicketAPI]:
-    service = TicketAPI()
-    try:
+    with TicketAPI() as service:
         yield service
-    finally:
-        service.close()
 
 
 @pytest.mark.parametrize("corpus", list(CORPORA))

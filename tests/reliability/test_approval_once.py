@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.reliability.test_crash_windows import CLI, TicketAPI, assert_delivered, spec_file
+from tests.reliability.test_crash_windows import CLI, assert_delivered, spec_file
+from tests.support.ticket_api import TicketAPI
 
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -27,8 +27,9 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.reliability.test_crash_windows import CLI, ROOT, TicketAPI, of_type
+from tests.reliability.test_crash_windows import CLI, ROOT, of_type
 from tests.services.compensation_tools import POLICY, TOOLS_REF
+from tests.support.ticket_api import TicketAPI
 
 pytestmark = pytest.mark.slow
 

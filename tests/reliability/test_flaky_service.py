@@ -31,8 +31,8 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.reliability.test_crash_windows import TicketAPI
 from tests.services.flaky_tools import MAX_ATTEMPTS, POLICY, SERVICE, TOOL_NAME, TOOLS_REF
+from tests.support.ticket_api import TicketAPI
 
 pytestmark = pytest.mark.slow
 

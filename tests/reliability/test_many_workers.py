@@ -20,45 +20,30 @@ work, neither fails), and a worker refuses a database written by a newer tether.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from subprocess import PIPE
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from tests.reliability.test_crash_windows import TicketAPI
-from tests.services.flaky_tools import POLICY, TOOL_NAME, TOOLS_REF
+from tests.services.flaky_tools import TOOL_NAME
 from tests.support.procs import wait_for
+from tests.support.ticket_api import TicketAPI
+from tests.support.workers import Workers, add_tasks, in_store
 
-from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
-from tether.store import Store, open_store
+from tether.store import Store
 from tether.store.base import StoredEvent
 
 pytestmark = [pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
-
-
-def in_store(url: str, fn: Callable[[Store], Awaitable[T]]) -> T:
-    """Run `fn` on a fresh store handle on `url` (the test's own process)."""
-
-    async def main() -> T:
-        store = await open_store(url)
-        try:
-            return await fn(store)
-        finally:
-            await store.close()
-
-    return asyncio.run(main())
 
 
 def ticket_spec(name: str, items: list[str], tool: str = TOOL_NAME) -> Any:
@@ -75,15 +60,6 @@ def ticket_spec(name: str, items: list[str], tool: str = TOOL_NAME) -> Any:
             "models": {"judge": "rules"},
         }
     )  # fmt: skip
-
-
-def add_tasks(url: str, specs: list[Any]) -> list[str]:
-    """Queue one task per spec, oldest first; their ids."""
-
-    async def go(store: Store) -> list[str]:
-        return [(await create_task(store, s)).task_id for s in specs]
-
-    return in_store(url, go)
 
 
 def all_events(url: str, tids: list[str]) -> dict[str, list[StoredEvent]]:
@@ -121,67 +97,16 @@ def check_one_holder_at_a_time(tid: str, evs: list[StoredEvent]) -> list[str]:
     return owners
 
 
-class Workers:
-    """`tether worker` processes on one database; always stopped at the end."""
-
-    def __init__(self, logs: Path) -> None:
-        self.logs = logs
-        self.procs: list[tuple[subprocess.Popen[bytes], Path]] = []
-
-    def start(
-        self, url: str, n: int, *args: str, **env_extra: str
-    ) -> list[subprocess.Popen[bytes]]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-        env.update({"PYTHONPATH": str(ROOT), "TETHER_TOOLS": TOOLS_REF, **env_extra})
-        started = []
-        for _ in range(n):
-            log = self.logs / f"worker-{len(self.procs)}.log"
-            with log.open("wb") as out:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "tether.cli", "worker", "--poll", "0.2",
-                     "--quiet", "--model", POLICY, "--db", url, *args],
-                    cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                )  # fmt: skip
-            self.procs.append((proc, log))
-            started.append(proc)
-        return started
-
-    def wait(self, procs: list[subprocess.Popen[bytes]], timeout: float = 120) -> None:
-        """Wait for `procs` to exit by themselves, each with status 0."""
-        for proc in procs:
-            try:
-                rc = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"worker {proc.pid} still running after {timeout} s: {self.log(proc)}")
-            assert rc == 0, self.log(proc)
-
-    def log(self, proc: subprocess.Popen[bytes]) -> str:
-        path = next(p for q, p in self.procs if q is proc)
-        return path.read_text(errors="replace")[-3000:]
-
-    def stop(self) -> None:
-        for proc, _ in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=30)
-
-
 @pytest.fixture
 def workers(tmp_path: Path) -> Iterator[Workers]:
-    w = Workers(tmp_path)
-    try:
+    with Workers(tmp_path) as w:
         yield w
-    finally:
-        w.stop()
 
 
 @pytest.fixture
 def api() -> Iterator[TicketAPI]:
-    service = TicketAPI()
-    try:
+    with TicketAPI() as service:
         yield service
-    finally:
-        service.close()
 
 
 def db_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
@@ -367,11 +292,8 @@ def test_a_worker_refuses_a_database_of_a_newer_tether(
 @pytest.fixture
 def slow_api() -> Iterator[TicketAPI]:
     """The ticket API taking 0.5 s per POST (a worker is killed mid-task)."""
-    service = TicketAPI("--delay", "0.5")
-    try:
+    with TicketAPI("--delay", "0.5") as service:
         yield service
-    finally:
-        service.close()
 
 
 @pytest.mark.parametrize("kind", BACKENDS)

@@ -25,8 +25,9 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.reliability.test_crash_windows import POLICY, ROOT, TicketAPI, of_type
+from tests.reliability.test_crash_windows import POLICY, ROOT, of_type
 from tests.reliability.test_random_kills import Receiver
+from tests.support.ticket_api import TicketAPI
 
 pytestmark = pytest.mark.slow
 

@@ -51,7 +51,8 @@ import yaml
 from tests.e2e.test_ab_comparison import DATA
 from tests.e2e.test_ab_comparison import spec as ab_spec
 from tests.reliability.random_kill_support import MODEL, TOOLS_REF
-from tests.reliability.test_crash_windows import ROOT, TicketAPI, of_type
+from tests.reliability.test_crash_windows import ROOT, of_type
+from tests.support.ticket_api import TicketAPI
 
 from tether import failpoints
 

@@ -22,47 +22,29 @@ Idempotency-Key (the op id) and arrival time.
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
 import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from tests.reliability.test_crash_windows import TicketAPI
-from tests.services.flaky_tools import MAX_ATTEMPTS, POLICY, SERVICE, TOOL_NAME, TOOLS_REF
+from tests.services.flaky_tools import MAX_ATTEMPTS, SERVICE, TOOL_NAME
+from tests.support.ticket_api import TicketAPI
+from tests.support.workers import Workers, add_tasks, in_store
 
-from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
-from tether.store import Store, open_store
+from tether.store import Store
 from tether.tools.breaker import ServiceGuard
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
-ROOT = Path(__file__).resolve().parents[2]
 DELAY = 0.25
 REFUSED = re.compile(
     rf"^service {SERVICE} is unavailable until \d+: breaker open, cooling down until ([0-9.]+)"
 )
-T = TypeVar("T")
-
-
-def in_store(url: str, fn: Callable[[Store], Awaitable[T]]) -> T:
-    """Run `fn` on a fresh store handle on `url` (the test's own process)."""
-
-    async def main() -> T:
-        store = await open_store(url)
-        try:
-            return await fn(store)
-        finally:
-            await store.close()
-
-    return asyncio.run(main())
 
 
 def spec_of(name: str, items: list[str], services: dict[str, Any]) -> Any:
@@ -82,15 +64,6 @@ def spec_of(name: str, items: list[str], services: dict[str, Any]) -> Any:
     )  # fmt: skip
 
 
-def add_tasks(url: str, specs: list[Any]) -> list[str]:
-    """Queue one task per spec, oldest first; their ids."""
-
-    async def go(store: Store) -> list[str]:
-        return [(await create_task(store, s)).task_id for s in specs]
-
-    return in_store(url, go)
-
-
 def events(url: str, task_id: str) -> list[Any]:
     async def go(store: Store) -> list[Any]:
         return list(await store.read_events(task_id))
@@ -102,73 +75,19 @@ def of_type(evs: list[Any], type_: str) -> list[dict[str, Any]]:
     return [e.data for e in evs if e.type == type_]
 
 
-class Workers:
-    """`tether worker --once` processes on one database; always stopped at the end."""
-
-    def __init__(self, url: str, api: TicketAPI, logs: Path) -> None:
-        self.url = url
-        self.api = api
-        self.logs = logs
-        self.procs: list[tuple[subprocess.Popen[bytes], Path]] = []
-
-    def start(self, n: int = 1) -> list[subprocess.Popen[bytes]]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-        env.update(PYTHONPATH=str(ROOT), TETHER_TOOLS=TOOLS_REF, TICKETS_URL=self.api.url)
-        # Waits for an open breaker longer than this park the task (`waiting` until the
-        # breaker's next chance) instead of sleeping in the worker.
-        env["TETHER_INLINE_WAIT_MAX"] = "0.5"
-        started = []
-        for _ in range(n):
-            log = self.logs / f"worker-{len(self.procs)}.log"
-            with log.open("wb") as out:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "tether.cli", "worker", "--once", "--poll", "0.2",
-                     "--model", POLICY, "--db", self.url],
-                    cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                )  # fmt: skip
-            self.procs.append((proc, log))
-            started.append(proc)
-        return started
-
-    def wait(self, procs: list[subprocess.Popen[bytes]], timeout: float = 90) -> None:
-        """Wait for `procs` to exit by themselves (`--once`: nothing claimable)."""
-        deadline = time.monotonic() + timeout
-        for proc in procs:
-            try:
-                rc = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"worker {proc.pid} still running after {timeout} s: {self.log(proc)}")
-            assert rc == 0, self.log(proc)
-
-    def log(self, proc: subprocess.Popen[bytes]) -> str:
-        path = next(p for q, p in self.procs if q is proc)
-        return path.read_text(errors="replace")[-3000:]
-
-    def stop(self) -> None:
-        for proc, _ in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=10)
+def start_once(
+    workers: Workers, url: str, api: TicketAPI, n: int = 1
+) -> list[subprocess.Popen[bytes]]:
+    """`n` `tether worker --once` on `url` calling `api`. Waits for an open breaker
+    longer than 0.5 s park the task (`waiting` until the breaker's next chance)
+    instead of sleeping in the worker."""
+    return workers.start(url, n, "--once", TICKETS_URL=api.url, TETHER_INLINE_WAIT_MAX="0.5")
 
 
 @pytest.fixture
-def workers_for(tmp_path: Path) -> Iterator[Callable[[str, TicketAPI], Workers]]:
-    made: list[Workers] = []
-
-    def make(url: str, api: TicketAPI) -> Workers:
-        w = Workers(url, api, tmp_path)
-        made.append(w)
-        return w
-
-    try:
-        yield make
-    finally:
-        for w in made:
-            w.stop()
+def workers(tmp_path: Path) -> Iterator[Workers]:
+    with Workers(tmp_path) as w:
+        yield w
 
 
 @pytest.fixture
@@ -184,11 +103,8 @@ def slow_api() -> Iterator[TicketAPI]:
 @pytest.fixture
 def failing_api() -> Iterator[TicketAPI]:
     """The ticket API answering 503 to every POST."""
-    service = TicketAPI("--fail-rate", "1.0")
-    try:
+    with TicketAPI("--fail-rate", "1.0") as service:
         yield service
-    finally:
-        service.close()
 
 
 # ---------------------------------------------------------------- concurrency limit
@@ -202,16 +118,15 @@ def test_concurrency_limit_holds_across_workers(
     limit: int,
     pg_url: str,
     slow_api: TicketAPI,
-    workers_for: Callable[[str, TicketAPI], Workers],
+    workers: Workers,
 ) -> None:
     n_tasks, n_items = n_workers + 1, 3
     services = {SERVICE: {"max_concurrency": limit}}
     names = [[f"k{t}i{i}" for i in range(1, n_items + 1)] for t in range(1, n_tasks + 1)]
     tids = add_tasks(pg_url, [spec_of(f"task{t}", items, services) for t, items in
                               enumerate(names, 1)])  # fmt: skip
-    workers = workers_for(pg_url, slow_api)
-    procs = workers.start(n_workers)
-    workers.wait(procs)
+    procs = start_once(workers, pg_url, slow_api, n_workers)
+    workers.wait(procs, timeout=90)
 
     # Every task completed, one ticket per item, each from an op tether says succeeded.
     async def statuses(store: Store) -> list[tuple[str, str | None]]:
@@ -260,7 +175,7 @@ def test_concurrency_limit_holds_across_workers(
 def test_breaker_opened_by_one_worker_is_seen_by_another(
     pg_url: str,
     failing_api: TicketAPI,
-    workers_for: Callable[[str, TicketAPI], Workers],
+    workers: Workers,
 ) -> None:
     cooldown = 12.0
     services = {
@@ -271,11 +186,10 @@ def test_breaker_opened_by_one_worker_is_seen_by_another(
             "window_seconds": 60,
         }
     }
-    workers = workers_for(pg_url, failing_api)
 
     # Worker A: its op fails MAX_ATTEMPTS times (503), which opens the breaker.
     (ta,) = add_tasks(pg_url, [spec_of("A", ["a1"], services)])
-    workers.wait(workers.start())
+    workers.wait(start_once(workers, pg_url, failing_api), timeout=90)
     ev_a = events(pg_url, ta)
     assert [(d["src"], d["dst"]) for d in of_type(ev_a, "breaker.changed")] == [("closed", "open")]
     posts = failing_api.stats()["posts"]
@@ -305,7 +219,7 @@ def test_breaker_opened_by_one_worker_is_seen_by_another(
 
     # Worker B, another process: the breaker it finds in the database is A's.
     (tb,) = add_tasks(pg_url, [spec_of("B", ["b1"], services)])
-    workers.wait(workers.start())
+    workers.wait(start_once(workers, pg_url, failing_api), timeout=90)
     ev_b = events(pg_url, tb)
     errors_b = [
         d["error"] or "" for t in ("op.result", "op.retry_scheduled") for d in of_type(ev_b, t)
@@ -336,7 +250,7 @@ def test_breaker_opened_by_one_worker_is_seen_by_another(
     # half-open probe, it succeeds and closes the breaker, and every item gets done.
     time.sleep(max(0.0, until - time.time() + 0.1))
     (tc,) = add_tasks(pg_url, [spec_of("C", ["c1"], services)])
-    workers.wait(workers.start())
+    workers.wait(start_once(workers, pg_url, failing_api), timeout=90)
     ev_all = [events(pg_url, t) for t in (ta, tb, tc)]
     changes = sorted(
         (d for evs in ev_all for d in of_type(evs, "breaker.changed")),

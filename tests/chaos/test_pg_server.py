@@ -45,7 +45,7 @@ from tests.chaos._pg_server import PgServer, pg_server
 from tests.conftest import pg_connect
 from tests.support.cli import assert_ok, cli_env, popen_tether, tether, tether_command
 from tests.support.procs import reap, wait_for, wait_stopped
-from tests.support.ticket_api import TicketAPI
+from tests.support.services import TicketAPI
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 

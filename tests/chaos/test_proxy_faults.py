@@ -51,7 +51,7 @@ import yaml
 from tests.support.cli import cli_env, describe, json_out, tether, write_spec
 from tests.support.fake_provider import LedgerProvider
 from tests.support.fault_proxy import PASS, Fault, FaultProxy
-from tests.support.ticket_api import TicketAPI
+from tests.support.services import TicketAPI
 
 pytestmark = pytest.mark.slow
 
@@ -67,26 +67,24 @@ class Upstream:
 @pytest.fixture
 def upstream() -> Iterator[Upstream]:
     provider = LedgerProvider()
-    provider.start()
     proxy = FaultProxy(provider.port)
     try:
         yield Upstream(provider, proxy)
     finally:
         proxy.close()  # first: it ends the connections the provider's threads serve
-        provider.stop()
+        provider.close()
 
 
 @pytest.fixture
 def closing_upstream() -> Iterator[Upstream]:
     """A provider that closes each connection after its response."""
     provider = LedgerProvider(close_after=True)
-    provider.start()
     proxy = FaultProxy(provider.port)
     try:
         yield Upstream(provider, proxy)
     finally:
         proxy.close()
-        provider.stop()
+        provider.close()
 
 
 ADAPTERS = ["openai", "anthropic"]

@@ -36,7 +36,7 @@ import yaml
 
 from tests.conftest import pg_connect
 from tests.support.cli import cli_env, describe, tether
-from tests.support.ticket_api import TicketAPI
+from tests.support.services import TicketAPI
 
 from .ab_policies import REPORT, cited_claims
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator, Iterator
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -30,7 +31,7 @@ from tether.models.base import Message, ModelRequest, ToolCall
 
 @pytest.fixture
 def provider() -> Iterator[FakeProvider]:
-    with FakeProvider(prefix="") as p:
+    with closing(FakeProvider(prefix="")) as p:
         yield p
 
 

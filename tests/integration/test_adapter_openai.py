@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -29,7 +30,7 @@ from tether.models.openai import OpenAIModel
 
 @pytest.fixture
 def provider() -> Iterator[FakeProvider]:
-    with FakeProvider() as p:
+    with closing(FakeProvider()) as p:
         yield p
 
 

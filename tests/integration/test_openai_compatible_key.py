@@ -8,6 +8,7 @@ keyless local vLLM, llama.cpp or Ollama server ignores).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import closing
 
 import pytest
 
@@ -29,7 +30,7 @@ COMPATIBLE_KEY = "sk-compatible-server-key"
 
 @pytest.fixture
 def provider() -> Iterator[FakeProvider]:
-    with FakeProvider() as p:
+    with closing(FakeProvider()) as p:
         yield p
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from tests.reliability.test_crash_windows import CLI, assert_delivered, spec_file
-from tests.support.ticket_api import TicketAPI
+from tests.support.services import TicketAPI
 
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -29,7 +29,7 @@ import pytest
 import yaml
 from tests.reliability.test_crash_windows import CLI, ROOT, of_type
 from tests.services.compensation_tools import POLICY, TOOLS_REF
-from tests.support.ticket_api import TicketAPI
+from tests.support.services import TicketAPI
 
 pytestmark = pytest.mark.slow
 

@@ -33,7 +33,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 import yaml
 from tests.services.tools import ROWS_TABLE_ENV, create_rows_table, rows_connect
-from tests.support.ticket_api import TicketAPI
+from tests.support.services import TicketAPI
 
 pytestmark = pytest.mark.slow
 

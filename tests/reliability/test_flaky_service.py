@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 import yaml
 from tests.services.flaky_tools import MAX_ATTEMPTS, POLICY, SERVICE, TOOL_NAME, TOOLS_REF
-from tests.support.ticket_api import TicketAPI
+from tests.support.services import TicketAPI
 
 pytestmark = pytest.mark.slow
 

@@ -27,6 +27,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from subprocess import PIPE
 from typing import Any
@@ -34,7 +35,7 @@ from typing import Any
 import pytest
 from tests.services.flaky_tools import TOOL_NAME
 from tests.support.procs import wait_for
-from tests.support.ticket_api import TicketAPI
+from tests.support.services import TicketAPI
 from tests.support.workers import Workers, add_tasks, in_store
 
 from tether.spec import parse_spec
@@ -99,7 +100,7 @@ def check_one_holder_at_a_time(tid: str, evs: list[StoredEvent]) -> list[str]:
 
 @pytest.fixture
 def workers(tmp_path: Path) -> Iterator[Workers]:
-    with Workers(tmp_path) as w:
+    with closing(Workers(tmp_path)) as w:
         yield w
 
 

@@ -26,15 +26,14 @@ from typing import Any
 import pytest
 import yaml
 from tests.reliability.test_crash_windows import POLICY, ROOT, of_type
-from tests.reliability.test_random_kills import Receiver
-from tests.support.ticket_api import TicketAPI
+from tests.support.services import NoticeReceiver, TicketAPI
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def services() -> Iterator[tuple[TicketAPI, Receiver]]:
-    api, hook = TicketAPI(), Receiver()
+def services() -> Iterator[tuple[TicketAPI, NoticeReceiver]]:
+    api, hook = TicketAPI(), NoticeReceiver()
     try:
         yield api, hook
     finally:
@@ -64,7 +63,7 @@ POINTS = {
 
 @pytest.mark.parametrize("point", list(POINTS))
 def test_a_notice_whose_sender_died_is_sent_by_the_next_worker(
-    point: str, tmp_path: Path, services: tuple[TicketAPI, Receiver]
+    point: str, tmp_path: Path, services: tuple[TicketAPI, NoticeReceiver]
 ) -> None:
     api, hook = services
     db = f"sqlite:///{tmp_path / 'tether.db'}"

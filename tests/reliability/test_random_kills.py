@@ -52,7 +52,7 @@ from tests.e2e.test_ab_comparison import DATA
 from tests.e2e.test_ab_comparison import spec as ab_spec
 from tests.reliability.random_kill_support import MODEL, TOOLS_REF
 from tests.reliability.test_crash_windows import ROOT, of_type
-from tests.support.ticket_api import TicketAPI
+from tests.support.services import NoticeReceiver, TicketAPI
 
 from tether import failpoints
 
@@ -68,46 +68,14 @@ FAIL_POINTS = len(POINTS) if STRESS else 2
 #: as a driver runs before the task waits for a person.
 MIN_DELAY = 0.5
 MAX_DELAY = 2.5
-SERVICE = ROOT / "tests" / "services" / "notice_receiver.py"
-
-
-class Receiver:
-    """The webhook receiver of `tests/services/notice_receiver.py` as a child process."""
-
-    def __init__(self) -> None:
-        env = {k: v for k, v in os.environ.items() if k != "NOTICE_SECRET"}
-        self.proc = subprocess.Popen(
-            [sys.executable, str(SERVICE)], stdout=subprocess.PIPE, text=True, env=env
-        )
-        assert self.proc.stdout is not None
-        self.port = int(json.loads(self.proc.stdout.readline())["port"])
-        self.url = f"http://127.0.0.1:{self.port}/hook"
-
-    def stats(self) -> dict[str, Any]:
-        import http.client
-
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        try:
-            conn.request("GET", "/stats")
-            return dict(json.loads(conn.getresponse().read()))
-        finally:
-            conn.close()
-
-    def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
 
 
 class Harness:
     """One database, one workspace, the ticket service and the notice receiver."""
 
-    def __init__(self, db: str, root: Path, api: TicketAPI, hook: Receiver, seed: int) -> None:
+    def __init__(
+        self, db: str, root: Path, api: TicketAPI, hook: NoticeReceiver, seed: int
+    ) -> None:
         self.db, self.root, self.api, self.hook = db, root, api, hook
         self.rng = random.Random(seed)
         # A worker runs with --concurrency 1 or 3, drawn from its own generator (the
@@ -324,10 +292,10 @@ def check_end(h: Harness) -> None:
 
 
 @pytest.fixture
-def services() -> Iterator[tuple[TicketAPI, Receiver]]:
+def services() -> Iterator[tuple[TicketAPI, NoticeReceiver]]:
     api = TicketAPI()
     api.faults(unavailable_titles=["c"])
-    hook = Receiver()
+    hook = NoticeReceiver()
     try:
         yield api, hook
     finally:
@@ -339,7 +307,7 @@ def _seed() -> int:
     return int(os.environ.get("TETHER_TEST_SEED") or random.SystemRandom().randrange(10**6))
 
 
-def test_sqlite_random_kills(tmp_path: Path, services: tuple[TicketAPI, Receiver]) -> None:
+def test_sqlite_random_kills(tmp_path: Path, services: tuple[TicketAPI, NoticeReceiver]) -> None:
     seed = _seed()
     print(f"seed={seed} (TETHER_TEST_SEED={seed} reproduces the plan)")
     h = Harness(f"sqlite:///{tmp_path / 'tether.db'}", tmp_path, *services, seed)
@@ -349,7 +317,7 @@ def test_sqlite_random_kills(tmp_path: Path, services: tuple[TicketAPI, Receiver
 
 @pytest.mark.postgres
 def test_postgres_random_kills(
-    tmp_path: Path, services: tuple[TicketAPI, Receiver], pg_schema_url: Callable[[], str]
+    tmp_path: Path, services: tuple[TicketAPI, NoticeReceiver], pg_schema_url: Callable[[], str]
 ) -> None:
     seed = _seed()
     print(f"seed={seed} (TETHER_TEST_SEED={seed} reproduces the plan)")

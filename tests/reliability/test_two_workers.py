@@ -27,12 +27,13 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.services.flaky_tools import MAX_ATTEMPTS, SERVICE, TOOL_NAME
-from tests.support.ticket_api import TicketAPI
+from tests.support.services import TicketAPI
 from tests.support.workers import Workers, add_tasks, in_store
 
 from tether.spec import parse_spec
@@ -86,7 +87,7 @@ def start_once(
 
 @pytest.fixture
 def workers(tmp_path: Path) -> Iterator[Workers]:
-    with Workers(tmp_path) as w:
+    with closing(Workers(tmp_path)) as w:
         yield w
 
 

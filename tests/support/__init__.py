@@ -6,7 +6,7 @@
 - `fake_provider`: OpenAI- and Anthropic-shaped model providers on 127.0.0.1;
 - `fault_proxy`: a byte-level proxy that resets, stalls or trickles a connection;
 - `procs`: waiting on and reaping child processes;
-- `ticket_api`: the ticket service (`tests/services/ticket_api.py`) as a child process;
+- `services`: the ticket API and the notice receiver of `tests/services/` as child processes;
 - `workers`: `tether worker` processes on one database;
 - `stall_tools`: `create_ticket` with a short tether timeout, for the proxy faults.
 """

@@ -21,8 +21,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from tether.models.base import Message, ModelRequest, ToolSchema
 
@@ -55,8 +54,8 @@ class _Server(ThreadingHTTPServer):
 class ProviderServer:
     """An HTTP server on an ephemeral port of 127.0.0.1 answering each POST with
     `answer(seen)`. `keep_alive`: HTTP/1.1 connections kept open, as real providers do;
-    `close_after`: each response closes its connection. Use it with `with`, or
-    `start()` and `stop()`."""
+    `close_after`: each response closes its connection. Serving from the start;
+    `close` stops it (`contextlib.closing` in a fixture)."""
 
     def __init__(
         self,
@@ -114,26 +113,13 @@ class ProviderServer:
         self.thread = threading.Thread(
             target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
         )
-
-    def start(self) -> None:
         self.thread.start()
 
-    def stop(self) -> None:
+    def close(self) -> None:
+        """Stop serving and join the handler threads."""
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(timeout=30)
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 class FakeProvider(ProviderServer):

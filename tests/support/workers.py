@@ -13,8 +13,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -49,7 +48,8 @@ def add_tasks(url: str, specs: list[Any]) -> list[str]:
 
 
 class Workers:
-    """`tether worker` processes; always stopped at the end (`stop`, or `with`)."""
+    """`tether worker` processes; `close` kills those still running (`contextlib.closing`
+    in a fixture)."""
 
     def __init__(self, logs: Path) -> None:
         self.logs = logs
@@ -91,20 +91,9 @@ class Workers:
         path = next(p for q, p in self.procs if q is proc)
         return path.read_text(errors="replace")[-3000:]
 
-    def stop(self) -> None:
+    def close(self) -> None:
         """Kill the workers still running."""
         for proc, _ in self.procs:
             if proc.poll() is None:
                 proc.kill()
             proc.wait(timeout=30)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.integration.test_status_probe import Actor, _start, until
 from tests.support.adversarial import assert_honest, say, statuses
 from tests.support.loop import events_of, spec_of
+from tests.support.probe import Actor, start_probed, until
 from tether.clock import FakeClock
 from tether.models.base import ModelRequest, ModelResponse
 from tether.store.base import Store
@@ -36,7 +36,7 @@ class Liar(Actor):
 async def test_a_done_probe_answer_proves_nothing(store: Store, tmp_path: Path) -> None:
     clock = FakeClock()
     actor = Liar([ANSWER])
-    tid, run = await _start(store, tmp_path, actor, clock, limits={"max_rounds": 4})
+    tid, run = await start_probed(store, tmp_path, actor, clock, limits={"max_rounds": 4})
     await until(lambda: actor.hanging, "the round's model call")
     clock.advance(301)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +14,14 @@ import pytest
 
 import tether
 from tests.support.loop import events_of, honest_actor, spec_of
+from tests.support.probe import Actor, start_probed, until
 from tether import errors
 from tether.cli import views
 from tether.clock import FakeClock
 from tether.edits import tell
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
-from tether.runtime.engine import Engine, ModelSet, RunResult
+from tether.runtime.engine import Engine, ModelSet
 from tether.runtime.run import probe
 from tether.runtime.tasks import create_task
 from tether.runtime.watch.sinks import LogNotifier
@@ -30,51 +30,6 @@ from tether.store import Store
 from tether.store.memory import MemoryStore
 
 SECRET = "sk-probe-9c8b7a6f5e4d"
-
-
-async def until(check: Callable[[], Awaitable[bool] | bool], what: str) -> None:
-    """Wait for a condition (never a fixed sleep), 30 s at most."""
-    for _ in range(3000):
-        got = check()
-        if not isinstance(got, bool):
-            got = await got
-        if got:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-class Actor:
-    """A scripted actor whose first round call hangs until `release` is set, and whose
-    probe answers come from a list (then WORKING)."""
-
-    def __init__(self, answers: list[str | Exception], *, hang: bool = True) -> None:
-        self.answers = list(answers)
-        self.release = asyncio.Event()
-        self.hang = hang
-        self.hanging = False
-        self.cancelled = 0
-        self.probes: list[ModelRequest] = []
-        self.model = ScriptedModel(policy=self.answer, name="actor")
-
-    async def answer(self, request: ModelRequest) -> ModelResponse | str:
-        if request.purpose == "probe":
-            self.probes.append(request)
-            answer = self.answers.pop(0) if self.answers else "WORKING"
-            if isinstance(answer, Exception):
-                raise answer
-            return answer
-        if self.hang:
-            self.hang = False
-            self.hanging = True
-            try:
-                await self.release.wait()
-            except asyncio.CancelledError:
-                self.cancelled += 1
-                raise
-            finally:
-                self.hanging = False
-        return honest_actor(request)
 
 
 class Beats:
@@ -96,21 +51,6 @@ class Beats:
         await until(lambda: self.n >= goal, f"{more} heartbeats")
 
 
-async def _start(
-    store: Store,
-    tmp_path: Path,
-    actor: Actor,
-    clock: FakeClock,
-    limits: dict[str, Any] | None = None,
-    **engine: Any,
-) -> tuple[str, asyncio.Task[RunResult]]:
-    spec = spec_of(1, limits={"probe_after": 300, **(limits or {})}, **engine.pop("spec", {}))
-    tid = (await create_task(store, spec, workspace=tmp_path)).task_id
-    # A short lease: the heartbeat that checks for silence runs every 0.1 s.
-    eng = Engine(store, ModelSet(actor.model), lease_ttl=0.3, clock=clock, **engine)
-    return tid, asyncio.create_task(eng.run(tid))
-
-
 async def _answers(store: Store, tid: str) -> list[str]:
     return [str(a["answer"]) for a in await events_of(store, tid, "probe.answered")]
 
@@ -126,7 +66,7 @@ async def test_working_keeps_the_round_and_the_probe_is_journaled_and_counted(
     monkeypatch.setenv("PROBE_API_KEY", SECRET)
     beats = Beats(store)
     actor = Actor([f"**Working.** (key {SECRET})"])
-    tid, run = await _start(store, tmp_path, actor, clock)
+    tid, run = await start_probed(store, tmp_path, actor, clock)
     await until(lambda: actor.hanging, "the round's model call")
     await beats.wait()
     assert actor.probes == []  # not silent for long enough yet
@@ -171,7 +111,7 @@ async def test_done_is_recorded_but_never_taken_as_completion(tmp_path: Path) ->
     clock = FakeClock()
     store = await MemoryStore.open()
     actor = Actor(["I am DONE with it"])
-    tid, run = await _start(store, tmp_path, actor, clock)
+    tid, run = await start_probed(store, tmp_path, actor, clock)
     await until(lambda: actor.hanging, "the round's model call")
     clock.advance(301)
     await until(lambda: _answered(store, tid, 1), "the probe's answer")
@@ -198,7 +138,7 @@ async def test_stuck_or_two_unusable_answers_restart_the_round(
     clock = FakeClock()
     store = await MemoryStore.open()
     actor = Actor(answers)
-    tid, run = await _start(store, tmp_path, actor, clock)
+    tid, run = await start_probed(store, tmp_path, actor, clock)
     await until(lambda: actor.hanging, "the round's model call")
     clock.advance(301)
     result = await asyncio.wait_for(run, 30)
@@ -224,7 +164,9 @@ async def test_with_ask_human_a_failed_probe_waits_for_a_person(
     store: Store, clock: FakeClock, tmp_path: Path
 ) -> None:
     actor = Actor(["", "?"])
-    tid, run = await _start(store, tmp_path, actor, clock, limits={"on_probe_failure": "ask_human"})
+    tid, run = await start_probed(
+        store, tmp_path, actor, clock, limits={"on_probe_failure": "ask_human"}
+    )
     await until(lambda: actor.hanging, "the round's model call")
     clock.advance(301)
     result = await asyncio.wait_for(run, 30)
@@ -297,7 +239,9 @@ async def test_a_round_waiting_for_a_retry_time_is_never_probed(tmp_path: Path) 
 
     actor.model = ScriptedModel(policy=act, name="actor")
     tools = ["write_file", "read_file", "list_files", "poll_status"]
-    tid, run = await _start(store, tmp_path, actor, clock, registry=registry, spec={"tools": tools})
+    tid, run = await start_probed(
+        store, tmp_path, actor, clock, registry=registry, spec={"tools": tools}
+    )
     await until(lambda: clock.sleeping == 1, "the inline wait for the retry time")
     clock.advance(3600)  # an hour of waiting is not an hour of silence
     await beats.wait()

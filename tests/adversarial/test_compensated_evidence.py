@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import tether
-from tests.integration.test_compensation import Tickets
 from tests.support.adversarial import assert_honest, statuses
+from tests.support.tickets import Tickets
 from tether.decisions import waive_item
 from tether.models.base import ModelRequest, ModelResponse
 from tether.store.base import Store

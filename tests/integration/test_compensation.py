@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,58 +22,12 @@ import pytest
 
 import tether
 from tests.support.loop import events_of
+from tests.support.tickets import Tickets
 from tether import approvals
 from tether.models.base import ModelRequest, ModelResponse
 from tether.store.base import Store
 from tether.store.memory import MemoryStore
 from tether.tools.builtin.files import default_registry
-
-FAST = tether.RetryPolicy(max_attempts=2, base_delay=0.0)
-
-
-@dataclass
-class Tickets:
-    """A ticket service in memory: which calls were made, in order."""
-
-    created: dict[str, str] = field(default_factory=dict)
-    sends: list[str] = field(default_factory=list)
-    cancels: list[str] = field(default_factory=list)
-    #: Titles whose creation fails transiently, and for how many more sends.
-    failing: dict[str, int] = field(default_factory=dict)
-    #: Ops whose cancellation fails transiently, for how many more sends.
-    cancel_failing: dict[str, int] = field(default_factory=dict)
-    #: Ops whose cancellation takes effect but loses its answer, for how many more sends.
-    cancel_lost: dict[str, int] = field(default_factory=dict)
-
-    def tools(self, policy: tether.RetryPolicy = FAST) -> tether.Tool:
-        def cancel_ticket(op: tether.OpRecord, ctx: tether.ToolContext) -> dict[str, Any]:
-            self.cancels.append(op.op_id)
-            left = self.cancel_failing.get(op.op_id, 0)
-            if left:
-                self.cancel_failing[op.op_id] = left - 1
-                raise tether.RetryLater("the tracker is busy")
-            assert ctx.op_id == f"{op.op_id}.compensate"
-            assert op.result is not None and "T-" in str(op.result.get("content"))
-            self.created.pop(op.op_id)
-            lost = self.cancel_lost.get(op.op_id, 0)
-            if lost:
-                self.cancel_lost[op.op_id] = lost - 1
-                raise tether.OutcomeUnknown("the connection dropped after the cancel")
-            return {"cancelled": op.op_id}
-
-        @tether.tool(effect="write", service="tickets", retry=policy, compensate=cancel_ticket)
-        def create_ticket(title: str, ctx: tether.ToolContext) -> dict[str, Any]:
-            """File a ticket."""
-            self.sends.append(ctx.op_id)
-            left = self.failing.get(title, 0)
-            if left:
-                self.failing[title] = left - 1
-                raise tether.RetryLater("the tracker is busy", delay=0)
-            ticket = f"T-{len(self.created) + 1}"
-            self.created[ctx.op_id] = title
-            return {"id": ticket, "title": title}
-
-        return create_ticket
 
 
 def batch_actor(request: ModelRequest) -> ModelResponse:

@@ -24,12 +24,13 @@ TOOLS = [shout]
 
 def shouts_then_writes(request: ModelRequest) -> ModelResponse | str:
     """Calls `shout` beside each write, so that a run needs the TETHER_TOOLS tool."""
-    from tests.e2e.policies import _next_item, _other
+    from tests.e2e.policies import _other
+    from tests.support.loop import next_item
     from tether.models.scripted import tool_call
 
     if request.purpose != "act":
         return _other(request)
-    item = _next_item(request)
+    item = next_item(request)
     if item is None:
         return ModelResponse("All items are closed.")
     return ModelResponse(

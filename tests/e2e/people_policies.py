@@ -3,7 +3,8 @@ scripted:tests.e2e.people_policies:<name>`)."""
 
 from __future__ import annotations
 
-from tests.e2e.policies import _next_item, _other
+from tests.e2e.policies import _other
+from tests.support.loop import next_item
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import tool_call
 
@@ -18,7 +19,7 @@ def asks_first(request: ModelRequest) -> ModelResponse | str:
     said = [m.content for m in request.messages if "Message from the user" in m.content]
     if not said:
         return ModelResponse(QUESTION)
-    item = _next_item(request)
+    item = next_item(request)
     if item is None:
         return ModelResponse("All items are closed.")
     return ModelResponse(

@@ -13,25 +13,11 @@ import asyncio
 import re
 from typing import Any
 
+from tests.support.loop import latest_ledger_text, next_item
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import tool_call
 
-_NEXT = re.compile(r"^Next: (\S+)", re.M)
 _OPEN = re.compile(r"^\s*\[[ ~]\] (\S+):", re.M)
-
-
-def _ledger_text(request: ModelRequest) -> str:
-    for m in reversed(request.messages):
-        if m.role == "user" and "GOAL LEDGER" in m.content:
-            return m.content
-    return request.system
-
-
-def _next_item(request: ModelRequest) -> str | None:
-    found = _NEXT.findall(_ledger_text(request))
-    if not found or found[-1] == "nothing":
-        return None
-    return found[-1]
 
 
 def _write(item: str) -> Any:
@@ -51,7 +37,7 @@ def done_policy(request: ModelRequest) -> ModelResponse | str:
     """One write per round for the ledger's next item; says done when nothing is open."""
     if request.purpose != "act":
         return _other(request)
-    item = _next_item(request)
+    item = next_item(request)
     if item is None:
         return ModelResponse("All items are closed.")
     return ModelResponse(f"Writing {item}.", (_write(item),))
@@ -81,9 +67,9 @@ def fast_policy(request: ModelRequest) -> ModelResponse | str:
     """Writes the files of every open item in one round."""
     if request.purpose != "act":
         return _other(request)
-    text = _ledger_text(request)
+    text = latest_ledger_text(request)
     items = list(dict.fromkeys(_OPEN.findall(text)))
-    nxt = _next_item(request)
+    nxt = next_item(request)
     if nxt and nxt not in items:
         items.insert(0, nxt)
     if not items:

@@ -2,8 +2,8 @@
 
 The colour of each status, a unix time as a date, the `list --json` row of a task, one
 event as a coloured line of text: plain data and strings (the CLI wraps them in `rich`
-objects, the dashboard in HTML), so that neither interface imports the other. Nothing
-here reads the store.
+objects, the dashboard in HTML), so that the dashboard does not import the CLI.
+Nothing here reads the store.
 """
 
 from __future__ import annotations

@@ -10,9 +10,6 @@
   recovery of a killed server runs then). `hold_commits()` makes every commit wait, after
   it is flushed, for a synchronous standby that does not exist, so that a kill cuts off
   a commit that has landed; `unhold_commits()` (server down) undoes it.
-- `TicketService`: `tests/services/ticket_api.py` as a child process, whose counters
-  are the effects as the outside world saw them (the tests' proof that no op was sent
-  twice, independent of tether's database).
 - `paced_actor`: `tests.services.policies.actor` taking `PACE` seconds per call, so that
   a run lasts long enough to be restarted and killed under.
 

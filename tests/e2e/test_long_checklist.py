@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e._cli import cli_env, tether
+from tests.support.cli import cli_env, tether
 
 MODEL = "scripted:tests.e2e.checklist_policies:paging_drafter"
 ITEMS = int(os.environ.get("TETHER_LONG_CHECKLIST_ITEMS", "1000"))

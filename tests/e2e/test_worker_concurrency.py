@@ -19,12 +19,11 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.chaos._procs import wait_for
+from tests.support.cli import cli_env, tether_command
+from tests.support.procs import wait_for
 from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
 from tether.store import Store, open_store
-
-from ._cli import cli_env, tether_command
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "scripted:tests.e2e.concurrency_policies:gated"

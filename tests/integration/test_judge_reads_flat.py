@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import tether
+from tests.support.loop import events_of, ledger_of, run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.rebuild import rebuild
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import Store
 from tether.tools.builtin.files import default_registry
-
-from .loop_support import events_of, ledger_of, run_task
 
 
 class CountingStore:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.loop import events_of, next_item, run_task, spec_of
 from tether import errors
 from tether.ledger_view import LEDGER_ITEMS_TOOL
 from tether.models.base import ModelRequest, ModelResponse, ToolCall
@@ -21,7 +22,6 @@ from tether.store.memory import MemoryStore
 from tether.tools.registry import ensure_lease
 
 from ..conftest import Backend, create_small_task
-from .loop_support import events_of, next_item, run_task, spec_of
 
 NEXT = re.compile(r"^Next: (\S+)", re.M)
 

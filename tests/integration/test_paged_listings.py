@@ -12,13 +12,12 @@ import pytest
 from fastapi.testclient import TestClient
 from rich.console import Console
 
+from tests.support.loop import spec_of
 from tether.cli import views
 from tether.runtime.tasks import create_task, status_dict
 from tether.store.memory import MemoryStore
 from tether.web import create_app
 from tether.web.security import COOKIE
-
-from .loop_support import spec_of
 
 TOKEN = "test-token-0123456789"
 ROW = re.compile(r'data-item="([^"]+)"')

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Backend
+from tests.support.loop import honest_actor, spec_of
 from tether import errors
 from tether.clock import FakeClock
 from tether.models.base import ModelRequest, ModelResponse
@@ -29,8 +30,6 @@ from tether.runtime.worker import Worker
 from tether.spec import TaskSpec
 from tether.store import Store
 from tether.store.base import Lease, StoredEvent
-
-from .loop_support import honest_actor, spec_of
 
 #: Generous bound for a wait; reaching it is a failure.
 LIMIT = 60.0

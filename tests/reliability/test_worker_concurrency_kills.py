@@ -14,23 +14,22 @@ import os
 import random
 import time
 from collections import Counter
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.chaos._procs import wait_for
-from tests.reliability.test_crash_windows import TicketAPI
 from tests.reliability.test_many_workers import (
     BACKENDS,
-    Workers,
-    add_tasks,
     all_events,
     check_one_holder_at_a_time,
     db_url,
-    in_store,
     statuses,
     ticket_spec,
 )
+from tests.support.procs import wait_for
+from tests.support.services import TicketAPI
+from tests.support.workers import Workers, add_tasks, in_store
 
 from tether.store import Store
 
@@ -48,11 +47,8 @@ def api() -> Any:
 
 @pytest.fixture
 def workers(tmp_path: Path) -> Any:
-    w = Workers(tmp_path)
-    try:
+    with closing(Workers(tmp_path)) as w:
         yield w
-    finally:
-        w.stop()
 
 
 @pytest.mark.parametrize("kind", BACKENDS)

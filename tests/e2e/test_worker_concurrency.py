@@ -10,38 +10,25 @@ the database, never a sleep.
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import subprocess
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from tests.support.cli import cli_env, tether_command
 from tests.support.procs import wait_for
+from tests.support.workers import in_store
 from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
-from tether.store import Store, open_store
+from tether.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "scripted:tests.e2e.concurrency_policies:gated"
 #: What the documentation promises for a drain here: each run stops at its current
 #: step (a model call in flight is abandoned at once), then the process exits.
 GRACE = 30.0
-T = TypeVar("T")
-
-
-def in_store(url: str, fn: Callable[[Store], Awaitable[T]]) -> T:
-    async def main() -> T:
-        store = await open_store(url)
-        try:
-            return await fn(store)
-        finally:
-            await store.close()
-
-    return asyncio.run(main())
 
 
 def spec(key: str, items: int = 3) -> Any:

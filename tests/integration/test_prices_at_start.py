@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e._cli import assert_clean_error, spec_dict, tether
+from tests.support.cli import assert_clean_error, spec_dict, tether
+from tests.support.loop import by_purpose, events_of, honest_actor, rules_judge, run_task, spec_of
 from tether import errors
 from tether.clock import FakeClock
 from tether.models.base import ModelRequest, ModelResponse
@@ -19,7 +20,6 @@ from tether.models.scripted import ScriptedModel
 from tether.runtime.wiring import check_task
 from tether.store.memory import MemoryStore
 
-from .loop_support import by_purpose, events_of, honest_actor, rules_judge, run_task, spec_of
 from .test_status_probe import Actor, Beats, _answered, _start, until
 
 LOCAL = "openai-compatible:http://127.0.0.1:9/v1#qwen3-8b"

@@ -13,14 +13,13 @@ import yaml
 
 from tests.support.cli import assert_clean_error, spec_dict, tether
 from tests.support.loop import by_purpose, events_of, honest_actor, rules_judge, run_task, spec_of
+from tests.support.probe import Actor, Beats, probe_answered, start_probed, until
 from tether import errors
 from tether.clock import FakeClock
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
 from tether.runtime.wiring import check_task
 from tether.store.memory import MemoryStore
-
-from .test_status_probe import Actor, Beats, _answered, _start, until
 
 LOCAL = "openai-compatible:http://127.0.0.1:9/v1#qwen3-8b"
 
@@ -113,11 +112,11 @@ async def test_a_status_probe_is_counted_at_the_contract_s_price(
     beats = Beats(store)
     actor = Actor(["WORKING"])
     priced = {"prices": {"actor": {"input": 300_000, "output": 600_000}}}
-    tid, run = await _start(store, tmp_path, actor, clock, spec=priced)
+    tid, run = await start_probed(store, tmp_path, actor, clock, spec=priced)
     await until(lambda: actor.hanging, "the round's model call")
     await beats.wait()
     clock.advance(301)
-    await until(lambda: _answered(store, tid, 1), "the probe's answer")
+    await until(lambda: probe_answered(store, tid, 1), "the probe's answer")
     actor.release.set()
     assert (await asyncio.wait_for(run, 30)).status == "satisfied"
     calls = await events_of(store, tid, "model.called")

@@ -14,7 +14,7 @@ import pytest
 
 import tether
 from tests.support.loop import events_of, honest_actor, spec_of
-from tests.support.probe import Actor, start_probed, until
+from tests.support.probe import Actor, Beats, probe_answered, probe_answers, start_probed, until
 from tether import errors
 from tether.cli import views
 from tether.clock import FakeClock
@@ -32,33 +32,6 @@ from tether.store.memory import MemoryStore
 SECRET = "sk-probe-9c8b7a6f5e4d"
 
 
-class Beats:
-    """Counts the lease renewals of a store (each heartbeat renews once)."""
-
-    def __init__(self, store: Store) -> None:
-        self.n = 0
-        renew = store.renew
-
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            self.n += 1
-            return await renew(*args, **kwargs)
-
-        store.renew = counted  # type: ignore[method-assign]
-
-    async def wait(self, more: int = 3) -> None:
-        """Let `more` heartbeats pass."""
-        goal = self.n + more
-        await until(lambda: self.n >= goal, f"{more} heartbeats")
-
-
-async def _answers(store: Store, tid: str) -> list[str]:
-    return [str(a["answer"]) for a in await events_of(store, tid, "probe.answered")]
-
-
-async def _answered(store: Store, tid: str, n: int) -> bool:
-    return len(await _answers(store, tid)) >= n
-
-
 async def test_working_keeps_the_round_and_the_probe_is_journaled_and_counted(
     store: Store, clock: FakeClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -71,8 +44,8 @@ async def test_working_keeps_the_round_and_the_probe_is_journaled_and_counted(
     await beats.wait()
     assert actor.probes == []  # not silent for long enough yet
     clock.advance(301)
-    await until(lambda: _answered(store, tid, 1), "the probe's answer")
-    assert await _answers(store, tid) == ["WORKING"]
+    await until(lambda: probe_answered(store, tid, 1), "the probe's answer")
+    assert await probe_answers(store, tid) == ["WORKING"]
     # The silence clock starts again at the answer: 299 s later nothing is asked...
     clock.advance(299)
     await beats.wait()
@@ -80,7 +53,7 @@ async def test_working_keeps_the_round_and_the_probe_is_journaled_and_counted(
     # ... 301 s later the round is asked again.
     clock.advance(2)
     await until(lambda: len(actor.probes) == 2, "a second probe")
-    await until(lambda: _answered(store, tid, 2), "its answer")
+    await until(lambda: probe_answered(store, tid, 2), "its answer")
     actor.release.set()
     result = await asyncio.wait_for(run, 30)
     assert result.status == "satisfied" and not result.interrupted
@@ -114,8 +87,8 @@ async def test_done_is_recorded_but_never_taken_as_completion(tmp_path: Path) ->
     tid, run = await start_probed(store, tmp_path, actor, clock)
     await until(lambda: actor.hanging, "the round's model call")
     clock.advance(301)
-    await until(lambda: _answered(store, tid, 1), "the probe's answer")
-    assert await _answers(store, tid) == ["DONE"]
+    await until(lambda: probe_answered(store, tid, 1), "the probe's answer")
+    assert await probe_answers(store, tid) == ["DONE"]
     ledger = (await store.get_ledger(tid)).to_ledger()
     assert ledger.item("i1").status != "done"  # the ledger decides, not the answer
     assert not actor.cancelled
@@ -145,7 +118,7 @@ async def test_stuck_or_two_unusable_answers_restart_the_round(
     # Cancelled and recorded like a round_timeout: a crash of this worker.
     assert (result.status, result.interrupted) == ("running", True)
     assert actor.cancelled == 1
-    assert await _answers(store, tid) == recorded
+    assert await probe_answers(store, tid) == recorded
     failed = await events_of(store, tid, "model.failed")
     assert [f["purpose"] for f in failed] == ["probe"] * isinstance(answers[0], Exception)
     (warning,) = await events_of(store, tid, "audit.warning")
@@ -172,7 +145,7 @@ async def test_with_ask_human_a_failed_probe_waits_for_a_person(
     result = await asyncio.wait_for(run, 30)
     assert result.status == "waiting" and not result.interrupted
     assert actor.cancelled == 1
-    assert await _answers(store, tid) == ["unusable", "unusable"]
+    assert await probe_answers(store, tid) == ["unusable", "unusable"]
     # The timeline says what was asked and what came back.
     lines = [views.describe_event(e)[1] for e in await store.read_events(tid)]
     assert "status probe of round 1 on i1 after 301s silent: unusable ('?')" in lines
@@ -332,11 +305,11 @@ async def test_an_answer_that_comes_after_the_round_moved_on_changes_nothing(
     gates[1].set()  # round 1 goes on and commits; round 2 hangs
     await until(lambda: state["hanging"] == 2, "round 2's model call")
     answer_now.set()  # the late STUCK is about round 1
-    await until(lambda: _answered(store, tid, 1), "the late answer")
+    await until(lambda: probe_answered(store, tid, 1), "the late answer")
     await beats.wait()
     assert state["cancelled"] == 0 and not run.done()
     gates[2].set()
     result = await asyncio.wait_for(run, 30)
     assert result.status == "satisfied" and not result.interrupted
-    assert await _answers(store, tid) == ["STUCK"]
+    assert await probe_answers(store, tid) == ["STUCK"]
     assert await events_of(store, tid, "audit.warning") == []

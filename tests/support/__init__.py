@@ -2,7 +2,8 @@
 
 - `loop`: specs, scripted policies and store readers for the agent-loop tests;
 - `adversarial`: contracts, judge payloads and the honesty oracle of the adversarial tier;
-- `probe`: the status probe's setup (a round that hangs until released);
+- `probe`: the status probe's setup (a round that hangs until released, heartbeats
+  counted, the answers read back);
 - `tickets`: an in-memory ticket tracker whose tool can be compensated;
 - `cli`: driving the `tether` command in a subprocess (e2e, chaos, reliability...);
 - `fake_provider`: OpenAI- and Anthropic-shaped model providers on 127.0.0.1;

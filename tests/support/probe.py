@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from tests.support.loop import honest_actor, spec_of
+from tests.support.loop import events_of, honest_actor, spec_of
 from tether.clock import FakeClock
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
@@ -80,3 +80,32 @@ async def start_probed(
     # A short lease: the heartbeat that checks for silence runs every 0.1 s.
     eng = Engine(store, ModelSet(actor.model), lease_ttl=0.3, clock=clock, **engine)
     return tid, asyncio.create_task(eng.run(tid))
+
+
+class Beats:
+    """Counts the lease renewals of a store (each heartbeat renews once)."""
+
+    def __init__(self, store: Store) -> None:
+        self.n = 0
+        renew = store.renew
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.n += 1
+            return await renew(*args, **kwargs)
+
+        store.renew = counted  # type: ignore[method-assign]
+
+    async def wait(self, more: int = 3) -> None:
+        """Let `more` heartbeats pass."""
+        goal = self.n + more
+        await until(lambda: self.n >= goal, f"{more} heartbeats")
+
+
+async def probe_answers(store: Store, tid: str) -> list[str]:
+    """The answers the task's probes got, in order."""
+    return [str(a["answer"]) for a in await events_of(store, tid, "probe.answered")]
+
+
+async def probe_answered(store: Store, tid: str, n: int) -> bool:
+    """Did the task's probes get `n` answers yet?"""
+    return len(await probe_answers(store, tid)) >= n

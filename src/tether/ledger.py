@@ -18,12 +18,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, get_args
 
-from tether import errors, ledger_view
+from tether import errors
 
 ItemStatus = Literal["pending", "in_progress", "done", "blocked", "skipped", "waived"]
 ITEM_STATUSES: Final[tuple[str, ...]] = get_args(ItemStatus)
 OPEN_STATUSES: Final[frozenset[str]] = frozenset({"pending", "in_progress"})
-_MARK: Final[dict[str, str]] = ledger_view.MARK
+#: The mark of each status, in front of an item's line.
+MARK: Final[dict[str, str]] = {
+    "pending": "[ ]",
+    "in_progress": "[~]",
+    "done": "[x]",
+    "blocked": "[!]",
+    "skipped": "[-]",
+    "waived": "[w]",
+}
+_MARK = MARK
 
 
 @dataclass(frozen=True)
@@ -374,17 +383,12 @@ class Ledger:
     def render(
         self, *, header: str = "GOAL LEDGER", compact: bool = False, changed: Sequence[str] = ()
     ) -> str:
-        """Compact text for prompts. Deterministic: same state, same bytes.
+        """Compact text for prompts, item by item. Deterministic: same state, same bytes.
 
-        A checklist of more than `ledger_view.FULL_VIEW_MAX_ITEMS` items is shown as a
-        view of bounded size (`ledger_view.render_view`: counts, the focus item, the next
-        few open items, the items in `changed`, the blocked ones), which the model pages
-        through with the `ledger_items` tool. A shorter one is listed item by item;
-        there `compact=True` lists done items by id only (one line per group), and
-        `changed` is not used (every item is shown).
+        `compact=True` lists done items by id only (one line per group); `changed` is
+        not used (every item is shown). Prompts render through `ledger_view.render`,
+        which shows a long checklist as a view of bounded size instead.
         """
-        if ledger_view.paged(self):
-            return ledger_view.render_view(self, header=header, changed=changed)
         p = self.progress()
         lines = [
             f"{header} (version {self.version})",

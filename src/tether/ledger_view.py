@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-if TYPE_CHECKING:
-    from tether.ledger import ItemDef, ItemState, Ledger
+from tether.ledger import MARK, ItemDef, ItemState, Ledger
 
 #: Checklists longer than this are shown as a bounded view, not item by item.
 FULL_VIEW_MAX_ITEMS: Final = 25
@@ -31,20 +30,28 @@ LEDGER_ITEMS_TOOL: Final = "ledger_items"
 #: The most items one page of `ledger_items` lists.
 PAGE_MAX: Final = 100
 
-#: The mark of each status, in front of an item's line.
-MARK: Final[dict[str, str]] = {
-    "pending": "[ ]",
-    "in_progress": "[~]",
-    "done": "[x]",
-    "blocked": "[!]",
-    "skipped": "[-]",
-    "waived": "[w]",
-}
 _OPEN: Final = frozenset({"pending", "in_progress"})
 _LINE_MAX: Final = 160
 _OBJECTIVE_MAX: Final = 300
 _NEXT_OPEN: Final = 5
 _MILESTONES_MAX: Final = 8
+
+
+def render(
+    ledger: Ledger,
+    *,
+    header: str = "GOAL LEDGER",
+    compact: bool = False,
+    changed: Sequence[str] = (),
+) -> str:
+    """The ledger as a prompt shows it. A checklist of more than `FULL_VIEW_MAX_ITEMS`
+    items is shown as a view of bounded size (`render_view`: counts, the focus item, the
+    next few open items, the items in `changed`, the blocked ones), which the model pages
+    through with the `ledger_items` tool; a shorter one is listed item by item
+    (`Ledger.render`, where `compact=True` lists done items by id only)."""
+    if paged(ledger):
+        return render_view(ledger, header=header, changed=changed)
+    return ledger.render(header=header, compact=compact)
 
 
 def paged(ledger: Ledger) -> bool:

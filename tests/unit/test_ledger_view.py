@@ -57,8 +57,8 @@ def test_the_view_stays_under_its_bound_whatever_the_number_of_items(
     led = _worked(_ledger(n, long_titles=long_titles), done=n // 3, blocked=min(40, n // 4))
     changed = [d.id for d, _ in list(led.items())[: n // 3]]
     for text in (
-        led.render(),
-        led.render(header="CURRENT GOAL LEDGER", compact=True, changed=changed),
+        V.render(led),
+        V.render(led, header="CURRENT GOAL LEDGER", compact=True, changed=changed),
     ):
         assert len(text) - _focus_chars(text) <= V.VIEW_LIMIT_CHARS, text
         assert text.splitlines()[-1] == f"Next: {led.next_item()}"
@@ -68,7 +68,7 @@ def test_the_view_holds_counts_focus_next_changes_and_blocked_items() -> None:
     led = _worked(_ledger(10_000), done=3_000, blocked=12)
     focus = led.next_item()
     assert focus == "f-03012"
-    text = led.render(header="CURRENT GOAL LEDGER", changed=["f-02999", "f-00005"])
+    text = V.render(led, header="CURRENT GOAL LEDGER", changed=["f-02999", "f-00005"])
     assert text.startswith("CURRENT GOAL LEDGER (version ")
     assert "Objective: Migrate every file of the archive to the new layout" in text
     assert "Progress: 3000/10000 done, 6988 open, 12 blocked, 0 skipped" in text
@@ -91,13 +91,13 @@ def test_the_view_holds_counts_focus_next_changes_and_blocked_items() -> None:
     assert "ledger_items(status=..., milestone=..., after=..., limit=...)" in text
     # Deterministic: the same state gives the same bytes.
     again = L.Ledger.from_parts(led.skeleton.to_dict(), led.state_dict(), led.version)
-    assert again.render(header="CURRENT GOAL LEDGER", changed=["f-02999", "f-00005"]) == text
+    assert V.render(again, header="CURRENT GOAL LEDGER", changed=["f-02999", "f-00005"]) == text
 
 
 def test_a_short_ledger_is_still_listed_item_by_item() -> None:
     led = _ledger(V.FULL_VIEW_MAX_ITEMS)
     assert not V.paged(led)
-    text = led.render()
+    text = V.render(led)
     assert all(f"[ ] {d.id}: {d.title}" in text for d, _ in led.items())
     assert V.LEDGER_ITEMS_TOOL not in text
     assert V.paged(_ledger(V.FULL_VIEW_MAX_ITEMS + 1))

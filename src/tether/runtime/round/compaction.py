@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
-from tether import errors, failpoints, tokens
+from tether import errors, failpoints, ledger_view, tokens
 from tether import events as ev
 from tether.ledger import Ledger
 from tether.models.base import Message, ModelRequest
@@ -1017,7 +1017,7 @@ def _rejection_note(findings: ClaimFindings, ledger: Ledger, *, short: bool = Fa
     )
     if short:
         return head + " The goal ledger in the system prompt is the truth."
-    return head + " The goal ledger is the truth:\n" + ledger.render(compact=True)
+    return head + " The goal ledger is the truth:\n" + ledger_view.render(ledger, compact=True)
 
 
 def _mechanical_summary(entries: list[Entry]) -> str:
@@ -1155,7 +1155,7 @@ async def compact_context(run: CompactHost, budget: int) -> None:
             f"the context budget of {budget} tokens is too small for this task's system "
             "prompt and tools; raise context.input_budget_tokens in the spec"
         )
-    ledger_text = run.ledger.render(header="GOAL LEDGER")
+    ledger_text = ledger_view.render(run.ledger, header="GOAL LEDGER")
     system = COMPACT_INSTRUCTIONS + "\n\n" + ledger_text
     fixed = tokens.estimate_text(system) + 200
     room_chars = max(2000, (budget - fixed) * 3)

@@ -73,7 +73,11 @@ def render_contract(spec: TaskSpec) -> str:
 def render_system(spec: TaskSpec, ledger: Ledger) -> str:
     """The whole system prompt: static part, contract, then the ledger at the tail."""
     return "\n\n".join(
-        [STATIC_INSTRUCTIONS.strip(), render_contract(spec), ledger.render(header="GOAL LEDGER")]
+        [
+            STATIC_INSTRUCTIONS.strip(),
+            render_contract(spec),
+            ledger_view.render(ledger, header="GOAL LEDGER"),
+        ]
     )
 
 
@@ -92,7 +96,7 @@ def turn_message(kind: str, ledger: Ledger, *, epoch: bool) -> str:
     # Not an epoch boundary: the system prompt is frozen, the ledger comes as a message.
     return (
         f"Continue the task ({kind}). The system prompt's ledger may be stale; this is the "
-        "current audited ledger:\n\n" + ledger.render(header="CURRENT GOAL LEDGER")
+        "current audited ledger:\n\n" + ledger_view.render(ledger, header="CURRENT GOAL LEDGER")
     )
 
 
@@ -128,7 +132,9 @@ def continuation_message(
         parts.append(
             "Completion check found gaps:\n" + "\n".join([*(f"  - {g}" for g in shown), *more])
         )
-    parts.append(ledger.render(header="CURRENT GOAL LEDGER", compact=True, changed=changed))
+    parts.append(
+        ledger_view.render(ledger, header="CURRENT GOAL LEDGER", compact=True, changed=changed)
+    )
     nxt = ledger.next_item()
     if nxt:
         parts.append(f"Work on {nxt} next: {ledger.definition(nxt).title}")

@@ -93,6 +93,7 @@ from tether.runtime.ops import runner as ops_mod
 from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
 from tether.store.base import Store
+from tether.tools.breaker import Admission, Transition
 from tether.tools.registry import Reconciliation, Tool, ToolContext, ToolRegistry, tool
 from tether.tools.retry import RetryPolicy
 
@@ -340,23 +341,20 @@ class TimedClock(SystemClock):
             PROBE.current.sleep_s += time.perf_counter() - t0
 
 
-@dataclass(frozen=True)
-class _Admitted:
-    allowed: bool = True
-    retry_at: float | None = None
-    reason: str = "no guard"
-
-
 class NoGuard:
-    """A service guard that admits everything and stores nothing."""
+    """A service guard (`tether.tools.breaker.Guard`) that admits everything and stores
+    nothing."""
 
-    async def admit(self, service: str, holder: str) -> _Admitted:
-        return _Admitted()
+    async def admit(self, service: str, holder: str) -> Admission:
+        return Admission(True, None, "no guard")
 
     async def release(self, service: str, holder: str) -> None:
         return None
 
-    async def record(self, service: str, ok: bool, holder: str) -> list[Any]:
+    async def record(self, service: str, ok: bool, holder: str) -> list[Transition]:
+        return []
+
+    async def finish(self, service: str, ok: bool, holder: str) -> list[Transition]:
         return []
 
 

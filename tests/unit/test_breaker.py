@@ -376,16 +376,17 @@ def test_breaker_invariants(ops: list[tuple[str, str, bool]]) -> None:
 
 
 def test_one_admission_and_guard_type_serve_the_runtime() -> None:
-    # `tether.runtime.ops.runner` still declares its own `Admission` and `Guard` protocols; the
-    # breaker's types must keep satisfying them until it imports these instead.
+    # The runtime's ops declare no guard types of their own: they use the breaker's, whose
+    # protocol declares every member ops calls (`finish` and `transitions` included).
     import inspect
 
-    from tether.runtime.ops import runner as ops
+    from tether.runtime.ops import attempt, ports, runner
 
+    assert runner.Guard is br.Guard and runner.Admission is br.Admission
+    assert "Guard" not in vars(attempt) and "Admission" not in vars(attempt)
+    assert ports.ToolEnv.__annotations__["guard"] == "Guard | None"
     adm = Admission(False, T0 + 5, "breaker open", "open")
-    for name in ("allowed", "retry_at", "reason"):
-        assert name in vars(ops.Admission)
-        assert hasattr(adm, name)
-    for name in ("admit", "release", "record"):
-        assert name in vars(ops.Guard) and name in vars(br.Guard)
+    assert adm.transitions == ()
+    for name in ("admit", "release", "record", "finish"):
+        assert name in vars(br.Guard)
         assert inspect.iscoroutinefunction(getattr(br.ServiceGuard, name))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -31,7 +32,8 @@ from tether.models import pricing
 from tether.models.base import Model, ModelRequest, ModelResponse
 from tether.redact import Redactor
 from tether.runtime import hints
-from tether.runtime.ops.runner import INLINE_WAIT_MAX, Guard
+from tether.runtime.ops.ports import ToolEnv
+from tether.runtime.ops.runner import INLINE_WAIT_MAX
 from tether.runtime.recovery import turn as recovery
 from tether.runtime.round import history
 from tether.runtime.round import phases as rounds
@@ -59,6 +61,8 @@ from tether.store.base import (
     TaskRecord,
     blob_hash,
 )
+from tether.tools import files
+from tether.tools.breaker import Guard
 from tether.tools.builtin.files import (
     BUILTIN_READ_TOOLS,
     READ_ARTIFACT,
@@ -66,7 +70,7 @@ from tether.tools.builtin.files import (
     read_artifact_tool,
 )
 from tether.tools.builtin.ledger import LEDGER_ITEMS, ledger_items_tool
-from tether.tools.registry import Tool, ToolRegistry
+from tether.tools.registry import Tool, ToolRegistry, ensure_lease
 
 log = logging.getLogger("tether.engine")
 
@@ -672,6 +676,21 @@ class TaskRun:
                 cost_usd=st.cost_usd,
                 message=message,
             )
+        )
+
+    @property
+    def tool_env(self) -> ToolEnv:
+        """What every tool call of this run is given (`ports.OpsHost`)."""
+        return ToolEnv(
+            token=self.token,
+            workspace=self.workspace,
+            services=self.services,
+            guard=self.guard,
+            clock=self.clock,
+            inline_wait_max=self.inline_wait_max,
+            owner_check=functools.partial(ensure_lease, self.store, self.task_id, self.token),
+            # A SQLite store kept inside the workspace: no file tool may reach it.
+            private_files=files.database_files(getattr(self.store, "path", None)),
         )
 
     def stage_blob(self, data: bytes) -> str:

@@ -113,6 +113,8 @@ class Admission:
     """May a call go to the service now? If not, `retry_at` says when to try again.
 
     The one answer of a service guard (`Guard.admit`); a custom guard returns one too.
+    `transitions` are the breaker changes the admission caused (the runtime journals
+    them).
     """
 
     allowed: bool
@@ -360,8 +362,13 @@ class ServiceConfig:
 
 
 class Guard(Protocol):
-    """Shared breakers and concurrency limits, as the runtime uses them (`ServiceGuard`
-    is the store-backed one; a custom guard may stand in, e.g. in tests)."""
+    """A service guard: shared breakers and concurrency limits, as the runtime uses them
+    (`ServiceGuard` is the store-backed one; a custom guard may stand in, e.g. in tests
+    or benchmarks). The one protocol of it: the runtime's `ops` types against this.
+
+    After a call the runtime gives the slot back and the verdict in one step
+    (`finish`); `release` alone when the verdict waits (a lost response being
+    reconciled), then `record` once it is known."""
 
     async def admit(self, service: str, holder: str) -> Admission:
         """May a call to `service` go now? (takes a concurrency slot if so)"""
@@ -373,6 +380,10 @@ class Guard(Protocol):
 
     async def record(self, service: str, ok: bool, holder: str) -> list[Transition]:
         """Count an outcome; returns the breaker transitions it caused."""
+        ...
+
+    async def finish(self, service: str, ok: bool, holder: str) -> list[Transition]:
+        """`release` and `record` together; returns the breaker transitions."""
         ...
 
 

@@ -230,6 +230,10 @@ class Tool:
     effect_of: EffectHook | None = None
     #: Undoes an applied op of this tool (see `Compensation`).
     compensate: Compensation | None = None
+    #: A large output becomes an artifact the model is shown a preview of; False for a
+    #: tool that returns the slice the model asked for (`read_artifact`), which a
+    #: preview would only send round in circles.
+    previews: bool = True
 
     def __post_init__(self) -> None:
         if self.effect not in EFFECTS:

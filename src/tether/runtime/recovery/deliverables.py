@@ -32,8 +32,10 @@ from tether import artifacts as A
 from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message
+from tether.runtime.ops.journal import compensation_of, history_only, superseded_by
 from tether.runtime.round.context import Entry, continuation_message
 from tether.store.base import ArtifactRecord, OpRecord, Store, blob_hash
+from tether.tools.builtin.files import as_sent
 from tether.tools.registry import ToolContext
 
 if TYPE_CHECKING:
@@ -293,10 +295,6 @@ async def verify(
     op_ids = {r.partition(":")[2] for r in refs if r.startswith("op:")}
     arts = await _closure(store, task_id, art_ids) if art_ids else {}
     hashed = [a for i, a in arts.items() if blobs or i not in art_ids]
-    # Imported here: `ops` imports the built-in tools, which import this module.
-    from tether.runtime.ops.runner import compensation_of, history_only, superseded_by
-    from tether.tools.builtin.files import as_sent
-
     writers: list[OpRecord] = []
     history: dict[str, str] = {}
     if op_ids:

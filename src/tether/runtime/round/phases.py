@@ -365,7 +365,7 @@ async def wait_for_services(run: RoundHost, held: Sequence[OpOutcome]) -> Outcom
     delay = until - now
     if delay <= 0:
         return None
-    if delay <= run.inline_wait_max:
+    if delay <= run.tool_env.inline_wait_max:
         await run.clock.sleep(delay)
         return None
     services = sorted({o.tool for o in held})

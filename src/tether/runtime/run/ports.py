@@ -13,7 +13,7 @@ them imports the engine and each can be driven by a fake in a test.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,6 +22,7 @@ from tether import events as ev
 from tether import ledger as L
 from tether.clock import Clock
 from tether.models.base import Message, Model, ModelRequest, ModelResponse
+from tether.runtime.ops.ports import OpsStore, ToolEnv
 from tether.runtime.round.context import Context
 from tether.runtime.run.state import RunState
 from tether.spec import TaskSpec
@@ -172,14 +173,44 @@ class GuardHost(Journal, TaskView, Protocol):
         ...
 
 
-class OpsHost(Journal, TaskView, Protocol):
-    """What acting on a round's tool calls uses."""
+class OpsHost(Protocol):
+    """What acting on a round's tool calls uses (`runtime.ops`): ten members. The store
+    only through the reads of `OpsStore` (every write is a `commit`); the token,
+    workspace, services, service guard and clock as one `ToolEnv`."""
 
+    task_id: str
+    task: TaskRecord
+    spec: TaskSpec
+    state: RunState
+    #: The tools this task may call, and every tool known (for a refusal's wording and
+    #: for compensating an op of a tool no longer allowed).
     tools: list[Tool]
     known_tools: dict[str, Tool]
-    guard: Any
-    services: Mapping[str, Any]
-    inline_wait_max: float
+
+    @property
+    def store(self) -> OpsStore:
+        """The store reads of `ops`."""
+        ...
+
+    @property
+    def tool_env(self) -> ToolEnv:
+        """What every tool call of the run is given."""
+        ...
+
+    async def commit(
+        self,
+        events: Sequence[ev.Event],
+        *,
+        ops: Sequence[OpRecord] = (),
+        artifacts: Sequence[ArtifactRecord] = (),
+        approvals: Sequence[ApprovalRecord] = (),
+    ) -> int:
+        """Commit events with op records, artifacts and approvals in one transaction."""
+        ...
+
+    def stage_blob(self, data: bytes) -> str:
+        """A blob stored by the next commit; returns its ref."""
+        ...
 
 
 class CompactHost(Journal, TaskView, ModelPort, Protocol):
@@ -215,7 +246,7 @@ class TurnHost(JudgeHost, Protocol):
         ...
 
 
-class RoundHost(GuardHost, OpsHost, TurnHost, Protocol):
+class RoundHost(GuardHost, TurnHost, OpsHost, Protocol):
     """What the phases of a round use (see `round`): everything above, plus the
     decision staged for the round's first commit."""
 

@@ -371,7 +371,8 @@ def read_artifact_tool(store_getter: Callable[[], Store]) -> Tool:
             head += f": {why}]\n" if why else "]\n"
         return head + part + tail
 
-    return read_artifact
+    # It returns the slice asked for: no preview of it as an artifact (see `Tool.previews`).
+    return dataclasses.replace(read_artifact, previews=False)
 
 
 # --- TETHER_TOOLS -------------------------------------------------------------------------

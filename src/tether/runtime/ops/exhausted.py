@@ -1,0 +1,132 @@
+"""Exhausted retries under `on_exhausted: ask_human`: a person decides.
+
+The request `<op>.exhausted` (numbered from the second) offers: try again (a new
+schedule, the same op and key), done another way (recorded as a success), or fail the
+call (the model is told). The call waits as `awaiting_approval` until then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from tether import events as ev
+from tether.models.base import ToolCall
+from tether.runtime.ops import results as R
+from tether.runtime.ops.attempt import Attempts
+from tether.runtime.ops.journal import args_text, closed_msg
+from tether.runtime.ops.requests import DONE_OPTIONS, Requests
+from tether.runtime.run.outcome import Outcome
+from tether.store.base import ApprovalRecord, OpRecord
+from tether.tools.registry import Tool
+
+if TYPE_CHECKING:
+    from tether.runtime.run.ports import OpsHost
+
+
+def focus_of(focus_log: Sequence[Sequence[Any]], round_no: int) -> str | None:
+    """The focus item of a round, from the run's focus log."""
+    found: str | None = None
+    for start, item in focus_log:
+        if int(start) > round_no:
+            break
+        found = item
+    return found
+
+
+def human_wait(task_id: str, appr: ApprovalRecord) -> dict[str, Any]:
+    """What the task waits for while a person decides about an op's exhausted retries
+    (or its failed compensation)."""
+    rid = appr.request_id
+    return {
+        "kind": "human",
+        "request_id": rid,
+        "ops": [appr.op_id],
+        "reason": f"{appr.request['what']}; decide: tether approve {task_id} {rid} (try "
+        f"again), tether approve {task_id} {rid} --done (it was done another way) or "
+        f"tether reject {task_id} {rid} ({appr.request.get('reject', 'fail the call')})",
+    }
+
+
+class Exhaustion:
+    """Asks a person about a call whose retries ran out, and reads the answer."""
+
+    def __init__(self, run: OpsHost, requests: Requests, attempts: Attempts) -> None:
+        self.run = run
+        self.requests = requests
+        self.attempts = attempts
+
+    async def ask(self, tool: Tool, record: OpRecord, error: str) -> R.Wait:
+        """`on_exhausted: ask_human`: the call waits for a person."""
+        request_id = await self.requests.numbered(record.op_id, "op_exhausted", "exhausted")
+        ask = self.requests.ask(
+            request_id,
+            record,
+            kind="op_exhausted",
+            what=f"{tool.name}({args_text(record, 200)}) failed after its retries: {error[:300]}",
+            impact="approve to try it again (a new round of attempts, the same idempotency "
+            "key), approve --done if it was done another way, reject to fail the call (the "
+            "model is told)",
+            options=DONE_OPTIONS,
+            attempts=record.attempts,
+        )
+        return R.Wait(
+            Outcome(
+                "waiting",
+                reason="retries exhausted",
+                waiting=human_wait(self.run.task_id, ask.record),
+                events=(
+                    ev.OpExhausted(
+                        op_id=record.op_id,
+                        tool=tool.name,
+                        attempts=record.attempts,
+                        policy="ask_human",
+                        error=error[:300],
+                        item=focus_of(self.run.state.focus_log, record.round),
+                    ),
+                    ask.event,
+                ),
+                ops=(
+                    replace(
+                        record,
+                        status="awaiting_approval",
+                        next_attempt_at=None,
+                        error={"class": "transient", "message": error},
+                    ),
+                ),
+                approvals=(ask.record,),
+            )
+        )
+
+    async def answer(
+        self, tool: Tool, call: ToolCall, record: OpRecord, appr: ApprovalRecord
+    ) -> R.OpOutcome | R.Wait | None:
+        """A person's answer about a call whose retries ran out: still waiting (`Wait`),
+        done another way (a success), failed (the model is told), or None: try again."""
+        if appr.status == "pending":
+            return R.Wait(
+                Outcome(
+                    "waiting",
+                    reason="retries exhausted",
+                    waiting=human_wait(self.run.task_id, appr),
+                )
+            )
+        decision = appr.decision or {}
+        who = appr.decided_by or "a human"
+        if appr.status == "closed":
+            return R.failure(call, tool, record, "not_sent", closed_msg(appr), 0.0)
+        if appr.status == "rejected":
+            msg = f"{who} decided not to try {tool.name} again after its retries ran out"
+            if decision.get("reason"):
+                msg += f" ({decision['reason']})"
+            last = (record.error or {}).get("message")
+            if last:
+                msg += f"; last error: {str(last)[:200]}"
+            return R.failure(call, tool, record, "transient", msg, 0.0)
+        if decision.get("decision") == "done":
+            result = decision.get("result")
+            if result is None:
+                result = f"{who} recorded this call as done"
+            return self.attempts.success(call, tool, record, result, 0.0)
+        return None

@@ -178,14 +178,25 @@ class OpsHost(Protocol):
     only through the reads of `OpsStore` (every write is a `commit`); the token,
     workspace, services, service guard and clock as one `ToolEnv`."""
 
-    task_id: str
-    task: TaskRecord
-    spec: TaskSpec
-    state: RunState
-    #: The tools this task may call, and every tool known (for a refusal's wording and
-    #: for compensating an op of a tool no longer allowed).
-    tools: list[Tool]
-    known_tools: dict[str, Tool]
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def task(self) -> TaskRecord: ...
+    @property
+    def spec(self) -> TaskSpec: ...
+    @property
+    def state(self) -> RunState: ...
+
+    @property
+    def tools(self) -> list[Tool]:
+        """The tools this task may call."""
+        ...
+
+    @property
+    def known_tools(self) -> dict[str, Tool]:
+        """Every tool known (a refusal names them; an op of a tool no longer allowed is
+        still compensated)."""
+        ...
 
     @property
     def store(self) -> OpsStore:

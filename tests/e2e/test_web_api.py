@@ -26,7 +26,7 @@ from tether.runtime.tasks import create_task, status_dict
 from tether.spec import parse_spec
 from tether.store import open_store
 from tether.web import create_app
-from tether.web.security import COOKIE, Guard
+from tether.web.security import COOKIE, Access
 
 from . import web_policies
 
@@ -174,7 +174,7 @@ def test_forms_need_cookie_csrf_and_this_origin(
     _, tid, _ = waiting
     (req,) = _pending(client, tid)
     path = f"/tasks/{tid}/approvals/{req['request_id']}"
-    csrf = Guard(TOKEN).csrf
+    csrf = Access(TOKEN).csrf
     # Signing in: a wrong token is refused, the right one becomes a strict cookie.
     assert client.get("/?token=nope").status_code == 403
     r = client.get(f"/tasks/{tid}?token={TOKEN}", follow_redirects=False)
@@ -232,7 +232,7 @@ def test_pages_render_what_the_task_holds(
     assert 'sse-connect="/tasks/' in page and "<form" not in page  # not signed in
     client.cookies.update({COOKIE: TOKEN})
     page = client.get(f"/tasks/{tid}").text
-    assert f'value="{Guard(TOKEN).csrf}"' in page and 'value="approve"' in page
+    assert f'value="{Access(TOKEN).csrf}"' in page and 'value="approve"' in page
     evidence = page.split('class="evidence" href="', 1)[1].split('"', 1)[0]
     shown = client.get(evidence)
     assert shown.status_code == 200 and "p1" in shown.text

@@ -15,7 +15,7 @@ pytest.importorskip("fastapi", reason="the dashboard needs the web extra")
 
 from fastapi.testclient import TestClient
 
-from tether.web.security import COOKIE, Guard
+from tether.web.security import COOKIE, Access
 
 from .test_web_api import TOKEN, _pending, client, waiting  # noqa: F401 - fixtures
 
@@ -96,7 +96,7 @@ def test_after_abandon_the_request_is_closed_and_every_decision_is_409(
     # A form posted from a page loaded before the abandon: a 409 page, nothing changes.
     r = client.post(
         f"/tasks/{tid}/approvals/{rid}",
-        data={"decision": "approve", "csrf": Guard(TOKEN).csrf},
+        data={"decision": "approve", "csrf": Access(TOKEN).csrf},
         follow_redirects=False,
     )
     assert r.status_code == 409 and "closed" in r.text

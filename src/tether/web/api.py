@@ -31,8 +31,8 @@ MAX_SEQ = 2**63 - 1
 
 async def writer(request: Request) -> None:
     """Dependency of every write: the token in a header (see `security`)."""
-    _, guard = state_of(request)
-    guard.check_api(request)
+    _, access = state_of(request)
+    access.check_api(request)
 
 
 Write = Annotated[None, Depends(writer)]

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tether import errors
 from tether.store import Store
-from tether.web.security import Guard, Refused
+from tether.web.security import Access, Refused
 
 #: Host names every server answers to, besides the one it binds.
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -31,15 +31,15 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 class HostCheck:
     """Refuses requests under a host name the server does not know (before routing)."""
 
-    def __init__(self, app: ASGIApp, guard: Guard) -> None:
+    def __init__(self, app: ASGIApp, access: Access) -> None:
         self.app = app
-        self.guard = guard
+        self.access = access
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI entry point."""
         if scope["type"] == "http":
             try:
-                self.guard.check_host(Request(scope))
+                self.access.check_host(Request(scope))
             except Refused as exc:
                 await PlainTextResponse(str(exc), status_code=403)(scope, receive, send)
                 return
@@ -81,10 +81,10 @@ def create_app(
         redoc_url=None,
         openapi_url="/api/openapi.json",
     )
-    guard = Guard(token, frozenset(h.lower() for h in (*LOCAL_HOSTS, *hosts)))
-    app.state.guard = guard
+    access = Access(token, frozenset(h.lower() for h in (*LOCAL_HOSTS, *hosts)))
+    app.state.access = access
     app.state.poll = poll
-    app.add_middleware(HostCheck, guard=guard)
+    app.add_middleware(HostCheck, access=access)
     app.mount("/static", StaticFiles(directory=str(files("tether.web") / "static")), "static")
     app.include_router(api.router)
     app.include_router(pages.router)

@@ -53,9 +53,9 @@ EVIDENCE_CHARS = 200_000
 
 
 def _render(request: Request, name: str, *, code: int = 200, **ctx: Any) -> HTMLResponse:
-    _, guard = state_of(request)
-    signed_in = guard.token_ok(request.cookies.get(COOKIE))
-    base = {"csrf": guard.csrf if signed_in else "", "signed_in": signed_in}
+    _, access = state_of(request)
+    signed_in = access.token_ok(request.cookies.get(COOKIE))
+    base = {"csrf": access.csrf if signed_in else "", "signed_in": signed_in}
     return templates.TemplateResponse(request, name, {**base, **ctx}, status_code=code)
 
 
@@ -68,8 +68,8 @@ def _login(request: Request, token: str | None) -> Response | None:
     """`?token=...` on any page: keep it as a cookie and drop it from the address."""
     if token is None:
         return None
-    _, guard = state_of(request)
-    if not guard.token_ok(token):
+    _, access = state_of(request)
+    if not access.token_ok(token):
         raise Refused("wrong token: use the link tether serve printed")
     resp = RedirectResponse(str(request.url.remove_query_params("token")), status_code=303)
     resp.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
@@ -296,8 +296,8 @@ def _back(task_id: str) -> RedirectResponse:
 
 
 def _check(request: Request, csrf: str | None) -> None:
-    _, guard = state_of(request)
-    guard.check_form(request, csrf)
+    _, access = state_of(request)
+    access.check_form(request, csrf)
 
 
 def _modified(text: str) -> dict[str, Any] | None:

@@ -44,8 +44,9 @@ def new_token() -> str:
 
 
 @dataclass(frozen=True)
-class Guard:
-    """The token and the host names of one server."""
+class Access:
+    """Who may use one server: its token (and the CSRF token derived from it) and its
+    host names. (Not a service guard: that is `tether.tools.breaker.Guard`.)"""
 
     token: str
     hosts: frozenset[str] = field(default_factory=frozenset)

@@ -46,47 +46,47 @@ def test_allowed_sources_say_what_check_transition_says() -> None:
 
 
 def test_guard_checks_fence_then_transition_then_version_then_ledger() -> None:
-    guard = rules.CommitGuard(
+    cond = rules.CommitCondition(
         "t", token=4, status="satisfied", stop_reason="delivered", version=1, ledger_expected=3
     )
     with pytest.raises(errors.StaleLease) as stale:
-        guard.check_task(state(status="queued"))
+        cond.check_task(state(status="queued"))
     assert (stale.value.token, stale.value.current) == (4, 5)
-    guard = rules.CommitGuard(
+    cond = rules.CommitCondition(
         "t", token=5, status="satisfied", stop_reason="delivered", version=1, ledger_expected=3
     )
     with pytest.raises(errors.IllegalTransition):
-        guard.check_task(state(status="queued"))
+        cond.check_task(state(status="queued"))
     with pytest.raises(errors.ConcurrentUpdate, match="version cannot go back from 2 to 1"):
-        guard.check_task(state(status="running"))
-    ok = rules.CommitGuard("t", token=5, status="satisfied", stop_reason="delivered", version=2)
+        cond.check_task(state(status="running"))
+    ok = rules.CommitCondition("t", token=5, status="satisfied", stop_reason="delivered", version=2)
     ok.check_task(state())
     with pytest.raises(errors.ConcurrentUpdate, match="ledger version is 2, expected 3"):
-        guard.check_ledger(2)
-    guard.check_ledger(3)
+        cond.check_ledger(2)
+    cond.check_ledger(3)
     # Out of band: no token, any status change the lifecycle allows.
-    rules.CommitGuard(
+    rules.CommitCondition(
         "t", token=None, status="cancelled", stop_reason="cancelled_by_user"
     ).check_task(state(token=77))
 
 
 def test_refusal_names_the_first_broken_rule() -> None:
-    guard = rules.CommitGuard("t", token=5, status="running", ledger_expected=3)
-    assert isinstance(guard.refusal(state(token=6), 3), errors.StaleLease)
-    assert isinstance(guard.refusal(state(status="cancelled"), 3), errors.IllegalTransition)
-    found = guard.refusal(state(), 7)
+    cond = rules.CommitCondition("t", token=5, status="running", ledger_expected=3)
+    assert isinstance(cond.refusal(state(token=6), 3), errors.StaleLease)
+    assert isinstance(cond.refusal(state(status="cancelled"), 3), errors.IllegalTransition)
+    found = cond.refusal(state(), 7)
     assert isinstance(found, errors.ConcurrentUpdate) and "ledger version is 7" in str(found)
     # Nothing broken as read: the ledger moved in between.
-    assert isinstance(guard.refusal(state(), 3), errors.ConcurrentUpdate)
+    assert isinstance(cond.refusal(state(), 3), errors.ConcurrentUpdate)
 
 
 def test_guard_of_a_commit() -> None:
     patch = TaskPatch(status="failed", stop_reason="internal_error", version=3)
     led = LedgerWrite(state={}, version=8, expected_version=7)
-    guard = rules.CommitGuard.of("t", 2, patch, led)
-    assert guard == rules.CommitGuard("t", 2, "failed", "internal_error", 3, 7)
-    assert guard.sources == rules.allowed_sources("failed", "internal_error")
-    assert rules.CommitGuard.of("t", None).sources is None
+    cond = rules.CommitCondition.of("t", 2, patch, led)
+    assert cond == rules.CommitCondition("t", 2, "failed", "internal_error", 3, 7)
+    assert cond.sources == rules.allowed_sources("failed", "internal_error")
+    assert rules.CommitCondition.of("t", None).sources is None
 
 
 def test_task_changes_and_plan() -> None:
@@ -117,15 +117,15 @@ def test_task_changes_and_plan() -> None:
     assert TaskPatch().current_milestone is UNSET
     assert rules.task_changes(TaskPatch(), None, 1.0) == {"updated_at": 1.0}
 
-    guard = rules.CommitGuard.of("t", 5, patch)
-    plan = rules.plan_commit(guard, state(), patch, 3, 1.0)
+    cond = rules.CommitCondition.of("t", 5, patch)
+    plan = rules.plan_commit(cond, state(), patch, 3, 1.0)
     assert (plan.first_seq, plan.last_seq, plan.events_version) == (10, 12, 4)
     assert plan.changes["last_seq"] == 12
-    empty = rules.plan_commit(rules.CommitGuard.of("t", 5), state(), None, 0, 1.0)
+    empty = rules.plan_commit(rules.CommitCondition.of("t", 5), state(), None, 0, 1.0)
     assert (empty.first_seq, empty.last_seq, empty.events_version) == (10, 9, 2)
     assert "last_seq" not in empty.changes
     with pytest.raises(errors.StaleLease):
-        rules.plan_commit(rules.CommitGuard.of("t", 1), state(), None, 1, 1.0)
+        rules.plan_commit(rules.CommitCondition.of("t", 1), state(), None, 1, 1.0)
 
 
 def test_upserts_merge_in_order() -> None:

@@ -25,8 +25,8 @@ these, so they cannot drift apart:
   commit's own events (`closing`).
 
 A store that checks inside its database (PostgreSQL checks in the commit statement
-itself) translates `CommitGuard` into SQL conditions and, when the database refuses,
-asks the guard for the error (`CommitGuard.refusal`), so the words are the same too.
+itself) translates `CommitCondition` into SQL conditions and, when the database refuses,
+asks the condition for the error (`CommitCondition.refusal`), so the words are the same too.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def allowed_sources(dst: str, stop_reason: str | None) -> frozenset[str]:
 
 
 @dataclass(frozen=True)
-class CommitGuard:
+class CommitCondition:
     """What must hold of the stored task (and ledger) for a commit to apply."""
 
     task_id: str
@@ -111,8 +111,8 @@ class CommitGuard:
         token: int | None,
         task: TaskPatch | None = None,
         ledger: LedgerWrite | None = None,
-    ) -> CommitGuard:
-        """The guard of a commit."""
+    ) -> CommitCondition:
+        """The condition of a commit."""
         return cls(
             task_id=task_id,
             token=token,
@@ -215,16 +215,16 @@ class CommitPlan:
 
 
 def plan_commit(
-    guard: CommitGuard,
+    cond: CommitCondition,
     cur: TaskState,
     patch: TaskPatch | None,
     n_events: int,
     now: float,
 ) -> CommitPlan:
-    """Check the task rules against `cur` (raising as `CommitGuard.check_task`) and
+    """Check the task rules against `cur` (raising as `CommitCondition.check_task`) and
     compute what the commit writes. The ledger rule is checked by the caller."""
-    guard.check_task(cur)
-    changes = task_changes(patch, guard.token, now)
+    cond.check_task(cur)
+    changes = task_changes(patch, cond.token, now)
     first, last = seq_range(cur.last_seq, n_events)
     if n_events:
         changes["last_seq"] = last

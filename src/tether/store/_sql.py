@@ -612,7 +612,7 @@ class SqlStore:
         """Read the task under the write lock, check the rules, write (SQLite's way; the
         PostgreSQL store sends one statement instead)."""
         now = self.clock.now()
-        guard = rules.CommitGuard.of(task_id, token, task, ledger)
+        cond = rules.CommitCondition.of(task_id, token, task, ledger)
         with self._tx(write=True) as conn:
             row = self._x(
                 conn,
@@ -622,11 +622,11 @@ class SqlStore:
             ).fetchone()
             if row is None:
                 raise errors.TaskNotFound(task_id)
-            guard.check_task(self._state(row))  # its refusal comes before a request's
+            cond.check_task(self._state(row))  # its refusal comes before a request's
             items, approvals = self._settle_requests(conn, task_id, task, items, approvals, now)
-            plan = rules.plan_commit(guard, self._state(row), task, len(items), now)
+            plan = rules.plan_commit(cond, self._state(row), task, len(items), now)
             if ledger is not None:
-                # Check and write in one statement: the version guard is in the WHERE.
+                # Check and write in one statement: the version condition is in the WHERE.
                 lsets = "state = :st, version = :v, updated_at = :now"
                 params: dict[str, Any] = {
                     "id": task_id,
@@ -647,8 +647,8 @@ class SqlStore:
                     lrow = self._x(
                         conn, "SELECT version FROM ledgers WHERE task_id = :id", {"id": task_id}
                     ).fetchone()
-                    guard.check_ledger(None if lrow is None else int(lrow["version"]))
-                    raise guard.refusal(self._state(row), ledger.expected_version)
+                    cond.check_ledger(None if lrow is None else int(lrow["version"]))
+                    raise cond.refusal(self._state(row), ledger.expected_version)
             if items:
                 self._insert_events(
                     conn, task_id, plan.first_seq, items, plan.events_version, token, now

@@ -180,11 +180,11 @@ class MemoryStore:
         async with self._lock:
             rec = self._task(task_id)
             now = self.clock.now()
-            guard = rules.CommitGuard.of(task_id, token, task, ledger)
+            cond = rules.CommitCondition.of(task_id, token, task, ledger)
             cur = rules.TaskState(
                 rec.status, rec.version, rec.fencing_token, rec.last_seq, rec.cancel_requested
             )
-            guard.check_task(cur)  # its refusal comes before a request's
+            cond.check_task(cur)  # its refusal comes before a request's
             ends = rules.closes_requests(task)
             mine = (
                 [a for a in self._approvals.values() if a.task_id == task_id]
@@ -202,11 +202,11 @@ class MemoryStore:
                     {k: v for k, v in status.items() if v},
                     now,
                 )
-            plan = rules.plan_commit(guard, cur, task, len(events), now)
+            plan = rules.plan_commit(cond, cur, task, len(events), now)
             new_ledger = None
             if ledger is not None:
                 old_ledger = self._ledgers[task_id]
-                guard.check_ledger(old_ledger.version)
+                cond.check_ledger(old_ledger.version)
                 new_ledger = LedgerRecord(
                     task_id,
                     _copy(ledger.skeleton) if ledger.skeleton is not None else old_ledger.skeleton,

@@ -8,12 +8,12 @@ for isolation.
 Round trips are the cost here, so:
 
 - a **commit is one statement**, hence one round trip and its own transaction: a chain
-  of CTEs locks the task row (`FOR UPDATE`), keeps it only if the commit's guard holds
-  (`_rules.CommitGuard` as SQL: the fencing token, the statuses the transition may
+  of CTEs locks the task row (`FOR UPDATE`), keeps it only if the commit's condition holds
+  (`_rules.CommitCondition` as SQL: the fencing token, the statuses the transition may
   start from, the version floor, and the ledger's expected version in the ledger's
   UPDATE), and hangs every write (task, events numbered from the locked `last_seq`,
   ledger, ops, artifacts, approvals, blobs) off that row, so a refused commit writes
-  nothing. The statement returns the row it found, and the guard names the refusal
+  nothing. The statement returns the row it found, and the condition names the refusal
   (`StaleLease`, `IllegalTransition`, `ConcurrentUpdate`) from it. It is sent with
   its Sync, so its transaction begins and ends on the server: no client, crashed or
   frozen, is ever inside it. The exception is the rare commit that writes approval
@@ -150,7 +150,7 @@ _APPROVAL_RECORD = (
 
 def _recordset_upsert(table: str, record: str, key: str, mutable: Sequence[str]) -> str:
     """A CTE upserting the JSON array parameter `:table` (rows shaped as `record`),
-    written only if the commit's guard held (`go` has its row)."""
+    written only if the commit's condition held (`go` has its row)."""
     cols = ", ".join(part.split()[0] for part in record.split(","))
     picked = ", ".join(f"r.{c}" for c in cols.split(", "))
     sets = ", ".join(f"{c} = excluded.{c}" for c in mutable)
@@ -435,18 +435,18 @@ class PostgresStore(SqlStore):
         blobs: Sequence[bytes] = (),
     ) -> CommitResult:
         """The whole commit as ONE statement (its own transaction): the task row is
-        locked, the rules' guard is its WHERE, and every write hangs off the guarded row,
-        so a refused commit writes nothing. The guard's verdict on the returned row
+        locked, the rules' condition is its WHERE, and every write hangs off the guarded row,
+        so a refused commit writes nothing. The condition's verdict on the returned row
         names the refusal."""
         now = self.clock.now()
-        guard = rules.CommitGuard.of(task_id, token, task, ledger)
+        cond = rules.CommitCondition.of(task_id, token, task, ledger)
         if approvals or rules.closes_requests(task):
             return self._commit_requests(
-                guard, task, ledger, items, ops, artifacts, approvals, blobs, now
+                cond, task, ledger, items, ops, artifacts, approvals, blobs, now
             )
         texts = self._artifact_texts(artifacts, blobs)
         query, params = self._commit_statement(
-            guard, task, ledger, items, ops, artifacts, approvals, blobs, now, texts
+            cond, task, ledger, items, ops, artifacts, approvals, blobs, now, texts
         )
         with self._translated() as conn:
             failpoints.hit("during_commit")
@@ -457,11 +457,11 @@ class PostgresStore(SqlStore):
             row = conn.execute(query, params).fetchone()
         if row is None:
             raise errors.TaskNotFound(task_id)
-        return self._commit_result(guard, row, len(items))
+        return self._commit_result(cond, row, len(items))
 
     def _commit_requests(
         self,
-        guard: rules.CommitGuard,
+        cond: rules.CommitCondition,
         task: TaskPatch | None,
         ledger: LedgerWrite | None,
         items: Sequence[ev.Event],
@@ -476,11 +476,11 @@ class PostgresStore(SqlStore):
         ops read (pipelined) — after the lock, so they are the latest, where one
         statement would read them as of its start, before it waited for the lock; then
         the request rules applied (`_rules.settle_requests`) and the commit's statement
-        and COMMIT (pipelined; a statement its guard refused wrote nothing, so the
+        and COMMIT (pipelined; a statement its condition refused wrote nothing, so the
         COMMIT commits nothing). Rare: a request asked, decided or closed, a task's end."""
         if not _has_pipeline():  # pragma: no cover - a libpq older than 14
             return super()._commit_sync(
-                guard.task_id, guard.token, items, task, ledger, ops, artifacts, approvals, blobs
+                cond.task_id, cond.token, items, task, ledger, ops, artifacts, approvals, blobs
             )
         from psycopg import pq
 
@@ -495,32 +495,32 @@ class PostgresStore(SqlStore):
                     cur_task = conn.execute(
                         "SELECT status, version, fencing_token, last_seq, cancel_requested"
                         " FROM tasks WHERE task_id = %(id)s FOR UPDATE",
-                        {"id": guard.task_id},
+                        {"id": cond.task_id},
                     )
                     cur_reqs = conn.execute(
                         "SELECT request_id, task_id, op_id, status, request, decision,"
                         " decided_by, created_at, decided_at FROM approvals"
                         " WHERE task_id = %(id)s ORDER BY created_at, request_id",
-                        {"id": guard.task_id},
+                        {"id": cond.task_id},
                     )
                     cur_ops = conn.execute(
                         "SELECT op_id, status FROM ops WHERE task_id = %(id)s"
                         " AND status = 'awaiting_approval'",
-                        {"id": guard.task_id},
+                        {"id": cond.task_id},
                     )
                     pipe.sync()
                     row = cur_task.fetchone()
                     if row is None:
-                        raise errors.TaskNotFound(guard.task_id)
-                    guard.check_task(self._state(row))
+                        raise errors.TaskNotFound(cond.task_id)
+                    cond.check_task(self._state(row))
                     stored = [self._approval_row(r) for r in cur_reqs.fetchall()]
                     status = {r["op_id"]: r["status"] for r in cur_ops.fetchall()}
                     items, approvals = rules.settle_requests(
-                        guard.task_id, task, items, approvals, stored, status, now
+                        cond.task_id, task, items, approvals, stored, status, now
                     )
                     texts = self._artifact_texts(artifacts, blobs)
                     query, params = self._commit_statement(
-                        guard, task, ledger, items, ops, artifacts, approvals, blobs, now, texts
+                        cond, task, ledger, items, ops, artifacts, approvals, blobs, now, texts
                     )
                     cur = conn.execute(query, params)
                     conn.execute("COMMIT")
@@ -529,21 +529,21 @@ class PostgresStore(SqlStore):
             finally:
                 if not done and conn.info.transaction_status != pq.TransactionStatus.IDLE:
                     conn.rollback()
-        return self._commit_result(guard, row, len(items))
+        return self._commit_result(cond, row, len(items))
 
-    def _commit_result(self, guard: rules.CommitGuard, row: Any, n_items: int) -> CommitResult:
-        """The commit statement's returned row read by the guard: the refusal it names,
+    def _commit_result(self, cond: rules.CommitCondition, row: Any, n_items: int) -> CommitResult:
+        """The commit statement's returned row read by the condition: the refusal it names,
         or the seqs the commit's events took."""
         state = self._state(row)
         if not row["applied"]:
             lver = row["ledger_version"]
-            raise guard.refusal(state, None if lver is None else int(lver))
+            raise cond.refusal(state, None if lver is None else int(lver))
         first, last = rules.seq_range(state.last_seq, n_items)
         return CommitResult(first, last, state.cancel_requested, state.version)
 
     def _commit_statement(
         self,
-        guard: rules.CommitGuard,
+        cond: rules.CommitCondition,
         task: TaskPatch | None,
         ledger: LedgerWrite | None,
         items: Sequence[ev.Event],
@@ -554,16 +554,16 @@ class PostgresStore(SqlStore):
         now: float,
         texts: Sequence[Mapping[str, Any]] = (),
     ) -> tuple[str, dict[str, Any]]:
-        params: dict[str, Any] = {"id": guard.task_id, "now": now, "tok": guard.token}
+        params: dict[str, Any] = {"id": cond.task_id, "now": now, "tok": cond.token}
         conds = []
-        if guard.token is not None:
+        if cond.token is not None:
             conds.append("fencing_token = :tok")
-        if guard.sources is not None:
+        if cond.sources is not None:
             conds.append("status = ANY(:src::text[])")
-            params["src"] = sorted(guard.sources)
-        if guard.version is not None:
+            params["src"] = sorted(cond.sources)
+        if cond.version is not None:
             conds.append("version <= :ver")
-            params["ver"] = guard.version
+            params["ver"] = cond.version
         ctes = [
             "cur AS MATERIALIZED (SELECT task_id, status, version, fencing_token, last_seq,"
             " cancel_requested"
@@ -587,7 +587,7 @@ class PostgresStore(SqlStore):
             ctes.append("go AS MATERIALIZED (SELECT * FROM ok)")
             final += " NULL AS ledger_version,"
         sets = []
-        for col, value in self._encode_changes(rules.task_changes(task, guard.token, now)).items():
+        for col, value in self._encode_changes(rules.task_changes(task, cond.token, now)).items():
             cast = "::jsonb" if col in rules.JSON_COLUMNS else ""
             sets.append(f"{col} = :c_{col}{cast}")
             params[f"c_{col}"] = value

@@ -123,7 +123,7 @@ def test_a_wait_document_goes_with_the_change_and_its_words_into_the_event() -> 
 def test_it_builds_exactly_what_the_store_accepts(
     src: str, dst: str, reason: str | None, why: str
 ) -> None:
-    """The builder and the store's commit guard agree on every (src, dst, reason), and
+    """The builder and the store's commit condition agree on every (src, dst, reason), and
     the event it builds reads back as the same event from its journaled form."""
     try:
         change, patch = transition(Task("t9", src), dst, why, stop_reason=reason)

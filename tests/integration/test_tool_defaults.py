@@ -155,7 +155,14 @@ async def test_an_undeclared_effect_is_a_write_on_every_registration_path(
 def test_the_built_in_read_tools_stay_reads() -> None:
     registry = default_registry(lambda: None)  # type: ignore[arg-type,return-value]
     reads = {n for n in registry.names() if registry.get(n).effect == "read"}  # type: ignore[union-attr]
-    assert reads == {"list_files", "read_artifact", "read_file", "read_source", "search_artifacts"}
+    assert reads == {
+        "ledger_items",
+        "list_files",
+        "read_artifact",
+        "read_file",
+        "read_source",
+        "search_artifacts",
+    }
 
 
 def test_a_tool_with_an_unknown_effect_is_refused() -> None:

@@ -4,6 +4,8 @@ refusal of a newer schema, and one schema whichever way it was reached."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import re
 import sqlite3
 from collections.abc import Awaitable, Callable
@@ -16,7 +18,8 @@ from tether import errors
 from tether import events as ev
 from tether.store import SCHEMA_VERSION, TaskPatch
 from tether.store._sql import migrations
-from tether.store.base import ArtifactRecord, OpRecord, blob_hash
+from tether.store.base import ArtifactRecord, OpRecord, TaskRecord, blob_hash
+from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
@@ -27,10 +30,52 @@ V2_TABLES = {"ops", "artifacts", "approvals"}
 V1_TABLES = {"tasks", "events", "ledgers", "blobs"}
 V3_TABLES = {"shared_state"}
 V4_TABLES = {"artifact_text"}
+V6_TABLES = {"task_specs"}
 #: SQLite's FTS5 index over `artifact_text` (a virtual table and its shadow tables); the
 #: PostgreSQL index is a column (`tsv`) and a GIN index of `artifact_text`.
 FTS5 = "artifact_search"
-ALL_TABLES = V1_TABLES | V2_TABLES | V3_TABLES | V4_TABLES | {"tether_schema"}
+ALL_TABLES = V1_TABLES | V2_TABLES | V3_TABLES | V4_TABLES | V6_TABLES | {"tether_schema"}
+
+
+async def add_old_task(
+    backend: Backend, task_id: str, spec: dict[str, Any] | None = None
+) -> TaskRecord:
+    """A queued task written as schemas 1 to 5 held it (its spec in its `tasks` row),
+    with the ledger and events `create_task` gives it (made by a memory store): the
+    current store's `create_task` writes the spec where schema 6 keeps it."""
+    from tests.conftest import create_small_task
+
+    mem = MemoryStore()
+    rec = await create_small_task(mem, task_id, **({} if spec is None else {"spec": spec}))
+    led = await mem.get_ledger(task_id)
+    events = await mem.read_events(task_id)
+    conn = backend.raw()
+    ph = "?" if backend.kind == "sqlite" else "%s"
+    try:
+        conn.execute(
+            "INSERT INTO tasks (task_id, name, status, version, spec, workspace, usage,"
+            " cancel_requested, created_at, updated_at, fencing_token, last_seq)"
+            f" VALUES ({ph}, {ph}, {ph}, {ph}, {ph}, NULL, '{{}}', {ph}, {ph}, {ph}, 0, {ph})",
+            (rec.task_id, rec.name, rec.status, rec.version, json.dumps(rec.spec),
+             0 if backend.kind == "sqlite" else False, rec.created_at, rec.updated_at,
+             rec.last_seq),
+        )  # fmt: skip
+        conn.execute(
+            "INSERT INTO ledgers (task_id, skeleton, state, version, updated_at)"
+            f" VALUES ({ph}, {ph}, {ph}, {ph}, {ph})",
+            (task_id, json.dumps(led.skeleton), json.dumps(led.state), led.version,
+             led.updated_at),
+        )  # fmt: skip
+        for e in events:
+            conn.execute(
+                "INSERT INTO events (task_id, seq, type, schema_version, data, task_version,"
+                f" fencing_token, at) VALUES ({ph}, {ph}, {ph}, {ph}, {ph}, {ph}, NULL, {ph})",
+                (task_id, e.seq, e.type, e.schema_version, json.dumps(e.data),
+                 e.task_version, e.at),
+            )  # fmt: skip
+    finally:
+        conn.close()
+    return rec
 
 
 def tables(backend: Backend) -> set[str]:
@@ -142,14 +187,13 @@ async def test_migrate_from_previous_version(sql_backend: Backend, add_task: Add
     try:
         assert await old.schema_version() == 1
         assert tables(sql_backend) == V1_TABLES | {"tether_schema"}
-        await add_task(old, "t")
+        created = await add_old_task(sql_backend, "t")
         lease = await old.claim("w", 60, task_id="t")
         assert lease is not None
         await old.commit(
             "t", lease.token, [ev.UserMessage(text="before")], task=TaskPatch(status="running")
         )
         ref = await old.put_blob(b"old blob")
-        task_before = await old.get_task("t")
         events_before = await old.read_events("t")
         ledger_before = await old.get_ledger("t")
     finally:
@@ -160,7 +204,10 @@ async def test_migrate_from_previous_version(sql_backend: Backend, add_task: Add
         assert await new.schema_version() == SCHEMA_VERSION
         assert tables(sql_backend) == ALL_TABLES
         assert [v for v, _ in schema_rows(sql_backend)] == list(range(1, SCHEMA_VERSION + 1))
-        assert await new.get_task("t") == task_before
+        task_before = await new.get_task("t")
+        assert task_before.spec == created.spec
+        assert (task_before.status, task_before.last_seq) == ("running", created.last_seq + 1)
+        assert (task_before.lease_owner, task_before.fencing_token) == ("w", lease.token)
         assert await new.read_events("t") == events_before
         assert await new.get_ledger("t") == ledger_before
         assert await new.get_blob(ref) == b"old blob"
@@ -200,10 +247,8 @@ async def test_newer_schema_is_refused_and_nothing_is_written(
     sql_backend: Backend, add_task: AddTask
 ) -> None:
     store = await sql_backend.open(migrate_to=1)
-    try:
-        await add_task(store, "t")
-    finally:
-        await store.close()
+    await store.close()
+    await add_old_task(sql_backend, "t")
     conn = sql_backend.raw()
     try:
         conn.execute(
@@ -326,10 +371,8 @@ async def test_migration_to_4_indexes_the_artifacts_already_stored(
     """Artifacts written before the search index existed are found after migrating:
     textual blobs by their text (JSON by its values), binary ones by their name only."""
     old = await sql_backend.open(migrate_to=3)
-    try:
-        await add_task(old, "t")
-    finally:
-        await old.close()
+    await old.close()
+    await add_old_task(sql_backend, "t")
     texts = {
         "a0": b'{"excerpt": "the pump delivers 40 litres a minute", "location": "p3"}',
         "a1": "vermessungsingenieur notes: \u00fcberpr\u00fcft".encode(),
@@ -385,7 +428,8 @@ def _hot_row_settings(backend: Backend) -> dict[str, Any]:
             " JOIN pg_class c ON c.oid = a.attrelid"
             " WHERE c.relnamespace = current_schema()::regnamespace"
             " AND (c.relname, a.attname) IN (('tasks', 'usage'), ('tasks', 'waiting'),"
-            " ('tasks', 'spec'), ('ledgers', 'state'), ('shared_state', 'value')) ORDER BY 1, 2"
+            " ('task_specs', 'spec'), ('ledgers', 'state'), ('shared_state', 'value'))"
+            " ORDER BY 1, 2"
         ).fetchall()
         return {
             "reloptions": {r["relname"]: r["reloptions"] for r in rel},
@@ -401,7 +445,7 @@ HOT_ROWS = {
     "storage": {
         "ledgers.state": "m",
         "shared_state.value": "m",
-        "tasks.spec": "x",
+        "task_specs.spec": "x",
         "tasks.usage": "m",
         "tasks.waiting": "m",
     },
@@ -421,15 +465,60 @@ async def test_rows_rewritten_every_round_suit_hot_updates(
     assert _hot_row_settings(fresh) == HOT_ROWS
     old = backend_factory("postgres")
     store = await old.open(migrate_to=4)
-    try:
-        await add_task(store, "t")
-    finally:
-        await store.close()
+    await store.close()
+    await add_old_task(old, "t")
     assert _hot_row_settings(old)["reloptions"] == dict.fromkeys(HOT_ROWS["reloptions"])
     store = await old.open()
     try:
-        assert await store.schema_version() == 5
+        assert await store.schema_version() == SCHEMA_VERSION
         assert (await store.get_task("t")).status == "queued"
     finally:
         await store.close()
     assert _hot_row_settings(old) == HOT_ROWS
+
+
+async def test_migration_to_6_moves_the_spec_out_of_the_task_row(sql_backend: Backend) -> None:
+    """Schema 6: a schema-5 task's contract moves to `task_specs` (the `tasks` row, which
+    every commit rewrites, no longer holds it) and reads back whole; a contract edit
+    writes it there, a commit without one leaves it alone."""
+    store = await sql_backend.open(migrate_to=5)
+    await store.close()
+    spec = {"objective": "migrate", "items": [{"id": f"f-{k:05d}"} for k in range(500)]}
+    created = await add_old_task(sql_backend, "t", spec)
+    new = await sql_backend.open()
+    try:
+        assert await new.schema_version() == SCHEMA_VERSION == 6
+        task = await new.get_task("t")
+        assert task.spec == spec
+        assert dataclasses.replace(task, spec=created.spec) == dataclasses.replace(
+            created, updated_at=task.updated_at, usage=task.usage
+        )
+        assert [t.spec for t in await new.list_tasks()] == [spec]
+        lease = await new.claim("w", 60, task_id="t")
+        assert lease is not None
+        usage = TaskPatch(usage={"n": 1})
+        await new.commit("t", lease.token, [ev.UserMessage(text="a")], task=usage)
+        assert (await new.get_task("t")).spec == spec
+        edited = {**spec, "objective": "migrate, then check"}
+        await new.commit("t", lease.token, [], task=TaskPatch(spec=edited, usage={"n": 2}))
+        after = await new.get_task("t")
+        assert (after.spec, after.usage) == (edited, {"n": 2})
+    finally:
+        await new.close()
+    conn = sql_backend.raw()
+    try:
+        if sql_backend.kind == "sqlite":
+            cols = {r["name"] for r in conn.execute("PRAGMA table_info(tasks)").fetchall()}
+        else:
+            cols = {
+                r["column_name"]
+                for r in conn.execute(
+                    "SELECT column_name FROM information_schema.columns"
+                    " WHERE table_schema = current_schema() AND table_name = 'tasks'"
+                ).fetchall()
+            }
+        assert "spec" not in cols and "usage" in cols
+        rows = conn.execute("SELECT task_id FROM task_specs").fetchall()
+        assert [r["task_id"] for r in rows] == ["t"]
+    finally:
+        conn.close()

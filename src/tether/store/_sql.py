@@ -50,10 +50,18 @@ T = TypeVar("T")
 Row = Mapping[str, Any]
 
 _TASK_COLS = (
-    "task_id, name, status, stop_reason, version, current_milestone, spec, workspace, "
+    "task_id, name, status, stop_reason, version, current_milestone, workspace, "
     "waiting, usage, cancel_requested, wake_at, created_at, updated_at, heartbeat_at, "
     "lease_owner, lease_expiry, fencing_token, last_seq"
 )
+#: A task as `TaskRecord` reads it: its row in `tasks` (`t`) and its contract, kept in
+#: `task_specs` (`s`) since schema 6 so that a commit, which rewrites the task's row,
+#: does not rewrite the contract (megabytes for a long checklist) with it.
+_TASK_SELECT = (
+    "SELECT " + ", ".join(f"t.{c.strip()}" for c in _TASK_COLS.split(",")) + ", s.spec"
+    " FROM tasks t JOIN task_specs s ON s.task_id = t.task_id"
+)
+_SPEC_UPDATE = "UPDATE task_specs SET spec = :spec WHERE task_id = :task_id"
 _OP_COLS = (
     "op_id, task_id, round, call_index, tool, args, args_hash, effect, status, attempts, "
     "next_attempt_at, result, error, task_version, created_at, updated_at"
@@ -420,18 +428,22 @@ class SqlStore:
                 raise errors.ConcurrentUpdate(f"task {task_id!r} already exists")
             self._x(
                 conn,
-                "INSERT INTO tasks (task_id, name, status, version, spec, workspace, usage,"
+                "INSERT INTO tasks (task_id, name, status, version, workspace, usage,"
                 " cancel_requested, created_at, updated_at, fencing_token, last_seq)"
-                " VALUES (:id, :name, 'queued', 1, :spec, :ws, '{}', :f, :now, :now, 0, :last)",
+                " VALUES (:id, :name, 'queued', 1, :ws, '{}', :f, :now, :now, 0, :last)",
                 {
                     "id": task_id,
                     "name": name,
-                    "spec": _dumps(dict(spec)),
                     "ws": workspace,
                     "f": self._bool_in(False),
                     "now": now,
                     "last": len(items),
                 },
+            )
+            self._x(
+                conn,
+                "INSERT INTO task_specs (task_id, spec) VALUES (:id, :spec)",
+                {"id": task_id, "spec": _dumps(dict(spec))},
             )
             self._x(
                 conn,
@@ -446,9 +458,7 @@ class SqlStore:
                 },
             )
             self._insert_events(conn, task_id, 1, items, 1, None, now)
-            row = self._x(
-                conn, f"SELECT {_TASK_COLS} FROM tasks WHERE task_id = :id", {"id": task_id}
-            ).fetchone()
+            row = self._x(conn, f"{_TASK_SELECT} WHERE t.task_id = :id", {"id": task_id}).fetchone()
             return self._task(row)
 
     async def create_task(
@@ -468,9 +478,7 @@ class SqlStore:
 
     def _get_task_sync(self, task_id: str) -> TaskRecord:
         with self._auto() as conn:
-            row = self._x(
-                conn, f"SELECT {_TASK_COLS} FROM tasks WHERE task_id = :id", {"id": task_id}
-            ).fetchone()
+            row = self._x(conn, f"{_TASK_SELECT} WHERE t.task_id = :id", {"id": task_id}).fetchone()
         if row is None:
             raise errors.TaskNotFound(task_id)
         return self._task(row)
@@ -502,12 +510,11 @@ class SqlStore:
             for n, s in enumerate(sorted(statuses)):
                 params[f"s{n}"] = s
                 names.append(f":s{n}")
-            where = f"WHERE status IN ({', '.join(names)})"
+            where = f"WHERE t.status IN ({', '.join(names)})"
         with self._auto() as conn:
             rows = self._x(
                 conn,
-                f"SELECT {_TASK_COLS} FROM tasks {where} ORDER BY created_at DESC, task_id"
-                " LIMIT :limit",
+                f"{_TASK_SELECT} {where} ORDER BY t.created_at DESC, t.task_id LIMIT :limit",
                 params,
             ).fetchall()
         return [self._task(r) for r in rows]
@@ -657,6 +664,8 @@ class SqlStore:
             # Crash tests stop the process here: events written, projection not yet.
             failpoints.hit("during_commit")
             sets = self._encode_changes(plan.changes)
+            if "spec" in sets:  # the contract edited: its own row (see `_TASK_SELECT`)
+                self._x(conn, _SPEC_UPDATE, {"spec": sets.pop("spec"), "task_id": task_id})
             assignments = ", ".join(f"{k} = :{k}" for k in sets)
             self._x(
                 conn,
@@ -954,9 +963,7 @@ class SqlStore:
             return Lease(row["task_id"], worker_id, token, expires)
 
     def _get_task_in(self, conn: Any, task_id: str) -> Row:
-        row = self._x(
-            conn, f"SELECT {_TASK_COLS} FROM tasks WHERE task_id = :id", {"id": task_id}
-        ).fetchone()
+        row = self._x(conn, f"{_TASK_SELECT} WHERE t.task_id = :id", {"id": task_id}).fetchone()
         if row is None:
             raise errors.TaskNotFound(task_id)
         return row  # type: ignore[no-any-return]

@@ -36,7 +36,7 @@ T = TypeVar("T")
 SharedUpdate = Callable[[dict[str, Any] | None, float], tuple[dict[str, Any] | None, T]]
 
 #: Highest schema version this tether understands (one per migration file).
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def blob_hash(data: bytes) -> str:

@@ -259,7 +259,16 @@ def _rows(db: Path) -> str:
     """A digest of every stored row: equal before and after means nothing was written."""
     digest = hashlib.sha256()
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-        for table in ("tasks", "events", "ledgers", "artifacts", "ops", "approvals", "blobs"):
+        for table in (
+            "tasks",
+            "task_specs",
+            "events",
+            "ledgers",
+            "artifacts",
+            "ops",
+            "approvals",
+            "blobs",
+        ):
             for row in con.execute(f"SELECT * FROM {table} ORDER BY 1"):
                 digest.update(repr(row).encode())
     return digest.hexdigest()
@@ -543,9 +552,9 @@ def test_a_task_stored_before_the_stricter_checks_stays_usable(tmp_path: Path) -
     old = dict(spec, sources=[{"id": "A", "version": "1\x1b[2J", "location": "a.md"}])
     old["notify"] = {"targets": [{"webhook": "http://"}]}
     with sqlite3.connect(db) as con:
-        row = con.execute("SELECT spec FROM tasks WHERE task_id = ?", (tid,)).fetchone()
+        row = con.execute("SELECT spec FROM task_specs WHERE task_id = ?", (tid,)).fetchone()
         stored = {**json.loads(row[0]), **old}
-        con.execute("UPDATE tasks SET spec = ? WHERE task_id = ?", (json.dumps(stored), tid))
+        con.execute("UPDATE task_specs SET spec = ? WHERE task_id = ?", (json.dumps(stored), tid))
 
     shown = _invoke(["status", tid], tmp_path)
     assert shown.exit_code == 0 and not (set(shown.output) & UNSAFE), shown.output

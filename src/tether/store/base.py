@@ -3,7 +3,10 @@
 The store knows nothing of models or tools. It keeps:
 
 - **tasks**: the task projection (status, stop reason, version, current milestone, the
-  spec snapshot, heartbeat, lease owner and expiry, fencing token, last event seq);
+  spec snapshot, heartbeat, lease owner and expiry, fencing token, last event seq); the
+  SQL stores keep the spec (the contract, megabytes for a long checklist) in a row of
+  its own, written at creation and by a contract edit only, so that a commit rewrites
+  just the task's small columns;
 - **events**: the append-only log, `(task_id, seq)` unique and gapless per task;
 - **ledgers**: skeleton and state with their own version;
 - **blobs**: content-addressed payloads (full prompts, tool outputs);

@@ -65,6 +65,13 @@ ROUND_PARTS = (
     "run/state",
     "run/ports",
     "run/outcome",
+    "run/view",
+    "run/journal",
+    "run/records",
+    "run/model_calls",
+    "run/heartbeat",
+    "run/toolset",
+    "run/task_run",
 )
 
 
@@ -82,7 +89,7 @@ def test_the_check_sees_imports() -> None:
 def test_a_round_ends_by_returning_its_outcome() -> None:
     """Status changes are decided from returned outcomes; the `Stop` exception is kept
     for the two ends that arise deep inside a phase (a failed or interrupted model call
-    in the engine's model port, a paused tool call in `ops`) and is caught only at the
+    in the run's model port, a paused tool call in `ops`) and is caught only at the
     round's entry points."""
     import re
 
@@ -93,16 +100,16 @@ def test_a_round_ends_by_returning_its_outcome() -> None:
             raising.add(path.stem)
         if re.search(r"except \(?[\w., ]*\b(Stop|Pause)\b", text):
             catching.add(path.stem)
-    assert raising == {"engine", "runner"}
-    # ops saves a paused round's finished calls and re-raises; the engine's model port
+    assert raising == {"model_calls", "runner"}
+    # ops saves a paused round's finished calls and re-raises; the run's model port
     # closes its call's bookkeeping and re-raises; only `round` turns a Stop into a result.
-    assert catching == {"phases", "runner", "engine"}
+    assert catching == {"phases", "runner", "model_calls"}
     assert "except Stop as" in (SRC / "runtime" / "round" / "phases.py").read_text()
 
 
 #: The status-change event and the names a call may give a status outside `lifecycle`.
 STATUS_EVENT = "TaskStatusChanged"
-STATUS_WRITERS = ("TaskPatch", "commit")
+STATUS_WRITERS = ("TaskPatch", "commit", "Commit", "write")
 
 
 def status_builders(source: str) -> list[str]:
@@ -146,14 +153,17 @@ def test_the_status_check_sees_hand_built_changes() -> None:
         "await run.commit(events, status='running')\n"
         "q = TaskPatch(usage={})\n"
         "await run.commit(events, **patch)\n"
+        "await journal.write(Commit(events, status='waiting'))\n"
+        "await journal.write(Commit(events, **running))\n"
     )
     assert [w.split(":")[0] for w in status_builders(source)] == [
         "line 1",
         "line 2",
         "line 3",
         "line 4",
+        "line 7",
     ]
-    assert "lifecycle.transition" in (SRC / "runtime" / "engine.py").read_text()
+    assert "lifecycle.transition" in (SRC / "runtime" / "run" / "journal.py").read_text()
 
 
 def test_the_probe_does_not_know_the_engine() -> None:

@@ -39,7 +39,7 @@ from tether.tools.builtin.files import as_sent
 from tether.tools.registry import ToolContext
 
 if TYPE_CHECKING:
-    from tether.runtime.run.ports import JudgeHost, TurnHost
+    from tether.runtime.run.ports import JudgeHost, PartsHost
 
 DELIVERABLE_KEY = A.DELIVERABLE_KEY
 SHA256_KEY = A.SHA256_KEY
@@ -365,7 +365,7 @@ def _focus_lookup(log: Sequence[Sequence[Any]]) -> Callable[[int], str | None]:
     return focus
 
 
-async def recheck_ops(run: TurnHost, ledger: L.Ledger) -> tuple[L.Ledger, list[Broken]]:
+async def recheck_ops(run: PartsHost, ledger: L.Ledger) -> tuple[L.Ledger, list[Broken]]:
     """Ask the service again about the effectful ops done items rest on, for tools that
     can reconcile: an op whose effect the service no longer has (`not_done`: the ticket
     was deleted, say) reopens its item. A reconcile that fails or cannot tell changes
@@ -419,7 +419,7 @@ async def recheck_ops(run: TurnHost, ledger: L.Ledger) -> tuple[L.Ledger, list[B
 
 
 async def recover(
-    run: TurnHost, ledger: L.Ledger
+    run: PartsHost, ledger: L.Ledger
 ) -> tuple[L.Ledger, list[Broken], list[ArtifactRecord]]:
     """Recovery's check of done items: deliverables and citations (`verify`; the cited
     artifacts' own content is checked by recovery itself), then effectful ops with a

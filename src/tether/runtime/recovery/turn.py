@@ -19,54 +19,54 @@ from tether import ledger as L
 from tether import lifecycle
 from tether.models.base import Message
 from tether.runtime.recovery import deliverables
-from tether.runtime.round import history
 from tether.runtime.round.context import Context, Entry, render_system, turn_message
 from tether.runtime.run import outcome as out
 from tether.runtime.run.outcome import Outcome
+from tether.runtime.run.ports import Commit
 from tether.store.base import ArtifactRecord, blob_hash
 
 if TYPE_CHECKING:
-    from tether.runtime.run.ports import TurnHost
+    from tether.runtime.run.ports import Records, TaskView, TurnHost
 
 
 async def start_turn(run: TurnHost) -> Outcome | None:
     """Recover if needed, move to running, assemble the context, open a turn. Returns
     the outcome that ends the run before any round (cancelled, a crash loop), or None."""
     events: list[ev.Event] = []
-    first = run.state.turns == 0
+    first = run.view.state.turns == 0
     kind = "start" if first else "resume"
-    ledger = run.ledger
-    if run.task.cancel_requested:
+    ledger = run.view.ledger
+    if run.view.task.cancel_requested:
         return out.cancelled()
-    if not first and run.status in ("running", "stalled"):
-        crashed = _count_crash(run)
+    if not first and run.journal.status in ("running", "stalled"):
+        crashed = _count_crash(run.view)
         if crashed is not None:
             return crashed
     events.append(
         ev.LeaseClaimed(
-            worker_id=run.worker_id,
-            token=run.token,
-            expires_at=run.clock.now() + run.lease_ttl,
+            worker_id=run.config.worker_id,
+            token=run.flow.token,
+            expires_at=run.view.clock.now() + run.config.lease_ttl,
         )
     )
     invalidated: list[ArtifactRecord] = []
     if not first:
         ledger, invalidated = await _recover(run, ledger, events)
-    change, running = lifecycle.transition(run, "running", kind)
-    if run.status != "running":
+    change, running = lifecycle.transition(run.journal, "running", kind)
+    if run.journal.status != "running":
         events.append(change)
     await rebuild_context(run)
     epoch, why = epoch_needed(run, first)
     if epoch:
-        run.ctx.system = render_system(run.spec, ledger)
-        run.state.system_blob = run.stage_blob(run.ctx.system.encode())
-        run.state.system_version = run.task.version
-        run.state.system_at = run.clock.now()
+        run.ctx.system = render_system(run.view.spec, ledger)
+        run.view.state.system_blob = run.journal.stage_blob(run.ctx.system.encode())
+        run.view.state.system_version = run.view.task.version
+        run.view.state.system_at = run.view.clock.now()
     text = turn_message(kind, ledger, epoch=epoch)
     if not first:
-        text += await invalidation_notice(run, invalidated, ledger)
-    turn = run.state.turns + 1
-    run.state.turns = turn
+        text += await invalidation_notice(run.records, invalidated, ledger)
+    turn = run.view.state.turns + 1
+    run.view.state.turns = turn
     if not first:
         events.append(ev.RecoveryStep(step="context", details={"entries": len(run.ctx.entries)}))
     events.append(
@@ -75,28 +75,26 @@ async def start_turn(run: TurnHost) -> Outcome | None:
             kind=kind,
             epoch=epoch,
             epoch_reason=why,
-            system_blob=run.state.system_blob,
+            system_blob=run.view.state.system_blob,
             system_chars=len(run.ctx.system),
             message=text,
         )
     )
-    await run.commit(events, **running, ledger=ledger, artifacts=invalidated)
+    await run.journal.write(Commit(events, **running, ledger=ledger, artifacts=invalidated))
     run.ctx.append(Entry("turn", [Message("user", text)]))
-    run.snapshot(f"turn {turn} ({kind})")
+    run.journal.snapshot(f"turn {turn} ({kind})")
     return None
 
 
 async def invalidation_notice(
-    run: TurnHost, found: Sequence[ArtifactRecord], ledger: L.Ledger
+    records: Records, found: Sequence[ArtifactRecord], ledger: L.Ledger
 ) -> str:
     """What the model must hear at a new turn: the artifacts invalidated since its last
     turn (an edit of a source's version, content found missing by recovery) and the
     items reopened with why. Without it a model would cite stale artifacts, or not know
     what to redo. Empty when nothing changed."""
     why: dict[str, str] = {}
-    for e in await run.store.read_events(
-        run.task_id, types={"turn.started", "artifacts.invalidated"}
-    ):
+    for e in await records.events({"turn.started", "artifacts.invalidated"}):
         if e.type == "turn.started":
             why.clear()  # the model heard of the earlier ones
             continue
@@ -130,11 +128,13 @@ async def _recover(
     reopened: list[str] = []
     invalidated: list[ArtifactRecord] = []
     before = ledger
-    events.append(ev.RecoveryStarted(worker_id=run.worker_id, previous_owner=run.previous_owner))
+    events.append(
+        ev.RecoveryStarted(worker_id=run.config.worker_id, previous_owner=run.config.previous_owner)
+    )
     events.append(
         ev.RecoveryStep(
             step="version",
-            details={"version": run.task.version, "cancel": run.task.cancel_requested},
+            details={"version": run.view.task.version, "cancel": run.view.task.cancel_requested},
         )
     )
     # Verify what the ledger's evidence rests on (hash and presence). Reading every
@@ -142,13 +142,13 @@ async def _recover(
     cited = {ref for _, st in ledger.items() for ref in st.evidence}
     art_ids = {r.partition(":")[2] for r in cited if r.startswith("artifact:")}
     op_ids = {r.partition(":")[2] for r in cited if r.startswith("op:")}
-    artifacts = await run.store.get_artifacts(run.task_id, artifact_ids=art_ids)
+    artifacts = await run.records.artifacts(artifact_ids=art_ids)
     missing = []
     for art in artifacts:
         if not art.valid:
             continue
         try:
-            data = await run.store.get_blob(art.blob_hash)
+            data = await run.records.blob(art.blob_hash)
             ok = blob_hash(data) == art.blob_hash
         except KeyError:
             ok = False
@@ -160,14 +160,11 @@ async def _recover(
     )
     # Ops in doubt are settled by the interrupted round when it resumes: each one
     # is reconciled, re-sent with its original op id, or left to a human.
-    in_doubt = await run.store.get_ops(
-        run.task_id,
-        statuses={"intended", "dispatched", "unknown", "retry_wait", "awaiting_approval"},
+    in_doubt = await run.records.ops(
+        {"intended", "dispatched", "unknown", "retry_wait", "awaiting_approval"}
     )
     events.append(ev.RecoveryStep(step="ops", details={"in_doubt": [o.op_id for o in in_doubt]}))
-    good_ops = {
-        o.op_id for o in await run.store.get_ops(run.task_id, statuses={"succeeded"}, op_ids=op_ids)
-    }
+    good_ops = {o.op_id for o in await run.records.ops({"succeeded"}, op_ids=op_ids)}
     good_arts = {a.artifact_id for a in artifacts if a.valid and a.artifact_id not in missing}
 
     def resolves(ref: str) -> bool:
@@ -179,7 +176,7 @@ async def _recover(
             ledger = L.reopen(ledger, d.id, "evidence no longer resolves").ledger
             reopened.append(d.id)
     # Deliverables (workspace files behind done items) are outside the store.
-    ledger, broken, stale = await deliverables.recover(run, ledger)
+    ledger, broken, stale = await deliverables.recover(run.parts, ledger)
     invalidated += stale
     events.append(
         ev.RecoveryStep(
@@ -200,16 +197,16 @@ async def _recover(
     return ledger, invalidated
 
 
-def _count_crash(run: TurnHost) -> Outcome | None:
+def _count_crash(view: TaskView) -> Outcome | None:
     """The last run ended in a crash (the task was still `running`). Crashing again
     before a round finishes is a loop: past the contract's limit the task fails instead
     of being retried forever."""
-    st = run.state
+    st = view.state
     if st.rounds == st.crash_rounds_mark:
         st.crash_streak += 1
     else:
         st.crash_streak, st.crash_rounds_mark = 1, st.rounds
-    limit = run.spec.limits.max_crash_restarts
+    limit = view.spec.limits.max_crash_restarts
     if st.crash_streak > limit:
         why = (
             f"crashed {st.crash_streak} times in a row at round {st.rounds + 1} without "
@@ -222,14 +219,14 @@ def _count_crash(run: TurnHost) -> Outcome | None:
 
 def epoch_needed(run: TurnHost, first: bool) -> tuple[bool, str]:
     """Whether this turn re-renders the system prompt (an epoch boundary)."""
-    if first or not run.state.system_blob or not run.ctx.system:
+    if first or not run.view.state.system_blob or not run.ctx.system:
         return True, "task start"
-    if run.epoch_every_turn:
+    if run.config.epoch_every_turn:
         return True, "every turn (naive policy)"
-    if run.state.system_version != run.task.version:
+    if run.view.state.system_version != run.view.task.version:
         return True, "goal changed"
-    last = run.state.last_call_at
-    if run.clock.now() - last > run.spec.context.cache_ttl_seconds:
+    last = run.view.state.last_call_at
+    if run.view.clock.now() - last > run.view.spec.context.cache_ttl_seconds:
         return True, "provider cache expired"
     return False, ""
 
@@ -238,19 +235,17 @@ async def rebuild_context(run: TurnHost) -> None:
     """Context from the last snapshot plus the history entries after it."""
     schemas = tuple(t.schema() for t in run.tools)
     run.ctx = Context(system="", tools=schemas)
-    if run.state.system_blob:
+    if run.view.state.system_blob:
         with contextlib.suppress(KeyError):
-            run.ctx.system = (await run.store.get_blob(run.state.system_blob)).decode()
-    pending_round = int((run.state.inflight or {}).get("round", 0))
-    for entry in await history.load_entries(
-        run.store,
-        run.task_id,
-        snapshot=run.state.ctx_blob,
-        after_seq=run.state.ctx_after_seq,
+            run.ctx.system = (await run.records.blob(run.view.state.system_blob)).decode()
+    pending_round = int((run.view.state.inflight or {}).get("round", 0))
+    for entry in await run.records.entries(
+        snapshot=run.view.state.ctx_blob,
+        after_seq=run.view.state.ctx_after_seq,
         skip_round=pending_round,
     ):
         run.ctx.append(entry)
-    ratio = run.state.token_ratio
+    ratio = run.view.state.token_ratio
     if ratio:
         run.ctx.calibrator.ratio = float(ratio)
         run.ctx.calibrator.samples = 1

@@ -26,6 +26,7 @@ from tether.ledger import Ledger
 from tether.models.base import Message, ModelRequest
 from tether.runtime.round import history
 from tether.runtime.round.context import SUMMARY_PREFIX, Context, Entry, render_system, transcript
+from tether.runtime.run.ports import Commit
 from tether.store.base import ArtifactRecord
 
 if TYPE_CHECKING:
@@ -976,7 +977,7 @@ async def _read_claims(
     summary first; a judge model, when configured, may find a claim they missed."""
     if fallback:
         return ClaimFindings(), "rules"
-    findings = completion_claims(summary, run.ledger)
+    findings = completion_claims(summary, run.view.ledger)
     if findings:
         return findings, "rules"
     return await _second_reading(run, summary, events), "judge"
@@ -985,18 +986,18 @@ async def _read_claims(
 async def _second_reading(run: CompactHost, summary: str, events: list[ev.Event]) -> ClaimFindings:
     """Ask the judge model what `summary` claims, when one is configured and the summary
     speaks of completion: what it finds adds to the rules' reading, never removes."""
-    judge = run.models.judge
-    if judge is None or not may_claim(summary, run.ledger):
+    judge = run.calls.models.judge
+    if judge is None or not may_claim(summary, run.view.ledger):
         return ClaimFindings()
-    request = summary_audit_request(summary, run.ledger, run.task_id)
+    request = summary_audit_request(summary, run.view.ledger, run.journal.task_id)
     try:
-        response = await run.call_model(judge, request)
+        response = await run.calls.call_model(judge, request)
     except errors.ModelError as exc:
         # The rules' reading is the floor. The failure is journaled, so that a replay
         # meets it at the same point (and goes on the same way).
         events.append(
             ev.ModelFailed(
-                call_id=f"{run.task_id}.judge.summary.failed",
+                call_id=f"{run.journal.task_id}.judge.summary.failed",
                 purpose="judge",
                 model=judge.name,
                 error=str(exc),
@@ -1005,8 +1006,8 @@ async def _second_reading(run: CompactHost, summary: str, events: list[ev.Event]
             )
         )
         return ClaimFindings()
-    events.append(await run.record_call("judge", judge, request, response, None))
-    return parse_summary_audit(response.text, run.ledger)
+    events.append(await run.calls.record_call("judge", judge, request, response, None))
+    return parse_summary_audit(response.text, run.view.ledger)
 
 
 def _rejection_note(findings: ClaimFindings, ledger: Ledger, *, short: bool = False) -> str:
@@ -1155,7 +1156,7 @@ async def compact_context(run: CompactHost, budget: int) -> None:
             f"the context budget of {budget} tokens is too small for this task's system "
             "prompt and tools; raise context.input_budget_tokens in the spec"
         )
-    ledger_text = ledger_view.render(run.ledger, header="GOAL LEDGER")
+    ledger_text = ledger_view.render(run.view.ledger, header="GOAL LEDGER")
     system = COMPACT_INSTRUCTIONS + "\n\n" + ledger_text
     fixed = tokens.estimate_text(system) + 200
     room_chars = max(2000, (budget - fixed) * 3)
@@ -1171,16 +1172,16 @@ async def compact_context(run: CompactHost, budget: int) -> None:
         system=system,
         messages=(Message("user", body),),
         max_output_tokens=max(256, budget // 8),
-        task_id=run.task_id,
+        task_id=run.journal.task_id,
     )
     failpoints.hit("during_compaction")
-    model = run.models.compact or run.models.actor
+    model = run.calls.models.compact or run.calls.models.actor
     events: list[ev.Event] = []
     fallback = False
     try:
-        response = await run.call_model(model, request)
+        response = await run.calls.call_model(model, request)
         summary = response.text.strip()
-        events.append(await run.record_call("compact", model, request, response, None))
+        events.append(await run.calls.record_call("compact", model, request, response, None))
     except errors.ModelError as exc:
         summary = _mechanical_summary(older)
         fallback = True
@@ -1195,7 +1196,9 @@ async def compact_context(run: CompactHost, budget: int) -> None:
     claimed = list(findings.items)
     note = ""
     if findings:
-        unfinished = [d.id for d, s in run.ledger.items() if str(s.status) not in FINISHED_STATUSES]
+        unfinished = [
+            d.id for d, s in run.view.ledger.items() if str(s.status) not in FINISHED_STATUSES
+        ]
         events.append(
             ev.AuditWarning(
                 code="summary_claims_done",
@@ -1210,16 +1213,16 @@ async def compact_context(run: CompactHost, budget: int) -> None:
             )
         )
         # The next request must say that the claim was refused, next to the true ledger.
-        note = _rejection_note(findings, run.ledger)
+        note = _rejection_note(findings, run.view.ledger)
     kept = summary
     ctx.entries = [Entry("summary", [Message("user", SUMMARY_PREFIX + kept + note)]), *recent]
     # A compaction breaks the cached prefix anyway: start a new epoch with the current
     # ledger at the tail of the system prompt.
-    ctx.system = render_system(run.spec, run.ledger)
-    run.state.system_blob = run.stage_blob(ctx.system.encode())
-    run.state.system_version = run.task.version
-    run.state.system_at = run.clock.now()
-    _fit(ctx, budget, kept, note, findings, run.ledger, older)
+    ctx.system = render_system(run.view.spec, run.view.ledger)
+    run.view.state.system_blob = run.journal.stage_blob(ctx.system.encode())
+    run.view.state.system_version = run.view.task.version
+    run.view.state.system_at = run.view.clock.now()
+    _fit(ctx, budget, kept, note, findings, run.view.ledger, older)
     if ctx.estimate() > budget:
         raise errors.UserError(
             f"the context budget of {budget} tokens cannot hold this task's system prompt, "
@@ -1232,11 +1235,11 @@ async def compact_context(run: CompactHost, budget: int) -> None:
             for e in ctx.entries
         ]
     }
-    blob = run.stage_blob(history.pack(snapshot))
-    summary_blob = run.stage_blob(summary.encode())
-    run.state.ctx_blob = blob
-    run.state.ctx_after_seq = run.state.last_seq
-    run.state.compactions += 1
+    blob = run.journal.stage_blob(history.pack(snapshot))
+    summary_blob = run.journal.stage_blob(summary.encode())
+    run.view.state.ctx_blob = blob
+    run.view.state.ctx_after_seq = run.view.state.last_seq
+    run.view.state.compactions += 1
     upto = max((e.round or 0) for e in older) if older else 0
     events.append(
         ev.ContextCompacted(
@@ -1253,13 +1256,13 @@ async def compact_context(run: CompactHost, budget: int) -> None:
     # later compactions have folded it away (its id is fixed by the compaction count,
     # so a compaction redone after a crash writes the same one).
     summary_art = ArtifactRecord(
-        artifact_id=f"{run.task_id}.summary{run.state.compactions}",
-        task_id=run.task_id,
+        artifact_id=f"{run.journal.task_id}.summary{run.view.state.compactions}",
+        task_id=run.journal.task_id,
         kind="summary",
         name=f"summary of rounds up to {upto}",
         blob_hash=summary_blob,
         size=len(summary),
         source="compaction",
-        task_version=run.task.version,
+        task_version=run.view.task.version,
     )
-    await run.commit(events, artifacts=[summary_art])
+    await run.journal.write(Commit(events, artifacts=[summary_art]))

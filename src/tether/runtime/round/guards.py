@@ -17,62 +17,65 @@ from tether.runtime.run import outcome as out
 from tether.runtime.run.outcome import Outcome
 
 if TYPE_CHECKING:
-    from tether.runtime.run.ports import GuardHost
+    from tether.runtime.run.ports import GuardHost, Journal, TaskView
 
 
 async def control(run: GuardHost) -> Outcome | None:
     """The lease, a stop request, cancellation, a goal change, this run's round limit:
     how the run must end, or None to go on."""
-    if run.lease_lost:
-        raise errors.StaleLease(run.task_id, run.token, None)
-    if run.stop_requested():
+    flow, task_id = run.flow, run.journal.task_id
+    if flow.lease_lost:
+        raise errors.StaleLease(task_id, flow.token, None)
+    if flow.stop_requested():
         return out.interrupted("interrupted; resume to continue")
-    if run.commit_flags is not None and run.commit_flags[1] is not None:
+    if flow.commit_flags is not None and flow.commit_flags[1] is not None:
         # The task row as our last commit found it: no read of its own per round.
-        cancel_requested, version = run.commit_flags[0], run.commit_flags[1]
+        cancel_requested, version = flow.commit_flags[0], flow.commit_flags[1]
     else:
-        task = await run.store.get_task(run.task_id)
+        task = await run.records.task()
         cancel_requested, version = task.cancel_requested, task.version
     if cancel_requested:
         return out.cancelled()
-    if version != run.task.version:
+    if version != run.view.task.version:
         # The goal changed under us: re-read everything in a fresh turn.
         return out.interrupted("goal changed; restarting the turn")
-    if run.max_rounds_this_run is not None and run.rounds_this_run >= run.max_rounds_this_run:
+    most = run.config.max_rounds_this_run
+    if most is not None and flow.rounds_this_run >= most:
         return out.interrupted("round limit for this run reached")
     return None
 
 
-async def limits(run: GuardHost) -> Outcome | None:
+async def limits(view: TaskView, journal: Journal) -> Outcome | None:
     """Rounds per task and per milestone, and the budget: what the next model call may
     spend. The outcome that stops the run, or None."""
-    rounds = run.state.rounds
-    limit = run.spec.limits.max_rounds
+    rounds = view.state.rounds
+    limit = view.spec.limits.max_rounds
     if rounds >= limit:
         return out.waiting(
             "human",
-            f"max_rounds ({limit}) reached with {len(run.ledger.open_items())} items "
-            f"open; raise the limit: {hints.raise_limit(run.task_id, 'max_rounds', rounds, limit)}",
+            f"max_rounds ({limit}) reached with {len(view.ledger.open_items())} items "
+            "open; raise the limit: "
+            + hints.raise_limit(journal.task_id, "max_rounds", rounds, limit),
             why="max_rounds",
         )
-    ms = run.ledger.current_milestone()
-    per_ms = run.spec.limits.max_rounds_per_milestone
+    ms = view.ledger.current_milestone()
+    per_ms = view.spec.limits.max_rounds_per_milestone
     if ms is not None and per_ms is not None:
-        used = run.state.milestone_rounds.get(ms, 0)
+        used = view.state.milestone_rounds.get(ms, 0)
         if used >= per_ms:
-            command = hints.raise_limit(run.task_id, "max_rounds_per_milestone", used, per_ms)
+            command = hints.raise_limit(journal.task_id, "max_rounds_per_milestone", used, per_ms)
             return out.waiting(
                 "human",
                 f"milestone {ms} used its {per_ms} rounds; raise the limit: {command}",
                 why="max_rounds_per_milestone",
             )
-    return await check_budget(run)
+    return await check_budget(view, journal)
 
 
-def _budget_scopes(run: GuardHost) -> list[tuple[str, dict[str, tuple[float | None, float]]]]:
+def _budget_scopes(view: TaskView) -> list[tuple[str, dict[str, tuple[float | None, float]]]]:
     """(scope, {resource: (limit, used)}) for the task and the current milestone."""
-    b = run.spec.budget
-    st = run.state
+    b = view.spec.budget
+    st = view.state
     scopes = [
         (
             "task",
@@ -84,8 +87,8 @@ def _budget_scopes(run: GuardHost) -> list[tuple[str, dict[str, tuple[float | No
             },
         )
     ]
-    ms = run.ledger.current_milestone()
-    spec_ms = next((m for m in run.spec.milestones if m.id == ms), None)
+    ms = view.ledger.current_milestone()
+    spec_ms = next((m for m in view.spec.milestones if m.id == ms), None)
     if spec_ms is not None:
         mb = spec_ms.budget
         mu = st.milestone_usage.get(spec_ms.id, {})
@@ -103,14 +106,14 @@ def _budget_scopes(run: GuardHost) -> list[tuple[str, dict[str, tuple[float | No
     return scopes
 
 
-async def check_budget(run: GuardHost) -> Outcome | None:
+async def check_budget(view: TaskView, journal: Journal) -> Outcome | None:
     """Threshold events at 50% and 80%; suspension at 100%, for
     the task and for the current milestone. The check runs before every model call, so
     a cap is never exceeded by more than one call."""
-    marks = set(run.state.budget_marks)
+    marks = set(view.state.budget_marks)
     marks_crossed: list[ev.Event] = []
     exhausted = None
-    for scope, used in _budget_scopes(run):
+    for scope, used in _budget_scopes(view):
         for res, (limit, val) in used.items():
             if not limit:
                 continue
@@ -130,14 +133,16 @@ async def check_budget(run: GuardHost) -> Outcome | None:
                     )
             if pct >= 100 and exhausted is None:
                 exhausted = (scope, res, float(limit))
-    run.state.budget_marks = sorted(marks)
+    view.state.budget_marks = sorted(marks)
     if exhausted:
         scope, res, limit = exhausted
         how = "raise it in the milestone's budget (tether edit) and resume"
         if scope == "task":
             whole = res in ("tokens", "rounds")
             raised = str(int(limit * 2)) if whole else f"{limit * 2:.6f}".rstrip("0").rstrip(".")
-            how = f"raise it: tether edit {shlex.quote(run.task_id)} --set budget.{res}={raised}"
+            how = (
+                f"raise it: tether edit {shlex.quote(journal.task_id)} --set budget.{res}={raised}"
+            )
         return out.suspended(
             f"the {res} budget of the {scope.replace(':', ' ')} is used up; {how}",
             why="budget_exhausted",
@@ -146,5 +151,5 @@ async def check_budget(run: GuardHost) -> Outcome | None:
             scope=scope,
         )
     if marks_crossed:
-        await run.commit(marks_crossed)
+        await journal.commit(marks_crossed)
     return None

@@ -49,10 +49,11 @@ from tether.runtime.round import progress as P
 from tether.runtime.round.compaction import compact_context
 from tether.runtime.run import outcome as out
 from tether.runtime.run.outcome import Outcome, Stop
-from tether.runtime.run.ports import PendingRound
+from tether.runtime.run.ports import Commit, PendingRound
 
 if TYPE_CHECKING:
-    from tether.runtime.run.ports import RoundHost
+    from tether.clock import Clock
+    from tether.runtime.run.ports import Journal, RoundHost, RunConfig, TaskView
 
 #: The actor asks for a human with a line that starts NEED_HELP (as its prompt says);
 #: the words quoted inside a sentence are not a request.
@@ -64,7 +65,7 @@ _NEED_HELP = re.compile(r"^[ \t>*_-]*NEED_HELP\b", re.M)
 
 async def run_round(run: RoundHost) -> Outcome | None:
     """One round from the start: None to go on, else how the run ends."""
-    with telemetry.span("tether.round", {"tether.task_id": run.task_id}) as span:
+    with telemetry.span("tether.round", {"tether.task_id": run.journal.task_id}) as span:
         try:
             outcome = await _round(run, span)
         except Stop as stop_:
@@ -80,7 +81,7 @@ async def _round(run: RoundHost, span: telemetry.SpanLike) -> Outcome | None:
         stop = await read(run)
     if stop is not None:
         return stop
-    round_no = run.state.rounds + 1
+    round_no = run.view.state.rounds + 1
     with telemetry.span("tether.phase.assemble"):
         focus, request = await assemble(run, round_no)
     telemetry.set_attributes(span, {"tether.round": round_no, "tether.item": focus})
@@ -95,17 +96,20 @@ async def finish_interrupted(run: RoundHost) -> Outcome | None:
     """A round a crash (or a pause) interrupted: finish it from its recorded decision,
     or judge it from its saved facts when only the verdict was missing."""
     try:
-        inflight = run.state.inflight
+        state = run.view.state
+        inflight = state.inflight
         if inflight:
-            response = ModelResponse.from_dict(await run.get_json(inflight["response_blob"]))
+            response = ModelResponse.from_dict(
+                await run.journal.get_json(inflight["response_blob"])
+            )
             stop = await _finish(
                 run, int(inflight["round"]), inflight.get("focus"), response, resumed=True
             )
             if stop is not None:
                 return stop
-        if run.state.unjudged:
-            facts = verdicts.facts_from_dict(run.state.unjudged)
-            return await verdicts.judge_round(run, facts, text="")
+        if state.unjudged:
+            facts = verdicts.facts_from_dict(state.unjudged)
+            return await verdicts.judge_round(run.parts, facts, text="")
         return None
     except Stop as stop_:
         return stop_.outcome
@@ -115,16 +119,16 @@ async def _finish(
     run: RoundHost, round_no: int, focus: str | None, response: ModelResponse, *, resumed: bool
 ) -> Outcome | None:
     """The phases after the decision: act, write back, verify."""
-    runner = OpRunner(run)
-    outcomes = await act(run, runner, round_no, response, resumed=resumed)
+    runner = OpRunner(run.ops_host)
+    outcomes = await act(run.journal, runner, round_no, response, resumed=resumed)
     pending = write_back(
-        run,
+        run.view,
         round_no,
         focus,
         response,
         outcomes,
         runner.pending_events,
-        response_blob=str((run.state.inflight or {})["response_blob"]),
+        response_blob=str((run.view.state.inflight or {})["response_blob"]),
     )
     return await verify(run, round_no, focus, response, outcomes, pending)
 
@@ -137,18 +141,18 @@ async def read(run: RoundHost) -> Outcome | None:
     asking a human) is not held back by a limit on rounds or spend."""
     stop = await guards.control(run)
     if stop is None:
-        stop = await verdicts.settle(run, run.state.rounds + 1)
+        stop = await verdicts.settle(run.parts, run.view.state.rounds + 1)
     if stop is None:
-        stop = await guards.limits(run)
+        stop = await guards.limits(run.view, run.journal)
     return stop
 
 
 async def assemble(run: RoundHost, round_no: int) -> tuple[str | None, ModelRequest]:
     """Phase 2: the focus item (started in the staged ledger), compaction if the context
     would not fit, and the request."""
-    ledger = run.ledger
+    ledger = run.view.ledger
     focus = ledger.next_item()
-    verdicts.note_focus(run, round_no, focus)
+    verdicts.note_focus(run.parts, round_no, focus)
     started: list[ev.Event] = []
     if focus is not None and ledger.item(focus).status == "pending":
         up = L.start(ledger, focus)
@@ -156,16 +160,16 @@ async def assemble(run: RoundHost, round_no: int) -> tuple[str | None, ModelRequ
         started.append(
             ev.LedgerUpdated(version=ledger.version, diff=up.diff.to_list(), cause="runtime")
         )
-    budget = run.spec.context.input_budget_tokens
+    budget = run.view.spec.context.input_budget_tokens
     if run.ctx.estimate() > budget:
         # Compaction commits on its own: the focus item's start is staged after it.
         await compact_context(run, budget)
     request = replace(
-        run.ctx.request("act", task_id=run.task_id),
+        run.ctx.request("act", task_id=run.journal.task_id),
         ledger=ledger_view.LedgerData(ledger, focus),
     )
-    run.staged_events = started
-    run.staged_ledger = ledger
+    run.journal.staged_events = started
+    run.journal.staged_ledger = ledger
     return focus, request
 
 
@@ -179,33 +183,34 @@ async def decide(
     side effects, or with the results when it is read-only. Until then `inflight`
     (staged too) says how to finish the round from the recorded response.
     """
-    actor = run.models.actor
+    calls, journal, state = run.calls, run.journal, run.view.state
+    actor = calls.models.actor
     estimate = run.ctx.raw_estimate()
     failpoints.hit("before_model_call")
     try:
-        response = await run.call_model(actor, request)
+        response = await calls.call_model(actor, request)
     except errors.ModelError as exc:
-        await run.model_failed("act", actor, exc)
+        await calls.model_failed("act", actor, exc)
         raise
     failpoints.hit("after_model_response")
     if response.usage.input_tokens:
         run.ctx.calibrator.observe(estimate, response.usage.input_tokens)
-        run.state.token_ratio = run.ctx.calibrator.ratio
-    called = await run.record_call("act", actor, request, response, round_no)
-    ms = (run.staged_ledger or run.ledger).current_milestone()
+        state.token_ratio = run.ctx.calibrator.ratio
+    called = await calls.record_call("act", actor, request, response, round_no)
+    ms = (journal.staged_ledger or run.view.ledger).current_milestone()
     if ms is not None:
-        run.state.milestone_rounds[ms] = run.state.milestone_rounds.get(ms, 0) + 1
-    run.state.inflight = {"round": round_no, "focus": focus, "response_blob": called.response_blob}
-    run.staged_events = [
-        ev.RoundStarted(round=round_no, turn=run.state.turns or 1, item=focus),
-        *run.staged_events,
+        state.milestone_rounds[ms] = state.milestone_rounds.get(ms, 0) + 1
+    state.inflight = {"round": round_no, "focus": focus, "response_blob": called.response_blob}
+    journal.staged_events = [
+        ev.RoundStarted(round=round_no, turn=state.turns or 1, item=focus),
+        *journal.staged_events,
         called,
     ]
     return response
 
 
 async def act(
-    run: RoundHost,
+    journal: Journal,
     runner: OpRunner,
     round_no: int,
     response: ModelResponse,
@@ -217,14 +222,14 @@ async def act(
     if not resumed:
         intents = await runner.plan(round_no, response)
         if intents:
-            await run.commit(runner.intent_events(intents), ops=[r for _, r in intents])
+            await journal.write(Commit(runner.intent_events(intents), ops=[r for _, r in intents]))
             for _ in intents:
                 failpoints.hit("after_op_intent")
     return await runner.act(round_no, response, resumed=resumed)
 
 
 def write_back(
-    run: RoundHost,
+    view: TaskView,
     round_no: int,
     focus: str | None,
     response: ModelResponse,
@@ -266,22 +271,22 @@ def write_back(
     events.append(
         ev.RoundCommitted(
             round=round_no,
-            turn=run.state.turns or 1,
+            turn=view.state.turns or 1,
             ops=len(outcomes),
             text=response.text[:200],
             messages=doc,
             item=focus,
         )
     )
-    run.state.rounds = round_no
-    run.state.inflight = None
+    view.state.rounds = round_no
+    view.state.inflight = None
     return PendingRound(
         round_no,
         events,
         ops,
         arts,
         [assistant, *tool_msgs],
-        track_failures(run, outcomes, focus),
+        track_failures(view, outcomes, focus),
         len(outcomes),
     )
 
@@ -298,23 +303,27 @@ async def verify(
     round's results; a round whose every call met an open breaker waits for the
     service."""
     facts = round_facts(round_no, focus, response, outcomes, pending)
+    parts = run.parts
     asks = _NEED_HELP.search(response.text)
     if asks is not None:
-        await run.commit_round(pending)
+        await parts.commit_round(pending)
         help_text = response.text[asks.start() :][:500].rstrip()
         return out.waiting(
-            "human", f"{help_text}; answer with: {hints.tell(run.task_id)}", why="needs_user_input"
+            "human",
+            f"{help_text}; answer with: {hints.tell(run.journal.task_id)}",
+            why="needs_user_input",
         )
     rest: PendingRound | None = pending
-    if run.models.judge is not None:
+    if run.calls.models.judge is not None:
         # Results are durable before the judge's model call; a crash in between is
         # judged after recovery from the saved facts.
-        run.state.unjudged = verdicts.facts_to_dict(facts)
-        await run.commit_round(pending)
+        run.view.state.unjudged = verdicts.facts_to_dict(facts)
+        await parts.commit_round(pending)
         rest = None
-    stop = await verdicts.judge_round(run, facts, response.text, rest)
+    stop = await verdicts.judge_round(parts, facts, response.text, rest)
     if stop is None and facts.deferred:
-        stop = await wait_for_services(run, [o for o in outcomes if o.retry_at is not None])
+        held = [o for o in outcomes if o.retry_at is not None]
+        stop = await wait_for_services(run.view.clock, run.config, held)
     return stop
 
 
@@ -355,18 +364,20 @@ def round_facts(
     )
 
 
-async def wait_for_services(run: RoundHost, held: Sequence[OpOutcome]) -> Outcome | None:
+async def wait_for_services(
+    clock: Clock, config: RunConfig, held: Sequence[OpOutcome]
+) -> Outcome | None:
     """Every call of the round met an open breaker or a service that stays down
     (`errors.ServiceDown`): rather than spend model calls (and the item's attempts) on a
     service known to be down, wait for its next chance — in the worker if short, else
     parked as `waiting` until then."""
-    now = run.clock.now()
+    now = clock.now()
     until = min((o.retry_at for o in held if o.retry_at), default=now + 1.0)
     delay = until - now
     if delay <= 0:
         return None
-    if delay <= run.tool_env.inline_wait_max:
-        await run.clock.sleep(delay)
+    if delay <= config.inline_wait_max:
+        await clock.sleep(delay)
         return None
     services = sorted({o.tool for o in held})
     # Why each was held back (an open breaker, or a server that stays down and the tail
@@ -381,15 +392,15 @@ async def wait_for_services(run: RoundHost, held: Sequence[OpOutcome]) -> Outcom
     )
 
 
-def track_failures(run: RoundHost, outcomes: Sequence[OpOutcome], focus: str | None) -> str | None:
+def track_failures(view: TaskView, outcomes: Sequence[OpOutcome], focus: str | None) -> str | None:
     """Count identical failures: the same item, tool and arguments, failing the same way
     (error class and normalised message, `progress.failure_key`), so a converging series
     ("3 failed", "2 failed", "1 failed") is not a loop. The first key that reaches the
     limit makes the round non-convergent. Keys carry the item so a human's retry of it
     starts the count afresh."""
-    counts = dict(run.state.failure_keys)
+    counts = dict(view.state.failure_keys)
     hit = None
-    limit = run.spec.limits.same_failure_repeats
+    limit = view.spec.limits.same_failure_repeats
     for o in outcomes:
         if o.status != "failed" or o.replayed or o.retry_at is not None:
             continue
@@ -401,7 +412,7 @@ def track_failures(run: RoundHost, outcomes: Sequence[OpOutcome], focus: str | N
                 f"({o.error_class}: {(o.error or '')[:120]})"
             )
     # Keep the map small: only the most recent keys matter.
-    run.state.failure_keys = dict(list(counts.items())[-200:])
+    view.state.failure_keys = dict(list(counts.items())[-200:])
     return hit
 
 

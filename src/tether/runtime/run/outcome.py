@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether import events as ev
 from tether import lifecycle
+from tether.runtime.run.ports import Commit
 from tether.store.base import ApprovalRecord, OpRecord
 
 if TYPE_CHECKING:
@@ -117,10 +118,12 @@ async def apply(journal: Journal, outcome: Outcome) -> None:
         outcome.status,
         outcome.stop_reason,
         outcome.reason,
-        extra=outcome.events,
-        waiting=dict(outcome.waiting) if outcome.waiting is not None else None,
-        wake_at=outcome.wake_at,
-        ops=outcome.ops,
-        approvals=outcome.approvals,
+        also=Commit(
+            outcome.events,
+            ops=outcome.ops,
+            approvals=outcome.approvals,
+            waiting=dict(outcome.waiting) if outcome.waiting is not None else None,
+            wake_at=outcome.wake_at,
+        ),
     )
     journal.snapshot(outcome.reason or outcome.status)

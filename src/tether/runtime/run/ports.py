@@ -1,20 +1,31 @@
-"""The narrow interfaces between the engine and the parts of a round.
+"""The narrow interfaces between the run of one task and the parts of a round.
 
-The engine's run of one task (`engine.TaskRun`) is the only implementation; the parts
-(`round`, `ops`, `recovery`, `verdicts`, `guards`, `compaction`) are typed against these
-protocols instead, each against the smallest one that covers what it uses, so none of
-them imports the engine and each can be driven by a fake in a test.
+The run (`run.task_run.TaskRun`) is composed of small objects, and the parts of a
+round receive those objects, each typed by one of these protocols, so none of them
+imports the engine and each can be driven by a fake in a test. No port exposes the
+store: a part reads the task's records through `Records` and writes through `Journal`.
 
+- `Commit`: one durable write of the run, as a value.
 - `Journal`: the commit port — commit events and projections under the fencing token,
-  move the task's status, stage blobs for the next commit, tell the progress display.
+  move the task's status, stage blobs and the round's decision for the next commit,
+  tell the progress display (`run.journal`).
 - `TaskView`: what the run knows of its task (record, contract, ledger, run state).
-- `ModelPort`: model calls, journaled and counted.
+- `Records`: the task's stored records, read (`run.records`).
+- `ModelPort`: model calls, journaled and counted (`run.model_calls`).
+- `RunConfig`: the engine's settings for this run; `RunFlow`: the lease and the stop.
+- `GuardHost`, `TurnHost`, `CompactHost`, `RoundHost`: what the checks between rounds,
+  a turn's start, compaction and a round's phases receive — the objects above by name.
+
+`OpsHost` (the host of `ops`, ten members, its own reads of the store) and `JudgeHost`
+(and `PartsHost`) are the flat hosts `ops`, `judge` and `recovery.deliverables` are
+typed against; their own rework narrows them (`tests/unit/test_ports.py` keeps the
+list of wide ones, which may only shrink).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,14 +34,16 @@ from tether import ledger as L
 from tether.clock import Clock
 from tether.models.base import Message, Model, ModelRequest, ModelResponse
 from tether.runtime.ops.ports import OpsStore, ToolEnv
-from tether.runtime.round.context import Context
+from tether.runtime.round.context import Context, Entry
 from tether.runtime.run.state import RunState
 from tether.spec import TaskSpec
 from tether.store.base import (
+    UNSET,
     ApprovalRecord,
     ArtifactRecord,
     OpRecord,
     Store,
+    StoredEvent,
     TaskRecord,
 )
 from tether.tools.registry import Tool
@@ -75,48 +88,72 @@ class PendingRound:
     calls: int
 
 
+@dataclass(frozen=True)
+class Commit:
+    """One durable write of a run: events and the projections that move with them, in
+    one transaction under the fencing token. `UNSET` leaves `waiting` and `wake_at` as
+    they are; the run's usage always goes along."""
+
+    events: Sequence[ev.Event] = ()
+    status: str | None = None
+    stop_reason: str | None = None
+    ledger: L.Ledger | None = None
+    ops: Sequence[OpRecord] = ()
+    artifacts: Sequence[ArtifactRecord] = ()
+    approvals: Sequence[ApprovalRecord] = ()
+    waiting: Any = UNSET
+    wake_at: Any = UNSET
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The engine's settings for one run."""
+
+    worker_id: str
+    lease_ttl: float
+    inline_wait_max: float
+    max_rounds_this_run: int | None = None
+    #: The naive cache policy (re-render the system tail at every turn), for benchmarks.
+    epoch_every_turn: bool = False
+    previous_owner: str | None = None
+    #: Shared clients for the tools (`ToolContext.services`).
+    services: Mapping[str, Any] = field(default_factory=dict)
+
+
 class Journal(Protocol):
     """The commit port: every durable write of a run goes through it."""
 
     task_id: str
-    token: int
-    store: Store
-    state: RunState
-    status: str
+    #: The round's decision events, flushed by the next commit.
+    staged_events: list[ev.Event]
+    #: The ledger with the focus item started, committed with the decision.
+    staged_ledger: L.Ledger | None
 
-    async def commit(
-        self,
-        events: Sequence[ev.Event],
-        *,
-        status: str | None = None,
-        stop_reason: str | None = None,
-        ledger: L.Ledger | None = None,
-        ops: Sequence[OpRecord] = (),
-        artifacts: Sequence[ArtifactRecord] = (),
-        approvals: Sequence[ApprovalRecord] = (),
-        waiting: Any = ...,
-        wake_at: Any = ...,
-    ) -> int:
+    @property
+    def status(self) -> str:
+        """The task's status as the run's last commit left it."""
+        ...
+
+    async def write(self, commit: Commit) -> int:
         """Commit events and projections atomically; returns the last seq."""
         ...
 
+    async def commit(self, events: Sequence[ev.Event], **fields: Any) -> int:
+        """`write(Commit(events, **fields))`."""
+        ...
+
     async def set_status(
-        self,
-        dst: str,
-        stop_reason: str | None = None,
-        reason: str = "",
-        *,
-        extra: Sequence[ev.Event] = (),
-        waiting: Any = ...,
-        wake_at: Any = ...,
-        ops: Sequence[OpRecord] = (),
-        approvals: Sequence[ApprovalRecord] = (),
+        self, dst: str, stop_reason: str | None = None, reason: str = "", *, also: Commit = ...
     ) -> None:
-        """Move the task, with its event, in one commit."""
+        """Move the task, with its event and what `also` carries, in one commit."""
         ...
 
     def stage_blob(self, data: bytes) -> str:
         """A blob stored by the next commit; returns its ref."""
+        ...
+
+    async def get_json(self, ref: str) -> Any:
+        """A JSON blob (plain or packed)."""
         ...
 
     def snapshot(self, message: str) -> None:
@@ -127,11 +164,52 @@ class Journal(Protocol):
 class TaskView(Protocol):
     """What a run knows of its task."""
 
-    task: TaskRecord
-    spec: TaskSpec
-    ledger: L.Ledger
-    workspace: Path | None
-    clock: Clock
+    @property
+    def task(self) -> TaskRecord: ...
+    @property
+    def spec(self) -> TaskSpec: ...
+    @property
+    def ledger(self) -> L.Ledger: ...
+    @property
+    def state(self) -> RunState: ...
+    @property
+    def workspace(self) -> Path | None: ...
+    @property
+    def clock(self) -> Clock: ...
+
+
+class Records(Protocol):
+    """The task's stored records, read (this task's only; no writes)."""
+
+    async def task(self) -> TaskRecord:
+        """The task row."""
+        ...
+
+    async def ops(
+        self, statuses: Collection[str] | None = None, *, op_ids: Collection[str] | None = None
+    ) -> list[OpRecord]:
+        """The task's op records."""
+        ...
+
+    async def artifacts(
+        self, *, artifact_ids: Collection[str] | None = None
+    ) -> list[ArtifactRecord]:
+        """The task's artifacts."""
+        ...
+
+    async def blob(self, ref: str) -> bytes:
+        """A blob (`KeyError` when missing)."""
+        ...
+
+    async def events(self, types: Collection[str]) -> list[StoredEvent]:
+        """The task's events of these types."""
+        ...
+
+    async def entries(
+        self, *, snapshot: str | None, after_seq: int, skip_round: int
+    ) -> list[Entry]:
+        """The context's history entries (see `round.history.load_entries`)."""
+        ...
 
 
 class ModelPort(Protocol):
@@ -159,17 +237,81 @@ class ModelPort(Protocol):
         ...
 
 
-class GuardHost(Journal, TaskView, Protocol):
-    """What the checks between rounds use."""
+class RunFlow(Protocol):
+    """The run's lease and how far it went: what says whether it may go on."""
 
-    rounds_this_run: int
+    token: int
     lease_lost: bool
-    max_rounds_this_run: int | None
+    rounds_this_run: int
     #: (cancel requested, version) of the task row as the run's last commit found it.
     commit_flags: tuple[bool, int | None] | None
 
     def stop_requested(self) -> bool:
         """True once the worker was asked to stop between steps."""
+        ...
+
+
+# --- what the parts receive: the run's objects by name (read-only) ---------------------
+
+
+class GuardHost(Protocol):
+    """What the checks between rounds use."""
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def view(self) -> TaskView: ...
+
+    @property
+    def records(self) -> Records: ...
+
+    @property
+    def config(self) -> RunConfig: ...
+
+    @property
+    def flow(self) -> RunFlow: ...
+
+
+class CompactHost(Protocol):
+    """What compaction uses."""
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def view(self) -> TaskView: ...
+
+    @property
+    def calls(self) -> ModelPort: ...
+
+    ctx: Context
+
+
+# --- the flat hosts of ops/, judge/ and recovery/deliverables (narrowed there) ----------
+
+
+class SharedJournal(Protocol):
+    """The flat commit port `ops`, `judge` and `recovery.deliverables` still use."""
+
+    task_id: str
+    token: int
+    store: Store
+    status: str
+
+    @property
+    def state(self) -> RunState: ...
+
+    async def commit(self, events: Sequence[ev.Event], **fields: Any) -> int:
+        """`Journal.write(Commit(events, **fields))`."""
+        ...
+
+    def stage_blob(self, data: bytes) -> str:
+        """A blob stored by the next commit; returns its ref."""
+        ...
+
+    def snapshot(self, message: str) -> None:
+        """Tell the progress display."""
         ...
 
 
@@ -224,13 +366,7 @@ class OpsHost(Protocol):
         ...
 
 
-class CompactHost(Journal, TaskView, ModelPort, Protocol):
-    """What compaction uses."""
-
-    ctx: Context
-
-
-class JudgeHost(Journal, TaskView, ModelPort, Protocol):
+class JudgeHost(SharedJournal, TaskView, ModelPort, Protocol):
     """What judging a round and the completion check use."""
 
     ctx: Context
@@ -242,32 +378,69 @@ class JudgeHost(Journal, TaskView, ModelPort, Protocol):
         ...
 
 
-class TurnHost(JudgeHost, Protocol):
-    """What opening a turn (and recovering) uses."""
+class PartsHost(JudgeHost, Protocol):
+    """What a round hands to `judge`, and a turn's start to `recovery.deliverables`."""
 
     tools: list[Tool]
-    previous_owner: str | None
-    worker_id: str
-    lease_ttl: float
-    epoch_every_turn: bool
+
+
+class TurnHost(Protocol):
+    """What opening a turn (and recovering) uses."""
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def view(self) -> TaskView: ...
+
+    @property
+    def records(self) -> Records: ...
+
+    @property
+    def config(self) -> RunConfig: ...
+
+    @property
+    def flow(self) -> RunFlow: ...
+
+    ctx: Context
+    tools: list[Tool]
+
+    @property
+    def parts(self) -> PartsHost: ...
+
+
+class RoundHost(Protocol):
+    """What the phases of a round use (see `round.phases`)."""
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def view(self) -> TaskView: ...
+
+    @property
+    def records(self) -> Records: ...
+
+    @property
+    def config(self) -> RunConfig: ...
+
+    @property
+    def flow(self) -> RunFlow: ...
+
+    @property
+    def calls(self) -> ModelPort: ...
+
     ctx: Context
 
-    async def get_json(self, ref: str) -> Any:
-        """A JSON blob."""
-        ...
+    @property
+    def parts(self) -> PartsHost: ...
 
-
-class RoundHost(GuardHost, TurnHost, OpsHost, Protocol):
-    """What the phases of a round use (see `round`): everything above, plus the
-    decision staged for the round's first commit."""
-
-    #: The round's decision events, flushed by the next commit.
-    staged_events: list[ev.Event]
-    #: The ledger with the focus item started, committed with the decision.
-    staged_ledger: L.Ledger | None
+    @property
+    def ops_host(self) -> OpsHost: ...
 
 
 __all__ = [
+    "Commit",
     "CompactHost",
     "GuardHost",
     "Journal",
@@ -276,8 +449,13 @@ __all__ = [
     "ModelPort",
     "ModelSet",
     "OpsHost",
+    "PartsHost",
     "PendingRound",
+    "Records",
     "RoundHost",
+    "RunConfig",
+    "RunFlow",
+    "SharedJournal",
     "TaskView",
     "TurnHost",
 ]

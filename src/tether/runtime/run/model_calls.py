@@ -1,0 +1,196 @@
+"""The run's model calls (`ports.ModelPort`): one call with its latency measured and
+cancelled by a stop request, its record (request by reference, response as a blob,
+spend counted in the run state), and what a call that failed after its retries means
+for the task (it waits, never dies silently)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from dataclasses import replace
+from typing import Any
+
+from tether import errors, telemetry
+from tether import events as ev
+from tether.models.base import Model, ModelRequest, ModelResponse
+from tether.runtime import hints
+from tether.runtime.round import history
+from tether.runtime.run import outcome as out
+from tether.runtime.run.journal import RunJournal
+from tether.runtime.run.outcome import Stop
+from tether.runtime.run.ports import ModelSet
+from tether.runtime.run.view import RunView
+
+
+def _cost(configured: str, response: ModelResponse) -> float:
+    """The call's cost by the current task's price table (`pricing.set_current` in
+    `TaskRun.load`): the answering model's price, else the configured model's."""
+    from tether.models import pricing
+
+    return float(
+        pricing.current_table().cost_usd(response.model, response.usage, configured=configured)
+    )
+
+
+class ModelCalls:
+    """Model calls of one run, journaled and counted."""
+
+    def __init__(
+        self, models: ModelSet, view: RunView, journal: RunJournal, stop: asyncio.Event
+    ) -> None:
+        self.models = models
+        self.view = view
+        self.journal = journal
+        self.stop = stop
+
+    async def call_model(self, model: Model, request: ModelRequest) -> ModelResponse:
+        """One model call with latency measured; errors become `ModelError`. A stop
+        request (Ctrl-C, a worker's shutdown) cancels a call in flight at once: the
+        round ends interrupted, and a resume asks the model again."""
+        t0 = time.perf_counter()
+        attrs = telemetry.model_call_attributes(request.purpose, model.name, self.journal.task_id)
+        with telemetry.span(f"chat {model.name}", attrs) as span:
+            try:
+                resp = await self._unless_stopped(model.complete(request), request.purpose)
+            except (errors.ModelError, Stop):
+                raise
+            except Exception as exc:
+                raise errors.ModelError(f"{type(exc).__name__}: {exc}", transient=False) from exc
+            u = resp.usage
+            telemetry.set_attributes(
+                span,
+                telemetry.usage_attributes(
+                    resp.model, u.input_tokens, u.output_tokens, u.cached_input_tokens
+                ),
+            )
+        if not resp.latency_ms:
+            resp = replace(
+                resp,
+                model=resp.model or model.name,
+                latency_ms=(time.perf_counter() - t0) * 1000,
+            )
+        return resp
+
+    async def _unless_stopped(self, call: Awaitable[ModelResponse], purpose: str) -> ModelResponse:
+        """`await call`, cancelled when a stop is requested meanwhile (in this task, so
+        what the call raises, a `SystemExit` included, stays its own)."""
+        if self.stop.is_set():
+            raise Stop(out.interrupted("interrupted; resume to continue"))
+        me = asyncio.current_task()
+        triggered = False
+
+        def interrupt(_: object) -> None:
+            nonlocal triggered
+            if me is not None and not me.done():
+                triggered = True
+                me.cancel()
+
+        watcher = asyncio.ensure_future(self.stop.wait())
+        watcher.add_done_callback(interrupt)
+        try:
+            return await call
+        except BaseException:
+            # An SDK may turn the cancellation into an error of its own: either way the
+            # call was abandoned because of the stop.
+            if not triggered:
+                raise
+        finally:
+            watcher.remove_done_callback(interrupt)
+            watcher.cancel()
+        if me is not None:
+            me.uncancel()
+        if purpose == "act":
+            # The round never happened: its focus item's start is not kept.
+            self.journal.staged_events = []
+            self.journal.staged_ledger = None
+        raise Stop(out.interrupted("interrupted during a model call; resume to continue"))
+
+    async def record_call(
+        self,
+        purpose: str,
+        model: Model,
+        request: ModelRequest,
+        response: ModelResponse,
+        round_no: int | None,
+    ) -> ev.ModelCalled:
+        """The request (by reference for the actor's calls: see `history`) and the
+        response as blobs; the event keeps a summary."""
+        st, blobs = self.view.state, self.journal.blobs
+        req_blob: str | None = None
+        req_ref: dict[str, Any] | None = None
+        if purpose == "act" and st.system_blob:
+            epoch = history.epoch_doc(
+                system_blob=st.system_blob,
+                tools_blob=blobs.tools(request),
+                snapshot=st.ctx_blob,
+                after_seq=st.ctx_after_seq,
+            )
+            req_ref = history.request_ref(
+                request, epoch_blob=blobs.epoch(epoch), upto_seq=st.last_seq
+            )
+        else:
+            req_blob = blobs.packed(request.to_dict())
+        resp_blob = blobs.json(response.to_dict())
+        cost = _cost(model.name, response)
+        u = response.usage
+        st.count_call(purpose, u, cost, self.view.ledger.current_milestone())
+        st.last_call_at = self.view.clock.now()
+        names = ", ".join(c.name for c in response.tool_calls)
+        # A summary for the timeline: the response itself is in its blob.
+        summary = (response.text[:100] + (f" [calls: {names}]" if names else "")).strip()
+        return ev.ModelCalled(
+            call_id=f"{self.journal.task_id}.{purpose}.{st.model_calls}",
+            purpose=purpose,
+            model=response.model or model.name,
+            round=round_no,
+            request_blob=req_blob,
+            request=req_ref,
+            response_blob=resp_blob,
+            input_tokens=u.input_tokens,
+            output_tokens=u.output_tokens,
+            cached_tokens=u.cached_input_tokens,
+            cache_write_tokens=u.cache_write_tokens,
+            latency_ms=response.latency_ms,
+            cost_usd=cost,
+            summary=summary,
+            tool_calls=len(response.tool_calls),
+            attempts=response.attempts,
+        )
+
+    async def model_failed(self, purpose: str, model: Model, exc: Exception) -> None:
+        """A model call failed after its retries: wait, never die silently."""
+        task_id = self.journal.task_id
+        transient = isinstance(exc, errors.ModelError) and exc.transient
+        event = ev.ModelFailed(
+            call_id=f"{task_id}.{purpose}.failed",
+            purpose=purpose,
+            model=model.name,
+            error=str(exc),
+            transient=transient,
+            attempts=exc.attempts if isinstance(exc, errors.ModelError) else 1,
+        )
+        if transient:
+            raise Stop(
+                out.waiting(
+                    "external",
+                    f"model provider failed: {exc}; a worker tries again in a minute, or "
+                    f"now: {hints.resume(task_id)}",
+                    why="model provider unavailable",
+                    until=self.view.clock.now() + 60.0,
+                    events=[event],
+                    # `tether run`/`resume` exit 4 on it: stopped on infrastructure.
+                    unavailable="model provider",
+                )
+            )
+        raise Stop(
+            out.waiting(
+                "human",
+                f"model provider refused the call: {exc}",
+                why="model provider error",
+                events=[event],
+            )
+        )
+
+
+__all__ = ["ModelCalls"]

@@ -1,0 +1,406 @@
+"""One claimed task while an engine drives it: small objects, wired.
+
+- `view` (`run.view`): what the run knows of its task — record, contract, ledger, state;
+- `journal` (`run.journal`): commits under the fencing token, staged blobs, redaction;
+- `records` (`run.records`): the task's stored records, read;
+- `calls` (`run.model_calls`): model calls, journaled and counted;
+- `flow` and `beat` (`run.heartbeat`): the lease, the stop request, the round timeout;
+- `prober` (`run.probe`): the status probe of a silent round;
+- `config` (`ports.RunConfig`): the engine's settings for the run.
+
+The round's phases are functions of `round.phases`, a turn's start and recovery of
+`recovery.turn`; they receive these objects through the protocols of `ports`, each the
+one or two it uses. The run's flat attributes (`task_id`, `store`, `commit`, `tools`,
+...) are the host `ops`, `judge` and `recovery.deliverables` are still typed against
+(`ports.PartsHost`, handed to them as `parts`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tether import errors, failpoints, lifecycle
+from tether import events as ev
+from tether import ledger as L
+from tether.clock import Clock
+from tether.models import pricing
+from tether.models.base import Model, ModelRequest, ModelResponse
+from tether.redact import Redactor
+from tether.runtime.ops.ports import ToolEnv
+from tether.runtime.recovery import turn as recovery
+from tether.runtime.round import phases as rounds
+from tether.runtime.round.context import Context, Entry
+from tether.runtime.run import outcome as out
+from tether.runtime.run import probe, toolset
+from tether.runtime.run.heartbeat import Flow, Heartbeat
+from tether.runtime.run.journal import RunJournal, Snapshot
+from tether.runtime.run.model_calls import ModelCalls
+from tether.runtime.run.ports import ModelSet, PendingRound, RunConfig
+from tether.runtime.run.records import TaskRecords
+from tether.runtime.run.state import RunState
+from tether.runtime.run.view import RunView
+from tether.spec import TaskSpec, parse_spec
+from tether.store.base import CommitResult, Store, TaskRecord
+from tether.tools import files
+from tether.tools.breaker import Guard
+from tether.tools.registry import Tool, ToolRegistry, ensure_lease
+
+log = logging.getLogger("tether.engine")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended."""
+
+    task_id: str
+    status: str
+    stop_reason: str | None
+    waiting: Mapping[str, Any] | None
+    rounds: int
+    interrupted: bool = False
+
+
+class TaskRun:
+    """One claimed task while an engine drives it (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        task_id: str,
+        token: int,
+        *,
+        models: ModelSet,
+        registry: ToolRegistry,
+        config: RunConfig,
+        clock: Clock,
+        stop: asyncio.Event,
+        guard: Guard | None = None,
+        on_progress: Callable[[Snapshot], None] | None = None,
+        status_probe: bool = True,
+    ) -> None:
+        self.store = store
+        self.task_id = task_id
+        self.token = token
+        self.config = config
+        self.models = models
+        self._registry = registry
+        self._guard = guard
+        # The status probe of a silent round; its clock is the run's, with the round's
+        # waits (sleeps on it) seen (see `run.probe`).
+        self.prober = probe.Prober(self, clock, enabled=status_probe)
+        self.view = RunView(self.prober.clock)
+        self.flow = Flow(token, stop)
+        self.journal = RunJournal(
+            store, task_id, token, self.view, on_commit=self._committed, on_progress=on_progress
+        )
+        self.records = TaskRecords(store, task_id)
+        self.calls = ModelCalls(models, self.view, self.journal, stop)
+        self.beat = Heartbeat(store, task_id, self.flow, self.view, config.lease_ttl)
+        # What `ops` and `judge` are handed (the flat host: see the module docstring).
+        self.parts = self
+        self.ops_host = self
+        self.ctx: Context
+        self.tools: list[Tool] = []
+        self.known_tools: dict[str, Tool] = {}
+        self.guard: Guard | None = None
+        self.user_words: list[str] = []
+        self.preexisting: dict[str, str] = {}
+        self.services: Mapping[str, Any] = config.services
+        self.inline_wait_max = config.inline_wait_max
+
+    def _committed(self, res: CommitResult) -> None:
+        self.prober.heard()
+        self.flow.committed(res)
+
+    # ------------------------------------------------------------ the drive
+
+    async def drive(self) -> RunResult:
+        """Load the task, open its MCP sources if any, and run it."""
+        await self.load()
+        if self.spec.mcp_servers and not lifecycle.is_terminal(self.status):
+            from tether.tools.mcp import McpSources
+
+            # MCP servers live as long as this run; their tools join the registry.
+            async with McpSources(self.spec.mcp_servers) as sources:
+                self.add_tools(sources.tools())
+                return await self.drive_loaded()
+        return await self.drive_loaded()
+
+    def add_tools(self, tools: Sequence[Tool]) -> None:
+        """Tools from a source opened for this run (MCP), filtered by the allowlist
+        (see `toolset.source_tools`)."""
+        spec, extra, by_name = toolset.source_tools(
+            self.spec, self._registry.names(), tools, self.task_id
+        )
+        self.spec = spec
+        self.tools.extend(extra)
+        self.known_tools.update(by_name)
+
+    async def drive_loaded(self) -> RunResult:
+        """Start a turn and run rounds until the task stops, waits or is interrupted."""
+        try:
+            if lifecycle.is_terminal(self.status):
+                return self.result()
+            outcome = await recovery.start_turn(self)
+            self.beat.round_started = time.monotonic()
+            if outcome is None:
+                outcome = await rounds.finish_interrupted(self)
+            while outcome is None:
+                self.beat.round_started = time.monotonic()
+                outcome = await rounds.run_round(self)
+            self.beat.round_started = None
+            # The one place a round's end becomes a status change.
+            await out.apply(self.journal, outcome)
+        except errors.StaleLease:
+            # Another worker owns the task now; nothing we tried was stored.
+            log.warning("task %s: lease lost, stopping", self.task_id)
+            self.task = await self.records.task()
+            return RunResult(
+                self.task_id,
+                self.task.status,
+                self.task.stop_reason,
+                self.task.waiting,
+                self.flow.rounds_this_run,
+                interrupted=True,
+            )
+        self.task = await self.records.task()
+        return self.result()
+
+    def result(self) -> RunResult:
+        """How this run ended."""
+        return RunResult(
+            self.task_id,
+            self.status,
+            self.task.stop_reason if lifecycle.is_terminal(self.status) else None,
+            self.task.waiting,
+            self.flow.rounds_this_run,
+            interrupted=self.status in ("queued", "running") and self.flow.stop_requested(),
+        )
+
+    async def timed_out(self, why: str) -> RunResult:
+        """After a round was cancelled for running too long (see `Heartbeat.timed_out`)."""
+        task = await self.beat.timed_out(why)
+        return RunResult(
+            self.task_id,
+            task.status,
+            None,
+            task.waiting,
+            self.flow.rounds_this_run,
+            interrupted=True,
+        )
+
+    def cancel_round(self, why: str, code: str) -> None:
+        """Cancel the round in flight (`Heartbeat.cancel_round`)."""
+        self.beat.cancel_round(why, code)
+
+    async def ask_human(self, ask: probe.AskHuman) -> bool:
+        """Apply a failed probe's `AskHuman`: the task waits for a person. False if the
+        wait cannot be stored (the task was cancelled or taken over meanwhile, the store
+        is away): then the round ends like one past its `round_timeout`."""
+        try:
+            self.task = await self.journal.ask_human(ask.warning, ask.waiting, ask.reason)
+        except errors.TetherError as exc:
+            log.warning(
+                "task %s: could not ask a person after the status probe: %s", self.task_id, exc
+            )
+            return False
+        return True
+
+    async def load(self) -> None:
+        """Read state from projections (never from chat memory)."""
+        view = self.view
+        self.task = await self.records.task()
+        self.status = self.task.status
+        try:
+            view.spec = parse_spec(self.task.spec, source=f"task {self.task_id}", stored=True)
+        except errors.SpecError as exc:
+            raise errors.StoreError(
+                f"stored spec of task {self.task_id} is invalid: {exc}"
+            ) from exc
+        view.ledger = (await self.store.get_ledger(self.task_id)).to_ledger()
+        view.state = RunState.from_dict(self.task.usage)
+        view.state.last_seq = view.state.last_seq or self.task.last_seq
+        view.workspace = Path(self.task.workspace) if self.task.workspace else None
+        self.tools, self.known_tools = toolset.allowed_tools(view.spec, self._registry, view.ledger)
+        # A money budget needs prices: refused here too (the Python API's start), and the
+        # task's table is the one every call of this run is counted by (probes too).
+        prices = pricing.table_for(pricing.spec_prices(view.spec))
+        models = self.models
+        pricing.check_prices(
+            view.spec, [models.actor, models.judge, models.compact, models.review], prices
+        )
+        pricing.set_current(prices)
+        self.guard = self._guard or default_guard(self.store, view.spec, view.clock)
+        words = await self.records.events({"user.message"})
+        self.user_words = [str(w.data.get("text", "")) for w in words]
+        created = await self.store.read_events(self.task_id, limit=1, types={"task.created"})
+        self.preexisting = dict(created[0].data.get("preexisting", {})) if created else {}
+
+    async def commit_round(self, pending: PendingRound, **more: Any) -> None:
+        """Commit a round's results (with whatever else `more` carries) and show it."""
+        await self.journal.commit(
+            [*pending.events, *more.pop("events", ())],
+            ops=pending.ops,
+            artifacts=[*pending.artifacts, *more.pop("artifacts", ())],
+            **more,
+        )
+        failpoints.hit("after_round_commit")
+        self.flow.rounds_this_run += 1
+        self.ctx.append(Entry("round", pending.messages, pending.round))
+        self.journal.snapshot(f"round {pending.round}: {pending.calls} tool calls")
+
+    # ------------------------------------------------------------ the flat host
+    # (`ports.PartsHost`, and what `run.probe` reads): the objects above, flattened.
+
+    @property
+    def task(self) -> TaskRecord:
+        """The task row as the run last read it."""
+        return self.view.task
+
+    @task.setter
+    def task(self, value: TaskRecord) -> None:
+        self.view.task = value
+
+    @property
+    def spec(self) -> TaskSpec:
+        """The contract."""
+        return self.view.spec
+
+    @spec.setter
+    def spec(self, value: TaskSpec) -> None:
+        self.view.spec = value
+
+    @property
+    def ledger(self) -> L.Ledger:
+        """The ledger as the run's last commit left it."""
+        return self.view.ledger
+
+    @property
+    def state(self) -> RunState:
+        """The run's durable bookkeeping."""
+        return self.view.state
+
+    @property
+    def workspace(self) -> Path | None:
+        """The task's workspace."""
+        return self.view.workspace
+
+    @property
+    def clock(self) -> Clock:
+        """The run's clock (its sleeps seen by the status probe)."""
+        return self.view.clock
+
+    @property
+    def status(self) -> str:
+        """The task's status as the run's last commit left it."""
+        return self.journal.status
+
+    @status.setter
+    def status(self, value: str) -> None:
+        self.journal.status = value
+
+    @property
+    def redactor(self) -> Redactor:
+        """The environment's secrets."""
+        return self.journal.redactor
+
+    @property
+    def overdue(self) -> str | None:
+        """Why the round under way was cancelled (see `Heartbeat`)."""
+        return self.beat.overdue
+
+    @overdue.setter
+    def overdue(self, value: str | None) -> None:
+        self.beat.overdue = value
+
+    @property
+    def overdue_code(self) -> str:
+        """The code of the warning a cancelled round records."""
+        return self.beat.overdue_code
+
+    @overdue_code.setter
+    def overdue_code(self, value: str) -> None:
+        self.beat.overdue_code = value
+
+    @property
+    def round_started(self) -> float | None:
+        """When the round under way started (monotonic)."""
+        return self.beat.round_started
+
+    @property
+    def driver(self) -> asyncio.Task[Any] | None:
+        """The task driving this run."""
+        return self.beat.driver
+
+    @property
+    def tool_env(self) -> ToolEnv:
+        """What every tool call of this run is given (`ports.OpsHost`)."""
+        return ToolEnv(
+            token=self.token,
+            workspace=self.workspace,
+            services=self.services,
+            guard=self.guard,
+            clock=self.clock,
+            inline_wait_max=self.inline_wait_max,
+            owner_check=functools.partial(ensure_lease, self.store, self.task_id, self.token),
+            # A SQLite store kept inside the workspace: no file tool may reach it.
+            private_files=files.database_files(getattr(self.store, "path", None)),
+        )
+
+    async def commit(self, events: Sequence[ev.Event], **fields: Any) -> int:
+        """`journal.commit`."""
+        return await self.journal.commit(events, **fields)
+
+    async def commit_aside(self, events: Sequence[ev.Event], blobs: Sequence[bytes]) -> None:
+        """`journal.commit_aside`."""
+        await self.journal.commit_aside(events, blobs)
+
+    def stage_blob(self, data: bytes) -> str:
+        """`journal.stage_blob`."""
+        return self.journal.stage_blob(data)
+
+    def snapshot(self, message: str) -> None:
+        """`journal.snapshot`."""
+        self.journal.snapshot(message)
+
+    async def call_model(self, model: Model, request: ModelRequest) -> ModelResponse:
+        """`calls.call_model`."""
+        return await self.calls.call_model(model, request)
+
+    async def record_call(
+        self,
+        purpose: str,
+        model: Model,
+        request: ModelRequest,
+        response: ModelResponse,
+        round_no: int | None,
+    ) -> ev.ModelCalled:
+        """`calls.record_call`."""
+        return await self.calls.record_call(purpose, model, request, response, round_no)
+
+    async def model_failed(self, purpose: str, model: Model, exc: Exception) -> None:
+        """`calls.model_failed`."""
+        await self.calls.model_failed(purpose, model, exc)
+
+
+def default_guard(store: Store, spec: TaskSpec, clock: Clock) -> Guard:
+    """Shared breakers and concurrency limits for the services of a task's tools,
+    configured from the contract (`services`, `limits`)."""
+    from tether.tools.breaker import ServiceConfig, ServiceGuard
+
+    configs = {
+        name: ServiceConfig.from_spec(policy, spec.limits) for name, policy in spec.services.items()
+    }
+    return ServiceGuard(
+        store, configs, default=ServiceConfig.from_spec(None, spec.limits), clock=clock
+    )
+
+
+__all__ = ["RunResult", "TaskRun", "default_guard"]

@@ -8,6 +8,9 @@ guarded by the fencing token). Then the judge runs and its audited verdict is co
 Crash points are marked with fail points. On restart the engine recovers in order (see
 `recovery`) and continues in a new turn; a round whose model response was committed is
 finished from the recorded response, so a crash never pays twice for the same decision.
+
+The engine claims and gives back leases; the run of one claimed task is a `TaskRun`
+(`runtime/run/task_run.py`, re-exported here with `RunResult` and `Snapshot`).
 """
 
 from __future__ import annotations

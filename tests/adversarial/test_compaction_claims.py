@@ -2,7 +2,7 @@
 record. The claim is flagged (`summary_claims_done`) and changes nothing: the items stay
 open, and the task never ends `satisfied` on the strength of a summary.
 
-The claim detector itself is being reworked in `compaction.py`; these tests use plain
+The claim detector itself lives in `round/claims.py`; these tests use plain
 per-item claims that any detector must catch and assert only the contract.
 """
 

@@ -12,7 +12,7 @@ from tests.support.loop import by_purpose, events_of, ledger_of, next_item, run_
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.report.replay import replay_task
-from tether.runtime.round.compaction import SUMMARY_AUDIT_INSTRUCTIONS
+from tether.runtime.round.claims import SUMMARY_AUDIT_INSTRUCTIONS
 from tether.runtime.round.context import SUMMARY_PREFIX
 from tether.store.memory import MemoryStore
 

@@ -10,7 +10,7 @@ import pytest
 
 from tether import ledger as L
 from tether.ledger import Ledger
-from tether.runtime.round.compaction import (
+from tether.runtime.round.claims import (
     FINISHED_STATUSES,
     SUMMARY_AUDIT_INSTRUCTIONS,
     ClaimFindings,

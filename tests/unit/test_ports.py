@@ -83,8 +83,8 @@ def test_the_check_sees_members_and_the_store() -> None:
         "commit_flags",
         "stop_requested",
     }
-    assert set(members(ports.GuardHost)) == {"journal", "view", "records", "config", "flow"}
+    assert set(members(ports.ChecksHost)) == {"journal", "view", "records", "config", "flow"}
     assert "store" in members(ports.JudgeHost)
     assert len(members(ports.PartsHost)) > MAX_MEMBERS
     assert reaches_store(ports.RoundHost)
-    assert not reaches_store(ports.GuardHost)
+    assert not reaches_store(ports.ChecksHost)

@@ -2,9 +2,9 @@
 
     read → assemble → decide → act → write back → verify
 
-- **read**: the checks between rounds (`guards.control`: lease, stop, cancel, goal
+- **read**: the checks between rounds (`checks.control`: lease, stop, cancel, goal
   change), settling a ledger with nothing open (`verdicts.settle`: finish or ask a
-  human), the limits and the budget (`guards.limits`).
+  human), the limits and the budget (`checks.limits`).
 - **assemble**: the focus item (started in the ledger), compaction when the context
   would outgrow its budget, and the model request.
 - **decide**: the one model call, journaled (its request by reference, its response as
@@ -44,7 +44,7 @@ from tether.runtime import hints
 from tether.runtime.judge import judges as J
 from tether.runtime.judge import verdicts
 from tether.runtime.ops.runner import OpOutcome, OpRunner
-from tether.runtime.round import guards, history
+from tether.runtime.round import checks, history
 from tether.runtime.round import progress as P
 from tether.runtime.round.compaction import compact_context
 from tether.runtime.run import outcome as out
@@ -139,11 +139,11 @@ async def _finish(
 async def read(run: RoundHost) -> Outcome | None:
     """Phase 1: may the round run? With nothing open no model is called: finishing (or
     asking a human) is not held back by a limit on rounds or spend."""
-    stop = await guards.control(run)
+    stop = await checks.control(run)
     if stop is None:
         stop = await verdicts.settle(run.parts, run.view.state.rounds + 1)
     if stop is None:
-        stop = await guards.limits(run.view, run.journal)
+        stop = await checks.limits(run.view, run.journal)
     return stop
 
 

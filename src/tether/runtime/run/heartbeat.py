@@ -37,7 +37,7 @@ class Flow:
         return self.stop.is_set()
 
     def committed(self, res: CommitResult) -> None:
-        """What the task row said as a commit found it: the guards read it instead of
+        """What the task row said as a commit found it: the round's checks read it instead of
         the task row itself (a cancel request is seen at the next step after a commit)."""
         self.commit_flags = (res.cancel_requested, res.version)
 

@@ -13,7 +13,7 @@ store: a part reads the task's records through `Records` and writes through `Jou
 - `Records`: the task's stored records, read (`run.records`).
 - `ModelPort`: model calls, journaled and counted (`run.model_calls`).
 - `RunConfig`: the engine's settings for this run; `RunFlow`: the lease and the stop.
-- `GuardHost`, `TurnHost`, `CompactHost`, `RoundHost`: what the checks between rounds,
+- `ChecksHost`, `TurnHost`, `CompactHost`, `RoundHost`: what the checks between rounds,
   a turn's start, compaction and a round's phases receive — the objects above by name.
 
 `OpsHost` (the host of `ops`, ten members, its own reads of the store) and `JudgeHost`
@@ -254,7 +254,7 @@ class RunFlow(Protocol):
 # --- what the parts receive: the run's objects by name (read-only) ---------------------
 
 
-class GuardHost(Protocol):
+class ChecksHost(Protocol):
     """What the checks between rounds use."""
 
     @property
@@ -440,9 +440,9 @@ class RoundHost(Protocol):
 
 
 __all__ = [
+    "ChecksHost",
     "Commit",
     "CompactHost",
-    "GuardHost",
     "Journal",
     "JudgeHost",
     "Message",

@@ -17,10 +17,10 @@ from tether.runtime.run import outcome as out
 from tether.runtime.run.outcome import Outcome
 
 if TYPE_CHECKING:
-    from tether.runtime.run.ports import GuardHost, Journal, TaskView
+    from tether.runtime.run.ports import ChecksHost, Journal, TaskView
 
 
-async def control(run: GuardHost) -> Outcome | None:
+async def control(run: ChecksHost) -> Outcome | None:
     """The lease, a stop request, cancellation, a goal change, this run's round limit:
     how the run must end, or None to go on."""
     flow, task_id = run.flow, run.journal.task_id

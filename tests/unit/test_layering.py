@@ -84,6 +84,32 @@ def test_round_parts_do_not_import_the_engine() -> None:
     assert offending(files, ("tether.runtime.engine", "tether.runtime.worker")) == []
 
 
+ROUND = SRC / "runtime" / "round"
+
+
+def test_round_modules_keep_their_size_budget() -> None:
+    sizes = {p.name: len(p.read_text().splitlines()) for p in ROUND.glob("*.py")}
+    assert "claims.py" in sizes and "compaction.py" in sizes
+    assert {name: n for name, n in sizes.items() if n > 600} == {}
+
+
+def test_round_modules_import_no_private_name_of_each_other() -> None:
+    private = []
+    for path in ROUND.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tether."):
+                private += [f"{path.name}: {a.name}" for a in node.names if a.name[0] == "_"]
+    assert private == []
+
+
+def test_the_claim_reader_does_not_import_compaction() -> None:
+    # One way: compaction uses the claim reader; the reader knows nothing of compaction.
+    for name in ("claims", "claim_names", "claim_words"):
+        mods = imports_of(ROUND / f"{name}.py")
+        assert "tether.runtime.round.compaction" not in mods, name
+    assert "tether.runtime.round.claims" in imports_of(ROUND / "compaction.py")
+
+
 def test_the_check_sees_imports() -> None:
     # Guard against a check that cannot fail: it does see the engine's imports.
     assert "tether.store.base" in imports_of(SRC / "runtime" / "engine.py")

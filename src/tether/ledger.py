@@ -32,7 +32,6 @@ MARK: Final[dict[str, str]] = {
     "skipped": "[-]",
     "waived": "[w]",
 }
-_MARK = MARK
 
 
 @dataclass(frozen=True)
@@ -172,6 +171,19 @@ class Progress:
     skipped: int
     waived: int = 0
 
+    @classmethod
+    def of(cls, counts: Mapping[str, int]) -> Progress:
+        """The progress of items counted by status (a status missing counts 0)."""
+        return cls(
+            total=sum(counts.values()),
+            done=counts.get("done", 0),
+            pending=counts.get("pending", 0),
+            in_progress=counts.get("in_progress", 0),
+            blocked=counts.get("blocked", 0),
+            skipped=counts.get("skipped", 0),
+            waived=counts.get("waived", 0),
+        )
+
     @property
     def percent(self) -> float:
         """Share of items done, 0-100."""
@@ -239,15 +251,7 @@ class Ledger:
         for d, s in self.items():
             if milestone is None or d.milestone == milestone:
                 counts[s.status] += 1
-        return Progress(
-            total=sum(counts.values()),
-            done=counts["done"],
-            pending=counts["pending"],
-            in_progress=counts["in_progress"],
-            blocked=counts["blocked"],
-            skipped=counts["skipped"],
-            waived=counts["waived"],
-        )
+        return Progress.of(counts)
 
     def open_items(self) -> list[str]:
         """Ids of items still pending or in progress, in contract order, except items held
@@ -439,8 +443,16 @@ def _render_wait(ledger: Ledger, item_id: str) -> str:
 
 
 def _render_item(d: ItemDef, s: ItemState) -> str:
-    line = f"  {_MARK[s.status]} {d.id}: {d.title}"
+    return "  " + item_text(d, s)
+
+
+def item_text(d: ItemDef, s: ItemState, *, milestone: bool = False) -> str:
+    """An item's mark, id and title, with what its state says about it in brackets
+    (its evidence, why it is blocked, its attempts); its milestone too if `milestone`."""
+    line = f"{MARK[s.status]} {d.id}: {d.title}"
     extra = []
+    if milestone and d.milestone:
+        extra.append(f"milestone {d.milestone}")
     if s.status == "done" and s.evidence:
         extra.append("evidence " + ", ".join(s.evidence[:3]))
     if s.status in ("blocked", "skipped", "waived") and s.note:

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from tether.ledger import MARK, ItemDef, ItemState, Ledger
+from tether.ledger import ItemDef, ItemState, Ledger, item_text
 
 #: Checklists longer than this are shown as a bounded view, not item by item.
 FULL_VIEW_MAX_ITEMS: Final = 25
@@ -67,20 +67,7 @@ def _cut(text: str, limit: int) -> str:
 
 def item_line(d: ItemDef, s: ItemState, *, full: bool = False) -> str:
     """One item on one line (cut to a bounded length unless `full`)."""
-    line = f"{MARK[s.status]} {d.id}: {d.title}"
-    extra = []
-    if full and d.milestone:
-        extra.append(f"milestone {d.milestone}")
-    if s.status == "done" and s.evidence:
-        extra.append("evidence " + ", ".join(s.evidence[:3]))
-    if s.status in ("blocked", "skipped", "waived") and s.note:
-        extra.append(f"{s.status}: {s.note}")
-    elif s.status in _OPEN and s.attempts:
-        extra.append(f"attempts {s.attempts}")
-        if s.note:
-            extra.append(f"last: {s.note}")
-    if extra:
-        line += " (" + "; ".join(extra) + ")"
+    line = item_text(d, s, milestone=full)
     return line if full else _cut(line, _LINE_MAX)
 
 

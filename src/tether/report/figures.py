@@ -278,7 +278,7 @@ def _progress(events: Sequence[StoredEvent], skeleton: Mapping[str, Any]) -> lis
                     counts[str(change.get("before"))] -= 1
                     counts[str(change.get("after"))] += 1
         if not points or e.type in ("ledger.updated", "task.edited"):
-            p = _counted(counts)
+            p = L.Progress.of(counts)
             points.append(
                 {
                     "seq": e.seq,
@@ -291,19 +291,6 @@ def _progress(events: Sequence[StoredEvent], skeleton: Mapping[str, Any]) -> lis
                 }
             )
     return points
-
-
-def _counted(counts: Counter[str]) -> L.Progress:
-    """`Ledger.progress()` from counts by status."""
-    return L.Progress(
-        total=sum(counts.values()),
-        done=counts["done"],
-        pending=counts["pending"],
-        in_progress=counts["in_progress"],
-        blocked=counts["blocked"],
-        skipped=counts["skipped"],
-        waived=counts["waived"],
-    )
 
 
 def _totals(events: Sequence[StoredEvent]) -> dict[str, Any]:

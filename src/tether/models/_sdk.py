@@ -24,6 +24,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Generic, Self, TypeVar
 from urllib.parse import urlsplit
 
@@ -36,7 +37,7 @@ from tether.models._retry import (
     is_transient_status,
     parse_retry_after,
 )
-from tether.models.base import ModelRequest, ToolCall, Usage
+from tether.models.base import ModelRequest, ModelResponse, ToolCall, Usage
 
 DEFAULT_TIMEOUT = 300.0
 #: Retries after the first attempt, unless a `RetryPolicy` is given.
@@ -171,6 +172,26 @@ class SdkModel(Generic[ClientT]):
         self._classify = classify
         self._owns_client = client is None
         self.client: ClientT = client if client is not None else build()
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Answer one request; latency covers retries too."""
+        params = self.build_params(request)
+        data, latency_ms, attempts = await self._send(lambda: self._create(params))
+        return replace(self._parse(data, request, latency_ms), attempts=attempts)
+
+    def build_params(self, request: ModelRequest) -> dict[str, Any]:
+        """The keyword arguments of the SDK's create call for a request."""
+        raise NotImplementedError
+
+    def _create(self, params: dict[str, Any]) -> Awaitable[Any]:
+        """The SDK's create call with `params` (not yet awaited)."""
+        raise NotImplementedError
+
+    def _parse(
+        self, data: dict[str, Any], request: ModelRequest, latency_ms: float
+    ) -> ModelResponse:
+        """The response body `data` as a `ModelResponse`."""
+        raise NotImplementedError
 
     async def _send(self, call: Callable[[], Awaitable[Any]]) -> tuple[dict[str, Any], float, int]:
         """Run one SDK call with retries: the response body as a dict, the latency in

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 import anthropic
@@ -233,11 +232,12 @@ class AnthropicModel(_sdk.SdkModel[anthropic.AsyncAnthropic]):
             params["extra_body"] = dict(self.extra_body)
         return params
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Answer one request; latency covers retries too."""
-        params = self.build_params(request)
-        data, latency_ms, attempts = await self._send(lambda: self.client.messages.create(**params))
-        response = parse_anthropic_response(
+    def _create(self, params: dict[str, Any]) -> Awaitable[Any]:
+        return self.client.messages.create(**params)
+
+    def _parse(
+        self, data: dict[str, Any], request: ModelRequest, latency_ms: float
+    ) -> ModelResponse:
+        return parse_anthropic_response(
             data, request, default_model=self.model, latency_ms=latency_ms
         )
-        return replace(response, attempts=attempts)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import replace
 from typing import Any, Literal
 
 import openai
@@ -258,13 +257,10 @@ class OpenAIModel(_sdk.SdkModel[openai.AsyncOpenAI]):
             params["prompt_cache_key"] = f"tether-{request.task_id}"
         return params
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Answer one request; latency covers retries too."""
-        params = self.build_params(request)
-        data, latency_ms, attempts = await self._send(
-            lambda: self.client.chat.completions.create(**params)
-        )
-        response = parse_openai_response(
-            data, request, default_model=self.model, latency_ms=latency_ms
-        )
-        return replace(response, attempts=attempts)
+    def _create(self, params: dict[str, Any]) -> Awaitable[Any]:
+        return self.client.chat.completions.create(**params)
+
+    def _parse(
+        self, data: dict[str, Any], request: ModelRequest, latency_ms: float
+    ) -> ModelResponse:
+        return parse_openai_response(data, request, default_model=self.model, latency_ms=latency_ms)

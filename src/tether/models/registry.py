@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,27 +64,12 @@ def resolve_model(name: str, *, env: Mapping[str, str] | None = None, **options:
     if not rest:
         raise UserError(f"model name {name!r} names no model after {prefix + ':'!r}")
     prefix = prefix.lower()
-    if prefix == "openai":
-        return _openai(
+    if prefix in _HOSTED:
+        build, env_prefix, default_url = _HOSTED[prefix]
+        return build(
             rest,
-            api_key=_require_key(environ, "OPENAI_API_KEY", name),
-            base_url=_env_url(environ, "OPENAI_BASE_URL"),
-            name=text,
-            **options,
-        )
-    if prefix == "anthropic":
-        return _anthropic(
-            rest,
-            api_key=_require_key(environ, "ANTHROPIC_API_KEY", name),
-            base_url=_env_url(environ, "ANTHROPIC_BASE_URL"),
-            name=text,
-            **options,
-        )
-    if prefix == "deepseek":
-        return _openai(
-            rest,
-            api_key=_require_key(environ, "DEEPSEEK_API_KEY", name),
-            base_url=_env_url(environ, "DEEPSEEK_BASE_URL") or DEEPSEEK_BASE_URL,
+            api_key=_require_key(environ, f"{env_prefix}_API_KEY", name),
+            base_url=_env_url(environ, f"{env_prefix}_BASE_URL") or default_url,
             name=text,
             **options,
         )
@@ -186,6 +171,15 @@ def _anthropic(model: str, **kwargs: Any) -> Model:
     with needs("anthropic", f"the model {kwargs.get('name', model)!r}"):
         from tether.models.anthropic import AnthropicModel
     return AnthropicModel(model, **kwargs)
+
+
+#: The hosted providers: the adapter, the prefix of the variables that hold the key and
+#: the base URL (`<PREFIX>_API_KEY`, `<PREFIX>_BASE_URL`), the base URL without one.
+_HOSTED: dict[str, tuple[Callable[..., Model], str, str | None]] = {
+    "openai": (_openai, "OPENAI", None),
+    "anthropic": (_anthropic, "ANTHROPIC", None),
+    "deepseek": (_openai, "DEEPSEEK", DEEPSEEK_BASE_URL),
+}
 
 
 def _scripted(ref: str, *, name: str) -> Model:

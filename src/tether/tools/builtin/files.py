@@ -104,7 +104,16 @@ def as_sent(ops: Sequence[OpRecord], approvals: Iterable[ApprovalRecord]) -> lis
     --modify` replaces the model's arguments for the call, while the journal keeps the
     call as the model asked it (its identity). Whatever decides what an earlier op did
     (e.g. which files the task made) must read these, never the model's request."""
-    modified: dict[str, dict[str, Any]] = {}
+    modified = modified_args(approvals)
+    return [
+        dataclasses.replace(op, args=modified[op.op_id]) if op.op_id in modified else op
+        for op in ops
+    ]
+
+
+def modified_args(approvals: Iterable[ApprovalRecord]) -> dict[str, dict[str, Any]]:
+    """The arguments a human's `approve --modify` set, by op id (see `as_sent`)."""
+    out: dict[str, dict[str, Any]] = {}
     for appr in approvals:
         args = (appr.decision or {}).get("modified_args")
         if (
@@ -113,11 +122,8 @@ def as_sent(ops: Sequence[OpRecord], approvals: Iterable[ApprovalRecord]) -> lis
             and appr.request_id == f"{appr.op_id}.approval"
             and isinstance(args, Mapping)
         ):
-            modified[appr.op_id] = dict(args)
-    return [
-        dataclasses.replace(op, args=modified[op.op_id]) if op.op_id in modified else op
-        for op in ops
-    ]
+            out[appr.op_id] = dict(args)
+    return out
 
 
 # --- the workspace file tools, declared like any user tool ---------------------------------
@@ -187,10 +193,7 @@ def read_file(
     description="Create or replace a text file in the workspace (folders are created).",
 )
 async def write_file(ctx: ToolContext, path: WorkspacePath, content: str) -> str:
-    ws = _workspace(ctx, "write_file")
-    await ctx.ensure_owner()  # a worker paused past its lease writes nothing
-    with _io("write_file"):
-        return ws.write_file(path, content)
+    return await _write(ctx, "write_file", path, content)
 
 
 @tool(
@@ -201,10 +204,17 @@ async def write_file(ctx: ToolContext, path: WorkspacePath, content: str) -> str
     description="Append text to a file in the workspace (created if it does not exist).",
 )
 async def append_file(ctx: ToolContext, path: WorkspacePath, content: str) -> str:
-    ws = _workspace(ctx, "append_file")
+    return await _write(ctx, "append_file", path, content)
+
+
+async def _write(ctx: ToolContext, name: str, path: str, content: str) -> str:
+    """`write_file` or `append_file` (`name`): the same call on the task's workspace,
+    made only while this worker still owns the task."""
+    ws = _workspace(ctx, name)
     await ctx.ensure_owner()  # a worker paused past its lease writes nothing
-    with _io("append_file"):
-        return ws.append_file(path, content)
+    with _io(name):
+        change = ws.append_file if name == "append_file" else ws.write_file
+        return change(path, content)
 
 
 #: The workspace file tools, in the order the model sees them (`default_registry`

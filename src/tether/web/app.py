@@ -8,7 +8,7 @@ projections or calls the same library functions as the CLI (`tether.approvals`,
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from importlib.resources import files
 from typing import Any
@@ -91,37 +91,12 @@ def create_app(
     app.include_router(live.router)
     app.include_router(metrics.router)
 
-    @app.exception_handler(Refused)
-    async def refused(request: Request, exc: Refused) -> Any:
-        return error_response(request, 403, str(exc))
-
-    @app.exception_handler(errors.TaskNotFound)
-    async def not_found(request: Request, exc: errors.TaskNotFound) -> Any:
-        return error_response(request, 404, str(exc))
-
-    @app.exception_handler(errors.UserError)
-    async def bad_input(request: Request, exc: errors.UserError) -> Any:
-        return error_response(request, 400, str(exc))
+    for exc_type, status in _STATUS_OF:
+        app.add_exception_handler(exc_type, _answer_with(status))
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> Any:
         return error_response(request, 400, api.body_problem(exc))
-
-    @app.exception_handler(errors.AlreadySettled)
-    async def settled(request: Request, exc: errors.AlreadySettled) -> Any:
-        return error_response(request, 409, str(exc))
-
-    @app.exception_handler(errors.TaskBusy)
-    async def busy(request: Request, exc: errors.TaskBusy) -> Any:
-        return error_response(request, 409, str(exc))
-
-    @app.exception_handler(errors.StoreUnavailable)
-    async def unavailable(request: Request, exc: errors.StoreUnavailable) -> Any:
-        return error_response(request, 503, str(exc))
-
-    @app.exception_handler(errors.TetherError)
-    async def conflict(request: Request, exc: errors.TetherError) -> Any:
-        return error_response(request, 409, str(exc))
 
     @app.get("/favicon.ico", include_in_schema=False)
     async def favicon() -> Response:
@@ -133,6 +108,29 @@ def create_app(
         return PlainTextResponse("ok")
 
     return app
+
+
+#: The HTTP status each refusal answers with, its message the exception's text. A
+#: handler serves its class and the subclasses that have none of their own, so the
+#: `TetherError` row catches the rest.
+_STATUS_OF: tuple[tuple[type[Exception], int], ...] = (
+    (Refused, 403),
+    (errors.TaskNotFound, 404),
+    (errors.UserError, 400),
+    (errors.AlreadySettled, 409),
+    (errors.TaskBusy, 409),
+    (errors.StoreUnavailable, 503),
+    (errors.TetherError, 409),
+)
+
+
+def _answer_with(status: int) -> Callable[[Request, Exception], Awaitable[Any]]:
+    """An exception handler that answers `status` with the exception's text."""
+
+    async def answer(request: Request, exc: Exception) -> Any:
+        return error_response(request, status, str(exc))
+
+    return answer
 
 
 def error_response(request: Request, status: int, message: str) -> Any:

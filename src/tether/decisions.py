@@ -94,12 +94,7 @@ async def retry_item(
 ) -> L.Ledger:
     """Send an item back to work: pending again with its attempt and breaker counters
     reset; `hint` reaches the model as a message from the user in the next turn."""
-    task = await changeable(store, task_id, "retry")
-    ledger = (await store.get_ledger(task_id)).to_ledger()
-    if not ledger.has_item(item_id):
-        known = ", ".join(d.id for d, _ in ledger.items())
-        raise errors.UserError(f"task {task_id} has no item {item_id!r} (items: {known})")
-    previous = ledger.item(item_id).status
+    task, ledger, previous = await _item_to_decide(store, task_id, item_id, "retry")
     if previous == "done":
         raise errors.UserError(f"item {item_id} is done; there is nothing to retry")
     hint_text = free_text(hint, "the hint", limit=MAX_REASON_CHARS)
@@ -120,6 +115,20 @@ async def retry_item(
     state.proposals.pop(item_id, None)
     await _write(store, task, ledger, update, events, usage=state.to_dict())
     return update.ledger
+
+
+async def _item_to_decide(
+    store: Store, task_id: str, item_id: str, verb: str
+) -> tuple[TaskRecord, L.Ledger, str]:
+    """The task (refused unless it may take `verb`), its ledger and the status the item
+    had before: a `UserError` naming the items when the task has no `item_id`."""
+    task = await changeable(store, task_id, verb)
+    ledger = (await store.get_ledger(task_id)).to_ledger()
+    if not ledger.has_item(item_id):
+        known = ", ".join(d.id for d, _ in ledger.items())
+        raise errors.UserError(f"task {task_id} has no item {item_id!r} (items: {known})")
+    previous = ledger.item(item_id).status
+    return task, ledger, previous
 
 
 def store_time(store: Store) -> float:
@@ -144,12 +153,7 @@ async def waive_item(
 
 
 async def _waive(store: Store, task_id: str, item_id: str, why: str, by: str) -> L.Ledger:
-    task = await changeable(store, task_id, "waive")
-    ledger = (await store.get_ledger(task_id)).to_ledger()
-    if not ledger.has_item(item_id):
-        known = ", ".join(d.id for d, _ in ledger.items())
-        raise errors.UserError(f"task {task_id} has no item {item_id!r} (items: {known})")
-    previous = ledger.item(item_id).status
+    task, ledger, previous = await _item_to_decide(store, task_id, item_id, "waive")
     if previous in ("done", "waived"):
         raise errors.UserError(f"item {item_id} is already {previous}")
     update = L.waive(ledger, item_id, f"waived by {by}: {why}")

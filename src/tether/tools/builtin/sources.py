@@ -132,6 +132,15 @@ def _record(
     )
 
 
+async def _keep(store: Store, ctx: ToolContext, new: ArtifactRecord, data: bytes) -> ArtifactRecord:
+    """`new`, or the artifact this very op stored under its id before (a call re-sent
+    after a crash), stored with its blob under the run's fencing token."""
+    found = await store.get_artifacts(ctx.task_id, artifact_ids={new.artifact_id})
+    art = found[0] if found else new
+    await _store(store, ctx, [art], [data])
+    return art
+
+
 async def _existing(store: Store, ctx: ToolContext, suffix: str) -> ArtifactRecord | None:
     """The artifact this very op wrote before (a call re-sent after a crash)."""
     found = await store.get_artifacts(ctx.task_id, artifact_ids={f"{ctx.op_id}.{suffix}"})
@@ -307,10 +316,8 @@ class _Reader:
             **_origin(self.src),
             **{k: v for k, v in got.fingerprint.items() if k in ("etag", "last_modified")},
         }
-        art = await _existing(self.store, self.ctx, "snap") or _record(
-            self.ctx, "snap", "source_snapshot", self.src.id, got.data, [self.ref], meta
-        )
-        await _store(self.store, self.ctx, [art], [got.data])
+        new = _record(self.ctx, "snap", "source_snapshot", self.src.id, got.data, [self.ref], meta)
+        art = await _keep(self.store, self.ctx, new, got.data)
         return art, got.data.decode("utf-8", "replace"), ""
 
     async def fingerprint(self) -> tuple[ArtifactRecord, str, str]:
@@ -572,10 +579,8 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
         data = json.dumps(doc, ensure_ascii=False, sort_keys=True).encode()
         deps = [A.artifact_ref(snap.artifact_id), A.source_ref(src, version)]
         meta = {"source": src, "version": version, "location": location}
-        art = await _existing(store, ctx, "ev") or _record(
-            ctx, "ev", "evidence", src, data, deps, meta
-        )
-        await _store(store, ctx, [art], [data])
+        new = _record(ctx, "ev", "evidence", src, data, deps, meta)
+        art = await _keep(store, ctx, new, data)
         return f"evidence artifact {art.artifact_id} (source {src} {version})"
 
     @tool(
@@ -602,16 +607,9 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
             {"claim": text, "evidence": evidence, "topic": topic}, ensure_ascii=False
         ).encode()
         sources = sorted({f"{a.meta.get('source')}@{a.meta.get('version')}" for a in cited})
-        art = await _existing(store, ctx, "claim") or _record(
-            ctx,
-            "claim",
-            "claim",
-            topic,
-            data,
-            [A.artifact_ref(i) for i in evidence],
-            {"sources": sources},
-        )
-        await _store(store, ctx, [art], [data])
+        deps = [A.artifact_ref(i) for i in evidence]
+        new = _record(ctx, "claim", "claim", topic, data, deps, {"sources": sources})
+        art = await _keep(store, ctx, new, data)
         return f"claim artifact {art.artifact_id} (cites {', '.join(evidence)})"
 
     @tool(
@@ -637,10 +635,9 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
         data = json.dumps(
             {"title": title, "text": text, "claims": claims}, ensure_ascii=False
         ).encode()
-        art = await _existing(store, ctx, "section") or _record(
-            ctx, "section", "report_section", title, data, [A.artifact_ref(i) for i in claims], {}
-        )
-        await _store(store, ctx, [art], [data])
+        deps = [A.artifact_ref(i) for i in claims]
+        new = _record(ctx, "section", "report_section", title, data, deps, {})
+        art = await _keep(store, ctx, new, data)
         return f"report section artifact {art.artifact_id} ({title})"
 
     @tool(
@@ -717,10 +714,10 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
             raise errors.ToolFailed(f"write_report failed: {exc.strerror or exc}") from None
         data = text.encode("utf-8")
         meta = {**deliverable_meta(path, data), "open_questions": len(open_questions)}
-        art = await _existing(store, ctx, "report") or _record(
+        new = _record(
             ctx, "report", "report", path, data, [A.artifact_ref(i) for i in sections], meta
         )
-        await _store(store, ctx, [art], [data])
+        art = await _keep(store, ctx, new, data)
         # The workspace's own words first: "created ..." marks the file as the task's
         # (a later write_report or write_file over it is no overwrite).
         return (

@@ -30,14 +30,12 @@ import asyncio
 import contextlib
 import logging
 import signal
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from tether import errors
-from tether.clock import SystemClock
 from tether.runtime import launch
 from tether.runtime.engine import (
     Engine,
@@ -45,8 +43,11 @@ from tether.runtime.engine import (
     RunResult,
     check_tools,
 )
-from tether.runtime.takeover import lease_period, owner_is_dead, process_id
+from tether.runtime.takeover import process_id
 from tether.runtime.watch.sweep import Notifier, SweepReport, WatchPolicy, sweep
+from tether.runtime.worker.dead import take_from_dead
+from tether.runtime.worker.held import HeldBack, PassedOver
+from tether.runtime.worker.slots import Slots
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import Lease, Store
 from tether.tools.builtin.files import READ_ARTIFACT, default_registry
@@ -156,6 +157,8 @@ class Worker:
         self.on_error = on_error
         self.retry_delay = retry_delay
         self.max_retry_delay = max_retry_delay
+        self.held = HeldBack(store, self.worker_id, retry_delay, max_retry_delay)
+        self.passed = PassedOver()
         self.handle_signals = handle_signals
         # A task started with TETHER_TOOLS of its own runs with them here too, unless
         # this worker names its own (see `runtime.launch.registry_for`).
@@ -170,14 +173,10 @@ class Worker:
         self._last_sweep: float | None = None
         self.ran = 0
         self.failed = 0
-        self._failures: dict[str, int] = {}
-        self._held: dict[str, int] = {}  # task id -> token of the lease holding it back
         self._wake = asyncio.Event()
         self._claim_failures = 0
-        self._taken_from: str | None = None  # the dead owner `_take_from_dead` took from
-        self._passed: dict[str, float] = {}  # task id -> until when it is passed over
         self._tool_names: list[str] | None = None
-        self._running: set[asyncio.Task[None]] = set()  # the runs under way
+        self.slots = Slots(self.worker_id, self.stop)  # the runs under way
 
     def notify(self) -> None:
         """Claim again now instead of at the end of the current wait (a task was queued)."""
@@ -195,15 +194,15 @@ class Worker:
         log.info("worker %s started (concurrency %d)", self.worker_id, self.concurrency)
         try:
             while not self.stop.is_set():
-                self._reap()
+                self.slots.reap()
                 if self.max_tasks is not None and self._taken() >= self.max_tasks:
-                    if not self._running:
+                    if not self.slots:
                         break
-                    await self._wait_running()
+                    await self.slots.wait()
                     continue
                 await self.watch()
-                if len(self._running) >= self.concurrency:
-                    await self._wait_running()
+                if len(self.slots) >= self.concurrency:
+                    await self.slots.wait()
                     continue
                 took = await self._claim_next()
                 if took is None:  # the claim failed: wait, longer each time
@@ -211,73 +210,26 @@ class Worker:
                     await self._idle(min(self.max_retry_delay, delay))
                 elif took is False:
                     if self.once:
-                        if not self._running:
+                        if not self.slots:
                             break
-                        await self._wait_running()  # a run that ends may free a task
+                        await self.slots.wait()  # a run that ends may free a task
                     else:
                         await self._idle(self.poll_interval)
                 else:
-                    self._start(*took)
+                    lease, previous_owner = took
+                    self.slots.start(self._go(lease, previous_owner), name=f"task {lease.task_id}")
         finally:
             for sig in installed:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
-            await self._drain()
-            await self._release_held()
+            await self.slots.drain()
+            await self.held.release()
         log.info("worker %s stopped: ran %d, failed %d", self.worker_id, self.ran, self.failed)
         return WorkerStats(self.ran, self.failed)
 
     def _taken(self) -> int:
         """Tasks taken so far for `max_tasks`: runs ended or failed, and runs under way."""
-        return self.ran + self.failed + len(self._running)
-
-    def _start(self, lease: Lease, previous_owner: str | None) -> None:
-        """Run a claimed task as an asyncio task of its own (a slot)."""
-        run = asyncio.create_task(self._go(lease, previous_owner), name=f"task {lease.task_id}")
-        self._running.add(run)
-
-    async def _wait_running(self) -> None:
-        """Wait until a run ends (its slot is free) or `stop` is set; a run that raised
-        past its own handling (a fault of the worker itself, never a task's) is raised
-        here, as one run at a time would have raised it."""
-        stopping = asyncio.ensure_future(self.stop.wait())
-        try:
-            await asyncio.wait({*self._running, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-            await asyncio.gather(stopping, return_exceptions=True)
-        self._reap()
-
-    def _reap(self) -> None:
-        """Forget the runs that ended; raise what one of them raised (see above)."""
-        done = [t for t in self._running if t.done()]
-        self._running.difference_update(done)
-        raised = [e for t in done if not t.cancelled() and (e := t.exception()) is not None]
-        for exc in raised[1:]:
-            log.error("worker %s: a run raised: %r", self.worker_id, exc)
-        if raised:
-            raise raised[0]
-
-    async def _drain(self) -> None:
-        """Wait for the runs under way: with `stop` set each ends after its current step,
-        commits and gives its lease back. If `run()` itself is cancelled (not stopped),
-        they are cancelled too, and waited for (each gives its lease back)."""
-        if not self._running:
-            return
-        self.stop.set()  # no run outlives `run()`
-        runs = set(self._running)
-        try:
-            ended = await asyncio.gather(*runs, return_exceptions=True)
-        except asyncio.CancelledError:
-            for t in runs:
-                t.cancel()
-            await asyncio.gather(*runs, return_exceptions=True)
-            raise
-        finally:
-            self._running.clear()
-        for exc in ended:
-            if isinstance(exc, Exception):
-                log.error("worker %s: a run raised while stopping: %r", self.worker_id, exc)
+        return self.ran + self.failed + len(self.slots)
 
     async def watch(self) -> SweepReport | None:
         """Sweep (notices, reminders, escalations, stalled tasks) when one is due; a
@@ -309,7 +261,7 @@ class Worker:
         if the claim itself failed (raised with `once`)."""
         try:
             lease = await self.store.claim(
-                self.worker_id, self.lease_ttl, exclude=self._passing_over()
+                self.worker_id, self.lease_ttl, exclude=self.passed.now()
             )
         except errors.TetherError as exc:
             if self.once:
@@ -320,11 +272,13 @@ class Worker:
         self._claim_failures = 0
         previous_owner = None
         if lease is None:
-            lease = await self._take_from_dead()
-            if lease is None:
+            taken = await take_from_dead(
+                self.store, self.worker_id, self.lease_ttl, self.passed.now()
+            )
+            if taken is None:
                 return False
-            previous_owner = self._taken_from
-        self._held.pop(lease.task_id, None)
+            lease, previous_owner = taken
+        self.held.claimed(lease.task_id)
         return lease, previous_owner
 
     async def _go(self, lease: Lease, previous_owner: str | None) -> None:
@@ -351,54 +305,6 @@ class Worker:
         finally:
             if models is not self.models:
                 await models.aclose()
-
-    async def _take_from_dead(self) -> Lease | None:
-        """Take over a task whose lease a dead process of this machine still holds,
-        instead of leaving it until the lease expires (a minute by default).
-
-        Only a same-host owner whose pid is gone counts (`owner_is_dead`; a silent owner
-        elsewhere may be merely slow), and only once it missed two renewals (silent
-        for two thirds of its lease period; a live worker renews every third): the pid
-        is no proof where processes that share a host name do not share pids
-        (containers on the host's network), and a worker renewing its lease is alive
-        whatever its pid says. Only
-        the lease found dead is taken (`from_token`, checked in the claim's own
-        transaction): a worker that took the task in between keeps it. A failure is
-        logged; the task then waits for its lease to expire, as before."""
-        self._taken_from = None
-        clock = getattr(self.store, "clock", None) or SystemClock()
-        try:
-            held = await self.store.live_leases(f"{socket.gethostname()}:")
-            passing = self._passing_over()
-            for dead in held:
-                if dead.worker_id == self.worker_id or dead.task_id in passing:
-                    continue
-                if not owner_is_dead(dead.worker_id):
-                    continue
-                task = await self.store.get_task(dead.task_id)
-                silent = clock.now() - (task.heartbeat_at or 0.0)
-                if task.fencing_token != dead.token or silent < lease_period(task) * 2 / 3:
-                    continue
-                lease = await self.store.claim(
-                    self.worker_id,
-                    self.lease_ttl,
-                    task_id=dead.task_id,
-                    force=True,
-                    from_token=dead.token,
-                )
-                if lease is not None:
-                    log.warning(
-                        "task %s: its worker %s is dead (silent %.0f s); taken over "
-                        "without waiting for its lease to expire",
-                        dead.task_id,
-                        dead.worker_id,
-                        silent,
-                    )
-                    self._taken_from = dead.worker_id
-                    return lease
-        except errors.TetherError as exc:
-            log.warning("worker %s: looking for dead owners' tasks failed: %s", self.worker_id, exc)
-        return None
 
     def _registry_for(self, record: dict[str, Any] | None) -> ToolRegistry | None:
         """The tools of a task: this worker's, or (`remembered_tools`) those its launch
@@ -449,7 +355,7 @@ class Worker:
             await self._failed(task_id, exc, None)
             return
         self.ran += 1
-        self._failures.pop(task_id, None)
+        self.held.ran(task_id)
         log.info(
             "task %s: %s%s%s",
             result.task_id,
@@ -463,13 +369,6 @@ class Worker:
     async def _spec_of(self, task_id: str) -> TaskSpec:
         task = await self.store.get_task(task_id)
         return parse_spec(task.spec, source=f"task {task_id}", stored=True)
-
-    def _passing_over(self) -> list[str]:
-        """The tasks this worker passes over now (see `_lacks_tools`)."""
-        now = time.monotonic()
-        for task_id in [t for t, until in self._passed.items() if until <= now]:
-            del self._passed[task_id]
-        return list(self._passed)
 
     def _lacks_tools(
         self, task_id: str, spec: TaskSpec, registry: ToolRegistry | None = None
@@ -492,34 +391,20 @@ class Worker:
         try:
             check_tools(spec, names)
         except errors.SpecError as exc:
-            if task_id not in self._passed:
+            if self.passed.pass_over(task_id, self.retry_delay):
                 log.warning("task %s: left to another worker: %s", task_id, exc)
-            self._passed[task_id] = time.monotonic() + self.retry_delay
             return True
         return False
-
-    def _backoff(self, failures: int) -> float:
-        return float(min(self.max_retry_delay, self.retry_delay * 2 ** max(0, failures - 1)))
 
     async def _failed(self, task_id: str, exc: Exception, lease: Lease | None) -> None:
         """Report a task that raised and hold it back for a while (see the class)."""
         self.failed += 1
-        n = self._failures[task_id] = self._failures.get(task_id, 0) + 1
-        delay = self._backoff(n)
+        delay = self.held.failed(task_id)
         if isinstance(exc, errors.TetherError):
             log.warning("task %s failed to run: %s (retry in %.0f s)", task_id, exc, delay)
         else:
             log.exception("task %s failed to run (retry in %.0f s)", task_id, delay)
-        try:
-            if lease is not None:
-                await self.store.renew(task_id, lease.token, delay)
-                self._held[task_id] = lease.token
-            else:
-                held = await self.store.claim(self.worker_id, delay, task_id=task_id)
-                if held is not None:
-                    self._held[task_id] = held.token
-        except errors.TetherError as hold_exc:  # only a courtesy to the other tasks
-            log.warning("task %s: could not hold it back: %s", task_id, hold_exc)
+        await self.held.hold(task_id, lease, delay)
         if self.on_error is not None:
             self.on_error(task_id, exc)
 
@@ -536,11 +421,3 @@ class Worker:
             for w in waits:
                 w.cancel()
             await asyncio.gather(*waits, return_exceptions=True)
-
-    async def _release_held(self) -> None:
-        """Give back the leases that hold failed tasks back, so that they need not wait
-        for this worker's delay once it is gone."""
-        for task_id, token in self._held.items():
-            with contextlib.suppress(errors.TetherError):
-                await self.store.release(task_id, token)
-        self._held.clear()

@@ -1,0 +1,85 @@
+"""The tasks a worker holds back after they raised, and those it passes over."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+
+from tether import errors
+from tether.store.base import Lease, Store
+
+log = logging.getLogger("tether.worker")
+
+
+class HeldBack:
+    """Tasks that raised, each held back by a lease this worker keeps without running it:
+    for `retry_delay` seconds, doubled at each further failure up to `max_retry_delay`."""
+
+    def __init__(
+        self, store: Store, worker_id: str, retry_delay: float, max_retry_delay: float
+    ) -> None:
+        self.store = store
+        self.worker_id = worker_id
+        self.retry_delay = retry_delay
+        self.max_retry_delay = max_retry_delay
+        self.failures: dict[str, int] = {}
+        self.held: dict[str, int] = {}  # task id -> token of the lease holding it back
+
+    def delay(self, failures: int) -> float:
+        return float(min(self.max_retry_delay, self.retry_delay * 2 ** max(0, failures - 1)))
+
+    def failed(self, task_id: str) -> float:
+        """Count a failure of the task: how long it is now held back."""
+        n = self.failures[task_id] = self.failures.get(task_id, 0) + 1
+        return self.delay(n)
+
+    def ran(self, task_id: str) -> None:
+        """The task ran: its next failure is held back for `retry_delay` again."""
+        self.failures.pop(task_id, None)
+
+    def claimed(self, task_id: str) -> None:
+        """The task was claimed again (its hold ran out): no lease to give back."""
+        self.held.pop(task_id, None)
+
+    async def hold(self, task_id: str, lease: Lease | None, delay: float) -> None:
+        """Keep a lease on the task for `delay` seconds: `lease` renewed, or a new claim."""
+        try:
+            if lease is not None:
+                await self.store.renew(task_id, lease.token, delay)
+                self.held[task_id] = lease.token
+            else:
+                got = await self.store.claim(self.worker_id, delay, task_id=task_id)
+                if got is not None:
+                    self.held[task_id] = got.token
+        except errors.TetherError as exc:  # only a courtesy to the other tasks
+            log.warning("task %s: could not hold it back: %s", task_id, exc)
+
+    async def release(self) -> None:
+        """Give back the leases that hold tasks back, so that they need not wait for
+        this worker's delay once it is gone."""
+        for task_id, token in self.held.items():
+            with contextlib.suppress(errors.TetherError):
+                await self.store.release(task_id, token)
+        self.held.clear()
+
+
+class PassedOver:
+    """Tasks handed back untouched (this worker lacks a tool), each passed over until
+    a time of `time.monotonic()`."""
+
+    def __init__(self) -> None:
+        self.until: dict[str, float] = {}
+
+    def now(self) -> list[str]:
+        """The tasks passed over now."""
+        now = time.monotonic()
+        for task_id in [t for t, until in self.until.items() if until <= now]:
+            del self.until[task_id]
+        return list(self.until)
+
+    def pass_over(self, task_id: str, seconds: float) -> bool:
+        """Pass the task over for `seconds`; False if it was passed over already."""
+        new = task_id not in self.until
+        self.until[task_id] = time.monotonic() + seconds
+        return new

@@ -427,8 +427,7 @@ async def cancel(store: Store, task_id: str, *, by: str = "user") -> CancelResul
     task = await store.get_task(task_id)
     if lifecycle.is_terminal(task.status):
         return CancelResult(task_id, "already_ended", task.status)
-    clock = getattr(store, "clock", None)
-    now = clock.now() if clock is not None else time.time()
+    now = store.clock.now()
     if task.lease_owner is None or (task.lease_expiry or 0) <= now:
         change, patch = lifecycle.transition(
             task, "cancelled", "cancelled", stop_reason="cancelled_by_user", wake_at=lifecycle.KEEP

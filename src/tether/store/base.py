@@ -32,6 +32,7 @@ from tether.ledger import Ledger
 
 if TYPE_CHECKING:  # the event models load where events are built or decoded, not to read
     from tether import events as ev
+    from tether.clock import Clock
 
 T = TypeVar("T")
 
@@ -256,6 +257,8 @@ class Store(Protocol):
     """The durable store. Implementations: SQLite, PostgreSQL, in-memory."""
 
     url: str
+    #: The store's time (leases, wake times, heartbeats): tests move it without waiting.
+    clock: Clock
 
     async def create_task(
         self,

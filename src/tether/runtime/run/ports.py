@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from tether import events as ev
 from tether import ledger as L
@@ -47,6 +47,13 @@ from tether.store.base import (
     TaskRecord,
 )
 from tether.tools.registry import Tool
+
+
+@runtime_checkable
+class ClosableModel(Protocol):
+    """A model with something to close (an HTTP client); scripted models have none."""
+
+    async def aclose(self) -> None: ...
 
 
 @dataclass
@@ -70,9 +77,8 @@ class ModelSet:
             if m is None or id(m) in seen:
                 continue
             seen.add(id(m))
-            close = getattr(m, "aclose", None)
-            if close is not None:
-                await close()
+            if isinstance(m, ClosableModel):
+                await m.aclose()
 
 
 @dataclass(frozen=True)

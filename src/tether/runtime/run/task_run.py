@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from tether import errors, failpoints, lifecycle
 from tether import events as ev
@@ -53,6 +53,13 @@ from tether.tools.breaker import Guard
 from tether.tools.registry import Tool, ToolRegistry, ensure_lease
 
 log = logging.getLogger("tether.engine")
+
+
+@runtime_checkable
+class StoreFile(Protocol):
+    """A store kept in one file (SQLite): its path."""
+
+    path: str
 
 
 @dataclass(frozen=True)
@@ -351,7 +358,9 @@ class TaskRun:
             inline_wait_max=self.inline_wait_max,
             owner_check=functools.partial(ensure_lease, self.store, self.task_id, self.token),
             # A SQLite store kept inside the workspace: no file tool may reach it.
-            private_files=files.database_files(getattr(self.store, "path", None)),
+            private_files=files.database_files(
+                self.store.path if isinstance(self.store, StoreFile) else None
+            ),
         )
 
     async def commit(self, events: Sequence[ev.Event], **fields: Any) -> int:

@@ -11,6 +11,7 @@ from tether import ledger as L
 from tether.spec import OpRule, TaskSpec, source_of
 from tether.tools.builtin.files import BUILTIN_READ_TOOLS, READ_ARTIFACT
 from tether.tools.builtin.ledger import LEDGER_ITEMS
+from tether.tools.mcp import McpTool
 from tether.tools.registry import Tool, ToolRegistry
 
 
@@ -61,8 +62,9 @@ def allowed_tools(
 
 
 def _source_of(tool: Tool) -> str:
-    server = getattr(tool, "server", "")
-    return f"MCP server {server!r}" if server else "a tool source"
+    if isinstance(tool, McpTool) and tool.server:
+        return f"MCP server {tool.server!r}"
+    return "a tool source"
 
 
 def _by_name(tools: Sequence[Tool], registered: Collection[str], task_id: str) -> dict[str, Tool]:
@@ -127,7 +129,8 @@ def source_tools(
     names = {
         f"{t.name[: -len(remote) - 2]}.{remote}": t.name
         for t in by_name.values()
-        if (remote := str(getattr(t, "remote_name", "") or ""))
+        if isinstance(t, McpTool)
+        and (remote := t.remote_name)
         and t.name.endswith(f"__{remote}")
         and len(t.name) > len(remote) + 2
     }

@@ -34,7 +34,7 @@ from typing import Any
 
 from tether import errors, lifecycle
 from tether import events as ev
-from tether.clock import Clock, SystemClock
+from tether.clock import Clock
 from tether.runtime.watch import notices as nt
 from tether.runtime.watch.sinks import (
     WEBHOOK_ENV,
@@ -124,7 +124,7 @@ async def sweep(
     `TETHER_WEBHOOK_URL`, else the log); each task's contract may add targets."""
     base = notifier or default_notifier()
     policy = policy or WatchPolicy()
-    now = (clock or getattr(store, "clock", None) or SystemClock()).now()
+    now = (clock or store.clock).now()
     report = SweepReport()
     # Running tasks that went silent; any task whose cancel its worker never saw.
     for task in await store.list_tasks(lifecycle.ACTIVE, limit=10_000):

@@ -153,11 +153,11 @@ def parse_review(text: str) -> Review:
 def await_decision(run: JudgeHost, reason: str) -> Outcome:
     """Nothing is open but not everything is finished: wait for a human's decision
     (retry an item, waive it, or abandon the task) with the partial-completion record."""
-    partial = partial_record(run.ledger, run.state.proposals)
+    partial = partial_record(run.view.ledger, run.view.state.proposals)
     blocked = ", ".join(b["id"] for b in partial["blocked"][:10])
     # The first blocked item by name: each command runs as printed.
     item = shlex.quote(str(partial["blocked"][0]["id"])) if partial["blocked"] else "ITEM"
-    tid = shlex.quote(run.task_id)
+    tid = shlex.quote(run.journal.task_id)
     text = (
         f"{reason}"
         + (f"; blocked: {blocked}" if blocked else "")
@@ -177,12 +177,14 @@ def await_decision(run: JudgeHost, reason: str) -> Outcome:
 async def settle(run: JudgeHost, round_no: int) -> Outcome | None:
     """Before a round: with nothing open there is nothing to ask the model; finish
     (through the completion check) or wait for a human's decision."""
-    if run.ledger.open_items():
+    if run.view.ledger.open_items():
         return None
-    gaps = run.ledger.gaps()
+    gaps = run.view.ledger.gaps()
     if gaps:
-        return await_decision(run, f"{len(gaps)} of {len(run.ledger.states)} items are not done")
-    if run.state.completion_failed_round == run.state.rounds:
+        return await_decision(
+            run, f"{len(gaps)} of {len(run.view.ledger.states)} items are not done"
+        )
+    if run.view.state.completion_failed_round == run.view.state.rounds:
         return None  # the check just failed: the model gets a round to mend what it found
     return await complete(run, round_no)
 
@@ -192,26 +194,26 @@ async def complete(run: JudgeHost, round_no: int) -> Outcome | None:
     a continuation for the model (None) or, after repeated failures, a human."""
     if await deliverables.hold_delivery(run, round_no):
         return None  # a done item's deliverable broke: it is open again
-    checks = await run_acceptance(run.spec, run.workspace)
+    checks = await run_acceptance(run.view.spec, run.view.workspace)
     gaps = [f"acceptance {c.id} failed: {c.detail}" for c in checks if not c.passed]
-    reviewer = run.models.review if run.spec.review else None
-    if run.spec.review and reviewer is None:
-        reviewer = run.models.judge or run.models.actor
+    reviewer = run.calls.models.review if run.view.spec.review else None
+    if run.view.spec.review and reviewer is None:
+        reviewer = run.calls.models.judge or run.calls.models.actor
     events: list[ev.Event] = []
     reopen: tuple[str, ...] = ()
     if not gaps and reviewer is not None:
         arts = [
             {"artifact_id": a.artifact_id, "name": a.name, "kind": a.kind, "size": a.size}
-            for a in (await run.store.get_artifacts(run.task_id))[-50:]
+            for a in (await run.store.get_artifacts(run.journal.task_id))[-50:]
             if a.valid
         ]
-        req = review_request(run.spec, run.ledger, checks, arts, run.task_id)
+        req = review_request(run.view.spec, run.view.ledger, checks, arts, run.journal.task_id)
         try:
-            resp = await run.call_model(reviewer, req)
+            resp = await run.calls.call_model(reviewer, req)
         except errors.ModelError as exc:
-            await run.model_failed("review", reviewer, exc)
+            await run.calls.model_failed("review", reviewer, exc)
             raise
-        events.append(await run.record_call("review", reviewer, req, resp, round_no))
+        events.append(await run.calls.record_call("review", reviewer, req, resp, round_no))
         review = parse_review(resp.text)
         if not review.passed:
             gaps += list(review.gaps) or ["the reviewer did not accept the work"]
@@ -219,7 +221,7 @@ async def complete(run: JudgeHost, round_no: int) -> Outcome | None:
             reopen = tuple(
                 r
                 for r in review.reopen
-                if run.ledger.has_item(r) and run.ledger.item(r).status != "waived"
+                if run.view.ledger.has_item(r) and run.view.ledger.item(r).status != "waived"
             )
     passed = not gaps
     events.append(
@@ -230,29 +232,29 @@ async def complete(run: JudgeHost, round_no: int) -> Outcome | None:
             gaps=gaps,
         )
     )
-    if passed and run.ledger.gaps():
+    if passed and run.view.ledger.gaps():
         # Defence in depth: no path reaches delivery with an unfinished item.
-        return await_decision(run, f"{len(run.ledger.gaps())} items are not done")
+        return await_decision(run, f"{len(run.view.ledger.gaps())} items are not done")
     if passed:
-        waived = run.ledger.waivers()
+        waived = run.view.ledger.waivers()
         why = "completion check passed" + (f"; waived: {', '.join(waived)}" if waived else "")
         stop = "delivered_with_waivers" if waived else "delivered"
         return out.finished("satisfied", stop, why, events=events)
-    run.state.completion_failures += 1
-    failures = run.state.completion_failures
-    run.state.completion_failed_round = run.state.rounds
-    ledger = run.ledger
+    run.view.state.completion_failures += 1
+    failures = run.view.state.completion_failures
+    run.view.state.completion_failed_round = run.view.state.rounds
+    ledger = run.view.ledger
     for r in reopen:
         ledger = L.reopen(ledger, r, "reviewer: redo").ledger
-    if ledger.version != run.ledger.version:
+    if ledger.version != run.view.ledger.version:
         events.append(ev.LedgerUpdated(version=ledger.version, diff=[], cause="review"))
     if failures >= 3 or (not ledger.open_items() and failures >= 2):
-        await run.commit(events, ledger=ledger)
+        await run.journal.commit(events, ledger=ledger)
         return out.waiting(
             "human",
             f"the completion check failed {failures} times: "
             + "; ".join(gaps)[:800]
-            + f"; answer with: {hints.tell(run.task_id)}",
+            + f"; answer with: {hints.tell(run.journal.task_id)}",
             why="needs_user_input",
         )
     text = continuation_message(ledger, "the completion check failed", gaps)
@@ -268,7 +270,7 @@ async def complete(run: JudgeHost, round_no: int) -> Outcome | None:
             judges=["completion"],
         )
     )
-    await run.commit(events, ledger=ledger)
+    await run.journal.commit(events, ledger=ledger)
     run.ctx.append(Entry("continuation", [Message("user", text)], round_no))
     return None
 

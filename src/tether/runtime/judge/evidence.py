@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 def focus_of(run: JudgeHost, round_no: int) -> str | None:
     """The focus item of a past round, from the run's focus log."""
-    log = run.state.focus_log
+    log = run.view.state.focus_log
     found: str | None = None
     for start, item in log:
         if int(start) > round_no:
@@ -32,7 +32,7 @@ def focus_of(run: JudgeHost, round_no: int) -> str | None:
 
 def note_focus(run: JudgeHost, round_no: int, focus: str | None) -> None:
     """Log the focus of a round when it changes (a few entries per item, not per round)."""
-    log = run.state.focus_log
+    log = run.view.state.focus_log
     if not log or log[-1][1] != focus:
         log.append([round_no, focus])
         del log[:-2000]
@@ -55,7 +55,7 @@ async def resolve_evidence(
     arts = {a.artifact_id: a for a in staged if a.artifact_id in art_ids}
     missing = art_ids - set(arts)
     if missing:
-        for a in await run.store.get_artifacts(run.task_id, artifact_ids=missing):
+        for a in await run.store.get_artifacts(run.journal.task_id, artifact_ids=missing):
             if a.valid:
                 arts[a.artifact_id] = a
     op_ids = {r.partition(":")[2] for r in refs if r.startswith("op:")}
@@ -63,14 +63,16 @@ async def resolve_evidence(
     ops = {o.op_id: o for o in staged_ops if o.op_id in op_ids and o.status == "succeeded"}
     missing = op_ids - set(ops) - {o.op_id for o in staged_ops}
     if missing:
-        for o in await run.store.get_ops(run.task_id, statuses={"succeeded"}, op_ids=missing):
+        for o in await run.store.get_ops(
+            run.journal.task_id, statuses={"succeeded"}, op_ids=missing
+        ):
             ops[o.op_id] = o
 
     def where(round_no: int) -> str | None:
         return facts.focus if round_no == facts.round else focus_of(run, round_no)
 
     ops = {k: o for k, o in ops.items() if not history_only(o)}  # late or compensated
-    stale = await stale_reads(run.store, run.task_id, list(ops.values()), staged)
+    stale = await stale_reads(run.store, run.journal.task_id, list(ops.values()), staged)
     ops = {k: o for k, o in ops.items() if k not in stale}  # read a version since changed
     known: dict[str, Evidence] = {}
     for op in ops.values():
@@ -105,15 +107,15 @@ class StoreRuleEnv:
     def __init__(self, run: JudgeHost, pending: PendingRound | None = None) -> None:
         self.run = run
         self.pending = pending
-        self.workspace = run.workspace
+        self.workspace = run.view.workspace
         self.preexisting = run.preexisting
         self.artifacts: list[ArtifactRecord] = []
         self.events: list[ev.Event] = []
 
     async def _index(self) -> OpIndex:
         """The run's op index, brought up to date with what was committed since."""
-        idx = index_of(self.run, self.run.spec)
-        await idx.sync(self.run.store, self.run.task_id, self.run.state.last_seq)
+        idx = index_of(self.run, self.run.view.spec)
+        await idx.sync(self.run.store, self.run.journal.task_id, self.run.view.state.last_seq)
         return idx
 
     async def latest_op(
@@ -148,7 +150,7 @@ class StoreRuleEnv:
         found fresh is asked again only after an artifact is invalidated."""
         if snapshot_read_by(op) is None or (stored and op.op_id in idx.fresh_reads):
             return True
-        if await stale_reads(self.run.store, self.run.task_id, [op]):
+        if await stale_reads(self.run.store, self.run.journal.task_id, [op]):
             return False
         if stored:
             idx.fresh_reads.add(op.op_id)
@@ -167,11 +169,11 @@ class StoreRuleEnv:
         found_now: set[str] = set()
         if ask:
             stored = await self.run.store.get_ops(
-                self.run.task_id, statuses={"succeeded"}, op_ids=ask
+                self.run.journal.task_id, statuses={"succeeded"}, op_ids=ask
             )
             found = [o for o in stored if o.op_id not in mine] + list(mine.values())
             found = [o for o in found if o.status == "succeeded" and not history_only(o)]
-            stale = await stale_reads(self.run.store, self.run.task_id, found)
+            stale = await stale_reads(self.run.store, self.run.journal.task_id, found)
             found_now = {o.op_id for o in found} - stale
         idx.holding = held | found_now
         return held | found_now
@@ -179,24 +181,26 @@ class StoreRuleEnv:
     async def valid_artifacts(self) -> list[ArtifactRecord]:
         run = self.run
         idx = artifacts_of(run)
-        await idx.sync(run.store, run.task_id, run.state.last_seq, run.state.compactions)
+        await idx.sync(
+            run.store, run.journal.task_id, run.view.state.last_seq, run.view.state.compactions
+        )
         return idx.valid() + (list(self.pending.artifacts) if self.pending else [])
 
     async def record_evidence(
         self, item_id: str, text: str, meta: Mapping[str, Any] | None = None
     ) -> str:
-        ref = self.run.stage_blob(text.encode("utf-8"))
-        self.run.state.evidence_count += 1
-        n = self.run.state.evidence_count
+        ref = self.run.journal.stage_blob(text.encode("utf-8"))
+        self.run.view.state.evidence_count += 1
+        n = self.run.view.state.evidence_count
         art = ArtifactRecord(
-            artifact_id=f"{self.run.task_id}.ev{n}",
-            task_id=self.run.task_id,
+            artifact_id=f"{self.run.journal.task_id}.ev{n}",
+            task_id=self.run.journal.task_id,
             kind="evidence",
             name=item_id,
             blob_hash=ref,
             size=len(text),
             source="rule judge",
-            task_version=self.run.task.version,
+            task_version=self.run.view.task.version,
             meta=dict(meta or {}),
         )
         self.artifacts.append(art)

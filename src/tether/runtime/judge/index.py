@@ -20,10 +20,13 @@ import dataclasses
 import json
 import weakref
 from collections.abc import Collection, Iterator, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from tether.spec import OpRule, TaskSpec
-from tether.store.base import ApprovalRecord, ArtifactRecord, OpRecord, Store
+from tether.store.base import ApprovalRecord, ArtifactRecord, OpRecord
+
+if TYPE_CHECKING:
+    from tether.runtime.run.ports import JudgeStore
 
 #: Events whose data may name an op whose record changed (keys `op_id`, `by`, `ops`,
 #: `compensate`, or an approval's `request_id`), or that invalidate reads.
@@ -98,7 +101,7 @@ class OpIndex:
 
     # -- keeping up --------------------------------------------------------------------
 
-    async def sync(self, store: Store, task_id: str, last_seq: int) -> None:
+    async def sync(self, store: JudgeStore, task_id: str, last_seq: int) -> None:
         """Load the index (first use) or apply the changes committed since the last
         look. `last_seq`: a sequence number already committed (the run's last)."""
         if self.cursor is None:
@@ -206,7 +209,7 @@ class ArtifactIndex:
         self.by_id: dict[str, ArtifactRecord] = {}
         self.order: list[tuple[float, str]] = []
 
-    async def sync(self, store: Store, task_id: str, last_seq: int, compactions: int) -> None:
+    async def sync(self, store: JudgeStore, task_id: str, last_seq: int, compactions: int) -> None:
         """Load (first use) or apply what changed since the last look. `compactions`:
         how many compactions the run made (each stored one summary artifact)."""
         if self.cursor is None:

@@ -99,10 +99,12 @@ async def judge_round(
     they are still `pending`); act on the decision: the outcome that ends the run, or
     None to go on."""
     env = StoreRuleEnv(run, pending)
-    only = rule_scope(run.spec, run.ledger, facts.focus, [(o.tool, o.args) for o in facts.ops])
-    verdicts = [await rules.rule_verdict(run.spec, run.ledger, env, only)]
+    only = rule_scope(
+        run.view.spec, run.view.ledger, facts.focus, [(o.tool, o.args) for o in facts.ops]
+    )
+    verdicts = [await rules.rule_verdict(run.view.spec, run.view.ledger, env, only)]
     extra_events: list[ev.Event] = list(env.events)
-    judge_model = run.models.judge
+    judge_model = run.calls.models.judge
     judges = ["rules"]
     if judge_model is not None:
         judges.append(judge_model.name)
@@ -110,20 +112,22 @@ async def judge_round(
         verdict = None
         for _attempt in range(2):
             req = llm.judge_request(
-                run.spec,
-                run.ledger,
+                run.view.spec,
+                run.view.ledger,
                 facts,
                 user_words=run.user_words,
-                task_id=run.task_id,
+                task_id=run.journal.task_id,
                 retry_note=retry_note,
             )
             try:
-                resp = await run.call_model(judge_model, req)
+                resp = await run.calls.call_model(judge_model, req)
             except errors.ModelError as exc:
-                await run.commit(extra_events, artifacts=env.artifacts)  # results are in
-                await run.model_failed("judge", judge_model, exc)
+                await run.journal.commit(extra_events, artifacts=env.artifacts)  # results are in
+                await run.calls.model_failed("judge", judge_model, exc)
                 raise
-            extra_events.append(await run.record_call("judge", judge_model, req, resp, facts.round))
+            extra_events.append(
+                await run.calls.record_call("judge", judge_model, req, resp, facts.round)
+            )
             try:
                 verdict = llm.parse_verdict(resp.text)
                 break
@@ -144,13 +148,13 @@ async def judge_round(
     staged = [*env.artifacts, *(pending.artifacts if pending else ())]
     known = await resolve_evidence(run, cited, staged, facts, pending.ops if pending else ())
     outcome = A.audit(
-        run.ledger,
+        run.view.ledger,
         verdicts,
         evidence=known.get,
         facts=facts,
-        limits=run.spec.limits,
-        policies=_policies(run.spec),
-        seen=run.state.seen,
+        limits=run.view.spec.limits,
+        policies=_policies(run.view.spec),
+        seen=run.view.state.seen,
         rounds=_count_round(run, facts),
     )
     _remember(run, facts, outcome)
@@ -175,15 +179,15 @@ async def judge_round(
     events: list[ev.Event] = [*extra_events, verdict_event]
     if outcome.update.changed:
         events.append(ev.LedgerUpdated(version=new.version, diff=outcome.update.diff.to_list()))
-    run.state.unjudged = None
+    run.view.state.unjudged = None
     failpoints.hit("before_ledger_write")
     if pending is not None:
         await run.commit_round(pending, events=events, ledger=new, artifacts=env.artifacts)
     else:
-        await run.commit(events, ledger=new, artifacts=env.artifacts)
+        await run.journal.commit(events, ledger=new, artifacts=env.artifacts)
     if continuation:
         run.ctx.append(Entry("continuation", [Message("user", continuation)], facts.round))
-    run.snapshot(f"round {facts.round}: {outcome.decision} ({p.done}/{p.total} done)")
+    run.journal.snapshot(f"round {facts.round}: {outcome.decision} ({p.done}/{p.total} done)")
     if outcome.decision == "satisfied":
         return await complete(run, facts.round)
     if outcome.decision == "need_decision":
@@ -192,7 +196,7 @@ async def judge_round(
         return out.waiting(
             "human",
             f"{outcome.reason or 'the judge asks for a human'}; answer with: "
-            f"{hints.tell(run.task_id)}",
+            f"{hints.tell(run.journal.task_id)}",
             why="needs_user_input",
         )
     return None
@@ -220,7 +224,7 @@ def _count_round(run: JudgeHost, facts: F.RoundFacts) -> int:
     focus = facts.focus
     if focus is None or facts.deferred:
         return 0
-    return run.state.item_rounds.get(focus, 0) + 1
+    return run.view.state.item_rounds.get(focus, 0) + 1
 
 
 def _remember(run: JudgeHost, facts: F.RoundFacts, outcome: F.AuditOutcome) -> None:
@@ -229,7 +233,7 @@ def _remember(run: JudgeHost, facts: F.RoundFacts, outcome: F.AuditOutcome) -> N
     proposed for a human. Only open items are remembered: a finished or blocked item's
     memory is dropped (a human's retry or a reopening starts it afresh), so the state
     stays as small as the work in hand."""
-    st = run.state
+    st = run.view.state
     focus = facts.focus
     if focus is not None and not facts.deferred:
         st.item_rounds[focus] = _count_round(run, facts)

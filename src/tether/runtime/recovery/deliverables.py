@@ -34,12 +34,12 @@ from tether import ledger as L
 from tether.models.base import Message
 from tether.runtime.ops.journal import compensation_of, history_only, superseded_by
 from tether.runtime.round.context import Entry, continuation_message
-from tether.store.base import ArtifactRecord, OpRecord, Store, blob_hash
+from tether.store.base import ArtifactRecord, OpRecord, blob_hash
 from tether.tools.builtin.files import as_sent
 from tether.tools.registry import ToolContext
 
 if TYPE_CHECKING:
-    from tether.runtime.run.ports import JudgeHost, PartsHost
+    from tether.runtime.run.ports import JudgeHost, JudgeStore, PartsHost
 
 DELIVERABLE_KEY = A.DELIVERABLE_KEY
 SHA256_KEY = A.SHA256_KEY
@@ -240,7 +240,9 @@ def _below(ident: str, arts: Mapping[str, ArtifactRecord]) -> list[str]:
     return list(seen)
 
 
-async def _closure(store: Store, task_id: str, ids: Collection[str]) -> dict[str, ArtifactRecord]:
+async def _closure(
+    store: JudgeStore, task_id: str, ids: Collection[str]
+) -> dict[str, ArtifactRecord]:
     """The artifacts `ids` and everything they depend on, read level by level."""
     found: dict[str, ArtifactRecord] = {}
     todo = set(ids)
@@ -256,7 +258,7 @@ async def _closure(store: Store, task_id: str, ids: Collection[str]) -> dict[str
     return found
 
 
-async def _blob_states(store: Store, arts: Sequence[ArtifactRecord]) -> dict[str, bool]:
+async def _blob_states(store: JudgeStore, arts: Sequence[ArtifactRecord]) -> dict[str, bool]:
     states: dict[str, bool] = {}
     for art in arts:
         if art.blob_hash in states:
@@ -269,7 +271,7 @@ async def _blob_states(store: Store, arts: Sequence[ArtifactRecord]) -> dict[str
 
 
 async def verify(
-    store: Store,
+    store: JudgeStore,
     task_id: str,
     ledger: L.Ledger,
     workspace: Path | None,
@@ -377,23 +379,25 @@ async def recheck_ops(run: PartsHost, ledger: L.Ledger) -> tuple[L.Ledger, list[
     tools = {t.name: t for t in run.tools if t.reconcile is not None and t.effect != "read"}
     done = [(d.id, s.evidence) for d, s in ledger.items() if s.status == "done"]
     op_ids = {r.partition(":")[2] for _, ev_ in done for r in ev_ if r.startswith("op:")}
-    confirmed = set(run.state.rechecked) & op_ids
+    confirmed = set(run.view.state.rechecked) & op_ids
     ask = op_ids - confirmed
     if not tools or not ask:
-        run.state.rechecked = sorted(confirmed)
+        run.view.state.rechecked = sorted(confirmed)
         return ledger, []
-    ops = await run.store.get_ops(run.task_id, statuses={"succeeded"}, op_ids=ask, tools=set(tools))
+    ops = await run.store.get_ops(
+        run.journal.task_id, statuses={"succeeded"}, op_ids=ask, tools=set(tools)
+    )
     gone: dict[str, str] = {}
     for op in ops:
         tool = tools[op.tool]
         ctx = ToolContext(
             op_id=op.op_id,
-            task_id=run.task_id,
-            task_version=run.task.version,
-            fencing_token=run.token,
-            workspace=run.workspace,
+            task_id=run.journal.task_id,
+            task_version=run.view.task.version,
+            fencing_token=run.tool_env.token,
+            workspace=run.view.workspace,
             logger=logging.getLogger(f"tether.tool.{tool.name}"),
-            services=getattr(run, "services", {}),
+            services=run.tool_env.services,
             round=op.round,
             call_index=op.call_index,
         )
@@ -408,7 +412,7 @@ async def recheck_ops(run: PartsHost, ledger: L.Ledger) -> tuple[L.Ledger, list[
             )
         elif rec.outcome == "done":
             confirmed.add(op.op_id)
-    run.state.rechecked = sorted(confirmed)
+    run.view.state.rechecked = sorted(confirmed)
     broken = [
         Broken(item, ref, gone[ref[3:]])
         for item, evidence in done
@@ -425,7 +429,12 @@ async def recover(
     artifacts' own content is checked by recovery itself), then effectful ops with a
     reconcile (`recheck_ops`)."""
     ledger, broken, stale = await verify(
-        run.store, run.task_id, ledger, run.workspace, blobs=False, focus_log=run.state.focus_log
+        run.store,
+        run.journal.task_id,
+        ledger,
+        run.view.workspace,
+        blobs=False,
+        focus_log=run.view.state.focus_log,
     )
     ledger, lost = await recheck_ops(run, ledger)
     return ledger, broken + lost, stale
@@ -476,7 +485,11 @@ async def hold_delivery(run: JudgeHost, round_no: int) -> bool:
     something broke, commit the reopened items with an `audit.warning` per finding and
     return True (the task goes on instead of being delivered)."""
     ledger, broken, stale = await verify(
-        run.store, run.task_id, run.ledger, run.workspace, focus_log=run.state.focus_log
+        run.store,
+        run.journal.task_id,
+        run.view.ledger,
+        run.view.workspace,
+        focus_log=run.view.state.focus_log,
     )
     if not broken and not stale:
         return False
@@ -493,7 +506,7 @@ async def hold_delivery(run: JudgeHost, round_no: int) -> bool:
     events.append(
         ev.LedgerUpdated(
             version=ledger.version,
-            diff=L.diff(run.ledger, ledger).to_list(),
+            diff=L.diff(run.view.ledger, ledger).to_list(),
             cause="deliverables",
         )
     )
@@ -512,6 +525,6 @@ async def hold_delivery(run: JudgeHost, round_no: int) -> bool:
             judges=["deliverables"],
         )
     )
-    await run.commit(events, ledger=ledger, artifacts=stale)
+    await run.journal.commit(events, ledger=ledger, artifacts=stale)
     run.ctx.append(Entry("continuation", [Message("user", text)], round_no))
     return True

@@ -16,10 +16,10 @@ store: a part reads the task's records through `Records` and writes through `Jou
 - `ChecksHost`, `TurnHost`, `CompactHost`, `RoundHost`: what the checks between rounds,
   a turn's start, compaction and a round's phases receive — the objects above by name.
 
-`OpsHost` (the host of `ops`, ten members, its own reads of the store) and `JudgeHost`
-(and `PartsHost`) are the flat hosts `ops`, `judge` and `recovery.deliverables` are
-typed against; their own rework narrows them (`tests/unit/test_ports.py` keeps the
-list of wide ones, which may only shrink).
+`OpsHost`, `JudgeHost` and `PartsHost` are what `ops`, `judge` and
+`recovery.deliverables` receive: the objects above by name (or flat, for `ops`), and the
+store only through a read protocol of a few methods (`ops.ports.OpsStore`, `JudgeStore`),
+never the `Store` itself (`tests/unit/test_ports.py`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from tether.store.base import (
     ApprovalRecord,
     ArtifactRecord,
     OpRecord,
-    Store,
     StoredEvent,
     TaskRecord,
 )
@@ -294,30 +293,21 @@ class CompactHost(Protocol):
     ctx: Context
 
 
-# --- the flat hosts of ops/, judge/ and recovery/deliverables (narrowed there) ----------
+# --- the hosts of ops/, judge/ and recovery/deliverables --------------------------------
 
 
-class SharedJournal(Protocol):
-    """The flat commit port `ops`, `judge` and `recovery.deliverables` still use."""
+class JudgeStore(OpsStore, Protocol):
+    """The store reads of `judge` and `recovery.deliverables`: those of `ops`, with the
+    task's artifacts and blobs (every write is a `journal.commit`)."""
 
-    task_id: str
-    token: int
-    store: Store
-    status: str
-
-    @property
-    def state(self) -> RunState: ...
-
-    async def commit(self, events: Sequence[ev.Event], **fields: Any) -> int:
-        """`Journal.write(Commit(events, **fields))`."""
+    async def get_artifacts(
+        self, task_id: str, *, artifact_ids: Collection[str] | None = None
+    ) -> list[ArtifactRecord]:
+        """The task's artifacts (by id)."""
         ...
 
-    def stage_blob(self, data: bytes) -> str:
-        """A blob stored by the next commit; returns its ref."""
-        ...
-
-    def snapshot(self, message: str) -> None:
-        """Tell the progress display."""
+    async def get_blob(self, ref: str) -> bytes:
+        """A blob (`KeyError` when missing)."""
         ...
 
 
@@ -372,8 +362,24 @@ class OpsHost(Protocol):
         ...
 
 
-class JudgeHost(SharedJournal, TaskView, ModelPort, Protocol):
-    """What judging a round and the completion check use."""
+class JudgeHost(Protocol):
+    """What judging a round and the completion check use: the run's objects by name,
+    the store's reads, and what the turn's start read of the task (`user_words`, the
+    files that were there before it, `preexisting`)."""
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def view(self) -> TaskView: ...
+
+    @property
+    def calls(self) -> ModelPort: ...
+
+    @property
+    def store(self) -> JudgeStore:
+        """The store reads of `judge`."""
+        ...
 
     ctx: Context
     user_words: list[str]
@@ -385,9 +391,15 @@ class JudgeHost(SharedJournal, TaskView, ModelPort, Protocol):
 
 
 class PartsHost(JudgeHost, Protocol):
-    """What a round hands to `judge`, and a turn's start to `recovery.deliverables`."""
+    """What a round hands to `judge`, and a turn's start to `recovery.deliverables`
+    (which asks the tools again about the ops done items rest on)."""
 
     tools: list[Tool]
+
+    @property
+    def tool_env(self) -> ToolEnv:
+        """What every tool call of the run is given (its token, its services)."""
+        ...
 
 
 class TurnHost(Protocol):
@@ -451,6 +463,7 @@ __all__ = [
     "CompactHost",
     "Journal",
     "JudgeHost",
+    "JudgeStore",
     "Message",
     "ModelPort",
     "ModelSet",
@@ -461,7 +474,6 @@ __all__ = [
     "RoundHost",
     "RunConfig",
     "RunFlow",
-    "SharedJournal",
     "TaskView",
     "TurnHost",
 ]

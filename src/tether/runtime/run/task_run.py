@@ -10,9 +10,10 @@
 
 The round's phases are functions of `round.phases`, a turn's start and recovery of
 `recovery.turn`; they receive these objects through the protocols of `ports`, each the
-one or two it uses. The run's flat attributes (`task_id`, `store`, `commit`, `tools`,
-...) are the host `ops`, `judge` and `recovery.deliverables` are still typed against
-(`ports.PartsHost`, handed to them as `parts`).
+one or two it uses. `judge` and `recovery.deliverables` receive the run as `parts`
+(`ports.PartsHost`: these objects by name, the store's reads, `tools` and `tool_env`);
+the run's flat attributes (`task_id`, `store`, `commit`, `tools`, ...) are the host of
+`ops` (`ports.OpsHost`) and what `run.probe` reads.
 """
 
 from __future__ import annotations
@@ -264,7 +265,7 @@ class TaskRun:
         self.journal.snapshot(f"round {pending.round}: {pending.calls} tool calls")
 
     # ------------------------------------------------------------ the flat host
-    # (`ports.PartsHost`, and what `run.probe` reads): the objects above, flattened.
+    # (`ports.OpsHost`, and what `run.probe` reads): the objects above, flattened.
 
     @property
     def task(self) -> TaskRecord:

@@ -40,10 +40,10 @@ import hashlib
 import json
 import re
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from pydantic import Field
 
@@ -375,7 +375,17 @@ class _Reader:
         return art, text, notice
 
 
-async def _lookup(store: Store, task_id: str, ids: Sequence[str]) -> list[ArtifactRecord]:
+class ArtifactReads(Protocol):
+    """The one store read `stale_reads` makes (the judges hand theirs, not the store)."""
+
+    async def get_artifacts(
+        self, task_id: str, *, artifact_ids: Collection[str] | None = None
+    ) -> list[ArtifactRecord]:
+        """A task's artifacts, oldest first."""
+        ...
+
+
+async def _lookup(store: ArtifactReads, task_id: str, ids: Sequence[str]) -> list[ArtifactRecord]:
     """The stored artifacts of this task among the cited `ids`. An id no artifact can
     have (one with a NUL, which PostgreSQL's text cannot hold) is simply not found,
     rather than failing the store's query as if the store were down."""
@@ -421,7 +431,10 @@ def snapshot_read_by(op: OpRecord) -> str | None:
 
 
 async def stale_reads(
-    store: Store, task_id: str, ops: Sequence[OpRecord], staged: Sequence[ArtifactRecord] = ()
+    store: ArtifactReads,
+    task_id: str,
+    ops: Sequence[OpRecord],
+    staged: Sequence[ArtifactRecord] = (),
 ) -> set[str]:
     """The ids of the `read_source` ops among `ops` whose snapshot is no longer valid
     (`staged`: artifacts of this round not yet stored)."""

@@ -32,7 +32,6 @@ from tether import events as ev
 from tether import ledger as L
 from tether.clock import Clock
 from tether.models import pricing
-from tether.models.base import Model, ModelRequest, ModelResponse
 from tether.redact import Redactor
 from tether.runtime.ops.ports import ToolEnv
 from tether.runtime.recovery import turn as recovery
@@ -375,29 +374,6 @@ class TaskRun:
     def stage_blob(self, data: bytes) -> str:
         """`journal.stage_blob`."""
         return self.journal.stage_blob(data)
-
-    def snapshot(self, message: str) -> None:
-        """`journal.snapshot`."""
-        self.journal.snapshot(message)
-
-    async def call_model(self, model: Model, request: ModelRequest) -> ModelResponse:
-        """`calls.call_model`."""
-        return await self.calls.call_model(model, request)
-
-    async def record_call(
-        self,
-        purpose: str,
-        model: Model,
-        request: ModelRequest,
-        response: ModelResponse,
-        round_no: int | None,
-    ) -> ev.ModelCalled:
-        """`calls.record_call`."""
-        return await self.calls.record_call(purpose, model, request, response, round_no)
-
-    async def model_failed(self, purpose: str, model: Model, exc: Exception) -> None:
-        """`calls.model_failed`."""
-        await self.calls.model_failed(purpose, model, exc)
 
 
 def default_guard(store: Store, spec: TaskSpec, clock: Clock) -> Guard:

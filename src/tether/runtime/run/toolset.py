@@ -4,15 +4,24 @@ the tools of a source opened for the run (MCP) joined without shadowing anything
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from tether import errors, ledger_view
 from tether import ledger as L
 from tether.spec import OpRule, TaskSpec, source_of
 from tether.tools.builtin.files import BUILTIN_READ_TOOLS, READ_ARTIFACT
 from tether.tools.builtin.ledger import LEDGER_ITEMS
-from tether.tools.mcp import McpTool
 from tether.tools.registry import Tool, ToolRegistry
+
+
+@runtime_checkable
+class RemoteTool(Protocol):
+    """A tool served by another process (an MCP server's, `tether.tools.mcp.McpTool`):
+    which server, and the tool's name there. A protocol, so that the run does not import
+    the MCP client (an extra) to tell such a tool apart."""
+
+    server: str
+    remote_name: str
 
 
 def check_tools(spec: TaskSpec, known: Sequence[str]) -> None:
@@ -62,7 +71,7 @@ def allowed_tools(
 
 
 def _source_of(tool: Tool) -> str:
-    if isinstance(tool, McpTool) and tool.server:
+    if isinstance(tool, RemoteTool) and tool.server:
         return f"MCP server {tool.server!r}"
     return "a tool source"
 
@@ -129,7 +138,7 @@ def source_tools(
     names = {
         f"{t.name[: -len(remote) - 2]}.{remote}": t.name
         for t in by_name.values()
-        if isinstance(t, McpTool)
+        if isinstance(t, RemoteTool)
         and (remote := t.remote_name)
         and t.name.endswith(f"__{remote}")
         and len(t.name) > len(remote) + 2

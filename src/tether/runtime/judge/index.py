@@ -19,11 +19,12 @@ import bisect
 import dataclasses
 import json
 import weakref
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from tether.spec import OpRule, TaskSpec
-from tether.store.base import ApprovalRecord, ArtifactRecord, OpRecord
+from tether.store.base import ArtifactRecord, OpRecord
+from tether.tools.builtin.files import modified_args
 
 if TYPE_CHECKING:
     from tether.runtime.run.ports import JudgeStore
@@ -51,21 +52,6 @@ _Key = tuple[str, str]
 def args_match(want: Mapping[str, Any], have: Mapping[str, Any]) -> bool:
     """Whether an op's arguments hold every argument a rule names, with its value."""
     return all(k in have and have[k] == v for k, v in want.items())
-
-
-def modified_args(approvals: Collection[ApprovalRecord]) -> dict[str, dict[str, Any]]:
-    """The arguments a human's `approve --modify` set, by op id (see `builtins.as_sent`)."""
-    out: dict[str, dict[str, Any]] = {}
-    for appr in approvals:
-        args = (appr.decision or {}).get("modified_args")
-        if (
-            appr.status == "approved"
-            and appr.op_id is not None
-            and appr.request_id == f"{appr.op_id}.approval"
-            and isinstance(args, Mapping)
-        ):
-            out[appr.op_id] = dict(args)
-    return out
 
 
 def _key(rule: OpRule) -> _Key:

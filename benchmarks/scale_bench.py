@@ -187,17 +187,18 @@ async def child(args: argparse.Namespace) -> None:
 
     async def sample() -> None:
         while True:
-            samples.append((time.time(), _rss(), len(worker._running)))
+            samples.append((time.time(), _rss(), len(worker.slots)))
             await asyncio.sleep(0.2)
 
-    real_start = worker._start
+    slots = worker.slots
+    real_start = slots.start
 
-    def start(lease: Any, previous_owner: str | None) -> None:
+    def start(run: Any, name: str) -> None:
         # Also sampled at each start: a short run may end between two periodic samples.
-        real_start(lease, previous_owner)
-        samples.append((time.time(), _rss(), len(worker._running)))
+        real_start(run, name)
+        samples.append((time.time(), _rss(), len(slots)))
 
-    worker._start = start  # type: ignore[method-assign]
+    slots.start = start  # type: ignore[method-assign]
     sampler = asyncio.create_task(sample())
     try:
         stats = await worker.run()

@@ -402,23 +402,8 @@ class PartsHost(JudgeHost, Protocol):
         ...
 
 
-class TurnHost(Protocol):
-    """What opening a turn (and recovering) uses."""
-
-    @property
-    def journal(self) -> Journal: ...
-
-    @property
-    def view(self) -> TaskView: ...
-
-    @property
-    def records(self) -> Records: ...
-
-    @property
-    def config(self) -> RunConfig: ...
-
-    @property
-    def flow(self) -> RunFlow: ...
+class TurnHost(ChecksHost, Protocol):
+    """What opening a turn (and recovering) uses: the checks' objects, and these."""
 
     ctx: Context
     tools: list[Tool]
@@ -427,23 +412,9 @@ class TurnHost(Protocol):
     def parts(self) -> PartsHost: ...
 
 
-class RoundHost(Protocol):
-    """What the phases of a round use (see `round.phases`)."""
-
-    @property
-    def journal(self) -> Journal: ...
-
-    @property
-    def view(self) -> TaskView: ...
-
-    @property
-    def records(self) -> Records: ...
-
-    @property
-    def config(self) -> RunConfig: ...
-
-    @property
-    def flow(self) -> RunFlow: ...
+class RoundHost(ChecksHost, Protocol):
+    """What the phases of a round use (see `round.phases`): the checks' objects, and
+    these."""
 
     @property
     def calls(self) -> ModelPort: ...

@@ -22,7 +22,7 @@ from tether.edits import tell
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.runtime.engine import Engine, ModelSet
-from tether.runtime.run import probe
+from tether.runtime.run.liveness import probe
 from tether.runtime.tasks import create_task
 from tether.runtime.watch.sinks import LogNotifier
 from tether.runtime.watch.sweep import sweep

@@ -266,6 +266,25 @@ def test_runtime_classes_stay_within_the_size_budget() -> None:
     assert big == []
 
 
+#: A folder per concept, each readable on its own: no folder of `runtime/` holds more
+#: than this many modules (a concept that outgrows it gets sub-folders of its own).
+FOLDER_BUDGET = 8
+
+
+def test_runtime_folders_stay_small() -> None:
+    crowded = {}
+    runtime = PKG / "runtime"
+    for folder in [runtime, *(d for d in runtime.rglob("*") if d.is_dir())]:
+        if folder.name == "__pycache__":
+            continue
+        n = len(list(folder.glob("*.py")))
+        if n > FOLDER_BUDGET:
+            crowded[str(folder.relative_to(PKG))] = n
+    assert crowded == {}
+    # The check sees the folders: runtime/ itself holds several modules.
+    assert len(list((PKG / "runtime").glob("*.py"))) > 1
+
+
 BLOCKED = ("httpx", "httpx2", "openai", "anthropic", "mcp", "fastapi", "starlette", "psycopg")
 
 

@@ -13,7 +13,7 @@ from tether import ledger as L
 from tether.clock import FakeClock
 from tether.models.scripted import ScriptedModel
 from tether.runtime import hints
-from tether.runtime.run import probe
+from tether.runtime.run.liveness import probe
 from tether.runtime.run.ports import ModelSet
 from tether.runtime.run.state import RunState
 from tether.spec import TaskSpec, parse_spec

@@ -33,10 +33,10 @@ from tether.runtime.run.ports import RunConfig
 from tether.runtime.run.task_run import RunResult as RunResult  # re-exported: public
 from tether.runtime.run.task_run import TaskRun as TaskRun
 from tether.runtime.run.task_run import default_guard as default_guard
-from tether.runtime.run.toolset import check_tools as check_tools
 from tether.runtime.takeover import owner_is_dead as owner_is_dead  # re-exported
 from tether.runtime.takeover import process_id as process_id  # re-exported
 from tether.store.base import Lease, Store
+from tether.tools.allowlist import check_tools as check_tools
 from tether.tools.breaker import Guard
 from tether.tools.builtin.files import READ_ARTIFACT, default_registry, read_artifact_tool
 from tether.tools.builtin.ledger import LEDGER_ITEMS, ledger_items_tool

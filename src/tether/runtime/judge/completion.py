@@ -20,7 +20,7 @@ from tether import ledger as L
 from tether.errors import UserError
 from tether.models.base import Message, ModelRequest
 from tether.runtime import hints
-from tether.runtime.judge.commands import run_command
+from tether.runtime.judge.rules.commands import run_command
 from tether.runtime.recovery import deliverables
 from tether.runtime.round.context import Entry, continuation_message
 from tether.runtime.run import outcome as out

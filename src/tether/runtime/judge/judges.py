@@ -7,7 +7,6 @@ the module that holds a name.
 from __future__ import annotations
 
 from tether.runtime.judge.audit import audit, belongs
-from tether.runtime.judge.commands import run_command
 from tether.runtime.judge.completion import partial_record
 from tether.runtime.judge.facts import (
     AuditOutcome,
@@ -29,6 +28,7 @@ from tether.runtime.judge.llm import (
     parse_verdict,
 )
 from tether.runtime.judge.rules import RuleEnv, rule_verdict
+from tether.runtime.judge.rules.commands import run_command
 
 __all__ = [
     "JUDGE_INSTRUCTIONS",

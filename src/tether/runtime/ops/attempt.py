@@ -20,8 +20,8 @@ from tether import errors, failpoints, telemetry
 from tether import events as ev
 from tether.models.base import ToolCall
 from tether.runtime.ops import results as R
+from tether.runtime.ops.human.requests import Requests
 from tether.runtime.ops.ports import RoundOps, ToolEnv
-from tether.runtime.ops.requests import Requests
 from tether.runtime.run import outcome as out
 from tether.store.base import ArtifactRecord, OpRecord
 from tether.tools import failures

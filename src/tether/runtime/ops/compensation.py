@@ -30,7 +30,8 @@ from tether import failpoints
 from tether.models.base import ToolCall
 from tether.runtime.ops import results as R
 from tether.runtime.ops.attempt import policy
-from tether.runtime.ops.exhausted import focus_of, human_wait
+from tether.runtime.ops.human.exhausted import focus_of, human_wait
+from tether.runtime.ops.human.requests import DONE_OPTIONS, Requests
 from tether.runtime.ops.journal import (
     args_text,
     compensation_id,
@@ -39,7 +40,6 @@ from tether.runtime.ops.journal import (
     history_only,
 )
 from tether.runtime.ops.ports import RoundOps
-from tether.runtime.ops.requests import DONE_OPTIONS, Requests
 from tether.runtime.run import outcome as out
 from tether.runtime.run.outcome import Outcome
 from tether.store.base import ArtifactRecord, OpRecord

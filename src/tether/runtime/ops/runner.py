@@ -32,11 +32,12 @@ from tether import errors, failpoints
 from tether import events as ev
 from tether.models.base import ModelResponse, ToolCall
 from tether.runtime.ops import results as R
-from tether.runtime.ops.approvals import Approvals
 from tether.runtime.ops.attempt import Attempts
 from tether.runtime.ops.compensation import Compensation, Run
-from tether.runtime.ops.doubt import Doubt
-from tether.runtime.ops.exhausted import Exhaustion
+from tether.runtime.ops.human.approvals import Approvals
+from tether.runtime.ops.human.doubt import Doubt
+from tether.runtime.ops.human.exhausted import Exhaustion
+from tether.runtime.ops.human.requests import Requests
 from tether.runtime.ops.journal import (
     NOT_IN_FLIGHT,
     NOT_THE_GOAL,
@@ -51,7 +52,6 @@ from tether.runtime.ops.journal import (
     superseded_by,
 )
 from tether.runtime.ops.ports import RoundOps
-from tether.runtime.ops.requests import Requests
 from tether.runtime.ops.results import OpOutcome
 from tether.runtime.run.outcome import Stop
 from tether.store.base import OpRecord

@@ -24,7 +24,7 @@ from tether.models.base import ModelRequest
 from tether.redact import Redactor
 from tether.runtime.round import history
 from tether.runtime.run.ports import Commit
-from tether.runtime.run.view import RunView
+from tether.runtime.run.state import RunView
 from tether.store.base import (
     UNSET,
     CommitResult,

@@ -20,7 +20,7 @@ from tether.runtime.run import outcome as out
 from tether.runtime.run.journal import RunJournal
 from tether.runtime.run.outcome import Stop
 from tether.runtime.run.ports import ModelSet
-from tether.runtime.run.view import RunView
+from tether.runtime.run.state import RunView
 
 
 def _cost(configured: str, response: ModelResponse) -> float:

@@ -1,4 +1,5 @@
-"""The durable run state of a task: counters, spend, and the runtime's bookkeeping.
+"""The durable run state of a task: counters, spend, and the runtime's bookkeeping;
+and what a run knows of its task (`RunView`).
 
 `RunState` is what the engine keeps between rounds and across restarts, beside the
 ledger: how far the task got (rounds, turns), what it spent (tokens, money, wall time,
@@ -18,7 +19,13 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tether import ledger as L
+    from tether.clock import Clock
     from tether.models.base import Usage
+    from tether.spec import TaskSpec
+    from tether.store.base import TaskRecord
 
 #: Bumped when a field changes meaning; `from_dict` reads every older version.
 STATE_VERSION: Final = 2
@@ -217,3 +224,34 @@ def _coerce(default: Any, value: Any) -> Any:
     if isinstance(default, list) and not isinstance(value, list):
         return []
     return _copy(value)
+
+
+class RunView:
+    """What a run knows of its task (`ports.TaskView`): the task row, the contract, the
+    ledger and the run's state, as loaded at the run's start and kept by its commits.
+    `task`, `spec` and `ledger` are set by the run's `load`; the journal keeps `ledger`
+    and `state` as its commits move them."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.task: TaskRecord
+        self._spec: TaskSpec | None = None
+        self.ledger: L.Ledger
+        self.state = RunState()
+        self.workspace: Path | None = None
+
+    @property
+    def spec(self) -> TaskSpec:
+        """The contract; reading it before the run has loaded the task is a bug."""
+        if self._spec is None:
+            raise RuntimeError("the run has not loaded its task yet")
+        return self._spec
+
+    @spec.setter
+    def spec(self, value: TaskSpec) -> None:
+        self._spec = value
+
+    @property
+    def loaded(self) -> bool:
+        """True once the task was read (its contract is known)."""
+        return self._spec is not None

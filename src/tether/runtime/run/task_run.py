@@ -38,16 +38,16 @@ from tether.runtime.recovery import turn as recovery
 from tether.runtime.round import phases as rounds
 from tether.runtime.round.context import Context, Entry
 from tether.runtime.run import outcome as out
-from tether.runtime.run import probe, toolset
-from tether.runtime.run.heartbeat import Flow, Heartbeat
 from tether.runtime.run.journal import RunJournal, Snapshot
+from tether.runtime.run.liveness import probe
+from tether.runtime.run.liveness.heartbeat import Flow, Heartbeat
 from tether.runtime.run.model_calls import ModelCalls
 from tether.runtime.run.ports import ModelSet, PendingRound, RunConfig
 from tether.runtime.run.records import TaskRecords
-from tether.runtime.run.state import RunState
-from tether.runtime.run.view import RunView
+from tether.runtime.run.state import RunState, RunView
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import CommitResult, Store, TaskRecord
+from tether.tools import allowlist as toolset
 from tether.tools import files
 from tether.tools.breaker import Guard
 from tether.tools.registry import Tool, ToolRegistry, ensure_lease
@@ -274,6 +274,11 @@ class TaskRun:
     @task.setter
     def task(self, value: TaskRecord) -> None:
         self.view.task = value
+
+    @property
+    def loaded(self) -> bool:
+        """True once the run has read its task and contract."""
+        return self.view.loaded
 
     @property
     def spec(self) -> TaskSpec:

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from tether.ledger import Ledger
-from tether.runtime.round.claim_words import (
+from tether.runtime.round.claims.words import (
     DONE_G,
     GLOBAL_PATTERNS,
     NAME_END,

@@ -128,8 +128,13 @@ class ProbedRun(Protocol):
         ...
 
     @property
+    def loaded(self) -> bool:
+        """True once the run has read its task (before that, `spec` is unknown)."""
+        ...
+
+    @property
     def spec(self) -> TaskSpec:
-        """The contract (its `limits`); absent until the run has loaded the task."""
+        """The contract (its `limits`); read only once `loaded`."""
         ...
 
     @property
@@ -225,7 +230,7 @@ class Prober:
     def due(self) -> float | None:
         """Seconds of silence when a probe is due now, else None."""
         run = self.run
-        if not self.enabled or run.overdue is not None or not hasattr(run, "spec"):
+        if not self.enabled or run.overdue is not None or not run.loaded:
             return None
         limit = run.spec.limits.probe_after
         # Every round starts right after a commit (the turn's, or the round's before),

@@ -10,9 +10,9 @@ from typing import Any, Protocol
 
 from tether import ledger as L
 from tether.artifacts import deliverable_meta
-from tether.runtime.judge.commands import run_command
 from tether.runtime.judge.facts import ProposedChange, Verdict
-from tether.runtime.judge.rule_scope import spec_items
+from tether.runtime.judge.rules.commands import run_command
+from tether.runtime.judge.rules.scope import spec_items
 from tether.runtime.round import progress as P
 from tether.spec import (
     ArtifactRule,

@@ -15,8 +15,8 @@ from tether import events as ev
 from tether.models.base import ToolCall
 from tether.runtime.ops import results as R
 from tether.runtime.ops.attempt import Attempts
+from tether.runtime.ops.human.requests import DONE_OPTIONS, Requests
 from tether.runtime.ops.journal import args_text, closed_msg
-from tether.runtime.ops.requests import DONE_OPTIONS, Requests
 from tether.runtime.run.outcome import Outcome
 from tether.store.base import ApprovalRecord, OpRecord
 from tether.tools.registry import Tool

@@ -18,9 +18,9 @@ from tether.models.base import ToolCall
 from tether.runtime import hints
 from tether.runtime.ops import results as R
 from tether.runtime.ops.attempt import Attempts
+from tether.runtime.ops.human.requests import Requests
 from tether.runtime.ops.journal import approval_id, args_text, closed_msg, intent
 from tether.runtime.ops.ports import RoundOps
-from tether.runtime.ops.requests import Requests
 from tether.runtime.run import outcome as out
 from tether.store.base import ApprovalRecord, OpRecord
 from tether.tools.builtin.files import as_sent

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether import events as ev
 from tether.runtime.judge.facts import Evidence, RoundFacts
-from tether.runtime.judge.index import OpIndex, args_match, artifacts_of, index_of
+from tether.runtime.judge.rules.index import OpIndex, args_match, artifacts_of, index_of
 from tether.runtime.ops.runner import history_only
 from tether.spec import OpRule
 from tether.store.base import ArtifactRecord, OpRecord

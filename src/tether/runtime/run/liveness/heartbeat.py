@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from tether import errors
 from tether import events as ev
-from tether.runtime.run.view import RunView
+from tether.runtime.run.state import RunView
 from tether.store.base import CommitResult, Store, TaskRecord
 
 log = logging.getLogger("tether.engine")

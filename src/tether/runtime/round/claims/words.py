@@ -1,7 +1,7 @@
 """The wording a summary's completion claims come in: done-words and open-words per item,
 whole-task phrases, hedges, and the splits of a summary into sentences and clauses.
 
-Regexes and word sets only, for `claims` (the claim reader) and `claim_names` (the
+Regexes and word sets only, for `claims` (the claim reader) and `claims.names` (the
 task's own items and vocabulary). Case-insensitive matching is done by lower-casing the
 text first.
 """

@@ -18,14 +18,14 @@ from typing import Final, Literal
 
 from tether.ledger import Ledger
 from tether.models.base import Message, ModelRequest
-from tether.runtime.round.claim_names import (
+from tether.runtime.round.claims.names import (
     Mention,
     Names,
     expand_ranges,
     item_names,
     mentions_in,
 )
-from tether.runtime.round.claim_words import (
+from tether.runtime.round.claims.words import (
     BARE,
     CONDITIONAL_START,
     EXCEPT,

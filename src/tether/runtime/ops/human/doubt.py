@@ -17,7 +17,7 @@ from tether import events as ev
 from tether.models.base import ToolCall
 from tether.runtime.ops import results as R
 from tether.runtime.ops.attempt import Attempts
-from tether.runtime.ops.human.requests import DONE_OPTIONS, Requests
+from tether.runtime.ops.human.requests import DONE_OPTIONS, Requests, done_by_hand
 from tether.runtime.ops.journal import args_text
 from tether.runtime.run.outcome import Outcome
 from tether.store.base import OpRecord
@@ -94,14 +94,9 @@ class Doubt:
             return None  # resume the stored schedule / send the approved call
         _, human = await self.requests.in_doubt(record)
         if human is not None and human.status == "approved":
-            decision = human.decision or {}
-            if decision.get("decision") == "done":
-                # A human checked the outside world: it did happen. Backfill, never resend.
-                result = decision.get("result")
-                if result is None:
-                    result = f"{human.decided_by or 'a human'} recorded this call as done"
-                return self.attempts.success(call, tool, record, result, 0.0)
-            return None
+            # A human checked the outside world: it did happen. Backfill, never resend.
+            done, result = done_by_hand(human)
+            return self.attempts.success(call, tool, record, result, 0.0) if done else None
         if human is not None and human.status == "rejected":
             who = human.decided_by or "a human"
             msg = f"{who} recorded this call as failed"

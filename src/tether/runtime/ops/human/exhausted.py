@@ -15,7 +15,7 @@ from tether import events as ev
 from tether.models.base import ToolCall
 from tether.runtime.ops import results as R
 from tether.runtime.ops.attempt import Attempts
-from tether.runtime.ops.human.requests import DONE_OPTIONS, Requests
+from tether.runtime.ops.human.requests import DONE_OPTIONS, Requests, done_by_hand
 from tether.runtime.ops.journal import args_text, closed_msg
 from tether.runtime.run.outcome import Outcome
 from tether.store.base import ApprovalRecord, OpRecord
@@ -124,9 +124,5 @@ class Exhaustion:
             if last:
                 msg += f"; last error: {str(last)[:200]}"
             return R.failure(call, tool, record, "transient", msg, 0.0)
-        if decision.get("decision") == "done":
-            result = decision.get("result")
-            if result is None:
-                result = f"{who} recorded this call as done"
-            return self.attempts.success(call, tool, record, result, 0.0)
-        return None
+        done, result = done_by_hand(appr)
+        return self.attempts.success(call, tool, record, result, 0.0) if done else None

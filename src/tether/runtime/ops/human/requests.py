@@ -21,6 +21,19 @@ if TYPE_CHECKING:
 DONE_OPTIONS = ("approve", "done", "reject")
 
 
+def done_by_hand(appr: ApprovalRecord) -> tuple[bool, Any]:
+    """`(True, result)` when a person answered that the call did happen (`approve
+    --done`, with the result they recorded, or a line saying who recorded it): the op is
+    backfilled as a success and never sent again. `(False, None)` otherwise."""
+    decision = appr.decision or {}
+    if decision.get("decision") != "done":
+        return False, None
+    result = decision.get("result")
+    if result is None:
+        result = f"{appr.decided_by or 'a human'} recorded this call as done"
+    return True, result
+
+
 @dataclass(frozen=True)
 class Ask:
     """A request for a human decision about one op, as built by `Requests.ask`."""

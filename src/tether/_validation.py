@@ -133,3 +133,68 @@ def describe(
         describe_error(e, where(e["loc"], root=root), noun=noun, unknown_hint=unknown_hint)
         for e in errs
     ]
+
+
+class Shown:
+    """A value whose `repr` is text made already (see `cut`)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class _Clip:
+    """`repr` of a value, written only until `room` characters are used up."""
+
+    def __init__(self, room: int) -> None:
+        self.parts: list[str] = []
+        self.room = room
+
+    def put(self, text: str) -> bool:
+        self.parts.append(text[: self.room])
+        self.room -= len(text)
+        return self.room > 0
+
+    def seq(self, opening: str, values: Any, closing: str, pairs: bool = False) -> bool:
+        if not self.put(opening):
+            return False
+        for n, v in enumerate(values):
+            if n and not self.put(", "):
+                return False
+            if pairs:
+                if not (self.walk(v[0]) and self.put(": ") and self.walk(v[1])):
+                    return False
+            elif not self.walk(v):
+                return False
+        return self.put(closing)
+
+    def walk(self, v: Any) -> bool:
+        if isinstance(v, str | bytes):
+            return self.put(repr(v[: self.room]))
+        if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 3000:
+            return self.put(f"<a {v.bit_length()}-bit number>")  # repr() refuses it
+        if isinstance(v, dict):
+            return self.seq("{", v.items(), "}", pairs=True)
+        if isinstance(v, list):
+            return self.seq("[", v, "]")
+        if isinstance(v, tuple):
+            return self.seq("(", v, ",)" if len(v) == 1 else ")")
+        if isinstance(v, set | frozenset) and v:
+            return self.seq("{", v, "}")
+        try:
+            return self.put(repr(v))
+        except Exception:  # a caller's object with a broken __repr__
+            return self.put(f"<{type(v).__name__}>")
+
+
+def cut(value: Any, limit: int = MAX_SHOWN) -> str:
+    """`repr(value)` clipped to `limit` characters (`...` at the end when clipped), built
+    only as far as it is shown: the whole repr of a hostile input can be gigabytes."""
+    clip = _Clip(limit + 1)
+    clip.walk(value)
+    text = "".join(clip.parts)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -34,7 +34,9 @@ from pydantic import (
 )
 
 from tether import _validation, errors
+from tether._validation import cut as _cut
 from tether._validation import http_url_problem
+from tether.schedule import Schedule
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 _SEP = "\n"
@@ -704,6 +706,8 @@ class TaskSpec(_Strict):
     workspace: str | None = None
     review: bool = False
     sources: list[Source] = Field(default_factory=list)
+    #: A recurring task: `tether submit` stores the schedule; workers start occurrences.
+    schedule: Schedule | None = None
 
     @field_validator("workspace", mode="before")
     @classmethod
@@ -767,71 +771,6 @@ _UNKNOWN_HINT = " (check the spelling; allowed fields are listed in the docs)"
 MAX_PROBLEMS = 20
 
 
-class _Shown:
-    """A value whose `repr` is text made already (see `_cut`)."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-
-class _Clip:
-    """`repr` of a value, written only until `room` characters are used up."""
-
-    def __init__(self, room: int) -> None:
-        self.parts: list[str] = []
-        self.room = room
-
-    def put(self, text: str) -> bool:
-        self.parts.append(text[: self.room])
-        self.room -= len(text)
-        return self.room > 0
-
-    def seq(self, opening: str, values: Any, closing: str, pairs: bool = False) -> bool:
-        if not self.put(opening):
-            return False
-        for n, v in enumerate(values):
-            if n and not self.put(", "):
-                return False
-            if pairs:
-                if not (self.walk(v[0]) and self.put(": ") and self.walk(v[1])):
-                    return False
-            elif not self.walk(v):
-                return False
-        return self.put(closing)
-
-    def walk(self, v: Any) -> bool:
-        if isinstance(v, str | bytes):
-            return self.put(repr(v[: self.room]))
-        if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 3000:
-            return self.put(f"<a {v.bit_length()}-bit number>")  # repr() refuses it
-        if isinstance(v, dict):
-            return self.seq("{", v.items(), "}", pairs=True)
-        if isinstance(v, list):
-            return self.seq("[", v, "]")
-        if isinstance(v, tuple):
-            return self.seq("(", v, ",)" if len(v) == 1 else ")")
-        if isinstance(v, set | frozenset) and v:
-            return self.seq("{", v, "}")
-        try:
-            return self.put(repr(v))
-        except Exception:  # a caller's object with a broken __repr__
-            return self.put(f"<{type(v).__name__}>")
-
-
-def _cut(value: Any, limit: int = _validation.MAX_SHOWN) -> str:
-    """`repr(value)` clipped to `limit` characters (`...` at the end when clipped), built
-    only as far as it is shown: the whole repr of a hostile input can be gigabytes."""
-    clip = _Clip(limit + 1)
-    clip.walk(value)
-    text = "".join(clip.parts)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _part(p: Any) -> str:
     """One step of an error location, short and printable (a key can be any text)."""
     text = str(p) if isinstance(p, str | int) else _cut(p, 40)
@@ -862,7 +801,7 @@ def _describe(err: Any) -> list[str]:
         lines = [ln for ln in msg.split(_SEP) if ln.strip()]
         return lines if loc == _TOP else [f"{loc}: {ln}" for ln in lines]
     if "input" in err:
-        err = {**err, "input": _Shown(_cut(err["input"]))}
+        err = {**err, "input": _validation.Shown(_cut(err["input"]))}
     return [_validation.describe_error(err, loc, noun="field", unknown_hint=_UNKNOWN_HINT)]
 
 

@@ -8,7 +8,7 @@ is written on a bad input.
 Modules: `_app` (the app, consoles, shared options), `tasks` (status, list, events,
 timeline), `run` (run, submit, resume), `decide` (cancel, approvals and decisions),
 `edit` (edit, tell), `artifacts`, `rebuild`, `worker`, `demo`, `show` (show, report),
-`serve` (the web dashboard), and `views` (rendering).
+`serve` (the web dashboard), `schedule` (recurring tasks), and `views` (rendering).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("show", "report"), "show"),
     "replay": "replay",
     "serve": "serve",
+    "schedule": "schedule",
 }
 
 

@@ -209,6 +209,11 @@ def run(
 
     async def main() -> tuple[dict[str, Any], RunResult]:
         contract = load_spec(spec)
+        if contract.schedule is not None:
+            raise errors.UserError(
+                f"{spec} has a schedule ({contract.schedule.describe()}): queue it with "
+                "`tether submit`; workers start each occurrence as a task of its own"
+            )
         options = model_options(model_timeout, model_retries)
         await check_task(contract, model, options)  # refuse a bad model or tool first
         ws = _workspace(contract, workspace, allow_broad_workspace)
@@ -248,11 +253,16 @@ def submit(
 ) -> None:
     """Queue a task for `tether worker` processes without running it here.
 
-    The workers run it with their own --model, else the spec's or TETHER_MODEL."""
+    The workers run it with their own --model, else the spec's or TETHER_MODEL. A
+    contract with a `schedule:` is stored as a schedule instead: workers start each
+    occurrence as a task of its own (`tether schedule list` shows when)."""
     from tether.runtime import launch
     from tether.runtime.tasks import create_task
+    from tether.runtime.watch.schedules import create_schedule
     from tether.runtime.wiring import check_task_tools, open_db
     from tether.spec import load_spec
+
+    scheduled: list[Any] = []
 
     async def main() -> str:
         contract = load_spec(spec)
@@ -265,6 +275,10 @@ def submit(
             # The models are the workers' choice: only the spec's are remembered.
             record = launch.record(contract, workspace=str(ws), env={})
             record["tools"] = launch.tool_refs()
+            if contract.schedule is not None:
+                view = await create_schedule(store, contract, launch=record, workspace=ws)
+                scheduled.append(view)
+                return view.schedule_id
             task = await create_task(
                 store,
                 contract,
@@ -277,7 +291,14 @@ def submit(
             await store.close()
 
     task_id = run_async(main)
-    if json_out:
+    if scheduled:
+        view = scheduled[0]
+        if json_out:
+            print_json(view.to_dict())
+        else:
+            nxt = views.ts(view.next_at)[:16] if view.next_at is not None else "none (ended)"
+            out.print(f"{view.schedule_id}  {view.rule}; next occurrence {nxt}")
+    elif json_out:
         print_json({"task_id": task_id, "status": "queued"})
     else:
         out.print(task_id)

@@ -82,14 +82,24 @@ def status(
 def list_tasks(db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """List tasks, newest first."""
 
-    async def main() -> list[Any]:
-        return await with_store(db, lambda s: s.list_tasks(), create=False, read_only=True)
+    from tether.runtime.watch.schedules import list_schedules
 
-    tasks = run_async(main)
+    async def main() -> tuple[list[Any], list[Any]]:
+        async def both(store: Any) -> tuple[list[Any], list[Any]]:
+            return await store.list_tasks(), await list_schedules(store)
+
+        return await with_store(db, both, create=False, read_only=True)
+
+    tasks, schedules = run_async(main)
     if json_out:
         print_json(views.task_rows(tasks))
         return
     out.print(views.task_table(tasks))
+    if schedules:  # recurring tasks: when each starts its next occurrence
+        from tether.cli.schedule import schedule_table
+
+        out.print()
+        out.print(schedule_table(schedules))
 
 
 @app.command()

@@ -44,6 +44,7 @@ from tether.runtime.engine import (
     check_tools,
 )
 from tether.runtime.takeover import process_id
+from tether.runtime.watch.schedules import start_due
 from tether.runtime.watch.sweep import Notifier, SweepReport, WatchPolicy, sweep
 from tether.runtime.worker.dead import take_from_dead
 from tether.runtime.worker.held import HeldBack, PassedOver
@@ -171,6 +172,7 @@ class Worker:
         self.watch_policy = watch_policy
         self.notifier = notifier
         self._last_sweep: float | None = None
+        self._last_schedules: float | None = None
         self.ran = 0
         self.failed = 0
         self._wake = asyncio.Event()
@@ -201,6 +203,7 @@ class Worker:
                     await self.slots.wait()
                     continue
                 await self.watch()
+                await self.start_scheduled()
                 if len(self.slots) >= self.concurrency:
                     await self.slots.wait()
                     continue
@@ -245,6 +248,19 @@ class Worker:
         except errors.TetherError as exc:
             log.warning("watch sweep failed: %s", exc)
             return None
+
+    async def start_scheduled(self) -> list[str]:
+        """Start the due occurrences of recurring tasks (`runtime.watch.schedules`), at
+        most once per poll interval; the tasks started. A failure is logged, never fatal."""
+        now = time.monotonic()
+        if self._last_schedules is not None and now - self._last_schedules < self.poll_interval:
+            return []
+        self._last_schedules = now
+        try:
+            return await start_due(self.store)
+        except errors.TetherError as exc:
+            log.warning("starting scheduled tasks failed: %s", exc)
+            return []
 
     async def step(self) -> bool | None:
         """Claim one task and run it: True if a task was taken (run or failed), False if

@@ -1,0 +1,188 @@
+"""Recurring tasks on every store: occurrences started once each, at their times, by
+any number of workers, with the missed and overlap policies, a count, and a cancel."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tether import errors
+from tether.clock import FakeClock
+from tether.runtime.tasks import cancel
+from tether.runtime.watch import schedules as SCH
+from tether.spec import parse_spec
+from tether.store import Store
+
+if TYPE_CHECKING:
+    from conftest import Backend
+
+
+def contract(**schedule: Any) -> Any:
+    return parse_spec(
+        {
+            "name": "digest",
+            "objective": "Digest the day's news",
+            "items": [{"id": "d", "title": "Digest"}],
+            "schedule": schedule,
+        }
+    )
+
+
+async def finish(store: Store, task_id: str) -> None:
+    """End a task so the next occurrence does not overlap it."""
+    await cancel(store, task_id)
+    assert (await store.get_task(task_id)).status == "cancelled"
+
+
+async def test_each_occurrence_starts_once_at_its_time(store: Store, clock: FakeClock) -> None:
+    view = await SCH.create_schedule(store, contract(every="1h", count=3), launch={"m": 1})
+    assert view.next_n == 1 and view.state == "active"
+    started = await SCH.start_due(store)
+    assert started == [f"{view.schedule_id}-1"]
+    assert await SCH.start_due(store) == []  # not again, and nothing else is due yet
+    task = await store.get_task(started[0])
+    assert task.name == "digest #1" and task.status == "queued"
+    created = (await store.read_events(started[0]))[0]
+    assert created.data["launch"]["schedule"] == {
+        "id": view.schedule_id,
+        "occurrence": 1,
+        "at": pytest.approx(clock.now()),
+    }
+    assert created.data["launch"]["m"] == 1
+    stored = parse_spec((await store.get_task(started[0])).spec)
+    assert stored.schedule is None  # an occurrence is one task, not a schedule again
+
+    await finish(store, started[0])
+    clock.advance(3600)
+    assert await SCH.start_due(store) == [f"{view.schedule_id}-2"]
+    await finish(store, f"{view.schedule_id}-2")
+    clock.advance(3600)
+    assert await SCH.start_due(store) == [f"{view.schedule_id}-3"]
+    clock.advance(3600 * 5)
+    assert await SCH.start_due(store) == []  # the count is reached
+    (listed,) = await SCH.list_schedules(store)
+    assert listed.state == "ended" and listed.started == 3 and listed.next_at is None
+
+
+async def test_two_workers_at_once_make_one_task(backend: Backend, clock: FakeClock) -> None:
+    a = await backend.open()
+    b = await backend.open()
+    try:
+        view = await SCH.create_schedule(a, contract(every="1h"))
+        results = await asyncio.gather(SCH.start_due(a), SCH.start_due(b), SCH.start_due(a))
+        made = [t for r in results for t in r]
+        assert set(made) == {f"{view.schedule_id}-1"}
+        tasks = [t for t in await a.list_tasks() if t.task_id.startswith(view.schedule_id)]
+        assert len(tasks) == 1
+        (listed,) = await SCH.list_schedules(b)
+        assert listed.next_n == 2 and listed.started == 1
+    finally:
+        await b.close()
+        if b is not a:
+            await a.close()
+
+
+async def test_a_crash_after_starting_an_occurrence_does_not_start_it_twice(
+    store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    view = await SCH.create_schedule(store, contract(every="1h"))
+    real = store.update_shared
+    calls = 0
+
+    async def crash_on_advance(key: str, fn: Any) -> Any:
+        nonlocal calls
+        if key == SCH.key(view.schedule_id):
+            calls += 1
+            if calls == 1:
+                raise errors.StoreUnavailable("the database went away")
+        return await real(key, fn)
+
+    monkeypatch.setattr(store, "update_shared", crash_on_advance)
+    with pytest.raises(errors.StoreUnavailable):
+        await SCH.start_due(store)
+    monkeypatch.setattr(store, "update_shared", real)
+    # The task was made before the crash; the next look finds it and moves on.
+    assert await SCH.start_due(store) == [f"{view.schedule_id}-1"]
+    assert await SCH.start_due(store) == []
+    (listed,) = await SCH.list_schedules(store)
+    assert listed.started == 1 and listed.next_n == 2
+
+
+async def test_missed_run_once_starts_only_the_latest_late(store: Store, clock: FakeClock) -> None:
+    view = await SCH.create_schedule(store, contract(every="1h", missed="run_once"))
+    clock.advance(3600 * 4 + 60)  # the workers were away for four periods
+    assert await SCH.start_due(store) == [f"{view.schedule_id}-5"]
+    (listed,) = await SCH.list_schedules(store)
+    assert listed.started == 1 and listed.skipped == 4 and listed.next_n == 6
+
+
+async def test_missed_skip_starts_none_that_is_too_late(store: Store, clock: FakeClock) -> None:
+    view = await SCH.create_schedule(store, contract(every="1h", missed="skip", grace="5m"))
+    clock.advance(600)  # ten minutes late: past the grace
+    assert await SCH.start_due(store) == []
+    clock.advance(3600 - 600 + 60)  # the next one, a minute late: on time enough
+    assert await SCH.start_due(store) == [f"{view.schedule_id}-2"]
+
+
+async def test_overlap_skip_waits_for_the_previous_occurrence(
+    store: Store, clock: FakeClock
+) -> None:
+    view = await SCH.create_schedule(store, contract(every="1h"))
+    assert await SCH.start_due(store) == [f"{view.schedule_id}-1"]
+    clock.advance(3600)
+    assert await SCH.start_due(store) == []  # #1 is still queued: #2 is skipped
+    await finish(store, f"{view.schedule_id}-1")
+    clock.advance(3600)
+    assert await SCH.start_due(store) == [f"{view.schedule_id}-3"]
+    (listed,) = await SCH.list_schedules(store)
+    assert listed.skipped == 1
+
+
+async def test_overlap_allow_starts_beside_the_previous(store: Store, clock: FakeClock) -> None:
+    view = await SCH.create_schedule(store, contract(every="1h", overlap="allow"))
+    await SCH.start_due(store)
+    clock.advance(3600)
+    assert await SCH.start_due(store) == [f"{view.schedule_id}-2"]
+
+
+async def test_a_cancelled_schedule_starts_nothing_more(store: Store, clock: FakeClock) -> None:
+    view = await SCH.create_schedule(store, contract(every="1h"))
+    cancelled = await SCH.cancel_schedule(store, view.schedule_id)
+    assert cancelled.state == "cancelled"
+    clock.advance(3600 * 3)
+    assert await SCH.start_due(store) == []
+    with pytest.raises(errors.UserError, match="no schedule"):
+        await SCH.cancel_schedule(store, "s-nope")
+
+
+async def test_occurrences_share_the_workspace_and_a_leftover_is_not_their_work(
+    store: Store, clock: FakeClock, tmp_path: Path
+) -> None:
+    spec = parse_spec(
+        {
+            "name": "digest",
+            "objective": "Write today's digest",
+            "items": [
+                {"id": "d", "title": "Digest", "done_when": {"kind": "file", "path": "digest.md"}}
+            ],
+            "schedule": {"every": "1d", "overlap": "allow"},
+        }
+    )
+    await SCH.create_schedule(store, spec, workspace=tmp_path)
+    (first,) = await SCH.start_due(store)
+    (tmp_path / "digest.md").write_text("Monday's digest")  # what occurrence 1 wrote
+    clock.advance(86400)
+    (second,) = await SCH.start_due(store)
+    assert (await store.get_task(first)).workspace == str(tmp_path)
+    assert (await store.get_task(second)).workspace == str(tmp_path)
+    created = (await store.read_events(second))[0]
+    assert "digest.md" in created.data["preexisting"]  # Monday's file is not Tuesday's work
+
+
+async def test_a_contract_without_a_schedule_is_refused(store: Store) -> None:
+    plain = parse_spec({"objective": "x", "items": [{"id": "a", "title": "A"}]})
+    with pytest.raises(errors.UserError, match="no `schedule`"):
+        await SCH.create_schedule(store, plain)

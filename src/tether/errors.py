@@ -78,12 +78,16 @@ class CorruptDatabase(UserError):
 class SchemaTooNew(UserError):
     """The database was written by a newer tether."""
 
-    def __init__(self, found: int, supported: int) -> None:
+    def __init__(self, found: int, supported: int, *, needs: int | None = None) -> None:
+        needs = found if needs is None else needs
         super().__init__(
             f"the database schema is version {found}, but this tether understands up to "
-            f"version {supported}; upgrade tether (pip install -U tether) to open it",
+            f"version {supported}, and the database's migrations need a tether of schema "
+            f"{needs} or later (an old worker beside a newer database?); upgrade tether "
+            "(pip install -U tether) to open it",
             found=found,
             supported=supported,
+            needs=needs,
         )
 
 

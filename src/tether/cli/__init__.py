@@ -8,7 +8,8 @@ is written on a bad input.
 Modules: `_app` (the app, consoles, shared options), `tasks` (status, list, events,
 timeline), `run` (run, submit, resume), `decide` (cancel, approvals and decisions),
 `edit` (edit, tell), `artifacts`, `rebuild`, `worker`, `demo`, `show` (show, report),
-`serve` (the web dashboard), `schedule` (recurring tasks), and `views` (rendering).
+`serve` (the web dashboard), `schedule` (recurring tasks), `migrate`, and `views`
+(rendering).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ COMMANDS: dict[str, str] = {
     "replay": "replay",
     "serve": "serve",
     "schedule": "schedule",
+    "migrate": "migrate",
 }
 
 

@@ -46,6 +46,17 @@ DbOpt = Annotated[
         show_default=False,
     ),
 ]
+NoMigrateOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-migrate",
+        envvar="TETHER_NO_MIGRATE",
+        help="Refuse a database whose schema is older than this tether's instead of "
+        "migrating it (run `tether migrate` first); also TETHER_NO_MIGRATE=1.",
+        show_default=False,
+        show_envvar=False,
+    ),
+]
 AfterOpt = Annotated[
     int,
     typer.Option(

@@ -15,6 +15,7 @@ from tether.cli._app import (
     ModelOpt,
     ModelRetriesOpt,
     ModelTimeoutOpt,
+    NoMigrateOpt,
     app,
     err,
     fail,
@@ -142,6 +143,7 @@ def worker(
     ] = 1,
     model_timeout: ModelTimeoutOpt = None,
     model_retries: ModelRetriesOpt = None,
+    no_migrate: NoMigrateOpt = False,
 ) -> None:
     """Claim and run tasks from the database until stopped (SIGINT or SIGTERM: no new
     claim; each running task stops after its current step and is handed back).
@@ -165,7 +167,9 @@ def worker(
         default_notifier()
         inline_wait_max_from_env()
         options = model_options(model_timeout, model_retries)
-        async with open_runtime(db, model=model, model_options=options) as rt:
+        async with open_runtime(
+            db, model=model, model_options=options, migrate=not no_migrate
+        ) as rt:
             server = None
             if metrics_port is not None:
                 server = await _serve_metrics(rt.store, metrics_port)

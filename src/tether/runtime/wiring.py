@@ -214,10 +214,11 @@ async def open_runtime(
     clock: Clock | None = None,
     registry: ToolRegistry | None = None,
     model_options: ModelOptions | None = None,
+    migrate: bool = True,
 ) -> AsyncIterator[Runtime]:
-    """Open the store at `db` (see `open_db`) as a `Runtime`; close it on exit.
-    `model_options`: see `build_models`."""
-    store = await open_db(db, create=create, clock=clock)
+    """Open the store at `db` (see `open_db`, and its `migrate`) as a `Runtime`; close
+    it on exit. `model_options`: see `build_models`."""
+    store = await open_db(db, create=create, clock=clock, migrate=migrate)
     try:
         yield Runtime(store, model=model, registry=registry, model_options=model_options)
     finally:

@@ -123,9 +123,11 @@ async def open_store(
     create: bool = True,
     synchronous: str | None = None,
     read_only: bool = False,
+    migrate: bool = True,
 ) -> Store:
     """Open a store by URL, migrating it to the current schema (`read_only`: migrating
-    nothing, taking no write lock; see the module)."""
+    nothing, taking no write lock; `migrate=False`: refusing a schema below the current
+    one with `SchemaOutdated` instead of migrating it; see the module)."""
     url = url or default_url()
     if url.startswith("sqlite://"):
         from tether.store.sqlite import SQLiteStore
@@ -148,11 +150,12 @@ async def open_store(
             synchronous=sync,  # type: ignore[arg-type]
             busy_timeout_ms=_busy_timeout_ms(url, params.get("busy_timeout")),
             read_only=read_only,
+            migrate=migrate,
         )
     if url.startswith(("postgresql://", "postgres://")):
         from tether.store.postgres import PostgresStore
 
-        return await PostgresStore.open(url, clock=clock, read_only=read_only)
+        return await PostgresStore.open(url, clock=clock, read_only=read_only, migrate=migrate)
     if url.startswith("memory://"):
         from tether.store.memory import MemoryStore
 

@@ -26,6 +26,7 @@ from tether.clock import Clock, SystemClock
 from tether.ledger import Ledger
 from tether.store import _rules as rules
 from tether.store import _search as search
+from tether.store import schema_policy
 from tether.store.base import (
     SCHEMA_VERSION,
     ApprovalRecord,
@@ -316,20 +317,22 @@ class SqlStore:
         if "tether_schema" in tables:
             row = self._x(conn, "SELECT MAX(version) AS v FROM tether_schema").fetchone()
             current = int(row["v"] or 0)
-        if current > SCHEMA_VERSION:
-            raise errors.SchemaTooNew(current, SCHEMA_VERSION)
+        code = schema_policy.code_schema()
+        if current > code:  # a newer tether migrated it: run only where the policy says
+            rows = self._x(
+                conn, "SELECT * FROM tether_schema WHERE version > :v", {"v": code}
+            ).fetchall()
+            schema_policy.check_newer(rows, current, code)
         return tables, current
 
-    def _check_schema_sync(self) -> int:
-        """The schema version, read without the write lock; `SchemaOutdated` unless it
-        is the current one (a read-only open migrates nothing)."""
+    def _check_schema_sync(self, read_only: bool = True) -> int:
+        """The schema version, read without the write lock; `SchemaOutdated` when it is
+        below this tether's (a read-only or `--no-migrate` open migrates nothing)."""
         with self._tx(write=False) as conn:
             _, current = self._current_schema(conn)
-        if current < SCHEMA_VERSION:
-            what = "holds no tether tables yet" if current == 0 else f"is at schema {current}"
-            raise errors.SchemaOutdated(
-                f"{self.url} {what}, and this command only reads; run a command that writes"
-                f" (tether run, submit or worker) to bring it to schema {SCHEMA_VERSION}"
+        if current < schema_policy.code_schema():
+            raise schema_policy.behind(
+                self.url, current, schema_policy.code_schema(), read_only=read_only
             )
         return current
 
@@ -349,8 +352,15 @@ class SqlStore:
                 self._run_script(
                     conn,
                     "CREATE TABLE tether_schema (version INTEGER PRIMARY KEY,"
-                    " name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)",
+                    " name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL,"
+                    f" {schema_policy.COLUMN} INTEGER)",
                 )
+            else:  # made by a tether older than the policy: record it from now on
+                cur = self._x(conn, "SELECT * FROM tether_schema WHERE version < 0")
+                if schema_policy.COLUMN not in [d[0] for d in cur.description]:
+                    self._run_script(
+                        conn, f"ALTER TABLE tether_schema ADD COLUMN {schema_policy.COLUMN} INTEGER"
+                    )
             for version, name, sql in migrations(self.dialect):
                 if current < version <= target:
                     self._run_script(conn, sql)
@@ -358,8 +368,14 @@ class SqlStore:
                         self._backfill_search(conn)
                     self._x(
                         conn,
-                        "INSERT INTO tether_schema (version, name, applied_at) VALUES (:v, :n, :t)",
-                        {"v": version, "n": name, "t": self.clock.now()},
+                        "INSERT INTO tether_schema (version, name, applied_at,"
+                        f" {schema_policy.COLUMN}) VALUES (:v, :n, :t, :c)",
+                        {
+                            "v": version,
+                            "n": name,
+                            "t": self.clock.now(),
+                            "c": schema_policy.compatible_from(version),
+                        },
                     )
                     current = version
             return current

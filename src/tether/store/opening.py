@@ -22,13 +22,17 @@ async def open_db(
     create: bool = True,
     clock: Clock | None = None,
     read_only: bool = False,
+    migrate: bool = True,
 ) -> Store:
     """Open the store at `db` (default: `TETHER_DB`, else `.tether/tether.db`).
 
     With `create=False` a missing SQLite file is a `StoreConfigError` instead of a new,
     empty database (for commands that read or continue existing tasks); `read_only`
-    migrates nothing and takes no write lock (for commands that only show things)."""
+    migrates nothing and takes no write lock (for commands that only show things);
+    `migrate=False` (`--no-migrate`) refuses a schema below this tether's, and a missing
+    file, instead of migrating or creating (see `tether.store.schema_policy`)."""
     url = db or default_url()
+    create = create and migrate
     if url.startswith("sqlite://"):
         path = sqlite_path(url)
         try:
@@ -44,4 +48,4 @@ async def open_db(
                 f"no tether database at {path} (start a task with `tether run` or "
                 "`tether demo`, or point --db / TETHER_DB at your database)"
             )
-    return await open_store(url, clock=clock, read_only=read_only)
+    return await open_store(url, clock=clock, read_only=read_only, migrate=migrate)

@@ -230,14 +230,16 @@ class PostgresStore(SqlStore):
         connect_timeout: float = 5.0,
         migrate_to: int = SCHEMA_VERSION,
         read_only: bool = False,
+        migrate: bool = True,
     ) -> PostgresStore:
         """Connect, create the schema if asked, and migrate (`read_only`: check that the
-        schema is current instead, creating and migrating nothing)."""
+        schema is current instead, creating and migrating nothing; `migrate=False`:
+        check it instead of migrating)."""
         store = cls(url, clock=clock, max_size=max_size)
         try:
             await asyncio.to_thread(store._open_sync, connect_timeout, read_only)
-            if read_only:
-                await store._run(store._check_schema_sync)
+            if read_only or not migrate:
+                await store._run(store._check_schema_sync, read_only)
             else:
                 await store._run(store._migrate_sync, migrate_to)
         except BaseException:

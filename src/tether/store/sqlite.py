@@ -117,9 +117,11 @@ class SQLiteStore(SqlStore):
         migrate_to: int = SCHEMA_VERSION,
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         read_only: bool = False,
+        migrate: bool = True,
     ) -> SQLiteStore:
         """Open (and migrate) a database file; `create=False` refuses a missing file;
-        `read_only` opens an existing file for reading only (see the module)."""
+        `read_only` opens an existing file for reading only (see the module);
+        `migrate=False` refuses a schema below this tether's instead of migrating it."""
         from tether.store._sqlite_level import sqlite_synchronous
 
         sqlite_synchronous(synchronous)  # refuse a bad level before touching the disk
@@ -138,7 +140,10 @@ class SQLiteStore(SqlStore):
                 await store._run(store._check_schema_sync)
                 return store
             await store._run(store._connect_sync)
-            await store._run(store._migrate_sync, migrate_to)
+            if migrate:
+                await store._run(store._migrate_sync, migrate_to)
+            else:
+                await store._run(store._check_schema_sync, False)
         except BaseException:
             await store.close()
             raise

@@ -1,0 +1,78 @@
+"""Which tether may run on which schema: the migration policy.
+
+Every migration (schema version V) declares the oldest code that can still run on a
+database at V, as the schema version that code knows: `COMPATIBLE_FROM[V]`. A tether
+that knows schema K runs on a database at V > K when every migration above K declares
+K or less; otherwise it refuses the database (`SchemaTooNew`), before touching it.
+
+- A migration that only adds what older code neither reads nor must write (a table, an
+  index, a column with a default, storage settings) keeps the previous migration's
+  value: old workers go on beside new ones on the migrated database.
+- One that moves, drops or renames what older code reads, or adds a rule older code's
+  writes would break, declares its own version: every older tether is refused.
+
+An older tether cannot know later migrations, so the migrator records each version's
+value in `tether_schema.compatible_from`, and the check reads it from there (a version
+recorded without it, by a tether older than this policy, is compatible with no older
+code). A tether never migrates a database down, and `--no-migrate` (or
+`TETHER_NO_MIGRATE=1`) refuses a database below its own schema instead of migrating it:
+`tether migrate` does that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from tether import errors
+from tether.store import base
+
+#: For each schema version, the oldest schema version whose code can still run on it.
+#: 5 only sets PostgreSQL storage parameters (nothing for SQLite): additive. 4 adds the
+#: search index, which code of schema 3 would not fill; 6 moves the specs out of `tasks`.
+COMPATIBLE_FROM: Mapping[int, int] = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 6: 6}
+
+#: The column of `tether_schema` that records `COMPATIBLE_FROM` with each version.
+COLUMN = "compatible_from"
+
+
+def code_schema() -> int:
+    """The schema version this tether's code knows (read at each call)."""
+    return base.SCHEMA_VERSION
+
+
+def compatible_from(version: int) -> int:
+    """The oldest code's schema version that can run on a database at `version`."""
+    return COMPATIBLE_FROM.get(version, version)
+
+
+def check_newer(rows: Iterable[Mapping[str, Any]], found: int, code: int) -> None:
+    """Refuse a database at `found` > `code` unless every migration above `code` (its
+    `tether_schema` rows, `rows`) declares code of schema `code` compatible."""
+    needs = code
+    for row in rows:
+        version = int(row["version"])
+        if version <= code:
+            continue
+        keys = row.keys() if hasattr(row, "keys") else ()
+        declared = row[COLUMN] if COLUMN in keys else None
+        needs = max(needs, version if declared is None else int(declared))
+    if needs > code:
+        raise errors.SchemaTooNew(found, code, needs=needs)
+
+
+def behind(url: str, found: int, needed: int, *, read_only: bool) -> errors.SchemaOutdated:
+    """The refusal of a database below this tether's schema that it may not migrate: a
+    command that only reads, or one started with `--no-migrate`."""
+    what = "holds no tether tables yet" if found == 0 else f"is at schema {found}"
+    why = (
+        "this command only reads"
+        if read_only
+        else "migrations are off here (--no-migrate or TETHER_NO_MIGRATE)"
+    )
+    return errors.SchemaOutdated(
+        f"{url} {what}, and this tether needs schema {needed}; {why}: run `tether migrate`"
+        f" (or a command that writes, such as tether run) to bring it to schema {needed}",
+        found=found,
+        needed=needed,
+    )

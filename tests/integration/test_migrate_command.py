@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 import pytest
 from typer.testing import CliRunner, Result
 
+from tests.support.cli import cli_env, describe, tether_many, write_spec
 from tether.cli import app
 from tether.store import SCHEMA_VERSION, schema_policy
-from tests.support.cli import cli_env, describe, tether_many, write_spec
 
 if TYPE_CHECKING:
     from conftest import Backend
@@ -96,7 +96,10 @@ def test_migrate_check_no_migrate_and_apply(sql_backend: Backend) -> None:
     assert applied.stdout.strip() == f"migrated from schema {N - 1} to {N}"
     assert versions(sql_backend)[-1] == (N, schema_policy.compatible_from(N))
     again = cli("migrate", "--check", *db)
-    assert (again.exit_code, again.stdout.strip()) == (0, f"schema {N}: current; nothing to migrate")
+    assert (again.exit_code, again.stdout.strip()) == (
+        0,
+        f"schema {N}: current; nothing to migrate",
+    )
     ran = cli("worker", "--once", "--no-migrate", *db)
     assert ran.exit_code == 0, ran.output
 

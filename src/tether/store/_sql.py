@@ -317,12 +317,7 @@ class SqlStore:
         if "tether_schema" in tables:
             row = self._x(conn, "SELECT MAX(version) AS v FROM tether_schema").fetchone()
             current = int(row["v"] or 0)
-        code = schema_policy.code_schema()
-        if current > code:  # a newer tether migrated it: run only where the policy says
-            rows = self._x(
-                conn, "SELECT * FROM tether_schema WHERE version > :v", {"v": code}
-            ).fetchall()
-            schema_policy.check_newer(rows, current, code)
+        schema_policy.check_database(self, conn, current)  # newer: as the policy says
         return tables, current
 
     def _check_schema_sync(self, read_only: bool = True) -> int:
@@ -348,35 +343,13 @@ class SqlStore:
             tables, current = self._current_schema(conn)
             if current >= target:
                 return current
-            if "tether_schema" not in tables:
-                self._run_script(
-                    conn,
-                    "CREATE TABLE tether_schema (version INTEGER PRIMARY KEY,"
-                    " name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL,"
-                    f" {schema_policy.COLUMN} INTEGER)",
-                )
-            else:  # made by a tether older than the policy: record it from now on
-                cur = self._x(conn, "SELECT * FROM tether_schema WHERE version < 0")
-                if schema_policy.COLUMN not in [d[0] for d in cur.description]:
-                    self._run_script(
-                        conn, f"ALTER TABLE tether_schema ADD COLUMN {schema_policy.COLUMN} INTEGER"
-                    )
+            schema_policy.prepare_table(self, conn, "tether_schema" in tables)
             for version, name, sql in migrations(self.dialect):
                 if current < version <= target:
                     self._run_script(conn, sql)
                     if version == 4:
                         self._backfill_search(conn)
-                    self._x(
-                        conn,
-                        "INSERT INTO tether_schema (version, name, applied_at,"
-                        f" {schema_policy.COLUMN}) VALUES (:v, :n, :t, :c)",
-                        {
-                            "v": version,
-                            "n": name,
-                            "t": self.clock.now(),
-                            "c": schema_policy.compatible_from(version),
-                        },
-                    )
+                    schema_policy.record(self, conn, version, name)
                     current = version
             return current
 

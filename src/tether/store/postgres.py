@@ -232,9 +232,7 @@ class PostgresStore(SqlStore):
         read_only: bool = False,
         migrate: bool = True,
     ) -> PostgresStore:
-        """Connect, create the schema if asked, and migrate (`read_only`: check that the
-        schema is current instead, creating and migrating nothing; `migrate=False`:
-        check it instead of migrating)."""
+        """Connect and migrate (`read_only`, `migrate=False`: check the schema instead)."""
         store = cls(url, clock=clock, max_size=max_size)
         try:
             await asyncio.to_thread(store._open_sync, connect_timeout, read_only)

@@ -61,6 +61,39 @@ def check_newer(rows: Iterable[Mapping[str, Any]], found: int, code: int) -> Non
         raise errors.SchemaTooNew(found, code, needs=needs)
 
 
+def check_database(store: Any, conn: Any, found: int) -> None:
+    """`check_newer` for the database `store` (an `SqlStore`) reads on `conn`, when its
+    schema `found` is above this tether's."""
+    code = code_schema()
+    if found > code:
+        query = "SELECT * FROM tether_schema WHERE version > :v"
+        check_newer(store._x(conn, query, {"v": code}).fetchall(), found, code)
+
+
+def prepare_table(store: Any, conn: Any, exists: bool) -> None:
+    """Create `tether_schema`, or give one made before this policy its column (in the
+    migration's transaction, under its lock)."""
+    if not exists:
+        store._run_script(
+            conn,
+            "CREATE TABLE tether_schema (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+            f" applied_at DOUBLE PRECISION NOT NULL, {COLUMN} INTEGER)",
+        )
+        return
+    cur = store._x(conn, "SELECT * FROM tether_schema WHERE version < 0")
+    if COLUMN not in [d[0] for d in cur.description]:
+        store._run_script(conn, f"ALTER TABLE tether_schema ADD COLUMN {COLUMN} INTEGER")
+
+
+def record(store: Any, conn: Any, version: int, name: str) -> None:
+    """Record migration `version` as applied, with the oldest code it declares."""
+    store._x(
+        conn,
+        f"INSERT INTO tether_schema (version, name, applied_at, {COLUMN}) VALUES (:v, :n, :t, :c)",
+        {"v": version, "n": name, "t": store.clock.now(), "c": compatible_from(version)},
+    )
+
+
 def behind(url: str, found: int, needed: int, *, read_only: bool) -> errors.SchemaOutdated:
     """The refusal of a database below this tether's schema that it may not migrate: a
     command that only reads, or one started with `--no-migrate`."""

@@ -24,18 +24,24 @@ from tether.report.calls import list_calls
 from tether.report.describe import task_rows
 from tether.runtime.tasks import cancel, status_dict
 from tether.web.deps import state_of
+from tether.web.security import Caller
 
 router = APIRouter(prefix="/api", tags=["tasks"])
 MAX_SEQ = 2**63 - 1
 
 
-async def writer(request: Request) -> None:
-    """Dependency of every write: the token in a header (see `security`)."""
+async def writer(request: Request) -> Caller:
+    """Dependency of every write: the token in a header (see `security`); who sent it."""
     _, access = state_of(request)
-    access.check_api(request)
+    return access.check_api(request)
 
 
-Write = Annotated[None, Depends(writer)]
+Write = Annotated[Caller, Depends(writer)]
+
+
+def _by(caller: Caller, body: _Body) -> str:
+    """The `by` of a decision: the named token's name, else the body's (default web)."""
+    return caller.by(body.by if "by" in body.model_fields_set else None)
 
 
 def body_problem(exc: RequestValidationError) -> str:
@@ -183,7 +189,7 @@ async def approve(
     request: Request,
     task_id: str,
     request_id: str,
-    _: Write,
+    caller: Write,
     body: Annotated[ApproveBody | None, Body()] = None,
 ) -> dict[str, Any]:
     """Approve a pending request (`tether approve [--modify JSON]`); no body approves as
@@ -191,7 +197,7 @@ async def approve(
     store, _g = state_of(request)
     body = body or ApproveBody()
     rec = await approvals.decide(
-        store, task_id, request_id, "approve", by=body.by, modified_args=body.modify
+        store, task_id, request_id, "approve", by=_by(caller, body), modified_args=body.modify
     )
     return {"request_id": rec.request_id, "status": rec.status}
 
@@ -201,14 +207,14 @@ async def reject(
     request: Request,
     task_id: str,
     request_id: str,
-    _: Write,
+    caller: Write,
     body: Annotated[RejectBody | None, Body()] = None,
 ) -> dict[str, Any]:
     """Reject a pending request (`tether reject`)."""
     store, _g = state_of(request)
     body = body or RejectBody()
     rec = await approvals.decide(
-        store, task_id, request_id, "reject", by=body.by, reason=body.reason
+        store, task_id, request_id, "reject", by=_by(caller, body), reason=body.reason
     )
     return {"request_id": rec.request_id, "status": rec.status}
 
@@ -218,45 +224,49 @@ async def retry(
     request: Request,
     task_id: str,
     item_id: str,
-    _: Write,
+    caller: Write,
     body: Annotated[RetryBody | None, Body()] = None,
 ) -> dict[str, Any]:
     """Send an item back to work (`tether retry`)."""
     store, _g = state_of(request)
     body = body or RetryBody()
-    await decisions.retry_item(store, task_id, item_id, hint=body.hint or None, by=body.by)
+    await decisions.retry_item(
+        store, task_id, item_id, hint=body.hint or None, by=_by(caller, body)
+    )
     return await status_dict(store, task_id)
 
 
 @router.post("/tasks/{task_id}/items/{item_id}/waive")
 async def waive(
-    request: Request, task_id: str, item_id: str, body: ReasonBody, _: Write
+    request: Request, task_id: str, item_id: str, body: ReasonBody, caller: Write
 ) -> dict[str, Any]:
     """Deliver without an item (`tether waive`)."""
     store, _g = state_of(request)
-    await decisions.waive_item(store, task_id, item_id, reason=body.reason, by=body.by)
+    await decisions.waive_item(store, task_id, item_id, reason=body.reason, by=_by(caller, body))
     return await status_dict(store, task_id)
 
 
 @router.post("/tasks/{task_id}/abandon")
-async def abandon(request: Request, task_id: str, body: ReasonBody, _: Write) -> dict[str, Any]:
+async def abandon(
+    request: Request, task_id: str, body: ReasonBody, caller: Write
+) -> dict[str, Any]:
     """End the task as abandoned (`tether abandon`)."""
     store, _g = state_of(request)
-    await decisions.abandon_task(store, task_id, reason=body.reason, by=body.by)
+    await decisions.abandon_task(store, task_id, reason=body.reason, by=_by(caller, body))
     return await status_dict(store, task_id)
 
 
 @router.post("/tasks/{task_id}/tell")
-async def tell(request: Request, task_id: str, body: TellBody, _: Write) -> dict[str, Any]:
+async def tell(request: Request, task_id: str, body: TellBody, caller: Write) -> dict[str, Any]:
     """A message to the agent (`tether tell`)."""
     store, _g = state_of(request)
-    await edits.tell(store, task_id, body.text, by=body.by)
+    await edits.tell(store, task_id, body.text, by=_by(caller, body))
     return await status_dict(store, task_id)
 
 
 @router.post("/tasks/{task_id}/cancel")
-async def cancel_task(request: Request, task_id: str, _: Write) -> dict[str, Any]:
+async def cancel_task(request: Request, task_id: str, caller: Write) -> dict[str, Any]:
     """Stop a task (`tether cancel`)."""
     store, _g = state_of(request)
-    result = await cancel(store, task_id, by="web")
+    result = await cancel(store, task_id, by=caller.by())
     return {"outcome": result.outcome, "status": result.status, "message": result.message}

@@ -1,4 +1,4 @@
-"""The dashboard's ASGI application: one store, one token, pages, API, stream, metrics.
+"""The dashboard's ASGI application: one store, its tokens, pages, API, stream, metrics.
 
 `create_app(db, token=...)` returns a FastAPI app that opens the store at start-up and
 closes it at shutdown. Interfaces hold no business logic: every page and API call reads
@@ -8,7 +8,7 @@ projections or calls the same library functions as the CLI (`tether.approvals`,
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from importlib.resources import files
 from typing import Any
@@ -49,14 +49,21 @@ class HostCheck:
 def create_app(
     db: str | None,
     *,
-    token: str,
+    token: str | None,
     hosts: Iterable[str] = (),
     store: Store | None = None,
     poll: float = 0.5,
+    named: Mapping[str, str] | None = None,
+    forwarded_allow_ips: str | None = None,
+    migrate: bool = True,
 ) -> FastAPI:
     """The dashboard for the database `db` (or an already open `store`, which the app
-    then does not close). `hosts`: names it answers to besides the local ones; `poll`:
-    how often the live stream looks for new events, in seconds."""
+    then does not close). `token`: the shared token (None: only `named` ones, name ->
+    token, see `security`); `hosts`: names it answers to besides the local ones (`*`:
+    any); `forwarded_allow_ips`: the proxies whose `X-Forwarded-For` / `-Proto` headers
+    are trusted (uvicorn's `ProxyHeadersMiddleware`: comma-separated addresses or
+    networks, `*` for all); `migrate=False`: refuse a schema below this tether's;
+    `poll`: how often the live stream looks for new events, in seconds."""
     from tether.web import api, live, metrics, pages
 
     @asynccontextmanager
@@ -64,7 +71,9 @@ def create_app(
         from tether.runtime.wiring import open_db
 
         own = store is None
-        app.state.store = store if store is not None else await open_db(db, create=False)
+        app.state.store = (
+            store if store is not None else await open_db(db, create=False, migrate=migrate)
+        )
         try:
             yield
         finally:
@@ -81,10 +90,14 @@ def create_app(
         redoc_url=None,
         openapi_url="/api/openapi.json",
     )
-    access = Access(token, frozenset(h.lower() for h in (*LOCAL_HOSTS, *hosts)))
+    access = Access(token, frozenset(h.lower() for h in (*LOCAL_HOSTS, *hosts)), named or {})
     app.state.access = access
     app.state.poll = poll
     app.add_middleware(HostCheck, access=access)
+    if forwarded_allow_ips:  # outermost: the checks see the client and scheme it gives
+        from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=forwarded_allow_ips)
     app.mount("/static", StaticFiles(directory=str(files("tether.web") / "static")), "static")
     app.include_router(api.router)
     app.include_router(pages.router)

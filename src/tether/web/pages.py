@@ -54,8 +54,13 @@ EVIDENCE_CHARS = 200_000
 
 def _render(request: Request, name: str, *, code: int = 200, **ctx: Any) -> HTMLResponse:
     _, access = state_of(request)
-    signed_in = access.token_ok(request.cookies.get(COOKIE))
-    base = {"csrf": access.csrf if signed_in else "", "signed_in": signed_in}
+    cookie = request.cookies.get(COOKIE)
+    caller = access.who(cookie)
+    base = {
+        "csrf": access.csrf_of(cookie) if caller is not None and cookie else "",
+        "signed_in": caller is not None,
+        "signed_in_as": caller.name if caller is not None else None,
+    }
     return templates.TemplateResponse(request, name, {**base, **ctx}, status_code=code)
 
 
@@ -72,7 +77,8 @@ def _login(request: Request, token: str | None) -> Response | None:
     if not access.token_ok(token):
         raise Refused("wrong token: use the link tether serve printed")
     resp = RedirectResponse(str(request.url.remove_query_params("token")), status_code=303)
-    resp.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
+    secure = request.url.scheme == "https"  # behind a TLS proxy: see --forwarded-allow-ips
+    resp.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/", secure=secure)
     return resp
 
 
@@ -295,9 +301,10 @@ def _back(task_id: str) -> RedirectResponse:
     return RedirectResponse(f"/tasks/{task_id}", status_code=303)
 
 
-def _check(request: Request, csrf: str | None) -> None:
+def _check(request: Request, csrf: str | None) -> str:
+    """The form's checks (see `security`); the `by` of the decision it takes."""
     _, access = state_of(request)
-    access.check_form(request, csrf)
+    return access.check_form(request, csrf).by()
 
 
 def _modified(text: str) -> dict[str, Any] | None:
@@ -320,14 +327,14 @@ async def decide_form(
     reason: Annotated[str, Form()] = "",
 ) -> Response:
     """Approve, approve with modified arguments, or reject a pending request."""
-    _check(request, csrf)
+    by = _check(request, csrf)
     store, _ = state_of(request)
     if decision == "approve":
         await approvals.decide(
-            store, task_id, request_id, "approve", by="web", modified_args=_modified(modify)
+            store, task_id, request_id, "approve", by=by, modified_args=_modified(modify)
         )
     elif decision == "reject":
-        await approvals.decide(store, task_id, request_id, "reject", by="web", reason=reason)
+        await approvals.decide(store, task_id, request_id, "reject", by=by, reason=reason)
     else:
         raise errors.UserError(f"unknown decision {decision!r}: approve or reject")
     return _back(task_id)
@@ -343,12 +350,12 @@ async def item_form(
     text: Annotated[str, Form()] = "",
 ) -> Response:
     """Retry (with a hint) or waive (with a reason) an item."""
-    _check(request, csrf)
+    by = _check(request, csrf)
     store, _ = state_of(request)
     if action == "retry":
-        await decisions.retry_item(store, task_id, item_id, hint=text or None, by="web")
+        await decisions.retry_item(store, task_id, item_id, hint=text or None, by=by)
     elif action == "waive":
-        await decisions.waive_item(store, task_id, item_id, reason=text, by="web")
+        await decisions.waive_item(store, task_id, item_id, reason=text, by=by)
     else:
         raise errors.UserError(f"unknown action {action!r}: retry or waive")
     return _back(task_id)
@@ -359,18 +366,18 @@ async def tell_form(
     request: Request, task_id: str, text: Annotated[str, Form()], csrf: CsrfField = None
 ) -> Response:
     """A message the model reads at its next turn."""
-    _check(request, csrf)
+    by = _check(request, csrf)
     store, _ = state_of(request)
-    await edits.tell(store, task_id, text, by="web")
+    await edits.tell(store, task_id, text, by=by)
     return _back(task_id)
 
 
 @router.post("/tasks/{task_id}/cancel")
 async def cancel_form(request: Request, task_id: str, csrf: CsrfField = None) -> Response:
     """Stop the task."""
-    _check(request, csrf)
+    by = _check(request, csrf)
     store, _ = state_of(request)
-    await cancel(store, task_id, by="web")
+    await cancel(store, task_id, by=by)
     return _back(task_id)
 
 
@@ -379,7 +386,7 @@ async def abandon_form(
     request: Request, task_id: str, reason: Annotated[str, Form()] = "", csrf: CsrfField = None
 ) -> Response:
     """End the task as abandoned."""
-    _check(request, csrf)
+    by = _check(request, csrf)
     store, _ = state_of(request)
-    await decisions.abandon_task(store, task_id, reason=reason, by="web")
+    await decisions.abandon_task(store, task_id, reason=reason, by=by)
     return _back(task_id)

@@ -15,17 +15,32 @@ and printed at start), in one of two ways:
   this server is refused.
 
 A refused request changes nothing and gets 403 with the reason.
+
+**Named tokens** (`tether serve --tokens-file FILE` or `TETHER_TOKENS`) give each person
+a token of their own instead of the shared one: a line `name:token` each (`#` starts a
+comment; in `TETHER_TOKENS`, entries are separated by commas). The name of the token a
+request carries is the `by` of every decision it takes, journaled; asking for another
+`by` with it is refused. Tokens are compared in constant time and never shown or logged.
+
+**Host names**: besides the local ones and the address it binds, the server answers to
+the names it is told (`--allowed-host`, `TETHER_ALLOWED_HOSTS`): a name, `*.example.com`
+for every name under a domain, or `*` for any (explicitly: it gives up the DNS
+rebinding check).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from starlette.requests import Request
+
+from tether import errors
 
 #: The cookie that holds the token in a browser.
 COOKIE = "tether_token"
@@ -43,47 +58,138 @@ def new_token() -> str:
     return secrets.token_urlsafe(24)
 
 
+#: The fewest characters a named token may have.
+MIN_TOKEN_CHARS = 16
+#: What a token's name may be: a handle or an e-mail address, as `--by` would take it.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
+
+
+def parse_tokens(text: str, source: str, *, lines: bool = True) -> dict[str, str]:
+    """`name:token` entries (one per line, `#` starting a comment; or, with `lines`
+    false, separated by commas) as a name -> token map; a bad entry is a `UserError`
+    that names `source` and the entry's place, never a token."""
+    named: dict[str, str] = {}
+    entries = text.splitlines() if lines else text.split(",")
+    for number, raw in enumerate(entries, 1):
+        entry = (raw.split("#", 1)[0] if lines else raw).strip()
+        if not entry:
+            continue
+        where = f"{source}, {'line' if lines else 'entry'} {number}"
+        name, colon, token = entry.partition(":")
+        name, token = name.strip(), token.strip()
+        if not colon or not _NAME.fullmatch(name):
+            raise errors.UserError(
+                f"{where}: expected name:token, the name letters, digits and . _ @ + - (at most 64)"
+            )
+        if len(token) < MIN_TOKEN_CHARS or any(c.isspace() or c == "," for c in token):
+            raise errors.UserError(
+                f"{where}: the token of {name!r} must be at least {MIN_TOKEN_CHARS} "
+                'characters without spaces or commas (e.g. from `python -c "import '
+                'secrets; print(secrets.token_urlsafe(24))"`)'
+            )
+        if name in named:
+            raise errors.UserError(f"{where}: {name!r} has a token already")
+        if token in named.values():
+            raise errors.UserError(f"{where}: {name!r} has the token of another name")
+        named[name] = token
+    if not named:
+        raise errors.UserError(f"{source} names no token (lines of name:token)")
+    return named
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request that may change a task: `name` for a named token, None for
+    the server's shared token."""
+
+    name: str | None = None
+
+    def by(self, asked: str | None = None) -> str:
+        """The `by` of a decision: the token's name (another one asked is refused), or
+        what the request asks with the shared token (default `web`)."""
+        if self.name is None:
+            return asked or "web"
+        if asked is not None and asked != self.name:
+            raise Refused(
+                f"signed in as {self.name!r}: decisions are taken in your own name, "
+                f"not as {asked!r}"
+            )
+        return self.name
+
+
 @dataclass(frozen=True)
 class Access:
-    """Who may use one server: its token (and the CSRF token derived from it) and its
-    host names. (Not a service guard: that is `tether.tools.breaker.Guard`.)"""
+    """Who may use one server: its shared token (None when each person has a named
+    one), the named tokens, the CSRF tokens derived from them, and its host names.
+    (Not a service guard: that is `tether.tools.breaker.Guard`.)"""
 
-    token: str
+    token: str | None
     hosts: frozenset[str] = field(default_factory=frozenset)
+    named: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def csrf(self) -> str:
-        """The CSRF token of this server's forms."""
-        return hmac.new(self.token.encode(), b"tether-csrf", hashlib.sha256).hexdigest()[:32]
+        """The CSRF token of the shared token's forms."""
+        return self.csrf_of(self.token or "")
+
+    @staticmethod
+    def csrf_of(token: str) -> str:
+        """The CSRF token of the forms of a browser signed in with `token`."""
+        return hmac.new(token.encode(), b"tether-csrf", hashlib.sha256).hexdigest()[:32]
+
+    def who(self, candidate: str | None) -> Caller | None:
+        """The caller whose token `candidate` is, or None. Every token is compared, in
+        constant time, whichever matches."""
+        if not candidate:
+            return None
+        given = str(candidate).encode()
+        found: Caller | None = None
+        if self.token is not None and hmac.compare_digest(given, self.token.encode()):
+            found = Caller()
+        for name, token in self.named.items():
+            if hmac.compare_digest(given, token.encode()):
+                found = Caller(name)
+        return found
 
     def token_ok(self, candidate: str | None) -> bool:
-        """True when `candidate` is the token (compared in constant time)."""
-        return bool(candidate) and hmac.compare_digest(str(candidate), self.token)
+        """True when `candidate` is one of the tokens (compared in constant time)."""
+        return self.who(candidate) is not None
 
     def check_host(self, request: Request) -> None:
         """Refuse a host name this server does not answer to (DNS rebinding)."""
         host = (request.headers.get("host") or "").rsplit(":", 1)[0].strip("[]").lower()
-        if self.hosts and host not in self.hosts:
-            raise Refused(f"unknown host {host!r}: open the dashboard by the address it printed")
+        if not self.hosts or "*" in self.hosts or host in self.hosts:
+            return
+        if any(h.startswith("*.") and host.endswith(h[1:]) for h in self.hosts):
+            return
+        raise Refused(
+            f"unknown host {host!r}: open the dashboard by the address it printed, or "
+            "start it with --allowed-host NAME (TETHER_ALLOWED_HOSTS) for a name a proxy "
+            "serves it under"
+        )
 
-    def check_api(self, request: Request) -> None:
-        """An API write: the token in a header."""
+    def check_api(self, request: Request) -> Caller:
+        """An API write: the token in a header; who sent it."""
         auth = request.headers.get("authorization", "")
         given = auth[7:].strip() if auth.lower().startswith("bearer ") else None
-        given = given or request.headers.get("x-tether-token")
-        if not self.token_ok(given):
+        caller = self.who(given or request.headers.get("x-tether-token"))
+        if caller is None:
             raise Refused(
                 "this request changes a task and needs the server's token: "
-                "send 'Authorization: Bearer TOKEN' (the token tether serve printed, or "
-                "TETHER_TOKEN)"
+                "send 'Authorization: Bearer TOKEN' (the token tether serve printed, "
+                "TETHER_TOKEN, or your own named token)"
             )
+        return caller
 
-    def check_form(self, request: Request, csrf: str | None) -> None:
-        """A browser form: the token cookie, a same-origin request, the CSRF token."""
-        if not self.token_ok(request.cookies.get(COOKIE)):
+    def check_form(self, request: Request, csrf: str | None) -> Caller:
+        """A browser form: the token cookie, a same-origin request, the CSRF token; who
+        sent it."""
+        cookie = request.cookies.get(COOKIE)
+        caller = self.who(cookie)
+        if caller is None or cookie is None:
             raise Refused(
                 "this action needs the server's token: open the dashboard by the link "
-                "tether serve printed (it ends in ?token=...)"
+                "tether serve printed (it ends in ?token=...), or with your own token"
             )
         origin = request.headers.get("origin")
         if origin and origin != "null":
@@ -91,5 +197,6 @@ class Access:
             if urlsplit(origin).netloc != own:
                 raise Refused(f"request from another site ({origin}) refused")
         given = csrf or request.headers.get(CSRF_HEADER)
-        if not given or not hmac.compare_digest(given, self.csrf):
+        if not given or not hmac.compare_digest(given, self.csrf_of(cookie)):
             raise Refused("the form's CSRF token is missing or wrong: reload the page")
+        return caller

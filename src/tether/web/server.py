@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from tether import errors
 
@@ -54,18 +54,33 @@ def serve(
     db: str | None,
     host: str,
     port: int,
-    token: str,
+    token: str | None,
     announce: Callable[[str], None],
+    named: Mapping[str, str] | None = None,
+    allowed_hosts: Sequence[str] = (),
+    forwarded_allow_ips: str | None = None,
+    migrate: bool = True,
 ) -> None:
-    """Serve until interrupted; `announce(url)` once the socket listens (the url
-    carries the token: opening it signs the browser in)."""
+    """Serve until interrupted; `announce(url)` once the socket listens. The other
+    arguments are `create_app`'s (`allowed_hosts`: names besides the bound address's)."""
     import uvicorn
 
     from tether.web.app import create_app
 
     sock = bind(host, port)
-    app = create_app(db, token=token, hosts=names_of(host))
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+    app = create_app(
+        db,
+        token=token,
+        hosts=[*names_of(host), *allowed_hosts],
+        named=named,
+        forwarded_allow_ips=forwarded_allow_ips,
+        migrate=migrate,
+    )
+    # Proxy headers are the app's (trusted only from --forwarded-allow-ips), not
+    # uvicorn's default (which trusts 127.0.0.1).
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan="on", access_log=False, proxy_headers=False
+    )
     server = uvicorn.Server(config)
     announce(url_of(sock))
     server.run(sockets=[sock])

@@ -200,7 +200,9 @@ def test_truncated_or_newer_tether_database(tmp_path: Path, seeded: tuple[Path, 
     newer = _copy_db(seeded, tmp_path / "newer")
     conn = sqlite3.connect(newer)
     with conn:
-        conn.execute("INSERT INTO tether_schema VALUES (999, 'from the future', 0)")
+        conn.execute(
+            "INSERT INTO tether_schema (version, name, applied_at) VALUES (999, 'from the future', 0)"
+        )
     conn.close()
     cases = []
     for db in (truncated, newer):

@@ -5,6 +5,7 @@ proxy headers, and named tokens whose name is the `by` of every decision, journa
 from __future__ import annotations
 
 import http.client
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -148,8 +149,10 @@ def test_a_served_dashboard_behind_a_proxy_with_named_tokens(
     try:
         assert server.stdout is not None
         line = server.stdout.readline()
-        assert "?token=YOUR_TOKEN" in line and ALICE not in line and TOKEN not in line, line
-        port = int(line.split("http://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+        assert "?token=YOURS" in line and ALICE not in line and TOKEN not in line, line
+        found = re.search(r"http://127\.0\.0\.1:(\d+) ", line)
+        assert found, line
+        port = int(found.group(1))
         proxied = {"Host": "tether.example.com", "X-Forwarded-Proto": "https",
                    "X-Forwarded-For": "203.0.113.7"}  # fmt: skip
         status, _, body = _request(port, "GET", "/", {"Host": "internal.example"})

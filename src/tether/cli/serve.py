@@ -142,8 +142,10 @@ def serve(
 
     def announce(base: str) -> None:
         # One line on stdout a person (or a test) can read: the link signs in.
-        sign_in = f"?token={token}" if token else f" (sign in: {base}/?token=YOUR_TOKEN)"
-        sys.stdout.write(f"tether dashboard on {base}/{sign_in}\n")
+        if token:
+            sys.stdout.write(f"tether dashboard on {base}/?token={token}\n")
+        else:  # named tokens: each person adds their own; none is shown
+            sys.stdout.write(f"tether dashboard on {base} (sign in: {base}/?token=YOURS)\n")
         sys.stdout.flush()
 
     try:

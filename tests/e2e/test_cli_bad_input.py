@@ -201,7 +201,8 @@ def test_truncated_or_newer_tether_database(tmp_path: Path, seeded: tuple[Path, 
     conn = sqlite3.connect(newer)
     with conn:
         conn.execute(
-            "INSERT INTO tether_schema (version, name, applied_at) VALUES (999, 'from the future', 0)"
+            "INSERT INTO tether_schema (version, name, applied_at)"
+            " VALUES (999, 'from the future', 0)"
         )
     conn.close()
     cases = []

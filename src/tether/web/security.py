@@ -17,10 +17,10 @@ and printed at start), in one of two ways:
 A refused request changes nothing and gets 403 with the reason.
 
 **Named tokens** (`tether serve --tokens-file FILE` or `TETHER_TOKENS`) give each person
-a token of their own instead of the shared one: a line `name:token` each (`#` starts a
-comment; in `TETHER_TOKENS`, entries are separated by commas). The name of the token a
-request carries is the `by` of every decision it takes, journaled; asking for another
-`by` with it is refused. Tokens are compared in constant time and never shown or logged.
+a token of their own instead of the shared one: a line `name:token` each (a `#` at the
+start of a line or after a space starts a comment; in `TETHER_TOKENS`, entries are
+separated by commas). The name of the token a request carries is the `by` of every
+decision it takes, journaled; asking for another `by` with it is refused. Tokens are compared in constant time and never shown or logged.
 
 **Host names**: besides the local ones and the address it binds, the server answers to
 the names it is told (`--allowed-host`, `TETHER_ALLOWED_HOSTS`): a name, `*.example.com`
@@ -62,16 +62,18 @@ def new_token() -> str:
 MIN_TOKEN_CHARS = 16
 #: What a token's name may be: a handle or an e-mail address, as `--by` would take it.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
+#: Where a comment starts in a tokens file (a token holds no space, so may hold a `#`).
+_COMMENT = re.compile(r"(?:^|\s)#")
 
 
 def parse_tokens(text: str, source: str, *, lines: bool = True) -> dict[str, str]:
-    """`name:token` entries (one per line, `#` starting a comment; or, with `lines`
-    false, separated by commas) as a name -> token map; a bad entry is a `UserError`
-    that names `source` and the entry's place, never a token."""
+    """`name:token` entries (one per line, a `#` at its start or after a space starting
+    a comment; or, with `lines` false, separated by commas) as a name -> token map; a
+    bad entry is a `UserError` that names `source` and the entry's place, never a token."""
     named: dict[str, str] = {}
     entries = text.splitlines() if lines else text.split(",")
     for number, raw in enumerate(entries, 1):
-        entry = (raw.split("#", 1)[0] if lines else raw).strip()
+        entry = (_COMMENT.split(raw, maxsplit=1)[0] if lines else raw).strip()
         if not entry:
             continue
         where = f"{source}, {'line' if lines else 'entry'} {number}"

@@ -150,7 +150,7 @@ def test_a_served_dashboard_behind_a_proxy_with_named_tokens(
         assert server.stdout is not None
         line = server.stdout.readline()
         assert "?token=YOURS" in line and ALICE not in line and TOKEN not in line, line
-        found = re.search(r"http://127\.0\.0\.1:(\d+) ", line)
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
         assert found, line
         port = int(found.group(1))
         proxied = {"Host": "tether.example.com", "X-Forwarded-Proto": "https",

@@ -145,7 +145,7 @@ def serve(
         if token:
             sys.stdout.write(f"tether dashboard on {base}/?token={token}\n")
         else:  # named tokens: each person adds their own; none is shown
-            sys.stdout.write(f"tether dashboard on {base} (sign in: {base}/?token=YOURS)\n")
+            sys.stdout.write(f"tether dashboard on {base}/?token=YOURS (your own token)\n")
         sys.stdout.flush()
 
     try:

@@ -1,12 +1,13 @@
 """The JSON API under `/api`: what the CLI shows, and the decisions it takes.
 
 Reads return the same documents as the CLI's `--json` output (`status`, `list`,
-`events`, `approvals`, `show`, `report`). Writes need the server's token as
-`Authorization: Bearer TOKEN` and call the library functions the CLI calls; a bad
-input is a 4xx `{"detail": message}` and changes nothing: 400 for a body or argument
-that is not usable (`body_problem` words a body FastAPI could not read), 409 for a
-decision about something settled (a request decided or closed, a task that ended) or a
-task a worker runs. A body whose fields all have defaults may be left out.
+`events`, `approvals`, `show`, `report`). Writes need the server's token (or a named
+one, whose name is then the decision's `by`) as `Authorization: Bearer TOKEN` and
+call the library functions the CLI calls; a bad input is a 4xx `{"detail": message}`
+and changes nothing: 400 for a body or argument that is not usable (`body_problem`
+words a body FastAPI could not read), 409 for a decision about something settled (a
+request decided or closed, a task that ended) or a task a worker runs. A body whose
+fields all have defaults may be left out.
 """
 
 from __future__ import annotations
@@ -71,7 +72,11 @@ def body_problem(exc: RequestValidationError) -> str:
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    by: str = Field("web", max_length=200, description="Who decides (journaled).")
+    by: str = Field(
+        "web",
+        max_length=200,
+        description="Who decides (journaled); with a named token, its name (no other).",
+    )
 
 
 class ApproveBody(_Body):

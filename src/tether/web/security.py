@@ -20,7 +20,8 @@ A refused request changes nothing and gets 403 with the reason.
 a token of their own instead of the shared one: a line `name:token` each (a `#` at the
 start of a line or after a space starts a comment; in `TETHER_TOKENS`, entries are
 separated by commas). The name of the token a request carries is the `by` of every
-decision it takes, journaled; asking for another `by` with it is refused. Tokens are compared in constant time and never shown or logged.
+decision it takes, journaled; asking for another `by` with it is refused. Tokens are
+compared in constant time and never shown or logged.
 
 **Host names**: besides the local ones and the address it binds, the server answers to
 the names it is told (`--allowed-host`, `TETHER_ALLOWED_HOSTS`): a name, `*.example.com`

@@ -47,8 +47,9 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("show", "report"), "show"),
     "replay": "replay",
     "serve": "serve",
-    "schedule": "schedule",
     "migrate": "migrate",
+    # Groups of sub-commands come after the commands in `--help` (as Typer lists them).
+    "schedule": "schedule",
 }
 
 

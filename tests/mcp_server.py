@@ -4,8 +4,10 @@ Run it over stdio (the default) or over streamable HTTP on an ephemeral port::
 
     python tests/mcp_server.py            # stdio
     python tests/mcp_server.py --http     # prints "PORT <n>" on stdout, serves /mcp
+    python tests/mcp_server.py --sse      # the same, over HTTP+SSE at /sse
 
-(`MCP_TEST_PORT=n` picks the HTTP port instead.)
+(`MCP_TEST_PORT=n` picks the HTTP port instead; with `MCP_TEST_REQUIRE_HEADER="Name:
+value"` a request without that header is answered 401.)
 
 Tools (their annotations drive tether's effect mapping):
 
@@ -29,6 +31,8 @@ Tools (their annotations drive tether's effect mapping):
 file and exits at once, as a server that never comes back (with `MCP_TEST_HANG_AGAIN=1`
 it hangs instead, never answering; with `MCP_TEST_DOWN_STARTS=n` only the next `n`
 starts fail, and it comes back after them).
+
+`MCP_TEST_START_LOG=path` appends a line (the process id) to `path` at each start.
 
 `MCP_TEST_PAGE_SIZE=n` in the environment makes `tools/list` answer in pages of `n`
 tools linked by `next_cursor`, so clients must follow the cursor to see every tool.
@@ -163,6 +167,10 @@ if os.environ.get("MCP_TEST_SHADOW"):
 
 
 def _start_once() -> None:
+    log = os.environ.get("MCP_TEST_START_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
     path = os.environ.get("MCP_TEST_START_ONCE")
     if not path:
         return
@@ -188,7 +196,26 @@ def _start_once() -> None:
         f.write(str(os.getpid()))
 
 
-async def _serve_http() -> None:
+def _guarded(app: Any) -> Any:
+    """`app`, answering 401 to a request without `MCP_TEST_REQUIRE_HEADER`."""
+    required = os.environ.get("MCP_TEST_REQUIRE_HEADER")
+    if not required:
+        return app
+    name, _, value = required.partition(":")
+    want = (name.strip().lower().encode(), value.strip().encode())
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and want not in scope["headers"]:
+            start = {"type": "http.response.start", "status": 401, "headers": []}
+            await send(start)
+            await send({"type": "http.response.body", "body": b"unauthorized"})
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+async def _serve_http(sse: bool = False) -> None:
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -197,8 +224,11 @@ async def _serve_http() -> None:
     port = sock.getsockname()[1]
     # Listen before telling the port: a client that connects at once is queued, not refused.
     sock.listen(128)
-    app = server.streamable_http_app(host="127.0.0.1")
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    if sse:
+        app = server.sse_app(host="127.0.0.1")
+    else:
+        app = server.streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(_guarded(app), log_level="warning", lifespan="on")
     print(f"PORT {port}", flush=True)
     try:
         await uvicorn.Server(config).serve(sockets=[sock])
@@ -209,8 +239,8 @@ async def _serve_http() -> None:
 def main(argv: list[str]) -> None:
     """Serve over stdio, or over streamable HTTP with `--http`."""
     _start_once()
-    if "--http" in argv:
-        asyncio.run(_serve_http())
+    if "--http" in argv or "--sse" in argv:
+        asyncio.run(_serve_http(sse="--sse" in argv))
     else:
         server.run("stdio")
 

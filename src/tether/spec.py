@@ -37,6 +37,7 @@ from tether import _validation, errors
 from tether._validation import cut as _cut
 from tether._validation import http_url_problem
 from tether.schedule import Schedule
+from tether.tools import mcp_config
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 _SEP = "\n"
@@ -564,38 +565,30 @@ class ToolPermission(_Strict):
 
 
 class McpServer(_Strict):
-    """An MCP server whose tools join the task's registry (stdio command or HTTP URL)."""
+    """An MCP server whose tools join the task's registry: a stdio `command` or a `url`,
+    with the fields of the MCP clients' configs (`tether.tools.mcp_config`). `prefix`:
+    its tools are exposed as `<prefix>__<tool>` (default: its name, characters providers
+    refuse turned into `_`; `''`: unprefixed). `restart_attempts`: tries (with backoff) to
+    restart it or reopen its session when the connection is lost, before a call fails."""
 
     name: str = Field(pattern=_ID)
+    type: Literal["stdio", "http", "streamable-http", "sse"] | None = None
     command: str | None = None
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
     url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
     tools: list[str] | None = Field(default=None, description="expose only these tools")
     timeout: float = Field(default=30.0, gt=0)
-    prefix: str | None = Field(
-        default=None,
-        pattern=r"^[A-Za-z0-9_-]{0,40}$",
-        description="the server's tools are exposed as `<prefix>__<tool>`; default: the "
-        "server's name (dots and other characters providers refuse become `_`); `''`: "
-        "the tools' own names, unprefixed",
-    )
-    restart_attempts: int = Field(
-        default=3,
-        ge=0,
-        le=20,
-        description="tries (with backoff) to restart the server or reopen its session "
-        "when the connection is lost, before a call fails as transient",
-    )
+    prefix: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{0,40}$")
+    restart_attempts: int = Field(default=3, ge=0, le=20)
 
     @model_validator(mode="after")
     def _one_transport(self, info: ValidationInfo) -> McpServer:
-        if (self.command is None) == (self.url is None):
-            raise ValueError("give exactly one of command (stdio) or url (streamable HTTP)")
-        stored = _stored(info) or self.url is None
-        problem = None if stored else http_url_problem(self.url or "")
+        problem = mcp_config.transport_problem(self, stored=_stored(info))
         if problem:
-            raise ValueError(f"url {problem}")
+            raise ValueError(problem)
         return self
 
 
@@ -692,7 +685,9 @@ class TaskSpec(_Strict):
     milestones: list[Milestone] = Field(default_factory=list)
     items: list[ChecklistItem] = Field(min_length=1)
     tools: list[str | ToolPermission] = Field(default_factory=list)
-    mcp_servers: list[McpServer] = Field(default_factory=list)
+    mcp_servers: list[McpServer] = Field(
+        default_factory=list, validation_alias=AliasChoices("mcp_servers", "mcpServers")
+    )
     services: dict[str, ServicePolicy] = Field(default_factory=dict)
     budget: Budget = Field(default_factory=Budget)
     limits: Limits = Field(default_factory=Limits)
@@ -708,6 +703,8 @@ class TaskSpec(_Strict):
     sources: list[Source] = Field(default_factory=list)
     #: A recurring task: `tether submit` stores the schedule; workers start occurrences.
     schedule: Schedule | None = None
+
+    _mcp_map = field_validator("mcp_servers", mode="before")(mcp_config.servers_from_map)
 
     @field_validator("workspace", mode="before")
     @classmethod

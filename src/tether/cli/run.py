@@ -48,6 +48,15 @@ BroadOpt = Annotated[
         help="Accept a system or shared folder, or your home folder, as the workspace.",
     ),
 ]
+McpConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--mcp-config",
+        help="An MCP client config (JSON with an mcpServers map, as Claude Desktop, Cursor "
+        "and .mcp.json write it): its servers join the contract's. ${VAR} in it is read "
+        "from the environment when a server starts; the task stores it unexpanded.",
+    ),
+]
 #: The exit code of a run stopped on infrastructure (the database or the model
 #: endpoint does not answer), as `errors.StoreUnavailable`'s.
 INFRASTRUCTURE_EXIT = 4
@@ -185,6 +194,25 @@ def _away_from_db(shown: Path, ws: Path) -> None:
         )
 
 
+def _contract(spec: Path, mcp_config: Path | None) -> TaskSpec:
+    """The contract of `spec`, with the servers of `--mcp-config` after its own."""
+    from tether.runtime.launch import with_mcp_config
+    from tether.spec import load_spec
+
+    contract = load_spec(spec)
+    return with_mcp_config(contract, mcp_config) if mcp_config is not None else contract
+
+
+def _servers_kept_open(contract: TaskSpec) -> contextlib.AbstractAsyncContextManager[None]:
+    """A contract's MCP servers start once: those its check starts stay open for the run
+    (`tools.mcp_connect.kept_open`), and close when it ends."""
+    if not contract.mcp_servers:
+        return contextlib.nullcontext()
+    from tether.tools.mcp_connect import kept_open
+
+    return kept_open()
+
+
 @app.command()
 def run(
     spec: Annotated[Path, typer.Argument(help="Task spec (YAML).")],
@@ -196,40 +224,45 @@ def run(
     model_timeout: ModelTimeoutOpt = None,
     model_retries: ModelRetriesOpt = None,
     reconnect_for: ReconnectOpt = 60.0,
+    mcp_config: McpConfigOpt = None,
 ) -> None:
     """Start a task from a spec and drive it to a terminal or waiting state.
 
     The task remembers how it was started (the model of --model or TETHER_MODEL, the
     model options, TETHER_TOOLS; never a key): `tether resume` and `tether worker` run
-    it the same way without repeating them."""
+    it the same way without repeating them. Its MCP servers start once: the run uses
+    the sessions its check opened."""
     from tether.runtime import launch
     from tether.runtime.tasks import create_task, status_dict
     from tether.runtime.wiring import check_task, open_runtime
-    from tether.spec import load_spec
 
     async def main() -> tuple[dict[str, Any], RunResult]:
-        contract = load_spec(spec)
+        contract = _contract(spec, mcp_config)
         if contract.schedule is not None:
             raise errors.UserError(
                 f"{spec} has a schedule ({contract.schedule.describe()}): queue it with "
                 "`tether submit`; workers start each occurrence as a task of its own"
             )
         options = model_options(model_timeout, model_retries)
-        await check_task(contract, model, options)  # refuse a bad model or tool first
-        ws = _workspace(contract, workspace, allow_broad_workspace)
-        async with open_runtime(db, model=model, model_options=options) as rt:
-            task = await create_task(
-                rt.store,
-                contract,
-                workspace=ws,
-                allow_broad_workspace=allow_broad_workspace,
-                reconnect_for=reconnect_for,
-                launch=launch.record(contract, model=model, options=options, workspace=str(ws)),
+        async with _servers_kept_open(contract):
+            await check_task(contract, model, options)  # refuse a bad model or tool first
+            ws = _workspace(contract, workspace, allow_broad_workspace)
+            record = launch.record(
+                contract, model=model, options=options, workspace=str(ws), mcp_config=mcp_config
             )
-            if not json_out:
-                out.print(views.task_created(task.task_id, len(contract.items)))
-            result = await drive(rt, task.task_id, quiet=json_out, reconnect_for=reconnect_for)
-            return await status_dict(rt.store, task.task_id), result
+            async with open_runtime(db, model=model, model_options=options) as rt:
+                task = await create_task(
+                    rt.store,
+                    contract,
+                    workspace=ws,
+                    allow_broad_workspace=allow_broad_workspace,
+                    reconnect_for=reconnect_for,
+                    launch=record,
+                )
+                if not json_out:
+                    out.print(views.task_created(task.task_id, len(contract.items)))
+                result = await drive(rt, task.task_id, quiet=json_out, reconnect_for=reconnect_for)
+                return await status_dict(rt.store, task.task_id), result
 
     doc, result = run_async(main)
     _finish(doc, result, json_out, db)
@@ -250,6 +283,7 @@ def submit(
             "register it: their TETHER_TOOLS).",
         ),
     ] = False,
+    mcp_config: McpConfigOpt = None,
 ) -> None:
     """Queue a task for `tether worker` processes without running it here.
 
@@ -260,12 +294,11 @@ def submit(
     from tether.runtime.tasks import create_task
     from tether.runtime.watch.schedules import create_schedule
     from tether.runtime.wiring import check_task_tools, open_db
-    from tether.spec import load_spec
 
     scheduled: list[Any] = []
 
     async def main() -> str:
-        contract = load_spec(spec)
+        contract = _contract(spec, mcp_config)
         if not skip_tool_check:
             # A typo in a tool name is found now, not by a worker hours later.
             await check_task_tools(contract)
@@ -273,7 +306,7 @@ def submit(
         store = await open_db(db)
         try:
             # The models are the workers' choice: only the spec's are remembered.
-            record = launch.record(contract, workspace=str(ws), env={})
+            record = launch.record(contract, workspace=str(ws), env={}, mcp_config=mcp_config)
             record["tools"] = launch.tool_refs()
             if contract.schedule is not None:
                 view = await create_schedule(store, contract, launch=record, workspace=ws)

@@ -19,6 +19,7 @@ a password is not remembered (it is named again on resume).
      "model_options": {"timeout": 60},  # the command line's, over the spec's
      "tools": ["mytools:TOOLS"],        # TETHER_TOOLS
      "mcp_servers": ["notes"],          # the spec's (kept in the spec itself)
+     "mcp_config": "/home/me/.mcp.json", # --mcp-config, whose servers joined the spec's
      "workspace": "/home/me/work",
      "key_env": ["OPENAI_API_KEY"]}
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -74,9 +76,11 @@ def record(
     options: Mapping[str, float | int | None] | None = None,
     workspace: str | None = None,
     env: Mapping[str, str] | None = None,
+    mcp_config: Path | None = None,
 ) -> dict[str, Any]:
-    """The launch record of a task started from `spec` with `--model` `model` and the
-    model `options` of the command line (see the module docstring)."""
+    """The launch record of a task started from `spec` with `--model` `model`, the
+    model `options` and the `--mcp-config` of the command line (see the module
+    docstring)."""
     environ = os.environ if env is None else env
     actor_from: str | None = None
     actor = None
@@ -111,9 +115,45 @@ def record(
         "model_options": {k: v for k, v in (options or {}).items() if v is not None},
         "tools": tool_refs(environ),
         "mcp_servers": [s.name for s in spec.mcp_servers],
+        **({"mcp_config": str(mcp_config)} if mcp_config is not None else {}),
         "workspace": workspace,
         "key_env": keys,
     }
+
+
+def with_mcp_config(spec: TaskSpec, path: Path) -> TaskSpec:
+    """`spec` with the servers of an MCP client config file (`--mcp-config`: the
+    `mcpServers` JSON of Claude Desktop, Cursor or `.mcp.json`, see
+    `tools.mcp_config`) after its own. The task stores them as written (`${VAR}`
+    unexpanded). A server that is not valid, or is named like one of the contract's, is
+    a `SpecError` naming the file and the server."""
+    from pydantic import ValidationError
+
+    from tether import _validation, errors
+    from tether.spec import McpServer, parse_spec, source_of
+    from tether.tools import mcp_config
+
+    source = str(path)
+    theirs: list[McpServer] = []
+    problems: list[str] = []
+    for entry in mcp_config.load_file(path):
+        name = entry["name"]
+        try:
+            theirs.append(McpServer.model_validate(entry))
+        except ValidationError as exc:
+            lines = _validation.describe(exc, noun="field", root="settings", limit=5)
+            problems += [f"mcpServers.{name}: {ln.removeprefix('settings: ')}" for ln in lines]
+    own = {s.name for s in spec.mcp_servers}
+    problems += [
+        f"mcpServers.{s.name}: the contract names a server {s.name!r} too; rename one"
+        for s in theirs
+        if s.name in own
+    ]
+    if problems:
+        raise errors.SpecError("the MCP config is not valid", source=source, problems=problems)
+    data = spec.model_dump(mode="json")
+    data["mcp_servers"] += [s.model_dump(mode="json") for s in theirs]
+    return parse_spec(data, source=source_of(spec))
 
 
 async def read(store: Store, task_id: str) -> dict[str, Any] | None:

@@ -1,9 +1,9 @@
 """MCP tool sources: the tools of MCP servers, as tether `Tool`s.
 
-A contract may name MCP servers (`spec.McpServer`: a stdio `command` with `args` and
-`env`, or a streamable HTTP `url`). `McpSources` opens all of them through the official
-`mcp` SDK (2.x), lists their tools (following `next_cursor` pages) and gives them to the
-registry:
+A contract may name MCP servers (`spec.McpServer`: a stdio `command`, a streamable HTTP
+or SSE `url`; `mcp_config` reads the clients' configs, `mcp_connect` the transports).
+`McpSources` opens all of them through the official `mcp` SDK (2.x), lists their tools
+(following `next_cursor` pages) and gives them to the registry:
 
 ```python
 async with McpSources(spec.mcp_servers) as sources:
@@ -79,6 +79,7 @@ from tether import errors
 from tether._extras import needs
 from tether._version import installed_version
 from tether.spec import McpServer
+from tether.tools import mcp_connect
 from tether.tools.registry import Effect, Tool, ToolContext, bad_arguments
 
 # Without the `mcp` extra a contract with `mcp_servers` stops here, in one line.
@@ -87,7 +88,6 @@ with needs("mcp", "a contract with mcp_servers"):
     import mcp_types
     from mcp.client import Client
     from mcp.client._input_required import InputRequiredRoundsExceededError
-    from mcp.client.stdio import StdioServerParameters, stdio_client
     from mcp.shared.exceptions import MCPError
 
 logger = logging.getLogger(__name__)
@@ -146,25 +146,6 @@ def effect_for(annotations: mcp_types.ToolAnnotations | None) -> tuple[Effect, b
     else:
         effect = "write"
     return effect, effect == "read" or annotations.idempotent_hint is True
-
-
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def expand_env(server: str, env: Mapping[str, str]) -> dict[str, str]:
-    """A server's `env:` with `${NAME}` taken from tether's own environment, so secrets
-    need not be written into specs; a name that is not set is a `UserError` naming the
-    server."""
-
-    def value(m: re.Match[str]) -> str:
-        name = m.group(1)
-        if name not in os.environ:
-            raise errors.UserError(
-                f"MCP server {server}: env refers to ${{{name}}}, which is not set"
-            )
-        return os.environ[name]
-
-    return {k: _ENV_REF.sub(value, v) for k, v in env.items()}
 
 
 @dataclass(frozen=True)
@@ -325,18 +306,8 @@ class McpToolSource:
             raise
 
     def _connect(self, errlog: TextIO) -> Client:
-        target: Any
-        if self.server.command is not None:
-            params = StdioServerParameters(
-                command=self.server.command,
-                args=list(self.server.args),
-                env=expand_env(self.server.name, self.server.env) or None,
-            )
-            target = stdio_client(params, errlog=errlog)
-        else:
-            target = self.server.url
         return Client(
-            target,
+            mcp_connect.transport(self.server, errlog),
             read_timeout_seconds=self.server.timeout,
             client_info=mcp_types.Implementation(name="tether", version=installed_version()),
             cache=None,
@@ -588,18 +559,23 @@ class McpSources:
     `tools()` gives every server's tools. Entering starts the servers concurrently; if
     one cannot start, the others are closed again and the `errors.UserError` of the first
     failing server (in spec order) is raised. Two servers exposing the same tool name
-    is an `errors.SpecError` naming both.
+    is an `errors.SpecError` naming both. In `mcp_connect.kept_open()`, servers already
+    open are used as they are, and those it starts stay open when it closes.
     """
 
     def __init__(self, servers: Sequence[McpServer]) -> None:
         self.servers = list(servers)
         self._sources: list[McpToolSource] = []
+        self._owned: list[McpToolSource] = []
 
     async def __aenter__(self) -> McpSources:
-        sources = [McpToolSource(server) for server in self.servers]
+        kept = mcp_connect.kept()
+        shared = kept or {}
+        sources = [shared.get(mcp_connect.key(s)) or McpToolSource(s) for s in self.servers]
+        fresh = [s for s in sources if s._state == "new"]
         try:
             results = await asyncio.gather(
-                *(source.__aenter__() for source in sources), return_exceptions=True
+                *(source.__aenter__() for source in fresh), return_exceptions=True
             )
             for result in results:
                 if isinstance(result, BaseException):
@@ -616,9 +592,11 @@ class McpSources:
                         )
                     owner[t.name] = source.server.name
         except BaseException:
-            await _close_all(sources)
+            await _close_all(fresh)
             raise
-        self._sources = sources
+        if kept is not None:  # `kept_open()`: they outlive this, for the next one
+            kept.update((mcp_connect.key(s.server), s) for s in fresh)
+        self._sources, self._owned = sources, [] if kept is not None else sources
         return self
 
     async def __aexit__(
@@ -627,8 +605,8 @@ class McpSources:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        sources, self._sources = self._sources, []
-        await _close_all(sources)
+        owned, self._sources, self._owned = self._owned, [], []
+        await _close_all(owned)
 
     @property
     def sources(self) -> list[McpToolSource]:

@@ -224,10 +224,8 @@ async def _serve_http(sse: bool = False) -> None:
     port = sock.getsockname()[1]
     # Listen before telling the port: a client that connects at once is queued, not refused.
     sock.listen(128)
-    if sse:
-        app = server.sse_app(host="127.0.0.1")
-    else:
-        app = server.streamable_http_app(host="127.0.0.1")
+    serve_app = server.sse_app if sse else server.streamable_http_app
+    app = serve_app(host="127.0.0.1")
     config = uvicorn.Config(_guarded(app), log_level="warning", lifespan="on")
     print(f"PORT {port}", flush=True)
     try:

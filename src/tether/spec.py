@@ -33,11 +33,10 @@ from pydantic import (
     model_validator,
 )
 
-from tether import _validation, errors
+from tether import _validation, errors, mcp_config
 from tether._validation import cut as _cut
 from tether._validation import http_url_problem
 from tether.schedule import Schedule
-from tether.tools import mcp_config
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 _SEP = "\n"
@@ -566,7 +565,7 @@ class ToolPermission(_Strict):
 
 class McpServer(_Strict):
     """An MCP server whose tools join the task's registry: a stdio `command` or a `url`,
-    with the fields of the MCP clients' configs (`tether.tools.mcp_config`). `prefix`:
+    with the fields of the MCP clients' configs (`tether.mcp_config`). `prefix`:
     its tools are exposed as `<prefix>__<tool>` (default: its name, characters providers
     refuse turned into `_`; `''`: unprefixed). `restart_attempts`: tries (with backoff) to
     restart it or reopen its session when the connection is lost, before a call fails."""

@@ -243,6 +243,28 @@ def test_tether_run_starts_a_stdio_server_once(tmp_path: Path) -> None:
     assert len(log.read_text().splitlines()) == 1
 
 
+def test_submit_queues_the_config_servers_as_written(tmp_path: Path) -> None:
+    """`submit --mcp-config`: checked here (the server starts), stored with `${VAR}`."""
+    mcp = config(
+        tmp_path,
+        {"api": {"command": sys.executable, "args": [SERVER], "env": {"TAG": "${TEST_MCP_TAG}"}}},
+    )
+    db = f"sqlite:///{tmp_path / 'tether.db'}"
+    spec = contract(tmp_path)
+    args = ["submit", str(spec), "--mcp-config", str(mcp), "--db", db, "--json"]
+    res = tether(tmp_path, *args, env={"TEST_MCP_TAG": "tag-value-not-stored"})
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    task_id = json.loads(res.stdout)["task_id"]
+    shown = tether(tmp_path, "status", task_id, "--db", db, "--json", env={})
+    assert json.loads(shown.stdout)["launch"]["mcp_config"] == str(mcp)
+    stored = stored_bytes(tmp_path)
+    assert b"${TEST_MCP_TAG}" in stored and b"tag-value-not-stored" not in stored
+    # Without the variable the check refuses it, naming server and variable.
+    res = tether(tmp_path, *args, env={})
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "MCP server 'api': env.TAG refers to ${TEST_MCP_TAG}" in " ".join(res.stderr.split())
+
+
 async def test_kept_open_sources_start_each_server_once(tmp_path: Path) -> None:
     log = tmp_path / "starts.log"
     server = McpServer(
@@ -254,7 +276,7 @@ async def test_kept_open_sources_start_each_server_once(tmp_path: Path) -> None:
             pid = first.sources[0]
         async with McpSources([again]) as second:
             assert second.sources[0] is pid and second.sources[0].connected
-            (add,) = [t for t in second.tools() if t.name == "api__add"]
+            assert "api__add" in {t.name for t in second.tools()}
         assert pid.connected  # still open: kept_open closes it
     assert not pid.connected
     assert len(log.read_text().splitlines()) == 1

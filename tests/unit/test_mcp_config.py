@@ -1,4 +1,4 @@
-"""MCP client configs (`tools.mcp_config`): the `mcpServers` map as Claude Desktop, Cursor
+"""MCP client configs (`tether.mcp_config`): the `mcpServers` map as Claude Desktop, Cursor
 and `.mcp.json` write it, in a contract and in an `--mcp-config` file, and `${VAR}` in a
 server's settings, taken from the environment when it starts (never stored)."""
 
@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-from tether import errors
+from tether import errors, mcp_config
 from tether.runtime.launch import record, with_mcp_config
 from tether.spec import McpServer, parse_spec
-from tether.tools import mcp_config
 
 BASE: dict[str, Any] = {"objective": "o", "items": [{"id": "a", "title": "t"}]}
 

@@ -124,14 +124,13 @@ def record(
 def with_mcp_config(spec: TaskSpec, path: Path) -> TaskSpec:
     """`spec` with the servers of an MCP client config file (`--mcp-config`: the
     `mcpServers` JSON of Claude Desktop, Cursor or `.mcp.json`, see
-    `tools.mcp_config`) after its own. The task stores them as written (`${VAR}`
+    `tether.mcp_config`) after its own. The task stores them as written (`${VAR}`
     unexpanded). A server that is not valid, or is named like one of the contract's, is
     a `SpecError` naming the file and the server."""
     from pydantic import ValidationError
 
-    from tether import _validation, errors
+    from tether import _validation, errors, mcp_config
     from tether.spec import McpServer, parse_spec, source_of
-    from tether.tools import mcp_config
 
     source = str(path)
     theirs: list[McpServer] = []

@@ -1,7 +1,7 @@
 """MCP tool sources: the tools of MCP servers, as tether `Tool`s.
 
 A contract may name MCP servers (`spec.McpServer`: a stdio `command`, a streamable HTTP
-or SSE `url`; `mcp_config` reads the clients' configs, `mcp_connect` the transports).
+or SSE `url`; `tether.mcp_config` reads clients' configs, `mcp_connect` the transports).
 `McpSources` opens all of them through the official `mcp` SDK (2.x), lists their tools
 (following `next_cursor` pages) and gives them to the registry:
 

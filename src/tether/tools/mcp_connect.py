@@ -21,10 +21,9 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import Any, Final, Protocol, TextIO
 
-from tether import errors, redact
+from tether import errors, mcp_config, redact
 from tether._extras import needs
 from tether._validation import http_url_problem
-from tether.tools import mcp_config
 
 with needs("mcp", "a contract with mcp_servers"):
     import httpx2

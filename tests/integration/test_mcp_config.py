@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from tests.integration.test_mcp_real_servers import installed, new_repo
+from tests.integration.test_mcp_tools import _stop_http as stop_http
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import tool_call
@@ -52,14 +53,7 @@ def serve(*flags: str, env: dict[str, str]) -> Iterator[int]:
         assert line.startswith("PORT "), line
         yield int(line.split()[1])
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
+        stop_http(proc)
 
 
 @pytest.fixture

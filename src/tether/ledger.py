@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from typing import Any, Final, Literal, get_args
 
 from tether import errors
+from tether.ledger_tally import carry, tally
 
 ItemStatus = Literal["pending", "in_progress", "done", "blocked", "skipped", "waived"]
 ITEM_STATUSES: Final[tuple[str, ...]] = get_args(ItemStatus)
@@ -55,6 +57,11 @@ class Skeleton:
     items: tuple[ItemDef, ...]
     acceptance: tuple[tuple[str, str], ...] = ()
     milestones: tuple[tuple[str, str], ...] = ()
+
+    @cached_property
+    def ordered(self) -> bool:
+        """True when some item must wait for others (the contract's `after`)."""
+        return any(d.after for d in self.items)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -159,6 +166,10 @@ class LedgerDiff:
         return {c.item_id: (c.before, c.after) for c in self.changes if c.field == "status"}
 
 
+#: `Progress`'s fields after `total`, in order.
+_PROGRESS_ORDER = ("done", "pending", "in_progress", "blocked", "skipped", "waived")
+
+
 @dataclass(frozen=True)
 class Progress:
     """Counts of items by status."""
@@ -174,15 +185,7 @@ class Progress:
     @classmethod
     def of(cls, counts: Mapping[str, int]) -> Progress:
         """The progress of items counted by status (a status missing counts 0)."""
-        return cls(
-            total=sum(counts.values()),
-            done=counts.get("done", 0),
-            pending=counts.get("pending", 0),
-            in_progress=counts.get("in_progress", 0),
-            blocked=counts.get("blocked", 0),
-            skipped=counts.get("skipped", 0),
-            waived=counts.get("waived", 0),
-        )
+        return cls(sum(counts.values()), *(counts.get(s, 0) for s in _PROGRESS_ORDER))
 
     @property
     def percent(self) -> float:
@@ -196,16 +199,7 @@ class Progress:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "total": self.total,
-            "done": self.done,
-            "pending": self.pending,
-            "in_progress": self.in_progress,
-            "blocked": self.blocked,
-            "skipped": self.skipped,
-            "waived": self.waived,
-            "percent": self.percent,
-        }
+        return {**asdict(self), "percent": self.percent}
 
 
 @dataclass(frozen=True)
@@ -247,6 +241,8 @@ class Ledger:
 
     def progress(self, milestone: str | None = None) -> Progress:
         """Counts by status, for the whole ledger or one milestone."""
+        if milestone is None:
+            return Progress.of(tally(self).counts)  # carried from round to round
         counts = dict.fromkeys(ITEM_STATUSES, 0)
         for d, s in self.items():
             if milestone is None or d.milestone == milestone:
@@ -259,6 +255,10 @@ class Ledger:
         until a human decides about the predecessor."""
         held = self._held()
         return [d.id for d, s in self.items() if s.status in OPEN_STATUSES and d.id not in held]
+
+    def has_open(self) -> bool:
+        """`bool(open_items())`, without a walk over every item when no item waits."""
+        return tally(self).open > 0 and (not self.skeleton.ordered or bool(self.open_items()))
 
     def waiting_for(self, item_id: str) -> list[str]:
         """The item's predecessors (`after`) that are not finished yet."""
@@ -280,7 +280,7 @@ class Ledger:
 
     def _held(self) -> dict[str, list[str]]:
         """`{item: [stuck predecessors]}` for every item a stuck predecessor holds."""
-        if not any(d.after for d in self.skeleton.items):
+        if not self.skeleton.ordered:
             return {}
         held: dict[str, list[str]] = {}
         # Predecessors first (Kahn's order; iterative, so a long chain cannot overflow
@@ -331,6 +331,8 @@ class Ledger:
         """The item to work on next: the first in progress, else the first pending, among
         the items whose predecessors are all finished."""
         for wanted in ("in_progress", "pending"):
+            if not tally(self).count(wanted):
+                continue
             for d, s in self.items():
                 if s.status == wanted and self.is_ready(d.id):
                     return d.id
@@ -349,16 +351,10 @@ class Ledger:
 
     def to_dict(self) -> dict[str, Any]:
         """Skeleton, state and version, JSON-ready (the public JSON rendering)."""
-        items = []
-        for d, s in self.items():
-            items.append(
-                {
-                    "id": d.id,
-                    "title": d.title,
-                    "milestone": d.milestone,
-                    **s.to_dict(),
-                }
-            )
+        items = [
+            {"id": d.id, "title": d.title, "milestone": d.milestone, **s.to_dict()}
+            for d, s in self.items()
+        ]
         return {
             "objective": self.skeleton.objective,
             "version": self.version,
@@ -562,6 +558,7 @@ def apply(ledger: Ledger, changes: Sequence[ItemChange]) -> LedgerUpdate:
     if not diff:
         return LedgerUpdate(ledger, LedgerDiff())
     new_ledger = Ledger(ledger.skeleton, tuple(states), ledger.version + 1, ledger._index)
+    carry(ledger, new_ledger, touched)
     return LedgerUpdate(new_ledger, LedgerDiff(tuple(diff)))
 
 

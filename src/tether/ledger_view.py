@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from tether.ledger import ItemDef, ItemState, Ledger, item_text
+from tether.ledger_tally import tally
 
 #: Checklists longer than this are shown as a bounded view, not item by item.
 FULL_VIEW_MAX_ITEMS: Final = 25
@@ -103,15 +104,10 @@ class _Budget:
 
 def render_view(ledger: Ledger, *, header: str, changed: Sequence[str] = ()) -> str:
     """The bounded view of a long ledger (see the module docstring)."""
-    counts: dict[str, int] = {}
-    by_milestone: dict[str | None, dict[str, int]] = {}
-    blocked: list[tuple[ItemDef, ItemState]] = []
-    for d, s in ledger.items():
-        counts[s.status] = counts.get(s.status, 0) + 1
-        m = by_milestone.setdefault(d.milestone, {})
-        m[s.status] = m.get(s.status, 0) + 1
-        if s.status == "blocked":
-            blocked.append((d, s))
+    # The counts are carried from round to round (`ledger_tally`): no walk over every item.
+    tallied = tally(ledger)
+    counts, by_milestone = tallied.counts, tallied.by_milestone
+    blocked = [(ledger.skeleton.items[n], ledger.states[n]) for n in sorted(tallied.blocked)]
     total = len(ledger.skeleton.items)
     done, opened = counts.get("done", 0), counts.get("pending", 0) + counts.get("in_progress", 0)
     waived = counts.get("waived", 0)

@@ -109,6 +109,7 @@ def test_the_audit_is_pure() -> None:
         "dataclasses",
         "typing",
         "tether",
+        "tether.ledger_tally",
         "tether.runtime.judge.facts",
         "tether.runtime.round",
         "tether.spec",

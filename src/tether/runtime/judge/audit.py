@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from tether import ledger as L
+from tether.ledger_tally import tally
 from tether.runtime.judge.facts import (
     AuditOutcome,
     AuditWarning,
@@ -286,10 +287,10 @@ def _decide(
     llm = [v for v in verdicts if v.source != "rules"]
     proposed: Decision = llm[-1].decision if llm else "continue"
     reason = llm[-1].reason if llm else ""
-    open_items = ledger.open_items()
-    gaps = ledger.gaps()
-    if open_items:
+    # Carried counts say whether anything is open or missing; lists only for a refusal.
+    if ledger.has_open():
         if proposed == "satisfied":
+            open_items = ledger.open_items()
             warnings.append(
                 _warning(
                     "satisfied_with_pending",
@@ -314,7 +315,7 @@ def _decide(
         if proposed == "need_user":
             return "need_user", reason
         return "continue", reason
-    if gaps:
+    if tally(ledger).gaps and (gaps := ledger.gaps()):
         if proposed == "satisfied":
             warnings.append(
                 _warning(

@@ -191,11 +191,16 @@ def test_documented_commands_and_options_exist(where: str, line: str) -> None:
         return  # `tether TASK`-like prose, or a placeholder
     commands = CLI.commands  # type: ignore[attr-defined]
     assert words[0] in commands, f"{where}: `tether {words[0]}` is not a command"
-    options = {o for p in commands[words[0]].params for o in p.opts} | {"--help"}
+    command, name = commands[words[0]], words[0]
+    sub = getattr(command, "commands", None)  # a group: `tether schedule list ...`
+    if sub is not None and len(words) > 1 and not words[1].startswith("-"):
+        assert words[1] in sub, f"{where}: `tether {name} {words[1]}` is not a command"
+        command, name, words = sub[words[1]], f"{name} {words[1]}", words[1:]
+    options = {o for p in command.params for o in p.opts} | {"--help"}
     for word in words[1:]:
         if word.startswith("--") and word != "--":
             flag = word.split("=", 1)[0]
-            assert flag in options, f"{where}: `tether {words[0]}` has no option {flag}"
+            assert flag in options, f"{where}: `tether {name}` has no option {flag}"
 
 
 INSTALL = re.compile(r"pip install[^`\n]*")

@@ -14,12 +14,13 @@ with a single statement that carries the same rules as SQL conditions.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from importlib import resources
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from tether import errors, failpoints, lifecycle
 from tether.clock import Clock, SystemClock
@@ -27,22 +28,8 @@ from tether.ledger import Ledger
 from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import schema_policy
-from tether.store.base import (
-    SCHEMA_VERSION,
-    ApprovalRecord,
-    ArtifactHit,
-    ArtifactRecord,
-    CommitResult,
-    Lease,
-    LedgerRecord,
-    LedgerWrite,
-    OpRecord,
-    SharedUpdate,
-    StoredEvent,
-    TaskPatch,
-    TaskRecord,
-    blob_hash,
-)
+from tether.store import base as b
+from tether.store.base import SCHEMA_VERSION, ApprovalRecord, ArtifactRecord, OpRecord, TaskRecord
 
 if TYPE_CHECKING:  # the event models load where a commit encodes them, not to read
     from tether import events as ev
@@ -76,6 +63,8 @@ _ART_COLS_A = ", ".join(f"a.{c.strip()}" for c in _ART_COLS.split(","))
 #: Rows per batch when the migration indexes the artifacts already stored.
 _BACKFILL_BATCH = 200
 
+#: The columns of ops, artifacts and approvals that hold JSON.
+_JSON_RECORD_COLS = frozenset({"args", "result", "error", "deps", "meta", "request", "decision"})
 _APPROVAL_COLS = (
     "request_id, task_id, op_id, status, request, decision, decided_by, created_at, decided_at"
 )
@@ -145,8 +134,9 @@ def migrations(dialect: str) -> list[tuple[int, str, str]]:
     return out
 
 
-class SqlStore:
-    """The shared query layer; see `SQLiteStore` and `PostgresStore`."""
+class SqlStore(b.Store):
+    """The shared query layer; see `SQLiteStore` and `PostgresStore` (the methods'
+    documentation: `Store`)."""
 
     dialect = "base"
     #: Suffix that locks the selected task row for the rest of the transaction.
@@ -394,7 +384,6 @@ class SqlStore:
             return int(row["v"] or 0)
 
     async def schema_version(self) -> int:
-        """The schema version of the open database."""
         return await self._run(self._schema_version_sync)
 
     # --- tasks --------------------------------------------------------------------------
@@ -450,19 +439,15 @@ class SqlStore:
             row = self._x(conn, f"{_TASK_SELECT} WHERE t.task_id = :id", {"id": task_id}).fetchone()
             return self._task(row)
 
-    async def create_task(
-        self,
-        *,
-        task_id: str,
-        name: str,
-        spec: Mapping[str, Any],
-        ledger: Ledger,
-        workspace: str | None = None,
-        events: Sequence[ev.Event] = (),
-    ) -> TaskRecord:
-        """Insert a queued task, its ledger and its first events in one transaction."""
+    async def create_task(self, **new: Unpack[b.NewTask]) -> TaskRecord:
         return await self._run(
-            self._create_task_sync, task_id, name, spec, ledger, workspace, events
+            self._create_task_sync,
+            new["task_id"],
+            new["name"],
+            new["spec"],
+            new["ledger"],
+            new.get("workspace"),
+            new.get("events", ()),
         )
 
     def _get_task_sync(self, task_id: str) -> TaskRecord:
@@ -473,7 +458,6 @@ class SqlStore:
         return self._task(row)
 
     async def get_task(self, task_id: str) -> TaskRecord:
-        """The task projection; `TaskNotFound` if absent."""
         return await self._run(self._get_task_sync, task_id)
 
     def _fencing_token_sync(self, task_id: str) -> int:
@@ -511,14 +495,13 @@ class SqlStore:
     async def list_tasks(
         self, statuses: Collection[str] | None = None, limit: int = 100
     ) -> list[TaskRecord]:
-        """Tasks, newest first, optionally filtered by status."""
         return await self._run(self._list_tasks_sync, statuses, limit)
 
     # --- events and ledger --------------------------------------------------------------
 
     def _read_events_sync(
         self, task_id: str, after: int, limit: int | None, types: Collection[str] | None
-    ) -> list[StoredEvent]:
+    ) -> list[b.StoredEvent]:
         if limit is not None and limit <= 0:
             self._get_task_sync(task_id)  # TaskNotFound if absent
             return []
@@ -546,7 +529,7 @@ class SqlStore:
             raise errors.TaskNotFound(task_id)
         rows = sorted((r for r in rows if r["seq"] is not None), key=lambda r: int(r["seq"]))
         return [
-            StoredEvent(
+            b.StoredEvent(
                 task_id=r["task_id"],
                 seq=int(r["seq"]),
                 type=r["type"],
@@ -560,16 +543,12 @@ class SqlStore:
         ]
 
     async def read_events(
-        self,
-        task_id: str,
-        after: int = 0,
-        limit: int | None = None,
-        types: Collection[str] | None = None,
-    ) -> list[StoredEvent]:
-        """Events with `seq > after`, in order."""
+        self, task_id: str, after: int = 0, **filters: Unpack[b.EventFilters]
+    ) -> list[b.StoredEvent]:
+        limit, types = filters.get("limit"), filters.get("types")
         return await self._run(self._read_events_sync, task_id, after, limit, types)
 
-    def _get_ledger_sync(self, task_id: str) -> LedgerRecord:
+    def _get_ledger_sync(self, task_id: str) -> b.LedgerRecord:
         with self._auto() as conn:
             row = self._x(
                 conn,
@@ -579,7 +558,7 @@ class SqlStore:
             ).fetchone()
         if row is None:
             raise errors.TaskNotFound(task_id)
-        return LedgerRecord(
+        return b.LedgerRecord(
             task_id=row["task_id"],
             skeleton=self._json_out(row["skeleton"]),
             state=self._json_out(row["state"]),
@@ -587,27 +566,16 @@ class SqlStore:
             updated_at=row["updated_at"],
         )
 
-    async def get_ledger(self, task_id: str) -> LedgerRecord:
-        """The stored ledger; `TaskNotFound` if absent."""
+    async def get_ledger(self, task_id: str) -> b.LedgerRecord:
         return await self._run(self._get_ledger_sync, task_id)
 
     # --- the one write path -------------------------------------------------------------
 
-    def _commit_sync(
-        self,
-        task_id: str,
-        token: int | None,
-        items: Sequence[ev.Event],
-        task: TaskPatch | None,
-        ledger: LedgerWrite | None,
-        ops: Sequence[OpRecord],
-        artifacts: Sequence[ArtifactRecord],
-        approvals: Sequence[ApprovalRecord] = (),
-        blobs: Sequence[bytes] = (),
-    ) -> CommitResult:
+    def _commit_sync(self, c: b.Commit) -> b.CommitResult:
         """Read the task under the write lock, check the rules, write (SQLite's way; the
         PostgreSQL store sends one statement instead)."""
         now = self.clock.now()
+        task_id, token, task, ledger = c.task_id, c.token, c.task, c.ledger
         cond = rules.CommitCondition.of(task_id, token, task, ledger)
         with self._tx(write=True) as conn:
             row = self._x(
@@ -619,7 +587,9 @@ class SqlStore:
             if row is None:
                 raise errors.TaskNotFound(task_id)
             cond.check_task(self._state(row))  # its refusal comes before a request's
-            items, approvals = self._settle_requests(conn, task_id, task, items, approvals, now)
+            items, approvals = self._settle_requests(
+                conn, task_id, task, c.events, c.approvals, now
+            )
             plan = rules.plan_commit(cond, self._state(row), task, len(items), now)
             if ledger is not None:
                 # Check and write in one statement: the version condition is in the WHERE.
@@ -649,7 +619,7 @@ class SqlStore:
                 self._insert_events(
                     conn, task_id, plan.first_seq, items, plan.events_version, token, now
                 )
-            self._write_records(conn, ops, artifacts, approvals, blobs, now)
+            self._write_records(conn, dataclasses.replace(c, approvals=approvals), now)
             # Crash tests stop the process here: events written, projection not yet.
             failpoints.hit("during_commit")
             sets = self._encode_changes(plan.changes)
@@ -662,13 +632,13 @@ class SqlStore:
                 {**sets, "task_id": task_id},
             )
         state = self._state(row)
-        return CommitResult(plan.first_seq, plan.last_seq, state.cancel_requested, state.version)
+        return b.CommitResult(plan.first_seq, plan.last_seq, state.cancel_requested, state.version)
 
     def _settle_requests(
         self,
         conn: Any,
         task_id: str,
-        task: TaskPatch | None,
+        task: b.TaskPatch | None,
         items: Sequence[ev.Event],
         approvals: Sequence[ApprovalRecord],
         now: float,
@@ -738,37 +708,30 @@ class SqlStore:
             out[k] = v
         return out
 
-    def _write_records(
-        self,
-        conn: Any,
-        ops: Sequence[OpRecord],
-        artifacts: Sequence[ArtifactRecord],
-        approvals: Sequence[ApprovalRecord],
-        blobs: Sequence[bytes],
-        now: float,
-    ) -> None:
+    def _write_records(self, conn: Any, c: b.Commit, now: float) -> None:
         """Upsert a commit's ops, artifacts and approvals and add its blobs, one
         `executemany` per table."""
+        ops, artifacts, approvals, blobs = c.ops, c.artifacts, c.approvals, c.blobs
         if ops:
             self._xmany(
                 conn,
                 _OP_UPSERT,
-                [self._op_params(o) for o in rules.collapse(ops, _op_id, rules.merge_op, now)],
+                [self._params(o) for o in rules.collapse(ops, _op_id, rules.merge_op, now)],
             )
         if artifacts:
             arts = rules.collapse(artifacts, _artifact_id, rules.merge_artifact, now)
-            self._xmany(conn, _ARTIFACT_UPSERT, [self._artifact_params(a) for a in arts])
+            self._xmany(conn, _ARTIFACT_UPSERT, [self._params(a) for a in arts])
             self._index_artifacts(conn, arts, blobs)
         if approvals:
             apprs = rules.collapse(approvals, _request_id, rules.merge_approval, now)
-            self._xmany(conn, _APPROVAL_UPSERT, [self._approval_params(a) for a in apprs])
+            self._xmany(conn, _APPROVAL_UPSERT, [self._params(a) for a in apprs])
         if blobs:
             self._xmany(
                 conn,
                 _BLOB_INSERT,
                 [
-                    {"h": h, "s": len(b), "d": b, "t": now}
-                    for h, b in rules.unique_blobs(blobs).items()
+                    {"h": h, "s": len(d), "d": d, "t": now}
+                    for h, d in rules.unique_blobs(blobs).items()
                 ],
             )
 
@@ -808,81 +771,24 @@ class SqlStore:
             )
         self._index_rows(conn, rows)
 
-    def _op_params(self, op: OpRecord) -> dict[str, Any]:
-        return {
-            "op_id": op.op_id,
-            "task_id": op.task_id,
-            "round": op.round,
-            "call_index": op.call_index,
-            "tool": op.tool,
-            "args": _dumps(op.args),
-            "args_hash": op.args_hash,
-            "effect": op.effect,
-            "status": op.status,
-            "attempts": op.attempts,
-            "next_attempt_at": op.next_attempt_at,
-            "result": None if op.result is None else _dumps(op.result),
-            "error": None if op.error is None else _dumps(op.error),
-            "task_version": op.task_version,
-            "created_at": op.created_at,
-            "updated_at": op.updated_at,
-        }
-
-    def _artifact_params(self, art: ArtifactRecord) -> dict[str, Any]:
-        return {
-            "artifact_id": art.artifact_id,
-            "task_id": art.task_id,
-            "kind": art.kind,
-            "name": art.name,
-            "blob_hash": art.blob_hash,
-            "size": art.size,
-            "source": art.source,
-            "task_version": art.task_version,
-            "deps": _dumps(list(art.deps)),
-            "valid": self._bool_in(art.valid),
-            "meta": _dumps(art.meta),
-            "created_at": art.created_at,
-        }
-
-    def _approval_params(self, appr: ApprovalRecord) -> dict[str, Any]:
-        return {
-            "request_id": appr.request_id,
-            "task_id": appr.task_id,
-            "op_id": appr.op_id,
-            "status": appr.status,
-            "request": _dumps(appr.request),
-            "decision": None if appr.decision is None else _dumps(appr.decision),
-            "decided_by": appr.decided_by,
-            "created_at": appr.created_at,
-            "decided_at": appr.decided_at,
-        }
+    def _params(self, rec: OpRecord | ArtifactRecord | ApprovalRecord) -> dict[str, Any]:
+        """A record's row: its fields by column name, the JSON and boolean columns
+        encoded for the database."""
+        row = dataclasses.asdict(rec)
+        for col in _JSON_RECORD_COLS & row.keys():
+            row[col] = None if row[col] is None else _dumps(row[col])
+        if "valid" in row:
+            row["valid"] = self._bool_in(row["valid"])
+        return row
 
     async def commit(
         self,
         task_id: str,
         token: int | None,
         events: Sequence[ev.Event],
-        *,
-        task: TaskPatch | None = None,
-        ledger: LedgerWrite | None = None,
-        ops: Sequence[OpRecord] = (),
-        artifacts: Sequence[ArtifactRecord] = (),
-        approvals: Sequence[ApprovalRecord] = (),
-        blobs: Sequence[bytes] = (),
-    ) -> CommitResult:
-        """Append events and update projections atomically (see `Store.commit`)."""
-        return await self._run(
-            self._commit_sync,
-            task_id,
-            token,
-            events,
-            task,
-            ledger,
-            ops,
-            artifacts,
-            approvals,
-            blobs,
-        )
+        **parts: Unpack[b.CommitParts],
+    ) -> b.CommitResult:
+        return await self._run(self._commit_sync, b.Commit(task_id, token, events, **parts))
 
     def _get_approvals_sync(
         self, task_id: str, statuses: Collection[str] | None
@@ -909,7 +815,7 @@ class SqlStore:
         force: bool = False,
         from_token: int | None = None,
         exclude: Collection[str] = (),
-    ) -> Lease | None:
+    ) -> b.Lease | None:
         now = self.clock.now()
         with self._tx(write=True) as conn:
             if task_id is not None:
@@ -949,7 +855,7 @@ class SqlStore:
                 " heartbeat_at = :now WHERE task_id = :id",
                 {"w": worker_id, "exp": expires, "tok": token, "now": now, "id": row["task_id"]},
             )
-            return Lease(row["task_id"], worker_id, token, expires)
+            return b.Lease(row["task_id"], worker_id, token, expires)
 
     def _get_task_in(self, conn: Any, task_id: str) -> Row:
         row = self._x(conn, f"{_TASK_SELECT} WHERE t.task_id = :id", {"id": task_id}).fetchone()
@@ -958,27 +864,19 @@ class SqlStore:
         return row  # type: ignore[no-any-return]
 
     async def claim(
-        self,
-        worker_id: str,
-        ttl: float,
-        *,
-        task_id: str | None = None,
-        force: bool = False,
-        from_token: int | None = None,
-        exclude: Collection[str] = (),
-    ) -> Lease | None:
-        """Take the lease on a claimable task (or on `task_id`); the token rises.
-
-        `force` takes `task_id` even from a live lease (its owner is known to be dead);
-        the risen token makes any commit of the old owner fail with `StaleLease`.
-        `from_token` (with `force`): only while the task's token is still that one.
-        `exclude`: task ids a claim of any task passes over.
-        """
+        self, worker_id: str, ttl: float, **options: Unpack[b.ClaimOptions]
+    ) -> b.Lease | None:
         return await self._run(
-            self._claim_sync, worker_id, ttl, task_id, force, from_token, frozenset(exclude)
+            self._claim_sync,
+            worker_id,
+            ttl,
+            options.get("task_id"),
+            options.get("force", False),
+            options.get("from_token"),
+            frozenset(options.get("exclude", ())),
         )
 
-    def _list_live_leases_sync(self, owner_prefix: str) -> list[Lease]:
+    def _list_live_leases_sync(self, owner_prefix: str) -> list[b.Lease]:
         # LIKE would need its wildcards escaped in a host name; a prefix compare is exact.
         with self._auto() as conn:
             rows = self._x(
@@ -990,12 +888,11 @@ class SqlStore:
                  "prefix": owner_prefix},
             ).fetchall()  # fmt: skip
         return [
-            Lease(r["task_id"], r["lease_owner"], int(r["fencing_token"]), r["lease_expiry"])
+            b.Lease(r["task_id"], r["lease_owner"], int(r["fencing_token"]), r["lease_expiry"])
             for r in rows
         ]
 
-    async def live_leases(self, owner_prefix: str) -> list[Lease]:
-        """The live leases of owners starting with `owner_prefix` on claimable tasks."""
+    async def live_leases(self, owner_prefix: str) -> list[b.Lease]:
         return await self._run(self._list_live_leases_sync, owner_prefix)
 
     def _lease_write(
@@ -1034,7 +931,6 @@ class SqlStore:
         return now + ttl
 
     async def renew(self, task_id: str, token: int, ttl: float) -> float:
-        """Extend our lease; `StaleLease` if it is not ours any more."""
         return await self._run(self._renew_sync, task_id, token, ttl)
 
     def _release_sync(self, task_id: str, token: int) -> None:
@@ -1043,13 +939,12 @@ class SqlStore:
         )
 
     async def release(self, task_id: str, token: int) -> None:
-        """Give the lease up; `StaleLease` if it is not ours."""
         await self._run(self._release_sync, task_id, token)
 
     # --- blobs, ops, artifacts ----------------------------------------------------------
 
     def _put_blob_sync(self, data: bytes) -> str:
-        ref = blob_hash(data)
+        ref = b.blob_hash(data)
         with self._auto() as conn:
             self._x(
                 conn, _BLOB_INSERT, {"h": ref, "s": len(data), "d": data, "t": self.clock.now()}
@@ -1057,7 +952,6 @@ class SqlStore:
         return ref
 
     async def put_blob(self, data: bytes) -> str:
-        """Store bytes under their content address (idempotent)."""
         return await self._run(self._put_blob_sync, bytes(data))
 
     def _get_blob_sync(self, ref: str) -> bytes:
@@ -1068,7 +962,6 @@ class SqlStore:
         return bytes(row["data"])
 
     async def get_blob(self, ref: str) -> bytes:
-        """Bytes by content address; `KeyError` if absent."""
         return await self._run(self._get_blob_sync, ref)
 
     @staticmethod
@@ -1118,18 +1011,14 @@ class SqlStore:
         return [self._op(r) for r in rows]
 
     async def get_ops(
-        self,
-        task_id: str,
-        statuses: Collection[str] | None = None,
-        *,
-        op_ids: Collection[str] | None = None,
-        round: int | None = None,
-        tools: Collection[str] | None = None,
+        self, task_id: str, statuses: Collection[str] | None = None, **filters: Unpack[b.OpFilters]
     ) -> list[OpRecord]:
-        """The op journal of a task, in (round, call_index) order, optionally filtered."""
+        op_ids, tools = filters.get("op_ids"), filters.get("tools")
         if _nothing(statuses, op_ids, tools):
             return []  # an empty filter matches nothing: no query, no thread
-        return await self._run(self._get_ops_sync, task_id, statuses, op_ids, round, tools)
+        return await self._run(
+            self._get_ops_sync, task_id, statuses, op_ids, filters.get("round"), tools
+        )
 
     def _get_artifacts_sync(
         self, task_id: str, artifact_ids: Collection[str] | None = None
@@ -1151,7 +1040,6 @@ class SqlStore:
     async def get_artifacts(
         self, task_id: str, *, artifact_ids: Collection[str] | None = None
     ) -> list[ArtifactRecord]:
-        """A task's artifacts, oldest first (only `artifact_ids`, if given)."""
         if _nothing(artifact_ids):
             return []
         return await self._run(self._get_artifacts_sync, task_id, artifact_ids)
@@ -1168,7 +1056,6 @@ class SqlStore:
         return self._artifact(row)
 
     async def get_artifact(self, artifact_id: str) -> ArtifactRecord:
-        """One artifact; `KeyError` if absent."""
         return await self._run(self._get_artifact_sync, artifact_id)
 
     # --- search ------------------------------------------------------------------------
@@ -1189,7 +1076,7 @@ class SqlStore:
         kinds: Collection[str] | None,
         limit: int,
         include_invalid: bool,
-    ) -> list[ArtifactHit]:
+    ) -> list[b.ArtifactHit]:
         params: dict[str, Any] = {"id": task_id, "q": self._search_text(words), "limit": limit}
         where = ""
         if kinds is not None:
@@ -1200,29 +1087,28 @@ class SqlStore:
         with self._auto() as conn:
             rows = self._x(conn, self._search_query(where), params).fetchall()
         return [
-            ArtifactHit(self._artifact(r), float(r["score"]), str(r["excerpt"] or "")) for r in rows
+            b.ArtifactHit(self._artifact(r), float(r["score"]), str(r["excerpt"] or ""))
+            for r in rows
         ]
 
     async def search_artifacts(
-        self,
-        task_id: str,
-        query: str,
-        *,
-        kinds: Collection[str] | None = None,
-        limit: int = 10,
-        include_invalid: bool = False,
-    ) -> list[ArtifactHit]:
-        """A task's artifacts ranked by relevance to `query` (see `Store`)."""
-        words = search.terms(query)
+        self, task_id: str, query: str, **options: Unpack[b.SearchOptions]
+    ) -> list[b.ArtifactHit]:
+        words, kinds = search.terms(query), options.get("kinds")
         if not words or _nothing(kinds):
             return []
         return await self._run(
-            self._read_search_sync, task_id, words, kinds, search.bounded(limit), include_invalid
+            self._read_search_sync,
+            task_id,
+            words,
+            kinds,
+            search.bounded(options.get("limit", 10)),
+            options.get("include_invalid", False),
         )
 
     # --- shared state -------------------------------------------------------------------
 
-    def _update_shared_sync(self, key: str, fn: SharedUpdate[T]) -> T:
+    def _update_shared_sync(self, key: str, fn: b.SharedUpdate[T]) -> T:
         now = self.clock.now()
         with self._tx(write=True) as conn:
             # Lock the key's row, creating it first (as JSON null, i.e. "absent") so there
@@ -1256,8 +1142,7 @@ class SqlStore:
                 )
             return value
 
-    async def update_shared(self, key: str, fn: SharedUpdate[T]) -> T:
-        """Read-modify-write the shared document `key` atomically (see `Store`)."""
+    async def update_shared(self, key: str, fn: b.SharedUpdate[T]) -> T:
         return await self._run(self._update_shared_sync, key, fn)
 
     def _get_shared_sync(self, key: str) -> dict[str, Any] | None:
@@ -1271,7 +1156,6 @@ class SqlStore:
         return doc
 
     async def get_shared(self, key: str) -> dict[str, Any] | None:
-        """The shared document `key`, or None if absent."""
         return await self._run(self._get_shared_sync, key)
 
 

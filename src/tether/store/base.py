@@ -26,7 +26,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    NotRequired,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    Unpack,
+    runtime_checkable,
+)
 
 from tether.ledger import Ledger
 
@@ -252,24 +261,112 @@ class CommitResult:
     version: int | None = None
 
 
+class NewTask(TypedDict):
+    """What `Store.create_task` takes (by keyword)."""
+
+    task_id: str
+    name: str
+    spec: Mapping[str, Any]
+    ledger: Ledger
+    #: The task's working folder, if any.
+    workspace: NotRequired[str | None]
+    #: Its first events (`task.created`...), numbered from 1.
+    events: NotRequired[Sequence[ev.Event]]
+
+
+class CommitParts(TypedDict, total=False):
+    """What a `Store.commit` writes besides its events (by keyword; each may be left out)."""
+
+    task: TaskPatch | None
+    ledger: LedgerWrite | None
+    ops: Sequence[OpRecord]
+    artifacts: Sequence[ArtifactRecord]
+    approvals: Sequence[ApprovalRecord]
+    blobs: Sequence[bytes]
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One commit as the stores pass it on: `Store.commit`'s arguments, defaults filled."""
+
+    task_id: str
+    token: int | None
+    events: Sequence[ev.Event]
+    task: TaskPatch | None = None
+    ledger: LedgerWrite | None = None
+    ops: Sequence[OpRecord] = ()
+    artifacts: Sequence[ArtifactRecord] = ()
+    approvals: Sequence[ApprovalRecord] = ()
+    blobs: Sequence[bytes] = ()
+
+
+class ClaimOptions(TypedDict, total=False):
+    """The keywords of `Store.claim` (see there)."""
+
+    task_id: str | None
+    force: bool
+    from_token: int | None
+    exclude: Collection[str]
+
+
+class EventFilters(TypedDict, total=False):
+    """The keywords of `Store.read_events`: at most `limit` events, only of `types`."""
+
+    limit: int | None
+    types: Collection[str] | None
+
+
+class OpFilters(TypedDict, total=False):
+    """The keywords of `Store.get_ops`: only these op ids, this round, these tools."""
+
+    op_ids: Collection[str] | None
+    round: int | None
+    tools: Collection[str] | None
+
+
+class SearchOptions(TypedDict, total=False):
+    """The keywords of `Store.search_artifacts`: only of `kinds`, at most `limit` (10),
+    invalid artifacts too if `include_invalid`."""
+
+    kinds: Collection[str] | None
+    limit: int
+    include_invalid: bool
+
+
+class OpsStore(Protocol):
+    """The store reads of the runtime's `ops` (every write goes through a `commit`)."""
+
+    async def read_events(
+        self, task_id: str, after: int = 0, **filters: Unpack[EventFilters]
+    ) -> list[StoredEvent]:
+        """Events with `seq > after`, in order (at most `limit`, only of `types`)."""
+        ...
+
+    async def get_ops(
+        self, task_id: str, statuses: Collection[str] | None = None, **filters: Unpack[OpFilters]
+    ) -> list[OpRecord]:
+        """The op journal of a task, in (round, call_index) order, optionally filtered by
+        status, op id, round or tool (each filter uses an index, so a long task's round
+        never reads its whole journal; an empty filter matches nothing)."""
+        ...
+
+    async def get_approvals(
+        self, task_id: str, statuses: Collection[str] | None = None
+    ) -> list[ApprovalRecord]:
+        """A task's approval requests, oldest first."""
+        ...
+
+
 @runtime_checkable
-class Store(Protocol):
-    """The durable store. Implementations: SQLite, PostgreSQL, in-memory."""
+class Store(OpsStore, Protocol):
+    """The durable store. Implementations: SQLite, PostgreSQL, in-memory (each subclasses
+    this protocol, so the docstrings here are theirs)."""
 
     url: str
     #: The store's time (leases, wake times, heartbeats): tests move it without waiting.
     clock: Clock
 
-    async def create_task(
-        self,
-        *,
-        task_id: str,
-        name: str,
-        spec: Mapping[str, Any],
-        ledger: Ledger,
-        workspace: str | None = None,
-        events: Sequence[ev.Event] = (),
-    ) -> TaskRecord:
+    async def create_task(self, **task: Unpack[NewTask]) -> TaskRecord:
         """Insert a queued task, its ledger and its first events in one transaction."""
         ...
 
@@ -283,16 +380,6 @@ class Store(Protocol):
         """Tasks, newest first, optionally filtered by status."""
         ...
 
-    async def read_events(
-        self,
-        task_id: str,
-        after: int = 0,
-        limit: int | None = None,
-        types: Collection[str] | None = None,
-    ) -> list[StoredEvent]:
-        """Events with `seq > after`, in order."""
-        ...
-
     async def get_ledger(self, task_id: str) -> LedgerRecord:
         """The stored ledger; `TaskNotFound` if absent."""
         ...
@@ -302,15 +389,9 @@ class Store(Protocol):
         task_id: str,
         token: int | None,
         events: Sequence[ev.Event],
-        *,
-        task: TaskPatch | None = None,
-        ledger: LedgerWrite | None = None,
-        ops: Sequence[OpRecord] = (),
-        artifacts: Sequence[ArtifactRecord] = (),
-        approvals: Sequence[ApprovalRecord] = (),
-        blobs: Sequence[bytes] = (),
+        **parts: Unpack[CommitParts],
     ) -> CommitResult:
-        """Append events and update projections atomically.
+        """Append events and update projections (`parts`) atomically.
 
         `token` is the fencing token from `claim`; a token other than the task's current
         one raises `StaleLease` and writes nothing. `None` is an out-of-band append (a
@@ -319,14 +400,7 @@ class Store(Protocol):
         ...
 
     async def claim(
-        self,
-        worker_id: str,
-        ttl: float,
-        *,
-        task_id: str | None = None,
-        force: bool = False,
-        from_token: int | None = None,
-        exclude: Collection[str] = (),
+        self, worker_id: str, ttl: float, **options: Unpack[ClaimOptions]
     ) -> Lease | None:
         """Take the lease on a claimable task (or on `task_id`); the token rises.
 
@@ -360,20 +434,6 @@ class Store(Protocol):
         """Bytes by content address; `KeyError` if absent."""
         ...
 
-    async def get_ops(
-        self,
-        task_id: str,
-        statuses: Collection[str] | None = None,
-        *,
-        op_ids: Collection[str] | None = None,
-        round: int | None = None,
-        tools: Collection[str] | None = None,
-    ) -> list[OpRecord]:
-        """The op journal of a task, in (round, call_index) order, optionally filtered by
-        status, op id, round or tool (each filter uses an index, so a long task's round
-        never reads its whole journal)."""
-        ...
-
     async def get_artifacts(
         self, task_id: str, *, artifact_ids: Collection[str] | None = None
     ) -> list[ArtifactRecord]:
@@ -385,24 +445,12 @@ class Store(Protocol):
         ...
 
     async def search_artifacts(
-        self,
-        task_id: str,
-        query: str,
-        *,
-        kinds: Collection[str] | None = None,
-        limit: int = 10,
-        include_invalid: bool = False,
+        self, task_id: str, query: str, **options: Unpack[SearchOptions]
     ) -> list[ArtifactHit]:
         """A task's artifacts ranked by the relevance of their text to `query` (words;
         any of them may match, more and rarer matches rank higher), at most `limit`,
         only of `kinds` if given, valid ones only unless `include_invalid`. The query is
         taken as plain words whatever it holds (no search syntax is interpreted)."""
-        ...
-
-    async def get_approvals(
-        self, task_id: str, statuses: Collection[str] | None = None
-    ) -> list[ApprovalRecord]:
-        """A task's approval requests, oldest first."""
         ...
 
     async def update_shared(self, key: str, fn: SharedUpdate[T]) -> T:

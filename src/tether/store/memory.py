@@ -11,31 +11,16 @@ import asyncio
 import copy
 import dataclasses
 import json
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Collection, Sequence
+from typing import Any, TypeVar, Unpack
 
 from tether import errors, lifecycle
 from tether import events as ev
 from tether.clock import Clock, SystemClock
-from tether.ledger import Ledger
 from tether.store import _rules as rules
 from tether.store import _search as search
-from tether.store.base import (
-    SCHEMA_VERSION,
-    ApprovalRecord,
-    ArtifactHit,
-    ArtifactRecord,
-    CommitResult,
-    Lease,
-    LedgerRecord,
-    LedgerWrite,
-    OpRecord,
-    SharedUpdate,
-    StoredEvent,
-    TaskPatch,
-    TaskRecord,
-    blob_hash,
-)
+from tether.store import base as b
+from tether.store.base import ApprovalRecord, ArtifactRecord, OpRecord, StoredEvent, TaskRecord
 
 T = TypeVar("T")
 
@@ -45,8 +30,8 @@ def _copy(obj: Any) -> Any:
     return json.loads(json.dumps(obj))
 
 
-class MemoryStore:
-    """A store that lives in a Python dict."""
+class MemoryStore(b.Store):
+    """A store that lives in a Python dict (the methods' documentation: `Store`)."""
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.url = "memory://"
@@ -54,7 +39,7 @@ class MemoryStore:
         self._lock = asyncio.Lock()
         self._tasks: dict[str, TaskRecord] = {}
         self._events: dict[str, list[StoredEvent]] = {}
-        self._ledgers: dict[str, LedgerRecord] = {}
+        self._ledgers: dict[str, b.LedgerRecord] = {}
         self._blobs: dict[str, bytes] = {}
         self._ops: dict[str, OpRecord] = {}
         self._artifacts: dict[str, ArtifactRecord] = {}
@@ -70,7 +55,7 @@ class MemoryStore:
 
     async def schema_version(self) -> int:
         """Always the current version."""
-        return SCHEMA_VERSION
+        return b.SCHEMA_VERSION
 
     def _task(self, task_id: str) -> TaskRecord:
         try:
@@ -78,30 +63,21 @@ class MemoryStore:
         except KeyError:
             raise errors.TaskNotFound(task_id) from None
 
-    async def create_task(
-        self,
-        *,
-        task_id: str,
-        name: str,
-        spec: Mapping[str, Any],
-        ledger: Ledger,
-        workspace: str | None = None,
-        events: Sequence[ev.Event] = (),
-    ) -> TaskRecord:
-        """Insert a queued task, its ledger and its first events."""
+    async def create_task(self, **new: Unpack[b.NewTask]) -> TaskRecord:
+        task_id, ledger, events = new["task_id"], new["ledger"], new.get("events", ())
         async with self._lock:
             if task_id in self._tasks:
                 raise errors.ConcurrentUpdate(f"task {task_id!r} already exists")
             now = self.clock.now()
             rec = TaskRecord(
                 task_id=task_id,
-                name=name,
+                name=new["name"],
                 status="queued",
                 stop_reason=None,
                 version=1,
                 current_milestone=None,
-                spec=_copy(dict(spec)),
-                workspace=workspace,
+                spec=_copy(dict(new["spec"])),
+                workspace=new.get("workspace"),
                 waiting=None,
                 usage={},
                 cancel_requested=False,
@@ -115,7 +91,7 @@ class MemoryStore:
                 last_seq=len(events),
             )
             self._tasks[task_id] = rec
-            self._ledgers[task_id] = LedgerRecord(
+            self._ledgers[task_id] = b.LedgerRecord(
                 task_id,
                 _copy(ledger.skeleton.to_dict()),
                 _copy(ledger.state_dict()),
@@ -135,31 +111,24 @@ class MemoryStore:
         return StoredEvent(task_id, seq, type_name, schema, _copy(data), version, token, now)
 
     async def get_task(self, task_id: str) -> TaskRecord:
-        """The task projection."""
         return self._task(task_id)
 
     async def list_tasks(
         self, statuses: Collection[str] | None = None, limit: int = 100
     ) -> list[TaskRecord]:
-        """Tasks, newest first."""
         tasks = [t for t in self._tasks.values() if not statuses or t.status in statuses]
         tasks.sort(key=lambda t: (-t.created_at, t.task_id))
         return tasks[:limit]
 
     async def read_events(
-        self,
-        task_id: str,
-        after: int = 0,
-        limit: int | None = None,
-        types: Collection[str] | None = None,
+        self, task_id: str, after: int = 0, **filters: Unpack[b.EventFilters]
     ) -> list[StoredEvent]:
-        """Events with `seq > after`, in order."""
+        limit, types = filters.get("limit"), filters.get("types")
         self._task(task_id)
         out = [e for e in self._events[task_id] if e.seq > after and (not types or e.type in types)]
         return out[:limit] if limit is not None else out
 
-    async def get_ledger(self, task_id: str) -> LedgerRecord:
-        """The stored ledger."""
+    async def get_ledger(self, task_id: str) -> b.LedgerRecord:
         self._task(task_id)
         return self._ledgers[task_id]
 
@@ -168,15 +137,10 @@ class MemoryStore:
         task_id: str,
         token: int | None,
         events: Sequence[ev.Event],
-        *,
-        task: TaskPatch | None = None,
-        ledger: LedgerWrite | None = None,
-        ops: Sequence[OpRecord] = (),
-        artifacts: Sequence[ArtifactRecord] = (),
-        approvals: Sequence[ApprovalRecord] = (),
-        blobs: Sequence[bytes] = (),
-    ) -> CommitResult:
-        """Append events and update projections atomically."""
+        **parts: Unpack[b.CommitParts],
+    ) -> b.CommitResult:
+        c = b.Commit(task_id, token, events, **parts)
+        task, ledger, approvals = c.task, c.ledger, c.approvals
         async with self._lock:
             rec = self._task(task_id)
             now = self.clock.now()
@@ -207,7 +171,7 @@ class MemoryStore:
             if ledger is not None:
                 old_ledger = self._ledgers[task_id]
                 cond.check_ledger(old_ledger.version)
-                new_ledger = LedgerRecord(
+                new_ledger = b.LedgerRecord(
                     task_id,
                     _copy(ledger.skeleton) if ledger.skeleton is not None else old_ledger.skeleton,
                     _copy(ledger.state),
@@ -225,17 +189,17 @@ class MemoryStore:
             self._events[task_id].extend(stored)
             if new_ledger is not None:
                 self._ledgers[task_id] = new_ledger
-            for op in ops:
+            for op in c.ops:
                 self._ops[op.op_id] = rules.merge_op(
                     self._ops.get(op.op_id), copy.deepcopy(op), now
                 )
-            for art in artifacts:
+            for art in c.artifacts:
                 self._artifacts[art.artifact_id] = rules.merge_artifact(
                     self._artifacts.get(art.artifact_id), copy.deepcopy(art), now
                 )
-            for ref, data in rules.unique_blobs(blobs).items():
+            for ref, data in rules.unique_blobs(c.blobs).items():
                 self._blobs.setdefault(ref, data)
-            for art in artifacts:
+            for art in c.artifacts:
                 if art.artifact_id not in self._texts:
                     body = search.indexed_text(art.name, self._blobs.get(art.blob_hash))
                     if body:
@@ -245,24 +209,17 @@ class MemoryStore:
                     self._approvals.get(appr.request_id), copy.deepcopy(appr), now
                 )
             self._tasks[task_id] = dataclasses.replace(rec, **changes)
-            return CommitResult(plan.first_seq, plan.last_seq, rec.cancel_requested, rec.version)
+            return b.CommitResult(plan.first_seq, plan.last_seq, rec.cancel_requested, rec.version)
 
     def _op_status(self, op_id: str) -> str | None:
         op = self._ops.get(op_id)
         return op.status if op is not None else None
 
     async def claim(
-        self,
-        worker_id: str,
-        ttl: float,
-        *,
-        task_id: str | None = None,
-        force: bool = False,
-        from_token: int | None = None,
-        exclude: Collection[str] = (),
-    ) -> Lease | None:
-        """Take the lease on a claimable task (`force`: even from a live lease, while
-        its token is `from_token` if given), none of `exclude`."""
+        self, worker_id: str, ttl: float, **options: Unpack[b.ClaimOptions]
+    ) -> b.Lease | None:
+        task_id, from_token = options.get("task_id"), options.get("from_token")
+        force, exclude = options.get("force", False), options.get("exclude", ())
         async with self._lock:
             now = self.clock.now()
 
@@ -294,14 +251,13 @@ class MemoryStore:
                 fencing_token=token,
                 heartbeat_at=now,
             )
-            return Lease(rec.task_id, worker_id, token, now + ttl)
+            return b.Lease(rec.task_id, worker_id, token, now + ttl)
 
-    async def live_leases(self, owner_prefix: str) -> list[Lease]:
-        """The live leases of owners starting with `owner_prefix` on claimable tasks."""
+    async def live_leases(self, owner_prefix: str) -> list[b.Lease]:
         async with self._lock:
             now = self.clock.now()
             return [
-                Lease(t.task_id, t.lease_owner, t.fencing_token, t.lease_expiry)
+                b.Lease(t.task_id, t.lease_owner, t.fencing_token, t.lease_expiry)
                 for t in sorted(self._tasks.values(), key=lambda t: (t.updated_at, t.task_id))
                 if t.lease_owner is not None
                 and t.lease_owner.startswith(owner_prefix)
@@ -311,7 +267,6 @@ class MemoryStore:
             ]
 
     async def renew(self, task_id: str, token: int, ttl: float) -> float:
-        """Extend our lease."""
         async with self._lock:
             rec = self._task(task_id)
             rules.check_lease(task_id, token, rec.fencing_token, rec.lease_owner, renew=True)
@@ -322,32 +277,23 @@ class MemoryStore:
             return now + ttl
 
     async def release(self, task_id: str, token: int) -> None:
-        """Give the lease up."""
         async with self._lock:
             rec = self._task(task_id)
             rules.check_lease(task_id, token, rec.fencing_token, rec.lease_owner, renew=False)
             self._tasks[task_id] = dataclasses.replace(rec, lease_owner=None, lease_expiry=None)
 
     async def put_blob(self, data: bytes) -> str:
-        """Store bytes under their content address."""
-        ref = blob_hash(data)
+        ref = b.blob_hash(data)
         self._blobs.setdefault(ref, bytes(data))
         return ref
 
     async def get_blob(self, ref: str) -> bytes:
-        """Bytes by content address."""
         return self._blobs[ref]
 
     async def get_ops(
-        self,
-        task_id: str,
-        statuses: Collection[str] | None = None,
-        *,
-        op_ids: Collection[str] | None = None,
-        round: int | None = None,
-        tools: Collection[str] | None = None,
+        self, task_id: str, statuses: Collection[str] | None = None, **filters: Unpack[b.OpFilters]
     ) -> list[OpRecord]:
-        """The op journal of a task, optionally filtered."""
+        op_ids, tools, round = filters.get("op_ids"), filters.get("tools"), filters.get("round")
         if any(f is not None and not f for f in (statuses, op_ids, tools)):
             return []
         ops = [
@@ -365,7 +311,6 @@ class MemoryStore:
     async def get_artifacts(
         self, task_id: str, *, artifact_ids: Collection[str] | None = None
     ) -> list[ArtifactRecord]:
-        """A task's artifacts, oldest first (only `artifact_ids`, if given)."""
         if artifact_ids is not None and not artifact_ids:
             return []
         arts = [
@@ -377,18 +322,12 @@ class MemoryStore:
         return arts
 
     async def search_artifacts(
-        self,
-        task_id: str,
-        query: str,
-        *,
-        kinds: Collection[str] | None = None,
-        limit: int = 10,
-        include_invalid: bool = False,
-    ) -> list[ArtifactHit]:
-        """A task's artifacts ranked by relevance to `query` (see `Store`)."""
-        words = search.terms(query)
+        self, task_id: str, query: str, **options: Unpack[b.SearchOptions]
+    ) -> list[b.ArtifactHit]:
+        words, kinds = search.terms(query), options.get("kinds")
         if not words or (kinds is not None and not kinds):
             return []
+        include_invalid = options.get("include_invalid", False)
         hits = []
         for art in self._artifacts.values():
             text = self._texts.get(art.artifact_id)
@@ -398,24 +337,21 @@ class MemoryStore:
                 continue
             score = search.score(text, words)
             if score > 0:
-                hits.append(ArtifactHit(art, score, search.excerpt(text, words)))
+                hits.append(b.ArtifactHit(art, score, search.excerpt(text, words)))
         hits.sort(key=lambda h: (-h.score, h.artifact.created_at, h.artifact.artifact_id))
-        return hits[: search.bounded(limit)]
+        return hits[: search.bounded(options.get("limit", 10))]
 
     async def get_approvals(
         self, task_id: str, statuses: Collection[str] | None = None
     ) -> list[ApprovalRecord]:
-        """A task's approval requests, oldest first."""
         out = [a for a in self._approvals.values() if a.task_id == task_id]
         out.sort(key=lambda a: (a.created_at, a.request_id))
         return [a for a in out if statuses is None or a.status in statuses]
 
     async def get_artifact(self, artifact_id: str) -> ArtifactRecord:
-        """One artifact."""
         return self._artifacts[artifact_id]
 
-    async def update_shared(self, key: str, fn: SharedUpdate[T]) -> T:
-        """Read-modify-write the shared document `key` atomically (see `Store`)."""
+    async def update_shared(self, key: str, fn: b.SharedUpdate[T]) -> T:
         async with self._lock:
             old = self._shared.get(key)
             doc, value = fn(None if old is None else _copy(old), self.clock.now())
@@ -426,7 +362,6 @@ class MemoryStore:
             return value
 
     async def get_shared(self, key: str) -> dict[str, Any] | None:
-        """The shared document `key`, or None if absent."""
         doc = self._shared.get(key)
         return None if doc is None else _copy(doc)
 

@@ -79,11 +79,9 @@ from tether.store._sql import (
 from tether.store._sql import _dumps_no_nul as _dumps
 from tether.store.base import (
     SCHEMA_VERSION,
-    ApprovalRecord,
     ArtifactRecord,
+    Commit,
     CommitResult,
-    LedgerWrite,
-    OpRecord,
     SharedUpdate,
     TaskPatch,
 )
@@ -422,32 +420,17 @@ class PostgresStore(SqlStore):
 
     # --- the one write path: one statement, one round trip ------------------------------
 
-    def _commit_sync(
-        self,
-        task_id: str,
-        token: int | None,
-        items: Sequence[ev.Event],
-        task: TaskPatch | None,
-        ledger: LedgerWrite | None,
-        ops: Sequence[OpRecord],
-        artifacts: Sequence[ArtifactRecord],
-        approvals: Sequence[ApprovalRecord] = (),
-        blobs: Sequence[bytes] = (),
-    ) -> CommitResult:
+    def _commit_sync(self, c: Commit) -> CommitResult:
         """The whole commit as ONE statement (its own transaction): the task row is
         locked, the rules' condition is its WHERE, and every write hangs off the guarded row,
         so a refused commit writes nothing. The condition's verdict on the returned row
         names the refusal."""
         now = self.clock.now()
-        cond = rules.CommitCondition.of(task_id, token, task, ledger)
-        if approvals or rules.closes_requests(task):
-            return self._commit_requests(
-                cond, task, ledger, items, ops, artifacts, approvals, blobs, now
-            )
-        texts = self._artifact_texts(artifacts, blobs)
-        query, params = self._commit_statement(
-            cond, task, ledger, items, ops, artifacts, approvals, blobs, now, texts
-        )
+        cond = rules.CommitCondition.of(c.task_id, c.token, c.task, c.ledger)
+        if c.approvals or rules.closes_requests(c.task):
+            return self._commit_requests(cond, c, now)
+        texts = self._artifact_texts(c.artifacts, c.blobs)
+        query, params = self._commit_statement(cond, c, now, texts)
         with self._translated() as conn:
             failpoints.hit("during_commit")
             # Not in a pipeline: the statement goes out with its Sync, so the server
@@ -456,21 +439,10 @@ class PostgresStore(SqlStore):
             # server timeout ends that state).
             row = conn.execute(query, params).fetchone()
         if row is None:
-            raise errors.TaskNotFound(task_id)
-        return self._commit_result(cond, row, len(items))
+            raise errors.TaskNotFound(c.task_id)
+        return self._commit_result(cond, row, len(c.events))
 
-    def _commit_requests(
-        self,
-        cond: rules.CommitCondition,
-        task: TaskPatch | None,
-        ledger: LedgerWrite | None,
-        items: Sequence[ev.Event],
-        ops: Sequence[OpRecord],
-        artifacts: Sequence[ArtifactRecord],
-        approvals: Sequence[ApprovalRecord],
-        blobs: Sequence[bytes],
-        now: float,
-    ) -> CommitResult:
+    def _commit_requests(self, cond: rules.CommitCondition, c: Commit, now: float) -> CommitResult:
         """A commit that writes requests or ends the task, in two round trips (as
         `update_shared`): BEGIN, the task row locked and the task's requests and waiting
         ops read (pipelined) — after the lock, so they are the latest, where one
@@ -479,9 +451,7 @@ class PostgresStore(SqlStore):
         and COMMIT (pipelined; a statement its condition refused wrote nothing, so the
         COMMIT commits nothing). Rare: a request asked, decided or closed, a task's end."""
         if not _has_pipeline():  # pragma: no cover - a libpq older than 14
-            return super()._commit_sync(
-                cond.task_id, cond.token, items, task, ledger, ops, artifacts, approvals, blobs
-            )
+            return super()._commit_sync(c)
         from psycopg import pq
 
         with self._translated() as conn:
@@ -516,12 +486,11 @@ class PostgresStore(SqlStore):
                     stored = [self._approval_row(r) for r in cur_reqs.fetchall()]
                     status = {r["op_id"]: r["status"] for r in cur_ops.fetchall()}
                     items, approvals = rules.settle_requests(
-                        cond.task_id, task, items, approvals, stored, status, now
+                        cond.task_id, c.task, c.events, c.approvals, stored, status, now
                     )
-                    texts = self._artifact_texts(artifacts, blobs)
-                    query, params = self._commit_statement(
-                        cond, task, ledger, items, ops, artifacts, approvals, blobs, now, texts
-                    )
+                    c = dataclasses.replace(c, events=items, approvals=approvals)
+                    texts = self._artifact_texts(c.artifacts, c.blobs)
+                    query, params = self._commit_statement(cond, c, now, texts)
                     cur = conn.execute(query, params)
                     conn.execute("COMMIT")
                 row = cur.fetchone()  # the pipeline's end sent the Sync
@@ -529,7 +498,7 @@ class PostgresStore(SqlStore):
             finally:
                 if not done and conn.info.transaction_status != pq.TransactionStatus.IDLE:
                     conn.rollback()
-        return self._commit_result(cond, row, len(items))
+        return self._commit_result(cond, row, len(c.events))
 
     def _commit_result(self, cond: rules.CommitCondition, row: Any, n_items: int) -> CommitResult:
         """The commit statement's returned row read by the condition: the refusal it names,
@@ -544,16 +513,12 @@ class PostgresStore(SqlStore):
     def _commit_statement(
         self,
         cond: rules.CommitCondition,
-        task: TaskPatch | None,
-        ledger: LedgerWrite | None,
-        items: Sequence[ev.Event],
-        ops: Sequence[OpRecord],
-        artifacts: Sequence[ArtifactRecord],
-        approvals: Sequence[ApprovalRecord],
-        blobs: Sequence[bytes],
+        c: Commit,
         now: float,
         texts: Sequence[Mapping[str, Any]] = (),
     ) -> tuple[str, dict[str, Any]]:
+        task, ledger, items, ops = c.task, c.ledger, c.events, c.ops
+        artifacts, approvals, blobs = c.artifacts, c.approvals, c.blobs
         params: dict[str, Any] = {"id": cond.task_id, "now": now, "tok": cond.token}
         conds = []
         if cond.token is not None:

@@ -1,53 +1,24 @@
 """What `ops` needs from the run besides its host (`run.ports.OpsHost`): the few store
-reads it makes, the environment every tool call of the run is given, and the
-bookkeeping the parts of one round's acting share.
+reads it makes (`OpsStore`, declared with the store: `store.base.OpsStore`), the
+environment every tool call of the run is given, and the bookkeeping the parts of one
+round's acting share.
 
 This module imports nothing of the runtime, so the run's ports may name it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from tether import events as ev
 from tether.clock import Clock
-from tether.store.base import ApprovalRecord, OpRecord, StoredEvent
+from tether.store.base import OpsStore
 from tether.tools.breaker import Guard
 
-
-class OpsStore(Protocol):
-    """The store reads of `ops` (every write goes through the host's `commit`)."""
-
-    async def get_ops(
-        self,
-        task_id: str,
-        statuses: Collection[str] | None = None,
-        *,
-        op_ids: Collection[str] | None = None,
-        round: int | None = None,
-        tools: Collection[str] | None = None,
-    ) -> list[OpRecord]:
-        """The task's op journal, filtered."""
-        ...
-
-    async def get_approvals(
-        self, task_id: str, statuses: Collection[str] | None = None
-    ) -> list[ApprovalRecord]:
-        """The task's approval requests, oldest first."""
-        ...
-
-    async def read_events(
-        self,
-        task_id: str,
-        after: int = 0,
-        limit: int | None = None,
-        types: Collection[str] | None = None,
-    ) -> list[StoredEvent]:
-        """The task's events after `after`, in order."""
-        ...
+__all__ = ["OpsStore", "RoundOps", "ToolEnv"]
 
 
 @dataclass(frozen=True)

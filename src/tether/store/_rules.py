@@ -164,6 +164,19 @@ class CommitCondition:
         )
 
 
+#: The `TaskPatch` fields (besides `status`, which brings `stop_reason`) by the value
+#: that leaves the column as it is.
+_PATCH_UNCHANGED: dict[str, Any] = {
+    "version": None,
+    "current_milestone": UNSET,
+    "waiting": UNSET,
+    "usage": None,
+    "cancel_requested": None,
+    "wake_at": UNSET,
+    "spec": None,
+}
+
+
 def task_changes(patch: TaskPatch | None, token: int | None, now: float) -> dict[str, Any]:
     """Task column -> new value for a commit (Python values; the store encodes JSON and
     booleans). Always `updated_at`; `heartbeat_at` only when the lease holder commits.
@@ -173,20 +186,10 @@ def task_changes(patch: TaskPatch | None, token: int | None, now: float) -> dict
         if patch.status is not None:
             changes["status"] = patch.status
             changes["stop_reason"] = patch.stop_reason
-        if patch.version is not None:
-            changes["version"] = patch.version
-        if patch.current_milestone is not UNSET:
-            changes["current_milestone"] = patch.current_milestone
-        if patch.waiting is not UNSET:
-            changes["waiting"] = patch.waiting
-        if patch.usage is not None:
-            changes["usage"] = patch.usage
-        if patch.cancel_requested is not None:
-            changes["cancel_requested"] = patch.cancel_requested
-        if patch.wake_at is not UNSET:
-            changes["wake_at"] = patch.wake_at
-        if patch.spec is not None:
-            changes["spec"] = patch.spec
+        for name, unchanged in _PATCH_UNCHANGED.items():
+            value = getattr(patch, name)
+            if value is not unchanged:
+                changes[name] = value
     if token is not None:
         changes["heartbeat_at"] = now
     return changes

@@ -80,9 +80,17 @@ def _upsert(table: str, cols: str, key: str, mutable: Sequence[str]) -> str:
     )
 
 
-_OP_UPSERT = _upsert("ops", _OP_COLS, "op_id", (*rules.OP_OUTCOME, "updated_at"))
-_ARTIFACT_UPSERT = _upsert("artifacts", _ART_COLS, "artifact_id", rules.ARTIFACT_MUTABLE)
-_APPROVAL_UPSERT = _upsert("approvals", _APPROVAL_COLS, "request_id", rules.APPROVAL_MUTABLE)
+#: The tables of the records a commit upserts: key column and the columns the rules
+#: let change.
+RECORD_TABLES: dict[str, tuple[str, Sequence[str]]] = {
+    "ops": ("op_id", (*rules.OP_OUTCOME, "updated_at")),
+    "artifacts": ("artifact_id", rules.ARTIFACT_MUTABLE),
+    "approvals": ("request_id", rules.APPROVAL_MUTABLE),
+}
+_UPSERTS = {
+    table: _upsert(table, cols, *RECORD_TABLES[table])
+    for table, cols in (("ops", _OP_COLS), ("artifacts", _ART_COLS), ("approvals", _APPROVAL_COLS))
+}
 _BLOB_INSERT = (
     "INSERT INTO blobs (hash, size, data, created_at) VALUES (:h, :s, :d, :t)"
     " ON CONFLICT (hash) DO NOTHING"
@@ -94,16 +102,21 @@ def _nothing(*filters: Collection[Any] | None) -> bool:
     return any(f is not None and not f for f in filters)
 
 
-def _op_id(op: OpRecord) -> str:
-    return op.op_id
-
-
-def _artifact_id(art: ArtifactRecord) -> str:
-    return art.artifact_id
-
-
-def _request_id(appr: ApprovalRecord) -> str:
-    return appr.request_id
+def record_writes(c: b.Commit, now: float) -> Iterator[tuple[str, list[Any]]]:
+    """`(table, records)` for each record table a commit writes (`RECORD_TABLES`), its
+    records of one id merged into one by the rules."""
+    if c.ops:
+        yield "ops", rules.collapse(c.ops, lambda o: o.op_id, rules.merge_op, now)
+    if c.artifacts:
+        yield (
+            "artifacts",
+            rules.collapse(c.artifacts, lambda a: a.artifact_id, rules.merge_artifact, now),
+        )
+    if c.approvals:
+        yield (
+            "approvals",
+            rules.collapse(c.approvals, lambda a: a.request_id, rules.merge_approval, now),
+        )
 
 
 #: A JSON `\u0000` escape (not an escaped backslash followed by `u0000`).
@@ -711,27 +724,17 @@ class SqlStore(b.Store):
     def _write_records(self, conn: Any, c: b.Commit, now: float) -> None:
         """Upsert a commit's ops, artifacts and approvals and add its blobs, one
         `executemany` per table."""
-        ops, artifacts, approvals, blobs = c.ops, c.artifacts, c.approvals, c.blobs
-        if ops:
-            self._xmany(
-                conn,
-                _OP_UPSERT,
-                [self._params(o) for o in rules.collapse(ops, _op_id, rules.merge_op, now)],
-            )
-        if artifacts:
-            arts = rules.collapse(artifacts, _artifact_id, rules.merge_artifact, now)
-            self._xmany(conn, _ARTIFACT_UPSERT, [self._params(a) for a in arts])
-            self._index_artifacts(conn, arts, blobs)
-        if approvals:
-            apprs = rules.collapse(approvals, _request_id, rules.merge_approval, now)
-            self._xmany(conn, _APPROVAL_UPSERT, [self._params(a) for a in apprs])
-        if blobs:
+        for table, records in record_writes(c, now):
+            self._xmany(conn, _UPSERTS[table], [self._params(r) for r in records])
+            if table == "artifacts":
+                self._index_artifacts(conn, records, c.blobs)
+        if c.blobs:
             self._xmany(
                 conn,
                 _BLOB_INSERT,
                 [
                     {"h": h, "s": len(d), "d": d, "t": now}
-                    for h, d in rules.unique_blobs(blobs).items()
+                    for h, d in rules.unique_blobs(c.blobs).items()
                 ],
             )
 
@@ -782,11 +785,7 @@ class SqlStore(b.Store):
         return row
 
     async def commit(
-        self,
-        task_id: str,
-        token: int | None,
-        events: Sequence[ev.Event],
-        **parts: Unpack[b.CommitParts],
+        self, task_id: str, token: int | None, events: b.Events, **parts: Unpack[b.CommitParts]
     ) -> b.CommitResult:
         return await self._run(self._commit_sync, b.Commit(task_id, token, events, **parts))
 
@@ -964,8 +963,8 @@ class SqlStore(b.Store):
     async def get_blob(self, ref: str) -> bytes:
         return await self._run(self._get_blob_sync, ref)
 
-    @staticmethod
     def _in(
+        self,
         params: dict[str, Any],
         column: str,
         prefix: str,
@@ -973,11 +972,18 @@ class SqlStore(b.Store):
         *,
         negate: bool = False,
     ) -> str:
+        """` AND column IN values` (`NOT IN` with `negate`), the values bound in `params`
+        under names that start with `prefix`."""
+        return f" AND {'NOT ' if negate else ''}({column} {self._member(params, prefix, values)})"
+
+    @staticmethod
+    def _member(params: dict[str, Any], prefix: str, values: Collection[Any]) -> str:
+        """`IN (...)` of `values`, bound in `params` (the dialect's way)."""
         names = []
         for n, v in enumerate(sorted(values)):
             params[f"{prefix}{n}"] = v
             names.append(f":{prefix}{n}")
-        return f" AND {column} {'NOT IN' if negate else 'IN'} ({', '.join(names)})"
+        return f"IN ({', '.join(names)})"
 
     def _get_ops_sync(
         self,

@@ -31,6 +31,7 @@ from typing import (
     Any,
     NotRequired,
     Protocol,
+    TypeAlias,
     TypedDict,
     TypeVar,
     Unpack,
@@ -47,6 +48,9 @@ T = TypeVar("T")
 
 #: `fn(document or None, now) -> (new document or None, value)` for `update_shared`.
 SharedUpdate = Callable[[dict[str, Any] | None, float], tuple[dict[str, Any] | None, T]]
+
+#: A commit's events (`Store.commit`).
+Events: TypeAlias = "Sequence[ev.Event]"
 
 #: Highest schema version this tether understands (one per migration file).
 SCHEMA_VERSION = 6
@@ -385,11 +389,7 @@ class Store(OpsStore, Protocol):
         ...
 
     async def commit(
-        self,
-        task_id: str,
-        token: int | None,
-        events: Sequence[ev.Event],
-        **parts: Unpack[CommitParts],
+        self, task_id: str, token: int | None, events: Events, **parts: Unpack[CommitParts]
     ) -> CommitResult:
         """Append events and update projections (`parts`) atomically.
 

@@ -11,7 +11,7 @@ import asyncio
 import copy
 import dataclasses
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from typing import Any, TypeVar, Unpack
 
 from tether import errors, lifecycle
@@ -133,11 +133,7 @@ class MemoryStore(b.Store):
         return self._ledgers[task_id]
 
     async def commit(
-        self,
-        task_id: str,
-        token: int | None,
-        events: Sequence[ev.Event],
-        **parts: Unpack[b.CommitParts],
+        self, task_id: str, token: int | None, events: b.Events, **parts: Unpack[b.CommitParts]
     ) -> b.CommitResult:
         c = b.Commit(task_id, token, events, **parts)
         task, ledger, approvals = c.task, c.ledger, c.approvals

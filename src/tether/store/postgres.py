@@ -71,10 +71,9 @@ from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store._sql import (
     _ART_COLS_A,
+    RECORD_TABLES,
     SqlStore,
-    _artifact_id,
-    _op_id,
-    _request_id,
+    record_writes,
 )
 from tether.store._sql import _dumps_no_nul as _dumps
 from tether.store.base import (
@@ -144,6 +143,8 @@ _APPROVAL_RECORD = (
     "request_id text, task_id text, op_id text, status text, request jsonb, decision jsonb,"
     " decided_by text, created_at float8, decided_at float8"
 )
+#: The JSON records of each table a commit upserts.
+_RECORDS = {"ops": _OP_RECORD, "artifacts": _ARTIFACT_RECORD, "approvals": _APPROVAL_RECORD}
 
 
 def _recordset_upsert(table: str, record: str, key: str, mutable: Sequence[str]) -> str:
@@ -404,19 +405,10 @@ class PostgresStore(SqlStore):
         return value
 
     @staticmethod
-    def _in(
-        params: dict[str, Any],
-        column: str,
-        prefix: str,
-        values: Collection[Any],
-        *,
-        negate: bool = False,
-    ) -> str:
+    def _member(params: dict[str, Any], prefix: str, values: Collection[Any]) -> str:
         # One parameter for any number of values: one statement text, prepared once.
         params[prefix] = sorted(values)
-        if negate:
-            return f" AND NOT ({column} = ANY(:{prefix}))"
-        return f" AND {column} = ANY(:{prefix})"
+        return f"= ANY(:{prefix})"
 
     # --- the one write path: one statement, one round trip ------------------------------
 
@@ -517,8 +509,7 @@ class PostgresStore(SqlStore):
         now: float,
         texts: Sequence[Mapping[str, Any]] = (),
     ) -> tuple[str, dict[str, Any]]:
-        task, ledger, items, ops = c.task, c.ledger, c.events, c.ops
-        artifacts, approvals, blobs = c.artifacts, c.approvals, c.blobs
+        task, ledger, items, blobs = c.task, c.ledger, c.events, c.blobs
         params: dict[str, Any] = {"id": cond.task_id, "now": now, "tok": cond.token}
         conds = []
         if cond.token is not None:
@@ -566,21 +557,9 @@ class PostgresStore(SqlStore):
                 " :tok::bigint, :now FROM go, jsonb_to_recordset(:events::jsonb)"
                 " AS r(n int, type text, sv int, data jsonb))"
             )
-        if ops:
-            params["ops"] = _dumps(
-                [dataclasses.asdict(o) for o in rules.collapse(ops, _op_id, rules.merge_op, now)]
-            )
-            ctes.append(
-                _recordset_upsert("ops", _OP_RECORD, "op_id", (*rules.OP_OUTCOME, "updated_at"))
-            )
-        if artifacts:
-            arts = rules.collapse(artifacts, _artifact_id, rules.merge_artifact, now)
-            params["artifacts"] = _dumps([dataclasses.asdict(a) for a in arts])
-            ctes.append(
-                _recordset_upsert(
-                    "artifacts", _ARTIFACT_RECORD, "artifact_id", rules.ARTIFACT_MUTABLE
-                )
-            )
+        for table, records in record_writes(c, now):
+            params[table] = _dumps([dataclasses.asdict(r) for r in records])
+            ctes.append(_recordset_upsert(table, _RECORDS[table], *RECORD_TABLES[table]))
         if texts:
             # The search index of the new artifacts, in the same statement (an artifact
             # indexed already keeps its row: its blob, hence its text, never changes).
@@ -598,14 +577,6 @@ class PostgresStore(SqlStore):
                 " jsonb_to_recordset(:texts::jsonb) AS r(artifact_id text, task_id text,"
                 " name text, blob_hash text, body text)) t WHERE body <> ''"
                 " ON CONFLICT (artifact_id) DO NOTHING)"
-            )
-        if approvals:
-            apprs = rules.collapse(approvals, _request_id, rules.merge_approval, now)
-            params["approvals"] = _dumps([dataclasses.asdict(a) for a in apprs])
-            ctes.append(
-                _recordset_upsert(
-                    "approvals", _APPROVAL_RECORD, "request_id", rules.APPROVAL_MUTABLE
-                )
             )
         if blobs:
             unique = rules.unique_blobs(blobs)

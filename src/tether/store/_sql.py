@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # the event models load where a commit encodes them, not to r
     from tether import events as ev
 
 T = TypeVar("T")
+R = TypeVar("R")
 Row = Mapping[str, Any]
 
 _TASK_COLS = (
@@ -100,6 +101,27 @@ _BLOB_INSERT = (
 def _nothing(*filters: Collection[Any] | None) -> bool:
     """True if a filter is given and empty, so that no row can match."""
     return any(f is not None and not f for f in filters)
+
+
+def _reading(cls: type[Any]) -> tuple[tuple[str, str], ...]:
+    """`(field, how its column is read)` for a record dataclass, by the field's annotation:
+    `int`, `bool`, a JSON document (`dict`, `{}` when NULL; an optional one may be None),
+    a JSON list read as a tuple, or the value as the database gives it."""
+    ways = {
+        "int": "int",
+        "bool": "bool",
+        "dict[str, Any]": "json_or_empty",
+        "dict[str, Any] | None": "json",
+        "tuple[str, ...]": "tuple",
+    }
+    got = _READINGS.get(cls)
+    if got is None:
+        got = tuple((f.name, ways.get(str(f.type), "raw")) for f in dataclasses.fields(cls))
+        _READINGS[cls] = got
+    return got
+
+
+_READINGS: dict[type[Any], tuple[tuple[str, str], ...]] = {}
 
 
 def record_writes(c: b.Commit, now: float) -> Iterator[tuple[str, list[Any]]]:
@@ -207,64 +229,24 @@ class SqlStore(b.Store):
         if rows:
             conn.executemany(self._sql(query), rows)
 
-    def _task(self, row: Row) -> TaskRecord:
-        return TaskRecord(
-            task_id=row["task_id"],
-            name=row["name"],
-            status=row["status"],
-            stop_reason=row["stop_reason"],
-            version=int(row["version"]),
-            current_milestone=row["current_milestone"],
-            spec=self._json_out(row["spec"]),
-            workspace=row["workspace"],
-            waiting=self._json_out(row["waiting"]),
-            usage=self._json_out(row["usage"]) or {},
-            cancel_requested=bool(row["cancel_requested"]),
-            wake_at=row["wake_at"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-            heartbeat_at=row["heartbeat_at"],
-            lease_owner=row["lease_owner"],
-            lease_expiry=row["lease_expiry"],
-            fencing_token=int(row["fencing_token"]),
-            last_seq=int(row["last_seq"]),
-        )
-
-    def _op(self, row: Row) -> OpRecord:
-        return OpRecord(
-            op_id=row["op_id"],
-            task_id=row["task_id"],
-            round=int(row["round"]),
-            call_index=int(row["call_index"]),
-            tool=row["tool"],
-            args=self._json_out(row["args"]),
-            args_hash=row["args_hash"],
-            effect=row["effect"],
-            status=row["status"],
-            attempts=int(row["attempts"]),
-            next_attempt_at=row["next_attempt_at"],
-            result=self._json_out(row["result"]),
-            error=self._json_out(row["error"]),
-            task_version=int(row["task_version"]),
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-        )
-
-    def _artifact(self, row: Row) -> ArtifactRecord:
-        return ArtifactRecord(
-            artifact_id=row["artifact_id"],
-            task_id=row["task_id"],
-            kind=row["kind"],
-            name=row["name"],
-            blob_hash=row["blob_hash"],
-            size=int(row["size"]),
-            source=row["source"],
-            task_version=int(row["task_version"]),
-            deps=tuple(self._json_out(row["deps"]) or ()),
-            valid=bool(row["valid"]),
-            meta=self._json_out(row["meta"]) or {},
-            created_at=row["created_at"],
-        )
+    def _record(self, cls: type[R], row: Row) -> R:
+        """A record from its row: each field from the column of its name, read as its
+        annotation says (`_reading`)."""
+        values = {}
+        for name, how in _reading(cls):
+            value = row[name]
+            if how == "int":
+                value = int(value)
+            elif how == "bool":
+                value = bool(value)
+            elif how == "json":
+                value = self._json_out(value)
+            elif how == "json_or_empty":
+                value = self._json_out(value) or {}
+            elif how == "tuple":
+                value = tuple(self._json_out(value) or ())
+            values[name] = value
+        return cls(**values)
 
     def _insert_events(
         self,
@@ -450,7 +432,7 @@ class SqlStore(b.Store):
             )
             self._insert_events(conn, task_id, 1, items, 1, None, now)
             row = self._x(conn, f"{_TASK_SELECT} WHERE t.task_id = :id", {"id": task_id}).fetchone()
-            return self._task(row)
+            return self._record(TaskRecord, row)
 
     async def create_task(self, **new: Unpack[b.NewTask]) -> TaskRecord:
         return await self._run(
@@ -468,7 +450,7 @@ class SqlStore(b.Store):
             row = self._x(conn, f"{_TASK_SELECT} WHERE t.task_id = :id", {"id": task_id}).fetchone()
         if row is None:
             raise errors.TaskNotFound(task_id)
-        return self._task(row)
+        return self._record(TaskRecord, row)
 
     async def get_task(self, task_id: str) -> TaskRecord:
         return await self._run(self._get_task_sync, task_id)
@@ -503,7 +485,7 @@ class SqlStore(b.Store):
                 f"{_TASK_SELECT} {where} ORDER BY t.created_at DESC, t.task_id LIMIT :limit",
                 params,
             ).fetchall()
-        return [self._task(r) for r in rows]
+        return [self._record(TaskRecord, r) for r in rows]
 
     async def list_tasks(
         self, statuses: Collection[str] | None = None, limit: int = 100
@@ -541,19 +523,7 @@ class SqlStore(b.Store):
         if not any(r["seq"] is None for r in rows):
             raise errors.TaskNotFound(task_id)
         rows = sorted((r for r in rows if r["seq"] is not None), key=lambda r: int(r["seq"]))
-        return [
-            b.StoredEvent(
-                task_id=r["task_id"],
-                seq=int(r["seq"]),
-                type=r["type"],
-                schema_version=int(r["schema_version"]),
-                data=self._json_out(r["data"]),
-                task_version=int(r["task_version"]),
-                fencing_token=r["fencing_token"],
-                at=r["at"],
-            )
-            for r in rows
-        ]
+        return [self._record(b.StoredEvent, r) for r in rows]
 
     async def read_events(
         self, task_id: str, after: int = 0, **filters: Unpack[b.EventFilters]
@@ -675,7 +645,7 @@ class SqlStore(b.Store):
             " ORDER BY created_at, request_id",
             {"id": task_id},
         ).fetchall()
-        return [self._approval_row(r) for r in rows]
+        return [self._record(ApprovalRecord, r) for r in rows]
 
     def _op_statuses(self, conn: Any, op_ids: Collection[str]) -> dict[str, str]:
         if not op_ids:
@@ -684,19 +654,6 @@ class SqlStore(b.Store):
         where = self._in(params, "op_id", "o", op_ids)
         rows = self._x(conn, f"SELECT op_id, status FROM ops WHERE TRUE{where}", params)
         return {r["op_id"]: r["status"] for r in rows.fetchall()}
-
-    def _approval_row(self, r: Row) -> ApprovalRecord:
-        return ApprovalRecord(
-            request_id=r["request_id"],
-            task_id=r["task_id"],
-            status=r["status"],
-            request=self._json_out(r["request"]),
-            op_id=r["op_id"],
-            decision=self._json_out(r["decision"]),
-            decided_by=r["decided_by"],
-            created_at=r["created_at"],
-            decided_at=r["decided_at"],
-        )
 
     @staticmethod
     def _state(row: Row) -> rules.TaskState:
@@ -1014,7 +971,7 @@ class SqlStore(b.Store):
             rows = self._x(
                 conn, f"SELECT {_OP_COLS} FROM ops WHERE {where} ORDER BY round, call_index", params
             ).fetchall()
-        return [self._op(r) for r in rows]
+        return [self._record(OpRecord, r) for r in rows]
 
     async def get_ops(
         self, task_id: str, statuses: Collection[str] | None = None, **filters: Unpack[b.OpFilters]
@@ -1041,7 +998,7 @@ class SqlStore(b.Store):
                 f"SELECT {_ART_COLS} FROM artifacts WHERE {where} ORDER BY created_at, artifact_id",
                 params,
             ).fetchall()
-        return [self._artifact(r) for r in rows]
+        return [self._record(ArtifactRecord, r) for r in rows]
 
     async def get_artifacts(
         self, task_id: str, *, artifact_ids: Collection[str] | None = None
@@ -1059,7 +1016,7 @@ class SqlStore(b.Store):
             ).fetchone()
         if row is None:
             raise KeyError(artifact_id)
-        return self._artifact(row)
+        return self._record(ArtifactRecord, row)
 
     async def get_artifact(self, artifact_id: str) -> ArtifactRecord:
         return await self._run(self._get_artifact_sync, artifact_id)
@@ -1093,7 +1050,9 @@ class SqlStore(b.Store):
         with self._auto() as conn:
             rows = self._x(conn, self._search_query(where), params).fetchall()
         return [
-            b.ArtifactHit(self._artifact(r), float(r["score"]), str(r["excerpt"] or ""))
+            b.ArtifactHit(
+                self._record(ArtifactRecord, r), float(r["score"]), str(r["excerpt"] or "")
+            )
             for r in rows
         ]
 

@@ -78,6 +78,7 @@ from tether.store._sql import (
 from tether.store._sql import _dumps_no_nul as _dumps
 from tether.store.base import (
     SCHEMA_VERSION,
+    ApprovalRecord,
     ArtifactRecord,
     Commit,
     CommitResult,
@@ -158,6 +159,23 @@ def _recordset_upsert(table: str, record: str, key: str, mutable: Sequence[str])
         f" jsonb_to_recordset(:{table}::jsonb) AS r({record})"
         f" ON CONFLICT ({key}) DO UPDATE SET {sets})"
     )
+
+
+@contextmanager
+def _begun(conn: Any) -> Iterator[Any]:
+    """`conn` in pipeline mode inside a BEGIN, for a transaction of a few pipelined round
+    trips (the body ends it with COMMIT; yields the pipeline, to `sync` within it). If
+    the body or the pipeline's end fails, the transaction is rolled back."""
+    from psycopg import pq
+
+    try:
+        with conn.pipeline() as pipe:
+            conn.execute("BEGIN")
+            yield pipe
+    except BaseException:
+        if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            conn.rollback()
+        raise
 
 
 def _redact(url: str) -> str:
@@ -370,38 +388,28 @@ class PostgresStore(SqlStore):
         document (pipelined), then the write and COMMIT (pipelined)."""
         if not _has_pipeline():  # pragma: no cover - a libpq older than 14
             return super()._update_shared_sync(key, fn)
-        from psycopg import pq
-
         now = self.clock.now()
-        with self._translated() as conn:
-            done = False
-            try:
-                with conn.pipeline() as pipe:
-                    conn.execute("BEGIN")
-                    # The row is created as JSON null ("absent") if missing, so there is
-                    # always a row to lock; DO UPDATE locks it and returns its value.
-                    cur = conn.execute(
-                        "INSERT INTO shared_state (key, value, updated_at)"
-                        " VALUES (%(k)s, 'null', %(now)s)"
-                        " ON CONFLICT (key) DO UPDATE SET key = excluded.key RETURNING value",
-                        {"k": key, "now": now},
-                    )
-                    pipe.sync()
-                    row = cur.fetchone()
-                    doc, value = fn(self._json_out(row["value"]), now)
-                    if doc is None:
-                        conn.execute("DELETE FROM shared_state WHERE key = %(k)s", {"k": key})
-                    else:
-                        conn.execute(
-                            "UPDATE shared_state SET value = %(v)s::jsonb, updated_at = %(now)s"
-                            " WHERE key = %(k)s",
-                            {"k": key, "v": _dumps(doc), "now": now},
-                        )
-                    conn.execute("COMMIT")
-                done = True
-            finally:
-                if not done and conn.info.transaction_status != pq.TransactionStatus.IDLE:
-                    conn.rollback()
+        with self._translated() as conn, _begun(conn) as pipe:
+            # The row is created as JSON null ("absent") if missing, so there is always a
+            # row to lock; DO UPDATE locks it and returns its value.
+            cur = conn.execute(
+                "INSERT INTO shared_state (key, value, updated_at)"
+                " VALUES (%(k)s, 'null', %(now)s)"
+                " ON CONFLICT (key) DO UPDATE SET key = excluded.key RETURNING value",
+                {"k": key, "now": now},
+            )
+            pipe.sync()
+            row = cur.fetchone()
+            doc, value = fn(self._json_out(row["value"]), now)
+            if doc is None:
+                conn.execute("DELETE FROM shared_state WHERE key = %(k)s", {"k": key})
+            else:
+                conn.execute(
+                    "UPDATE shared_state SET value = %(v)s::jsonb, updated_at = %(now)s"
+                    " WHERE key = %(k)s",
+                    {"k": key, "v": _dumps(doc), "now": now},
+                )
+            conn.execute("COMMIT")
         return value
 
     @staticmethod
@@ -444,52 +452,43 @@ class PostgresStore(SqlStore):
         COMMIT commits nothing). Rare: a request asked, decided or closed, a task's end."""
         if not _has_pipeline():  # pragma: no cover - a libpq older than 14
             return super()._commit_sync(c)
-        from psycopg import pq
-
         with self._translated() as conn:
             # As in the one-statement commit: the connection in hand, nothing sent or
             # locked yet (a process frozen here holds up no one).
             failpoints.hit("during_commit")
-            done = False
-            try:
-                with conn.pipeline() as pipe:
-                    conn.execute("BEGIN")
-                    cur_task = conn.execute(
-                        "SELECT status, version, fencing_token, last_seq, cancel_requested"
-                        " FROM tasks WHERE task_id = %(id)s FOR UPDATE",
-                        {"id": cond.task_id},
-                    )
-                    cur_reqs = conn.execute(
-                        "SELECT request_id, task_id, op_id, status, request, decision,"
-                        " decided_by, created_at, decided_at FROM approvals"
-                        " WHERE task_id = %(id)s ORDER BY created_at, request_id",
-                        {"id": cond.task_id},
-                    )
-                    cur_ops = conn.execute(
-                        "SELECT op_id, status FROM ops WHERE task_id = %(id)s"
-                        " AND status = 'awaiting_approval'",
-                        {"id": cond.task_id},
-                    )
-                    pipe.sync()
-                    row = cur_task.fetchone()
-                    if row is None:
-                        raise errors.TaskNotFound(cond.task_id)
-                    cond.check_task(self._state(row))
-                    stored = [self._approval_row(r) for r in cur_reqs.fetchall()]
-                    status = {r["op_id"]: r["status"] for r in cur_ops.fetchall()}
-                    items, approvals = rules.settle_requests(
-                        cond.task_id, c.task, c.events, c.approvals, stored, status, now
-                    )
-                    c = dataclasses.replace(c, events=items, approvals=approvals)
-                    texts = self._artifact_texts(c.artifacts, c.blobs)
-                    query, params = self._commit_statement(cond, c, now, texts)
-                    cur = conn.execute(query, params)
-                    conn.execute("COMMIT")
-                row = cur.fetchone()  # the pipeline's end sent the Sync
-                done = True
-            finally:
-                if not done and conn.info.transaction_status != pq.TransactionStatus.IDLE:
-                    conn.rollback()
+            with _begun(conn) as pipe:
+                cur_task = conn.execute(
+                    "SELECT status, version, fencing_token, last_seq, cancel_requested"
+                    " FROM tasks WHERE task_id = %(id)s FOR UPDATE",
+                    {"id": cond.task_id},
+                )
+                cur_reqs = conn.execute(
+                    "SELECT request_id, task_id, op_id, status, request, decision,"
+                    " decided_by, created_at, decided_at FROM approvals"
+                    " WHERE task_id = %(id)s ORDER BY created_at, request_id",
+                    {"id": cond.task_id},
+                )
+                cur_ops = conn.execute(
+                    "SELECT op_id, status FROM ops WHERE task_id = %(id)s"
+                    " AND status = 'awaiting_approval'",
+                    {"id": cond.task_id},
+                )
+                pipe.sync()
+                row = cur_task.fetchone()
+                if row is None:
+                    raise errors.TaskNotFound(cond.task_id)
+                cond.check_task(self._state(row))
+                stored = [self._record(ApprovalRecord, r) for r in cur_reqs.fetchall()]
+                status = {r["op_id"]: r["status"] for r in cur_ops.fetchall()}
+                items, approvals = rules.settle_requests(
+                    cond.task_id, c.task, c.events, c.approvals, stored, status, now
+                )
+                c = dataclasses.replace(c, events=items, approvals=approvals)
+                texts = self._artifact_texts(c.artifacts, c.blobs)
+                query, params = self._commit_statement(cond, c, now, texts)
+                cur = conn.execute(query, params)
+                conn.execute("COMMIT")
+            row = cur.fetchone()  # the end of `_begun`'s pipeline sent the Sync
         return self._commit_result(cond, row, len(c.events))
 
     def _commit_result(self, cond: rules.CommitCondition, row: Any, n_items: int) -> CommitResult:

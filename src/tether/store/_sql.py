@@ -178,6 +178,8 @@ class SqlStore(b.Store):
     FOR_UPDATE = ""
     #: Suffix for the claim query so that concurrent claimers skip each other's rows.
     SKIP_LOCKED = ""
+    #: The names (`name`) of the tables in the store's database (schema).
+    TABLES = ""
 
     def __init__(self, url: str, clock: Clock | None = None) -> None:
         self.url = url
@@ -215,7 +217,7 @@ class SqlStore(b.Store):
         """Serialize concurrent migrators (the SQLite write lock already does)."""
 
     def _existing_tables(self, conn: Any) -> set[str]:
-        raise NotImplementedError
+        return {r["name"] for r in conn.execute(self.TABLES).fetchall()}
 
     def _run_script(self, conn: Any, sql: str) -> None:
         raise NotImplementedError
@@ -472,13 +474,7 @@ class SqlStore(b.Store):
 
     def _list_tasks_sync(self, statuses: Collection[str] | None, limit: int) -> list[TaskRecord]:
         params: dict[str, Any] = {"limit": limit}
-        where = ""
-        if statuses:
-            names = []
-            for n, s in enumerate(sorted(statuses)):
-                params[f"s{n}"] = s
-                names.append(f":s{n}")
-            where = f"WHERE t.status IN ({', '.join(names)})"
+        where = "WHERE TRUE" + self._in(params, "t.status", "s", statuses) if statuses else ""
         with self._auto() as conn:
             rows = self._x(
                 conn,

@@ -224,6 +224,10 @@ class PostgresStore(SqlStore):
     dialect = "postgres"
     FOR_UPDATE = " FOR UPDATE"
     SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
+    TABLES = (
+        "SELECT table_name AS name FROM information_schema.tables"
+        " WHERE table_schema = current_schema()"
+    )
 
     def __init__(self, url: str, *, clock: Clock | None = None, max_size: int = 8) -> None:
         super().__init__(_redact(url), clock)
@@ -683,12 +687,6 @@ class PostgresStore(SqlStore):
         # Another process may be migrating: wait for it longer than for a task's lock.
         conn.execute("SET LOCAL lock_timeout = '120s'")
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-
-    def _existing_tables(self, conn: Any) -> set[str]:
-        rows = conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
-        ).fetchall()
-        return {r["table_name"] for r in rows}
 
     def _run_script(self, conn: Any, sql: str) -> None:
         conn.execute(sql)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 from tether import errors
 from tether.clock import Clock
@@ -80,28 +80,33 @@ def _check_path(p: Path, create: bool) -> None:
             raise errors.StoreConfigError(f"cannot create the folder {p.parent}: {exc}") from exc
 
 
+class SQLiteOptions(TypedDict, total=False):
+    """How `SQLiteStore` opens its file: the `synchronous` level (FULL), the store's
+    clock, how long a write waits for another process's lock (`busy_timeout_ms`), and
+    `read_only` (see the module)."""
+
+    synchronous: Synchronous
+    clock: Clock | None
+    busy_timeout_ms: int
+    read_only: bool
+
+
 class SQLiteStore(SqlStore):
     """The embedded default store."""
 
     dialect = "sqlite"
+    TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
 
-    def __init__(
-        self,
-        path: str | Path,
-        *,
-        synchronous: Synchronous = "FULL",
-        clock: Clock | None = None,
-        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
-        read_only: bool = False,
-    ) -> None:
+    def __init__(self, path: str | Path, **options: Unpack[SQLiteOptions]) -> None:
         from tether.store._sqlite_level import sqlite_synchronous
 
         self.path = str(path)
-        self.synchronous: Synchronous = sqlite_synchronous(synchronous)  # type: ignore[assignment]
+        level = sqlite_synchronous(options.get("synchronous", "FULL"))
+        self.synchronous: Synchronous = level  # type: ignore[assignment]
         query = "" if self.synchronous == "FULL" else f"?synchronous={self.synchronous.lower()}"
-        super().__init__(f"sqlite:///{self.path}{query}", clock)
-        self.busy_timeout_ms = busy_timeout_ms
-        self.read_only = read_only
+        super().__init__(f"sqlite:///{self.path}{query}", options.get("clock"))
+        self.busy_timeout_ms = options.get("busy_timeout_ms", DEFAULT_BUSY_TIMEOUT_MS)
+        self.read_only = options.get("read_only", False)
         # One thread owns the connection; sqlite3 connections are not thread-safe.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-sqlite")
         self._conn: sqlite3.Connection | None = None
@@ -111,29 +116,22 @@ class SQLiteStore(SqlStore):
         cls,
         path: str | Path,
         *,
-        synchronous: Synchronous = "FULL",
-        clock: Clock | None = None,
         create: bool = True,
         migrate_to: int = SCHEMA_VERSION,
-        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
-        read_only: bool = False,
         migrate: bool = True,
+        **options: Unpack[SQLiteOptions],
     ) -> SQLiteStore:
         """Open (and migrate) a database file; `create=False` refuses a missing file;
         `read_only` opens an existing file for reading only (see the module);
         `migrate=False` refuses a schema below this tether's instead of migrating it."""
         from tether.store._sqlite_level import sqlite_synchronous
 
-        sqlite_synchronous(synchronous)  # refuse a bad level before touching the disk
+        # Refuse a bad level before touching the disk.
+        sqlite_synchronous(options.get("synchronous", "FULL"))
+        read_only = options.get("read_only", False)
         p = Path(path)
         await asyncio.to_thread(_check_path, p, create and not read_only)
-        store = cls(
-            p,
-            synchronous=synchronous,
-            clock=clock,
-            busy_timeout_ms=busy_timeout_ms,
-            read_only=read_only,
-        )
+        store = cls(p, **options)
         try:
             if read_only:
                 await store._run(store._connect_read_only_sync)
@@ -287,12 +285,6 @@ class SQLiteStore(SqlStore):
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise self._error(exc) from exc
-
-    def _existing_tables(self, conn: Any) -> set[str]:
-        rows = conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        ).fetchall()
-        return {r["name"] for r in rows}
 
     def _run_script(self, conn: Any, sql: str) -> None:
         for stmt in iter_statements(sql):

@@ -250,6 +250,12 @@ class SqlStore(b.Store):
             values[name] = value
         return cls(**values)
 
+    def _read_all(self, cls: type[R], query: str, params: Mapping[str, Any]) -> list[R]:
+        """The records one statement reads, outside a transaction block."""
+        with self._auto() as conn:
+            rows = self._x(conn, query, params).fetchall()
+        return [self._record(cls, r) for r in rows]
+
     def _insert_events(
         self,
         conn: Any,
@@ -475,13 +481,8 @@ class SqlStore(b.Store):
     def _list_tasks_sync(self, statuses: Collection[str] | None, limit: int) -> list[TaskRecord]:
         params: dict[str, Any] = {"limit": limit}
         where = "WHERE TRUE" + self._in(params, "t.status", "s", statuses) if statuses else ""
-        with self._auto() as conn:
-            rows = self._x(
-                conn,
-                f"{_TASK_SELECT} {where} ORDER BY t.created_at DESC, t.task_id LIMIT :limit",
-                params,
-            ).fetchall()
-        return [self._record(TaskRecord, r) for r in rows]
+        query = f"{_TASK_SELECT} {where} ORDER BY t.created_at DESC, t.task_id LIMIT :limit"
+        return self._read_all(TaskRecord, query, params)
 
     async def list_tasks(
         self, statuses: Collection[str] | None = None, limit: int = 100
@@ -921,12 +922,16 @@ class SqlStore(b.Store):
         params: dict[str, Any],
         column: str,
         prefix: str,
-        values: Collection[Any],
+        values: Collection[Any] | None,
         *,
         negate: bool = False,
     ) -> str:
         """` AND column IN values` (`NOT IN` with `negate`), the values bound in `params`
-        under names that start with `prefix`."""
+        under names that start with `prefix`; nothing if `values` is None (no filter).
+        The callers pass no empty filter (it matches nothing: they answer without a
+        query)."""
+        if values is None:
+            return ""
         return f" AND {'NOT ' if negate else ''}({column} {self._member(params, prefix, values)})"
 
     @staticmethod
@@ -948,26 +953,14 @@ class SqlStore(b.Store):
     ) -> list[OpRecord]:
         params: dict[str, Any] = {"id": task_id}
         where = "task_id = :id"
-        if statuses is not None:
-            if not statuses:
-                return []
-            where += self._in(params, "status", "s", statuses)
-        if op_ids is not None:
-            if not op_ids:
-                return []
-            where += self._in(params, "op_id", "o", op_ids)
-        if tools is not None:
-            if not tools:
-                return []
-            where += self._in(params, "tool", "t", tools)
+        where += self._in(params, "status", "s", statuses)
+        where += self._in(params, "op_id", "o", op_ids)
+        where += self._in(params, "tool", "t", tools)
         if round_no is not None:
             where += " AND round = :round"
             params["round"] = round_no
-        with self._auto() as conn:
-            rows = self._x(
-                conn, f"SELECT {_OP_COLS} FROM ops WHERE {where} ORDER BY round, call_index", params
-            ).fetchall()
-        return [self._record(OpRecord, r) for r in rows]
+        query = f"SELECT {_OP_COLS} FROM ops WHERE {where} ORDER BY round, call_index"
+        return self._read_all(OpRecord, query, params)
 
     async def get_ops(
         self, task_id: str, statuses: Collection[str] | None = None, **filters: Unpack[b.OpFilters]
@@ -983,18 +976,9 @@ class SqlStore(b.Store):
         self, task_id: str, artifact_ids: Collection[str] | None = None
     ) -> list[ArtifactRecord]:
         params: dict[str, Any] = {"id": task_id}
-        where = "task_id = :id"
-        if artifact_ids is not None:
-            if not artifact_ids:
-                return []
-            where += self._in(params, "artifact_id", "a", artifact_ids)
-        with self._auto() as conn:
-            rows = self._x(
-                conn,
-                f"SELECT {_ART_COLS} FROM artifacts WHERE {where} ORDER BY created_at, artifact_id",
-                params,
-            ).fetchall()
-        return [self._record(ArtifactRecord, r) for r in rows]
+        where = "task_id = :id" + self._in(params, "artifact_id", "a", artifact_ids)
+        query = f"SELECT {_ART_COLS} FROM artifacts WHERE {where} ORDER BY created_at, artifact_id"
+        return self._read_all(ArtifactRecord, query, params)
 
     async def get_artifacts(
         self, task_id: str, *, artifact_ids: Collection[str] | None = None

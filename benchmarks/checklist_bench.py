@@ -27,7 +27,8 @@ Measured per size:
 - the time of `tether status` (the `status --json` document and its terminal view),
   the report (`build_report` and its Markdown), the dashboard's task page (an HTTP GET
   through FastAPI's test client) and `rebuild` (the log folded and compared), each
-  once, at the end of the run.
+  once, at the end of the run; and `get_ledger` (the stored ledger read whole, the
+  median of five reads).
 
     .venv/bin/python benchmarks/checklist_bench.py                     # 10, 1,000, 10,000
     .venv/bin/python benchmarks/checklist_bench.py --sizes 10,1000 --rounds 50
@@ -155,6 +156,7 @@ class SizeResult:
     web_task_page_s: float
     web_task_page_bytes: int
     rebuild_s: float
+    get_ledger_ms: float = 0.0
     error: str = ""
 
 
@@ -212,6 +214,16 @@ async def _rebuild(store: SQLiteStore, task_id: str) -> float:
     return time.perf_counter() - t0
 
 
+async def _get_ledger(store: SQLiteStore, task_id: str) -> float:
+    """Milliseconds of `get_ledger` (the stored ledger read whole), the median of five."""
+    took = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        await store.get_ledger(task_id)
+        took.append(time.perf_counter() - t0)
+    return 1000 * statistics.median(took)
+
+
 async def run_size(n_items: int, rounds: int, calls: int, folder: Path) -> SizeResult:
     db, ws = folder / f"bench-{n_items}.db", folder / f"ws-{n_items}"
     ws.mkdir()
@@ -243,6 +255,7 @@ async def run_size(n_items: int, rounds: int, calls: int, folder: Path) -> SizeR
         status_s = await _status(store, task.task_id)
         report_s = await _report(store, task.task_id)
         rebuild_s = await _rebuild(store, task.task_id)
+        get_ledger_ms = await _get_ledger(store, task.task_id)
     finally:
         await store.close()
     web_s, web_bytes = await asyncio.to_thread(_web, db, task.task_id)
@@ -263,6 +276,7 @@ async def run_size(n_items: int, rounds: int, calls: int, folder: Path) -> SizeR
         web_task_page_s=web_s,
         web_task_page_bytes=web_bytes,
         rebuild_s=rebuild_s,
+        get_ledger_ms=get_ledger_ms,
         error=error,
     )
 
@@ -284,6 +298,7 @@ def _table(results: list[SizeResult]) -> str:
         ("web task page (s)", lambda r: f"{r.web_task_page_s:.2f}"),
         ("web task page (bytes)", lambda r: f"{r.web_task_page_bytes:,}"),
         ("rebuild (s)", lambda r: f"{r.rebuild_s:.2f}"),
+        ("get_ledger (ms)", lambda r: f"{r.get_ledger_ms:.1f}"),
     ]
     width = max(len(name) for name, _ in rows)
     lines = []

@@ -264,6 +264,8 @@ def _rows(db: Path) -> str:
             "task_specs",
             "events",
             "ledgers",
+            "ledger_items",
+            "ledger_skeletons",
             "artifacts",
             "ops",
             "approvals",

@@ -16,9 +16,10 @@ import pytest
 
 from tether import errors
 from tether import events as ev
-from tether.store import SCHEMA_VERSION, TaskPatch
+from tether import ledger as L
+from tether.store import SCHEMA_VERSION, LedgerWrite, TaskPatch
 from tether.store._sql import migrations
-from tether.store.base import ArtifactRecord, OpRecord, TaskRecord, blob_hash
+from tether.store.base import ArtifactRecord, LedgerRecord, OpRecord, TaskRecord, blob_hash
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
 
@@ -31,10 +32,13 @@ V1_TABLES = {"tasks", "events", "ledgers", "blobs"}
 V3_TABLES = {"shared_state"}
 V4_TABLES = {"artifact_text"}
 V6_TABLES = {"task_specs"}
+V7_TABLES = {"ledger_items", "ledger_skeletons"}
 #: SQLite's FTS5 index over `artifact_text` (a virtual table and its shadow tables); the
 #: PostgreSQL index is a column (`tsv`) and a GIN index of `artifact_text`.
 FTS5 = "artifact_search"
-ALL_TABLES = V1_TABLES | V2_TABLES | V3_TABLES | V4_TABLES | V6_TABLES | {"tether_schema"}
+ALL_TABLES = (
+    V1_TABLES | V2_TABLES | V3_TABLES | V4_TABLES | V6_TABLES | V7_TABLES | {"tether_schema"}
+)
 
 
 async def add_old_task(
@@ -76,6 +80,27 @@ async def add_old_task(
     finally:
         conn.close()
     return rec
+
+
+def _old_ledger(backend: Backend, task_id: str) -> LedgerRecord:
+    """A ledger as schemas 1 to 6 held it (its state in its `ledgers` row), read raw: this
+    version's store reads the schema it migrates to."""
+    conn = backend.raw()
+    ph = "?" if backend.kind == "sqlite" else "%s"
+    try:
+        r = conn.execute(
+            f"SELECT skeleton, state, version, updated_at FROM ledgers WHERE task_id = {ph}",
+            (task_id,),
+        ).fetchone()
+    finally:
+        conn.close()
+
+    def doc(value: Any) -> Any:
+        return json.loads(value) if isinstance(value, str) else value
+
+    return LedgerRecord(
+        task_id, doc(r["skeleton"]), doc(r["state"]), int(r["version"]), r["updated_at"]
+    )
 
 
 def tables(backend: Backend) -> set[str]:
@@ -195,7 +220,7 @@ async def test_migrate_from_previous_version(sql_backend: Backend, add_task: Add
         )
         ref = await old.put_blob(b"old blob")
         events_before = await old.read_events("t")
-        ledger_before = await old.get_ledger("t")
+        ledger_before = _old_ledger(sql_backend, "t")
     finally:
         await old.close()
 
@@ -443,7 +468,6 @@ HOT_ROWS = {
     "reloptions": {n: ["fillfactor=25"] for n in ("ledgers", "shared_state", "tasks")},
     # m: in the row, compressed (MAIN); x: compressed, out of line if large (EXTENDED)
     "storage": {
-        "ledgers.state": "m",
         "shared_state.value": "m",
         "task_specs.spec": "x",
         "tasks.usage": "m",
@@ -487,7 +511,7 @@ async def test_migration_to_6_moves_the_spec_out_of_the_task_row(sql_backend: Ba
     created = await add_old_task(sql_backend, "t", spec)
     new = await sql_backend.open()
     try:
-        assert await new.schema_version() == SCHEMA_VERSION == 6
+        assert await new.schema_version() == SCHEMA_VERSION
         task = await new.get_task("t")
         assert task.spec == spec
         assert dataclasses.replace(task, spec=created.spec) == dataclasses.replace(
@@ -522,3 +546,95 @@ async def test_migration_to_6_moves_the_spec_out_of_the_task_row(sql_backend: Ba
         assert [r["task_id"] for r in rows] == ["t"]
     finally:
         conn.close()
+
+
+def _columns(backend: Backend, table: str) -> set[str]:
+    conn = backend.raw()
+    try:
+        if backend.kind == "sqlite":
+            return {r["name"] for r in conn.execute(f"PRAGMA table_info({table})").fetchall()}
+        return {
+            r["column_name"]
+            for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_schema = current_schema() AND table_name = %s",
+                (table,),
+            ).fetchall()
+        }
+    finally:
+        conn.close()
+
+
+def _item_rows(backend: Backend, task_id: str) -> list[tuple[str, int, str, int]]:
+    """`(item, position, status, version)` of a task's ledger rows, in contract order."""
+    conn = backend.raw()
+    ph = "?" if backend.kind == "sqlite" else "%s"
+    try:
+        rows = conn.execute(
+            "SELECT item_id, position, status, version FROM ledger_items"
+            f" WHERE task_id = {ph} ORDER BY position",
+            (task_id,),
+        ).fetchall()
+        return [(r["item_id"], r["position"], r["status"], r["version"]) for r in rows]
+    finally:
+        conn.close()
+
+
+async def test_migration_to_7_moves_a_ledger_to_one_row_per_item(sql_backend: Backend) -> None:
+    """Schema 7: a schema-6 ledger's state moves to `ledger_items` (one row per item, in
+    contract order) and its skeleton to `ledger_skeletons`, and both read back equal;
+    then a commit that changes one item rewrites that item's row only, and a new
+    contract drops the rows of the items it removed."""
+    store = await sql_backend.open(migrate_to=5)
+    await store.close()
+    await add_old_task(sql_backend, "t")
+    store = await sql_backend.open(migrate_to=6)
+    await store.close()
+    state = {
+        "i1": {"status": "done", "evidence": ["op:1"], "attempts": 2, "breaker": 0,
+               "note": 'said "ok" \u2713'},
+        "i2": {"status": "in_progress", "evidence": [], "attempts": 1, "breaker": 1,
+               "note": ""},
+        "i3": {"status": "pending", "evidence": [], "attempts": 0, "breaker": 0, "note": ""},
+    }  # fmt: skip
+    conn = sql_backend.raw()
+    ph = "?" if sql_backend.kind == "sqlite" else "%s"
+    try:
+        conn.execute(
+            f"UPDATE ledgers SET state = {ph}, version = 4 WHERE task_id = {ph}",
+            (json.dumps(state, ensure_ascii=False), "t"),  # as the store wrote it
+        )
+        if sql_backend.kind == "postgres":
+            conn.commit()
+    finally:
+        conn.close()
+    new = await sql_backend.open()
+    try:
+        assert await new.schema_version() == SCHEMA_VERSION == 7
+        stored = await new.get_ledger("t")
+        assert (stored.state, stored.version) == (state, 4)
+        assert _columns(sql_backend, "ledgers") == {"task_id", "version", "updated_at"}
+        assert _item_rows(sql_backend, "t") == [
+            ("i1", 0, "done", 4),
+            ("i2", 1, "in_progress", 4),
+            ("i3", 2, "pending", 4),
+        ]
+        ledger = stored.to_ledger()
+        started = L.start(ledger, "i3").ledger
+        await new.commit("t", None, [], ledger=LedgerWrite.of(started, 4))
+        assert _item_rows(sql_backend, "t") == [
+            ("i1", 0, "done", 4),
+            ("i2", 1, "in_progress", 4),
+            ("i3", 2, "in_progress", 5),
+        ]
+        assert (await new.get_ledger("t")).to_ledger() == started
+        # A new contract without i2: its row goes, i3 moves up.
+        edited = L.from_spec("Write the report", [("i1", "Item 1", None), ("i3", "Item 3", None)])
+        moved = dataclasses.replace(
+            edited, states=(started.item("i1"), started.item("i3")), version=6
+        )
+        await new.commit("t", None, [], ledger=LedgerWrite.of(moved, 5, skeleton=True))
+        assert _item_rows(sql_backend, "t") == [("i1", 0, "done", 4), ("i3", 1, "in_progress", 6)]
+        assert (await new.get_ledger("t")).to_ledger() == moved
+    finally:
+        await new.close()

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 from tether import errors, failpoints, lifecycle
 from tether.clock import Clock, SystemClock
 from tether.ledger import Ledger
+from tether.store import _ledger_rows as ledger_rows
 from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import schema_policy
@@ -426,18 +427,7 @@ class SqlStore(b.Store):
                 "INSERT INTO task_specs (task_id, spec) VALUES (:id, :spec)",
                 {"id": task_id, "spec": _dumps(dict(spec))},
             )
-            self._x(
-                conn,
-                "INSERT INTO ledgers (task_id, skeleton, state, version, updated_at)"
-                " VALUES (:id, :sk, :st, :v, :now)",
-                {
-                    "id": task_id,
-                    "sk": _dumps(ledger.skeleton.to_dict()),
-                    "st": _dumps(ledger.state_dict()),
-                    "v": ledger.version,
-                    "now": now,
-                },
-            )
+            ledger_rows.create(self._x, conn, self.dialect, _dumps, task_id, ledger, now)
             self._insert_events(conn, task_id, 1, items, 1, None, now)
             row = self._x(conn, f"{_TASK_SELECT} WHERE t.task_id = :id", {"id": task_id}).fetchone()
             return self._record(TaskRecord, row)
@@ -530,18 +520,14 @@ class SqlStore(b.Store):
 
     def _get_ledger_sync(self, task_id: str) -> b.LedgerRecord:
         with self._auto() as conn:
-            row = self._x(
-                conn,
-                "SELECT task_id, skeleton, state, version, updated_at FROM ledgers"
-                " WHERE task_id = :id",
-                {"id": task_id},
-            ).fetchone()
+            query = ledger_rows.select(self.dialect)
+            row = self._x(conn, query, {"id": task_id}).fetchone()
         if row is None:
             raise errors.TaskNotFound(task_id)
         return b.LedgerRecord(
             task_id=row["task_id"],
             skeleton=self._json_out(row["skeleton"]),
-            state=self._json_out(row["state"]),
+            state=self._json_out(row["state"]) or {},
             version=int(row["version"]),
             updated_at=row["updated_at"],
         )
@@ -573,21 +559,11 @@ class SqlStore(b.Store):
             plan = rules.plan_commit(cond, self._state(row), task, len(items), now)
             if ledger is not None:
                 # Check and write in one statement: the version condition is in the WHERE.
-                lsets = "state = :st, version = :v, updated_at = :now"
-                params: dict[str, Any] = {
-                    "id": task_id,
-                    "st": _dumps(ledger.state),
-                    "v": ledger.version,
-                    "ev": ledger.expected_version,
-                    "now": now,
-                }
-                if ledger.skeleton is not None:
-                    lsets += ", skeleton = :sk"
-                    params["sk"] = _dumps(ledger.skeleton)
                 cur = self._x(
                     conn,
-                    f"UPDATE ledgers SET {lsets} WHERE task_id = :id AND version = :ev",
-                    params,
+                    "UPDATE ledgers SET version = :v, updated_at = :now"
+                    " WHERE task_id = :id AND version = :ev",
+                    {"id": task_id, "v": ledger.version, "ev": ledger.expected_version, "now": now},
                 )
                 if cur.rowcount != 1:
                     lrow = self._x(
@@ -595,6 +571,7 @@ class SqlStore(b.Store):
                     ).fetchone()
                     cond.check_ledger(None if lrow is None else int(lrow["version"]))
                     raise cond.refusal(self._state(row), ledger.expected_version)
+                ledger_rows.write(self._x, conn, self.dialect, _dumps, task_id, ledger)
             if items:
                 self._insert_events(
                     conn, task_id, plan.first_seq, items, plan.events_version, token, now

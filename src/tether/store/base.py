@@ -8,7 +8,8 @@ The store knows nothing of models or tools. It keeps:
   its own, written at creation and by a contract edit only, so that a commit rewrites
   just the task's small columns;
 - **events**: the append-only log, `(task_id, seq)` unique and gapless per task;
-- **ledgers**: skeleton and state with their own version;
+- **ledgers**: skeleton and state with their own version (the SQL stores keep each
+  item's state in a row of its own, written only when it changes);
 - **blobs**: content-addressed payloads (full prompts, tool outputs);
 - **ops**, **artifacts**, **approvals**: projections later parts fill;
 - **the artifact search index**: the text of each artifact (its blob, when textual),
@@ -53,7 +54,7 @@ SharedUpdate = Callable[[dict[str, Any] | None, float], tuple[dict[str, Any] | N
 Events: TypeAlias = "Sequence[ev.Event]"
 
 #: Highest schema version this tether understands (one per migration file).
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 def blob_hash(data: bytes) -> str:

@@ -67,6 +67,7 @@ from tether import errors, failpoints
 from tether import events as ev
 from tether._extras import needs
 from tether.clock import Clock
+from tether.store import _ledger_rows as ledger_rows
 from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store._sql import (
@@ -531,16 +532,13 @@ class PostgresStore(SqlStore):
         ]
         final = "SELECT c.status, c.version, c.fencing_token, c.last_seq, c.cancel_requested,"
         if ledger is not None:
-            lsets = "state = :lst::jsonb, version = :lv, updated_at = :now"
-            params.update(lst=_dumps(ledger.state), lv=ledger.version, lev=ledger.expected_version)
-            if ledger.skeleton is not None:
-                lsets += ", skeleton = :lsk::jsonb"
-                params["lsk"] = _dumps(ledger.skeleton)
+            params.update(lv=ledger.version, lev=ledger.expected_version)
             ctes.append(
-                f"led AS (UPDATE ledgers l SET {lsets} FROM ok WHERE l.task_id = ok.task_id"
-                " AND l.version = :lev RETURNING l.task_id)"
+                "led AS (UPDATE ledgers l SET version = :lv, updated_at = :now FROM ok"
+                " WHERE l.task_id = ok.task_id AND l.version = :lev RETURNING l.task_id)"
             )
             ctes.append("go AS MATERIALIZED (SELECT ok.* FROM ok JOIN led USING (task_id))")
+            ctes.extend(ledger_rows.postgres_ctes(ledger, params, _dumps))
             final += " (SELECT version FROM ledgers WHERE task_id = :id) AS ledger_version,"
         else:
             ctes.append("go AS MATERIALIZED (SELECT * FROM ok)")

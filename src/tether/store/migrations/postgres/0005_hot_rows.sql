@@ -6,7 +6,8 @@
 -- for VACUUM. The documents rewritten each round (the run state in `usage`, the
 -- ledger's `state`, a shared document's `value`) stay in the row, compressed (STORAGE
 -- MAIN), instead of taking new TOAST chunks each time; the spec, which a round never
--- changes, may still be stored out of line. Existing pages keep their layout until
+-- changes, may still be stored out of line (schema 6 moved it to `task_specs`, and
+-- schema 7 the ledger's state to `ledger_items`). Existing pages keep their layout until
 -- rewritten (VACUUM FULL); new rows and new versions follow the new settings. See
 -- docs/operations.md.
 ALTER TABLE tasks SET (fillfactor = 25);

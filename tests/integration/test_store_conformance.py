@@ -127,6 +127,28 @@ async def test_schema_version_is_current(store: Store) -> None:
     assert await store.schema_version() == SCHEMA_VERSION
 
 
+async def test_a_keyword_no_operation_declares_is_refused(
+    store: Store, add_task: AddTask, make_ledger: MakeLedger
+) -> None:
+    """The stores take their keyword groups as one declaration each (`base.OpFilters`...):
+    a misspelt keyword is still a `TypeError`, never a filter silently left out."""
+    await add_task(store, "t")
+    calls: list[Callable[[], Awaitable[Any]]] = [
+        lambda: store.get_ops("t", tool={"x"}),  # type: ignore[call-arg]
+        lambda: store.read_events("t", type={"x"}),  # type: ignore[call-arg]
+        lambda: store.search_artifacts("t", "x", kind={"x"}),  # type: ignore[call-arg]
+        lambda: store.claim("w", 60, taskid="t"),  # type: ignore[call-arg]
+        lambda: store.commit("t", None, [], ledgers=None),  # type: ignore[call-arg]
+        lambda: store.create_task(  # type: ignore[call-arg]
+            task_id="u", name="u", spec={}, ledger=make_ledger(1), workspaces="/"
+        ),
+    ]
+    for call in calls:
+        with pytest.raises(TypeError, match="unexpected keyword"):
+            await call()
+    assert [t.task_id for t in await store.list_tasks()] == ["t"]
+
+
 async def test_create_get_and_list_tasks(
     store: Store, clock: FakeClock, add_task: AddTask, make_ledger: MakeLedger
 ) -> None:

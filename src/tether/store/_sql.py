@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from tether import errors, failpoints, lifecycle
 from tether.clock import Clock, SystemClock
-from tether.ledger import Ledger
 from tether.store import _ledger_rows as ledger_rows
 from tether.store import _rules as rules
 from tether.store import _search as search
@@ -392,16 +391,9 @@ class SqlStore(b.Store):
 
     # --- tasks --------------------------------------------------------------------------
 
-    def _create_task_sync(
-        self,
-        task_id: str,
-        name: str,
-        spec: Mapping[str, Any],
-        ledger: Ledger,
-        workspace: str | None,
-        items: Sequence[ev.Event],
-    ) -> TaskRecord:
+    def _create_task_sync(self, new: b.NewTask) -> TaskRecord:
         now = self.clock.now()
+        task_id, ledger, items = new["task_id"], new["ledger"], new.get("events", ())
         with self._tx(write=True) as conn:
             exists = self._x(
                 conn, "SELECT 1 AS x FROM tasks WHERE task_id = :id", {"id": task_id}
@@ -415,8 +407,8 @@ class SqlStore(b.Store):
                 " VALUES (:id, :name, 'queued', 1, :ws, '{}', :f, :now, :now, 0, :last)",
                 {
                     "id": task_id,
-                    "name": name,
-                    "ws": workspace,
+                    "name": new["name"],
+                    "ws": new.get("workspace"),
                     "f": self._bool_in(False),
                     "now": now,
                     "last": len(items),
@@ -425,7 +417,7 @@ class SqlStore(b.Store):
             self._x(
                 conn,
                 "INSERT INTO task_specs (task_id, spec) VALUES (:id, :spec)",
-                {"id": task_id, "spec": _dumps(dict(spec))},
+                {"id": task_id, "spec": _dumps(dict(new["spec"]))},
             )
             ledger_rows.create(self._x, conn, self.dialect, _dumps, task_id, ledger, now)
             self._insert_events(conn, task_id, 1, items, 1, None, now)
@@ -433,15 +425,8 @@ class SqlStore(b.Store):
             return self._record(TaskRecord, row)
 
     async def create_task(self, **new: Unpack[b.NewTask]) -> TaskRecord:
-        return await self._run(
-            self._create_task_sync,
-            new["task_id"],
-            new["name"],
-            new["spec"],
-            new["ledger"],
-            new.get("workspace"),
-            new.get("events", ()),
-        )
+        b.refuse_unknown(new, b.NewTask)
+        return await self._run(self._create_task_sync, new)
 
     def _get_task_sync(self, task_id: str) -> TaskRecord:
         with self._auto() as conn:
@@ -515,6 +500,7 @@ class SqlStore(b.Store):
     async def read_events(
         self, task_id: str, after: int = 0, **filters: Unpack[b.EventFilters]
     ) -> list[b.StoredEvent]:
+        b.refuse_unknown(filters, b.EventFilters)
         limit, types = filters.get("limit"), filters.get("types")
         return await self._run(self._read_events_sync, task_id, after, limit, types)
 
@@ -796,6 +782,7 @@ class SqlStore(b.Store):
     async def claim(
         self, worker_id: str, ttl: float, **options: Unpack[b.ClaimOptions]
     ) -> b.Lease | None:
+        b.refuse_unknown(options, b.ClaimOptions)
         return await self._run(
             self._claim_sync,
             worker_id,
@@ -942,6 +929,7 @@ class SqlStore(b.Store):
     async def get_ops(
         self, task_id: str, statuses: Collection[str] | None = None, **filters: Unpack[b.OpFilters]
     ) -> list[OpRecord]:
+        b.refuse_unknown(filters, b.OpFilters)
         op_ids, tools = filters.get("op_ids"), filters.get("tools")
         if _nothing(statuses, op_ids, tools):
             return []  # an empty filter matches nothing: no query, no thread
@@ -1016,6 +1004,7 @@ class SqlStore(b.Store):
     async def search_artifacts(
         self, task_id: str, query: str, **options: Unpack[b.SearchOptions]
     ) -> list[b.ArtifactHit]:
+        b.refuse_unknown(options, b.SearchOptions)
         words, kinds = search.terms(query), options.get("kinds")
         if not words or _nothing(kinds):
             return []

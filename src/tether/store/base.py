@@ -338,6 +338,14 @@ class SearchOptions(TypedDict, total=False):
     include_invalid: bool
 
 
+def refuse_unknown(given: Mapping[str, Any], keywords: Any) -> None:
+    """`TypeError` for a keyword `given` that the TypedDict `keywords` does not declare,
+    as a signature that spells its keywords out would raise."""
+    unknown = set(given) - keywords.__required_keys__ - keywords.__optional_keys__
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+
+
 class OpsStore(Protocol):
     """The store reads of the runtime's `ops` (every write goes through a `commit`)."""
 

@@ -64,6 +64,7 @@ class MemoryStore(b.Store):
             raise errors.TaskNotFound(task_id) from None
 
     async def create_task(self, **new: Unpack[b.NewTask]) -> TaskRecord:
+        b.refuse_unknown(new, b.NewTask)
         task_id, ledger, events = new["task_id"], new["ledger"], new.get("events", ())
         async with self._lock:
             if task_id in self._tasks:
@@ -123,6 +124,7 @@ class MemoryStore(b.Store):
     async def read_events(
         self, task_id: str, after: int = 0, **filters: Unpack[b.EventFilters]
     ) -> list[StoredEvent]:
+        b.refuse_unknown(filters, b.EventFilters)
         limit, types = filters.get("limit"), filters.get("types")
         self._task(task_id)
         out = [e for e in self._events[task_id] if e.seq > after and (not types or e.type in types)]
@@ -214,6 +216,7 @@ class MemoryStore(b.Store):
     async def claim(
         self, worker_id: str, ttl: float, **options: Unpack[b.ClaimOptions]
     ) -> b.Lease | None:
+        b.refuse_unknown(options, b.ClaimOptions)
         task_id, from_token = options.get("task_id"), options.get("from_token")
         force, exclude = options.get("force", False), options.get("exclude", ())
         async with self._lock:
@@ -289,6 +292,7 @@ class MemoryStore(b.Store):
     async def get_ops(
         self, task_id: str, statuses: Collection[str] | None = None, **filters: Unpack[b.OpFilters]
     ) -> list[OpRecord]:
+        b.refuse_unknown(filters, b.OpFilters)
         op_ids, tools, round = filters.get("op_ids"), filters.get("tools"), filters.get("round")
         if any(f is not None and not f for f in (statuses, op_ids, tools)):
             return []
@@ -320,6 +324,7 @@ class MemoryStore(b.Store):
     async def search_artifacts(
         self, task_id: str, query: str, **options: Unpack[b.SearchOptions]
     ) -> list[b.ArtifactHit]:
+        b.refuse_unknown(options, b.SearchOptions)
         words, kinds = search.terms(query), options.get("kinds")
         if not words or (kinds is not None and not kinds):
             return []

@@ -234,7 +234,7 @@ OVERSIZE_BASELINE: dict[str, int] = {
     "tether.ledger": 640,
     "tether.report.replay": 843,
     "tether.spec": 1028,
-    "tether.store._sql": 1090,
+    "tether.store._sql": 1079,
     "tether.store.postgres": 697,
     "tether.tools.builtin.sources": 796,
     "tether.tools.mcp": 731,

@@ -27,8 +27,8 @@ from tether.clock import Clock, SystemClock
 from tether.store import _ledger_rows as ledger_rows
 from tether.store import _rules as rules
 from tether.store import _search as search
-from tether.store import schema_policy
 from tether.store import base as b
+from tether.store import schema_policy
 from tether.store.base import SCHEMA_VERSION, ApprovalRecord, ArtifactRecord, OpRecord, TaskRecord
 
 if TYPE_CHECKING:  # the event models load where a commit encodes them, not to read

@@ -29,8 +29,9 @@ from tether.store import base
 
 #: For each schema version, the oldest schema version whose code can still run on it.
 #: 5 only sets PostgreSQL storage parameters (nothing for SQLite): additive. 4 adds the
-#: search index, which code of schema 3 would not fill; 6 moves the specs out of `tasks`.
-COMPATIBLE_FROM: Mapping[int, int] = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 6: 6}
+#: search index, which code of schema 3 would not fill; 6 moves the specs out of `tasks`;
+#: 7 moves the ledgers' state and skeleton out of `ledgers`.
+COMPATIBLE_FROM: Mapping[int, int] = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 6: 6, 7: 7}
 
 #: The column of `tether_schema` that records `COMPATIBLE_FROM` with each version.
 COLUMN = "compatible_from"

@@ -31,6 +31,8 @@ KNOWN: Final[frozenset[str]] = frozenset(
         "before_notice_send",
         "after_notice_send",
         "after_notice_commit",
+        "before_verify_commit",
+        "after_verify_commit",
     }
 )
 ACTIONS: Final[frozenset[str]] = frozenset({"exit", "stop"})

@@ -51,7 +51,8 @@ TERMINAL: Final[frozenset[str]] = frozenset({"satisfied", "abandoned", "cancelle
 ACTIVE: Final[frozenset[str]] = frozenset(STATUSES) - TERMINAL
 
 #: Every allowed transition. A terminal task may only be re-opened (back to `queued`)
-#: by a goal change, which raises its version; a cancelled task stays cancelled.
+#: by a goal change, which raises its version, or by `tether verify` finding what it
+#: rests on broken; a cancelled task stays cancelled.
 TRANSITIONS: Final[dict[str, frozenset[str]]] = {
     "queued": frozenset({"running", "suspended", "cancelled", "abandoned", "failed"}),
     "running": frozenset(
@@ -69,7 +70,8 @@ TRANSITIONS: Final[dict[str, frozenset[str]]] = {
     "waiting": frozenset({"queued", "running", "suspended", "cancelled", "abandoned", "failed"}),
     "suspended": frozenset({"queued", "running", "cancelled", "abandoned", "failed"}),
     "stalled": frozenset({"queued", "running", "suspended", "cancelled", "abandoned", "failed"}),
-    "satisfied": frozenset({"queued"}),
+    # A delivered task whose pinned source drifted (`tether verify`) waits for a person.
+    "satisfied": frozenset({"queued", "waiting"}),
     "abandoned": frozenset({"queued"}),
     "failed": frozenset({"queued"}),
     "cancelled": frozenset(),

@@ -7,9 +7,9 @@ is written on a bad input.
 
 Modules: `_app` (the app, consoles, shared options), `tasks` (status, list, events,
 timeline), `run` (run, submit, resume), `decide` (cancel, approvals and decisions),
-`edit` (edit, tell), `artifacts`, `rebuild`, `worker`, `demo`, `show` (show, report),
-`serve` (the web dashboard), `schedule` (recurring tasks), `migrate`, and `views`
-(rendering).
+`edit` (edit, tell), `artifacts`, `rebuild`, `verify`, `worker`, `demo`, `show` (show,
+report), `serve` (the web dashboard), `schedule` (recurring tasks), `migrate`, and
+`views` (rendering).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("edit", "tell"), "edit"),
     "artifacts": "artifacts",
     "rebuild": "rebuild",
+    "verify": "verify",
     "worker": "worker",
     "demo": "demo",
     **dict.fromkeys(("show", "report"), "show"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -97,6 +98,27 @@ def _seconds(value: float) -> float:
     return value
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
+
+
+def _as_seconds(value: str | None) -> float | None:
+    """A DURATION (`90`, `90s`, `10m`, `6h`, `1d`) in seconds; None for None."""
+    found = _DURATION.fullmatch(value.strip()) if value is not None else None
+    if found is None:
+        return None
+    return float(found[1]) * _UNITS[found[2] or "s"]
+
+
+def _duration(value: str | None) -> str | None:
+    seconds = _as_seconds(value)
+    if value is not None and (seconds is None or not 1 <= seconds <= 366 * 86400):
+        raise typer.BadParameter(
+            f"{value!r} is not a duration from 1s to 366d (a number with s, m, h or d)"
+        )
+    return value
+
+
 @app.command()
 def worker(
     db: DbOpt = None,
@@ -144,6 +166,16 @@ def worker(
     model_timeout: ModelTimeoutOpt = None,
     model_retries: ModelRetriesOpt = None,
     no_migrate: NoMigrateOpt = False,
+    verify_every: Annotated[
+        str | None,
+        typer.Option(
+            "--verify-every",
+            metavar="DURATION",
+            help="Verify delivered tasks again this often (90s, 10m, 6h, 1d; as tether "
+            "verify): what broke goes back to work. Off by default.",
+            callback=_duration,
+        ),
+    ] = None,
 ) -> None:
     """Claim and run tasks from the database until stopped (SIGINT or SIGTERM: no new
     claim; each running task stops after its current step and is handed back).
@@ -181,6 +213,7 @@ def worker(
                     poll_interval=poll,
                     lease_ttl=lease,
                     concurrency=concurrency,
+                    verify_every=_as_seconds(verify_every),
                     handle_signals=True,
                     on_result=_report,
                     on_error=_report_error,

@@ -23,6 +23,7 @@ from tether import approvals, decisions, edits
 from tether.report import build_report, show_call, status_at
 from tether.report.calls import list_calls
 from tether.report.describe import task_rows
+from tether.runtime.recovery.verify import verify_task as verify_chain
 from tether.runtime.tasks import cancel, status_dict
 from tether.web.deps import state_of
 from tether.web.security import Caller
@@ -275,3 +276,17 @@ async def cancel_task(request: Request, task_id: str, caller: Write) -> dict[str
     store, _g = state_of(request)
     result = await cancel(store, task_id, by=caller.by())
     return {"outcome": result.outcome, "status": result.status, "message": result.message}
+
+
+@router.post("/tasks/{task_id}/verify")
+async def verify_task(
+    request: Request,
+    task_id: str,
+    _: Write,
+    body: Annotated[_Body | None, Body()] = None,
+) -> dict[str, Any]:
+    """Re-check the task's whole chain and reopen what broke (`tether verify --json`):
+    `outcome` is `holds`, `reopened` or `gap` (a person must act)."""
+    store, _g = state_of(request)
+    result = await verify_chain(store, task_id, by=(body or _Body()).by)
+    return result.to_dict()

@@ -48,6 +48,7 @@ from tether.runtime.watch.schedules import start_due
 from tether.runtime.watch.sweep import Notifier, SweepReport, WatchPolicy, sweep
 from tether.runtime.worker.dead import take_from_dead
 from tether.runtime.worker.held import HeldBack, PassedOver
+from tether.runtime.worker.reverify import Reverify
 from tether.runtime.worker.slots import Slots
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import Lease, Store
@@ -136,6 +137,7 @@ class Worker:
         watch_policy: WatchPolicy | None = None,
         notifier: Notifier | None = None,
         concurrency: int = 1,
+        verify_every: float | None = None,
         **engine_options: Any,
     ) -> None:
         if concurrency < 1:
@@ -173,6 +175,8 @@ class Worker:
         self.notifier = notifier
         self._last_sweep: float | None = None
         self._last_schedules: float | None = None
+        # Delivered tasks verified again every `verify_every` seconds (None: never).
+        self.reverify = Reverify(store, verify_every, f"worker {self.worker_id}")
         self.ran = 0
         self.failed = 0
         self._wake = asyncio.Event()
@@ -204,6 +208,7 @@ class Worker:
                     continue
                 await self.watch()
                 await self.start_scheduled()
+                await self.reverify()
                 if len(self.slots) >= self.concurrency:
                     await self.slots.wait()
                     continue

@@ -40,7 +40,7 @@ import hashlib
 import json
 import re
 import stat
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Protocol
@@ -55,6 +55,8 @@ from tether.redact import MASK, redact
 from tether.spec import Source
 from tether.store.base import ArtifactRecord, OpRecord, Store, blob_hash
 from tether.tools import files
+from tether.tools.builtin.pinned import guard
+from tether.tools.builtin.pinned import version_key as _key
 from tether.tools.registry import Tool, ToolContext, tool
 
 #: The names of the tools this module makes.
@@ -191,12 +193,6 @@ class _Fetched:
         return _key(self.fingerprint)
 
 
-def _key(meta: Mapping[str, Any]) -> str:
-    """The identity of a read version: the content hash, and the ETag when the server
-    gave one (a changed ETag is a new version even if the bytes look the same)."""
-    return f"{meta.get('etag') or ''}|{meta.get('sha256') or ''}"
-
-
 def _read_file(src: Source, workspace: Path | None, cap: int | None) -> _Fetched:
     path = _location(src, workspace)
     st = path.stat()
@@ -274,7 +270,7 @@ async def _fetch_http(src: Source) -> _Fetched:
     return _Fetched(data, fp)
 
 
-async def _fetch(src: Source, workspace: Path | None, *, cap: int | None) -> _Fetched:
+async def fetch_source(src: Source, workspace: Path | None, *, cap: int | None) -> _Fetched:
     """Read a source's current bytes and fingerprint (files in a thread)."""
     if src.kind in ("url", "api"):
         return await _fetch_http(src)
@@ -308,7 +304,8 @@ class _Reader:
         if earlier:
             art = earlier[0]
             return art, (await self.store.get_blob(art.blob_hash)).decode("utf-8", "replace"), ""
-        got = await _fetch(self.src, self.ctx.workspace, cap=MAX_SNAPSHOT_BYTES)
+        got = await fetch_source(self.src, self.ctx.workspace, cap=MAX_SNAPSHOT_BYTES)
+        await guard(self.store, self.ctx.task_id, self.src, got.data)  # no second bytes
         meta = {
             "source": self.src.id,
             "version": self.src.version,
@@ -321,7 +318,7 @@ class _Reader:
         return art, got.data.decode("utf-8", "replace"), ""
 
     async def fingerprint(self) -> tuple[ArtifactRecord, str, str]:
-        got = await _fetch(self.src, self.ctx.workspace, cap=None)
+        got = await fetch_source(self.src, self.ctx.workspace, cap=None)
         fp = got.fingerprint
         text = got.data.decode("utf-8", "replace")
         earlier = await self.reads()
@@ -480,7 +477,7 @@ async def _read_body(store: Store, ctx: ToolContext, snap: ArtifactRecord) -> st
             "a source of this task"
         )
     try:
-        got = await _fetch(src, ctx.workspace, cap=None)
+        got = await fetch_source(src, ctx.workspace, cap=None)
     except OSError as exc:
         raise errors.ToolFailed(
             f"record_evidence: cannot read source {src.id} again ({exc.strerror or exc})"

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import subprocess
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -34,7 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import pg_connect
+from tests.support.blobs import delete_blob
 from tests.support.cli import cli_env, describe, tether
 from tests.support.services import TicketAPI
 
@@ -225,26 +224,6 @@ def assert_delivered(sc: Scenario, open_questions: list[str]) -> dict[str, Any]:
     assert [ln[2:] for ln in listed.split("\n") if ln.startswith("- ")] == open_questions
     assert_citations_hold(sc)
     return doc
-
-
-def delete_blob(db: str, artifact_id: str) -> None:
-    """Delete an artifact's content from tether's store, behind its back."""
-    if db.startswith("sqlite:///"):
-        conn = sqlite3.connect(db.removeprefix("sqlite:///"))
-        try:
-            (blob,) = conn.execute(
-                "SELECT blob_hash FROM artifacts WHERE artifact_id = ?", (artifact_id,)
-            ).fetchone()
-            assert conn.execute("DELETE FROM blobs WHERE hash = ?", (blob,)).rowcount == 1
-            conn.commit()
-        finally:
-            conn.close()
-        return
-    with pg_connect(db) as conn:
-        row = conn.execute(
-            "SELECT blob_hash FROM artifacts WHERE artifact_id = %s", (artifact_id,)
-        ).fetchone()
-        assert conn.execute("DELETE FROM blobs WHERE hash = %s", (row["blob_hash"],)).rowcount == 1
 
 
 # ---------------------------------------------------------------- the scenario

@@ -18,6 +18,11 @@ def _table(doc: dict[str, Any]) -> views.FittedTable:
     return views.fitted_table([("checked", "fold"), ("count", "id"), ("broken", "id")], rows)
 
 
+def _say(text: str) -> None:
+    """A finding, wrapped at the console's width (80 in a pipe), words kept whole."""
+    out.print(Text(views.clean(text, lines=True)), soft_wrap=False)
+
+
 @app.command()
 def verify(task_id: str, by: ByOpt = "user", db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """Re-check a task's whole chain (deliverables, stored evidence and snapshots against
@@ -41,7 +46,7 @@ def verify(task_id: str, by: ByOpt = "user", db: DbOpt = None, json_out: JsonOpt
     else:
         out.print(_table(doc))
         for b in doc["broken"]:
-            out.print(Text(views.clean(f"broken: {b['item']}: {b['reason']}", lines=True)))
+            _say(f"broken: {b['item']}: {b['reason']}")
         for ident in doc["restored"]:
             out.print(Text(views.clean(f"restored: {ident} (the same bytes read again)")))
         if doc["outcome"] == "holds":
@@ -55,7 +60,7 @@ def verify(task_id: str, by: ByOpt = "user", db: DbOpt = None, json_out: JsonOpt
                 )
             )
         for gap in doc["gaps"]:
-            out.print(Text(views.clean(f"gap: {gap}", lines=True)))
+            _say(f"gap: {gap}")
         if doc["outcome"] == "reopened" and doc["status"] == "queued":
             out.print(Text(views.clean(f"run: tether resume {task_id}")))
     if doc["outcome"] == "gap":

@@ -1,0 +1,134 @@
+"""`tether verify TASK` through the CLI on SQLite and PostgreSQL: a delivered task whose
+evidence content is lost goes back to work (journaled, crash-safe at its fail points)
+and `tether resume` redoes just that work; a pinned source changed on disk whose
+snapshot is lost is never stored again as that version: a person decides."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.blobs import delete_blob
+from tests.support.cli import cli_env, describe, tether
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+MODEL = "scripted:tests.e2e.ab_policies:analyst"
+SPEC = {
+    "name": "compare",
+    "objective": "compare A and B",
+    "instructions": "Required dimensions: price (costs); sso (sign-on)",
+    "sources": [
+        {"id": "A", "version": "1.0", "location": "corpus/a-1.0.md"},
+        {"id": "B", "version": "2.0", "location": "corpus/b-2.0.md"},
+    ],
+    "items": [
+        {"id": "claims", "title": "claims",
+         "done_when": {"kind": "artifact", "artifact_kind": "claim", "min_count": 4}},
+        {"id": "sections", "title": "sections", "after": ["claims"],
+         "done_when": {"kind": "artifact", "artifact_kind": "report_section", "min_count": 2}},
+        {"id": "report", "title": "the report", "after": ["sections"],
+         "done_when": {"kind": "artifact", "artifact_kind": "report"}},
+    ],
+    "tools": ["read_source", "record_evidence", "record_claim", "write_report_section",
+              "write_report"],
+    "limits": {"no_progress_rounds": 6},
+}  # fmt: skip
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'tether.db'}"
+        return
+    make: Callable[[], str] = request.getfixturevalue("pg_schema_url")
+    yield make()
+
+
+class CLI:
+    def __init__(self, db: str, root: Path) -> None:
+        self.db, self.root, self.ws = db, root, root / "ws"
+        shutil.copytree(DATA / "corpus_ab", self.ws / "corpus")
+        (root / "spec.yaml").write_text(yaml.safe_dump(SPEC, sort_keys=False))
+
+    def __call__(self, *args: str, code: int = 0, **env: str) -> Any:
+        res = tether(*args, "--db", self.db, cwd=self.root, env=cli_env(**env), timeout=180)
+        assert res.returncode == code, describe(res)
+        return res
+
+    def json(self, *args: str, code: int = 0) -> Any:
+        return json.loads(self(*args, "--json", code=code).stdout)
+
+    def delivered(self) -> str:
+        doc = self.json("run", "spec.yaml", "--workspace", str(self.ws), "--model", MODEL)
+        assert (doc["status"], doc["stop_reason"]) == ("satisfied", "delivered"), doc
+        return str(doc["task_id"])
+
+
+def test_verify_reopens_lost_evidence_and_resume_redoes_it(db: str, tmp_path: Path) -> None:
+    cli = CLI(db, tmp_path)
+    task = cli.delivered()
+    ok = cli("verify", task, COLUMNS="80")
+    assert f"task {task}: everything it rests on holds" in ok.stdout
+    assert all(len(line) <= 80 for line in ok.stdout.splitlines()), ok.stdout
+    arts = cli.json("artifacts", task)
+    lost = next(a for a in arts if a["kind"] == "evidence" and a["name"] == "A")
+    delete_blob(db, lost["artifact_id"])
+
+    # Killed before its write: nothing changed; killed right after: the write stands.
+    res = cli("verify", task, code=137, TETHER_FAILPOINTS="before_verify_commit")
+    assert "fail point before_verify_commit reached" in res.stderr
+    assert cli.json("status", task)["status"] == "satisfied"
+    res = cli("verify", task, code=137, TETHER_FAILPOINTS="after_verify_commit")
+    doc = cli.json("status", task)
+    assert doc["status"] == "queued", doc
+    assert {i["id"]: i["status"] for i in doc["ledger"]["items"]} == {
+        "claims": "pending", "sections": "pending", "report": "pending",
+    }  # fmt: skip
+    changes = [e["data"] for e in cli.json("events", task) if e["type"] == "task.status"]
+    assert (changes[-1]["src"], changes[-1]["dst"]) == ("satisfied", "queued")
+    assert lost["artifact_id"] in changes[-1]["reason"]
+    # Verified again: what broke was reopened already; nothing more is written.
+    again = cli.json("verify", task)
+    assert again["outcome"] == "holds" and again["status"] == "queued", again
+    assert cli.json("rebuild", task)["consistent"]
+
+    done = cli.json("resume", task, "--model", MODEL)
+    assert (done["status"], done["stop_reason"]) == ("satisfied", "delivered"), done
+    now = cli.json("artifacts", task)
+    before = {a["artifact_id"] for a in arts if a["valid"]}
+    redone = [a for a in now if a["valid"] and a["artifact_id"] not in before]
+    assert redone and not [a for a in redone if a["kind"] == "source_snapshot"]
+    assert cli.json("verify", task)["outcome"] == "holds"
+
+
+def test_a_source_changed_under_its_version_asks_a_person(db: str, tmp_path: Path) -> None:
+    cli = CLI(db, tmp_path)
+    task = cli.delivered()
+    snap = next(
+        a
+        for a in cli.json("artifacts", task)
+        if a["kind"] == "source_snapshot" and a["name"] == "B"
+    )
+    delete_blob(db, snap["artifact_id"])
+    doc = cli.ws / "corpus" / "b-2.0.md"
+    doc.write_text(doc.read_text().replace("costs", "now costs"))
+    res = cli("verify", task, code=1, COLUMNS="80")
+    assert "gap: source B changed under version 2.0" in res.stdout, res.stdout
+    assert all(len(line) <= 80 for line in res.stdout.splitlines()), res.stdout
+    status = cli.json("status", task)
+    assert status["status"] == "waiting" and status["waiting"]["kind"] == "decision", status
+    assert "source B changed under version 2.0" in status["waiting"]["reason"]
+    snaps = [a for a in cli.json("artifacts", task) if a["kind"] == "source_snapshot"]
+    assert [a["name"] for a in snaps].count("B") == 1  # no second snapshot of B 2.0
+    # The person pins a new version: the task goes on from it.
+    cli("edit", task, "--source", "B=3.0@corpus/b-3.0.md", "--reason", "B moved on")
+    done = cli.json("resume", task, "--model", MODEL)
+    assert (done["status"], done["stop_reason"]) == ("satisfied", "delivered"), done

@@ -148,7 +148,9 @@ async def judge_round(
     staged = [*env.artifacts, *(pending.artifacts if pending else ())]
     known = await resolve_evidence(run, cited, staged, facts, pending.ops if pending else ())
     outcome = A.audit(
-        run.view.ledger,
+        # A read-only round's focus start is still staged (it commits with the verdict):
+        # the verdict builds on it, or the log would say started and the ledger pending.
+        run.journal.staged_ledger or run.view.ledger,
         verdicts,
         evidence=known.get,
         facts=facts,

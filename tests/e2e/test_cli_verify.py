@@ -132,3 +132,12 @@ def test_a_source_changed_under_its_version_asks_a_person(db: str, tmp_path: Pat
     cli("edit", task, "--source", "B=3.0@corpus/b-3.0.md", "--reason", "B moved on")
     done = cli.json("resume", task, "--model", MODEL)
     assert (done["status"], done["stop_reason"]) == ("satisfied", "delivered"), done
+
+
+def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'tether.db'}"
+    res = tether("worker", "--verify-every", "soon", "--db", db, cwd=tmp_path, env=cli_env())
+    assert res.returncode == 2 and "not a duration" in res.stderr, describe(res)
+    assert "Traceback" not in res.stderr
+    res = tether("verify", "nope", "--db", db, cwd=tmp_path, env=cli_env())
+    assert res.returncode == 2 and "no tether database" in res.stderr, describe(res)

@@ -186,3 +186,37 @@ async def test_a_running_task_is_not_verified_under_its_worker(store: Store) -> 
     assert claimed is not None and claimed.task_id == task.task_id
     with pytest.raises(errors.UserError, match="a worker holds it"):
         await verify_task(store, task.task_id)
+
+
+async def test_a_worker_verifies_delivered_tasks_and_redoes_what_broke(
+    sql_backend: Any, sql_store: Store, tmp_path: Path
+) -> None:
+    from tether.runtime.engine import ModelSet
+    from tether.runtime.worker import Worker
+
+    store = sql_store
+    tid = await _delivered(store, tmp_path)
+    lost = next(a for a in await store.get_artifacts(tid) if a.kind == "evidence")
+    _drop_blob(sql_backend, lost.blob_hash)
+    # Off by default: a worker leaves the delivered task alone.
+    idle = Worker(store, ModelSet(ScriptedModel(policy=analyst)), once=True, watch_every=None)
+    assert (await idle.run()).ran == 0
+    assert (await store.get_task(tid)).status == "satisfied"
+    results: list[Any] = []
+    worker = Worker(
+        store,
+        ModelSet(ScriptedModel(policy=analyst)),
+        once=True,
+        watch_every=None,
+        verify_every=3600.0,
+        on_result=results.append,
+    )
+    stats = await worker.run()
+    assert stats.ran == 1 and [r.status for r in results] == ["satisfied"], results
+    step = [
+        e.data["details"]
+        for e in await store.read_events(tid, types={"recovery.step"})
+        if e.data["step"] == "verify"
+    ]
+    assert step[0]["outcome"] == "reopened" and step[0]["by"].startswith("worker ")
+    assert (await verify_task(store, tid)).outcome == "holds"

@@ -363,6 +363,11 @@ class JudgeVerdict(Event):
     changes: list[dict[str, Any]] = Field(default_factory=list)
     judges: list[str] = Field(default_factory=list)
     continuation: str = ""
+    #: A round's verdict: its focus item (None when the round worked on none) and the
+    #: progress marks the audits remember of it (`RunState.seen`, which `tether rebuild`
+    #: folds from these). None on a verdict that is not a round's (before delivery).
+    item: str | None = None
+    marks: list[str] | None = None
 
 
 @_register("ledger.updated")

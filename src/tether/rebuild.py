@@ -6,7 +6,9 @@ strand a task: `rebuild` folds the log again (`tether.report.timetravel`) and re
 every difference from the stored projections; with `fix`, the ledger is replaced by the
 folded one in a commit that journals what changed (a `ledger.updated` event with cause
 `rebuild`, so the log still folds to what is stored).
-Differences in the task row (status, stop reason, version) and in the status of its
+What the audits remember of each open item (`RunState.seen`: the progress marks of
+its rounds, carried by each round's `judge.verdict`) is folded and compared too, and
+`fix` writes it back. Differences in the task row (status, stop reason, version) and in the status of its
 approval requests (pending, approved, rejected, closed: `approval.requested`, `.decided`,
 `.closed`) are reported; the task's status changes only through its lifecycle and a
 request's only by a decision or a close, so those are left to a human.
@@ -19,9 +21,54 @@ from typing import Any
 from tether import events as ev
 from tether import ledger as L
 from tether.report.timetravel import LedgerFold, TaskFold
-from tether.store.base import LedgerWrite, Store, StoredEvent
+from tether.runtime.round import progress as P
+from tether.runtime.run.state import RunState
+from tether.store.base import LedgerWrite, Store, StoredEvent, TaskPatch
 
 _FIELDS = ("status", "evidence", "attempts", "breaker", "note")
+
+
+class SeenFold:
+    """What the audits remember of each open item (`RunState.seen`) while the log is
+    read: each round's verdict adds its marks to its focus item, then every item no
+    longer open in the ledger the verdict left is forgotten (`verdicts._remember`)."""
+
+    def __init__(self, ledger: LedgerFold) -> None:
+        self.ledger = ledger
+        self.seen: dict[str, list[str]] = {}
+        #: A log written before verdicts carried their marks cannot be folded.
+        self.legacy = False
+        self._prune = False
+
+    def apply(self, e: StoredEvent) -> None:
+        """Fold one event in (after `LedgerFold.apply` of the same event)."""
+        if self._prune and e.type != "ledger.updated":
+            self._forget()  # the verdict changed no item: its ledger is the one before
+        if e.type == "judge.verdict":
+            marks = e.data.get("marks")
+            if marks is None:
+                self.legacy = self.legacy or "rules" in e.data.get("judges", [])
+                return
+            item = e.data.get("item")
+            if item is not None:
+                self.seen[str(item)] = P.remember(self.seen.get(str(item), []), marks)
+            self._prune = True
+        elif e.type == "ledger.updated" and self._prune:
+            self._forget()
+
+    def _forget(self) -> None:
+        self._prune = False
+        known = {d.id for d in self.ledger.skeleton.items}
+        for item in list(self.seen):
+            state = self.ledger.states.get(item, {})
+            if item not in known or state.get("status") not in L.OPEN_STATUSES:
+                del self.seen[item]
+
+    def done(self) -> dict[str, list[str]]:
+        """The memory at the end of the log."""
+        if self._prune:
+            self._forget()
+        return self.seen
 
 
 def _plain(value: Any) -> Any:
@@ -51,10 +98,23 @@ async def rebuild(store: Store, task_id: str, *, fix: bool = False) -> dict[str,
     rec = await store.get_ledger(task_id)
     stored = rec.to_ledger()
     ledger_fold, task_fold = LedgerFold.start(rec.skeleton), TaskFold()
+    seen_fold = SeenFold(ledger_fold)
     log = await store.read_events(task_id)
     for e in log:
         ledger_fold.apply(e)
         task_fold.apply(e)
+        seen_fold.apply(e)
+    state = RunState.from_dict(task.usage)
+    folded_seen = seen_fold.done()
+    state_diffs = (
+        []
+        if seen_fold.legacy
+        else [
+            {"field": "seen", "item": item, "stored": state.seen.get(item), "from_log": want}
+            for item in sorted(set(state.seen) | set(folded_seen))
+            if state.seen.get(item) != (want := folded_seen.get(item))
+        ]
+    )
     stored_requests = {a.request_id: a.status for a in await store.get_approvals(task_id)}
     logged_requests = request_status(log)
     request_diffs = [
@@ -89,25 +149,37 @@ async def rebuild(store: Store, task_id: str, *, fix: bool = False) -> dict[str,
         if have != want
     ]
     fixed = False
-    if fix and ledger_diffs:
+    if fix and (ledger_diffs or state_diffs):
         states = tuple(folded.item(d.id) for d, _ in stored.items())
         new = L.Ledger(stored.skeleton, states, stored.version + 1)
-        await store.commit(
-            task_id,
-            None,
-            [
+        events: list[ev.Event] = []
+        if ledger_diffs:
+            events.append(
                 ev.LedgerUpdated(
                     version=new.version, diff=L.diff(stored, new).to_list(), cause="rebuild"
                 )
-            ],
-            ledger=LedgerWrite.of(new, stored.version),
+            )
+        patch = None
+        if state_diffs:
+            state.seen = folded_seen
+            patch = TaskPatch(usage=state.to_dict())
+            events.append(
+                ev.RecoveryStep(step="rebuild", details={"seen": [d["item"] for d in state_diffs]})
+            )
+        await store.commit(
+            task_id,
+            None,
+            events,
+            ledger=LedgerWrite.of(new, stored.version) if ledger_diffs else None,
+            task=patch,
         )
         fixed = True
     return {
         "task_id": task_id,
-        "consistent": not ledger_diffs and not task_diffs and not request_diffs,
+        "consistent": not (ledger_diffs or task_diffs or request_diffs or state_diffs),
         "ledger": ledger_diffs,
         "task": task_diffs,
+        "state": state_diffs,
         "approvals": request_diffs,
         "fixed": fixed,
     }

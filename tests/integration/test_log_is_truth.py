@@ -183,3 +183,47 @@ def test_rebuild_agrees_after_every_round_on_postgres(
         ws = Path(tmp) / "ws"
         ws.mkdir()
         asyncio.run(_scenario(pg_schema_url(), ws, steps, monkeypatch))
+
+
+async def test_rebuild_folds_what_the_audits_remember_and_fix_restores_it(
+    tmp_path: Path,
+) -> None:
+    """`RunState.seen` (each open item's progress marks, which decide whether a round
+    brought something new) is in the log: rebuild folds it, finds a damaged one and
+    `--fix` writes it back."""
+    import json
+    import sqlite3
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    db = tmp_path / "tether.db"
+    store = await open_db(f"sqlite:///{db}", create=True)
+    try:
+        spec = spec_of(2, limits={"no_progress_rounds": 5, "max_rounds": 40})
+        tid = (await create_task(store, spec, workspace=ws)).task_id
+        actor = Actor()
+        for step in ("write", "read", "fail"):
+            actor.step = step
+            await Engine(
+                store, ModelSet(actor.model()), lease_ttl=30, max_rounds_this_run=1
+            ).run(tid, force=True)
+        seen = RunState.from_dict((await store.get_task(tid)).usage).seen
+        assert set(seen) == {"i2"} and len(seen["i2"]) >= 2, seen
+        assert (await rebuild(store, tid))["consistent"]
+
+        conn = sqlite3.connect(db)
+        (usage,) = conn.execute("SELECT usage FROM tasks WHERE task_id = ?", (tid,)).fetchone()
+        damaged = {**json.loads(usage), "seen": {}}
+        conn.execute("UPDATE tasks SET usage = ? WHERE task_id = ?", (json.dumps(damaged), tid))
+        conn.commit()
+        conn.close()
+        found = await rebuild(store, tid)
+        assert not found["consistent"]
+        assert found["state"] == [
+            {"field": "seen", "item": "i2", "stored": None, "from_log": seen["i2"]}
+        ]
+        assert (await rebuild(store, tid, fix=True))["fixed"]
+        assert RunState.from_dict((await store.get_task(tid)).usage).seen == seen
+        assert (await rebuild(store, tid))["consistent"]
+    finally:
+        await store.close()

@@ -55,7 +55,16 @@ def rebuild(
                 )
             )
         )
+    for d in doc.get("state", []):
+        have, want = len(d["stored"] or []), len(d["from_log"] or [])
+        out.print(
+            Text(
+                views.clean(
+                    f"state {d['field']} of {d['item']}: stored {have} marks, log {want} marks"
+                )
+            )
+        )
     if doc["fixed"]:
-        out.print(Text("the ledger was replaced by the one from the log"))
-    elif doc["ledger"]:
+        out.print(Text("the projections that differed were replaced by the ones from the log"))
+    elif doc["ledger"] or doc.get("state"):
         out.print(Text(f"run: tether rebuild {task_id} --fix"))

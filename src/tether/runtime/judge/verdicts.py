@@ -177,6 +177,8 @@ async def judge_round(
         changes=outcome.update.diff.to_list(),
         judges=judges,
         continuation=continuation,
+        item=facts.focus if facts.focus is not None and not facts.deferred else None,
+        marks=list(outcome.marks),
     )
     events: list[ev.Event] = [*extra_events, verdict_event]
     if outcome.update.changed:

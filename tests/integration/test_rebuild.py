@@ -21,6 +21,7 @@ async def test_a_damaged_ledger_is_found_and_fixed(store: Store, tmp_path: Path)
         "ledger": [],
         "task": [],
         "approvals": [],
+        "state": [],
         "fixed": False,
     }
     good = await ledger_of(store, tid)

@@ -8,10 +8,11 @@ folded one in a commit that journals what changed (a `ledger.updated` event with
 `rebuild`, so the log still folds to what is stored).
 What the audits remember of each open item (`RunState.seen`: the progress marks of
 its rounds, carried by each round's `judge.verdict`) is folded and compared too, and
-`fix` writes it back. Differences in the task row (status, stop reason, version) and in the status of its
-approval requests (pending, approved, rejected, closed: `approval.requested`, `.decided`,
-`.closed`) are reported; the task's status changes only through its lifecycle and a
-request's only by a decision or a close, so those are left to a human.
+`fix` writes it back. Differences in the task row (status, stop reason, version) and in
+the status of its approval requests (pending, approved, rejected, closed:
+`approval.requested`, `.decided`, `.closed`) are reported; the task's status changes only
+through its lifecycle and a request's only by a decision or a close, so those are left
+to a human.
 """
 
 from __future__ import annotations

@@ -172,7 +172,7 @@ async def test_a_pinned_source_changed_under_its_version_goes_to_a_person(
     snaps = [a for a in await store.get_artifacts(tid) if a.kind == "source_snapshot"]
     assert len([a for a in snaps if a.name == "B"]) == 1
     src = Source(id="B", version="2.0", location="corpus/b-2.0.md")
-    with pytest.raises(errors.ToolFailed, match="source B changed under version 2.0"):
+    with pytest.raises(errors.ToolFailed, match=r"source B changed under version 2\.0"):
         await guard(store, tid, src, doc.read_bytes())
     await guard(store, tid, src, (DATA / "corpus_ab" / "b-2.0.md").read_bytes())  # same bytes
     assert (await rebuild(store, tid))["consistent"]

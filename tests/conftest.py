@@ -319,3 +319,12 @@ def cpu_stress() -> Iterator[int]:
         for p in procs:
             p.kill()
             p.wait()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database URL for the CLI: a new SQLite file, or a new PostgreSQL schema."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'tether.db'}"
+    make: Callable[[], str] = request.getfixturevalue("pg_schema_url")
+    return make()

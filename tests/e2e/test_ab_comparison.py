@@ -26,7 +26,7 @@ import json
 import shutil
 import subprocess
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -229,15 +229,6 @@ def assert_delivered(sc: Scenario, open_questions: list[str]) -> dict[str, Any]:
 # ---------------------------------------------------------------- the scenario
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'tether.db'}"
-        return
-    make: Callable[[], str] = request.getfixturevalue("pg_schema_url")
-    yield make()
-
-
 @pytest.fixture
 def api() -> Iterator[TicketAPI]:
     with TicketAPI() as service:
@@ -245,7 +236,8 @@ def api() -> Iterator[TicketAPI]:
 
 
 @pytest.mark.parametrize("corpus", list(CORPORA))
-def test_ab_comparison(corpus: str, db: str, tmp_path: Path, api: TicketAPI) -> None:
+def test_ab_comparison(corpus: str, db_url: str, tmp_path: Path, api: TicketAPI) -> None:
+    db = db_url
     info = CORPORA[corpus]
     sc = Scenario(db, tmp_path, corpus, api)
     sc.task = str(sc.json("submit", str(sc.spec), "--workspace", str(sc.ws))["task_id"])

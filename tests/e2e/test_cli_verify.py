@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,47 +15,19 @@ import yaml
 
 from tests.support.blobs import delete_blob
 from tests.support.cli import cli_env, describe, tether
+from tests.support.compare import compare_contract
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MODEL = "scripted:tests.e2e.ab_policies:analyst"
-SPEC = {
-    "name": "compare",
-    "objective": "compare A and B",
-    "instructions": "Required dimensions: price (costs); sso (sign-on)",
-    "sources": [
-        {"id": "A", "version": "1.0", "location": "corpus/a-1.0.md"},
-        {"id": "B", "version": "2.0", "location": "corpus/b-2.0.md"},
-    ],
-    "items": [
-        {"id": "claims", "title": "claims",
-         "done_when": {"kind": "artifact", "artifact_kind": "claim", "min_count": 4}},
-        {"id": "sections", "title": "sections", "after": ["claims"],
-         "done_when": {"kind": "artifact", "artifact_kind": "report_section", "min_count": 2}},
-        {"id": "report", "title": "the report", "after": ["sections"],
-         "done_when": {"kind": "artifact", "artifact_kind": "report"}},
-    ],
-    "tools": ["read_source", "record_evidence", "record_claim", "write_report_section",
-              "write_report"],
-    "limits": {"no_progress_rounds": 6},
-}  # fmt: skip
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'tether.db'}"
-        return
-    make: Callable[[], str] = request.getfixturevalue("pg_schema_url")
-    yield make()
 
 
 class CLI:
     def __init__(self, db: str, root: Path) -> None:
         self.db, self.root, self.ws = db, root, root / "ws"
         shutil.copytree(DATA / "corpus_ab", self.ws / "corpus")
-        (root / "spec.yaml").write_text(yaml.safe_dump(SPEC, sort_keys=False))
+        (root / "spec.yaml").write_text(yaml.safe_dump(compare_contract(), sort_keys=False))
 
     def __call__(self, *args: str, code: int = 0, **env: str) -> Any:
         res = tether(*args, "--db", self.db, cwd=self.root, env=cli_env(**env), timeout=180)
@@ -72,7 +43,8 @@ class CLI:
         return str(doc["task_id"])
 
 
-def test_verify_reopens_lost_evidence_and_resume_redoes_it(db: str, tmp_path: Path) -> None:
+def test_verify_reopens_lost_evidence_and_resume_redoes_it(db_url: str, tmp_path: Path) -> None:
+    db = db_url
     cli = CLI(db, tmp_path)
     task = cli.delivered()
     ok = cli("verify", task, COLUMNS="80")
@@ -109,7 +81,8 @@ def test_verify_reopens_lost_evidence_and_resume_redoes_it(db: str, tmp_path: Pa
     assert cli.json("verify", task)["outcome"] == "holds"
 
 
-def test_a_source_changed_under_its_version_asks_a_person(db: str, tmp_path: Path) -> None:
+def test_a_source_changed_under_its_version_asks_a_person(db_url: str, tmp_path: Path) -> None:
+    db = db_url
     cli = CLI(db, tmp_path)
     task = cli.delivered()
     snap = next(

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.ab_policies import analyst
+from tests.support.compare import compare_contract
 from tests.support.loop import run_task
 from tether import artifacts as A
 from tether.edits import edit_task
@@ -21,28 +22,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _spec() -> Any:
-    return parse_spec(
-        {
-            "name": "compare",
-            "objective": "compare A and B",
-            "instructions": "Required dimensions: price (costs); sso (sign-on); "
-            "residency (stored in)",
-            "sources": [
-                {"id": "A", "version": "1.0", "location": "corpus/a-1.0.md", "title": "A"},
-                {"id": "B", "version": "2.0", "location": "corpus/b-2.0.md"},
-            ],
-            "items": [
-                {"id": "claims", "title": "claims",
-                 "done_when": {"kind": "artifact", "artifact_kind": "claim", "min_count": 4}},
-                {"id": "sections", "title": "sections", "after": ["claims"],
-                 "done_when": {"kind": "artifact", "artifact_kind": "report_section",
-                               "min_count": 2}},
-            ],
-            "tools": ["read_source", "record_evidence", "record_claim",
-                      "write_report_section"],
-            "limits": {"no_progress_rounds": 6},
-        }
-    )  # fmt: skip
+    return parse_spec(compare_contract(report=False))
 
 
 class Recorder:

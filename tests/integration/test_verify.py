@@ -46,6 +46,12 @@ async def _delivered(store: Store, ws: Path) -> str:
     return tid
 
 
+async def _verifications(store: Store, tid: str) -> list[dict[str, Any]]:
+    """The findings each verification journaled."""
+    steps = await store.read_events(tid, types={"recovery.step"})
+    return [e.data["details"] for e in steps if e.data["step"] == "verify"]
+
+
 @pytest.fixture
 async def sql_store(sql_backend: Any) -> Any:
     store = await sql_backend.open()
@@ -82,11 +88,8 @@ async def test_a_delivered_task_whose_evidence_is_lost_goes_back_to_work_and_is_
     change = (await store.read_events(tid, types={"task.status"}))[-1].data
     assert (change["src"], change["dst"]) == ("satisfied", "queued")
     assert "verify reopened" in change["reason"] and lost.artifact_id in change["reason"]
-    (step,) = [
-        e.data for e in await store.read_events(tid, types={"recovery.step"})
-        if e.data["step"] == "verify"
-    ]  # fmt: skip
-    assert step["details"]["by"] == "ops" and step["details"]["outcome"] == "reopened"
+    (step,) = await _verifications(store, tid)
+    assert step["by"] == "ops" and step["outcome"] == "reopened"
     led = await ledger_of(store, tid)
     assert led.item("claims").status == "pending" and "missing" in led.item("claims").note
     assert (await rebuild(store, tid))["consistent"]
@@ -192,10 +195,6 @@ async def test_a_worker_verifies_delivered_tasks_and_redoes_what_broke(
     )
     stats = await worker.run()
     assert stats.ran == 1 and [r.status for r in results] == ["satisfied"], results
-    step = [
-        e.data["details"]
-        for e in await store.read_events(tid, types={"recovery.step"})
-        if e.data["step"] == "verify"
-    ]
+    step = await _verifications(store, tid)
     assert step[0]["outcome"] == "reopened" and step[0]["by"].startswith("worker ")
     assert (await verify_task(store, tid)).outcome == "holds"

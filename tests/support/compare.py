@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 
-def compare_contract() -> dict[str, Any]:
+def compare_contract(*, report: bool = True) -> dict[str, Any]:
     """Compare A 1.0 and B 2.0 on price and sso (residency documented by neither): four
-    claims, two sections, a report."""
-    return {
+    claims, two sections and (`report`) a report."""
+    contract: dict[str, Any] = {
         "name": "compare",
         "objective": "compare A and B",
         "instructions": "Required dimensions: price (costs); sso (sign-on); "
@@ -31,3 +31,7 @@ def compare_contract() -> dict[str, Any]:
                   "write_report_section", "write_report"],
         "limits": {"no_progress_rounds": 6},
     }  # fmt: skip
+    if not report:
+        contract["items"] = contract["items"][:2]
+        contract["tools"] = contract["tools"][:4]
+    return contract

@@ -217,7 +217,7 @@ async def verify_task(store: Store, task_id: str, *, by: str = "user") -> Verifi
         await store.commit(
             task_id,
             None,
-            [ev.RecoveryStep(step="verify", details={"restored": result.restored})],
+            [ev.RecoveryStep(step="restore", details={"restored": result.restored, "by": by})],
             blobs=check.blobs,
         )
     rec = await store.get_ledger(task_id)

@@ -15,6 +15,7 @@ from tests.e2e.ab_policies import analyst
 from tests.support.compare import compare_contract
 from tests.support.loop import ledger_of, run_task
 from tether import errors
+from tether.edits import edit_task
 from tether.models.scripted import ScriptedModel
 from tether.rebuild import rebuild
 from tether.runtime.recovery.verify import verify_task
@@ -198,3 +199,39 @@ async def test_a_worker_verifies_delivered_tasks_and_redoes_what_broke(
     step = await _verifications(store, tid)
     assert step[0]["outcome"] == "reopened" and step[0]["by"].startswith("worker ")
     assert (await verify_task(store, tid)).outcome == "holds"
+
+
+async def test_recovery_restores_a_lost_snapshot_or_asks_when_its_source_changed(
+    sql_backend: Any, sql_store: Store, tmp_path: Path
+) -> None:
+    """A new turn's recovery reads a lost snapshot's source again: the same bytes are
+    stored again (nothing reopens); other bytes are never stored as that version and
+    the task waits for a person's decision naming the source and the version."""
+    store = sql_store
+    tid = await _delivered(store, tmp_path)
+    arts = await store.get_artifacts(tid)
+    a_snap = next(a for a in arts if a.kind == "source_snapshot" and a.name == "A")
+    b_snap = next(a for a in arts if a.kind == "source_snapshot" and a.name == "B")
+    _drop_blob(sql_backend, a_snap.blob_hash)
+    _drop_blob(sql_backend, b_snap.blob_hash)
+    doc = tmp_path / "corpus" / "b-2.0.md"
+    doc.write_text(doc.read_text().replace("costs", "now costs"))
+    await edit_task(store, tid, {"budget": {"rounds": 90}})  # goes on: recovery runs
+    _, result = await run_task(store, _spec(), tmp_path, ScriptedModel(policy=analyst), task_id=tid)
+    assert result.status == "waiting", result
+    task = await store.get_task(tid)
+    assert task.waiting is not None and task.waiting["kind"] == "decision"
+    assert "source B changed under version 2.0" in task.waiting["reason"]
+    (asked,) = await store.read_events(tid, types={"decision.requested"})
+    assert "source B changed under version 2.0" in asked.data["reason"]
+    restored = [
+        e.data["details"]
+        for e in await store.read_events(tid, types={"recovery.step"})
+        if e.data["step"] == "restore"
+    ]
+    assert restored == [{"restored": [a_snap.artifact_id], "by": "recovery"}]
+    assert await store.get_blob(a_snap.blob_hash)
+    now = {a.artifact_id: a for a in await store.get_artifacts(tid)}
+    assert now[a_snap.artifact_id].valid and not now[b_snap.artifact_id].valid
+    assert [a.name for a in now.values() if a.kind == "source_snapshot"] == ["A", "B"]
+    assert (await rebuild(store, tid))["consistent"]

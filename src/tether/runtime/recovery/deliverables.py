@@ -240,7 +240,7 @@ def _below(ident: str, arts: Mapping[str, ArtifactRecord]) -> list[str]:
     return list(seen)
 
 
-async def _closure(
+async def closure(
     store: JudgeStore, task_id: str, ids: Collection[str]
 ) -> dict[str, ArtifactRecord]:
     """The artifacts `ids` and everything they depend on, read level by level."""
@@ -295,7 +295,7 @@ async def verify(
     refs = {r for _, evidence in done for r in evidence}
     art_ids = {r.partition(":")[2] for r in refs if r.startswith("artifact:")}
     op_ids = {r.partition(":")[2] for r in refs if r.startswith("op:")}
-    arts = await _closure(store, task_id, art_ids) if art_ids else {}
+    arts = await closure(store, task_id, art_ids) if art_ids else {}
     hashed = [a for i, a in arts.items() if blobs or i not in art_ids]
     writers: list[OpRecord] = []
     history: dict[str, str] = {}

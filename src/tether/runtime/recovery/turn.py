@@ -18,7 +18,7 @@ from tether import events as ev
 from tether import ledger as L
 from tether import lifecycle
 from tether.models.base import Message
-from tether.runtime.recovery import deliverables
+from tether.runtime.recovery import deliverables, verify
 from tether.runtime.round.context import Context, Entry, render_system, turn_message
 from tether.runtime.run import outcome as out
 from tether.runtime.run.outcome import Outcome
@@ -50,7 +50,11 @@ async def start_turn(run: TurnHost) -> Outcome | None:
         )
     )
     invalidated: list[ArtifactRecord] = []
+    drifts = []
     if not first:
+        # A lost snapshot: the same bytes read again restore it; other bytes never
+        # stand for its version (a person decides, once the turn's recovery is in).
+        drifts = await verify.lost_snapshots(run.parts, ledger)
         ledger, invalidated = await _recover(run, ledger, events)
     change, running = lifecycle.transition(run.journal, "running", kind)
     if run.journal.status != "running":
@@ -83,6 +87,11 @@ async def start_turn(run: TurnHost) -> Outcome | None:
     await run.journal.write(Commit(events, **running, ledger=ledger, artifacts=invalidated))
     run.ctx.append(Entry("turn", [Message("user", text)]))
     run.journal.snapshot(f"turn {turn} ({kind})")
+    if drifts:
+        why = verify.drift_text(run.journal.task_id, drifts)
+        return out.waiting(
+            "decision", why, why="needs_user_input", events=[ev.DecisionRequested(reason=why)]
+        )
     return None
 
 

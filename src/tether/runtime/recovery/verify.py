@@ -23,7 +23,7 @@ import shlex
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether import artifacts as A
 from tether import errors, failpoints, lifecycle
@@ -32,11 +32,15 @@ from tether import ledger as L
 from tether.decisions import store_time
 from tether.runtime.recovery import deliverables
 from tether.runtime.recovery.deliverables import Broken
+from tether.runtime.run.ports import Commit
 from tether.runtime.run.state import RunState
 from tether.spec import Source, parse_spec
 from tether.store.base import ArtifactRecord, LedgerWrite, Store, TaskPatch, blob_hash
 from tether.tools.builtin.pinned import Drift, fingerprint_drift, snapshot_drift
 from tether.tools.builtin.sources import MAX_SNAPSHOT_BYTES, fetch_source
+
+if TYPE_CHECKING:
+    from tether.runtime.run.ports import JudgeStore, PartsHost
 
 #: The artifacts of a task's chain, in the order the table lists them.
 CHAIN: dict[str, str] = {
@@ -104,7 +108,7 @@ class Verification:
         }
 
 
-async def _content_ok(store: Store, art: ArtifactRecord) -> bool:
+async def _content_ok(store: JudgeStore, art: ArtifactRecord) -> bool:
     try:
         return blob_hash(await store.get_blob(art.blob_hash)) == art.blob_hash
     except KeyError:
@@ -122,7 +126,7 @@ async def _read(src: Source, workspace: Path | None, *, cap: int | None) -> Any:
 class _Pass:
     """One verification's reads and findings, before anything is written."""
 
-    def __init__(self, store: Store, task_id: str, result: Verification) -> None:
+    def __init__(self, store: JudgeStore, task_id: str, result: Verification) -> None:
         self.store, self.task_id, self.result = store, task_id, result
         #: Roots found broken, with why: artifact id -> reason.
         self.roots: dict[str, str] = {}
@@ -134,7 +138,12 @@ class _Pass:
             self.result.failed[what] = self.result.failed.get(what, 0) + 1
 
     async def sources(
-        self, arts: list[ArtifactRecord], spec_sources: dict[str, Source], ws: Path | None
+        self,
+        arts: list[ArtifactRecord],
+        spec_sources: dict[str, Source],
+        ws: Path | None,
+        *,
+        fingerprints: bool = True,
     ) -> set[str]:
         """Each snapshot's stored content; each fingerprint against its source now.
         Returns the snapshots whose content is back (the same bytes read again)."""
@@ -143,7 +152,7 @@ class _Pass:
             src = spec_sources.get(str(art.meta.get("source", "")))
             current = src is not None and A.source_ref(src.id, src.version) in art.deps
             if art.meta.get("pin") == "fingerprint":
-                if not current or src is None:
+                if not fingerprints or not current or src is None:
                     continue
                 got = await _read(src, ws, cap=None)
                 drift = fingerprint_drift(art, src, None if got is None else got.fingerprint)
@@ -283,18 +292,55 @@ async def verify_task(store: Store, task_id: str, *, by: str = "user") -> Verifi
     return result
 
 
+def drift_text(task_id: str, drifts: list[Drift]) -> str:
+    """What a person reads when pinned versions drifted, with the commands that settle it."""
+    tid = shlex.quote(task_id)
+    names = "; ".join(dict.fromkeys(d.reason for d in drifts))
+    return (
+        f"{names}: the stored bytes of the pinned version are lost and nothing can "
+        f"rebuild its evidence. Decide: pin a new version (tether edit {tid} --source "
+        f"{shlex.quote(drifts[0].source)}=VERSION@LOCATION) or tether abandon {tid} "
+        "--reason 'REASON'"
+    )
+
+
+async def lost_snapshots(run: PartsHost, ledger: L.Ledger) -> list[Drift]:
+    """Recovery's pinned re-reads: the snapshots below done items' evidence whose
+    content is lost are read again from their sources. The recorded bytes are stored
+    again (committed at once, so the check of the deliverables that follows finds them
+    whole); other bytes are drifts, returned for a person's decision (the snapshot stays
+    lost, and what rests on it reopens)."""
+    cited = {
+        r.partition(":")[2]
+        for _, st in ledger.items()
+        if st.status == "done"
+        for r in st.evidence
+        if r.startswith("artifact:")
+    }
+    if not cited:
+        return []
+    task_id = run.journal.task_id
+    arts = await deliverables.closure(run.store, task_id, cited)
+    snaps = [a for a in arts.values() if a.valid and a.kind == "source_snapshot"]
+    if not snaps:
+        return []
+    result = Verification(task_id, run.journal.status, run.journal.status)
+    check = _Pass(run.store, task_id, result)
+    sources = {s.id: s for s in run.view.spec.sources}
+    await check.sources(snaps, sources, run.view.workspace, fingerprints=False)
+    if check.blobs:
+        for data in check.blobs:
+            run.journal.stage_blob(data)
+        details = {"restored": result.restored, "by": "recovery"}
+        await run.journal.write(Commit([ev.RecoveryStep(step="restore", details=details)]))
+    return result.drifts
+
+
 def _plan(task: Any, result: Verification) -> tuple[list[ev.Event], TaskPatch | None]:
     """The status change a verification's findings call for (and the gap it reports)."""
-    tid = shlex.quote(result.task_id)
     if result.drifts:
-        names = "; ".join(dict.fromkeys(d.reason for d in result.drifts))
         first = result.drifts[0]
-        text = (
-            f"{names}: the stored bytes of the pinned version are lost and nothing can "
-            f"rebuild its evidence. Decide: pin a new version (tether edit {tid} --source "
-            f"{shlex.quote(first.source)}=VERSION@LOCATION) or tether abandon {tid} "
-            "--reason 'REASON'"
-        )
+        text = drift_text(result.task_id, result.drifts)
         result.gaps.append(text)
         if task.status != "satisfied":
             return [ev.DecisionRequested(reason=text)], None

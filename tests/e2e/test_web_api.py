@@ -372,3 +372,23 @@ def test_a_server_on_every_interface_answers_to_this_machine_s_names() -> None:
     assert names_of("10.1.2.3") == ["10.1.2.3"]
     everywhere = names_of("0.0.0.0")
     assert socket.gethostname() in everywhere and "0.0.0.0" in everywhere
+
+
+def test_verify_through_the_api_reopens_a_deleted_deliverable(
+    waiting: tuple[str, str, Path], client: TestClient
+) -> None:
+    _, tid, ws = waiting
+    assert client.post(f"/api/tasks/{tid}/verify").status_code == 403
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    r = client.post(f"/api/tasks/{tid}/verify", headers=auth)
+    assert r.status_code == 200 and r.json()["outcome"] == "holds", r.text
+    assert client.post("/api/tasks/t-none/verify", headers=auth).status_code == 404
+    (ws / "out" / "p1.txt").unlink()  # p1 is done on this file
+    r = client.post(f"/api/tasks/{tid}/verify", json={"by": "dana"}, headers=auth)
+    doc = r.json()
+    assert r.status_code == 200 and doc["outcome"] == "reopened", r.text
+    assert doc["reopened"] == ["p1"] and "out/p1.txt is missing" in doc["broken"][0]["reason"]
+    items = {
+        i["id"]: i["status"] for i in client.get(f"/api/tasks/{tid}").json()["ledger"]["items"]
+    }
+    assert items["p1"] == "pending"

@@ -38,6 +38,7 @@ EXTRAS: dict[str, frozenset[str]] = {
     ),
     "report": frozenset({"matplotlib"}),
     "otel": frozenset({"opentelemetry", "prometheus_client"}),
+    "metrics": frozenset({"prometheus_client"}),
     "mcp": frozenset({"mcp", "mcp_types", "jsonschema"}),
 }
 

@@ -24,13 +24,21 @@ A configured meter provider gets, per model call, `gen_ai.client.token.usage` (u
 `{token}`, one record per `gen_ai.token.type`: `input` and `output`) and
 `gen_ai.client.operation.duration` (seconds, with `error.type` when it failed).
 tether's own attributes are under `tether.`.
+
+Without OpenTelemetry too, two things follow the spans: the fields a log line of the
+run carries (`log_fields()`: the task id inside a turn, the round inside a round), and
+the process's `SpanListener`s (`add_listener`), told when a span starts and ends: a
+worker's Prometheus counters (`tether.metrics.ProcessMetrics`) count rounds, calls and
+in-flight turns that way, in the process, with no database query.
 """
 
 from __future__ import annotations
 
+import contextvars
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from types import MappingProxyType
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -61,14 +69,66 @@ class SpanLike(Protocol):
         ...
 
 
-class _NoSpan:
-    """The span when OpenTelemetry is not installed."""
+class SpanListener(Protocol):
+    """Told of every span of this process (see `add_listener`); must be quick and never
+    raise."""
+
+    def span_started(self, name: str, attributes: Mapping[str, Any]) -> None:
+        """A span began, with the attributes known at its start."""
+        ...
+
+    def span_ended(
+        self, name: str, attributes: Mapping[str, Any], seconds: float, error: str | None
+    ) -> None:
+        """A span ended: every attribute it got, how long it took, its `error.type`."""
+        ...
+
+
+_listeners: list[SpanListener] = []
+
+
+def add_listener(listener: SpanListener) -> Callable[[], None]:
+    """Tell `listener` of every span from now on; returns the call that stops it."""
+    _listeners.append(listener)
+
+    def remove() -> None:
+        if listener in _listeners:
+            _listeners.remove(listener)
+
+    return remove
+
+
+#: The fields of the run a log line carries (`task_id`, `round`), set by the spans.
+_log_fields: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
+    "tether_log_fields", default=MappingProxyType({})
+)
+#: The span attributes that become log fields, and the fields' names.
+_LOG_KEYS = {"tether.task_id": "task_id", "tether.round": "round"}
+
+
+def log_fields() -> Mapping[str, Any]:
+    """What the current run is doing, for log lines: `task_id` inside a turn or round
+    of a task, `round` inside a round (empty outside)."""
+    return _log_fields.get()
+
+
+class _Span:
+    """The span the runtime holds: remembers its attributes (for the listeners, the
+    log fields and the metrics at its end) and hands them to OpenTelemetry's span."""
+
+    def __init__(self, attributes: Mapping[str, Any]) -> None:
+        self.attributes = dict(attributes)
+        self.otel: Any = None
 
     def set_attribute(self, key: str, value: Any) -> None:
-        """Nothing to record."""
+        """Set one attribute."""
+        self.attributes[key] = value
+        if key in _LOG_KEYS:
+            _log_fields.set({**_log_fields.get(), _LOG_KEYS[key]: value})
+        if self.otel is not None:
+            self.otel.set_attribute(key, value)
 
 
-_NO_SPAN = _NoSpan()
 #: The tracer, obtained once (None: not yet; False: OpenTelemetry is not installed).
 _tracer: Any = None
 #: The two GenAI histograms (None: not yet; False: OpenTelemetry is not installed).
@@ -145,19 +205,6 @@ def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-class _Recorded:
-    """A span that remembers its attributes (for the metrics recorded at its end)."""
-
-    def __init__(self, span: Any, attributes: Mapping[str, Any]) -> None:
-        self.span = span
-        self.attributes = dict(attributes)
-
-    def set_attribute(self, key: str, value: Any) -> None:
-        """Set one attribute on the span, and remember it."""
-        self.attributes[key] = value
-        self.span.set_attribute(key, value)
-
-
 def _error_type(exc: BaseException) -> str:
     cls = type(exc)
     return (
@@ -190,18 +237,47 @@ def _record_metrics(attributes: Mapping[str, Any], seconds: float, error: str | 
 
 @contextmanager
 def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[SpanLike]:
-    """A span named `name`, current for the block (a no-op without OpenTelemetry).
+    """A span named `name`, current for the block (for OpenTelemetry when installed,
+    and always for the log fields and the listeners).
 
     A span whose `gen_ai.operation.name` is `chat` is a CLIENT span named
     `chat {gen_ai.request.model}` and records the GenAI client metrics when it ends;
     any other is INTERNAL."""
-    tracer = _get_tracer()
-    if not tracer:
-        yield _NO_SPAN
-        return
+    attrs = _clean(attributes or {})
+    recorded = _Span(attrs)
+    fields = {_LOG_KEYS[k]: attrs[k] for k in _LOG_KEYS if k in attrs}
+    # Always a token: a field the span sets later ends with it too.
+    token = _log_fields.set({**_log_fields.get(), **fields})
+    listeners = tuple(_listeners)
+    for listener in listeners:
+        listener.span_started(name, recorded.attributes)
+    t0 = time.perf_counter()
+    error: str | None = None
+    try:
+        tracer = _get_tracer()
+        if not tracer:
+            yield recorded
+        else:
+            with _otel_span(tracer, name, recorded) as current:
+                recorded.otel = current
+                yield recorded
+    except BaseException as exc:
+        if getattr(exc, "outcome", None) is None:
+            error = _error_type(exc)
+        raise
+    finally:
+        seconds = time.perf_counter() - t0
+        _log_fields.reset(token)
+        for listener in listeners:
+            listener.span_ended(name, recorded.attributes, seconds, error)
+
+
+@contextmanager
+def _otel_span(tracer: Any, name: str, recorded: _Span) -> Iterator[Any]:
+    """OpenTelemetry's span for `span`: kind, name, error status, GenAI metrics."""
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
-    attrs = _clean(attributes or {})
+    attrs = recorded.attributes
     operation = attrs.get("gen_ai.operation.name")
     kind = SpanKind.INTERNAL
     if operation == "chat":
@@ -213,13 +289,12 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Spa
     with tracer.start_as_current_span(
         name,
         kind=kind,
-        attributes=attrs,
+        attributes=dict(attrs),
         record_exception=False,
         set_status_on_exception=False,
     ) as current:
-        recorded = _Recorded(current, attrs)
         try:
-            yield recorded
+            yield current
         except BaseException as exc:
             stopped = getattr(exc, "outcome", None)
             if stopped is not None:
@@ -257,6 +332,8 @@ def agent_attributes(task_id: str) -> dict[str, Any]:
 
 #: The name of a turn's span.
 AGENT_SPAN = f"invoke_agent {AGENT_NAME}"
+#: The name of a worker's claim (one `Store.claim`, whether it found a task or not).
+CLAIM_SPAN = "tether.claim"
 
 
 def model_call_attributes(purpose: str, model: str, task_id: str) -> dict[str, Any]:

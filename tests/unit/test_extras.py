@@ -20,7 +20,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "tether"
 
 #: Modules that are themselves the optional part: only `needs` blocks import them.
-OPTIONAL_MODULES = ("tether.web", "tether.models.openai", "tether.models.anthropic")
+OPTIONAL_MODULES = (
+    "tether.web",
+    "tether.metrics",
+    "tether.models.openai",
+    "tether.models.anthropic",
+)
 #: Optional packages tether imports; what the core install does not have.
 OPTIONAL_PACKAGES = frozenset().union(*EXTRAS.values())
 DONE = "scripted:tests.e2e.policies:done_policy"
@@ -149,7 +154,7 @@ main()
     ("blocked", "args", "extra"),
     [
         (["fastapi", "uvicorn"], ["serve"], "web"),
-        (["fastapi"], ["worker", "--once", "--metrics-port", "0"], "web"),
+        (["prometheus_client"], ["worker", "--once", "--metrics-port", "0"], "metrics"),
         (["openai"], ["run", "spec.yaml", "--model", "openai:gpt-4.1-mini"], "openai"),
         (["anthropic"], ["run", "spec.yaml", "--model", "anthropic:claude-x"], "anthropic"),
         (["jsonschema", "mcp"], ["run", "mcp-spec.yaml", "--model", DONE], "mcp"),

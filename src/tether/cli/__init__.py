@@ -17,12 +17,12 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tether.cli import _app
+from tether.cli import _app, _logging
 from tether.errors import UserError
 
 if TYPE_CHECKING:
@@ -54,13 +54,20 @@ COMMANDS: dict[str, str] = {
 }
 
 
+#: The options of `tether` itself that take a value (given before the command).
+GLOBAL_OPTIONS = ("--log-level", "--log-format")
+
+
 def load_commands(argv: Sequence[str] | None = None) -> None:
     """Register the command `argv` names (its module alone), none for `--version`
     alone, or, for anything else (`--help`, no command, an unknown one), every
     command."""
     if list(argv or ()) == ["--version"]:
         return  # printed before any command is looked at
-    name = next((a for a in argv or () if not a.startswith("-")), None)
+    args = list(argv or ())
+    # The value of a global option is no command's name.
+    values = {i + 1 for i, a in enumerate(args) if a in GLOBAL_OPTIONS}
+    name = next((a for i, a in enumerate(args) if not a.startswith("-") and i not in values), None)
     modules = [COMMANDS[name]] if name in COMMANDS else dict.fromkeys(COMMANDS.values())
     for module in modules:
         importlib.import_module(f"{__name__}.{module}")
@@ -82,6 +89,16 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _choice(parse: Callable[[str | None], str]) -> Callable[[str | None], str]:
+    def check(value: str | None) -> str:
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+
+    return check
+
+
 @_app.app.callback()
 def _root(
     version: Annotated[
@@ -93,9 +110,30 @@ def _root(
             callback=_print_version,
         ),
     ] = False,
+    log_level: Annotated[
+        str,
+        typer.Option(
+            "--log-level",
+            metavar="LEVEL",
+            envvar="TETHER_LOG_LEVEL",
+            help="Log lines on stderr from this level on: debug, info, warning, error, critical.",
+            callback=_choice(_logging.parse_level),
+        ),
+    ] = _logging.DEFAULT_LEVEL,
+    log_format: Annotated[
+        str,
+        typer.Option(
+            "--log-format",
+            metavar="FORMAT",
+            envvar="TETHER_LOG_FORMAT",
+            help="Log lines as text, or as json (one object per line).",
+            callback=_choice(_logging.parse_format),
+        ),
+    ] = _logging.DEFAULT_FORMAT,
 ) -> None:
     # The options of `tether` itself; each command has its own.
     del version
+    _logging.configure(log_level, log_format)
 
 
 __all__ = ["COMMANDS", "app", "load_commands", "main"]

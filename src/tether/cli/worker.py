@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import re
-from typing import TYPE_CHECKING, Annotated
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.text import Text
 
 from tether import errors
 from tether._extras import needs
+from tether.cli import _logging
 from tether.cli._app import (
     DbOpt,
     ModelOpt,
@@ -25,22 +28,35 @@ from tether.cli._app import (
 )
 from tether.cli.views import clean
 
+log = logging.getLogger("tether.worker")
+
 if TYPE_CHECKING:
     import asyncio
 
+    from tether.metrics import ProcessMetrics
     from tether.runtime.engine import RunResult, Snapshot
     from tether.runtime.worker import WorkerStats
     from tether.store import Store
 
 
+def _say(line: str, *, style: str = "", **fields: Any) -> None:
+    """One of the worker's own lines on stderr; with `--log-format json` an info
+    record instead (with `fields`: task id, round, event), so that every line there
+    is JSON."""
+    if _logging.json_mode():
+        log.info("%s", line, extra=fields)
+    else:
+        err.print(Text(clean(line, lines=True), style=style))
+
+
 def _report(result: RunResult) -> None:
     # Spelled as `status` and `list` spell it: "satisfied (delivered)".
     why = f" ({result.stop_reason})" if result.stop_reason else ""
-    err.print(Text(clean(f"task {result.task_id}: {result.status}{why}")))
+    _say(f"task {result.task_id}: {result.status}{why}", task_id=result.task_id, event="task.ran")
 
 
 def _report_error(task_id: str, exc: Exception) -> None:
-    err.print(Text(clean(f"task {task_id}: could not run: {exc}", lines=True)))
+    _say(f"task {task_id}: could not run: {exc}", task_id=task_id, event="task.failed_to_run")
 
 
 def _round_line(snap: Snapshot) -> None:
@@ -48,48 +64,108 @@ def _round_line(snap: Snapshot) -> None:
     if not snap.message.startswith("round "):
         return
     p = snap.progress
-    err.print(
-        Text(
-            clean(
-                f"task {snap.task_id} {snap.message} — {p.done}/{p.total} done, "
-                f"{snap.tokens} tokens, ${snap.cost_usd:.4f}"
-            ),
-            style="dim",
-        )
+    _say(
+        f"task {snap.task_id} {snap.message} — {p.done}/{p.total} done, "
+        f"{snap.tokens} tokens, ${snap.cost_usd:.4f}",
+        style="dim",
+        task_id=snap.task_id,
+        event="round.ended",
     )
 
 
-async def _serve_metrics(store: Store, port: int) -> asyncio.Server:
-    """Prometheus text at http://127.0.0.1:PORT/metrics: the same metrics as `tether
-    serve`'s /metrics, computed from the database at each scrape."""
-    import asyncio  # here: `tether --help` needs no event loop
+class MetricsServer:
+    """`/metrics`, `/healthz` and `/readyz` of a worker, served by `prometheus_client`'s
+    WSGI app and the standard library's threading WSGI server, in a thread of its own:
+    a scrape never waits on the worker's event loop, except for `/readyz` and the
+    database's figures (`--cluster-metrics`), which run their queries on it."""
 
-    with needs("web", "tether worker --metrics-port"):
-        from tether.web.metrics import render, snapshot
+    def __init__(
+        self,
+        store: Store,
+        loop: asyncio.AbstractEventLoop,
+        process: ProcessMetrics,
+        *,
+        cluster: bool,
+    ) -> None:
+        from prometheus_client import make_wsgi_app
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        from tether.metrics import ClusterCollector, blocking_reader
+
+        self.store = store
+        self.loop = loop
+        if cluster:
+            process.registry.register(ClusterCollector(blocking_reader(store, loop)))
+        self.metrics_app = make_wsgi_app(process.registry)
+        self.server: Any = None
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        """The WSGI entry point."""
+        path = environ.get("PATH_INFO", "")
+        if path == "/metrics":
+            return self.metrics_app(environ, start_response)  # type: ignore[no-any-return]
+        if path == "/healthz":
+            return _answer(start_response, "200 OK", b"ok\n")
+        if path == "/readyz":
+            body, ready = self._readiness()
+            status = "200 OK" if ready else "503 Service Unavailable"
+            return _answer(start_response, status, body, "application/json")
+        return _answer(start_response, "404 Not Found", b"/metrics, /healthz or /readyz\n")
+
+    def _readiness(self) -> tuple[bytes, bool]:
+        import asyncio
+        import concurrent.futures
+        import json
+
+        from tether.metrics import READY_TIMEOUT, Readiness, readiness
+
+        future = asyncio.run_coroutine_threadsafe(readiness(self.store), self.loop)
         try:
-            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            if request.split(b" ", 2)[1:2] != [b"/metrics"]:
-                status, body, kind = b"404 Not Found", b"only /metrics here\n", b"text/plain"
-            else:
-                body = render(await snapshot(store))
-                status, kind = b"200 OK", b"text/plain; version=0.0.4; charset=utf-8"
-            writer.write(
-                b"HTTP/1.1 " + status + b"\r\nContent-Type: " + kind
-                + b"\r\nContent-Length: " + str(len(body)).encode()
-                + b"\r\nConnection: close\r\n\r\n" + body
-            )  # fmt: skip
-            await writer.drain()
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
-            pass
-        finally:
-            writer.close()
+            ready = future.result(READY_TIMEOUT + 5)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            ready = Readiness(False, "the worker's event loop did not answer")
+        return json.dumps(ready.to_dict()).encode() + b"\n", ready.ready
 
-    try:
-        return await asyncio.start_server(handle, "127.0.0.1", port)
-    except OSError as exc:
-        raise errors.UserError(f"--metrics-port {port}: cannot listen: {exc}") from exc
+    def start(self, host: str, port: int) -> str:
+        """Listen on `host:port` (port 0: any free one); returns the base URL."""
+        import socket
+        import threading
+        from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+        from prometheus_client.exposition import ThreadingWSGIServer
+
+        class Quiet(WSGIRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("metrics %s %s", self.address_string(), format % args)
+
+        server_class: type[WSGIServer] = ThreadingWSGIServer
+        if ":" in host:
+            server_class = type("V6", (ThreadingWSGIServer,), {"address_family": socket.AF_INET6})
+        try:
+            self.server = make_server(host, port, self, server_class, handler_class=Quiet)
+        except (OSError, OverflowError) as exc:
+            raise errors.UserError(
+                f"--metrics-host {host} --metrics-port {port}: cannot listen: {exc}"
+            ) from None
+        threading.Thread(
+            target=self.server.serve_forever, name="tether-metrics", daemon=True
+        ).start()
+        bound = self.server.server_address[1]
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{bound}"
+
+    def close(self) -> None:
+        """Stop serving."""
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+def _answer(start_response: Any, status: str, body: bytes, kind: str = "text/plain") -> list[bytes]:
+    start_response(
+        status, [("Content-Type", f"{kind}; charset=utf-8"), ("Content-Length", str(len(body)))]
+    )
+    return [body]
 
 
 def _seconds(value: float) -> float:
@@ -148,11 +224,27 @@ def worker(
         int | None,
         typer.Option(
             "--metrics-port",
-            help="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics (extra web).",
+            help="Serve this worker's Prometheus metrics at /metrics, and /healthz and "
+            "/readyz, on this port (0: any free one; extra metrics).",
             min=0,
             max=65535,
         ),
     ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option(
+            "--metrics-host",
+            help="Address the metrics port listens on (0.0.0.0: every interface).",
+        ),
+    ] = "127.0.0.1",
+    cluster_metrics: Annotated[
+        bool,
+        typer.Option(
+            "--cluster-metrics",
+            help="Also export the database's figures (tasks by status, ...) on /metrics: "
+            "give it to one worker, or scrape the dashboard's /metrics instead.",
+        ),
+    ] = False,
     concurrency: Annotated[
         int,
         typer.Option(
@@ -182,15 +274,22 @@ def worker(
 
     Each runs with the model, model options and TETHER_TOOLS it was started with; the
     model options given here, or this worker's TETHER_TOOLS, override them."""
+    import asyncio
+
     from tether.runtime.engine import inline_wait_max_from_env
+    from tether.runtime.takeover import process_id
     from tether.runtime.watch.sinks import default_notifier
     from tether.runtime.wiring import open_runtime
 
+    if cluster_metrics and metrics_port is None:
+        raise fail(errors.UserError("--cluster-metrics needs --metrics-port"), 2)
     if metrics_port is not None:
         # A missing extra is said before the database is opened (or created).
         try:
-            with needs("web", "tether worker --metrics-port"):
-                import tether.web.metrics  # noqa: F401
+            with needs("metrics", "tether worker --metrics-port"):
+                import prometheus_client  # noqa: F401
+
+                from tether.metrics import ProcessMetrics
         except errors.UserError as exc:
             raise fail(exc, 2) from None
 
@@ -202,30 +301,49 @@ def worker(
         async with open_runtime(
             db, model=model, model_options=options, migrate=not no_migrate
         ) as rt:
-            server = None
+            worker_id = process_id()
+            process: ProcessMetrics | None = None
+            server: MetricsServer | None = None
+            stop_listening: Any = None
             if metrics_port is not None:
-                server = await _serve_metrics(rt.store, metrics_port)
-                port = server.sockets[0].getsockname()[1]
-                err.print(f"metrics at http://127.0.0.1:{port}/metrics")
+                import prometheus_client
+
+                prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+                process = ProcessMetrics(worker_id)
+                server = MetricsServer(
+                    rt.store, asyncio.get_running_loop(), process, cluster=cluster_metrics
+                )
+                base = server.start(metrics_host, metrics_port)
+                stop_listening = process.install()
+                _say(f"metrics at {base}/metrics (health: {base}/healthz, {base}/readyz)")
+
+            def on_result(result: RunResult) -> None:
+                if process is not None:
+                    process.finished(result.status)
+                _report(result)
+
             try:
                 w = rt.worker(
+                    worker_id=worker_id,
                     once=once,
                     poll_interval=poll,
                     lease_ttl=lease,
                     concurrency=concurrency,
                     verify_every=_as_seconds(verify_every),
                     handle_signals=True,
-                    on_result=_report,
+                    on_result=on_result,
                     on_error=_report_error,
                     **({} if quiet else {"on_progress": _round_line}),
                 )
                 return await w.run()
             finally:
+                if stop_listening is not None:
+                    stop_listening()
                 if server is not None:
                     server.close()
 
     stats = run_async(main)
-    err.print(f"worker ran {stats.ran} task(s)")
+    _say(f"worker ran {stats.ran} task(s)")
     if stats.failed:
-        err.print(f"{stats.failed} task run(s) failed; see above")
+        _say(f"{stats.failed} task run(s) failed; see above")
         raise typer.Exit(1)

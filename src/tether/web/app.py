@@ -26,6 +26,9 @@ from tether.web.security import Access, Refused
 
 #: Host names every server answers to, besides the one it binds.
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+#: The health probes: answered under any host name (a load balancer or Kubernetes asks
+#: by address), and they show no task.
+PROBES = frozenset({"/healthz", "/readyz"})
 
 
 class HostCheck:
@@ -37,7 +40,7 @@ class HostCheck:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI entry point."""
-        if scope["type"] == "http":
+        if scope["type"] == "http" and scope.get("path") not in PROBES:
             try:
                 self.access.check_host(Request(scope))
             except Refused as exc:
@@ -118,7 +121,16 @@ def create_app(
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> PlainTextResponse:
+        # Live: the server answers (the database is /readyz's business).
         return PlainTextResponse("ok")
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz(request: Request) -> JSONResponse:
+        # Ready: the database answers and has this tether's schema; else 503 and why.
+        from tether.metrics import readiness
+
+        ready = await readiness(request.app.state.store)
+        return JSONResponse(ready.to_dict(), status_code=200 if ready.ready else 503)
 
     return app
 

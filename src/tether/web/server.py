@@ -77,9 +77,10 @@ def serve(
         migrate=migrate,
     )
     # Proxy headers are the app's (trusted only from --forwarded-allow-ips), not
-    # uvicorn's default (which trusts 127.0.0.1).
+    # uvicorn's default (which trusts 127.0.0.1). uvicorn's lines go through the logging
+    # the CLI set up (level, text or JSON).
     config = uvicorn.Config(
-        app, log_level="warning", lifespan="on", access_log=False, proxy_headers=False
+        app, log_config=None, lifespan="on", access_log=False, proxy_headers=False
     )
     server = uvicorn.Server(config)
     announce(url_of(sock))

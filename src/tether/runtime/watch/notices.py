@@ -34,6 +34,8 @@ TYPES = frozenset({"approval.requested", "decision.requested", "budget.threshold
 LIMIT_REASONS = frozenset({"max_rounds", "max_rounds_per_milestone"})
 #: Status reason of a wait after a status probe found the loop stuck (`runtime.probe`).
 PROBE_ESCALATED = "status_probe"
+#: What ends a wait's words before the command that answers it (`hints.tell`).
+ANSWER_WITH = "; answer with: "
 #: A take older than this is given to the next sweeper (its sender died).
 TAKE_TTL = 120.0
 #: Tasks untouched for longer than this when first seen are not announced.
@@ -97,8 +99,11 @@ def notice_of(
             else f"{hints.approve(tid, request_id)} or {hints.reject(tid, request_id)}"
         )
         details |= {"request_id": request_id, "options": d.get("options")}
+        # The request itself: what would be done, its impact, the op it is about.
+        details |= {"what": d.get("what"), "impact": d.get("impact"), "op_id": d.get("op_id")}
     elif event.type == "decision.requested":
         kind, text = "decision_needed", str(d.get("reason", ""))
+        details["question"] = text
     elif event.type == "budget.threshold":
         kind = "budget"
         text = (
@@ -112,6 +117,9 @@ def notice_of(
             return None
         kind, text = found
         details |= {"status": d.get("dst")}
+        if kind in ("need_help", "limit_reached"):
+            # The question alone, without the command that answers it.
+            details["question"] = text.rpartition(ANSWER_WITH)[0] or text
     else:
         return None
     return Notice(task.task_id, kind, text[:1000], details, notice_id=f"{task.task_id}:{event.seq}")

@@ -82,7 +82,13 @@ class LogNotifier:
 
     async def notify(self, notice: Notice) -> str:
         """Log the notice."""
-        log.warning("task %s: %s: %s", notice.task_id, notice.kind, notice.text)
+        log.warning(
+            "task %s: %s: %s",
+            notice.task_id,
+            notice.kind,
+            notice.text,
+            extra={"task_id": notice.task_id, "event": f"notice.{notice.kind}"},
+        )
         return "log"
 
 

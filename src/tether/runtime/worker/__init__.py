@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tether import errors
+from tether import errors, telemetry
 from tether.runtime import launch
 from tether.runtime.engine import (
     Engine,
@@ -281,9 +281,10 @@ class Worker:
         claimable): its lease and previous owner, False if nothing was claimable, None
         if the claim itself failed (raised with `once`)."""
         try:
-            lease = await self.store.claim(
-                self.worker_id, self.lease_ttl, exclude=self.passed.now()
-            )
+            with telemetry.span(telemetry.CLAIM_SPAN):  # its time: a worker's claim latency
+                lease = await self.store.claim(
+                    self.worker_id, self.lease_ttl, exclude=self.passed.now()
+                )
         except errors.TetherError as exc:
             if self.once:
                 raise

@@ -1,13 +1,9 @@
 """Live output: `tether watch` follows a task a worker runs elsewhere, the worker prints
-a line per round, `timeline --full` shows whole events, and `tether worker
---metrics-port` serves Prometheus metrics."""
+a line per round, and `timeline --full` shows whole events (a worker's `/metrics`:
+`test_operations.py`)."""
 
 from __future__ import annotations
 
-import signal
-import socket
-import time
-import urllib.request
 from pathlib import Path
 
 from tests.support.cli import (
@@ -82,54 +78,3 @@ def test_timeline_full_shows_each_event_whole(tmp_path: Path) -> None:
     # The whole response reference, which the one-line summary leaves out.
     assert called["data"]["response_blob"] in full.stdout
     assert called["data"]["response_blob"] not in short.stdout
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def test_worker_serves_prometheus_metrics(tmp_path: Path) -> None:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    task_id = _submit(tmp_path, 1)
-    port = _free_port()
-    worker = popen_tether(
-        "worker", "--model", DONE, "--poll", "0.1", "--metrics-port", str(port), cwd=tmp_path
-    )
-    try:
-        deadline = time.monotonic() + 60
-        families: dict[str, object] = {}
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                    text = r.read().decode()
-            except OSError:
-                time.sleep(0.1)  # not listening yet
-                continue
-            families = {f.name: f for f in text_string_to_metric_families(text)}
-            tasks = {s.labels["status"]: s.value for s in families["tether_tasks"].samples}  # type: ignore[attr-defined]
-            if tasks.get("satisfied") == 1:
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError(f"task {task_id} never showed as satisfied in /metrics")
-        assert {"tether_rounds", "tether_model_calls", "tether_tokens"} <= set(families)
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=5)
-        except urllib.error.HTTPError as exc:
-            assert exc.code == 404
-        else:
-            raise AssertionError("/other should be 404")
-    finally:
-        worker.send_signal(signal.SIGINT)
-        try:
-            _, err = worker.communicate(timeout=60)
-        except Exception:
-            worker.kill()
-            worker.communicate()
-            raise
-    assert worker.returncode == 0, err
-    assert f"metrics at http://127.0.0.1:{port}/metrics" in err
-    assert "Traceback" not in err

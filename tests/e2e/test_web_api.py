@@ -17,7 +17,6 @@ pytest.importorskip("fastapi", reason="the dashboard needs the web extra")
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from tether import events as ev
 from tether.cli.views import task_rows
 from tether.models.scripted import ScriptedModel
 from tether.report import build_report, status_at
@@ -275,31 +274,55 @@ def test_metrics_parse_as_prometheus_text(
 
     assert value("tether_tasks", status="waiting") == 1
     assert value("tether_tasks", status="satisfied") == 0
+    assert value("tether_tasks_waiting", kind="approval") == 1
+    assert value("tether_oldest_queued_seconds") == 0
     assert value("tether_rounds") == used["rounds"] > 0
     assert value("tether_model_calls") == used["model_calls"]
     assert value("tether_tokens", kind="input") == used["input_tokens"]
     assert value("tether_tokens", kind="cached") == used["cached_tokens"]
     assert value("tether_cost_usd") == pytest.approx(used["money_usd"])
-    assert value("tether_pending_approvals") == 1
-    assert value("tether_approval_wait_seconds_count") == 0
     assert families["tether_breaker_open"].samples == []
+    # The dashboard exports the database's figures, never a process's own.
+    assert not [name for name in families if name.startswith("tether_worker_")]
 
-    # A decided approval counts its wait; a breaker shows as its last change left it.
+    # An approval queues the task again: it counts as queued.
     (req,) = _pending(client, tid)
     auth = {"Authorization": f"Bearer {TOKEN}"}
     client.post(f"/api/tasks/{tid}/approvals/{req['request_id']}/approve", json={}, headers=auth)
-
-    async def breaker(store: Any) -> None:
-        await store.commit(
-            tid, None, [ev.BreakerChanged(service="tickets", src="closed", dst="open")]
-        )
-
-    _run(_read(url_of(waiting), breaker))
     families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
-    assert value("tether_pending_approvals") == 0
-    assert value("tether_approval_wait_seconds_count") == 1
-    assert value("tether_approval_wait_seconds_sum") >= 0
-    assert value("tether_breaker_open", service="tickets") == 1
+    assert value("tether_tasks", status="queued") == 1
+    assert families["tether_tasks_waiting"].samples == []
+
+
+def test_health_and_readiness(waiting: tuple[str, str, Path], client: TestClient) -> None:
+    from tether.store import SCHEMA_VERSION
+
+    assert client.get("/healthz").text == "ok"
+    ready = client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ready", "schema": SCHEMA_VERSION,
+                            "schema_needed": SCHEMA_VERSION}  # fmt: skip
+    # A probe asks by address: answered under any host name, unlike the pages.
+    other = {"Host": "10.1.2.3:8765"}
+    assert client.get("/readyz", headers=other).status_code == 200
+    assert client.get("/healthz", headers=other).status_code == 200
+    assert client.get("/api/tasks", headers=other).status_code == 403
+
+
+def test_not_ready_on_a_database_of_another_schema(tmp_path: Path) -> None:
+    from tether.store import SCHEMA_VERSION
+    from tether.store.memory import MemoryStore
+
+    class Older(MemoryStore):
+        async def schema_version(self) -> int:
+            return SCHEMA_VERSION - 1
+
+    with TestClient(create_app(None, token=TOKEN, store=Older()), base_url=BASE) as c:
+        r = c.get("/readyz")
+        assert c.get("/healthz").status_code == 200  # alive all the same
+    assert r.status_code == 503
+    assert r.json()["status"] == "unavailable"
+    assert f"schema {SCHEMA_VERSION - 1}, this tether needs {SCHEMA_VERSION}" in r.json()["reason"]
 
 
 def test_serve_bad_input_is_one_paragraph_and_exit_2(

@@ -124,6 +124,11 @@ async def test_each_kind_is_sent_once_signed_to_the_contracts_webhook(
     budgets = [n["body"]["percent"] for n in stats["notices"] if n["body"]["kind"] == "budget"]
     assert budgets == [50, 80, 100]
     assert all(n["body"]["task_id"] == tid for n in stats["notices"])
+    # Each notice carries what it is about: the request, or the question.
+    by_kind = {n["body"]["kind"]: n["body"] for n in stats["notices"]}
+    assert by_kind["approval_requested"]["what"] == "delete(a)"
+    assert by_kind["op_in_doubt"]["what"] == "post(b)?"
+    assert by_kind["decision_needed"]["question"] == "2 of 3 items done; decide the rest"
     sent = await events_of(store, tid, "notice.sent")
     assert [s["kind"] for s in sent] == [kind for _, kind in EVENTS]
     assert all(s["channel"] == "log, webhook" for s in sent)
@@ -196,6 +201,8 @@ async def test_a_real_run_is_announced_need_help_then_finished(
     notices = hook.stats()["notices"]
     assert [n["body"]["kind"] for n in notices] == ["need_help", "finished"]
     assert "which folder" in notices[0]["body"]["text"]
+    # The question alone, without the command that answers it.
+    assert notices[0]["body"]["question"] == "NEED_HELP: which folder do the files go in?"
     assert notices[1]["body"]["status"] == "satisfied"
 
 

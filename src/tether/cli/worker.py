@@ -322,6 +322,10 @@ def worker(
                     process.finished(result.status)
                 _report(result)
 
+            log.debug(
+                "worker %s: poll %g s, lease %g s, concurrency %d",
+                worker_id, poll, lease, concurrency,
+            )  # fmt: skip
             try:
                 w = rt.worker(
                     worker_id=worker_id,

@@ -33,7 +33,9 @@ first pending approval request (`tether approvals TASK --json`). Folders under `
 become folders of the run's scratch space, and `pip install 'tether[EXTRAS]'` installs
 from the checkout under test (as the README says it reads from a checkout). `tether
 serve` runs in the background until it answers on `/api/tasks` and `/metrics`, then
-stops; `tether worker` runs with `--once`.
+stops; `tether worker` runs with `--once`, or, given `--metrics-port`, in the background
+until its `/healthz`, `/readyz` and `/metrics` answered (what they said is the block's
+output), then stops.
 
 Run it with `.ci/doc-tests` (a fresh venv, then every page); `python -m
 tests.docs.doc_blocks --help` for the options. Standard library only: it runs beside
@@ -252,6 +254,7 @@ tether() {
         worker)
             case " $* " in
                 *" --once "*) command tether "$@" ;;
+                *" --metrics-port "*) _doc_worker_metrics "$@" ;;
                 *) command tether "$@" --once ;;
             esac ;;
         *) command tether "$@" ;;
@@ -290,6 +293,27 @@ assert "tether_tasks" in metrics, metrics[:400]
 print(f"(doc tests: the dashboard answered: {len(tasks)} task(s) on /api/tasks, /metrics)")
 EOF
     kill "$pid"; wait "$pid" 2>/dev/null || true
+}
+_doc_worker_metrics() {  # a worker with a metrics port: until it answered, then stopped
+    local log="$DOC_STATE/worker.log" pid line deadline
+    command tether "$@" > "$log" 2>&1 &
+    pid=$!
+    deadline=$((SECONDS + 60))
+    until line=$(grep -m1 -o 'http://[^ ]*/metrics' "$log"); do
+        if ! kill -0 "$pid" 2>/dev/null; then cat "$log"; wait "$pid"; return $?; fi
+        [ $SECONDS -lt $deadline ] || { cat "$log"; kill "$pid"; return 1; }
+        sleep 0.1
+    done
+    python3 - "${line%/metrics}" <<'EOF'
+import sys, urllib.request
+base = sys.argv[1]
+for path in ("/healthz", "/readyz", "/metrics"):
+    body = urllib.request.urlopen(base + path, timeout=30).read().decode()
+    print(f"$ curl {base}{path}")
+    print(body.rstrip())
+EOF
+    kill -INT "$pid"; wait "$pid" || { cat "$log"; return 1; }
+    cat "$log"
 }
 """
 

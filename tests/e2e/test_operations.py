@@ -229,3 +229,17 @@ def test_the_dashboard_answers_health_and_metrics(tmp_path: Path, db_url: str) -
     assert not [name for name, _ in got if name.startswith("tether_worker_")]
     for record in err.splitlines():
         json.loads(record)
+
+
+def test_bad_metrics_options_are_clear_errors(tmp_path: Path) -> None:
+    alone = tether("worker", "--once", "--cluster-metrics", cwd=tmp_path)
+    assert_clean_error(alone, 2, "--cluster-metrics needs --metrics-port")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        taken = tether("worker", "--once", "--metrics-port", str(port), cwd=tmp_path)
+    assert_clean_error(taken, 2, f"--metrics-port {port}: cannot listen")
+    nowhere = tether("worker", "--once", "--metrics-port", "0", "--metrics-host",
+                     "no-such-host.invalid", cwd=tmp_path)  # fmt: skip
+    assert_clean_error(nowhere, 2, "--metrics-host no-such-host.invalid", "cannot listen")

@@ -107,7 +107,7 @@ def test_version_alone_loads_no_command() -> None:
     code, modules = probe("from tether.cli import main; main()", ["--version"])
     assert code == 0
     assert {m for m in modules if m.startswith("tether.cli.")} <= {
-        f"tether.cli.{m}" for m in ("_app", "_help", "views")
+        f"tether.cli.{m}" for m in ("_app", "_help", "_logging", "views")
     }
 
 
@@ -193,6 +193,7 @@ def test_a_command_loads_its_own_module_only(db: tuple[str, str]) -> None:
     assert commands == {
         "tether.cli._app",
         "tether.cli._help",
+        "tether.cli._logging",
         "tether.cli.views",
         "tether.cli.tasks",
     }

@@ -21,6 +21,7 @@ imported where it is used.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 from tether import errors, lifecycle, telemetry
 from tether.runtime.run.state import RunState
 from tether.store.base import SCHEMA_VERSION, Store
+
+log = logging.getLogger("tether.metrics")
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -256,7 +259,9 @@ class ClusterCollector:
     """The database's figures at each scrape, for a `CollectorRegistry`.
 
     `read()` returns a snapshot; in a worker it runs the query on the worker's event
-    loop (`blocking_reader`), in the dashboard the route takes one first (`fixed`)."""
+    loop (`blocking_reader`), in the dashboard the route takes one first (`fixed`). A
+    read that fails is logged and exports nothing: the other collectors of the registry
+    (a worker's own figures) still answer."""
 
     def __init__(self, read: Any) -> None:
         self.read = read
@@ -274,7 +279,11 @@ class ClusterCollector:
         """The metric families of one snapshot."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        s: ClusterSnapshot = self.read()
+        try:
+            s: ClusterSnapshot = self.read()
+        except Exception as exc:  # the database away: the process's own figures still go out
+            log.warning("the database's figures could not be read: %s", exc)
+            return
         tasks = GaugeMetricFamily("tether_tasks", "Tasks by status.", labels=["status"])
         for status in sorted(set(lifecycle.STATUSES) | set(s.by_status)):
             tasks.add_metric([status], s.by_status.get(status, 0))

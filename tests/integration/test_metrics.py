@@ -212,3 +212,13 @@ async def test_ready_only_on_a_reachable_database_of_the_current_schema() -> Non
     assert not down.ready and "no route to host" in down.reason
     stuck = await readiness(Schema(asyncio.Event()), timeout=0.05)  # type: ignore[arg-type]
     assert not stuck.ready and "did not answer" in stuck.reason
+
+
+def test_a_database_away_leaves_the_processs_own_figures(process: ProcessMetrics) -> None:
+    def away() -> Any:
+        raise errors.StoreUnavailable("connection refused")
+
+    process.registry.register(ClusterCollector(away))
+    got = samples(render(process.registry))
+    assert ("tether_worker_rounds_total", (("worker", "host:1"),)) in got
+    assert not [name for name, _ in got if name.startswith("tether_tasks")]

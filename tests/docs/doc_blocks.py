@@ -270,19 +270,22 @@ _doc_request() {  # that task's first pending approval request
 pending = [r["request_id"] for r in json.load(sys.stdin) if r.get("status") == "pending"]
 print(pending[0] if pending else sys.exit("doc tests: no pending approval request"))'
 }
+_doc_await() {  # LOG PID PATTERN: until the background PID logs PATTERN (in DOC_LINE)
+    local deadline=$((SECONDS + 60))
+    until DOC_LINE=$(grep -m1 -o "$3" "$1"); do
+        if ! kill -0 "$2" 2>/dev/null; then cat "$1"; wait "$2"; return $?; fi
+        [ $SECONDS -lt $deadline ] || { cat "$1"; kill "$2"; return 1; }
+        sleep 0.1
+    done
+}
 _doc_serve() {
-    local log="$DOC_STATE/serve.log" port=() pid line url deadline
+    local log="$DOC_STATE/serve.log" port=() pid url
     case " $* " in *" --port "*) ;; *) port=(--port 0) ;; esac
     command tether "$@" "${port[@]}" > "$log" 2>&1 &
     pid=$!
-    deadline=$((SECONDS + 60))
-    until line=$(grep -m1 -o 'http://[^ ]*' "$log"); do
-        if ! kill -0 "$pid" 2>/dev/null; then cat "$log"; wait "$pid"; return $?; fi
-        [ $SECONDS -lt $deadline ] || { cat "$log"; kill "$pid"; return 1; }
-        sleep 0.1
-    done
+    _doc_await "$log" "$pid" 'http://[^ ]*' || return $?
     cat "$log"
-    url="${line%%/\?*}"
+    url="${DOC_LINE%%/\?*}"
     python3 - "$url" <<'EOF'
 import json, sys, urllib.request
 base = sys.argv[1]
@@ -295,16 +298,11 @@ EOF
     kill "$pid"; wait "$pid" 2>/dev/null || true
 }
 _doc_worker_metrics() {  # a worker with a metrics port: until it answered, then stopped
-    local log="$DOC_STATE/worker.log" pid line deadline
+    local log="$DOC_STATE/worker.log" pid
     command tether "$@" > "$log" 2>&1 &
     pid=$!
-    deadline=$((SECONDS + 60))
-    until line=$(grep -m1 -o 'http://[^ ]*/metrics' "$log"); do
-        if ! kill -0 "$pid" 2>/dev/null; then cat "$log"; wait "$pid"; return $?; fi
-        [ $SECONDS -lt $deadline ] || { cat "$log"; kill "$pid"; return 1; }
-        sleep 0.1
-    done
-    python3 - "${line%/metrics}" <<'EOF'
+    _doc_await "$log" "$pid" 'http://[^ ]*/metrics' || return $?
+    python3 - "${DOC_LINE%/metrics}" <<'EOF'
 import sys, urllib.request
 base = sys.argv[1]
 for path in ("/healthz", "/readyz", "/metrics"):

@@ -303,12 +303,19 @@ _doc_worker_metrics() {  # a worker with a metrics port: until it answered, then
     pid=$!
     _doc_await "$log" "$pid" 'http://[^ ]*/metrics' || return $?
     python3 - "${DOC_LINE%/metrics}" <<'EOF'
-import sys, urllib.request
+import sys, time, urllib.request
 base = sys.argv[1]
+def get(path):
+    return urllib.request.urlopen(base + path, timeout=30).read().decode()
+# Until its first claim: the worker's loop runs, and stops cleanly on SIGINT.
+deadline = time.monotonic() + 60
+while not any(line.startswith("tether_worker_claim_seconds_count") and float(line.split()[-1])
+              for line in get("/metrics").splitlines()):
+    assert time.monotonic() < deadline, "doc tests: the worker never claimed"
+    time.sleep(0.1)
 for path in ("/healthz", "/readyz", "/metrics"):
-    body = urllib.request.urlopen(base + path, timeout=30).read().decode()
     print(f"$ curl {base}{path}")
-    print(body.rstrip())
+    print(get(path).rstrip())
 EOF
     kill -INT "$pid"; wait "$pid" || { cat "$log"; return 1; }
     cat "$log"

@@ -89,14 +89,19 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-def _choice(parse: Callable[[str | None], str]) -> Callable[[str | None], str]:
+def _log_option(name: str, metavar: str, parse: Callable[[str | None], str], help: str) -> Any:
+    """A logging option of `tether` itself: also read from `TETHER_LOG_<METAVAR>`,
+    checked by `parse` (a bad value: exit 2 with the choices)."""
+
     def check(value: str | None) -> str:
         try:
             return parse(value)
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
 
-    return check
+    return typer.Option(
+        name, metavar=metavar, envvar=f"TETHER_LOG_{metavar}", help=help, callback=check
+    )
 
 
 @_app.app.callback()
@@ -112,22 +117,20 @@ def _root(
     ] = False,
     log_level: Annotated[
         str,
-        typer.Option(
+        _log_option(
             "--log-level",
-            metavar="LEVEL",
-            envvar="TETHER_LOG_LEVEL",
-            help="Log lines on stderr from this level on: debug, info, warning, error, critical.",
-            callback=_choice(_logging.parse_level),
+            "LEVEL",
+            _logging.parse_level,
+            "Log lines on stderr from this level on: debug, info, warning, error, critical.",
         ),
     ] = _logging.DEFAULT_LEVEL,
     log_format: Annotated[
         str,
-        typer.Option(
+        _log_option(
             "--log-format",
-            metavar="FORMAT",
-            envvar="TETHER_LOG_FORMAT",
-            help="Log lines as text, or as json (one object per line).",
-            callback=_choice(_logging.parse_format),
+            "FORMAT",
+            _logging.parse_format,
+            "Log lines as text, or as json (one object per line).",
         ),
     ] = _logging.DEFAULT_FORMAT,
 ) -> None:

@@ -25,26 +25,35 @@ from tether.store.base import ApprovalRecord, LedgerWrite, Store, TaskPatch, Tas
 #: Task states a human may decide in: not terminal and not being run by a worker.
 #: The longest reason or hint a person gives (as the web API takes).
 MAX_REASON_CHARS = 8000
-_DECIDABLE = frozenset({"queued", "waiting", "suspended", "stalled"})
+_DECIDABLE = frozenset({"queued", "waiting", "suspended", "stalled", "paused"})
 #: How often a decision is made again on a fresh read when a request it closes was
 #: decided meanwhile (the store refuses the stale write).
 _RACES = 2
 
 
-async def changeable(store: Store, task_id: str, verb: str, *, reopen: bool = False) -> TaskRecord:
+async def changeable(
+    store: Store, task_id: str, verb: str, *, reopen: bool = False, running: bool = False
+) -> TaskRecord:
     """The task, if a person may change it now: not run by a worker, not finished
-    (with `reopen`, a finished task may be re-opened, a cancelled one never)."""
-    task = await store.get_task(task_id)
+    (with `reopen`, a finished task may be re-opened, a cancelled one never; with
+    `running`, a task a live worker runs is returned too, for the caller to queue its
+    request). A running task whose owner is gone is taken from it first
+    (`takeover.take_from_gone`: it is then `stalled`)."""
+    from tether.runtime.takeover import take_from_gone
+
+    task = await take_from_gone(store, task_id)
     if task.status == "cancelled" or (lifecycle.is_terminal(task.status) and not reopen):
         raise errors.AlreadySettled(
             f"task {task_id} is {task.status} ({task.stop_reason}); nothing to {verb}"
         )
     if lifecycle.is_terminal(task.status):
         return task
+    if task.status == "running" and running:
+        return task
     if task.status not in _DECIDABLE:
         raise errors.UserError(
-            f"task {task_id} is {task.status}: a worker is running it; {verb} it when it "
-            "waits (or cancel it)"
+            f"task {task_id} is {task.status}: worker {task.lease_owner} is running it; "
+            f"{verb} it when it waits, or pause it first (tether pause {task_id})"
         )
     return task
 

@@ -12,8 +12,14 @@ with it (`approval.closed`): those calls are not sent later. A worker notices a 
 version between rounds and starts a fresh turn whose system prompt carries the new
 contract.
 
-`tell` adds a message from a person; the model reads it at its next turn, and a task
-that waits for a human is queued again.
+An edit of a task a live worker runs is journaled (`task.edit_requested`) and applied
+by that worker at its next round boundary, with the same new version; a task whose
+owner is gone (its process died on this machine, or its lease expired) is taken over
+and edited at once.
+
+`tell` adds a message from a person; a running task's model reads it in its next round
+(the worker looks for new messages between rounds), and a task that waits for a human
+is queued again.
 """
 
 from __future__ import annotations
@@ -22,13 +28,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from tether import approvals, errors, lifecycle
+from tether import approvals, errors, failpoints, lifecycle
 from tether import events as ev
 from tether import ledger as L
 from tether._validation import free_text
 from tether.artifacts import invalidate_for_edit
 from tether.decisions import changeable, store_time
 from tether.runtime import hints
+from tether.runtime.takeover import take_from_gone
 from tether.runtime.tasks import ledger_from_spec
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import LedgerWrite, Store, TaskPatch, TaskRecord
@@ -101,24 +108,91 @@ async def edit_task(
 ) -> TaskRecord:
     """Change a task's contract (a partial spec merged over the stored one, and items
     added, removed or changed by id); returns the task at its new version. Raises
-    `SpecError` (nothing written) if the result is not a valid contract."""
+    `SpecError` (nothing written) if the result is not a valid contract.
+
+    A task a live worker runs is not changed under it: the edit is checked, then
+    journaled (`task.edit_requested`) and the worker applies it at its next round
+    boundary (`apply_requested`); the task returned is then still `running` at its old
+    version. A task whose owner is gone (its process died, its lease expired) is taken
+    from it first (see `takeover.take_from_gone`) and edited at once."""
     reason = free_text(reason, "the reason", limit=MAX_MESSAGE_CHARS)
     changes = dict(changes or {}) if isinstance(changes, Mapping | None) else changes
     if not isinstance(changes, dict):
         raise errors.UserError("an edit's changes must be a mapping of spec fields")
     if not (changes or add_items or remove_items or update_items):
         raise errors.UserError("an edit needs at least one field of the spec to change")
-    task = await changeable(store, task_id, "edit", reopen=True)
+    request = ev.EditRequested(
+        changes=changes,
+        add_items=[dict(i) for i in add_items],
+        remove_items=list(remove_items),
+        update_items={k: dict(v) for k, v in (update_items or {}).items()},
+        by=by,
+        reason=reason,
+    )
+    task = await changeable(store, task_id, "edit", reopen=True, running=True)
+    if task.status == "running":
+        _new_spec(task, request)  # a bad edit is refused now, not by the worker later
+        await store.commit(task_id, None, [request])
+        return await store.get_task(task_id)
+    await _apply(store, task, request, token=None, request_seq=None)
+    return await store.get_task(task_id)
+
+
+async def apply_requested(
+    store: Store, task_id: str, token: int, request: ev.EditRequested, seq: int
+) -> TaskRecord:
+    """Apply an edit requested while the task ran (`task.edit_requested` at `seq`), as
+    its owner (the fencing `token`) at a round boundary: the same new version as an edit
+    of a stopped task, the task queued again for the owner's next turn. An edit that no
+    longer makes a valid contract is refused with an `audit.warning`
+    (`edit_refused`, naming the request) and the task goes on. Returns the task after."""
+    task = await store.get_task(task_id)
+    try:
+        await _apply(store, task, request, token=token, request_seq=seq)
+    except (errors.SpecError, errors.UserError) as exc:
+        warning = ev.AuditWarning(
+            code="edit_refused",
+            message=f"the edit requested at seq {seq} by {request.by} was not applied: {exc}",
+            details={"request": seq},
+        )
+        await store.commit(task_id, token, [warning])
+    return await store.get_task(task_id)
+
+
+def _new_spec(
+    task: TaskRecord, request: ev.EditRequested
+) -> tuple[TaskSpec, TaskSpec, dict[str, Any]]:
+    """The stored contract, the edited one and the changes as applied (`SpecError` or
+    `UserError` when the edit does not make a valid contract)."""
+    task_id = task.task_id
+    changes = dict(request.changes)
     old_spec = parse_spec(task.spec, source=f"task {task_id}", stored=True)
-    if add_items or remove_items or update_items:
+    if request.add_items or request.remove_items or request.update_items:
         base = changes.get("items") or [i.model_dump(mode="json") for i in old_spec.items]
         if not isinstance(base, list) or not all(isinstance(i, Mapping) for i in base):
             raise errors.UserError("items must be a list of items (mappings with an id)")
         changes["items"] = item_changes(
-            base, add=add_items, remove=remove_items, update=update_items
+            base,
+            add=request.add_items,
+            remove=request.remove_items,
+            update=request.update_items,
         )
     merged = _merge(old_spec.model_dump(mode="json", exclude_unset=True), changes)
-    new_spec = parse_spec(merged, source=f"edit of task {task_id}")
+    return old_spec, parse_spec(merged, source=f"edit of task {task_id}"), changes
+
+
+async def _apply(
+    store: Store,
+    task: TaskRecord,
+    request: ev.EditRequested,
+    *,
+    token: int | None,
+    request_seq: int | None,
+) -> None:
+    """Commit the edit: the new contract and version, the ledger carried over, what the
+    old source versions held invalidated, the task queued (`token`: as its owner)."""
+    task_id, by = task.task_id, request.by
+    old_spec, new_spec, changes = _new_spec(task, request)
     old_ledger = (await store.get_ledger(task_id)).to_ledger()
     ledger, restarted = carry_over(old_ledger, old_spec, new_spec)
     version = task.version + 1
@@ -132,6 +206,7 @@ async def edit_task(
             changes=dict(changes),
             invalidated=restarted,
             by=by,
+            request=request_seq,
         ),
         *stale.events,
         ev.LedgerUpdated(version=ledger.version, diff=[], cause="edit"),
@@ -150,15 +225,16 @@ async def edit_task(
     patch = TaskPatch(
         version=version, spec=new_spec.model_dump(mode="json"), waiting=None, wake_at=None
     )
-    if task.status != "queued":
+    if task.status not in ("queued", "paused"):  # a paused task stays paused
         change, moved = lifecycle.transition(
-            task, "queued", reason or f"edited by {by} (v{version})"
+            task, "queued", request.reason or f"edited by {by} (v{version})"
         )
         events.append(change)
         patch = replace(patch, **moved)
+    failpoints.hit("before_edit_apply")
     await store.commit(
         task_id,
-        None,
+        token,
         events,
         task=patch,
         ledger=LedgerWrite.of(ledger, old_ledger.version, skeleton=True),
@@ -166,7 +242,7 @@ async def edit_task(
         ops=stale.ops,
         approvals=closed,
     )
-    return await store.get_task(task_id)
+    failpoints.hit("after_edit_apply")
 
 
 #: The longest message `tell` takes.
@@ -175,9 +251,11 @@ MAX_MESSAGE_CHARS = 8000
 
 async def tell(store: Store, task_id: str, text: str, *, by: str = "user") -> TaskRecord:
     """A message from a person to the agent (an answer to its NEED_HELP, a correction);
-    a task that waits for a human is queued again."""
+    a task that waits for a human is queued again. A worker running the task hands it
+    to the model at its next round boundary (not only at its next turn); a task whose
+    owner is gone is taken from it first (`takeover.take_from_gone`)."""
     body = free_text(text, "the message", limit=MAX_MESSAGE_CHARS, required=True)
-    task = await store.get_task(task_id)
+    task = await take_from_gone(store, task_id, by=by)
     if lifecycle.is_terminal(task.status):
         raise errors.AlreadySettled(
             f"task {task_id} is {task.status}; give it a new goal instead: "

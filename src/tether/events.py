@@ -101,6 +101,31 @@ class TaskEdited(Event):
     changes: dict[str, Any] = Field(default_factory=dict)
     invalidated: list[str] = Field(default_factory=list)
     by: str = "user"
+    #: The `task.edit_requested` event (its seq) this edit applies, when a running
+    #: task's owner applied it at a round boundary.
+    request: int | None = None
+
+
+@_register("task.edit_requested")
+class EditRequested(Event):
+    """Someone edited a task a worker was running: the edit waits, journaled, for the
+    worker to apply it at its next round boundary (a `task.edited` naming this seq)."""
+
+    changes: dict[str, Any] = Field(default_factory=dict)
+    add_items: list[dict[str, Any]] = Field(default_factory=list)
+    remove_items: list[str] = Field(default_factory=list)
+    update_items: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    by: str = "user"
+    reason: str = ""
+
+
+@_register("task.pause_requested")
+class PauseRequested(Event):
+    """Someone asked a running task to pause: its worker moves it to `paused` at the
+    next round boundary."""
+
+    by: str = "user"
+    reason: str = ""
 
 
 @_register("task.cancel_requested")

@@ -33,6 +33,11 @@ KNOWN: Final[frozenset[str]] = frozenset(
         "after_notice_commit",
         "before_verify_commit",
         "after_verify_commit",
+        "before_takeover_commit",
+        "before_edit_apply",
+        "after_edit_apply",
+        "after_pause_request",
+        "before_pause_apply",
     }
 )
 ACTIONS: Final[frozenset[str]] = frozenset({"exit", "stop"})

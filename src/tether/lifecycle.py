@@ -3,7 +3,8 @@
 Non-terminal states: `queued` (ready for a worker), `running` (a worker holds the
 lease), `waiting` (for a human, an external system, a retry time or more budget),
 `suspended` (parked by a budget cap or an admin), `stalled` (the watchdog found a
-stale heartbeat). Terminal states carry a `stop_reason`: `satisfied`, `abandoned`,
+stale heartbeat), `paused` (a person paused it: `tether pause`; only `resume` moves it
+on, no worker takes it by itself). Terminal states carry a `stop_reason`: `satisfied`, `abandoned`,
 `cancelled`, `failed`.
 
 `transition` is the one builder of a status change: the journaled event and the fields
@@ -27,6 +28,7 @@ Status = Literal[
     "waiting",
     "suspended",
     "stalled",
+    "paused",
     "satisfied",
     "abandoned",
     "cancelled",
@@ -54,22 +56,28 @@ ACTIVE: Final[frozenset[str]] = frozenset(STATUSES) - TERMINAL
 #: by a goal change, which raises its version, or by `tether verify` finding what it
 #: rests on broken; a cancelled task stays cancelled.
 TRANSITIONS: Final[dict[str, frozenset[str]]] = {
-    "queued": frozenset({"running", "suspended", "cancelled", "abandoned", "failed"}),
+    "queued": frozenset({"running", "suspended", "paused", "cancelled", "abandoned", "failed"}),
     "running": frozenset(
         {
             "queued",
             "waiting",
             "suspended",
             "stalled",
+            "paused",
             "satisfied",
             "abandoned",
             "cancelled",
             "failed",
         }
     ),
-    "waiting": frozenset({"queued", "running", "suspended", "cancelled", "abandoned", "failed"}),
-    "suspended": frozenset({"queued", "running", "cancelled", "abandoned", "failed"}),
-    "stalled": frozenset({"queued", "running", "suspended", "cancelled", "abandoned", "failed"}),
+    "waiting": frozenset(
+        {"queued", "running", "suspended", "paused", "cancelled", "abandoned", "failed"}
+    ),
+    "suspended": frozenset({"queued", "running", "paused", "cancelled", "abandoned", "failed"}),
+    "stalled": frozenset(
+        {"queued", "running", "suspended", "paused", "cancelled", "abandoned", "failed"}
+    ),
+    "paused": frozenset({"queued", "running", "cancelled", "abandoned", "failed"}),
     # A delivered task whose pinned source drifted (`tether verify`) waits for a person.
     "satisfied": frozenset({"queued", "waiting"}),
     "abandoned": frozenset({"queued"}),

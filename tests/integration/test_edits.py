@@ -104,7 +104,9 @@ async def test_a_bad_edit_is_refused_and_changes_nothing(
     )
 
 
-async def test_a_running_task_is_not_edited(store: MemoryStore, tmp_path: Path) -> None:
+async def test_a_running_task_is_edited_by_its_worker_later(
+    store: MemoryStore, tmp_path: Path
+) -> None:
     tid, _ = await run_task(
         store, spec_of(2), tmp_path, ScriptedModel(policy=honest_actor), max_rounds_this_run=1
     )
@@ -116,8 +118,10 @@ async def test_a_running_task_is_not_edited(store: MemoryStore, tmp_path: Path) 
         [],
         task=TaskPatch(status="running"),
     )
-    with pytest.raises(errors.UserError, match="running"):
-        await edit_task(store, tid, {"limits": {"max_rounds": 9}})
+    task = await edit_task(store, tid, {"limits": {"max_rounds": 9}})
+    assert (task.status, task.version) == ("running", 1)  # its worker applies it later
+    (requested,) = await events_of(store, tid, "task.edit_requested")
+    assert requested["changes"] == {"limits": {"max_rounds": 9}}
 
 
 async def test_tell_answers_a_need_help(store: MemoryStore, tmp_path: Path) -> None:

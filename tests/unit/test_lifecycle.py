@@ -46,7 +46,7 @@ def test_tables_are_consistent() -> None:
 
 def test_design_states() -> None:
     assert {"satisfied", "abandoned", "cancelled", "failed"} == TERMINAL
-    assert {"queued", "running", "waiting", "suspended", "stalled"} == ACTIVE
+    assert {"queued", "running", "waiting", "suspended", "stalled", "paused"} == ACTIVE
     for s in STATUSES:
         assert is_terminal(s) == (s in TERMINAL)
 

@@ -37,7 +37,8 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("status", "list", "events", "timeline", "watch"), "tasks"),
     **dict.fromkeys(("run", "submit", "resume"), "run"),
     **dict.fromkeys(
-        ("cancel", "approve", "reject", "retry", "waive", "abandon", "approvals"), "decide"
+        ("cancel", "pause", "approve", "reject", "retry", "waive", "abandon", "approvals"),
+        "decide",
     ),
     **dict.fromkeys(("edit", "tell"), "edit"),
     "artifacts": "artifacts",

@@ -1,4 +1,4 @@
-"""A human's decisions: `cancel`, `approve`, `reject`, `retry`, `waive`, `abandon`,
+"""A human's decisions: `cancel`, `pause`, `approve`, `reject`, `retry`, `waive`, `abandon`,
 and the `approvals` list."""
 
 from __future__ import annotations
@@ -35,6 +35,27 @@ def cancel(task_id: str, db: DbOpt = None) -> None:
 
     async def main() -> str:
         result = await with_store(db, lambda s: cancel_task(s, task_id, by="cli"), create=False)
+        return result.message
+
+    out.print(Text(views.clean(run_async(main))))
+
+
+@app.command()
+def pause(
+    task_id: str,
+    reason: Annotated[str, typer.Option("--reason", help="Why (journaled).")] = "",
+    by: ByOpt = "cli",
+    db: DbOpt = None,
+) -> None:
+    """Pause a task until `tether resume`; a running worker pauses it at its next round."""
+    from tether.runtime.tasks import pause as pause_task
+
+    async def main() -> str:
+        result = await with_store(
+            db, lambda s: pause_task(s, task_id, by=by, reason=reason), create=False
+        )
+        if result.outcome in ("paused", "requested"):
+            return f"{result.message}; continue with: {hints.resume(task_id, db)}"
         return result.message
 
     out.print(Text(views.clean(run_async(main))))

@@ -134,7 +134,8 @@ def edit(
     by: ByOpt = "cli",
     db: DbOpt = None,
 ) -> None:
-    """Change a task's goal or constraints: a new version; a stopped task goes on."""
+    """Change a task's goal or constraints: a new version; a stopped task goes on, a
+    running one takes it at its next round."""
     from tether.artifacts import source_changes
     from tether.edits import edit_task
 
@@ -161,6 +162,11 @@ def edit(
             )
 
         task = await with_store(db, apply, create=False)
+        if task.status == "running":
+            return (
+                f"edit queued: worker {task.lease_owner} applies it at its next round "
+                f"boundary (task {task_id} is at version {task.version} until then)"
+            )
         return (
             f"task {task_id} is at version {task.version} ({task.status}); "
             f"continue with: {hints.resume(task_id, db)}"

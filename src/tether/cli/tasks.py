@@ -84,23 +84,24 @@ def list_tasks(db: DbOpt = None, json_out: JsonOpt = False) -> None:
 
     from tether.runtime.watch.schedules import list_schedules
 
-    async def main() -> tuple[list[Any], list[Any]]:
-        async def both(store: Any) -> tuple[list[Any], list[Any]]:
-            return await store.list_tasks(), await list_schedules(store)
+    async def main() -> tuple[list[Any], list[Any], float]:
+        async def read(store: Any) -> tuple[list[Any], list[Any], float]:
+            tasks = list(await store.list_tasks())
+            return tasks, await list_schedules(store), float(store.clock.now())
 
-        return await with_store(db, both, create=False, read_only=True)
+        return await with_store(db, read, create=False, read_only=True)
 
-    tasks, schedules = run_async(main)
+    tasks, schedules, now = run_async(main)
+    rows = views.task_rows(tasks, now)
     if json_out:
-        print_json(views.task_rows(tasks))
+        print_json(rows)
         return
-    out.print(views.task_table(tasks))
+    out.print(views.task_table(tasks, {r["task_id"] for r in rows if r.get("owner_gone")}))
     if schedules:  # recurring tasks: when each starts its next occurrence
         from tether.cli.schedule import schedule_table
 
         out.print()
         out.print(schedule_table(schedules))
-
 
 @app.command()
 def events(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from rich.cells import cell_len
@@ -262,12 +262,21 @@ def status_view(
         f"  {clean(doc['name'])}  v{doc['version']}  ",
         (clean(doc["status"]), f"bold {style}"),
         (f" ({clean(stop_text(doc))})" if doc["stop_reason"] else "", style),
+        (" (owner gone)" if doc.get("owner_gone") else "", "bold red"),
     )
     lines: list[Any] = [head, Text(f"goal: {clean(doc['ledger']['objective'], lines=True)}")]
     if doc.get("at"):
         at = doc["at"]
         lines.insert(0, Text(f"as of event {at['seq']} ({clean(at['type'])}, {ts(at['time'])})"))
     lines.append(ledger_bar(doc["ledger"]["progress"]))
+    if doc.get("owner_gone"):
+        lines.append(
+            Text(
+                f"owner gone: {clean(doc['owner_gone'])}; continue with: "
+                + with_db(f"tether resume {doc['task_id']}", db),
+                "red",
+            )
+        )
     if doc.get("waiting"):
         reason = doc["waiting"].get("reason", doc["waiting"])
         told = with_db(readable_until(str(reason)), db)
@@ -451,15 +460,20 @@ def interrupted(task_id: str) -> Text:
 # --------------------------------------------------------------------------- lists
 
 
-def task_table(tasks: Sequence[Any]) -> FittedTable:
-    """`list`: task, name, status (with the stop reason), created — ids and times
-    whole, however narrow the screen (see `fitted_table`)."""
+def task_table(tasks: Sequence[Any], gone: Collection[str] = ()) -> FittedTable:
+    """`list`: task, name, status (with the stop reason; "running (owner gone)" for the
+    tasks in `gone`), created — ids and times whole, however narrow the screen (see
+    `fitted_table`)."""
     rows = [
         (
             Text(clean(t.task_id)),
             Text(clean(t.name)),
             Text(
-                clean(t.status + (f" ({t.stop_reason})" if t.stop_reason else "")),
+                clean(
+                    t.status
+                    + (f" ({t.stop_reason})" if t.stop_reason else "")
+                    + (" (owner gone)" if t.task_id in gone else "")
+                ),
                 STATUS_STYLE.get(t.status, ""),
             ),
             ts(t.created_at)[:16],  # to the minute: the exact time is in `list --json`

@@ -20,6 +20,7 @@ STATUS_STYLE = {
     "waiting": "yellow",
     "suspended": "yellow",
     "stalled": "red",
+    "paused": "yellow",
     "satisfied": "green",
     "abandoned": "magenta",
     "cancelled": "dim",
@@ -37,8 +38,11 @@ def ts(t: float | None) -> str:
         return str(t)
 
 
-def task_rows(tasks: Sequence[Any]) -> list[dict[str, Any]]:
-    """`list --json`: one object per task record."""
+def task_rows(tasks: Sequence[Any], now: float | None = None) -> list[dict[str, Any]]:
+    """`list --json`: one object per task record; with the store's time `now`, each says
+    whether it is running for an owner that is gone (`owner_gone`: why, or null)."""
+    from tether.runtime.takeover import owner_gone
+
     return [
         {
             "task_id": t.task_id,
@@ -47,6 +51,7 @@ def task_rows(tasks: Sequence[Any]) -> list[dict[str, Any]]:
             "stop_reason": t.stop_reason,
             "version": t.version,
             "created_at": t.created_at,
+            **({"owner_gone": owner_gone(t, now)} if now is not None else {}),
         }
         for t in tasks
     ]

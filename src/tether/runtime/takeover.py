@@ -1,5 +1,10 @@
 """Taking a task over from a worker that still looks alive (`tether resume --force`).
 
+A lease whose owner is provably gone — a process of this machine that no longer exists,
+or a lease that expired unrenewed — needs no watch: `take_from_gone` takes it at once
+for the commands that need the task (edit, cancel, pause, tell), and `owner_gone` is
+what `status` shows as "running (owner gone)".
+
 A lease that has not expired may belong to a worker that is merely slow, or to one on a
 host that is gone. Before forcing it, `confirm_stopped` watches the lease for one full
 lease period of its holder (what its last renewal bought; a live tether worker renews
@@ -12,14 +17,15 @@ risen fencing token refuses anything the old holder still tries to write.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tether import errors
+from tether import errors, failpoints, lifecycle
 from tether import events as ev
 from tether.clock import Clock, SystemClock
-from tether.store.base import Store, TaskRecord
+from tether.store.base import Store, TaskPatch, TaskRecord
 
 #: The lease period assumed when the holder's cannot be told (no heartbeat recorded).
 DEFAULT_PERIOD = 60.0
@@ -140,3 +146,55 @@ def owner_is_dead(owner: str | None) -> bool:
     except PermissionError:
         return False
     return False
+
+
+def owner_gone(task: TaskRecord, now: float) -> str | None:
+    """Why a `running` task's owner is provably gone — its lease expired (by the store's
+    clock `now`) or was given up, or its process on this machine no longer exists — or
+    None (not running, or a live owner)."""
+    if task.status != "running":
+        return None
+    if not task.lease_owner or task.lease_expiry is None:
+        return "no worker holds its lease"
+    if task.lease_expiry <= now:
+        return f"the lease of {task.lease_owner} expired"
+    if owner_is_dead(task.lease_owner):
+        return f"process {task.lease_owner} is gone"
+    return None
+
+
+async def take_from_gone(store: Store, task_id: str, *, by: str = "user") -> TaskRecord:
+    """The task, taken from an owner that is provably gone (`owner_gone`) first: the
+    lease claimed by force from the token seen (the old holder's later writes are
+    refused), the takeover journaled (`audit.warning` `lease_taken_over`) with the
+    task moved to `stalled` (a worker or `resume` goes on from there), and the lease
+    given back. A task with a live owner, or not running, is returned as it is."""
+    task = await store.get_task(task_id)
+    why = owner_gone(task, store.clock.now())
+    if why is None:
+        return task
+    lease = await store.claim(
+        process_id(), DEFAULT_PERIOD, task_id=task_id, force=True, from_token=task.fencing_token
+    )
+    if lease is None:  # another worker took it meanwhile: it is that worker's now
+        return await store.get_task(task_id)
+    try:
+        change, patch = lifecycle.transition(
+            task,
+            "stalled",
+            f"{why}; taken over by {by}",
+            waiting=lifecycle.KEEP,
+            wake_at=lifecycle.KEEP,
+        )
+        warning = ev.AuditWarning(
+            code="lease_taken_over",
+            message=f"{why}; the task is taken over by {by} and that worker's writes will "
+            "be refused",
+            details={"previous_owner": task.lease_owner, "token": task.fencing_token},
+        )
+        failpoints.hit("before_takeover_commit")
+        await store.commit(task_id, lease.token, [warning, change], task=TaskPatch(**patch))
+    finally:
+        with contextlib.suppress(errors.StaleLease):
+            await store.release(task_id, lease.token)
+    return await store.get_task(task_id)

@@ -1,4 +1,4 @@
-"""Creating tasks from specs, reading their status, and cancelling them."""
+"""Creating tasks from specs, reading their status, pausing and cancelling them."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from tether import artifacts, errors, lifecycle
+from tether import artifacts, errors, failpoints, lifecycle
 from tether import ledger as L
 from tether.ledger import Ledger, Progress
 from tether.runtime.run.state import RunState
+from tether.runtime.takeover import owner_gone, take_from_gone
 from tether.store.base import Store, TaskPatch, TaskRecord
 
 if TYPE_CHECKING:  # reading a task's status needs no contract models
@@ -310,6 +311,8 @@ async def task_status(store: Store, task_id: str) -> TaskStatus:
 
     # How it was started (model names, tool modules; no secrets), when it was recorded.
     views["launch"] = await launch.read(store, task_id)
+    # A `running` task whose worker is provably gone: "running (owner gone)".
+    views["owner_gone"] = owner_gone(task, store.clock.now())
     return TaskStatus(task, ledger, views)
 
 
@@ -417,14 +420,15 @@ class CancelResult:
 async def cancel(store: Store, task_id: str, *, by: str = "user") -> CancelResult:
     """Ask a task to stop.
 
-    A task nobody runs (no lease, or an expired one, by the store's clock) is cancelled
-    at once (`cancelled_by_user`); a task a worker is running gets `cancel_requested`,
-    and the worker stops between steps. A terminal task is left as it is. Raises
+    A task nobody runs (no lease, an expired one by the store's clock, or one whose
+    process is gone: `takeover.take_from_gone`) is cancelled at once
+    (`cancelled_by_user`); a task a worker is running gets `cancel_requested`, and the
+    worker stops between steps. A terminal task is left as it is. Raises
     `TaskNotFound` for an unknown id.
     """
     from tether import events as ev
 
-    task = await store.get_task(task_id)
+    task = await take_from_gone(store, task_id, by=by)
     if lifecycle.is_terminal(task.status):
         return CancelResult(task_id, "already_ended", task.status)
     now = store.clock.now()
@@ -443,3 +447,73 @@ async def cancel(store: Store, task_id: str, *, by: str = "user") -> CancelResul
         task_id, None, [ev.CancelRequested(by=by)], task=TaskPatch(cancel_requested=True)
     )
     return CancelResult(task_id, "requested", task.status, task.lease_owner)
+
+
+@dataclass(frozen=True)
+class PauseResult:
+    """What `pause` did: `already_ended` (terminal; nothing written), `already_paused`,
+    `paused` (nobody ran it: it is paused now) or `requested` (a worker holds a live
+    lease and pauses it at its next round boundary)."""
+
+    task_id: str
+    outcome: Literal["already_ended", "already_paused", "paused", "requested"]
+    status: str
+    lease_owner: str | None = None
+
+    @property
+    def message(self) -> str:
+        """One line for a person."""
+        if self.outcome == "already_ended":
+            return f"task {self.task_id} is already {self.status}; nothing to pause"
+        if self.outcome == "already_paused":
+            return f"task {self.task_id} is already paused"
+        if self.outcome == "paused":
+            return f"task {self.task_id} paused"
+        return f"pause requested; worker {self.lease_owner} pauses it at its next round boundary"
+
+
+async def pause(store: Store, task_id: str, *, by: str = "user", reason: str = "") -> PauseResult:
+    """Pause a task until `resume` (`paused`: no worker takes it meanwhile).
+
+    The request is journaled (`task.pause_requested`). A task nobody runs — queued,
+    waiting, suspended, stalled, or running for an owner that is gone (taken from it
+    first: `takeover.take_from_gone`) — is paused at once, its wait kept for the
+    record; a task a live worker runs is paused by that worker at its next round
+    boundary. Raises `TaskNotFound` for an unknown id."""
+    from tether import events as ev
+    from tether._validation import free_text
+
+    why = free_text(reason, "the reason", limit=8000)
+    task = await take_from_gone(store, task_id, by=by)
+    if lifecycle.is_terminal(task.status):
+        return PauseResult(task_id, "already_ended", task.status)
+    if task.status == "paused":
+        return PauseResult(task_id, "already_paused", task.status)
+    request = ev.PauseRequested(by=by, reason=why)
+    live = bool(task.lease_owner) and (task.lease_expiry or 0.0) > store.clock.now()
+    if task.status == "running" or live:
+        await store.commit(task_id, None, [request])
+        failpoints.hit("after_pause_request")
+        return PauseResult(task_id, "requested", task.status, task.lease_owner)
+    change, patch = lifecycle.transition(
+        task,
+        "paused",
+        f"paused by {by}" + (f": {why}" if why else ""),
+        waiting=lifecycle.KEEP,
+        wake_at=lifecycle.KEEP,
+    )
+    await store.commit(task_id, None, [request, change], task=TaskPatch(**patch))
+    return PauseResult(task_id, "paused", "paused")
+
+
+async def unpause(store: Store, task_id: str, *, by: str = "user") -> TaskRecord:
+    """Queue a paused task again for the workers (the API's and dashboard's resume;
+    `tether resume` runs it here instead). `UserError` unless it is paused."""
+    task = await store.get_task(task_id)
+    if task.status != "paused":
+        raise errors.UserError(f"task {task_id} is {task.status}, not paused; nothing to resume")
+    change, patch = lifecycle.transition(
+        task, "queued", f"resumed by {by}", waiting=None, wake_at=None
+    )
+    await store.commit(task_id, None, [change], task=TaskPatch(**patch))
+    return await store.get_task(task_id)

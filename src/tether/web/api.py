@@ -24,7 +24,7 @@ from tether.report import build_report, show_call, status_at
 from tether.report.calls import list_calls
 from tether.report.describe import task_rows
 from tether.runtime.recovery.verify import verify_task as verify_chain
-from tether.runtime.tasks import cancel, status_dict
+from tether.runtime.tasks import cancel, pause, status_dict, unpause
 from tether.web.deps import state_of
 from tether.web.security import Caller
 
@@ -104,8 +104,14 @@ class ReasonBody(_Body):
     reason: str = Field(..., min_length=1, max_length=8000)
 
 
+class PauseBody(_Body):
+    """Pause a task (why is journaled)."""
+
+    reason: str = Field("", max_length=8000)
+
+
 class TellBody(_Body):
-    """A message the model reads at its next turn."""
+    """A message the model reads at its next round."""
 
     text: str = Field(..., min_length=1, max_length=8000)
 
@@ -282,11 +288,34 @@ async def cancel_task(request: Request, task_id: str, caller: Write) -> dict[str
 async def verify_task(
     request: Request,
     task_id: str,
-    _: Write,
+    caller: Write,
     body: Annotated[_Body | None, Body()] = None,
 ) -> dict[str, Any]:
     """Re-check the task's whole chain and reopen what broke (`tether verify --json`):
     `outcome` is `holds`, `reopened` or `gap` (a person must act)."""
     store, _g = state_of(request)
-    result = await verify_chain(store, task_id, by=(body or _Body()).by)
+    result = await verify_chain(store, task_id, by=_by(caller, body or _Body()))
     return result.to_dict()
+
+
+@router.post("/tasks/{task_id}/pause")
+async def pause_task(
+    request: Request, task_id: str, caller: Write, body: PauseBody | None = None
+) -> dict[str, Any]:
+    """Pause a task (`tether pause`): at once when no live worker runs it, else at the
+    worker's next round boundary (`outcome` says which)."""
+    store, _g = state_of(request)
+    body = body or PauseBody()
+    result = await pause(store, task_id, by=_by(caller, body), reason=body.reason)
+    return {"outcome": result.outcome, "status": result.status, "message": result.message}
+
+
+@router.post("/tasks/{task_id}/resume")
+async def resume_task(
+    request: Request, task_id: str, caller: Write, body: _Body | None = None
+) -> dict[str, Any]:
+    """Queue a paused task again; a worker continues it (`tether resume` runs it in the
+    caller's process instead)."""
+    store, _g = state_of(request)
+    await unpause(store, task_id, by=_by(caller, body or _Body()))
+    return await status_dict(store, task_id)

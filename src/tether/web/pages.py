@@ -24,7 +24,7 @@ from tether.report import build_report, show_call
 from tether.report.calls import list_calls
 from tether.report.describe import STATUS_STYLE, describe_event, ts
 from tether.report.render import html_page
-from tether.runtime.tasks import cancel, status_dict
+from tether.runtime.tasks import cancel, pause, status_dict, unpause
 from tether.web.deps import state_of
 from tether.web.security import COOKIE, Refused
 
@@ -365,7 +365,7 @@ async def item_form(
 async def tell_form(
     request: Request, task_id: str, text: Annotated[str, Form()], csrf: CsrfField = None
 ) -> Response:
-    """A message the model reads at its next turn."""
+    """A message the model reads at its next round."""
     by = _check(request, csrf)
     store, _ = state_of(request)
     await edits.tell(store, task_id, text, by=by)
@@ -389,4 +389,22 @@ async def abandon_form(
     by = _check(request, csrf)
     store, _ = state_of(request)
     await decisions.abandon_task(store, task_id, reason=reason, by=by)
+    return _back(task_id)
+
+
+@router.post("/tasks/{task_id}/pause")
+async def pause_form(request: Request, task_id: str, csrf: CsrfField = None) -> Response:
+    """Pause the task (at the running worker's next round boundary)."""
+    by = _check(request, csrf)
+    store, _ = state_of(request)
+    await pause(store, task_id, by=by)
+    return _back(task_id)
+
+
+@router.post("/tasks/{task_id}/resume")
+async def resume_form(request: Request, task_id: str, csrf: CsrfField = None) -> Response:
+    """Queue a paused task again for the workers."""
+    by = _check(request, csrf)
+    store, _ = state_of(request)
+    await unpause(store, task_id, by=by)
     return _back(task_id)

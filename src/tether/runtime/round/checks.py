@@ -1,4 +1,13 @@
-"""Checks between rounds: stop requests, cancellation, goal changes, loop guards, budgets.
+"""Checks between rounds: stop requests, cancellation, goal changes, a person's requests
+(pause, edit, a message), loop guards, budgets.
+
+A person reaches a running task through the journal: `tether pause`, `edit` and `tell`
+append an event (`task.pause_requested`, `task.edit_requested`, `user.message`) without
+the lease. The run learns of them with the commit it makes anyway (a commit whose first
+sequence number skips past its own last one: someone else wrote, see `Flow.committed`),
+and `requests` reads them at the next round boundary: a message joins the context (the
+next model request carries it, in the log's order), an edit is applied by the run as
+the task's owner (a new version, then a fresh turn), a pause ends the run `paused`.
 
 Budgets emit `budget.threshold` events at 50% and 80% and suspend
 the task at 100%; since the check runs before every model call, the cap is never
@@ -8,16 +17,118 @@ exceeded by more than one call.
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from tether import errors
+from tether import errors, failpoints
 from tether import events as ev
 from tether.runtime import hints
+from tether.runtime.round import history
 from tether.runtime.run import outcome as out
 from tether.runtime.run.outcome import Outcome
 
 if TYPE_CHECKING:
-    from tether.runtime.run.ports import ChecksHost, Journal, TaskView
+    from tether.runtime.round.context import Context
+    from tether.runtime.run.ports import ChecksHost, Journal, RunFlow, TaskView
+    from tether.store.base import Store, StoredEvent
+
+#: The events `requests` reads: what a person asks of a running task, and what settles it.
+REQUEST_TYPES = frozenset(
+    {
+        "user.message",
+        "task.pause_requested",
+        "task.edit_requested",
+        "task.edited",
+        "task.status",
+        "audit.warning",
+    }
+)
+
+
+class RequestHost(Protocol):
+    """What `requests` uses: the run's store and token (an edit is applied as the task's
+    owner), its view, flow and context, and the words the judge hears."""
+
+    store: Store
+    token: int
+    user_words: list[str]
+    ctx: Context
+
+    @property
+    def view(self) -> TaskView: ...
+
+    @property
+    def flow(self) -> RunFlow: ...
+
+    @property
+    def task_id(self) -> str: ...
+
+
+def _pending(found: list[StoredEvent]) -> tuple[StoredEvent | None, list[StoredEvent]]:
+    """The pause request not yet honoured (none after the last move to `paused` or to a
+    terminal state), and the edit requests not yet applied or refused, oldest first."""
+    pause: StoredEvent | None = None
+    edits: dict[int, StoredEvent] = {}
+    for e in found:
+        if e.type == "task.pause_requested":
+            pause = e
+        elif e.type == "task.status" and (
+            e.data.get("dst") == "paused" or e.data.get("stop_reason") is not None
+        ):
+            pause = None
+        elif e.type == "task.edit_requested":
+            edits[e.seq] = e
+        elif e.type == "task.edited" and e.data.get("request") is not None:
+            edits.pop(int(e.data["request"]), None)
+        elif e.type == "audit.warning" and e.data.get("code") == "edit_refused":
+            edits.pop(int((e.data.get("details") or {}).get("request", -1)), None)
+    return pause, list(edits.values())
+
+
+async def requests(run: RequestHost) -> Outcome | None:
+    """A person's requests since the run last looked (at its first round, all those
+    still pending): how the run must end (paused; a fresh turn after an edit), or None
+    to go on, with new messages in the context."""
+    flow, view = run.flow, run.view
+    first = flow.scanned is None
+    if not first and not flow.foreign:
+        return None
+    flow.foreign = False
+    upto = view.state.last_seq
+    since = 0 if flow.scanned is None else flow.scanned
+    found = [
+        e
+        for e in await run.store.read_events(run.task_id, after=since, types=set(REQUEST_TYPES))
+        if e.seq <= upto
+    ]
+    flow.scanned = max(upto, since)
+    pause, edits = _pending(found)
+    if edits:
+        from tether import edits as E
+
+        for e in edits:
+            request = ev.EditRequested.model_validate(e.data)
+            await E.apply_requested(run.store, run.task_id, run.token, request, e.seq)
+        return Outcome(
+            "queued", reason="edited while running; a new turn", committed=True, again=True
+        )
+    if pause is not None:
+        failpoints.hit("before_pause_apply")
+        by = pause.data.get("by", "user")
+        why = pause.data.get("reason") or ""
+        return Outcome("paused", reason=f"paused by {by}" + (f": {why}" if why else ""))
+    told = [e for e in found if e.type == "user.message"]
+    if told and not first:  # a turn's start put the earlier ones in its context
+        run.user_words.extend(str(e.data.get("text", "")) for e in told)
+        # The context as the log orders it (the message before the round it preceded),
+        # so that a request rebuilt from the log is the one the model saw.
+        run.ctx.entries = await history.load_entries(
+            run.store,
+            run.task_id,
+            snapshot=view.state.ctx_blob,
+            after_seq=view.state.ctx_after_seq,
+            upto_seq=upto,
+        )
+    return None
 
 
 async def control(run: ChecksHost) -> Outcome | None:

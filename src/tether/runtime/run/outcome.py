@@ -38,6 +38,8 @@ class Outcome:
     approvals: tuple[ApprovalRecord, ...] = ()
     #: Committed as they are; the status is already what it should be.
     committed: bool = field(default=False, compare=False)
+    #: The run goes on in a fresh turn (its goal changed: an edit it applied).
+    again: bool = field(default=False, compare=False)
 
 
 class Stop(Exception):

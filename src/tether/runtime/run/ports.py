@@ -250,6 +250,10 @@ class RunFlow(Protocol):
     rounds_this_run: int
     #: (cancel requested, version) of the task row as the run's last commit found it.
     commit_flags: tuple[bool, int | None] | None
+    #: A commit found events someone else wrote since the run's last one.
+    foreign: bool
+    #: How far `checks.requests` read the log (None: not yet in this turn).
+    scanned: int | None
 
     def stop_requested(self) -> bool:
         """True once the worker was asked to stop between steps."""

@@ -35,6 +35,7 @@ from tether.models import pricing
 from tether.redact import Redactor
 from tether.runtime.ops.ports import ToolEnv
 from tether.runtime.recovery import turn as recovery
+from tether.runtime.round import checks
 from tether.runtime.round import phases as rounds
 from tether.runtime.round.context import Context, Entry
 from tether.runtime.run import outcome as out
@@ -155,13 +156,12 @@ class TaskRun:
         try:
             if lifecycle.is_terminal(self.status):
                 return self.result()
-            outcome = await recovery.start_turn(self)
-            self.beat.round_started = time.monotonic()
-            if outcome is None:
-                outcome = await rounds.finish_interrupted(self)
-            while outcome is None:
-                self.beat.round_started = time.monotonic()
-                outcome = await rounds.run_round(self)
+            while True:
+                outcome = await self._turn()
+                if not outcome.again:
+                    break
+                await self.load()  # an edit it applied: the new contract, a fresh turn
+                self.flow.scanned = None
             self.beat.round_started = None
             # The one place a round's end becomes a status change.
             await out.apply(self.journal, outcome)
@@ -179,6 +179,18 @@ class TaskRun:
             )
         self.task = await self.records.task()
         return self.result()
+
+    async def _turn(self) -> out.Outcome:
+        """One turn: its start, the round a crash interrupted, then rounds — each after
+        a person's requests (`checks.requests`) — until one ends the run."""
+        outcome = await recovery.start_turn(self)
+        self.beat.round_started = time.monotonic()
+        if outcome is None:
+            outcome = await rounds.finish_interrupted(self)
+        while outcome is None:
+            self.beat.round_started = time.monotonic()
+            outcome = await checks.requests(self) or await rounds.run_round(self)
+        return outcome
 
     def result(self) -> RunResult:
         """How this run ended."""

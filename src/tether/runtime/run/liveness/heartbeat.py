@@ -31,6 +31,12 @@ class Flow:
         self.lease_lost = False
         self.rounds_this_run = 0
         self.commit_flags: tuple[bool, int | None] | None = None
+        #: The last seq of the run's last commit; `foreign` once a commit found events
+        #: written by someone else since (a message, a pause or an edit request).
+        self.last_seq: int | None = None
+        self.foreign = False
+        #: How far `checks.requests` read the log (None: not yet in this run).
+        self.scanned: int | None = None
 
     def stop_requested(self) -> bool:
         """True once the worker was asked to stop between steps."""
@@ -40,6 +46,9 @@ class Flow:
         """What the task row said as a commit found it: the round's checks read it instead of
         the task row itself (a cancel request is seen at the next step after a commit)."""
         self.commit_flags = (res.cancel_requested, res.version)
+        if self.last_seq is not None and res.first_seq > self.last_seq + 1:
+            self.foreign = True
+        self.last_seq = max(res.last_seq, self.last_seq or 0)
 
 
 class _Ticks(Protocol):

@@ -1,0 +1,114 @@
+"""Reaching a task through the CLI, on SQLite and PostgreSQL: `tether pause` of a real
+`tether run` mid-turn (paused at its next round boundary, `resume` finishes it), and a
+SIGKILLed `tether run` whose task `edit`, `cancel`, `pause` and `tell` act on without a
+worker while `status` says its owner is gone."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import DONE, assert_ok, json_out, popen_tether, tether, write_spec
+
+GATED = "scripted:tests.e2e.policies:gated_policy"
+N_ITEMS = 4
+
+
+@pytest.fixture(
+    params=[pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The `--db` of the test: a SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return f"sqlite:///{tmp_path / 'tether.db'}"
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
+    """Wait until `path` exists (the run's first round wrote it)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"tether run ended early ({proc.returncode})\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"{path} never appeared")
+        time.sleep(0.02)
+
+
+def _task_id(folder: Path, db: str) -> str:
+    tasks = json_out(tether("list", "--json", "--db", db, cwd=folder))
+    assert len(tasks) == 1
+    return str(tasks[0]["task_id"])
+
+
+def _running(folder: Path, db: str) -> tuple[subprocess.Popen[str], str]:
+    """`tether run` with a model that holds its second answer until `release` exists:
+    returned once its first round is done (the run is then mid-turn)."""
+    write_spec(folder / "spec.yaml", N_ITEMS, name="reach")
+    proc = popen_tether("run", "spec.yaml", "--model", GATED, "--db", db, cwd=folder)
+    _wait_for(folder / "out" / "i1.txt", proc)
+    return proc, _task_id(folder, db)
+
+
+def test_pause_mid_turn_then_resume(tmp_path: Path, db: str) -> None:
+    proc, tid = _running(tmp_path, db)
+    try:
+        paused = tether("pause", tid, "--reason", "lunch", "--db", db, cwd=tmp_path)
+        (tmp_path / "release").touch()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert_ok(paused)
+    assert "pause requested" in paused.stdout
+    assert "Traceback" not in err
+    doc = json_out(tether("status", tid, "--json", "--db", db, cwd=tmp_path))
+    assert doc["status"] == "paused" and doc["lease"]["owner"] is None
+    done = [i["id"] for i in doc["ledger"]["items"] if i["status"] == "done"]
+    assert 1 <= len(done) < N_ITEMS  # stopped at a round boundary, before the end
+    final = json_out(tether("resume", tid, "--model", DONE, "--json", "--db", db, cwd=tmp_path))
+    assert (final["status"], final["stop_reason"]) == ("satisfied", "delivered")
+
+
+@pytest.mark.parametrize("verb", ["edit", "cancel", "pause", "tell"])
+def test_a_killed_runs_task_is_reached_without_a_worker(tmp_path: Path, db: str, verb: str) -> None:
+    proc, tid = _running(tmp_path, db)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    shown = tether("status", tid, "--db", db, cwd=tmp_path)
+    assert_ok(shown)
+    assert "running (owner gone)" in shown.stdout
+    listed = tether("list", "--db", db, cwd=tmp_path)
+    assert "running (owner gone)" in listed.stdout
+    doc = json_out(tether("status", tid, "--json", "--db", db, cwd=tmp_path))
+    assert doc["status"] == "running" and "is gone" in doc["owner_gone"]
+
+    if verb == "edit":
+        res = tether("edit", tid, "--set", "limits.max_rounds=30", "--db", db, cwd=tmp_path)
+        want = ("queued", 2)
+    elif verb == "cancel":
+        res = tether("cancel", tid, "--db", db, cwd=tmp_path)
+        want = ("cancelled", 1)
+    elif verb == "pause":
+        res = tether("pause", tid, "--db", db, cwd=tmp_path)
+        want = ("paused", 1)
+    else:
+        res = tether("tell", tid, "use lowercase names", "--db", db, cwd=tmp_path)
+        want = ("stalled", 1)
+    assert_ok(res)
+    doc = json_out(tether("status", tid, "--json", "--db", db, cwd=tmp_path))
+    assert (doc["status"], doc["version"]) == want
+    assert doc["owner_gone"] is None and doc["lease"]["owner"] is None
+    events = json_out(tether("events", tid, "--json", "--db", db, cwd=tmp_path))
+    taken = [e for e in events if e["type"] == "audit.warning"]
+    assert [e["data"]["code"] for e in taken][-1:] == ["lease_taken_over"]
+    if verb == "edit":  # and the work goes on from there
+        final = json_out(tether("resume", tid, "--model", DONE, "--json", "--db", db, cwd=tmp_path))
+        assert final["status"] == "satisfied"

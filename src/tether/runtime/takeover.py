@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tether import errors, failpoints, lifecycle
-from tether import events as ev
 from tether.clock import Clock, SystemClock
 from tether.store.base import Store, TaskPatch, TaskRecord
 
@@ -73,6 +72,8 @@ async def confirm_stopped(
     takeover; `UserError` if the holder renews it or another worker claims the task
     meanwhile. Journals the takeover. `on_watch(task, seconds)` is told when a watch
     begins (a CLI prints it)."""
+    from tether import events as ev
+
     clock = clock or SystemClock()
     task = await store.get_task(task_id)
     start = clock.now()
@@ -169,6 +170,8 @@ async def take_from_gone(store: Store, task_id: str, *, by: str = "user") -> Tas
     refused), the takeover journaled (`audit.warning` `lease_taken_over`) with the
     task moved to `stalled` (a worker or `resume` goes on from there), and the lease
     given back. A task with a live owner, or not running, is returned as it is."""
+    from tether import events as ev  # here: reading a task's status needs no event models
+
     task = await store.get_task(task_id)
     why = owner_gone(task, store.clock.now())
     if why is None:

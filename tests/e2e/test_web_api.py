@@ -88,7 +88,7 @@ def _pending(client: TestClient, tid: str) -> list[dict[str, Any]]:
 def test_api_reads_mirror_the_cli(waiting: tuple[str, str, Path], client: TestClient) -> None:
     url, tid, _ = waiting
     listed = client.get("/api/tasks").json()
-    assert listed == task_rows(_run(_read(url, lambda s: s.list_tasks())))
+    assert listed == task_rows(_run(_read(url, lambda s: s.list_tasks())), 0.0)
     assert client.get("/api/tasks", params={"status": "satisfied"}).json() == []
     assert client.get(f"/api/tasks/{tid}").json() == _run(_read(url, lambda s: status_dict(s, tid)))
     assert client.get(f"/api/tasks/{tid}", params={"at": 5}).json() == _run(

@@ -124,7 +124,8 @@ async def list_tasks(
 ) -> list[dict[str, Any]]:
     """Tasks, newest first (`tether list --json`)."""
     store, _ = state_of(request)
-    return task_rows(await store.list_tasks(statuses=status or None, limit=limit))
+    tasks = await store.list_tasks(statuses=status or None, limit=limit)
+    return task_rows(tasks, store.clock.now())
 
 
 @router.get("/tasks/{task_id}")

@@ -176,14 +176,15 @@ async def test_a_run_killed_in_a_round_replays_through_its_recovery(
 
 
 async def test_a_message_while_a_round_ran_stops_the_replay_there(tmp_path: Path) -> None:
-    # Not a crash: the run went on after the message and reached the wait. Replay
-    # cannot place the message within the round, so it stops before it and says so.
+    # Not a crash: the run went on after the message, which its next round's request
+    # carried (so the model wrote i2 and the task was delivered). Replay cannot place
+    # the message within the round, so it stops before it and says so.
     r = await _recording(tmp_path, hang_at=2)
     driver = asyncio.create_task(r.run())
     await r.hanging.wait()
     await tell(r.store, r.task_id, "About item i2: write it", by="ana")
     r.release.set()
-    assert await driver == "waiting"
+    assert await driver == "satisfied"  # the model read the hint in its next round
     told = next(e for e in await r.store.read_events(r.task_id) if e.type == "user.message")
     result = await replay_task(r.store, r.task_id)
     assert result.divergence is None, result.divergence

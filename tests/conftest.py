@@ -227,6 +227,14 @@ def backend_factory(
     return make
 
 
+@pytest.fixture(params=_backend_params(SQL_BACKENDS))
+def cli_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A `--db` for the `tether` command: a SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return f"sqlite:///{tmp_path / 'tether.db'}"
+
+
 @pytest.fixture
 async def store(backend: Backend) -> AsyncIterator[Store]:
     """An open store on `backend`, closed afterwards."""

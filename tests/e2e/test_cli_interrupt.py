@@ -10,7 +10,6 @@ delivers it without repeating any side effect.
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,23 +25,12 @@ from tests.support.cli import (
     popen_tether,
     tether,
     tether_many,
+    wait_for_file,
     write_spec,
 )
 
 N_ITEMS = 30
 GATED = "scripted:tests.e2e.policies:gated_policy"
-
-
-def _wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"tether run ended early ({proc.returncode})\n{out}\n{err}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"{path} never appeared")
-        time.sleep(0.02)
 
 
 def _interrupt(folder: Path, *, presses: int) -> tuple[int, str, str]:
@@ -51,7 +39,7 @@ def _interrupt(folder: Path, *, presses: int) -> tuple[int, str, str]:
     write_spec(folder / "spec.yaml", N_ITEMS, name="slow-thirty")
     proc = popen_tether("run", "spec.yaml", "--model", SLOW, cwd=folder)
     try:
-        _wait_for(folder / "out" / "i1.txt", proc)
+        wait_for_file(folder / "out" / "i1.txt", proc)
         for n in range(presses):
             if n:
                 time.sleep(0.02)
@@ -202,7 +190,7 @@ def test_cancel_of_a_running_task_stops_it_between_rounds(tmp_path: Path) -> Non
     # cannot finish first however slow `tether cancel` is to start.
     proc = popen_tether("run", "spec.yaml", "--model", GATED, cwd=tmp_path)
     try:
-        _wait_for(tmp_path / "out" / "i1.txt", proc)
+        wait_for_file(tmp_path / "out" / "i1.txt", proc)
         tid = _task_id(tmp_path)
         cancel = tether("cancel", tid, cwd=tmp_path)
         (tmp_path / "release").touch()

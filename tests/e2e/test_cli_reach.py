@@ -6,66 +6,21 @@ worker while `status` says its owner is gone."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli import DONE, assert_ok, json_out, popen_tether, tether, write_spec
+from tests.support.cli import DONE, assert_ok, finish, gated_run, json_out, tether
 
-GATED = "scripted:tests.e2e.policies:gated_policy"
 N_ITEMS = 4
 
 
-@pytest.fixture(
-    params=[pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
-)
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The `--db` of the test: a SQLite file, or a fresh PostgreSQL schema."""
-    if request.param == "postgres":
-        return str(request.getfixturevalue("pg_url"))
-    return f"sqlite:///{tmp_path / 'tether.db'}"
-
-
-def _wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
-    """Wait until `path` exists (the run's first round wrote it)."""
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"tether run ended early ({proc.returncode})\n{out}\n{err}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"{path} never appeared")
-        time.sleep(0.02)
-
-
-def _task_id(folder: Path, db: str) -> str:
-    tasks = json_out(tether("list", "--json", "--db", db, cwd=folder))
-    assert len(tasks) == 1
-    return str(tasks[0]["task_id"])
-
-
-def _running(folder: Path, db: str) -> tuple[subprocess.Popen[str], str]:
-    """`tether run` with a model that holds its second answer until `release` exists:
-    returned once its first round is done (the run is then mid-turn)."""
-    write_spec(folder / "spec.yaml", N_ITEMS, name="reach")
-    proc = popen_tether("run", "spec.yaml", "--model", GATED, "--db", db, cwd=folder)
-    _wait_for(folder / "out" / "i1.txt", proc)
-    return proc, _task_id(folder, db)
-
-
-def test_pause_mid_turn_then_resume(tmp_path: Path, db: str) -> None:
-    proc, tid = _running(tmp_path, db)
-    try:
-        paused = tether("pause", tid, "--reason", "lunch", "--db", db, cwd=tmp_path)
-        (tmp_path / "release").touch()
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+def test_pause_mid_turn_then_resume(tmp_path: Path, cli_db: str) -> None:
+    db = cli_db
+    proc, tid = gated_run(tmp_path, db, N_ITEMS)
+    paused = tether("pause", tid, "--reason", "lunch", "--db", db, cwd=tmp_path)
+    (tmp_path / "release").touch()
+    _, err = finish(proc)
     assert_ok(paused)
     assert "pause requested" in paused.stdout
     assert "Traceback" not in err
@@ -78,8 +33,11 @@ def test_pause_mid_turn_then_resume(tmp_path: Path, db: str) -> None:
 
 
 @pytest.mark.parametrize("verb", ["edit", "cancel", "pause", "tell"])
-def test_a_killed_runs_task_is_reached_without_a_worker(tmp_path: Path, db: str, verb: str) -> None:
-    proc, tid = _running(tmp_path, db)
+def test_a_killed_runs_task_is_reached_without_a_worker(
+    tmp_path: Path, cli_db: str, verb: str
+) -> None:
+    db = cli_db
+    proc, tid = gated_run(tmp_path, db, N_ITEMS)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     shown = tether("status", tid, "--db", db, cwd=tmp_path)

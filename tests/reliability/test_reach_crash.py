@@ -6,55 +6,27 @@ takeover cut off before its commit is taken again."""
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.cli import DONE, assert_ok, cli_env, json_out, popen_tether, tether, write_spec
+from tests.support.cli import DONE, assert_ok, cli_env, finish, gated_run, json_out, tether
 
 pytestmark = pytest.mark.slow
 
-GATED = "scripted:tests.e2e.policies:gated_policy"
 N_ITEMS = 3
-
-
-@pytest.fixture(
-    params=[pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
-)
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The `--db` of the test: a SQLite file, or a fresh PostgreSQL schema."""
-    if request.param == "postgres":
-        return str(request.getfixturevalue("pg_url"))
-    return f"sqlite:///{tmp_path / 'tether.db'}"
 
 
 def _mid_turn(
     folder: Path, db: str, failpoints: str | None = None
 ) -> tuple[subprocess.Popen[str], str]:
-    """`tether run` (with `failpoints`) held in its second model call: the process and
-    the task id, once its first round wrote its file."""
-    write_spec(folder / "spec.yaml", N_ITEMS, name="reach-crash")
+    """`tether run` (with `failpoints`) held in its second model call."""
     env = cli_env(TETHER_FAILPOINTS=failpoints) if failpoints else None
-    proc = popen_tether("run", "spec.yaml", "--model", GATED, "--db", db, cwd=folder, env=env)
-    deadline = time.monotonic() + 60
-    while not (folder / "out" / "i1.txt").exists():
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"tether run ended early ({proc.returncode})\n{out}\n{err}")
-        assert time.monotonic() < deadline, "the first round never ended"
-        time.sleep(0.02)
-    tasks = json_out(tether("list", "--json", "--db", db, cwd=folder))
-    return proc, str(tasks[0]["task_id"])
+    return gated_run(folder, db, N_ITEMS, env=env)
 
 
 def _ended(proc: subprocess.Popen[str], code: int) -> str:
-    try:
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    _, err = finish(proc)
     assert proc.returncode == code, err[-2000:]
     return err
 
@@ -69,7 +41,8 @@ def _resume(folder: Path, db: str, tid: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("point", ["before_edit_apply", "after_edit_apply"])
-def test_a_crash_applying_an_edit_loses_nothing(tmp_path: Path, db: str, point: str) -> None:
+def test_a_crash_applying_an_edit_loses_nothing(tmp_path: Path, cli_db: str, point: str) -> None:
+    db = cli_db
     proc, tid = _mid_turn(tmp_path, db, failpoints=point)
     assert_ok(tether("edit", tid, "--set", "limits.max_rounds=30", "--db", db, cwd=tmp_path))
     (tmp_path / "release").touch()
@@ -82,7 +55,8 @@ def test_a_crash_applying_an_edit_loses_nothing(tmp_path: Path, db: str, point: 
     assert [e["data"]["request"] for e in edited] == [requested["seq"]]  # once
 
 
-def test_a_crash_before_honouring_a_pause_keeps_it(tmp_path: Path, db: str) -> None:
+def test_a_crash_before_honouring_a_pause_keeps_it(tmp_path: Path, cli_db: str) -> None:
+    db = cli_db
     proc, tid = _mid_turn(tmp_path, db, failpoints="before_pause_apply")
     assert_ok(tether("pause", tid, "--db", db, cwd=tmp_path))
     (tmp_path / "release").touch()
@@ -93,7 +67,8 @@ def test_a_crash_before_honouring_a_pause_keeps_it(tmp_path: Path, db: str) -> N
     assert moves.count("paused") == 1
 
 
-def test_a_crash_after_journaling_a_pause_request_keeps_it(tmp_path: Path, db: str) -> None:
+def test_a_crash_after_journaling_a_pause_request_keeps_it(tmp_path: Path, cli_db: str) -> None:
+    db = cli_db
     proc, tid = _mid_turn(tmp_path, db)
     env = cli_env(TETHER_FAILPOINTS="after_pause_request")
     res = tether("pause", tid, "--db", db, cwd=tmp_path, env=env)
@@ -104,7 +79,8 @@ def test_a_crash_after_journaling_a_pause_request_keeps_it(tmp_path: Path, db: s
     assert doc["status"] == "paused"
 
 
-def test_a_takeover_cut_off_before_its_commit_is_taken_again(tmp_path: Path, db: str) -> None:
+def test_a_takeover_cut_off_before_its_commit_is_taken_again(tmp_path: Path, cli_db: str) -> None:
+    db = cli_db
     proc, tid = _mid_turn(tmp_path, db)
     proc.kill()
     proc.communicate(timeout=60)

@@ -8,6 +8,8 @@
   message on stderr without a traceback.
 - `write_spec(path, n_items)`: a small spec whose items are judged by `done_when` op
   rules (`models.judge: rules`), one file `out/<id>.txt` per item.
+- `gated_run(folder, ...)`: a `tether run` held in its second model call (mid-turn),
+  returned once its first round wrote its file; `wait_for_file` is that wait.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 DONE = "scripted:tests.e2e.policies:done_policy"
 SLOW = "scripted:tests.e2e.policies:slow_policy"
 FAST = "scripted:tests.e2e.policies:fast_policy"
+GATED = "scripted:tests.e2e.policies:gated_policy"
 
 _DROP_PREFIXES = ("TETHER_",)
 _DROP = {
@@ -181,3 +185,43 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
     }
+
+
+def wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
+    """Wait until `path` exists; fail (with the process's output) if `proc` ends first
+    or `timeout` passes."""
+    import pytest
+
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"tether run ended early ({proc.returncode})\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"{path} never appeared")
+        time.sleep(0.02)
+
+
+def gated_run(
+    folder: Path, db: str, n_items: int, *, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """`tether run --db DB` of a `write_spec` task in `folder` whose model holds its
+    second answer until a file `release` exists there: returned once the first round
+    wrote `out/i1.txt` (the run is then mid-turn), with the task id."""
+    write_spec(folder / "spec.yaml", n_items, name="gated")
+    proc = popen_tether("run", "spec.yaml", "--model", GATED, "--db", db, cwd=folder, env=env)
+    wait_for_file(folder / "out" / "i1.txt", proc)
+    tasks = json_out(tether("list", "--json", "--db", db, cwd=folder))
+    return proc, str(tasks[0]["task_id"])
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 60.0) -> tuple[str, str]:
+    """Wait for `proc` to end: its (stdout, stderr); killed if it does not end in time."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return out or "", err or ""

@@ -148,8 +148,10 @@ async def apply_requested(
     (`edit_refused`, naming the request) and the task goes on. Returns the task after."""
     task = await store.get_task(task_id)
     try:
+        if task.status == "cancelled":
+            raise errors.AlreadySettled(f"task {task_id} was cancelled first")
         await _apply(store, task, request, token=token, request_seq=seq)
-    except (errors.SpecError, errors.UserError) as exc:
+    except errors.UserError as exc:
         warning = ev.AuditWarning(
             code="edit_refused",
             message=f"the edit requested at seq {seq} by {request.by} was not applied: {exc}",

@@ -203,3 +203,39 @@ async def test_an_expired_lease_is_owner_gone(store: Store, tmp_path: Path) -> N
     me = f"{socket.gethostname()}:{os.getpid()}"  # a live owner: this very process
     assert owner_gone(replace(task, lease_owner=me), expiry - 1) is None
     assert owner_gone(replace(task, status="waiting"), expiry + 1) is None
+
+
+async def test_an_edit_during_the_last_round_is_applied_when_the_run_ends(
+    store: Store, tmp_path: Path
+) -> None:
+    actor, entered, release, _ = blocking_actor(2)  # the second and last item's call
+    tid, running = await start(store, tmp_path, 2, actor)
+    await entered.wait()
+    extra = {"id": "extra", "title": "x", "done_when": {"kind": "file", "path": "out/extra.txt"}}
+    await edit_task(store, tid, add_items=[extra], by="ana")
+    release.set()
+    done = await running
+    assert done.status == "satisfied"
+    assert (await store.get_task(tid)).version == 2
+    assert (await ledger_of(store, tid)).item("extra").status == "done"
+    moves = [(m["src"], m["dst"]) for m in await events_of(store, tid, "task.status")]
+    assert ("satisfied", "queued") in moves  # delivered, re-opened by the edit, delivered
+
+
+async def test_a_pause_during_a_round_that_ends_the_run_still_pauses(
+    store: Store, tmp_path: Path
+) -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def asks(request: ModelRequest) -> ModelResponse:
+        entered.set()
+        await release.wait()
+        return ModelResponse("NEED_HELP: which folder?")
+
+    tid, running = await start(store, tmp_path, 2, asks)
+    await entered.wait()
+    assert (await pause(store, tid, by="ana")).outcome == "requested"
+    release.set()
+    assert (await running).status == "paused"
+    moves = [(m["src"], m["dst"]) for m in await events_of(store, tid, "task.status")]
+    assert moves[-2:] == [("running", "waiting"), ("waiting", "paused")]

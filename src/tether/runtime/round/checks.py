@@ -19,7 +19,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Protocol
 
-from tether import errors, failpoints
+from tether import errors, failpoints, lifecycle
 from tether import events as ev
 from tether.runtime import hints
 from tether.runtime.round import history
@@ -58,6 +58,9 @@ class RequestHost(Protocol):
 
     @property
     def flow(self) -> RunFlow: ...
+
+    @property
+    def journal(self) -> Journal: ...
 
     @property
     def task_id(self) -> str: ...
@@ -102,6 +105,8 @@ async def requests(run: RequestHost) -> Outcome | None:
     ]
     flow.scanned = max(upto, since)
     pause, edits = _pending(found)
+    if lifecycle.is_terminal(run.journal.status):
+        pause = None  # an ended task is not paused (an edit still re-opens a finished one)
     if edits:
         from tether import edits as E
 

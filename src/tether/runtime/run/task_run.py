@@ -159,12 +159,19 @@ class TaskRun:
             while True:
                 outcome = await self._turn()
                 if not outcome.again:
-                    break
+                    self.beat.round_started = None
+                    # The one place a round's end becomes a status change.
+                    await out.apply(self.journal, outcome)
+                    # What a person asked during the last round is not left for later.
+                    self.flow.scanned = None
+                    late = await checks.requests(self)
+                    if late is None:
+                        break
+                    if not late.again:
+                        await out.apply(self.journal, late)
+                        break
                 await self.load()  # an edit it applied: the new contract, a fresh turn
                 self.flow.scanned = None
-            self.beat.round_started = None
-            # The one place a round's end becomes a status change.
-            await out.apply(self.journal, outcome)
         except errors.StaleLease:
             # Another worker owns the task now; nothing we tried was stored.
             log.warning("task %s: lease lost, stopping", self.task_id)

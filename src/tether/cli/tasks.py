@@ -103,6 +103,7 @@ def list_tasks(db: DbOpt = None, json_out: JsonOpt = False) -> None:
         out.print()
         out.print(schedule_table(schedules))
 
+
 @app.command()
 def events(
     task_id: str,

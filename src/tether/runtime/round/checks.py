@@ -25,10 +25,11 @@ from tether.runtime import hints
 from tether.runtime.round import history
 from tether.runtime.run import outcome as out
 from tether.runtime.run.outcome import Outcome
+from tether.runtime.run.ports import ChecksHost
 
 if TYPE_CHECKING:
     from tether.runtime.round.context import Context
-    from tether.runtime.run.ports import ChecksHost, Journal, RunFlow, TaskView
+    from tether.runtime.run.ports import Journal, TaskView
     from tether.store.base import Store, StoredEvent
 
 #: The events `requests` reads: what a person asks of a running task, and what settles it.
@@ -44,23 +45,14 @@ REQUEST_TYPES = frozenset(
 )
 
 
-class RequestHost(Protocol):
-    """What `requests` uses: the run's store and token (an edit is applied as the task's
-    owner), its view, flow and context, and the words the judge hears."""
+class RequestHost(ChecksHost, Protocol):
+    """What `requests` uses: the checks' objects, the run's store and token (an edit is
+    applied as the task's owner), its context, and the words the judge hears."""
 
     store: Store
     token: int
     user_words: list[str]
     ctx: Context
-
-    @property
-    def view(self) -> TaskView: ...
-
-    @property
-    def flow(self) -> RunFlow: ...
-
-    @property
-    def journal(self) -> Journal: ...
 
     @property
     def task_id(self) -> str: ...

@@ -38,7 +38,7 @@ from tether.runtime import hints
 from tether.runtime.takeover import take_from_gone
 from tether.runtime.tasks import ledger_from_spec
 from tether.spec import TaskSpec, parse_spec
-from tether.store.base import LedgerWrite, Store, TaskPatch, TaskRecord
+from tether.store.base import LedgerWrite, Store, StoredEvent, TaskPatch, TaskRecord
 
 
 def _merge(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -134,12 +134,13 @@ async def edit_task(
         _new_spec(task, request)  # a bad edit is refused now, not by the worker later
         await store.commit(task_id, None, [request])
         return await store.get_task(task_id)
-    await _apply(store, task, request, token=None, request_seq=None)
+    await _apply_pending(store, task_id)
+    await _apply(store, await store.get_task(task_id), request, token=None, request_seq=None)
     return await store.get_task(task_id)
 
 
 async def apply_requested(
-    store: Store, task_id: str, token: int, request: ev.EditRequested, seq: int
+    store: Store, task_id: str, token: int | None, request: ev.EditRequested, seq: int
 ) -> TaskRecord:
     """Apply an edit requested while the task ran (`task.edit_requested` at `seq`), as
     its owner (the fencing `token`) at a round boundary: the same new version as an edit
@@ -245,6 +246,54 @@ async def _apply(
         approvals=closed,
     )
     failpoints.hit("after_edit_apply")
+
+
+#: The events `pending_requests` reads: what a person asks of a running task, and what
+#: settles it.
+REQUEST_TYPES = frozenset(
+    {
+        "user.message",
+        "task.pause_requested",
+        "task.edit_requested",
+        "task.edited",
+        "task.status",
+        "audit.warning",
+    }
+)
+
+
+def pending_requests(
+    found: Sequence[StoredEvent],
+) -> tuple[StoredEvent | None, list[StoredEvent]]:
+    """Of a task's events (`REQUEST_TYPES`, oldest first): the pause request not yet
+    honoured (none after the last move to `paused` or to a terminal state), and the edit
+    requests not yet applied or refused, oldest first."""
+    pause: StoredEvent | None = None
+    edits: dict[int, StoredEvent] = {}
+    for e in found:
+        if e.type == "task.pause_requested":
+            pause = e
+        elif e.type == "task.status" and (
+            e.data.get("dst") == "paused" or e.data.get("stop_reason") is not None
+        ):
+            pause = None
+        elif e.type == "task.edit_requested":
+            edits[e.seq] = e
+        elif e.type == "task.edited" and e.data.get("request") is not None:
+            edits.pop(int(e.data["request"]), None)
+        elif e.type == "audit.warning" and e.data.get("code") == "edit_refused":
+            edits.pop(int((e.data.get("details") or {}).get("request", -1)), None)
+    return pause, list(edits.values())
+
+
+async def _apply_pending(store: Store, task_id: str) -> None:
+    """Apply the edits requested while the task ran and not applied (its worker died
+    first), oldest first: a later edit goes over them, not under."""
+    found = await store.read_events(
+        task_id, types={"task.edit_requested", "task.edited", "audit.warning"}
+    )
+    for e in pending_requests(found)[1]:
+        await apply_requested(store, task_id, None, ev.EditRequested.model_validate(e.data), e.seq)
 
 
 #: The longest message `tell` takes.

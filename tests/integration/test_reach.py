@@ -14,6 +14,7 @@ import pytest
 
 from tests.support.loop import events_of, honest_actor, ledger_of, run_task, spec_of
 from tether import errors, lifecycle
+from tether import events as ev
 from tether.edits import edit_task, tell
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
@@ -239,3 +240,16 @@ async def test_a_pause_during_a_round_that_ends_the_run_still_pauses(
     assert (await running).status == "paused"
     moves = [(m["src"], m["dst"]) for m in await events_of(store, tid, "task.status")]
     assert moves[-2:] == [("running", "waiting"), ("waiting", "paused")]
+
+
+async def test_an_edit_left_pending_by_a_dead_owner_goes_under_a_later_one(
+    store: Store, tmp_path: Path
+) -> None:
+    tid = await gone_task(store, tmp_path)
+    # Requested while its worker lived; the worker died before the next round.
+    await store.commit(tid, None, [ev.EditRequested(changes={"limits": {"max_rounds": 7}})])
+    task = await edit_task(store, tid, {"limits": {"max_rounds": 9}}, by="ana")
+    assert (task.version, task.spec["limits"]["max_rounds"]) == (3, 9)
+    (requested,) = await store.read_events(tid, types={"task.edit_requested"})
+    edited = await events_of(store, tid, "task.edited")
+    assert [(e["new_version"], e["request"]) for e in edited] == [(2, requested.seq), (3, None)]

@@ -30,19 +30,7 @@ from tether.runtime.run.ports import ChecksHost
 if TYPE_CHECKING:
     from tether.runtime.round.context import Context
     from tether.runtime.run.ports import Journal, TaskView
-    from tether.store.base import Store, StoredEvent
-
-#: The events `requests` reads: what a person asks of a running task, and what settles it.
-REQUEST_TYPES = frozenset(
-    {
-        "user.message",
-        "task.pause_requested",
-        "task.edit_requested",
-        "task.edited",
-        "task.status",
-        "audit.warning",
-    }
-)
+    from tether.store.base import Store
 
 
 class RequestHost(ChecksHost, Protocol):
@@ -58,27 +46,6 @@ class RequestHost(ChecksHost, Protocol):
     def task_id(self) -> str: ...
 
 
-def _pending(found: list[StoredEvent]) -> tuple[StoredEvent | None, list[StoredEvent]]:
-    """The pause request not yet honoured (none after the last move to `paused` or to a
-    terminal state), and the edit requests not yet applied or refused, oldest first."""
-    pause: StoredEvent | None = None
-    edits: dict[int, StoredEvent] = {}
-    for e in found:
-        if e.type == "task.pause_requested":
-            pause = e
-        elif e.type == "task.status" and (
-            e.data.get("dst") == "paused" or e.data.get("stop_reason") is not None
-        ):
-            pause = None
-        elif e.type == "task.edit_requested":
-            edits[e.seq] = e
-        elif e.type == "task.edited" and e.data.get("request") is not None:
-            edits.pop(int(e.data["request"]), None)
-        elif e.type == "audit.warning" and e.data.get("code") == "edit_refused":
-            edits.pop(int((e.data.get("details") or {}).get("request", -1)), None)
-    return pause, list(edits.values())
-
-
 async def requests(run: RequestHost) -> Outcome | None:
     """A person's requests since the run last looked (at its first round, all those
     still pending): how the run must end (paused; a fresh turn after an edit), or None
@@ -88,20 +55,20 @@ async def requests(run: RequestHost) -> Outcome | None:
     if not first and not flow.foreign:
         return None
     flow.foreign = False
+    from tether import edits as E  # here: a run without requests needs no contract models
+
     upto = view.state.last_seq
     since = 0 if flow.scanned is None else flow.scanned
     found = [
         e
-        for e in await run.store.read_events(run.task_id, after=since, types=set(REQUEST_TYPES))
+        for e in await run.store.read_events(run.task_id, after=since, types=set(E.REQUEST_TYPES))
         if e.seq <= upto
     ]
     flow.scanned = max(upto, since)
-    pause, edits = _pending(found)
+    pause, edits = E.pending_requests(found)
     if lifecycle.is_terminal(run.journal.status):
         pause = None  # an ended task is not paused (an edit still re-opens a finished one)
     if edits:
-        from tether import edits as E
-
         for e in edits:
             request = ev.EditRequested.model_validate(e.data)
             await E.apply_requested(run.store, run.task_id, run.token, request, e.seq)

@@ -122,6 +122,8 @@ def test_the_check_sees_members_and_the_store() -> None:
         "rounds_this_run",
         "commit_flags",
         "stop_requested",
+        "foreign",
+        "scanned",
     }
     assert set(members(ports.ChecksHost)) == {"journal", "view", "records", "config", "flow"}
     assert not reaches_store(ports.ChecksHost)

@@ -428,10 +428,25 @@ class NoticeSent(Event):
 @_register("decision.requested")
 class DecisionRequested(Event):
     """Nothing is open but not everything is finished: a human decides (retry an item,
-    waive it, or abandon the task). `partial` is the partial-completion record."""
+    waive it, or abandon the task). `partial` is the partial-completion record. With
+    `report` (the execution report), the work is complete and a person signs off on it
+    (`review: human`): approve or reject."""
 
     reason: str
     partial: dict[str, Any] = Field(default_factory=dict)
+    report: dict[str, Any] = Field(default_factory=dict)
+
+
+@_register("signoff.decided")
+class SignoffDecided(Event):
+    """A person answered a sign-off request (`review: human`): `approve` (deliver the
+    work as reported) or `reject` (the items in `reopen` go back to work with `hint`)."""
+
+    decision: str
+    by: str = "user"
+    hint: str = ""
+    reopen: list[str] = Field(default_factory=list)
+    ledger_version: int = 0
 
 
 @_register("item.retried")

@@ -1,10 +1,9 @@
 """The task contract: what "done" means, loaded from YAML or built in Python.
 
-A `TaskSpec` names the objective, the acceptance criteria (each optionally checked by a
-shell command or a Python callable), milestones and checklist items (each optionally
-with a `done_when` rule the runtime can check without a model), the allowed tools,
-budgets and limits. Unknown fields are refused so that a typo never silently turns a
-limit off.
+A `TaskSpec` names the objective, the acceptance criteria (each optionally checked by a shell
+command or a Python callable), milestones and checklist items (each optionally with a
+`done_when` rule the runtime can check without a model), the allowed tools, budgets and limits.
+Unknown fields are refused so that a typo never silently turns a limit off.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from pydantic import (
 )
 
 from tether import _validation, errors, mcp_config
+from tether import review as _review
 from tether._validation import cut as _cut
 from tether._validation import http_url_problem
 from tether.schedule import Schedule
@@ -698,7 +698,7 @@ class TaskSpec(_Strict):
     context: ContextConfig = Field(default_factory=ContextConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     workspace: str | None = None
-    review: bool = False
+    review: _review.ReviewPolicy = Field(default_factory=_review.ReviewPolicy)
     sources: list[Source] = Field(default_factory=list)
     #: A recurring task: `tether submit` stores the schedule; workers start occurrences.
     schedule: Schedule | None = None

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tether import errors
+from tether.review import ReviewPolicy
 from tether.spec import (
     ArtifactRule,
     CallableCheck,
@@ -129,7 +130,7 @@ def test_full_spec_loads(tmp_path: Path) -> None:
     assert spec.models.compact is None
     assert spec.context.input_budget_tokens == 12_000
     assert spec.workspace == "work"
-    assert spec.review is True
+    assert spec.review == ReviewPolicy(model=True)
 
 
 def test_minimal_spec_gets_defaults(tmp_path: Path) -> None:
@@ -141,7 +142,7 @@ def test_minimal_spec_gets_defaults(tmp_path: Path) -> None:
     assert spec.limits.max_attempts_per_item == 3
     assert spec.context.input_budget_tokens == 16_000
     assert spec.items[0].milestone is None and spec.items[0].done_when is None
-    assert spec.review is False
+    assert spec.review == ReviewPolicy()
 
 
 def test_json_spec_loads(tmp_path: Path) -> None:

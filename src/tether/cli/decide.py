@@ -64,7 +64,10 @@ def pause(
 @app.command()
 def approve(
     task_id: str,
-    request_id: str,
+    request_id: Annotated[
+        str | None,
+        typer.Argument(help="The request to approve; without it, sign off on the work."),
+    ] = None,
     db: DbOpt = None,
     modify: Annotated[
         str | None, typer.Option("--modify", help="Approve with these arguments (a JSON object).")
@@ -82,9 +85,15 @@ def approve(
     ] = None,
     by: ByOpt = "cli",
 ) -> None:
-    """Approve a pending request (optionally with modified arguments, or --done)."""
+    """Approve a pending request (optionally with modified arguments, or --done); without
+    a request, sign off on a task that waits for it (`review: human`)."""
     from tether import approvals
 
+    if request_id is None:
+        if modify is not None or done or result is not None:
+            raise fail(errors.UserError("--modify, --done and --result need a REQUEST"), 2)
+        _sign_off(task_id, db, by)
+        return
     args = None
     seen = None
     if result is not None and not done:
@@ -129,14 +138,31 @@ def approve(
 @app.command()
 def reject(
     task_id: str,
-    request_id: str,
+    request_id: Annotated[
+        str | None,
+        typer.Argument(help="The request to reject; without it, reject the work (sign-off)."),
+    ] = None,
     db: DbOpt = None,
     reason: Annotated[str, typer.Option("--reason", help="Why (the model is told).")] = "",
+    hint: Annotated[
+        str | None,
+        typer.Option("--hint", help="Sign-off: what to redo (the model is told)."),
+    ] = None,
+    reopen: Annotated[
+        list[str] | None,
+        typer.Option("--reopen", metavar="ITEM", help="Sign-off: an item to redo (repeat it)."),
+    ] = None,
     by: ByOpt = "cli",
 ) -> None:
-    """Reject a pending request; the model is told and the task goes on without it."""
+    """Reject a pending request (the model is told and the task goes on without it); without
+    a request, reject a task's work awaiting sign-off: `--reopen` items go back to work."""
     from tether import approvals
 
+    if request_id is None:
+        _reject_work(task_id, db, hint if hint is not None else reason, reopen or [], by)
+        return
+    if hint is not None or reopen:
+        raise fail(errors.UserError("--hint and --reopen are for a sign-off (no REQUEST)"), 2)
     async def main() -> Any:
         return await with_store(
             db,
@@ -148,6 +174,27 @@ def reject(
     out.print(
         Text(views.clean(f"rejected {request_id}; continue with: {hints.resume(task_id, db)}"))
     )
+
+
+def _sign_off(task_id: str, db: str | None, by: str) -> None:
+    from tether import signoff
+
+    async def action(store: Store) -> str:
+        await signoff.approve(store, task_id, by=by)
+        return f"signed off on {task_id}; deliver with: {hints.resume(task_id, db)}"
+
+    _decide(db, action)
+
+
+def _reject_work(task_id: str, db: str | None, hint: str, items: list[str], by: str) -> None:
+    from tether import signoff
+
+    async def action(store: Store) -> str:
+        ledger = await signoff.reject(store, task_id, hint=hint, reopen=items, by=by)
+        redo = [d.id for d, s in ledger.items() if s.status == "pending"]
+        return f"back to work on {', '.join(redo)}; continue with: {hints.resume(task_id, db)}"
+
+    _decide(db, action)
 
 
 def _decide(db: str | None, action: Callable[[Store], Awaitable[str]]) -> None:

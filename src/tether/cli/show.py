@@ -115,13 +115,27 @@ def report(
         typer.Option("--output", "-o", metavar="FILE", help="Write to this file instead."),
     ] = None,
     db: DbOpt = None,
+    execution: Annotated[
+        bool,
+        typer.Option(
+            "--execution",
+            help="The execution report: steps, evidence, waivers, deviations, cost.",
+        ),
+    ] = False,
+    json_out: JsonOpt = False,
 ) -> None:
-    """The retrospective report of a task: time, rounds, spending, failures, people."""
+    """The retrospective report of a task: time, rounds, spending, failures, people (with
+    --execution: what the run did to reach its goal, as a sign-off shows it)."""
     from tether.report import build_report
     from tether.report.render import render
 
     if fmt not in FORMATS:
         raise errors_exit(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if json_out:
+        fmt = "json"
+    if execution:
+        _execution_report(task_id, db, fmt, output)
+        return
 
     async def main() -> str:
         doc = await with_store(db, lambda s: build_report(s, task_id), create=False, read_only=True)
@@ -141,6 +155,26 @@ def report(
         out.print(Text(f"report written to {clean(output)}"))
     if fmt == "html":
         _say_when_charts_are_missing()
+
+
+def _execution_report(task_id: str, db: str | None, fmt: str, output: Path | None) -> None:
+    from tether.report.execution import build_execution, render_text
+
+    if fmt == "html":
+        raise errors_exit("--execution is text (the default) or json (--json)")
+    if output is not None:
+        raise errors_exit("--execution prints the report; redirect it to a file")
+
+    async def main() -> Any:
+        return await with_store(
+            db, lambda s: build_execution(s, task_id), create=False, read_only=True
+        )
+
+    doc = run_async(main)
+    if fmt == "json":
+        print_json(doc)
+        return
+    out.file.write(clean(render_text(doc, out.width), lines=True))
 
 
 def _say_when_charts_are_missing() -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from tether import ledger as L
 from tether.report.timetravel import replay
+from tether.runtime.judge.execution import tool_calls
 from tether.runtime.run.state import Spend
 from tether.store.base import Store, StoredEvent
 
@@ -34,6 +35,7 @@ HUMAN_EVENTS = {
     "task.edited": "edit",
     "user.message": "tell",
     "task.cancel_requested": "cancel",
+    "signoff.decided": "signoff",
 }
 
 
@@ -85,18 +87,8 @@ class _Rounds:
 
 
 def _ops(events: Sequence[StoredEvent]) -> dict[str, tuple[str, int | None]]:
-    """`{op_id: (tool, round)}` of every tool call in the log (a read-only call has no
-    intent event: its round comes from `op.committed`)."""
-    tool: dict[str, str] = {}
-    rnd: dict[str, int] = {}
-    for e in events:
-        if e.type in ("op.intended", "op.result"):
-            tool.setdefault(str(e.data["op_id"]), str(e.data["tool"]))
-            if e.type == "op.intended":
-                rnd[str(e.data["op_id"])] = int(e.data.get("round", 0))
-        elif e.type == "op.committed":
-            rnd.setdefault(str(e.data["op_id"]), int(e.data["round"]))
-    return {op: (t, rnd.get(op)) for op, t in tool.items()}
+    """`{op_id: (tool, round)}` of every tool call in the log."""
+    return tool_calls(events)
 
 
 def _rounds(events: Sequence[StoredEvent]) -> _Rounds:
@@ -158,24 +150,38 @@ def _cache_by_turn(events: Sequence[StoredEvent]) -> list[dict[str, Any]]:
     return turns
 
 
-def _failures(events: Sequence[StoredEvent]) -> dict[str, Any]:
+def _failures(events: Sequence[StoredEvent], skeleton: L.Skeleton) -> dict[str, Any]:
+    milestone = {d.id: d.milestone or "(none)" for d in skeleton.items}
+    rounds = _rounds(events)
+    op_round = {op: rnd for op, (_, rnd) in _ops(events).items()}
     by_class: Counter[str] = Counter()
     by_tool: Counter[str] = Counter()
+    by_milestone: Counter[str] = Counter()
+    current: int | None = None
+
+    def phase(rnd: int | None) -> str:
+        item = rounds.item.get(rnd) if rnd is not None else None
+        return milestone.get(item, "(none)") if item else OUTSIDE
+
     retries_by_tool: Counter[str] = Counter()
     tool_of: dict[str, str] = {}
     model_failures: list[dict[str, Any]] = []
     breakers: list[dict[str, Any]] = []
     for e in events:
         d = e.data
+        if e.type == "round.started":
+            current = int(d["round"])
         if e.type in ("op.intended", "op.result"):
             tool_of[str(d["op_id"])] = str(d["tool"])
         if e.type == "op.result" and d.get("status") != "succeeded":
             by_class[str(d.get("error_class") or d.get("status"))] += 1
             by_tool[str(d.get("tool"))] += 1
+            by_milestone[phase(op_round.get(str(d["op_id"]), current))] += 1
         elif e.type == "op.retry_scheduled":
             retries_by_tool[tool_of.get(str(d.get("op_id")), "?")] += 1
         elif e.type == "model.failed":
             by_class["model_transient" if d.get("transient") else "model_error"] += 1
+            by_milestone[phase(current) if d.get("purpose") == "act" else OUTSIDE] += 1
             model_failures.append(
                 {"seq": e.seq, "at": e.at, "purpose": d.get("purpose"), "error": d.get("error")}
             )
@@ -188,6 +194,7 @@ def _failures(events: Sequence[StoredEvent]) -> dict[str, Any]:
             "total": sum(by_class.values()),
             "by_class": dict(by_class.most_common()),
             "by_tool": dict(by_tool.most_common()),
+            "by_milestone": dict(by_milestone.most_common()),
             "model": model_failures,
         },
         "retries": {
@@ -207,6 +214,7 @@ def _intervention(e: StoredEvent) -> dict[str, Any]:
         "edit": f"v{d.get('old_version')} → v{d.get('new_version')}",
         "tell": str(d.get("text", ""))[:200],
         "cancel": str(d.get("reason", "")),
+        "signoff": f"{d.get('decision')} {' '.join(d.get('reopen', []))} {d.get('hint', '')}",
     }[HUMAN_EVENTS[e.type]]
     return {
         "seq": e.seq,
@@ -358,7 +366,7 @@ async def build_report(store: Store, task_id: str) -> dict[str, Any]:
         "spend": spend,
         "top_spend": _top(places, totals["cost_usd"], totals["tokens"]),
         "cache_by_turn": _cache_by_turn(events),
-        **_failures(events),
+        **_failures(events, skeleton),
         **_humans(events, rec.skeleton),
         "recoveries": _recoveries(events),
         "progress": _progress(events, rec.skeleton),

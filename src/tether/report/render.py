@@ -143,6 +143,7 @@ def sections(doc: Mapping[str, Any]) -> list[Section]:
     out += [
         _counts("Failures by class", "class", fails["by_class"]),
         _counts("Failures by tool", "tool", fails["by_tool"]),
+        _counts("Failures by milestone", "milestone", fails.get("by_milestone", {})),
         Section(
             "Model call failures",
             ("seq", "purpose", "error"),

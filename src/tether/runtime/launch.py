@@ -98,7 +98,11 @@ def record(
         "actor": actor,
         "judge": judge,
         "compact": m.compact or actor,
-        "review": (m.review or (None if judge == RULES_ONLY else judge)) if spec.review else None,
+        "review": (
+            (spec.review.reviewer(m.review) or (None if judge == RULES_ONLY else judge))
+            if spec.review.by_model
+            else None
+        ),
     }
     keys = sorted(
         {

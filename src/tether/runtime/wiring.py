@@ -76,8 +76,9 @@ def build_models(
     judge = None if judge_name == RULES_ONLY else get(judge_name) if judge_name else actor
     compact = get(spec.models.compact) if spec.models.compact else actor
     review = None
-    if spec.review:
-        review = get(spec.models.review) if spec.models.review else (judge or actor)
+    if spec.review.by_model:
+        named = spec.review.reviewer(spec.models.review)
+        review = get(named) if named else (judge or actor)
     return ModelSet(actor=actor, judge=judge, compact=compact, review=review)
 
 

@@ -1,5 +1,6 @@
 """The completion check: a proposed `satisfied` must pass the contract's acceptance
-checks and, when configured, an independent reviewer model.
+checks and, when configured, an independent reviewer model; with `review: human`, a
+person then signs off on the execution report before delivery.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tether import ledger as L
 from tether.errors import UserError
 from tether.models.base import Message, ModelRequest
 from tether.runtime import hints
+from tether.runtime.judge.execution import execution_report
 from tether.runtime.judge.rules.commands import run_command
 from tether.runtime.recovery import deliverables
 from tether.runtime.round.context import Entry, continuation_message
@@ -194,10 +196,13 @@ async def complete(run: JudgeHost, round_no: int) -> Outcome | None:
     a continuation for the model (None) or, after repeated failures, a human."""
     if await deliverables.hold_delivery(run, round_no):
         return None  # a done item's deliverable broke: it is open again
+    signed = signed_off(run)
+    if signed is not None:
+        return _deliver(run, f"signed off by {signed}", [])
     checks = await run_acceptance(run.view.spec, run.view.workspace)
     gaps = [f"acceptance {c.id} failed: {c.detail}" for c in checks if not c.passed]
-    reviewer = run.calls.models.review if run.view.spec.review else None
-    if run.view.spec.review and reviewer is None:
+    reviewer = run.calls.models.review if run.view.spec.review.by_model else None
+    if run.view.spec.review.by_model and reviewer is None:
         reviewer = run.calls.models.judge or run.calls.models.actor
     events: list[ev.Event] = []
     reopen: tuple[str, ...] = ()
@@ -235,19 +240,20 @@ async def complete(run: JudgeHost, round_no: int) -> Outcome | None:
     if passed and run.view.ledger.gaps():
         # Defence in depth: no path reaches delivery with an unfinished item.
         return await_decision(run, f"{len(run.view.ledger.gaps())} items are not done")
+    if passed and run.view.spec.review.human:
+        return await await_signoff(run, checks, events)
     if passed:
-        waived = run.view.ledger.waivers()
-        why = "completion check passed" + (f"; waived: {', '.join(waived)}" if waived else "")
-        stop = "delivered_with_waivers" if waived else "delivered"
-        return out.finished("satisfied", stop, why, events=events)
+        return _deliver(run, "completion check passed", events)
     run.view.state.completion_failures += 1
     failures = run.view.state.completion_failures
     run.view.state.completion_failed_round = run.view.state.rounds
     ledger = run.view.ledger
+    diff: list[dict[str, Any]] = []
     for r in reopen:
-        ledger = L.reopen(ledger, r, "reviewer: redo").ledger
+        update = L.reopen(ledger, r, "reviewer: redo")
+        ledger, diff = update.ledger, diff + update.diff.to_list()
     if ledger.version != run.view.ledger.version:
-        events.append(ev.LedgerUpdated(version=ledger.version, diff=[], cause="review"))
+        events.append(ev.LedgerUpdated(version=ledger.version, diff=diff, cause="review"))
     if failures >= 3 or (not ledger.open_items() and failures >= 2):
         await run.journal.commit(events, ledger=ledger)
         return out.waiting(
@@ -273,6 +279,46 @@ async def complete(run: JudgeHost, round_no: int) -> Outcome | None:
     await run.journal.commit(events, ledger=ledger)
     run.ctx.append(Entry("continuation", [Message("user", text)], round_no))
     return None
+
+
+def _deliver(run: JudgeHost, why: str, events: list[ev.Event]) -> Outcome:
+    waived = run.view.ledger.waivers()
+    why += f"; waived: {', '.join(waived)}" if waived else ""
+    stop = "delivered_with_waivers" if waived else "delivered"
+    return out.finished("satisfied", stop, why, events=events)
+
+
+def signed_off(run: JudgeHost) -> str | None:
+    """Who signed off on the ledger as it is now (`review: human`), or None: a sign-off
+    is for the work the person saw; any change of the ledger since asks again."""
+    mark = run.view.state.signed_off
+    if not run.view.spec.review.human or not isinstance(mark, dict):
+        return None
+    if mark.get("ledger_version") != run.view.ledger.version:
+        return None
+    return str(mark.get("by") or "user")
+
+
+async def await_signoff(
+    run: JudgeHost, checks: Sequence[CheckResult], events: list[ev.Event]
+) -> Outcome:
+    """The completion check passed and the contract wants a person's sign-off: wait
+    with the execution report (`tether approve TASK` or `tether reject TASK --hint`)."""
+    stored = await run.store.read_events(run.journal.task_id)
+    report = execution_report(
+        run.view.spec, run.view.ledger, stored, [c.to_dict() for c in checks]
+    )
+    tid = shlex.quote(run.journal.task_id)
+    text = (
+        "the completion check passed; a person signs off before delivery "
+        f"(execution report: tether report {tid} --execution). Decide: tether approve {tid}, "
+        f"or tether reject {tid} --hint 'WHAT TO REDO' --reopen ITEM"
+    )
+    partial = partial_record(run.view.ledger, run.view.state.proposals)
+    events.append(ev.DecisionRequested(reason=text, partial=partial, report=report))
+    return out.waiting(
+        "decision", text, why="needs_user_input", events=events, signoff=True, report=report
+    )
 
 
 def partial_record(ledger: L.Ledger, proposals: Mapping[str, Any] | None = None) -> dict[str, Any]:

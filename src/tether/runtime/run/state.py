@@ -115,6 +115,8 @@ class RunState:
     validation_failures: int = 0
     completion_failures: int = 0
     completion_failed_round: int | None = None
+    #: A person's sign-off (`review: human`): `{"ledger_version": ..., "by": ...}`.
+    signed_off: dict[str, Any] | None = None
     #: Restarts after a crash in a row, and the round count at the last one: a task
     #: that crashes again before finishing a round is in a crash loop.
     crash_streak: int = 0

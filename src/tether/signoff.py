@@ -100,9 +100,7 @@ async def reject(
         ev.SignoffDecided(
             decision="reject", by=by, hint=text, reopen=items, ledger_version=before.version
         ),
-        ev.UserMessage(
-            text=f"The sign-off was rejected; redo {', '.join(items)}: {text}", by=by
-        ),
+        ev.UserMessage(text=f"The sign-off was rejected; redo {', '.join(items)}: {text}", by=by),
         ev.LedgerUpdated(version=ledger.version, diff=diff, cause="signoff"),
         change,
     ]

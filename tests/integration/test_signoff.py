@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
+from tests.support.loop import by_purpose, events_of, honest_actor, ledger_of, run_task, spec_of
 from tether import errors, signoff
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.report import build_report
 from tether.report.execution import build_execution, render_text
 from tether.store import Store
-from tests.support.loop import by_purpose, events_of, honest_actor, ledger_of, run_task, spec_of
 
 HINT = "i2 must say 'checked' at its end"
 
@@ -34,7 +34,9 @@ async def db(sql_backend: Any) -> AsyncIterator[Store]:
 
 
 def _acceptance() -> list[dict[str, Any]]:
-    return [{"id": "files", "description": "both files", "check": {"command": "test -f out/i2.txt"}}]
+    return [
+        {"id": "files", "description": "both files", "check": {"command": "test -f out/i2.txt"}}
+    ]
 
 
 class Actor:
@@ -121,7 +123,9 @@ async def test_reject_reopens_the_item_the_model_hears_the_hint_and_it_waits_aga
 
 
 async def test_the_reviewer_model_first_then_the_person(db: Store, tmp_path: Path) -> None:
-    reviews = iter(['{"passed": false, "gaps": ["i2 is thin"], "reopen": ["i2"]}', '{"passed": true}'])
+    reviews = iter(
+        ['{"passed": false, "gaps": ["i2 is thin"], "reopen": ["i2"]}', '{"passed": true}']
+    )
     spec = spec_of(2, review={"model": True, "then": "human"}, acceptance=_acceptance())
     model = ScriptedModel(
         policy=by_purpose(act=honest_actor, judge=lambda r: "{}", review=lambda r: next(reviews))

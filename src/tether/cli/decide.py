@@ -163,6 +163,7 @@ def reject(
         return
     if hint is not None or reopen:
         raise fail(errors.UserError("--hint and --reopen are for a sign-off (no REQUEST)"), 2)
+
     async def main() -> Any:
         return await with_store(
             db,

@@ -305,9 +305,7 @@ async def await_signoff(
     """The completion check passed and the contract wants a person's sign-off: wait
     with the execution report (`tether approve TASK` or `tether reject TASK --hint`)."""
     stored = await run.store.read_events(run.journal.task_id)
-    report = execution_report(
-        run.view.spec, run.view.ledger, stored, [c.to_dict() for c in checks]
-    )
+    report = execution_report(run.view.spec, run.view.ledger, stored, [c.to_dict() for c in checks])
     tid = shlex.quote(run.journal.task_id)
     text = (
         "the completion check passed; a person signs off before delivery "

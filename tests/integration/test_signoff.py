@@ -6,6 +6,7 @@ then the person; and the retrospective report counts failures by milestone."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.report import build_report
 from tether.report.execution import build_execution, render_text
+from tether.report.render import render
 from tether.store import Store
 
 HINT = "i2 must say 'checked' at its end"
@@ -182,6 +184,30 @@ async def test_failures_by_milestone_and_the_execution_report_text(
     assert result.status == "satisfied"
     doc = await build_report(db, tid)
     assert doc["failures"]["by_milestone"] == {"read": 2, "write": 1}
+    md = render(doc, "md")
+    assert "Failures by milestone" in md and re.search(r"\|\s*read\s*\|\s*2\s*\|", md)
     text = render_text(await build_execution(db, tid), 80)
     assert "i1 [read]: done" in text and "read_file x1, write_file x1" in text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+async def test_the_dashboard_shows_the_execution_report_of_a_sign_off(tmp_path: Path) -> None:
+    pytest.importorskip("fastapi", reason="the web extra is not installed")
+    from fastapi.testclient import TestClient
+
+    from tether.store.memory import MemoryStore
+    from tether.web import create_app
+    from tether.web.security import COOKIE
+
+    store = await MemoryStore.open()
+    spec = spec_of(2, review="human", acceptance=_acceptance())
+    tid, result = await run_task(store, spec, tmp_path, ScriptedModel(policy=Actor()))
+    assert result.status == "waiting"
+    app = create_app(None, token="test-token-0123456789", store=store)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        client.cookies.update({COOKIE: "test-token-0123456789"})
+        page = client.get(f"/tasks/{tid}/partials/state").text
+    assert "Waiting for sign-off: the execution report" in page
+    assert page.count('class="signoff-item"') == 2
+    assert "acceptance files: passed" in page
+    assert f"tether approve {tid}" in page

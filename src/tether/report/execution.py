@@ -97,7 +97,7 @@ def render_text(doc: Mapping[str, Any], width: int = 80) -> str:
     done = doc["progress"]["done"]
     status = doc["status"] + (f" ({doc['stop_reason']})" if doc["stop_reason"] else "")
     if doc.get("signoff"):
-        status += ", waiting for sign-off"
+        status = "waiting for sign-off"
     head = [
         *_wrap(f"Execution report of {doc['task_id']} ({doc['name']})", width),
         *_wrap(f"objective: {doc['objective']}", width, "  "),

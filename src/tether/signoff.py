@@ -12,7 +12,8 @@ for sign-off again. Both are journaled (`signoff.decided`) with who decided.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tether import errors, lifecycle
 from tether import events as ev
@@ -112,3 +113,12 @@ async def reject(
         ledger=LedgerWrite.of(ledger, before.version),
     )
     return ledger
+
+
+async def take_again(store: Store, task_id: str, data: Mapping[str, Any], *, by: str) -> None:
+    """Take a recorded `signoff.decided` again (`tether replay`)."""
+    if data.get("decision") == "approve":
+        await approve(store, task_id, by=by)
+    else:
+        hint, items = str(data.get("hint", "")), [str(i) for i in data.get("reopen", [])]
+        await reject(store, task_id, hint=hint, reopen=items, by=by)

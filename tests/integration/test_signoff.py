@@ -211,3 +211,21 @@ async def test_the_dashboard_shows_the_execution_report_of_a_sign_off(tmp_path: 
     assert page.count('class="signoff-item"') == 2
     assert "acceptance files: passed" in page
     assert f"tether approve {tid}" in page
+
+
+async def test_a_run_with_a_rejected_then_approved_sign_off_replays_clean(tmp_path: Path) -> None:
+    from tether.report.replay import replay_task
+    from tether.store.memory import MemoryStore
+
+    store = MemoryStore()
+    spec = spec_of(2, review="human", acceptance=_acceptance())
+    model = ScriptedModel(policy=Actor())
+    tid, _ = await run_task(store, spec, tmp_path, model)
+    await signoff.reject(store, tid, hint=HINT, by="ana")
+    await run_task(store, spec, tmp_path, model, task_id=tid)
+    await signoff.approve(store, tid, by="ana")
+    _, done = await run_task(store, spec, tmp_path, model, task_id=tid)
+    assert done.status == "satisfied"
+    result = await replay_task(store, tid)
+    assert result.divergence is None, result.divergence
+    assert result.stopped_at is None

@@ -375,15 +375,15 @@ def _comparable(e: StoredEvent) -> dict[str, Any]:
     data = {k: v for k, v in e.data.items() if k not in _VOLATILE}
     if e.type == "turn.started":
         # The system prompt names the workspace, which is the replay's scratch copy.
-        data.pop("system_blob", None)
-        data.pop("system_chars", None)
+        data = {k: v for k, v in data.items() if k not in ("system_blob", "system_chars")}
     if e.type == "op.result":
         # The message of a failure is the recorded one; its class is what matters.
         data.pop("error", None)
     if e.type == "op.retry_scheduled":
         # The backoff is jittered (random by design): when is not compared, that is.
-        data.pop("delay", None)
-        data.pop("next_attempt_at", None)
+        data = {k: v for k, v in data.items() if k not in ("delay", "next_attempt_at")}
+    if e.type == "decision.requested":  # a sign-off's report: its cost is not decided
+        data["report"] = {k: v for k, v in data.get("report", {}).items() if k != "cost"}
     if e.type == "op.reconciled":
         # What the outside world answered is the recorded result (only a cut text of
         # it was journaled); the outcome is what matters.
@@ -561,7 +561,7 @@ def _steps(events: Sequence[StoredEvent]) -> list[_Step]:
 async def _apply_human(store: Store, rec: _Recording, group: Sequence[StoredEvent]) -> bool:
     """Take a recorded human action again on the replay's store, through the function
     the CLI and the dashboard call; False for one replay cannot take (an edit)."""
-    from tether import approvals, decisions, edits
+    from tether import approvals, decisions, edits, signoff
     from tether.runtime import tasks
 
     tid, first = rec.task.task_id, group[0]
@@ -583,11 +583,11 @@ async def _apply_human(store: Store, rec: _Recording, group: Sequence[StoredEven
             reason=str(decision.get("reason") or ""),
             result=decision.get("result"),
         )
+    elif first.type == "signoff.decided":
+        await signoff.take_again(store, tid, d, by=by)
     elif first.type == "user.message":
         await edits.tell(store, tid, str(d["text"]), by=by)
-    elif first.type == "task.cancel_requested" or (
-        first.type == "task.status" and d.get("stop_reason") == "cancelled_by_user"
-    ):
+    elif first.type == "task.cancel_requested" or d.get("stop_reason") == "cancelled_by_user":
         await tasks.cancel(store, tid, by=by)
     elif first.type == "task.status" and d.get("dst") == "abandoned":
         # The event says who and why in one reason ("abandoned by ana: why").

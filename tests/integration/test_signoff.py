@@ -7,7 +7,6 @@ then the person; and the retrospective report counts failures by milestone."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +24,10 @@ from tether.store import Store
 HINT = "i2 must say 'checked' at its end"
 
 
-@pytest.fixture
-async def db(sql_backend: Any) -> AsyncIterator[Store]:
-    """A durable store: SQLite, PostgreSQL."""
-    s = await sql_backend.open()
-    try:
-        yield s
-    finally:
-        await s.close()
+#: The durable stores (the conftest's `store` on these backends): SQLite, PostgreSQL.
+pytestmark = pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 
 
 def _acceptance() -> list[dict[str, Any]]:
@@ -59,13 +54,13 @@ class Actor:
 
 
 async def test_review_human_waits_with_the_report_and_approve_delivers(
-    db: Store, tmp_path: Path
+    store: Store, tmp_path: Path
 ) -> None:
     spec = spec_of(2, review="human", acceptance=_acceptance())
     model = ScriptedModel(policy=Actor())
-    tid, result = await run_task(db, spec, tmp_path, model)
+    tid, result = await run_task(store, spec, tmp_path, model)
     assert result.status == "waiting"
-    task = await db.get_task(tid)
+    task = await store.get_task(tid)
     assert task.waiting is not None and task.waiting["signoff"] is True
     report = task.waiting["report"]
     assert [(i["id"], i["status"]) for i in report["items"]] == [("i1", "done"), ("i2", "done")]
@@ -76,55 +71,55 @@ async def test_review_human_waits_with_the_report_and_approve_delivers(
         {"id": "files", "passed": True, "detail": "exit 0", "checked": True}
     ]
     assert report["cost"]["tokens"] > 0 and report["waivers"] == []
-    asked = await events_of(db, tid, "decision.requested")
+    asked = await events_of(store, tid, "decision.requested")
     assert len(asked) == 1 and asked[0]["report"] == report
     # Nothing delivers it but a person.
-    _, again = await run_task(db, spec, tmp_path, model, task_id=tid)
+    _, again = await run_task(store, spec, tmp_path, model, task_id=tid)
     assert again.status == "waiting"
 
-    await signoff.approve(db, tid, by="ana")
-    _, done = await run_task(db, spec, tmp_path, model, task_id=tid)
+    await signoff.approve(store, tid, by="ana")
+    _, done = await run_task(store, spec, tmp_path, model, task_id=tid)
     assert (done.status, done.stop_reason) == ("satisfied", "delivered")
-    decided = await events_of(db, tid, "signoff.decided")
+    decided = await events_of(store, tid, "signoff.decided")
     assert [(d["decision"], d["by"]) for d in decided] == [("approve", "ana")]
-    status = await events_of(db, tid, "task.status")
+    status = await events_of(store, tid, "task.status")
     assert status[-1]["reason"] == "signed off by ana"
 
 
 async def test_reject_reopens_the_item_the_model_hears_the_hint_and_it_waits_again(
-    db: Store, tmp_path: Path
+    store: Store, tmp_path: Path
 ) -> None:
     spec = spec_of(2, review="human", acceptance=_acceptance())
     actor = Actor()
     model = ScriptedModel(policy=actor)
-    tid, result = await run_task(db, spec, tmp_path, model)
+    tid, result = await run_task(store, spec, tmp_path, model)
     assert result.status == "waiting"
     before = len(actor.requests)
 
     with pytest.raises(errors.UserError, match="name the items to redo"):
-        await signoff.reject(db, tid, hint="not good enough", by="ana")
+        await signoff.reject(store, tid, hint="not good enough", by="ana")
     # The hint names i2: it goes back to work (no --reopen needed).
-    await signoff.reject(db, tid, hint=HINT, by="ana")
-    ledger = await ledger_of(db, tid)
+    await signoff.reject(store, tid, hint=HINT, by="ana")
+    ledger = await ledger_of(store, tid)
     assert [s.status for _, s in ledger.items()] == ["done", "pending"]
 
-    _, result = await run_task(db, spec, tmp_path, model, task_id=tid)
+    _, result = await run_task(store, spec, tmp_path, model, task_id=tid)
     assert result.status == "waiting"
-    assert (await db.get_task(tid)).waiting["signoff"] is True  # type: ignore[index]
+    assert (await store.get_task(tid)).waiting["signoff"] is True  # type: ignore[index]
     nxt = actor.requests[before]
     assert any(HINT in m.content for m in nxt.messages if m.role == "user")
     assert (tmp_path / "out" / "i2.txt").read_text() == "checked"
-    doc = await build_execution(db, tid)
+    doc = await build_execution(store, tid)
     assert doc["deviations"]["reopened"] == [{"item": "i2", "by": "signoff"}]
-    decided = await events_of(db, tid, "signoff.decided")
+    decided = await events_of(store, tid, "signoff.decided")
     assert decided[0]["reopen"] == ["i2"] and decided[0]["hint"] == HINT
 
-    await signoff.approve(db, tid, by="ana")
-    _, done = await run_task(db, spec, tmp_path, model, task_id=tid)
+    await signoff.approve(store, tid, by="ana")
+    _, done = await run_task(store, spec, tmp_path, model, task_id=tid)
     assert done.status == "satisfied"
 
 
-async def test_the_reviewer_model_first_then_the_person(db: Store, tmp_path: Path) -> None:
+async def test_the_reviewer_model_first_then_the_person(store: Store, tmp_path: Path) -> None:
     reviews = iter(
         ['{"passed": false, "gaps": ["i2 is thin"], "reopen": ["i2"]}', '{"passed": true}']
     )
@@ -132,29 +127,29 @@ async def test_the_reviewer_model_first_then_the_person(db: Store, tmp_path: Pat
     model = ScriptedModel(
         policy=by_purpose(act=honest_actor, judge=lambda r: "{}", review=lambda r: next(reviews))
     )
-    tid, result = await run_task(db, spec, tmp_path, model, review=model)
+    tid, result = await run_task(store, spec, tmp_path, model, review=model)
     assert result.status == "waiting"
-    checks = await events_of(db, tid, "completion.checked")
+    checks = await events_of(store, tid, "completion.checked")
     assert [c["passed"] for c in checks] == [False, True]
-    report = (await db.get_task(tid)).waiting["report"]  # type: ignore[index]
+    report = (await store.get_task(tid)).waiting["report"]  # type: ignore[index]
     assert report["deviations"]["reopened"] == [{"item": "i2", "by": "review"}]
-    await signoff.approve(db, tid)
-    _, done = await run_task(db, spec, tmp_path, model, review=model, task_id=tid)
+    await signoff.approve(store, tid)
+    _, done = await run_task(store, spec, tmp_path, model, review=model, task_id=tid)
     assert done.status == "satisfied"
 
 
 async def test_approve_refuses_a_task_that_does_not_wait_for_sign_off(
-    db: Store, tmp_path: Path
+    store: Store, tmp_path: Path
 ) -> None:
     spec = spec_of(1)
-    tid, result = await run_task(db, spec, tmp_path, ScriptedModel(policy=honest_actor))
+    tid, result = await run_task(store, spec, tmp_path, ScriptedModel(policy=honest_actor))
     assert result.status == "satisfied"
     with pytest.raises(errors.UserError):
-        await signoff.approve(db, tid)
+        await signoff.approve(store, tid)
 
 
 async def test_failures_by_milestone_and_the_execution_report_text(
-    db: Store, tmp_path: Path
+    store: Store, tmp_path: Path
 ) -> None:
     """Two failing calls in milestone `read`, one in `write`: the report says so."""
     spec = spec_of(
@@ -180,26 +175,26 @@ async def test_failures_by_milestone_and_the_execution_report_text(
             return ModelResponse("look", (tool_call("read_file", path="missing.txt"),))
         return resp
 
-    tid, result = await run_task(db, spec, tmp_path, ScriptedModel(policy=actor))
+    tid, result = await run_task(store, spec, tmp_path, ScriptedModel(policy=actor))
     assert result.status == "satisfied"
-    doc = await build_report(db, tid)
+    doc = await build_report(store, tid)
     assert doc["failures"]["by_milestone"] == {"read": 2, "write": 1}
     md = render(doc, "md")
     assert "Failures by milestone" in md and re.search(r"\|\s*read\s*\|\s*2\s*\|", md)
-    text = render_text(await build_execution(db, tid), 80)
+    text = render_text(await build_execution(store, tid), 80)
     assert "i1 [read]: done" in text and "read_file x1, write_file x1" in text
     assert max(len(line) for line in text.splitlines()) <= 80
 
 
-async def test_the_dashboard_shows_the_execution_report_of_a_sign_off(tmp_path: Path) -> None:
+async def test_the_dashboard_shows_the_execution_report_of_a_sign_off(
+    store: Store, tmp_path: Path
+) -> None:
     pytest.importorskip("fastapi", reason="the web extra is not installed")
     from fastapi.testclient import TestClient
 
-    from tether.store.memory import MemoryStore
     from tether.web import create_app
     from tether.web.security import COOKIE
 
-    store = await MemoryStore.open()
     spec = spec_of(2, review="human", acceptance=_acceptance())
     tid, result = await run_task(store, spec, tmp_path, ScriptedModel(policy=Actor()))
     assert result.status == "waiting"
@@ -213,11 +208,11 @@ async def test_the_dashboard_shows_the_execution_report_of_a_sign_off(tmp_path: 
     assert f"tether approve {tid}" in page
 
 
-async def test_a_run_with_a_rejected_then_approved_sign_off_replays_clean(tmp_path: Path) -> None:
+async def test_a_run_with_a_rejected_then_approved_sign_off_replays_clean(
+    store: Store, tmp_path: Path
+) -> None:
     from tether.report.replay import replay_task
-    from tether.store.memory import MemoryStore
 
-    store = MemoryStore()
     spec = spec_of(2, review="human", acceptance=_acceptance())
     model = ScriptedModel(policy=Actor())
     tid, _ = await run_task(store, spec, tmp_path, model)

@@ -80,15 +80,7 @@ def _steps(events: Sequence[_Event], ledger: L.Ledger) -> dict[str, Any]:
 
 def _items(ledger: L.Ledger) -> list[dict[str, Any]]:
     return [
-        {
-            "id": d.id,
-            "title": d.title,
-            "milestone": d.milestone,
-            "status": s.status,
-            "evidence": list(s.evidence),
-            "note": s.note,
-            "attempts": s.attempts,
-        }
+        {"id": d.id, "title": d.title, "milestone": d.milestone, **s.to_dict()}
         for d, s in ledger.items()
     ]
 

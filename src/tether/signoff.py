@@ -69,10 +69,10 @@ async def reject(
 ) -> L.Ledger:
     """Refuse the sign-off: the items in `reopen` (or, without it, those `hint` names)
     go back to work, and `hint` reaches the model in its next request."""
+    task = await waiting_for_signoff(store, task_id, "reject")
     text = free_text(hint, "the hint", limit=MAX_REASON_CHARS)
     if not text:
         raise errors.UserError("a rejected sign-off needs a hint for the model (--hint TEXT)")
-    task = await waiting_for_signoff(store, task_id, "reject")
     ledger = (await store.get_ledger(task_id)).to_ledger()
     known = [d.id for d, _ in ledger.items()]
     unknown = [r for r in reopen if r not in known]

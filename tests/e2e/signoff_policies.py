@@ -12,10 +12,10 @@ def writer(request: ModelRequest) -> ModelResponse | str:
     if request.purpose != "act":
         return '{"changes": [], "decision": "continue", "reason": "rules decide"}'
     item = (request.ledger or {}).get("next")
+    told = [m for m in request.messages if "sign-off was rejected" in m.content]
     if item is None:
         return ModelResponse("All items are closed.")
-    hinted = any("sign-off was rejected" in m.content for m in request.messages if m.role == "user")
-    content = "checked\n" if hinted else f"{item} done\n"
-    return ModelResponse(
-        f"Writing {item}.", (tool_call("write_file", path=f"out/{item}.txt", content=content),)
+    call = tool_call(
+        "write_file", path=f"out/{item}.txt", content="checked\n" if told else f"{item} done\n"
     )
+    return ModelResponse(f"Writing {item}.", (call,))

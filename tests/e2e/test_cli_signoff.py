@@ -48,6 +48,8 @@ def test_sign_off_through_the_cli(tmp_path: Path, env: dict[str, str]) -> None:
     report = json_out(run("report", tid, "--execution", "--json"))
     assert report["signoff"] is True and report["steps"]["tool_calls"] == 2
 
+    assert_clean_error(run("reject", tid), 2, "needs a hint")
+    assert_clean_error(run("approve", tid, "--done"), 2, "need a REQUEST")
     bad = run("reject", tid, "--hint", "redo", "--reopen", "nope")
     assert_clean_error(bad, 2, "no item 'nope'")
     out = run(

@@ -19,6 +19,7 @@ from tether.models.scripted import ScriptedModel, tool_call
 from tether.report import build_report
 from tether.report.execution import build_execution, render_text
 from tether.report.render import render
+from tether.spec import TaskSpec
 from tether.store import Store
 
 HINT = "i2 must say 'checked' at its end"
@@ -53,13 +54,21 @@ class Actor:
         return resp
 
 
+async def _waiting(
+    store: Store, tmp_path: Path, actor: Actor | None = None
+) -> tuple[TaskSpec, ScriptedModel, str]:
+    """A `review: human` task run until it waits for sign-off: its spec, model and id."""
+    spec = spec_of(2, review="human", acceptance=_acceptance())
+    model = ScriptedModel(policy=actor or Actor())
+    tid, result = await run_task(store, spec, tmp_path, model)
+    assert result.status == "waiting"
+    return spec, model, tid
+
+
 async def test_review_human_waits_with_the_report_and_approve_delivers(
     store: Store, tmp_path: Path
 ) -> None:
-    spec = spec_of(2, review="human", acceptance=_acceptance())
-    model = ScriptedModel(policy=Actor())
-    tid, result = await run_task(store, spec, tmp_path, model)
-    assert result.status == "waiting"
+    spec, model, tid = await _waiting(store, tmp_path)
     task = await store.get_task(tid)
     assert task.waiting is not None and task.waiting["signoff"] is True
     report = task.waiting["report"]
@@ -89,11 +98,8 @@ async def test_review_human_waits_with_the_report_and_approve_delivers(
 async def test_reject_reopens_the_item_the_model_hears_the_hint_and_it_waits_again(
     store: Store, tmp_path: Path
 ) -> None:
-    spec = spec_of(2, review="human", acceptance=_acceptance())
     actor = Actor()
-    model = ScriptedModel(policy=actor)
-    tid, result = await run_task(store, spec, tmp_path, model)
-    assert result.status == "waiting"
+    spec, model, tid = await _waiting(store, tmp_path, actor)
     before = len(actor.requests)
 
     with pytest.raises(errors.UserError, match="name the items to redo"):
@@ -195,9 +201,7 @@ async def test_the_dashboard_shows_the_execution_report_of_a_sign_off(
     from tether.web import create_app
     from tether.web.security import COOKIE
 
-    spec = spec_of(2, review="human", acceptance=_acceptance())
-    tid, result = await run_task(store, spec, tmp_path, ScriptedModel(policy=Actor()))
-    assert result.status == "waiting"
+    _, _, tid = await _waiting(store, tmp_path)
     app = create_app(None, token="test-token-0123456789", store=store)
     with TestClient(app, base_url="http://127.0.0.1") as client:
         client.cookies.update({COOKIE: "test-token-0123456789"})
@@ -213,9 +217,7 @@ async def test_a_run_with_a_rejected_then_approved_sign_off_replays_clean(
 ) -> None:
     from tether.report.replay import replay_task
 
-    spec = spec_of(2, review="human", acceptance=_acceptance())
-    model = ScriptedModel(policy=Actor())
-    tid, _ = await run_task(store, spec, tmp_path, model)
+    spec, model, tid = await _waiting(store, tmp_path)
     await signoff.reject(store, tid, hint=HINT, by="ana")
     await run_task(store, spec, tmp_path, model, task_id=tid)
     await signoff.approve(store, tid, by="ana")

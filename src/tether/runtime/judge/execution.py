@@ -14,26 +14,14 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from tether import ledger as L
 from tether.spec import TaskSpec
+from tether.store.base import StoredEvent
 
 
-class _Event(Protocol):
-    """What the report reads of a stored event."""
-
-    @property
-    def seq(self) -> int: ...
-    @property
-    def at(self) -> float: ...
-    @property
-    def type(self) -> str: ...
-    @property
-    def data(self) -> dict[str, Any]: ...
-
-
-def tool_calls(events: Sequence[_Event]) -> dict[str, tuple[str, int | None]]:
+def tool_calls(events: Sequence[StoredEvent]) -> dict[str, tuple[str, int | None]]:
     """`{op_id: (tool, round)}` of every tool call (a read-only call has no intent
     event: its round comes from `op.committed`)."""
     tool: dict[str, str] = {}
@@ -49,7 +37,7 @@ def tool_calls(events: Sequence[_Event]) -> dict[str, tuple[str, int | None]]:
     return {op: (t, rnd.get(op)) for op, t in tool.items()}
 
 
-def _steps(events: Sequence[_Event], ledger: L.Ledger) -> dict[str, Any]:
+def _steps(events: Sequence[StoredEvent], ledger: L.Ledger) -> dict[str, Any]:
     item_of: dict[int, str | None] = {}
     for e in events:
         if e.type == "round.started":
@@ -85,7 +73,7 @@ def _items(ledger: L.Ledger) -> list[dict[str, Any]]:
     ]
 
 
-def _went(events: Iterable[_Event], status: str) -> list[str]:
+def _went(events: Iterable[StoredEvent], status: str) -> list[str]:
     """Items the ledger moved to `status` at some point of the run, in order."""
     seen: list[str] = []
     for e in events:
@@ -98,7 +86,7 @@ def _went(events: Iterable[_Event], status: str) -> list[str]:
 
 
 def _deviations(
-    events: Sequence[_Event], ledger: L.Ledger, checks: Sequence[dict[str, Any]]
+    events: Sequence[StoredEvent], ledger: L.Ledger, checks: Sequence[dict[str, Any]]
 ) -> dict[str, Any]:
     waived = {d.id: s.note for d, s in ledger.items() if s.status == "waived"}
     skipped = {d.id: s.note for d, s in ledger.items() if s.status == "skipped"}
@@ -137,7 +125,7 @@ def _deviations(
     }
 
 
-def _cost(events: Sequence[_Event]) -> dict[str, Any]:
+def _cost(events: Sequence[StoredEvent]) -> dict[str, Any]:
     calls = [e.data for e in events if e.type == "model.called"]
     inp = sum(int(c.get("input_tokens", 0)) for c in calls)
     outp = sum(int(c.get("output_tokens", 0)) for c in calls)
@@ -155,7 +143,7 @@ def _cost(events: Sequence[_Event]) -> dict[str, Any]:
 def execution_report(
     spec: TaskSpec,
     ledger: L.Ledger,
-    events: Sequence[_Event],
+    events: Sequence[StoredEvent],
     checks: Sequence[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The execution report of a run (JSON-ready). `checks`: the acceptance results of

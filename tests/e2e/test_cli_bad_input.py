@@ -69,7 +69,7 @@ BAD_SPECS: dict[str, tuple[str | bytes, list[str]]] = {
     ),
     "wrong-types": (
         "objective: x\n" + _ITEMS + "limits:\n  max_rounds: lots\nreview: maybe\n",
-        ["limits.max_rounds", "integer", "review", "boolean"],
+        ["limits.max_rounds", "integer", "review", "expected true, false"],
     ),
     "missing-objective": (_ITEMS, ["objective", "missing"]),
     "unknown-milestone": (

@@ -180,13 +180,22 @@ async def _waive(store: Store, task_id: str, item_id: str, why: str, by: str) ->
     return update.ledger
 
 
-async def abandon_task(store: Store, task_id: str, *, reason: str, by: str = "user") -> TaskRecord:
-    """End the task as `abandoned` (`abandoned_by_user`): a human gave up on it. Its open
-    requests close with it, in the same commit (`approval.closed`, see `tether.approvals`)."""
+async def abandon_task(
+    store: Store, task_id: str, *, reason: str, by: str = "user", code: str = "abandoned_by_user"
+) -> TaskRecord:
+    """End the task as `abandoned`: a human gave up on it, for `reason` (kept in the
+    journaled event) and `code`, its stop reason (one of `lifecycle.ABANDON_CODES`). Its
+    open requests close with it, in the same commit (`approval.closed`, see
+    `tether.approvals`)."""
     why = _reason(reason, "abandon")
+    if code not in lifecycle.ABANDON_CODES:
+        raise errors.UserError(
+            f"--code {code[:60]!r} is not a reason to abandon; one of: "
+            + ", ".join(lifecycle.ABANDON_CODES)
+        )
     task = await changeable(store, task_id, "abandon")
     change, patch = lifecycle.transition(
-        task, "abandoned", f"abandoned by {by}: {why}", stop_reason="abandoned_by_user"
+        task, "abandoned", f"abandoned by {by}: {why}", stop_reason=code
     )
     await store.commit(task_id, None, [change], task=TaskPatch(**patch))
     return await store.get_task(task_id)

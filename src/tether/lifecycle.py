@@ -44,7 +44,6 @@ StopReason = Literal[
     "non_convergent",
     "cancelled_by_user",
     "max_rounds",
-    "internal_error",
 ]
 
 STATUSES: Final[tuple[str, ...]] = get_args(Status)
@@ -99,8 +98,15 @@ TERMINAL_REASONS: Final[dict[str, frozenset[str]]] = {
         }
     ),
     "cancelled": frozenset({"cancelled_by_user"}),
-    "failed": frozenset({"environment_unrecoverable", "internal_error", "budget_exhausted"}),
+    # The contract's `on_budget_exhausted` / `on_unanswered: fail` (`spec_policies`).
+    "failed": frozenset(
+        {"environment_unrecoverable", "budget_exhausted", "needs_user_input", "max_rounds"}
+    ),
 }
+#: The stop reasons `tether abandon --code` may give (the default: `abandoned_by_user`).
+ABANDON_CODES: Final[tuple[str, ...]] = tuple(
+    r for r in STOP_REASONS if r in TERMINAL_REASONS["abandoned"]
+)
 
 
 def is_terminal(status: str) -> bool:

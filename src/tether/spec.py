@@ -37,6 +37,7 @@ from tether import review as _review
 from tether._validation import cut as _cut
 from tether._validation import http_url_problem
 from tether.schedule import Schedule
+from tether.spec_policies import StopPolicy
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 _SEP = "\n"
@@ -525,18 +526,13 @@ NotifyTarget = Literal["log"] | WebhookTarget
 
 
 class NotifyConfig(_Strict):
-    """Who is told when the task needs people, and when they are reminded (on top of
-    the installation's `TETHER_WEBHOOK_URL`); times in seconds, unset: the
-    installation's defaults (6 h, 24 h)."""
+    """Who is told when the task needs people (besides `TETHER_WEBHOOK_URL`), reminded
+    and escalated when (seconds; unset: 6 h, 24 h); `admin`: also told of escalations."""
 
     targets: list[NotifyTarget] = Field(default_factory=list, max_length=10)
     renotify_after: float | None = Field(default=None, gt=0)
     suspend_after: float | None = Field(default=None, gt=0)
-    admin: list[NotifyTarget] = Field(
-        default_factory=list,
-        max_length=10,
-        description="also told when a wait is escalated (the task suspended)",
-    )
+    admin: list[NotifyTarget] = Field(default_factory=list, max_length=10)
 
 
 class ToolPermission(_Strict):
@@ -697,6 +693,8 @@ class TaskSpec(_Strict):
     )
     context: ContextConfig = Field(default_factory=ContextConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
+    on_budget_exhausted: StopPolicy = StopPolicy()  # see `tether.spec_policies`
+    on_unanswered: StopPolicy = StopPolicy()
     workspace: str | None = None
     review: _review.ReviewPolicy = Field(default_factory=_review.ReviewPolicy)
     sources: list[Source] = Field(default_factory=list)

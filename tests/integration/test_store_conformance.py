@@ -777,9 +777,11 @@ async def test_terminal_states_need_a_fitting_stop_reason(
     ):
         with pytest.raises(errors.IllegalTransition):
             await store.commit("t", None, [msg("x")], task=patch)
-    await store.commit("t", None, [], task=TaskPatch(status="failed", stop_reason="internal_error"))
+    await store.commit(
+        "t", None, [], task=TaskPatch(status="failed", stop_reason="environment_unrecoverable")
+    )
     task = await store.get_task("t")
-    assert (task.status, task.stop_reason) == ("failed", "internal_error")
+    assert (task.status, task.stop_reason) == ("failed", "environment_unrecoverable")
     assert len(await store.read_events("t")) == 1
     # Re-opening a terminal task clears its stop reason.
     await store.commit("t", None, [], task=TaskPatch(status="queued"))

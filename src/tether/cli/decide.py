@@ -247,15 +247,24 @@ def waive(
 def abandon(
     task_id: str,
     reason: Annotated[str, typer.Option("--reason", help="Why the task is given up.")] = "",
+    code: Annotated[
+        str,
+        typer.Option(
+            "--code",
+            help="The stop reason: abandoned_by_user (the default), budget_exhausted, "
+            "environment_unrecoverable, needs_user_input, non_convergent or max_rounds.",
+        ),
+    ] = "abandoned_by_user",
     by: ByOpt = "cli",
     db: DbOpt = None,
 ) -> None:
-    """End a task as abandoned (abandoned_by_user)."""
+    """End a task as abandoned, with its reason (kept in the journal) and a stop reason
+    (--code)."""
     from tether.decisions import abandon_task
 
     async def action(store: Store) -> str:
-        await abandon_task(store, task_id, reason=reason, by=by)
-        return f"task {task_id} abandoned"
+        task = await abandon_task(store, task_id, reason=reason, by=by, code=code)
+        return f"task {task_id} abandoned ({task.stop_reason}): {reason.strip()}"
 
     _decide(db, action)
 

@@ -137,6 +137,23 @@ async def drive(
                 return await engine.run(task_id, force=force, reconnect_for=reconnect_for)
 
 
+async def _stopped(rt: Runtime, result: RunResult) -> None:
+    """No worker may be around: end a stop the contract ends now, and send the task's
+    notices here, once (see `watch.sweep.after_run`). Without a webhook, the person at
+    the terminal is told by the status this command shows."""
+    from tether.runtime.watch.sinks import LogNotifier, TerminalNotifier, default_notifier
+    from tether.runtime.watch.sweep import after_run
+
+    if result.interrupted:
+        return  # back in the queue; a worker or the next run goes on
+    base = default_notifier()
+    notifier = TerminalNotifier() if isinstance(base, LogNotifier) else base
+    try:
+        await after_run(rt.store, result.task_id, notifier=notifier)
+    except errors.TetherError as exc:  # never fatal to the run that just ended
+        err.print(Text(views.clean(f"tether: notices not sent: {exc}"), "yellow"))
+
+
 def _finish(
     store_doc: dict[str, Any], result: RunResult, json_out: bool, db: str | None = None
 ) -> None:
@@ -151,7 +168,7 @@ def _finish(
             out.print(views.interrupted(result.task_id))
     if result.interrupted:
         raise typer.Exit(130)
-    if result.status in ("abandoned", "failed", "cancelled"):
+    if store_doc.get("status", result.status) in ("abandoned", "failed", "cancelled"):
         raise typer.Exit(1)
     unavailable = (result.waiting or {}).get("unavailable") if result.status == "waiting" else None
     if unavailable:
@@ -243,6 +260,7 @@ def run(
                 f"{spec} has a schedule ({contract.schedule.describe()}): queue it with "
                 "`tether submit`; workers start each occurrence as a task of its own"
             )
+        launch.check_env(contract)  # a secret the tools need, before anything is written
         options = model_options(model_timeout, model_retries)
         async with _servers_kept_open(contract):
             await check_task(contract, model, options)  # refuse a bad model or tool first
@@ -262,6 +280,7 @@ def run(
                 if not json_out:
                     out.print(views.task_created(task.task_id, len(contract.items)))
                 result = await drive(rt, task.task_id, quiet=json_out, reconnect_for=reconnect_for)
+                await _stopped(rt, result)
                 return await status_dict(rt.store, task.task_id), result
 
     doc, result = run_async(main)
@@ -284,6 +303,14 @@ def submit(
         ),
     ] = False,
     mcp_config: McpConfigOpt = None,
+    skip_env_check: Annotated[
+        bool,
+        typer.Option(
+            "--skip-env-check",
+            help="Queue it even if a secret its tools need is not set here (the workers "
+            "have it in their environment).",
+        ),
+    ] = False,
 ) -> None:
     """Queue a task for `tether worker` processes without running it here.
 
@@ -299,6 +326,8 @@ def submit(
 
     async def main() -> str:
         contract = _contract(spec, mcp_config)
+        if not skip_env_check:
+            launch.check_env(contract)  # before anything is written
         if not skip_tool_check:
             # A typo in a tool name is found now, not by a worker hours later.
             await check_task_tools(contract)
@@ -407,6 +436,7 @@ def resume(
             result = await drive(
                 rt, task_id, quiet=json_out, force=force, reconnect_for=reconnect_for
             )
+            await _stopped(rt, result)
             return await status_dict(rt.store, task_id), result
 
     doc, result = run_async(main)

@@ -211,3 +211,47 @@ def registry_for(
     from tether.tools.builtin.files import default_registry
 
     return default_registry(store_getter, {TOOLS_ENV: ",".join(refs)})
+
+
+# --- the environment a task needs -----------------------------------------------------
+
+
+def needed_env(spec: TaskSpec) -> dict[str, list[str]]:
+    """The environment variables the contract's tools need, by name, with who needs
+    each: every tool's granted `secrets` (read with `ctx.secret`) and every `${NAME}`
+    its MCP servers' `env` refers to. The models' keys are checked when they are built."""
+    from tether.tools.mcp import env_refs
+
+    needed: dict[str, list[str]] = {}
+    for tool in spec.tools:
+        if not isinstance(tool, str):
+            for name in tool.secrets:
+                needed.setdefault(name, []).append(f"tool {tool.name}")
+    for server in spec.mcp_servers:
+        for name in env_refs(server.env):
+            needed.setdefault(name, []).append(f"MCP server {server.name}")
+    return needed
+
+
+def missing_env(spec: TaskSpec, env: Mapping[str, str] | None = None) -> dict[str, list[str]]:
+    """The variables of `needed_env` that are unset or empty in `env` (default: this
+    process's environment), with who needs each. Names only: never a value."""
+    environ = os.environ if env is None else env
+    return {name: who for name, who in needed_env(spec).items() if not environ.get(name)}
+
+
+def check_env(spec: TaskSpec, env: Mapping[str, str] | None = None) -> None:
+    """Refuse (`UserError`, exit 2) a task whose environment is not ready: a secret its
+    tools need is not set. Checked before anything is written."""
+    from tether import errors
+
+    missing = missing_env(spec, env)
+    if missing:
+        raise errors.UserError(env_problem(missing) + "; set it and start the task again")
+
+
+def env_problem(missing: Mapping[str, list[str]]) -> str:
+    """One line naming the missing variables and who needs them (never a value)."""
+    shown = [f"{name} (for {', '.join(who[:3])})" for name, who in sorted(missing.items())[:10]]
+    verb = "is" if len(missing) == 1 else "are"
+    return f"the environment is not ready: {', '.join(shown)} {verb} not set"

@@ -92,6 +92,16 @@ class LogNotifier:
         return "log"
 
 
+class TerminalNotifier(LogNotifier):
+    """A foreground run's notices when the installation has no webhook: the person at
+    the terminal is shown the task's status (the wait and what answers it) by the
+    command itself, so nothing more is printed; journaled as sent on `terminal`."""
+
+    async def notify(self, notice: Notice) -> str:
+        """Nothing to print: the command shows the status."""
+        return "terminal"
+
+
 def webhook_key(secret: str) -> bytes:
     """The HMAC key of a webhook secret: `whsec_<base64>` (the Standard Webhooks form,
     as receivers' libraries print it) is the base64-decoded bytes after the prefix; any

@@ -14,6 +14,9 @@
   told. Each notice is a `notice.sent` event. Many workers may sweep the same database:
   each reminder is claimed first through the store's shared state (one atomic update
   per task and kind of notice), so it is sent once.
+- A stop the contract ends (`on_budget_exhausted`, `on_unanswered`: `fail` after a
+  deadline, see `runtime.watch.stops`) is ended `failed` once the deadline has passed,
+  before it would be reminded or escalated; the failure is announced like any other.
 - A task still `running` whose lease expired and whose heartbeat is older than
   `limits.stall_after` (or the worker's `stalled_after`, 10 min) lost its worker: it is
   marked `stalled` (and announced), and any worker may take it over (stalled tasks are
@@ -47,7 +50,8 @@ from tether.runtime.watch.sinks import (
     default_notifier,
     for_task,
 )
-from tether.spec import NotifyConfig, TaskSpec, parse_spec
+from tether.runtime.watch.stops import HUMAN_KINDS, contract_of, end_stop
+from tether.spec import NotifyConfig
 from tether.store.base import Store, TaskPatch, TaskRecord
 
 __all__ = [
@@ -61,14 +65,13 @@ __all__ = [
     "SweepReport",
     "WatchPolicy",
     "WebhookNotifier",
+    "after_run",
     "default_notifier",
     "sweep",
 ]
 
 log = logging.getLogger("tether.watch")
 
-#: Waiting kinds a person must answer.
-HUMAN_KINDS = frozenset({"approval", "decision", "human"})
 #: The lease a sweep holds while it marks a task stalled (the mark is two writes).
 _MARK_TTL = 30.0
 _MOVED = (errors.ConcurrentUpdate, errors.IllegalTransition, errors.StaleLease)
@@ -94,21 +97,15 @@ class SweepReport:
     stalled: list[str] = field(default_factory=list)
     #: Tasks cancelled because their worker went away before it saw the request.
     cancelled: list[str] = field(default_factory=list)
+    #: Tasks ended `failed` by their contract's `on_budget_exhausted` / `on_unanswered`.
+    failed: list[str] = field(default_factory=list)
     #: Every notice sent, as (task id, kind).
     notices: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _contract(task: TaskRecord) -> TaskSpec | None:
-    """The task's contract (None if the stored spec no longer parses)."""
-    try:
-        return parse_spec(task.spec, source=f"task {task.task_id}", stored=True)
-    except errors.UserError:
-        return None
-
-
 def _notify_config(task: TaskRecord) -> NotifyConfig | None:
     """The contract's `notify` block."""
-    contract = _contract(task)
+    contract = contract_of(task)
     return contract.notify if contract else None
 
 
@@ -132,6 +129,13 @@ async def sweep(
             await _silent(store, task, now, policy, report)
         except _MOVED:
             continue  # the task moved meanwhile (a decision, a worker): next sweep
+    # Stops whose contract ends them, before they are reminded or escalated.
+    for task in await store.list_tasks({"waiting", "suspended"}, limit=10_000):
+        try:
+            if await end_stop(store, task, now, escalate_after=policy.escalate_after):
+                report.failed.append(task.task_id)
+        except _MOVED:
+            continue
     for task in await store.list_tasks({"waiting"}, limit=10_000):
         try:
             await _waiting(store, task, now, base, policy, report)
@@ -287,7 +291,7 @@ async def _silent(
     else:
         if task.status != "running":
             return
-        contract = _contract(task)
+        contract = contract_of(task)
         limit = (contract.limits.stall_after if contract else None) or policy.stalled_after
         if now - beat < limit:
             return
@@ -317,3 +321,27 @@ async def _silent(
         with contextlib.suppress(errors.TetherError):
             await store.release(task.task_id, lease.token)
     done.append(task.task_id)
+
+
+async def after_run(
+    store: Store,
+    task_id: str,
+    *,
+    notifier: Notifier | None = None,
+    policy: WatchPolicy | None = None,
+    clock: Clock | None = None,
+) -> list[Notice]:
+    """What a foreground run (`tether run`, `tether resume`) does when it stops, with no
+    worker around: end a stop its contract ends now (`fail` with no deadline left),
+    then send the notices of the task's journal — once: the same cursor as the sweep's
+    moves past them, so a worker that sweeps later does not send them again. Returns
+    the notices sent."""
+    policy = policy or WatchPolicy()
+    now = (clock or store.clock).now()
+    task = await store.get_task(task_id)
+    contract = contract_of(task)
+    with contextlib.suppress(*_MOVED):
+        if await end_stop(store, task, now, escalate_after=policy.escalate_after):
+            task = await store.get_task(task_id)
+    config = contract.notify if contract else None
+    return await nt.announce(store, task, for_task(notifier or default_notifier(), config), now)

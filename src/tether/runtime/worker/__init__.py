@@ -400,7 +400,13 @@ class Worker:
         untouched, and passed over for `retry_delay` seconds (its contract may be
         edited meanwhile), so that a worker with the tool runs it. Not a failure: held
         back as one, it would wait for this worker's delay with a worker able to run
-        it idle. An MCP server's tools are known only once it runs: not checked here."""
+        it idle. An MCP server's tools are known only once it runs: not checked here.
+        So with a secret the tools need that is not set here (`launch.missing_env`)."""
+        missing = launch.missing_env(spec)
+        if missing:
+            if self.passed.pass_over(task_id, self.retry_delay):
+                log.warning("task %s: held back: %s", task_id, launch.env_problem(missing))
+            return True
         if spec.mcp_servers:
             return False
         if registry is not None and registry is not self.registry:

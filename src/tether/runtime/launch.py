@@ -220,7 +220,8 @@ def needed_env(spec: TaskSpec) -> dict[str, list[str]]:
     """The environment variables the contract's tools need, by name, with who needs
     each: every tool's granted `secrets` (read with `ctx.secret`) and every `${NAME}`
     its MCP servers' `env` refers to. The models' keys are checked when they are built."""
-    from tether.tools.mcp import env_refs
+    # The `${NAME}` form `tools.mcp.expand_env` fills in when the server starts.
+    from tether.tools.mcp import _ENV_REF
 
     needed: dict[str, list[str]] = {}
     for tool in spec.tools:
@@ -228,7 +229,8 @@ def needed_env(spec: TaskSpec) -> dict[str, list[str]]:
             for name in tool.secrets:
                 needed.setdefault(name, []).append(f"tool {tool.name}")
     for server in spec.mcp_servers:
-        for name in env_refs(server.env):
+        refs = (m.group(1) for v in server.env.values() for m in _ENV_REF.finditer(v))
+        for name in dict.fromkeys(refs):
             needed.setdefault(name, []).append(f"MCP server {server.name}")
     return needed
 

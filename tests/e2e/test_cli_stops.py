@@ -119,8 +119,9 @@ def test_a_missing_secret_is_refused_before_anything_is_written(
     args = ["--model", DONE] if verb == "run" else []
     proc = tether(verb, spec, *args, "--workspace", _ws(tmp_path), cwd=tmp_path, env=env)
     assert_clean_error(proc, 2, "environment is not ready", "TICKETS_TOKEN", "tool write_file")
-    if "TETHER_DB" in env:
-        assert json_out(tether("list", "--json", cwd=tmp_path, env=env)) == []  # no task row
+    if "TETHER_DB" in env:  # a fresh schema: not even tether's tables were made
+        listed = tether("list", "--json", cwd=tmp_path, env=env)
+        assert_clean_error(listed, 2, "holds no tether tables yet")
     else:
         assert not (tmp_path / ".tether").exists()  # not even a database file
     ready = {**env, "TICKETS_TOKEN": "tk-0123456789"}

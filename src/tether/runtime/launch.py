@@ -220,14 +220,16 @@ def needed_env(spec: TaskSpec) -> dict[str, list[str]]:
     """The environment variables the contract's tools need, by name, with who needs
     each: every tool's granted `secrets` (read with `ctx.secret`) and every `${NAME}`
     its MCP servers' `env` refers to. The models' keys are checked when they are built."""
-    # The `${NAME}` form `tools.mcp.expand_env` fills in when the server starts.
-    from tether.tools.mcp import _ENV_REF
-
     needed: dict[str, list[str]] = {}
     for tool in spec.tools:
         if not isinstance(tool, str):
             for name in tool.secrets:
                 needed.setdefault(name, []).append(f"tool {tool.name}")
+    if not spec.mcp_servers:
+        return needed  # (`tools.mcp` needs the mcp extra)
+    # The `${NAME}` form `tools.mcp.expand_env` fills in when the server starts.
+    from tether.tools.mcp import _ENV_REF
+
     for server in spec.mcp_servers:
         refs = (m.group(1) for v in server.env.values() for m in _ENV_REF.finditer(v))
         for name in dict.fromkeys(refs):

@@ -3,11 +3,13 @@ terminal state accepts, and the environment a contract's tools need."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
-
 from tests.support.loop import spec_of
+
 from tether import errors, lifecycle
 from tether.runtime import launch
 from tether.spec_policies import StopPolicy, parse_duration
@@ -99,3 +101,17 @@ def test_the_environment_names_every_missing_secret_and_never_a_value() -> None:
     assert "NOTES_TOKEN (for MCP server notes)" in msg and "TICKETS_TOKEN" in msg
     assert "s3cr3t-value" not in msg and "OTHER_KEY" not in msg
     launch.check_env(spec, {**env, "TICKETS_TOKEN": "t", "NOTES_TOKEN": "n"})  # ready
+
+
+def test_the_environment_check_needs_no_mcp_extra_without_mcp_servers() -> None:
+    # The core install has no mcp extra: `tools.mcp` is read only for a contract with
+    # MCP servers (the doc tests run `tether run` in a core venv).
+    code = (
+        "import sys; from tests.support.loop import spec_of; "
+        "from tether.runtime import launch; "
+        "spec = spec_of(1, tools=[{'name': 'write_file', 'secrets': ['A']}]); "
+        "launch.check_env(spec, {'A': 'x'}); "
+        "print('tether.tools.mcp' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -143,6 +143,10 @@ def test_a_worker_without_the_secret_holds_the_task_back(
     assert_ok(worker)
     assert "held back" in worker.stderr and "TICKETS_TOKEN" in worker.stderr, describe(worker)
     assert json_out(tether("status", tid, "--json", cwd=tmp_path, env=env))["status"] == "queued"
+    before = len(json_out(tether("events", tid, "--json", cwd=tmp_path, env=env)))
+    resumed = tether("resume", tid, "--model", DONE, cwd=tmp_path, env=env)
+    assert_clean_error(resumed, 2, "environment is not ready", "TICKETS_TOKEN")
+    assert len(json_out(tether("events", tid, "--json", cwd=tmp_path, env=env))) == before
     ready = {**env, "TICKETS_TOKEN": "tk-0123456789"}
     assert_ok(tether("worker", "--once", "--model", DONE, cwd=tmp_path, env=ready))
     assert json_out(tether("status", tid, "--json", cwd=tmp_path, env=env))["status"] == "satisfied"

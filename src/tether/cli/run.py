@@ -146,9 +146,9 @@ async def _stopped(rt: Runtime, result: RunResult) -> None:
 
     if result.interrupted:
         return  # back in the queue; a worker or the next run goes on
-    base = default_notifier()
-    notifier = TerminalNotifier() if isinstance(base, LogNotifier) else base
     try:
+        base = default_notifier()
+        notifier = TerminalNotifier() if isinstance(base, LogNotifier) else base
         await after_run(rt.store, result.task_id, notifier=notifier)
     except errors.TetherError as exc:  # never fatal to the run that just ended
         err.print(Text(views.clean(f"tether: notices not sent: {exc}"), "yellow"))
@@ -420,8 +420,10 @@ def resume(
 
     It runs with the model, model options and TETHER_TOOLS it was started with; the
     model options given here override them."""
+    from tether.runtime import launch
     from tether.runtime.tasks import status_dict
     from tether.runtime.wiring import open_runtime
+    from tether.spec import parse_spec
 
     async def main() -> tuple[dict[str, Any], RunResult]:
         options = model_options(model_timeout, model_retries)
@@ -431,6 +433,8 @@ def resume(
                 raise errors.UserError(
                     f"task {task_id} is {task.status} ({task.stop_reason}); nothing to resume"
                 )
+            # A secret its tools need, before the run writes anything.
+            launch.check_env(parse_spec(task.spec, source=f"task {task_id}", stored=True))
             if force:
                 await _confirm_takeover(rt, task_id, quiet=json_out)
             result = await drive(

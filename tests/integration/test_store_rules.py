@@ -84,7 +84,7 @@ def test_guard_of_a_commit() -> None:
     patch = TaskPatch(status="failed", stop_reason="environment_unrecoverable", version=3)
     led = LedgerWrite(state={}, version=8, expected_version=7)
     cond = rules.CommitCondition.of("t", 2, patch, led)
-    assert cond == rules.CommitCondition("t", 2, "failed", "internal_error", 3, 7)
+    assert cond == rules.CommitCondition("t", 2, "failed", "environment_unrecoverable", 3, 7)
     assert cond.sources == rules.allowed_sources("failed", "environment_unrecoverable")
     assert rules.CommitCondition.of("t", None).sources is None
 

@@ -4,9 +4,7 @@ before anything is written — through the `tether` command, on SQLite and Postg
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from tests.support.cli import (
     tether,
     write_spec,
 )
+from tests.support.notices import webhook_receiver
 
 ASKS = "scripted:tests.e2e.people_policies:asks_first"
 SECRET_TOOLS = [{"name": "write_file", "secrets": ["TICKETS_TOKEN"]}]
@@ -38,23 +37,8 @@ def env(request: pytest.FixtureRequest) -> dict[str, str]:
 @pytest.fixture
 def hook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """A webhook receiver on 127.0.0.1 that records every notice."""
-    got: list[dict[str, Any]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/hook", got
-    server.shutdown()
-    server.server_close()
+    with webhook_receiver() as found:
+        yield found
 
 
 def _ws(tmp_path: Path) -> Path:
@@ -94,7 +78,7 @@ def test_a_foreground_wait_is_announced_once_by_the_run(
     )  # fmt: skip
     tid = str(doc["task_id"])
     assert doc["status"] == "waiting"
-    assert [(n["task_id"], n["kind"]) for n in got] == [(tid, "need_help")]
+    assert [(n["body"]["task_id"], n["body"]["kind"]) for n in got] == [(tid, "need_help")]
     assert_ok(tether("worker", "--once", "--model", ASKS, cwd=tmp_path, env=told))
     assert len(got) == 1  # the worker's sweep does not send it again
     sent = _events(tid, tmp_path, env, "notice.sent")

@@ -11,30 +11,16 @@ from typing import Any
 import pytest
 
 from tests.support.loop import events_of, run_task, spec_of
+from tests.support.notices import Recorder
 from tether import errors, lifecycle
 from tether.clock import FakeClock
 from tether.decisions import abandon_task
 from tether.models.base import ModelResponse
 from tether.models.scripted import ScriptedModel
-from tether.runtime.watch.sweep import Notice, after_run, sweep
+from tether.runtime.watch.sweep import after_run, sweep
 from tether.store import Store
 
 HOUR = 3600.0
-
-
-class Recorder:
-    """A notifier that keeps what it was given."""
-
-    def __init__(self) -> None:
-        self.notices: list[Notice] = []
-
-    async def notify(self, notice: Notice) -> str:
-        self.notices.append(notice)
-        return "recorder"
-
-    @property
-    def kinds(self) -> list[str]:
-        return [n.kind for n in self.notices]
 
 
 def _idle() -> ScriptedModel:

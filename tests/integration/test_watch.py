@@ -6,36 +6,23 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.loop import events_of, run_task, spec_of
+from tests.support.notices import Recorder, webhook_receiver
 from tether.clock import FakeClock
 from tether.models.base import ModelResponse
 from tether.models.scripted import ScriptedModel
 from tether.retry import RetryPolicy
-from tether.runtime.watch.sweep import Notice, WatchPolicy, WebhookNotifier, sweep
+from tether.runtime.watch.sweep import WatchPolicy, WebhookNotifier, sweep
 from tether.store.base import TaskPatch
 from tether.store.memory import MemoryStore
 
 HOUR = 3600.0
-
-
-class Recorder:
-    """A notifier that keeps what it was given."""
-
-    def __init__(self) -> None:
-        self.notices: list[Notice] = []
-
-    async def notify(self, notice: Notice) -> str:
-        self.notices.append(notice)
-        return "recorder"
 
 
 async def _waiting_task(tmp_path: Path) -> tuple[MemoryStore, FakeClock, str]:
@@ -109,38 +96,8 @@ async def test_a_silent_running_task_is_marked_stalled_and_claimable(tmp_path: P
 def hook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """A receiver on 127.0.0.1 that fails the first request (503) and records the rest
     with their headers."""
-    got: list[dict[str, Any]] = []
-    seen = {"n": 0}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            n = int(self.headers.get("Content-Length", "0"))
-            body = self.rfile.read(n)
-            seen["n"] += 1
-            if seen["n"] == 1:
-                self.send_response(503)
-                self.end_headers()
-                return
-            got.append(
-                {
-                    "body": json.loads(body),
-                    "raw": body,
-                    "notice": self.headers.get("X-Tether-Notice"),
-                    "signature": self.headers.get("X-Tether-Signature"),
-                }
-            )
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/hook", got
-    server.shutdown()
-    server.server_close()
+    with webhook_receiver(fail_first=1) as found:
+        yield found
 
 
 async def test_the_webhook_gets_a_signed_notice_after_a_retry(

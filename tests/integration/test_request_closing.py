@@ -306,7 +306,7 @@ async def test_the_watchdogs_cancel_of_a_dead_workers_task_closes_its_requests(
     ("dst", "stop_reason"),
     [
         ("satisfied", "delivered"),
-        ("failed", "internal_error"),
+        ("failed", "needs_user_input"),
         ("cancelled", "cancelled_by_user"),
         ("abandoned", "max_rounds"),
     ],

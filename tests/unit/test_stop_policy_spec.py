@@ -85,15 +85,21 @@ def test_the_environment_names_every_missing_secret_and_never_a_value() -> None:
                 "name": "notes",
                 "command": "notes-server",
                 "env": {"TOKEN": "Bearer ${NOTES_TOKEN}", "PLAIN": "x", "AGAIN": "${NOTES_TOKEN}"},
-            }
+            },
+            {
+                "name": "api",
+                "url": "${API_URL:-https://api.example.com}/mcp",
+                "headers": {"Authorization": "Bearer ${env:API_TOKEN}"},
+            },
         ],
     )
     assert launch.needed_env(spec) == {
         "TICKETS_TOKEN": ["tool write_file"],
         "OTHER_KEY": ["tool write_file"],
         "NOTES_TOKEN": ["MCP server notes"],
+        "API_TOKEN": ["MCP server api"],  # API_URL has a default: not needed
     }
-    env = {"OTHER_KEY": "s3cr3t-value", "TICKETS_TOKEN": ""}
+    env = {"OTHER_KEY": "s3cr3t-value", "TICKETS_TOKEN": "", "API_TOKEN": "a"}
     assert set(launch.missing_env(spec, env)) == {"TICKETS_TOKEN", "NOTES_TOKEN"}
     with pytest.raises(errors.UserError) as exc:
         launch.check_env(spec, env)

@@ -216,32 +216,52 @@ def registry_for(
 # --- the environment a task needs -----------------------------------------------------
 
 
-def needed_env(spec: TaskSpec) -> dict[str, list[str]]:
-    """The environment variables the contract's tools need, by name, with who needs
-    each: every tool's granted `secrets` (read with `ctx.secret`) and every `${NAME}`
-    its MCP servers' `env` refers to. The models' keys are checked when they are built."""
+def _tool_secrets(spec: TaskSpec) -> dict[str, list[str]]:
     needed: dict[str, list[str]] = {}
     for tool in spec.tools:
         if not isinstance(tool, str):
             for name in tool.secrets:
                 needed.setdefault(name, []).append(f"tool {tool.name}")
-    if not spec.mcp_servers:
-        return needed  # (`tools.mcp` needs the mcp extra)
-    # The `${NAME}` form `tools.mcp.expand_env` fills in when the server starts.
-    from tether.tools.mcp import _ENV_REF
+    return needed
 
+
+def _server_refs(spec: TaskSpec) -> dict[str, list[str]]:
+    # The `${VAR}` (`${env:VAR}`) references `mcp_config.expand` fills in when a server
+    # starts; one with a default (`${VAR:-default}`) needs nothing.
+    from tether.mcp_config import _REF
+
+    needed: dict[str, list[str]] = {}
     for server in spec.mcp_servers:
-        refs = (m.group(1) for v in server.env.values() for m in _ENV_REF.finditer(v))
-        for name in dict.fromkeys(refs):
-            needed.setdefault(name, []).append(f"MCP server {server.name}")
+        texts = [server.command or "", *server.args, *server.env.values(), server.cwd or ""]
+        texts += [server.url or "", *server.headers.values()]
+        for m in (m for text in texts for m in _REF.finditer(text)):
+            who = needed.setdefault(m.group(1), [])
+            if m.group(2) is None and f"MCP server {server.name}" not in who:
+                who.append(f"MCP server {server.name}")
+    return {name: who for name, who in needed.items() if who}
+
+
+def needed_env(spec: TaskSpec) -> dict[str, list[str]]:
+    """The environment variables the contract's tools need, by name, with who needs
+    each: every tool's granted `secrets` (read with `ctx.secret`) and every `${VAR}`
+    without a default in its MCP servers' settings. The models' keys are checked when
+    they are built."""
+    needed = _tool_secrets(spec)
+    for name, who in _server_refs(spec).items():
+        needed.setdefault(name, []).extend(who)
     return needed
 
 
 def missing_env(spec: TaskSpec, env: Mapping[str, str] | None = None) -> dict[str, list[str]]:
-    """The variables of `needed_env` that are unset or empty in `env` (default: this
-    process's environment), with who needs each. Names only: never a value."""
+    """The variables of `needed_env` that are not set in `env` (default: this process's
+    environment; a tool's secret that is empty is not set either), with who needs each.
+    Names only: never a value."""
     environ = os.environ if env is None else env
-    return {name: who for name, who in needed_env(spec).items() if not environ.get(name)}
+    missing = {name: who for name, who in _tool_secrets(spec).items() if not environ.get(name)}
+    for name, who in _server_refs(spec).items():
+        if name not in environ:
+            missing.setdefault(name, []).extend(who)
+    return missing
 
 
 def check_env(spec: TaskSpec, env: Mapping[str, str] | None = None) -> None:

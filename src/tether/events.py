@@ -62,12 +62,15 @@ class TaskCreated(Event):
     preexisting: dict[str, str] = Field(default_factory=dict)
     #: How the task was started (`runtime.launch`): model names, tool modules; no secrets.
     launch: dict[str, Any] | None = None
+    #: The id in the workspace's marker file (`tether.placement`): workers check it.
+    workspace_id: str | None = None
 
     def data(self) -> dict[str, Any]:
-        """The JSON-ready payload (without `launch` when there is none)."""
+        """The JSON-ready payload (without `launch` or `workspace_id` when there is none)."""
         d = super().data()
-        if d.get("launch") is None:
-            d.pop("launch", None)
+        for key in ("launch", "workspace_id"):
+            if d.get(key) is None:
+                d.pop(key, None)
         return d
 
 

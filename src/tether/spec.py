@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from tether import _validation, errors, mcp_config
+from tether import _validation, errors, mcp_config, placement
 from tether import review as _review
 from tether._validation import cut as _cut
 from tether._validation import http_url_problem
@@ -696,6 +696,8 @@ class TaskSpec(_Strict):
     on_budget_exhausted: StopPolicy = StopPolicy()  # see `tether.spec_policies`
     on_unanswered: StopPolicy = StopPolicy()
     workspace: str | None = None
+    #: Pinned to workers started with one of these `--host-tag`s (`tether.placement`).
+    runs_on: list[placement.HostTag] = Field(default_factory=list)
     review: _review.ReviewPolicy = Field(default_factory=_review.ReviewPolicy)
     sources: list[Source] = Field(default_factory=list)
     #: A recurring task: `tether submit` stores the schedule; workers start occurrences.
@@ -703,14 +705,7 @@ class TaskSpec(_Strict):
 
     _mcp_map = field_validator("mcp_servers", mode="before")(mcp_config.servers_from_map)
 
-    @field_validator("workspace", mode="before")
-    @classmethod
-    def _workspace_text(cls, value: Any) -> Any:
-        # A NUL character is refused by `load_spec` (and `create_task`) with its own
-        # message; the length bound keeps an absurd value out of every message.
-        if isinstance(value, str) and len(value) > 4096:
-            raise ValueError(f"is {len(value):,} characters long; at most 4096")
-        return value
+    _workspace_text = field_validator("workspace", mode="before")(placement.workspace_text)
 
     @model_validator(mode="after")
     def _check_references(self) -> TaskSpec:

@@ -284,6 +284,9 @@ def status_view(
         partial = doc["waiting"].get("partial")
         if partial:
             lines.append(partial_view(partial))
+    for seen in (doc.get("passed_over") or [])[:3]:
+        told = f"not taken: {seen['reason']} (worker {seen['worker']}, {ts(seen['at'])})"
+        lines.append(Text(clean(told, lines=True), "yellow"))
     if doc.get("waivers"):
         lines.append(
             Text(

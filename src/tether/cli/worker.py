@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
-from tether import errors
+from tether import errors, placement
 from tether._extras import needs
 from tether.cli import _logging
 from tether.cli._app import (
@@ -255,6 +255,14 @@ def worker(
             max=10000,
         ),
     ] = 1,
+    host_tag: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--host-tag",
+            help="A tag of this machine (repeatable): tasks whose contract says `runs_on` "
+            "run only on workers with one of its tags.",
+        ),
+    ] = None,
     model_timeout: ModelTimeoutOpt = None,
     model_retries: ModelRetriesOpt = None,
     no_migrate: NoMigrateOpt = False,
@@ -283,6 +291,10 @@ def worker(
 
     if cluster_metrics and metrics_port is None:
         raise fail(errors.UserError("--cluster-metrics needs --metrics-port"), 2)
+    try:
+        tags = placement.host_tags(host_tag or [])
+    except errors.UserError as exc:
+        raise fail(exc, 2) from None
     if metrics_port is not None:
         # A missing extra is said before the database is opened (or created).
         try:
@@ -334,6 +346,7 @@ def worker(
                     lease_ttl=lease,
                     concurrency=concurrency,
                     verify_every=_as_seconds(verify_every),
+                    host_tags=tags,
                     handle_signals=True,
                     on_result=on_result,
                     on_error=_report_error,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from tether import artifacts, errors, failpoints, lifecycle
+from tether import artifacts, errors, failpoints, lifecycle, placement
 from tether import ledger as L
 from tether.ledger import Ledger, Progress
 from tether.runtime.run.state import RunState
@@ -67,6 +67,9 @@ async def create_task(
     ws_str = str(folder) if folder is not None else None
     ledger = ledger_from_spec(spec)
     preexisting = _preexisting(spec, folder) if folder is not None else {}
+    # The workspace's identity: workers run the task only where this folder is.
+    # (a folder not made yet, e.g. submitted from another machine, gets none).
+    workspace_id = placement.mark(folder) if folder is not None and folder.is_dir() else None
 
     async def create() -> TaskRecord:
         return await store.create_task(
@@ -83,6 +86,7 @@ async def create_task(
                     workspace=ws_str,
                     preexisting=preexisting,
                     launch=dict(launch) if launch is not None else None,
+                    workspace_id=workspace_id,
                 )
             ],
         )
@@ -313,7 +317,18 @@ async def task_status(store: Store, task_id: str) -> TaskStatus:
     views["launch"] = await launch.read(store, task_id)
     # A `running` task whose worker is provably gone: "running (owner gone)".
     views["owner_gone"] = owner_gone(task, store.clock.now())
+    views["passed_over"] = await passed_over(store, task)
     return TaskStatus(task, ledger, views)
+
+
+async def passed_over(store: Store, task: TaskRecord) -> list[dict[str, Any]]:
+    """While the task is queued with nobody on it: the workers that passed it over (a
+    tool, host tag or workspace they lack; `tether.placement`), newest first, each with
+    its `worker`, `reason` and `at`."""
+    if task.status != "queued" or (task.lease_expiry or 0) > store.clock.now():
+        return []
+    doc = await store.get_shared(placement.passed_key(task.task_id)) or {}
+    return [{"worker": w, **seen} for w, seen in (doc.get("workers") or {}).items()]
 
 
 async def compensations(store: Store, task_id: str) -> list[dict[str, Any]]:

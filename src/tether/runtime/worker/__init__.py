@@ -31,11 +31,11 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tether import errors, telemetry
+from tether import errors, placement, telemetry
 from tether.runtime import launch
 from tether.runtime.engine import (
     Engine,
@@ -47,7 +47,7 @@ from tether.runtime.takeover import process_id
 from tether.runtime.watch.schedules import start_due
 from tether.runtime.watch.sweep import Notifier, SweepReport, WatchPolicy, sweep
 from tether.runtime.worker.dead import take_from_dead
-from tether.runtime.worker.held import HeldBack, PassedOver
+from tether.runtime.worker.held import HeldBack, PassedOver, forget_pass_overs, record_pass_over
 from tether.runtime.worker.reverify import Reverify
 from tether.runtime.worker.slots import Slots
 from tether.spec import TaskSpec, parse_spec
@@ -100,9 +100,11 @@ class Worker:
       to `max_retry_delay`, so that no worker retries it in a tight loop and the other
       tasks go first. A `claim` that fails (the database away) is retried after
       `poll_interval`, doubled at each further failure (with `once` it raises instead).
-    - **Tools** may differ between workers (`TETHER_TOOLS`): a task whose contract
-      names a tool this worker lacks is handed back at once, untouched, and passed over
-      for `retry_delay` seconds, for a worker that has the tool (not a failure).
+    - **Tools, folders and hosts** may differ between workers: a task whose contract
+      names a tool this worker lacks (`TETHER_TOOLS`), is pinned by `runs_on` to host
+      tags it lacks (`host_tags`), or whose workspace is not here or is another folder
+      (`tether.placement`) is handed back at once, untouched, and passed over for
+      `retry_delay` seconds, for a worker that can run it (not a failure).
     - **A dead worker's task** on this machine (its pid is gone, two renewals of its
       lease missed) is taken over when nothing else is claimable, without waiting for
       the lease to expire.
@@ -138,6 +140,7 @@ class Worker:
         notifier: Notifier | None = None,
         concurrency: int = 1,
         verify_every: float | None = None,
+        host_tags: Sequence[str] = (),
         **engine_options: Any,
     ) -> None:
         if concurrency < 1:
@@ -162,6 +165,7 @@ class Worker:
         self.max_retry_delay = max_retry_delay
         self.held = HeldBack(store, self.worker_id, retry_delay, max_retry_delay)
         self.passed = PassedOver()
+        self.host_tags = placement.host_tags(host_tags)
         self.handle_signals = handle_signals
         # A task started with TETHER_TOOLS of its own runs with them here too, unless
         # this worker names its own (see `runtime.launch.registry_for`).
@@ -307,12 +311,18 @@ class Worker:
         """A claimed task: its spec, tools and models, then its run (see `_run`)."""
         task_id = lease.task_id
         try:
-            spec = await self._spec_of(task_id)
+            task = await self.store.get_task(task_id)
+            spec = parse_spec(task.spec, source=f"task {task_id}", stored=True)
+            if await self._elsewhere(task_id, spec, task.workspace):
+                await self.store.release(task_id, lease.token)
+                return
             # The launch record is read before the tool check only when it may name
             # tools here: a task handed back is handed back at once.
             record = await launch.read(self.store, task_id) if self.remembered_tools else None
             registry = self._registry_for(record)
-            if self._lacks_tools(task_id, spec, registry):
+            lacks = self._lacks_tools(spec, registry)
+            if lacks is not None:
+                await self._pass_over(task_id, lacks)
                 await self.store.release(task_id, lease.token)
                 return
             if not self.remembered_tools:
@@ -388,14 +398,33 @@ class Worker:
         if self.on_result is not None:
             self.on_result(result)
 
-    async def _spec_of(self, task_id: str) -> TaskSpec:
-        task = await self.store.get_task(task_id)
-        return parse_spec(task.spec, source=f"task {task_id}", stored=True)
+    async def _elsewhere(self, task_id: str, spec: TaskSpec, workspace: str | None) -> bool:
+        """Must the task run on another machine (`tether.placement`)? Pinned to host
+        tags this worker lacks, or its workspace missing here or another folder: passed
+        over as for a missing tool (below), never failed, so a worker that can runs it."""
+        if workspace is None and not spec.runs_on:
+            return False
+        workspace_id = None
+        if workspace is not None:
+            first = await self.store.read_events(task_id, limit=1, types={"task.created"})
+            found = first[0].data.get("workspace_id") if first else None
+            workspace_id = found if isinstance(found, str) else None
+        reason = placement.refusal(workspace, workspace_id, spec.runs_on, self.host_tags)
+        if reason is None:
+            await forget_pass_overs(self.store, task_id)
+            return False
+        await self._pass_over(task_id, reason)
+        return True
 
-    def _lacks_tools(
-        self, task_id: str, spec: TaskSpec, registry: ToolRegistry | None = None
-    ) -> bool:
-        """Does the task's contract name a tool this worker does not have? Workers may
+    async def _pass_over(self, task_id: str, reason: str) -> None:
+        """Pass the task over for `retry_delay` seconds; a new pass-over is logged and
+        recorded for `tether status` (`record_pass_over`)."""
+        if self.passed.pass_over(task_id, self.retry_delay):
+            log.warning("task %s: left to another worker: %s", task_id, reason)
+            await record_pass_over(self.store, task_id, self.worker_id, reason)
+
+    def _lacks_tools(self, spec: TaskSpec, registry: ToolRegistry | None = None) -> str | None:
+        """Why the task's contract names a tool this worker does not have, or None. Workers may
         register different tools (`TETHER_TOOLS`): such a task is handed back at once,
         untouched, and passed over for `retry_delay` seconds (its contract may be
         edited meanwhile), so that a worker with the tool runs it. Not a failure: held
@@ -408,7 +437,7 @@ class Worker:
                 log.warning("task %s: held back: %s", task_id, launch.env_problem(missing))
             return True
         if spec.mcp_servers:
-            return False
+            return None
         if registry is not None and registry is not self.registry:
             names = [*registry.names(), READ_ARTIFACT]
         else:
@@ -419,10 +448,8 @@ class Worker:
         try:
             check_tools(spec, names)
         except errors.SpecError as exc:
-            if self.passed.pass_over(task_id, self.retry_delay):
-                log.warning("task %s: left to another worker: %s", task_id, exc)
-            return True
-        return False
+            return str(exc)
+        return None
 
     async def _failed(self, task_id: str, exc: Exception, lease: Lease | None) -> None:
         """Report a task that raised and hold it back for a while (see the class)."""

@@ -1,12 +1,13 @@
-"""The tasks a worker holds back after they raised, and those it passes over."""
+"""The tasks a worker holds back after they raised, and those it passes over (and why)."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import time
+from typing import Any
 
-from tether import errors
+from tether import errors, placement
 from tether.store.base import Lease, Store
 
 log = logging.getLogger("tether.worker")
@@ -83,3 +84,29 @@ class PassedOver:
         new = task_id not in self.until
         self.until[task_id] = time.monotonic() + seconds
         return new
+
+
+async def record_pass_over(store: Store, task_id: str, worker_id: str, reason: str) -> None:
+    """Note in the shared document `placement.passed_key(task_id)` that this worker
+    passed the task over, why and when (by the store's clock), for `tether status`.
+    Only a courtesy: a store fault is logged."""
+
+    def note(doc: dict[str, Any] | None, now: float) -> tuple[dict[str, Any], None]:
+        workers = dict((doc or {}).get("workers") or {})
+        workers[worker_id] = {"reason": reason, "at": now}
+        newest = sorted(workers.items(), key=lambda w: -float(w[1]["at"]))[:20]
+        return {"workers": dict(newest)}, None
+
+    try:
+        await store.update_shared(placement.passed_key(task_id), note)
+    except errors.TetherError as exc:
+        log.warning("task %s: could not record why it was passed over: %s", task_id, exc)
+
+
+async def forget_pass_overs(store: Store, task_id: str) -> None:
+    """The task runs: drop the record of the workers that passed it over, if any."""
+    try:
+        if await store.get_shared(placement.passed_key(task_id)) is not None:
+            await store.update_shared(placement.passed_key(task_id), lambda doc, now: (None, None))
+    except errors.TetherError as exc:
+        log.warning("task %s: could not forget who passed it over: %s", task_id, exc)

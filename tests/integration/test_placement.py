@@ -9,12 +9,10 @@ is the time while the folder is moved away (or another folder stands at its path
 from __future__ import annotations
 
 import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Backend
 from tests.integration.test_worker import Reports, honest, queue
 from tests.support.loop import spec_of
 from tether import placement
@@ -24,14 +22,10 @@ from tether.runtime.tasks import status_dict
 from tether.runtime.worker import Worker
 from tether.store import Store
 
-
-@pytest.fixture
-async def db(sql_backend: Backend) -> AsyncIterator[Store]:
-    store = await sql_backend.open()
-    try:
-        yield store
-    finally:
-        await store.close()
+#: The durable stores only (the `store` fixture's `backend`), as in test_worker.
+pytestmark = pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 
 
 def worker(store: Store, clock: FakeClock, reports: Reports, name: str, *tags: str) -> Worker:
@@ -59,43 +53,43 @@ def shown(doc: dict[str, object]) -> str:
 
 
 async def test_the_worker_without_the_workspace_passes_it_over_and_the_other_runs_it(
-    db: Store, clock: FakeClock, tmp_path: Path
+    store: Store, clock: FakeClock, tmp_path: Path
 ) -> None:
-    tid = await queue(db, tmp_path, "ws")
+    tid = await queue(store, tmp_path, "ws")
     ws = tmp_path / "ws"
     marker = placement.read_marker(ws)
     assert marker is not None  # create_task marked the folder
-    created = (await db.read_events(tid, types={"task.created"}))[0]
+    created = (await store.read_events(tid, types={"task.created"}))[0]
     assert created.data["workspace_id"] == marker
 
     # Machine A: nothing at the workspace's path.
     ws.rename(tmp_path / "away")
     a_reports = Reports()
-    a = worker(db, clock, a_reports, "a")
+    a = worker(store, clock, a_reports, "a")
     stats = await a.run()
     assert (stats.ran, stats.failed) == (0, 0)
-    task = await db.get_task(tid)
+    task = await store.get_task(tid)
     assert (task.status, task.lease_owner) == ("queued", None)
-    doc = await status_dict(db, tid)
+    doc = await status_dict(store, tid)
     assert [p["worker"] for p in doc["passed_over"]] == ["a"]
     assert "waiting for a worker with workspace" in doc["passed_over"][0]["reason"]
 
     # Machine B: the workspace is there.
     (tmp_path / "away").rename(ws)
     b_reports = Reports()
-    b = worker(db, clock, b_reports, "b")
+    b = worker(store, clock, b_reports, "b")
     stats = await b.run()
     assert (stats.ran, stats.failed) == (1, 0)
-    assert (await db.get_task(tid)).status == "satisfied"
+    assert (await store.get_task(tid)).status == "satisfied"
     assert (ws / "out" / "i1.txt").is_file()
-    assert (await status_dict(db, tid))["passed_over"] == []  # it ran: forgotten
+    assert (await status_dict(store, tid))["passed_over"] == []  # it ran: forgotten
     assert a_reports.errors.empty() and b_reports.errors.empty()
 
 
 async def test_another_folder_at_the_same_path_is_not_the_workspace(
-    db: Store, clock: FakeClock, tmp_path: Path
+    store: Store, clock: FakeClock, tmp_path: Path
 ) -> None:
-    tid = await queue(db, tmp_path, "ws")
+    tid = await queue(store, tmp_path, "ws")
     ws = tmp_path / "ws"
     # Machine A: a folder of the same path, but another one (no marker, or another's).
     ws.rename(tmp_path / "real")
@@ -103,45 +97,45 @@ async def test_another_folder_at_the_same_path_is_not_the_workspace(
     for other_marker in (None, '{"workspace_id": "someone-else"}\n'):
         if other_marker is not None:
             (ws / placement.MARKER).write_text(other_marker, encoding="utf-8")
-        a = worker(db, clock, Reports(), "a")
+        a = worker(store, clock, Reports(), "a")
         assert (await a.run()).ran == 0
-        assert (await db.get_task(tid)).status == "queued"
-        reason = (await status_dict(db, tid))["passed_over"][0]["reason"]
+        assert (await store.get_task(tid)).status == "queued"
+        reason = (await status_dict(store, tid))["passed_over"][0]["reason"]
         assert "the folder there is another one" in reason
     assert not (ws / "out").exists()  # nothing ran in the wrong folder
     # Machine B: the real one.
     shutil.rmtree(ws)
     (tmp_path / "real").rename(ws)
-    b = worker(db, clock, Reports(), "b")
+    b = worker(store, clock, Reports(), "b")
     assert (await b.run()).ran == 1
-    assert (await db.get_task(tid)).status == "satisfied"
+    assert (await store.get_task(tid)).status == "satisfied"
 
 
 async def test_a_task_pinned_to_a_host_tag_runs_only_on_a_worker_with_it(
-    db: Store, clock: FakeClock, tmp_path: Path
+    store: Store, clock: FakeClock, tmp_path: Path
 ) -> None:
     spec = spec_of(1).model_copy(update={"runs_on": ["gpu"]})
-    tid = await queue(db, tmp_path, "ws", spec)
-    a = worker(db, clock, Reports(), "a", "cpu")
+    tid = await queue(store, tmp_path, "ws", spec)
+    a = worker(store, clock, Reports(), "a", "cpu")
     assert (await a.run()).ran == 0
-    doc = await status_dict(db, tid)
+    doc = await status_dict(store, tid)
     assert doc["status"] == "queued"
     assert doc["passed_over"][0]["reason"] == "waiting for a worker with host tag gpu"
-    b = worker(db, clock, Reports(), "b", "gpu")
+    b = worker(store, clock, Reports(), "b", "gpu")
     assert (await b.run()).ran == 1
-    assert (await db.get_task(tid)).status == "satisfied"
+    assert (await store.get_task(tid)).status == "satisfied"
 
 
 async def test_a_workspace_missing_everywhere_stays_queued_and_status_says_why(
-    db: Store, clock: FakeClock, tmp_path: Path
+    store: Store, clock: FakeClock, tmp_path: Path
 ) -> None:
-    tid = await queue(db, tmp_path, "ws")
+    tid = await queue(store, tmp_path, "ws")
     shutil.rmtree(tmp_path / "ws")
     for name in ("a", "b"):
-        w = worker(db, clock, Reports(), name)
+        w = worker(store, clock, Reports(), name)
         stats = await w.run()
         assert (stats.ran, stats.failed) == (0, 0)
-    doc = await status_dict(db, tid)
+    doc = await status_dict(store, tid)
     assert doc["status"] == "queued"
     assert sorted(p["worker"] for p in doc["passed_over"]) == ["a", "b"]
     text = shown(doc)

@@ -47,7 +47,12 @@ from tether.runtime.takeover import process_id
 from tether.runtime.watch.schedules import start_due
 from tether.runtime.watch.sweep import Notifier, SweepReport, WatchPolicy, sweep
 from tether.runtime.worker.dead import take_from_dead
-from tether.runtime.worker.held import HeldBack, PassedOver, forget_pass_overs, record_pass_over
+from tether.runtime.worker.held import (
+    HeldBack,
+    PassedOver,
+    placement_refusal,
+    record_pass_over,
+)
 from tether.runtime.worker.reverify import Reverify
 from tether.runtime.worker.slots import Slots
 from tether.spec import TaskSpec, parse_spec
@@ -399,22 +404,12 @@ class Worker:
             self.on_result(result)
 
     async def _elsewhere(self, task_id: str, spec: TaskSpec, workspace: str | None) -> bool:
-        """Must the task run on another machine (`tether.placement`)? Pinned to host
-        tags this worker lacks, or its workspace missing here or another folder: passed
-        over as for a missing tool (below), never failed, so a worker that can runs it."""
-        if workspace is None and not spec.runs_on:
-            return False
-        workspace_id = None
-        if workspace is not None:
-            first = await self.store.read_events(task_id, limit=1, types={"task.created"})
-            found = first[0].data.get("workspace_id") if first else None
-            workspace_id = found if isinstance(found, str) else None
-        reason = placement.refusal(workspace, workspace_id, spec.runs_on, self.host_tags)
-        if reason is None:
-            await forget_pass_overs(self.store, task_id)
-            return False
-        await self._pass_over(task_id, reason)
-        return True
+        """Must the task run on another machine (`held.placement_refusal`)? Then it is
+        passed over as for a missing tool (below), never failed."""
+        reason = await placement_refusal(self.store, task_id, spec, workspace, self.host_tags)
+        if reason is not None:
+            await self._pass_over(task_id, reason)
+        return reason is not None
 
     async def _pass_over(self, task_id: str, reason: str) -> None:
         """Pass the task over for `retry_delay` seconds; a new pass-over is logged and
@@ -433,9 +428,7 @@ class Worker:
         So with a secret the tools need that is not set here (`launch.missing_env`)."""
         missing = launch.missing_env(spec)
         if missing:
-            if self.passed.pass_over(task_id, self.retry_delay):
-                log.warning("task %s: held back: %s", task_id, launch.env_problem(missing))
-            return True
+            return launch.env_problem(missing)
         if spec.mcp_servers:
             return None
         if registry is not None and registry is not self.registry:

@@ -5,10 +5,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
 
 from tether import errors, placement
 from tether.store.base import Lease, Store
+
+if TYPE_CHECKING:
+    from tether.spec import TaskSpec
 
 log = logging.getLogger("tether.worker")
 
@@ -110,3 +114,26 @@ async def forget_pass_overs(store: Store, task_id: str) -> None:
             await store.update_shared(placement.passed_key(task_id), lambda doc, now: (None, None))
     except errors.TetherError as exc:
         log.warning("task %s: could not forget who passed it over: %s", task_id, exc)
+
+
+async def placement_refusal(
+    store: Store,
+    task_id: str,
+    spec: TaskSpec,
+    workspace: str | None,
+    host_tags: Collection[str],
+) -> str | None:
+    """Why the task must run on another machine (`tether.placement`), or None: pinned
+    to host tags this worker lacks, or its workspace missing here or another folder.
+    A task that may run here forgets who passed it over before."""
+    if workspace is None and not spec.runs_on:
+        return None
+    workspace_id = None
+    if workspace is not None:
+        first = await store.read_events(task_id, limit=1, types={"task.created"})
+        found = first[0].data.get("workspace_id") if first else None
+        workspace_id = found if isinstance(found, str) else None
+    reason = placement.refusal(workspace, workspace_id, spec.runs_on, host_tags)
+    if reason is None:
+        await forget_pass_overs(store, task_id)
+    return reason

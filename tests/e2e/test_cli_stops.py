@@ -125,7 +125,9 @@ def test_a_worker_without_the_secret_holds_the_task_back(
     tid = submitted.stdout.strip()
     worker = tether("worker", "--once", "--model", DONE, cwd=tmp_path, env=env)
     assert_ok(worker)
-    assert "left to another worker" in worker.stderr and "TICKETS_TOKEN" in worker.stderr, describe(worker)
+    assert "left to another worker" in worker.stderr and "TICKETS_TOKEN" in worker.stderr, describe(
+        worker
+    )
     assert json_out(tether("status", tid, "--json", cwd=tmp_path, env=env))["status"] == "queued"
     before = len(json_out(tether("events", tid, "--json", cwd=tmp_path, env=env)))
     resumed = tether("resume", tid, "--model", DONE, cwd=tmp_path, env=env)

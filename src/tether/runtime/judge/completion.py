@@ -179,7 +179,7 @@ def await_decision(run: JudgeHost, reason: str) -> Outcome:
 async def settle(run: JudgeHost, round_no: int) -> Outcome | None:
     """Before a round: with nothing open there is nothing to ask the model; finish
     (through the completion check) or wait for a human's decision."""
-    if run.view.ledger.open_items():
+    if run.view.ledger.has_open():
         return None
     gaps = run.view.ledger.gaps()
     if gaps:
@@ -254,7 +254,7 @@ async def complete(run: JudgeHost, round_no: int) -> Outcome | None:
         ledger, diff = update.ledger, diff + update.diff.to_list()
     if ledger.version != run.view.ledger.version:
         events.append(ev.LedgerUpdated(version=ledger.version, diff=diff, cause="review"))
-    if failures >= 3 or (not ledger.open_items() and failures >= 2):
+    if failures >= 3 or (not ledger.has_open() and failures >= 2):
         await run.journal.commit(events, ledger=ledger)
         return out.waiting(
             "human",

@@ -281,6 +281,9 @@ _doc_await() {  # LOG PID PATTERN: until the background PID logs PATTERN (in DOC
 _doc_serve() {
     local log="$DOC_STATE/serve.log" port=() pid url
     case " $* " in *" --port "*) ;; *) port=(--port 0) ;; esac
+    # Emptied here, not by the background job's redirection: that runs in the job, so
+    # the wait below could read an earlier server's line (its port long closed).
+    : > "$log"
     command tether "$@" "${port[@]}" > "$log" 2>&1 &
     pid=$!
     _doc_await "$log" "$pid" 'http://[^ ]*' || return $?
@@ -299,6 +302,7 @@ EOF
 }
 _doc_worker_metrics() {  # a worker with a metrics port: until it answered, then stopped
     local log="$DOC_STATE/worker.log" pid
+    : > "$log"  # emptied before the job starts (see _doc_serve)
     command tether "$@" > "$log" 2>&1 &
     pid=$!
     _doc_await "$log" "$pid" 'http://[^ ]*/metrics' || return $?

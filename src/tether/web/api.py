@@ -19,7 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 
-from tether import approvals, decisions, edits
+from tether import approvals, decisions, edits, signoff
 from tether.report import build_report, show_call, status_at
 from tether.report.calls import list_calls
 from tether.report.describe import task_rows
@@ -108,6 +108,15 @@ class PauseBody(_Body):
     """Pause a task (why is journaled)."""
 
     reason: str = Field("", max_length=8000)
+
+
+class SignoffRejectBody(_Body):
+    """Send work waiting for sign-off back: the hint the model reads, the items to redo."""
+
+    hint: str = Field("", max_length=8000)
+    reopen: list[str] = Field(
+        default_factory=list, max_length=1000, description="Item ids (none: those the hint names)."
+    )
 
 
 class TellBody(_Body):
@@ -230,6 +239,28 @@ async def reject(
         store, task_id, request_id, "reject", by=_by(caller, body), reason=body.reason
     )
     return {"request_id": rec.request_id, "status": rec.status}
+
+
+@router.post("/tasks/{task_id}/signoff/approve")
+async def signoff_approve(
+    request: Request, task_id: str, caller: Write, body: Annotated[_Body | None, Body()] = None
+) -> dict[str, Any]:
+    """Sign off on work that waits for it (`tether approve TASK`): the task is queued and
+    delivered at its next turn."""
+    store, _g = state_of(request)
+    await signoff.approve(store, task_id, by=_by(caller, body or _Body()))
+    return await status_dict(store, task_id)
+
+
+@router.post("/tasks/{task_id}/signoff/reject")
+async def signoff_reject(
+    request: Request, task_id: str, body: SignoffRejectBody, caller: Write
+) -> dict[str, Any]:
+    """Refuse the sign-off (`tether reject TASK --hint ... --reopen ITEM`): the items go
+    back to work and the model reads the hint."""
+    store, _g = state_of(request)
+    await signoff.reject(store, task_id, hint=body.hint, reopen=body.reopen, by=_by(caller, body))
+    return await status_dict(store, task_id)
 
 
 @router.post("/tasks/{task_id}/items/{item_id}/retry")

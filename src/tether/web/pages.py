@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from importlib.resources import files
 from typing import Annotated, Any
 
@@ -18,7 +19,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.requests import Request
 
-from tether import approvals, decisions, edits, errors, ledger_view, lifecycle
+from tether import approvals, decisions, edits, errors, ledger_view, lifecycle, signoff
 from tether.redact import redact
 from tether.report import build_report, show_call
 from tether.report.calls import list_calls
@@ -407,4 +408,30 @@ async def resume_form(request: Request, task_id: str, csrf: CsrfField = None) ->
     by = _check(request, csrf)
     store, _ = state_of(request)
     await unpause(store, task_id, by=by)
+    return _back(task_id)
+
+
+@router.post("/tasks/{task_id}/signoff/approve")
+async def signoff_approve_form(request: Request, task_id: str, csrf: CsrfField = None) -> Response:
+    """Sign off on the work as reported (`tether approve TASK`): the task is queued."""
+    by = _check(request, csrf)
+    store, _ = state_of(request)
+    await signoff.approve(store, task_id, by=by)
+    return _back(task_id)
+
+
+@router.post("/tasks/{task_id}/signoff/reject")
+async def signoff_reject_form(
+    request: Request,
+    task_id: str,
+    hint: Annotated[str, Form()] = "",
+    reopen: Annotated[str, Form()] = "",
+    csrf: CsrfField = None,
+) -> Response:
+    """Send the work back (`tether reject TASK --hint ... --reopen ITEM`): `reopen` holds
+    item ids separated by commas or spaces (empty: the items the hint names)."""
+    by = _check(request, csrf)
+    store, _ = state_of(request)
+    items = [r for r in re.split(r"[,\s]+", reopen) if r]
+    await signoff.reject(store, task_id, hint=hint, reopen=items, by=by)
     return _back(task_id)

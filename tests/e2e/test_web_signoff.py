@@ -45,16 +45,12 @@ async def _waiting_task(url: str, ws: Path) -> str:
         await store.close()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def waiting(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    """(db url, id of a task waiting for sign-off)."""
+@pytest.fixture
+def waiting(db_url: str, tmp_path: Path) -> tuple[str, str]:
+    """(db url on SQLite or PostgreSQL, id of a task waiting for sign-off)."""
     ws = tmp_path / "ws"
     ws.mkdir()
-    if request.param == "postgres":
-        url = request.getfixturevalue("pg_url")
-    else:
-        url = f"sqlite:///{tmp_path}/t.db"
-    return url, asyncio.run(_waiting_task(url, ws))
+    return db_url, asyncio.run(_waiting_task(db_url, ws))
 
 
 @pytest.fixture

@@ -78,15 +78,17 @@ def test_a_notice_whose_sender_died_is_sent_by_the_next_worker(
     }))  # fmt: skip
     ws = tmp_path / "ws"
     ws.mkdir()
-    res = tether(db, api, "run", str(spec), "--model", POLICY, "--workspace", str(ws), "--json")
-    assert res.returncode == 0, res.stderr[-2000:]
-    doc = json.loads(res.stdout)
-    tid, request = doc["task_id"], doc["waiting"]["request_id"]
-    worker = ("worker", "--once", "--poll", "0.05", "--model", POLICY)
-
-    killed = tether(db, api, *worker, points=point)
+    # The foreground run that ends waiting sends its notice itself: it dies sending it.
+    run = ("run", str(spec), "--model", POLICY, "--workspace", str(ws), "--json")
+    killed = tether(db, api, *run, points=point)
     assert killed.returncode == 137, killed.stderr[-2000:]
     assert f"fail point {point} reached" in killed.stderr
+    (task,) = json.loads(tether(db, api, "list", "--json").stdout)
+    tid = task["task_id"]
+    doc = json.loads(tether(db, api, "status", tid, "--json").stdout)
+    assert doc["status"] == "waiting", doc
+    request = doc["waiting"]["request_id"]
+    worker = ("worker", "--once", "--poll", "0.05", "--model", POLICY)
     sent_before = [n["body"]["kind"] for n in hook.stats()["notices"]]
     was_sent, repeats = POINTS[point]
     assert sent_before == (["approval_requested"] if was_sent else [])

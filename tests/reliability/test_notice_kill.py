@@ -1,8 +1,9 @@
-"""A worker killed while it sends a notice: the next worker sends it, at once.
+"""A sender killed while it sends a notice: the next worker sends it, at once.
 
 A task waits for a person to approve its ticket; its contract sends notices to a
-webhook receiver (`tests/services/notice_receiver.py`, its own process). A real
-`tether worker --once` takes the `approval_requested` notice and is killed (fail point,
+webhook receiver (`tests/services/notice_receiver.py`, its own process). The real
+`tether run` that ends waiting sends its own `approval_requested` notice (no worker
+needed) and is killed (fail point,
 `os._exit`) before it sends it (`before_notice_send`), after the receiver got it but before the
 worker recorded that (`after_notice_send`), or after it journaled `notice.sent` but
 before the cursor moved (`after_notice_commit`). The next worker of the machine sees

@@ -33,6 +33,19 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def duration_seconds(text: str) -> float | None:
+    """Seconds from duration text (`90`, `90s`, `30m`, `1h30m`, `1d`, `2w`), None when it
+    is not one: the one reader of durations (contracts' schedules and stop deadlines,
+    the worker's options), each caller saying what it refuses."""
+    text = text.strip().lower().replace(" ", "")
+    if _NUMBER.fullmatch(text):
+        return float(text)
+    if not text or _PART.sub("", text) != "":
+        return None
+    return sum(float(n) * _UNITS[u] for n, u in _PART.findall(text))
 
 
 def parse_duration(value: Any) -> float:
@@ -42,10 +55,10 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str):
-        text = value.strip().lower().replace(" ", "")
-        if not text or _PART.sub("", text) != "":
+        found = duration_seconds(value)
+        if found is None:
             raise ValueError(f"{value!r} is not a duration: write e.g. 90s, 30m, 24h, 1d, 1h30m")
-        seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(text))
+        seconds = found
     else:
         raise ValueError("a duration is a number of seconds or text such as 30m, 24h, 1d")
     if not math.isfinite(seconds) or seconds <= 0:
@@ -197,6 +210,7 @@ __all__ = [
     "Duration",
     "Schedule",
     "due",
+    "duration_seconds",
     "ended",
     "first_at",
     "following",

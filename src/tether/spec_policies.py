@@ -18,15 +18,14 @@ stop reason says why: `budget_exhausted`, or the wait's own (`needs_user_input`,
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tether.schedule import duration_seconds
+
 __all__ = ["StopPolicy", "parse_duration"]
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
-_UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 #: The longest deadline (a year): beyond it, `wait` says the same thing.
 MAX_AFTER = 366 * 86400.0
 
@@ -37,11 +36,11 @@ def parse_duration(value: Any) -> float:
         raise ValueError("must be a duration such as 48h, not a boolean")
     if isinstance(value, int | float):
         return float(value)
-    m = _DURATION.match(value) if isinstance(value, str) else None
-    if m is None:
+    seconds = duration_seconds(value) if isinstance(value, str) else None
+    if seconds is None:
         shown = repr(value)[:40]
         raise ValueError(f"must be seconds or a duration such as 30m, 48h or 7d, not {shown}")
-    return float(m.group(1)) * _UNIT[m.group(2)]
+    return seconds
 
 
 class StopPolicy(BaseModel):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -174,16 +173,11 @@ def _seconds(value: float) -> float:
     return value
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
-
-
 def _as_seconds(value: str | None) -> float | None:
     """A DURATION (`90`, `90s`, `10m`, `6h`, `1d`) in seconds; None for None."""
-    found = _DURATION.fullmatch(value.strip()) if value is not None else None
-    if found is None:
-        return None
-    return float(found[1]) * _UNITS[found[2] or "s"]
+    from tether.schedule import duration_seconds
+
+    return duration_seconds(value) if value is not None else None
 
 
 def _duration(value: str | None) -> str | None:

@@ -67,20 +67,11 @@ class FakeStore:
         return []
 
 
-class FakeHost:
-    """An `OpsHost` with no engine behind it: commits are only recorded."""
+class FakeJournal:
+    """The journal of a `FakeHost`: commits are only recorded."""
 
-    def __init__(self, *tools: Tool) -> None:
+    def __init__(self) -> None:
         self.task_id = "t"
-        self.task = SimpleNamespace(version=1)
-        self.spec = parse_spec({"objective": "o", "items": [{"id": "a", "title": "a"}]})
-        self.state = RunState()
-        self.tools = list(tools)
-        self.known_tools = {t.name: t for t in tools}
-        self.store = FakeStore()
-        self.tool_env = ToolEnv(
-            token=1, workspace=None, services={}, guard=None, clock=FakeClock(), inline_wait_max=1e6
-        )
         self.commits: list[tuple[list[ev.Event], dict[str, Any]]] = []
 
     async def commit(self, events: Sequence[ev.Event], **more: Any) -> int:
@@ -89,6 +80,29 @@ class FakeHost:
 
     def stage_blob(self, data: bytes) -> str:
         return "blob"
+
+
+class FakeHost:
+    """An `OpsHost` with no engine behind it: commits are only recorded."""
+
+    def __init__(self, *tools: Tool) -> None:
+        self.journal = FakeJournal()
+        self.view = SimpleNamespace(
+            task=SimpleNamespace(version=1),
+            spec=parse_spec({"objective": "o", "items": [{"id": "a", "title": "a"}]}),
+            state=RunState(),
+        )
+        self.tools = list(tools)
+        self.known_tools = {t.name: t for t in tools}
+        self.store = FakeStore()
+        self.tool_env = ToolEnv(
+            token=1, workspace=None, services={}, guard=None, clock=FakeClock(), inline_wait_max=1e6
+        )
+
+    @property
+    def commits(self) -> list[tuple[list[ev.Event], dict[str, Any]]]:
+        """What the journal committed."""
+        return self.journal.commits
 
 
 def failing(exc: Exception, *, retry: RetryPolicy, **kw: Any) -> Tool:

@@ -1,5 +1,5 @@
-"""The status probe decides; the run acts. It reads the run through the small
-`ProbedRun` protocol, cancels the round through it, and never writes the task's status:
+"""The status probe decides; the run acts. It reads the run's parts through the small
+`ProbedRun` protocol, cancels the round through the heartbeat, and never writes the task's status:
 under `ask_human` it returns the wait (`AskHuman`) for the run to commit."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from tether.clock import FakeClock
 from tether.models.scripted import ScriptedModel
 from tether.runtime import hints
 from tether.runtime.run.liveness import probe
+from tether.runtime.run.liveness.heartbeat import Heartbeat
 from tether.runtime.run.ports import ModelSet
-from tether.runtime.run.state import RunState
+from tether.runtime.run.state import RunView
 from tether.spec import TaskSpec, parse_spec
 
 
@@ -31,25 +32,47 @@ def _spec(on_failure: str) -> TaskSpec:
 
 
 @dataclass
-class FakeRun:
-    """A run as the probe sees it: no store, no engine."""
+class FakeJournal:
+    """The probe's journal: its commits are only recorded."""
 
-    spec: TaskSpec
     task_id: str = "t1"
-    state: RunState = field(default_factory=RunState)
-    ledger: L.Ledger = field(default_factory=lambda: L.from_spec("o", [("i1", "one", None)]))
-    models: ModelSet = field(default_factory=lambda: ModelSet(ScriptedModel(["WORKING"])))
-    round_started: float | None = 0.0
-    overdue: str | None = None
-    cancelled: list[tuple[str, str]] = field(default_factory=list)
     committed: list[ev.Event] = field(default_factory=list)
 
     async def commit_aside(self, events: Sequence[ev.Event], blobs: Sequence[bytes]) -> None:
         self.committed.extend(events)
 
+
+class FakeBeat(Heartbeat):
+    """The run's heartbeat with no store and no lease: it records the cancels."""
+
+    def __init__(self, view: RunView) -> None:
+        super().__init__(None, "t1", None, view, 60.0)  # type: ignore[arg-type]
+        self.round_started = 0.0
+        self.cancelled: list[tuple[str, str]] = []
+
     def cancel_round(self, why: str, code: str) -> None:
         self.cancelled.append((why, code))
-        self.overdue = why
+        super().cancel_round(why, code)
+
+
+class FakeRun:
+    """A run as the probe sees it: no store, no engine."""
+
+    def __init__(self, spec: TaskSpec) -> None:
+        self.view = RunView(FakeClock())
+        self.view.spec = spec
+        self.view.ledger = L.from_spec("o", [("i1", "one", None)])
+        self.beat = FakeBeat(self.view)
+        self.journal = FakeJournal()
+        self.models = ModelSet(ScriptedModel(["WORKING"]))
+
+    @property
+    def cancelled(self) -> list[tuple[str, str]]:
+        return self.beat.cancelled
+
+    @property
+    def committed(self) -> list[ev.Event]:
+        return self.journal.committed
 
 
 def test_a_failed_probe_cancels_the_round_through_the_protocol() -> None:
@@ -65,7 +88,7 @@ def test_a_failed_probe_cancels_the_round_through_the_protocol() -> None:
 
 def test_under_ask_human_it_returns_the_wait_for_the_run_to_commit() -> None:
     run = FakeRun(_spec("ask_human"))
-    run.state.rounds = 4
+    run.view.state.rounds = 4
     prober = probe.Prober(run, FakeClock())
     prober.fail("silent for 61s: 2 unusable answers", ["?", ""])
     assert prober.ask_human

@@ -257,11 +257,13 @@ class Engine:
                 me = asyncio.current_task()
                 # Only the heartbeat's own cancellation is turned into a result; any
                 # other (Ctrl-C, a caller's timeout) goes on up.
-                if run.overdue is None or me is None or me.uncancel() > 0:
+                if run.beat.overdue is None or me is None or me.uncancel() > 0:
                     raise
-                if run.prober.ask_human and await run.ask_human(run.prober.escalation(run.overdue)):
+                if run.prober.ask_human and await run.ask_human(
+                    run.prober.escalation(run.beat.overdue)
+                ):
                     return run.result()
-                return await run.timed_out(run.overdue)
+                return await run.timed_out(run.beat.overdue)
         except errors.StoreUnavailable:
             outage = keep_on_outage
             raise

@@ -45,7 +45,7 @@ class _Asks:
 def policy(run: OpsHost, tool: Tool) -> RetryPolicy:
     """The tool's retry policy, with the contract's overrides (attempts, what to do
     once they are exhausted)."""
-    perm = run.spec.permission(tool.name)
+    perm = run.view.spec.permission(tool.name)
     found = tool.retry
     if perm is not None and perm.max_attempts is not None:
         found = replace(found, max_attempts=perm.max_attempts)
@@ -95,11 +95,11 @@ class Attempts:
         """The context a tool function receives."""
         run, env = self.run, self.env
         # A compensation (`<tool>.compensate`) has the secrets its tool was granted.
-        perm = run.spec.permission(tool.name.removesuffix(".compensate"))
+        perm = run.view.spec.permission(tool.name.removesuffix(".compensate"))
         return ToolContext(
             op_id=record.op_id,
-            task_id=run.task_id,
-            task_version=run.task.version,
+            task_id=run.journal.task_id,
+            task_version=run.view.task.version,
             fencing_token=env.token,
             workspace=env.workspace,
             logger=logging.getLogger(f"tether.tool.{tool.name}"),
@@ -115,7 +115,7 @@ class Attempts:
 
     def count_validation(self) -> None:
         """Validation failures are counted (they go back to the model, limited)."""
-        self.run.state.validation_failures += 1
+        self.run.view.state.validation_failures += 1
 
     def success(
         self, call: ToolCall, tool: Tool, record: OpRecord, raw: Any, ms: float
@@ -123,22 +123,22 @@ class Attempts:
         """A call that succeeded; a large output becomes an artifact with a preview."""
         run = self.run
         text = render_result(raw)
-        limit = run.spec.context.preview_chars
+        limit = run.view.spec.context.preview_chars
         artifact = None
         content = text
         # A tool that returns the slice the model asked for (read_artifact) is not
         # previewed again: that would send the model round in circles.
         if len(text) > limit and tool.previews:
-            ref = run.stage_blob(text.encode("utf-8"))
+            ref = run.journal.stage_blob(text.encode("utf-8"))
             artifact = ArtifactRecord(
                 artifact_id=f"{record.op_id}.out",
-                task_id=run.task_id,
+                task_id=run.journal.task_id,
                 kind="tool_output",
                 name=f"{tool.name} output",
                 blob_hash=ref,
                 size=len(text),
                 source=record.op_id,
-                task_version=run.task.version,
+                task_version=run.view.task.version,
                 deps=(f"op:{record.op_id}",),
             )
             content = (
@@ -153,7 +153,7 @@ class Attempts:
         }
         if record.task_version < self.book.goal_version:
             # A result that arrives for an op decided for an older goal is marked so.
-            result = {**result, "superseded_by": run.task.version}
+            result = {**result, "superseded_by": run.view.task.version}
         rec = replace(record, status="succeeded", result=result, error=None, next_attempt_at=None)
         return R.OpOutcome(
             call,
@@ -194,7 +194,7 @@ class Attempts:
                 if not step.retry or step.delay > self.env.inline_wait_max:
                     break
                 await self.env.clock.sleep(step.delay)
-        await self.run.commit(
+        await self.run.journal.commit(
             [ev.OpReconciled(op_id=record.op_id, outcome=rec.outcome, detail=str(rec.result)[:200])]
         )
         return rec
@@ -244,7 +244,7 @@ class Attempts:
 
     def _holder(self, record: OpRecord, attempt: int) -> str:
         """Who holds a concurrency slot: one attempt of this op."""
-        return f"{self.run.task_id}:{record.op_id}:{attempt}"
+        return f"{self.run.journal.task_id}:{record.op_id}:{attempt}"
 
     def _breaker_events(self, transitions: Iterable[Transition]) -> None:
         for t in transitions:
@@ -281,7 +281,7 @@ class Attempts:
         # mark: for the others a crash before or after sending is handled the same way.
         if effectful and not tool.idempotent and tool.reconcile is None:
             record = replace(record, status="dispatched")
-            await run.commit(
+            await run.journal.commit(
                 [ev.OpDispatched(op_id=record.op_id, attempt=record.attempts)], ops=[record]
             )
         guard = self.env.guard if tool.service else None
@@ -289,7 +289,9 @@ class Attempts:
         t1 = time.perf_counter()
         raw: Any = None
         cls_msg: failures.Classified | None = None
-        attrs = telemetry.tool_call_attributes(tool.name, record.op_id, run.task_id, record.round)
+        attrs = telemetry.tool_call_attributes(
+            tool.name, record.op_id, run.journal.task_id, record.round
+        )
         try:
             with telemetry.span(f"execute_tool {tool.name}", attrs):
                 raw = await asyncio.wait_for(
@@ -411,7 +413,7 @@ class Attempts:
             next_attempt_at=next_at,
             error={"class": "transient", "message": msg},
         )
-        await self.run.commit(
+        await self.run.journal.commit(
             [
                 ev.OpRetryScheduled(
                     op_id=record.op_id,

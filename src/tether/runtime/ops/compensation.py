@@ -115,7 +115,7 @@ class Compensation:
         first, by the runner: they may be among the ops to undo)."""
         assert failed.record is not None
         record = failed.record
-        focus = focus_of(self.run.state.focus_log, round_no)
+        focus = focus_of(self.run.view.state.focus_log, round_no)
         targets = await self._targets(round_no)
         plan: dict[str, Any] = {
             "item": focus,
@@ -124,7 +124,7 @@ class Compensation:
         }
         record = replace(record, error={**(record.error or {}), "compensation": plan})
         failed = replace(failed, record=record)
-        await self.run.commit(
+        await self.run.journal.commit(
             [
                 *failed.result_events(),
                 ev.OpExhausted(
@@ -150,7 +150,8 @@ class Compensation:
         the registry or declares no compensation, so there is nothing to run)."""
         ids = [str(i) for i in plan.get("ops") or ()]
         stored = {
-            o.op_id: o for o in await self.run.store.get_ops(self.run.task_id, op_ids=set(ids))
+            o.op_id: o
+            for o in await self.run.store.get_ops(self.run.journal.task_id, op_ids=set(ids))
         }
         found: list[tuple[OpRecord, Tool | None]] = []
         for op_id in ids:
@@ -174,7 +175,7 @@ class Compensation:
             return done
         comp_id = compensation_id(target.op_id)
         ctool = compensation_tool(tool, target, policy(self.run, tool))
-        found = await self.run.store.get_ops(self.run.task_id, op_ids={comp_id})
+        found = await self.run.store.get_ops(self.run.journal.task_id, op_ids={comp_id})
         prior = found[0] if found else None
         args = {"compensates": target.op_id, "tool": target.tool, "args": target.args}
         call = ToolCall(comp_id, ctool.name, args)
@@ -183,7 +184,7 @@ class Compensation:
         if prior is None:
             record = OpRecord(
                 op_id=comp_id,
-                task_id=self.run.task_id,
+                task_id=self.run.journal.task_id,
                 round=round_no,
                 call_index=target.call_index,
                 tool=ctool.name,
@@ -191,7 +192,7 @@ class Compensation:
                 args_hash=hash_args(args),
                 effect=ctool.effect,
                 status="intended",
-                task_version=self.run.task.version,
+                task_version=self.run.view.task.version,
             )
             return Run(ctool, call, record, fresh=True)
         if prior.status != "failed":
@@ -207,7 +208,7 @@ class Compensation:
                 Outcome(
                     "waiting",
                     reason="compensation failed",
-                    waiting=human_wait(self.run.task_id, asked),
+                    waiting=human_wait(self.run.journal.task_id, asked),
                 )
             )
         if asked.status in ("rejected", "closed"):
@@ -238,7 +239,7 @@ class Compensation:
         if outcome.status == "succeeded":
             comp_id = compensation_id(target.op_id)
             return await self._mark(target, comp_id, "compensated", after, outcome)
-        await self.run.commit(outcome.result_events(), ops=[outcome.record])
+        await self.run.journal.commit(outcome.result_events(), ops=[outcome.record])
         return await self._ask(step.tool, outcome.record, target)
 
     @staticmethod
@@ -269,10 +270,12 @@ class Compensation:
         tools = {n for n, t in run.known_tools.items() if t.compensate is not None}
         if not tools:
             return []
-        first = stretch_start(run.state.focus_log, round_no)
+        first = stretch_start(run.view.state.focus_log, round_no)
         ops = [
             o
-            for o in await run.store.get_ops(run.task_id, statuses={"succeeded"}, tools=tools)
+            for o in await run.store.get_ops(
+                run.journal.task_id, statuses={"succeeded"}, tools=tools
+            )
             if first <= o.round <= round_no and not history_only(o)
         ]
         return sorted(ops, key=lambda o: (o.round, o.call_index), reverse=True)
@@ -302,7 +305,7 @@ class Compensation:
         events.append(
             ev.OpCompensated(op_id=target.op_id, by=comp_id, outcome=state, after=after[:200])
         )
-        await self.run.commit(events, ops=ops, artifacts=arts)
+        await self.run.journal.commit(events, ops=ops, artifacts=arts)
         failpoints.hit("after_compensation")
         return state
 
@@ -327,7 +330,7 @@ class Compensation:
             Outcome(
                 "waiting",
                 reason="compensation failed",
-                waiting=human_wait(self.run.task_id, ask.record),
+                waiting=human_wait(self.run.journal.task_id, ask.record),
                 events=(
                     ev.AuditWarning(
                         code="compensation_failed",

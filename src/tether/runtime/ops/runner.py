@@ -129,8 +129,8 @@ class OpRunner:
         """A new op record for one call, before anything is sent."""
         run = self.run
         return OpRecord(
-            op_id=op_id_for(run.task_id, round_no, idx),
-            task_id=run.task_id,
+            op_id=op_id_for(run.journal.task_id, round_no, idx),
+            task_id=run.journal.task_id,
             round=round_no,
             call_index=idx,
             tool=tool.name,
@@ -138,7 +138,7 @@ class OpRunner:
             args_hash=hash_args(args),
             effect=tool.effect,
             status="intended",
-            task_version=run.task.version,
+            task_version=run.view.task.version,
         )
 
     @staticmethod
@@ -154,14 +154,14 @@ class OpRunner:
         run = self.run
         outcomes: list[OpOutcome] = []
         existing = (
-            {o.op_id: o for o in await run.store.get_ops(run.task_id, round=round_no)}
+            {o.op_id: o for o in await run.store.get_ops(run.journal.task_id, round=round_no)}
             if resumed
             else {}
         )
-        if any(o.task_version < run.task.version for o in existing.values()):
+        if any(o.task_version < run.view.task.version for o in existing.values()):
             self.book.goal_version = await self._goal_version()
         for idx, call in enumerate(response.tool_calls):
-            prior = existing.get(op_id_for(run.task_id, round_no, idx))
+            prior = existing.get(op_id_for(run.journal.task_id, round_no, idx))
             if prior is not None and prior.status in ("succeeded", "failed"):
                 done = R.replay(call, prior)
                 if plan_of(prior) is not None:
@@ -185,8 +185,8 @@ class OpRunner:
     ) -> OpOutcome:
         """One call not finished before: refused, superseded, or run."""
         run = self.run
-        op = (op_id_for(run.task_id, round_no, idx), run.task_id, round_no, idx)
-        version = run.task.version
+        op = (op_id_for(run.journal.task_id, round_no, idx), run.journal.task_id, round_no, idx)
+        version = run.view.task.version
         if self.halted is not None:
             return R.refused(call, op, call.name, f"not sent: {self.halted}", "not_sent", version)
         allowed = {t.name: t for t in run.tools}
@@ -202,12 +202,12 @@ class OpRunner:
             return R.refused(call, op, call.name, msg, "not_permitted", version)
         if call.arguments is None or call.error:
             msg = f"malformed call to {call.name}: {call.error or 'arguments missing'}"
-            run.state.malformed_calls += 1
+            run.view.state.malformed_calls += 1
             return R.refused(call, op, tool.name, msg, "malformed", version)
         try:
             args = tool.check_args(call.arguments)
         except errors.ToolFailed as exc:
-            run.state.malformed_calls += 1
+            run.view.state.malformed_calls += 1
             return R.refused(call, op, tool.name, str(exc), "deterministic", version)
         record = prior or self.intended(tool, round_no, idx, args)
         if prior is not None and self._unsent_and_stale(tool, prior):
@@ -241,7 +241,7 @@ class OpRunner:
             if recovered is not None:
                 return recovered
         elif tool.effect != "read" and record.op_id not in self.book.journaled:
-            await self.run.commit([intent(tool, record)], ops=[record])
+            await self.run.journal.commit([intent(tool, record)], ops=[record])
             failpoints.hit("after_op_intent")
         while True:
             step = await self.attempts.once(tool, call, record, t0)
@@ -337,7 +337,7 @@ class OpRunner:
         for o in new:
             events.extend(o.result_events())
             o.replayed = True
-        await self.run.commit(
+        await self.run.journal.commit(
             events + self.book.events,
             ops=[o.record for o in new if o.record is not None],
             artifacts=[o.artifact for o in new if o.artifact is not None],
@@ -353,12 +353,12 @@ class OpRunner:
             and prior.status == "awaiting_approval"
             and record.op_id in self.book.approved
         ):
-            await self.run.commit([], ops=[replace(record, status="intended")])
+            await self.run.journal.commit([], ops=[replace(record, status="intended")])
 
     async def _goal_version(self) -> int:
         """The version made by the latest edit that changed the goal (the objective,
         items, constraints, tools...: not only limits or budgets)."""
-        edits = await self.run.store.read_events(self.run.task_id, types={"task.edited"})
+        edits = await self.run.store.read_events(self.run.journal.task_id, types={"task.edited"})
         changed = [
             int(e.data.get("new_version", 0))
             for e in edits
@@ -381,11 +381,11 @@ class OpRunner:
         request is closed, and the model is told to decide again."""
         run = self.run
         msg = (
-            f"not sent: the task's goal changed (version {run.task.version}) after this "
+            f"not sent: the task's goal changed (version {run.view.task.version}) after this "
             f"call was decided under version {record.task_version}; decide again under the "
             "new contract"
         )
-        pending = await run.store.get_approvals(run.task_id, statuses={"pending"})
+        pending = await run.store.get_approvals(run.journal.task_id, statuses={"pending"})
         for appr in (a for a in pending if a.op_id == record.op_id):
             closed = replace(
                 appr,
@@ -394,7 +394,7 @@ class OpRunner:
                 decided_by="tether",
                 decided_at=self.attempts.env.clock.now(),
             )
-            await run.commit(
+            await run.journal.commit(
                 [
                     ev.ApprovalDecided(
                         request_id=appr.request_id, decision="superseded", by="tether"

@@ -14,10 +14,11 @@ store: a part reads the task's records through `Records` and writes through `Jou
 - `ModelPort`: model calls, journaled and counted (`run.model_calls`).
 - `RunConfig`: the engine's settings for this run; `RunFlow`: the lease and the stop.
 - `ChecksHost`, `TurnHost`, `CompactHost`, `RoundHost`: what the checks between rounds,
-  a turn's start, compaction and a round's phases receive — the objects above by name.
+  a turn's start, compaction and a round's phases receive — the objects above by name,
+  each extending `RunParts` (the journal and the view).
 
 `OpsHost`, `JudgeHost` and `PartsHost` are what `ops`, `judge` and
-`recovery.deliverables` receive: the objects above by name (or flat, for `ops`), and the
+`recovery.deliverables` receive: the objects above by name, and the
 store only through a read protocol of a few methods (`ops.ports.OpsStore`, `JudgeStore`),
 never the `Store` itself (`tests/unit/test_ports.py`).
 """
@@ -263,14 +264,18 @@ class RunFlow(Protocol):
 # --- what the parts receive: the run's objects by name (read-only) ---------------------
 
 
-class ChecksHost(Protocol):
-    """What the checks between rounds use."""
+class RunParts(Protocol):
+    """The two objects every part of a round reads: the journal and the view."""
 
     @property
     def journal(self) -> Journal: ...
 
     @property
     def view(self) -> TaskView: ...
+
+
+class ChecksHost(RunParts, Protocol):
+    """What the checks between rounds use."""
 
     @property
     def records(self) -> Records: ...
@@ -282,14 +287,8 @@ class ChecksHost(Protocol):
     def flow(self) -> RunFlow: ...
 
 
-class CompactHost(Protocol):
+class CompactHost(RunParts, Protocol):
     """What compaction uses."""
-
-    @property
-    def journal(self) -> Journal: ...
-
-    @property
-    def view(self) -> TaskView: ...
 
     @property
     def calls(self) -> ModelPort: ...
@@ -315,24 +314,26 @@ class JudgeStore(OpsStore, Protocol):
         ...
 
 
-class OpsHost(Protocol):
-    """What acting on a round's tool calls uses (`runtime.ops`): ten members. The store
-    only through the reads of `OpsStore` (every write is a `commit`); the token,
-    workspace, services, service guard and clock as one `ToolEnv`."""
-
-    @property
-    def task_id(self) -> str: ...
-    @property
-    def task(self) -> TaskRecord: ...
-    @property
-    def spec(self) -> TaskSpec: ...
-    @property
-    def state(self) -> RunState: ...
+class ToolsHost(RunParts, Protocol):
+    """The tools a run may call and what every call is given, with its journal and
+    view: what `ops` and `recovery.deliverables` share."""
 
     @property
     def tools(self) -> list[Tool]:
         """The tools this task may call."""
         ...
+
+    @property
+    def tool_env(self) -> ToolEnv:
+        """What every tool call of the run is given (its token, its services)."""
+        ...
+
+
+class OpsHost(ToolsHost, Protocol):
+    """What acting on a round's tool calls uses (`runtime.ops`): the journal (every
+    write is a `journal.commit`), the view (task, contract, run state), the tools, and
+    the store only through the reads of `OpsStore`; the token, workspace, services,
+    service guard and clock as one `ToolEnv`."""
 
     @property
     def known_tools(self) -> dict[str, Tool]:
@@ -345,47 +346,17 @@ class OpsHost(Protocol):
         """The store reads of `ops`."""
         ...
 
-    @property
-    def tool_env(self) -> ToolEnv:
-        """What every tool call of the run is given."""
-        ...
 
-    async def commit(
-        self,
-        events: Sequence[ev.Event],
-        *,
-        ops: Sequence[OpRecord] = (),
-        artifacts: Sequence[ArtifactRecord] = (),
-        approvals: Sequence[ApprovalRecord] = (),
-    ) -> int:
-        """Commit events with op records, artifacts and approvals in one transaction."""
-        ...
-
-    def stage_blob(self, data: bytes) -> str:
-        """A blob stored by the next commit; returns its ref."""
-        ...
-
-
-class JudgeHost(Protocol):
+class JudgeHost(CompactHost, Protocol):
     """What judging a round and the completion check use: the run's objects by name,
     the store's reads, and what the turn's start read of the task (`user_words`, the
     files that were there before it, `preexisting`)."""
-
-    @property
-    def journal(self) -> Journal: ...
-
-    @property
-    def view(self) -> TaskView: ...
-
-    @property
-    def calls(self) -> ModelPort: ...
 
     @property
     def store(self) -> JudgeStore:
         """The store reads of `judge`."""
         ...
 
-    ctx: Context
     user_words: list[str]
     preexisting: dict[str, str]
 
@@ -394,16 +365,9 @@ class JudgeHost(Protocol):
         ...
 
 
-class PartsHost(JudgeHost, Protocol):
+class PartsHost(JudgeHost, ToolsHost, Protocol):
     """What a round hands to `judge`, and a turn's start to `recovery.deliverables`
     (which asks the tools again about the ops done items rest on)."""
-
-    tools: list[Tool]
-
-    @property
-    def tool_env(self) -> ToolEnv:
-        """What every tool call of the run is given (its token, its services)."""
-        ...
 
 
 class TurnHost(ChecksHost, Protocol):
@@ -416,14 +380,9 @@ class TurnHost(ChecksHost, Protocol):
     def parts(self) -> PartsHost: ...
 
 
-class RoundHost(ChecksHost, Protocol):
-    """What the phases of a round use (see `round.phases`): the checks' objects, and
-    these."""
-
-    @property
-    def calls(self) -> ModelPort: ...
-
-    ctx: Context
+class RoundHost(ChecksHost, CompactHost, Protocol):
+    """What the phases of a round use (see `round.phases`): the checks' objects, the
+    model calls and the context, and these."""
 
     @property
     def parts(self) -> PartsHost: ...
@@ -449,6 +408,8 @@ __all__ = [
     "RoundHost",
     "RunConfig",
     "RunFlow",
+    "RunParts",
     "TaskView",
+    "ToolsHost",
     "TurnHost",
 ]

@@ -11,9 +11,10 @@
 The round's phases are functions of `round.phases`, a turn's start and recovery of
 `recovery.turn`; they receive these objects through the protocols of `ports`, each the
 one or two it uses. `judge` and `recovery.deliverables` receive the run as `parts`
-(`ports.PartsHost`: these objects by name, the store's reads, `tools` and `tool_env`);
-the run's flat attributes (`task_id`, `store`, `commit`, `tools`, ...) are the host of
-`ops` (`ports.OpsHost`) and what `run.probe` reads.
+(`ports.PartsHost`: these objects by name, the store's reads, `tools` and `tool_env`),
+`ops` as `ops_host` (`ports.OpsHost`: the journal, the view, the tools, the store's
+reads), and the probe as `run.probe.ProbedRun` (the view, the heartbeat, the journal,
+the models). The run forwards nothing: a part reaches an object by its name.
 """
 
 from __future__ import annotations
@@ -28,11 +29,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from tether import errors, failpoints, lifecycle
-from tether import events as ev
-from tether import ledger as L
 from tether.clock import Clock
 from tether.models import pricing
-from tether.redact import Redactor
 from tether.runtime.ops.ports import ToolEnv
 from tether.runtime.recovery import turn as recovery
 from tether.runtime.round import checks
@@ -47,7 +45,7 @@ from tether.runtime.run.ports import ModelSet, PendingRound, RunConfig
 from tether.runtime.run.records import TaskRecords
 from tether.runtime.run.state import RunState, RunView
 from tether.spec import TaskSpec, parse_spec
-from tether.store.base import CommitResult, Store, TaskRecord
+from tether.store.base import CommitResult, Store
 from tether.tools import allowlist as toolset
 from tether.tools import files
 from tether.tools.breaker import Guard
@@ -111,7 +109,7 @@ class TaskRun:
         self.records = TaskRecords(store, task_id)
         self.calls = ModelCalls(models, self.view, self.journal, stop)
         self.beat = Heartbeat(store, task_id, self.flow, self.view, config.lease_ttl)
-        # What `ops` and `judge` are handed (the flat host: see the module docstring).
+        # What `ops` and `judge` are handed (see the module docstring).
         self.parts = self
         self.ops_host = self
         self.ctx: Context
@@ -132,11 +130,11 @@ class TaskRun:
     async def drive(self) -> RunResult:
         """Load the task, open its MCP sources if any, and run it."""
         await self.load()
-        if self.spec.mcp_servers and not lifecycle.is_terminal(self.status):
+        if self.view.spec.mcp_servers and not lifecycle.is_terminal(self.journal.status):
             from tether.tools.mcp import McpSources
 
             # MCP servers live as long as this run; their tools join the registry.
-            async with McpSources(self.spec.mcp_servers) as sources:
+            async with McpSources(self.view.spec.mcp_servers) as sources:
                 self.add_tools(sources.tools())
                 return await self.drive_loaded()
         return await self.drive_loaded()
@@ -145,16 +143,16 @@ class TaskRun:
         """Tools from a source opened for this run (MCP), filtered by the allowlist
         (see `toolset.source_tools`)."""
         spec, extra, by_name = toolset.source_tools(
-            self.spec, self._registry.names(), tools, self.task_id
+            self.view.spec, self._registry.names(), tools, self.task_id
         )
-        self.spec = spec
+        self.view.spec = spec
         self.tools.extend(extra)
         self.known_tools.update(by_name)
 
     async def drive_loaded(self) -> RunResult:
         """Start a turn and run rounds until the task stops, waits or is interrupted."""
         try:
-            if lifecycle.is_terminal(self.status):
+            if lifecycle.is_terminal(self.journal.status):
                 return self.result()
             while True:
                 outcome = await self._turn()
@@ -175,16 +173,16 @@ class TaskRun:
         except errors.StaleLease:
             # Another worker owns the task now; nothing we tried was stored.
             log.warning("task %s: lease lost, stopping", self.task_id)
-            self.task = await self.records.task()
+            self.view.task = await self.records.task()
             return RunResult(
                 self.task_id,
-                self.task.status,
-                self.task.stop_reason,
-                self.task.waiting,
+                self.view.task.status,
+                self.view.task.stop_reason,
+                self.view.task.waiting,
                 self.flow.rounds_this_run,
                 interrupted=True,
             )
-        self.task = await self.records.task()
+        self.view.task = await self.records.task()
         return self.result()
 
     async def _turn(self) -> out.Outcome:
@@ -203,11 +201,11 @@ class TaskRun:
         """How this run ended."""
         return RunResult(
             self.task_id,
-            self.status,
-            self.task.stop_reason if lifecycle.is_terminal(self.status) else None,
-            self.task.waiting,
+            self.journal.status,
+            self.view.task.stop_reason if lifecycle.is_terminal(self.journal.status) else None,
+            self.view.task.waiting,
             self.flow.rounds_this_run,
-            interrupted=self.status in ("queued", "running") and self.flow.stop_requested(),
+            interrupted=self.journal.status in ("queued", "running") and self.flow.stop_requested(),
         )
 
     async def timed_out(self, why: str) -> RunResult:
@@ -222,16 +220,12 @@ class TaskRun:
             interrupted=True,
         )
 
-    def cancel_round(self, why: str, code: str) -> None:
-        """Cancel the round in flight (`Heartbeat.cancel_round`)."""
-        self.beat.cancel_round(why, code)
-
     async def ask_human(self, ask: probe.AskHuman) -> bool:
         """Apply a failed probe's `AskHuman`: the task waits for a person. False if the
         wait cannot be stored (the task was cancelled or taken over meanwhile, the store
         is away): then the round ends like one past its `round_timeout`."""
         try:
-            self.task = await self.journal.ask_human(ask.warning, ask.waiting, ask.reason)
+            self.view.task = await self.journal.ask_human(ask.warning, ask.waiting, ask.reason)
         except errors.TetherError as exc:
             log.warning(
                 "task %s: could not ask a person after the status probe: %s", self.task_id, exc
@@ -242,18 +236,18 @@ class TaskRun:
     async def load(self) -> None:
         """Read state from projections (never from chat memory)."""
         view = self.view
-        self.task = await self.records.task()
-        self.status = self.task.status
+        view.task = await self.records.task()
+        self.journal.status = view.task.status
         try:
-            view.spec = parse_spec(self.task.spec, source=f"task {self.task_id}", stored=True)
+            view.spec = parse_spec(view.task.spec, source=f"task {self.task_id}", stored=True)
         except errors.SpecError as exc:
             raise errors.StoreError(
                 f"stored spec of task {self.task_id} is invalid: {exc}"
             ) from exc
         view.ledger = (await self.store.get_ledger(self.task_id)).to_ledger()
-        view.state = RunState.from_dict(self.task.usage)
-        view.state.last_seq = view.state.last_seq or self.task.last_seq
-        view.workspace = Path(self.task.workspace) if self.task.workspace else None
+        view.state = RunState.from_dict(view.task.usage)
+        view.state.last_seq = view.state.last_seq or view.task.last_seq
+        view.workspace = Path(view.task.workspace) if view.task.workspace else None
         self.tools, self.known_tools = toolset.allowed_tools(view.spec, self._registry, view.ledger)
         # A money budget needs prices: refused here too (the Python API's start), and the
         # task's table is the one every call of this run is counted by (probes too).
@@ -282,103 +276,15 @@ class TaskRun:
         self.ctx.append(Entry("round", pending.messages, pending.round))
         self.journal.snapshot(f"round {pending.round}: {pending.calls} tool calls")
 
-    # ------------------------------------------------------------ the flat host
-    # (`ports.OpsHost`, and what `run.probe` reads): the objects above, flattened.
-
-    @property
-    def task(self) -> TaskRecord:
-        """The task row as the run last read it."""
-        return self.view.task
-
-    @task.setter
-    def task(self, value: TaskRecord) -> None:
-        self.view.task = value
-
-    @property
-    def loaded(self) -> bool:
-        """True once the run has read its task and contract."""
-        return self.view.loaded
-
-    @property
-    def spec(self) -> TaskSpec:
-        """The contract."""
-        return self.view.spec
-
-    @spec.setter
-    def spec(self, value: TaskSpec) -> None:
-        self.view.spec = value
-
-    @property
-    def ledger(self) -> L.Ledger:
-        """The ledger as the run's last commit left it."""
-        return self.view.ledger
-
-    @property
-    def state(self) -> RunState:
-        """The run's durable bookkeeping."""
-        return self.view.state
-
-    @property
-    def workspace(self) -> Path | None:
-        """The task's workspace."""
-        return self.view.workspace
-
-    @property
-    def clock(self) -> Clock:
-        """The run's clock (its sleeps seen by the status probe)."""
-        return self.view.clock
-
-    @property
-    def status(self) -> str:
-        """The task's status as the run's last commit left it."""
-        return self.journal.status
-
-    @status.setter
-    def status(self, value: str) -> None:
-        self.journal.status = value
-
-    @property
-    def redactor(self) -> Redactor:
-        """The environment's secrets."""
-        return self.journal.redactor
-
-    @property
-    def overdue(self) -> str | None:
-        """Why the round under way was cancelled (see `Heartbeat`)."""
-        return self.beat.overdue
-
-    @overdue.setter
-    def overdue(self, value: str | None) -> None:
-        self.beat.overdue = value
-
-    @property
-    def overdue_code(self) -> str:
-        """The code of the warning a cancelled round records."""
-        return self.beat.overdue_code
-
-    @overdue_code.setter
-    def overdue_code(self, value: str) -> None:
-        self.beat.overdue_code = value
-
-    @property
-    def round_started(self) -> float | None:
-        """When the round under way started (monotonic)."""
-        return self.beat.round_started
-
-    @property
-    def driver(self) -> asyncio.Task[Any] | None:
-        """The task driving this run."""
-        return self.beat.driver
-
     @property
     def tool_env(self) -> ToolEnv:
-        """What every tool call of this run is given (`ports.OpsHost`)."""
+        """What every tool call of this run is given (`ports.ToolsHost`)."""
         return ToolEnv(
             token=self.token,
-            workspace=self.workspace,
+            workspace=self.view.workspace,
             services=self.services,
             guard=self.guard,
-            clock=self.clock,
+            clock=self.view.clock,
             inline_wait_max=self.inline_wait_max,
             owner_check=functools.partial(ensure_lease, self.store, self.task_id, self.token),
             # A SQLite store kept inside the workspace: no file tool may reach it.
@@ -386,18 +292,6 @@ class TaskRun:
                 self.store.path if isinstance(self.store, StoreFile) else None
             ),
         )
-
-    async def commit(self, events: Sequence[ev.Event], **fields: Any) -> int:
-        """`journal.commit`."""
-        return await self.journal.commit(events, **fields)
-
-    async def commit_aside(self, events: Sequence[ev.Event], blobs: Sequence[bytes]) -> None:
-        """`journal.commit_aside`."""
-        await self.journal.commit_aside(events, blobs)
-
-    def stage_blob(self, data: bytes) -> str:
-        """`journal.stage_blob`."""
-        return self.journal.stage_blob(data)
 
 
 def default_guard(store: Store, spec: TaskSpec, clock: Clock) -> Guard:

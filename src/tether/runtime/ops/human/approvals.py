@@ -98,7 +98,7 @@ class Approvals:
             return tool.effect
         if record.status == "awaiting_approval" or record.effect != tool.effect:
             return record.effect
-        store, task_id = self.run.store, self.run.task_id
+        store, task_id = self.run.store, self.run.journal.task_id
 
         async def journal(
             tools: Collection[str], statuses: Collection[str] | None = None
@@ -139,7 +139,7 @@ class Approvals:
         if journal_intent:
             events.insert(0, intent(tool, record).model_copy(update={"effect": effect}))
             waiting = replace(waiting, effect=effect)
-        await self.run.commit(events, ops=[waiting], approvals=[ask.record])
+        await self.run.journal.commit(events, ops=[waiting], approvals=[ask.record])
         return ask.record
 
     async def _approved(
@@ -163,8 +163,8 @@ class Approvals:
                 out.waiting(
                     "approval",
                     f"approve or reject {appr.request['what']}: "
-                    f"{hints.approve(run.task_id, appr.request_id)} or "
-                    f"{hints.reject(run.task_id, appr.request_id)}",
+                    f"{hints.approve(run.journal.task_id, appr.request_id)} or "
+                    f"{hints.reject(run.journal.task_id, appr.request_id)}",
                     why="approval required",
                     request_id=appr.request_id,
                 )
@@ -177,13 +177,13 @@ class Approvals:
             reason = (appr.decision or {}).get("reason")
             if reason:
                 msg += f" ({reason})"
-            op = (record.op_id, run.task_id, record.round, record.call_index)
-            return R.refused(call, op, tool.name, msg, "rejected", run.task.version)
+            op = (record.op_id, run.journal.task_id, record.round, record.call_index)
+            return R.refused(call, op, tool.name, msg, "rejected", run.view.task.version)
         modified = (appr.decision or {}).get("modified_args")
         return dict(modified) if isinstance(modified, Mapping) else None
 
     def _needed(self, tool: Tool, effect: str) -> bool:
-        perm = self.run.spec.permission(tool.name)
+        perm = self.run.view.spec.permission(tool.name)
         if perm is not None and perm.approval is not None:
             return perm.approval
         return effect in RISKY

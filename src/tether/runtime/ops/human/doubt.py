@@ -64,7 +64,7 @@ class Doubt:
                 ),
                 ask.event,
             ]
-        tid = self.run.task_id
+        tid = self.run.journal.task_id
         waiting = {
             "kind": "human",
             "request_id": request_id,

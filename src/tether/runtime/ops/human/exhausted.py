@@ -75,7 +75,7 @@ class Exhaustion:
             Outcome(
                 "waiting",
                 reason="retries exhausted",
-                waiting=human_wait(self.run.task_id, ask.record),
+                waiting=human_wait(self.run.journal.task_id, ask.record),
                 events=(
                     ev.OpExhausted(
                         op_id=record.op_id,
@@ -83,7 +83,7 @@ class Exhaustion:
                         attempts=record.attempts,
                         policy="ask_human",
                         error=error[:300],
-                        item=focus_of(self.run.state.focus_log, record.round),
+                        item=focus_of(self.run.view.state.focus_log, record.round),
                     ),
                     ask.event,
                 ),
@@ -109,7 +109,7 @@ class Exhaustion:
                 Outcome(
                     "waiting",
                     reason="retries exhausted",
-                    waiting=human_wait(self.run.task_id, appr),
+                    waiting=human_wait(self.run.journal.task_id, appr),
                 )
             )
         decision = appr.decision or {}

@@ -61,7 +61,7 @@ class Requests:
 
     async def get(self, request_id: str) -> ApprovalRecord | None:
         """The approval request with this id, if the task has one."""
-        for appr in await self.run.store.get_approvals(self.run.task_id):
+        for appr in await self.run.store.get_approvals(self.run.journal.task_id):
             if appr.request_id == request_id:
                 return appr
         return None
@@ -70,7 +70,7 @@ class Requests:
         """The requests of this kind about this op, oldest first."""
         return [
             a
-            for a in await self.run.store.get_approvals(self.run.task_id)
+            for a in await self.run.store.get_approvals(self.run.journal.task_id)
             if a.op_id == op_id and a.request.get("kind") == kind
         ]
 
@@ -104,7 +104,9 @@ class Requests:
         if record.attempts <= 1:
             return 0
         base = 0
-        approved = await self.run.store.get_approvals(self.run.task_id, statuses={"approved"})
+        approved = await self.run.store.get_approvals(
+            self.run.journal.task_id, statuses={"approved"}
+        )
         for a in approved:
             if a.op_id != record.op_id:
                 continue
@@ -136,7 +138,7 @@ class Requests:
         )
         appr = ApprovalRecord(
             request_id=request_id,
-            task_id=self.run.task_id,
+            task_id=self.run.journal.task_id,
             op_id=record.op_id,
             status="pending",
             request={

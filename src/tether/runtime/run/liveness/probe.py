@@ -41,14 +41,13 @@ from typing import Any, Literal, Protocol
 
 from tether import errors, telemetry
 from tether import events as ev
-from tether import ledger as L
 from tether.clock import Clock
 from tether.models.base import Message, ModelRequest, ModelResponse
 from tether.runtime import hints
 from tether.runtime.round import history
+from tether.runtime.run.liveness.heartbeat import Heartbeat
 from tether.runtime.run.ports import ModelSet
-from tether.runtime.run.state import RunState
-from tether.spec import TaskSpec
+from tether.runtime.run.state import RunView
 from tether.store.base import blob_hash
 
 log = logging.getLogger("tether.probe")
@@ -117,58 +116,31 @@ def request(task_id: str, item: str | None, title: str | None, round_no: int) ->
     )
 
 
-class ProbedRun(Protocol):
-    """What the probe reads of the run it watches, and the one thing it does to it:
-    cancel the round in flight. It never writes the task's status: a failed probe that
-    asks for a person says so (`Prober.escalation`) and the run applies it."""
+class ProbedJournal(Protocol):
+    """The run's journal as the probe uses it: the task's id, and a commit next to the
+    round in flight for the probe's own events."""
 
-    @property
-    def task_id(self) -> str:
-        """The task's id."""
-        ...
-
-    @property
-    def loaded(self) -> bool:
-        """True once the run has read its task (before that, `spec` is unknown)."""
-        ...
-
-    @property
-    def spec(self) -> TaskSpec:
-        """The contract (its `limits`); read only once `loaded`."""
-        ...
-
-    @property
-    def state(self) -> RunState:
-        """The run's usage: the probe's calls count in it."""
-        ...
-
-    @property
-    def ledger(self) -> L.Ledger:
-        """The ledger: the item the round works on."""
-        ...
-
-    @property
-    def models(self) -> ModelSet:
-        """The run's models: the probe asks the actor's."""
-        ...
-
-    @property
-    def round_started(self) -> float | None:
-        """When the round in flight started (None: no round in flight)."""
-        ...
-
-    @property
-    def overdue(self) -> str | None:
-        """Why the round in flight is being cancelled, once it is."""
-        ...
+    task_id: str
 
     async def commit_aside(self, events: Sequence[ev.Event], blobs: Sequence[bytes]) -> None:
         """Commit the probe's events next to the round in flight."""
         ...
 
-    def cancel_round(self, why: str, code: str) -> None:
-        """Cancel the round in flight (`code`: its `audit.warning`'s)."""
-        ...
+
+class ProbedRun(Protocol):
+    """The parts of the run the probe watches: what it knows of its task (`view`: the
+    contract's `limits`, read only once `loaded`; the usage the probe's calls count in;
+    the ledger's item), the heartbeat (`beat`: the round in flight, and the one thing the
+    probe does to the run, `cancel_round`), the journal and the models (the probe asks
+    the actor's). It never writes the task's status: a failed probe that asks for a
+    person says so (`Prober.escalation`) and the run applies it."""
+
+    view: RunView
+    beat: Heartbeat
+    models: ModelSet
+
+    @property
+    def journal(self) -> ProbedJournal: ...
 
 
 @dataclass(frozen=True)
@@ -230,12 +202,12 @@ class Prober:
     def due(self) -> float | None:
         """Seconds of silence when a probe is due now, else None."""
         run = self.run
-        if not self.enabled or run.overdue is not None or not run.loaded:
+        if not self.enabled or run.beat.overdue is not None or not run.view.loaded:
             return None
-        limit = run.spec.limits.probe_after
+        limit = run.view.spec.limits.probe_after
         # Every round starts right after a commit (the turn's, or the round's before),
         # so the silence counts from the last commit.
-        if limit is None or run.round_started is None:
+        if limit is None or run.beat.round_started is None:
             return None
         if self.waits or (self.task is not None and not self.task.done()):
             return None
@@ -258,9 +230,9 @@ class Prober:
     async def probe(self, silent: float) -> None:
         """Ask up to `MAX_UNUSABLE` times; act on the answer (see the module)."""
         run = self.run
-        round_no = run.state.rounds + 1
-        item = run.ledger.next_item()
-        title = next((d.title for d, _ in run.ledger.items() if d.id == item), None)
+        round_no = run.view.state.rounds + 1
+        item = run.view.ledger.next_item()
+        title = next((d.title for d, _ in run.view.ledger.items() if d.id == item), None)
         texts: list[str] = []
         since = self.quiet_since
         try:
@@ -280,34 +252,36 @@ class Prober:
         except errors.TetherError as exc:
             # The store is away or the lease was lost: the probe can decide nothing now;
             # the heartbeat and the round see to the rest.
-            log.warning("task %s: status probe abandoned: %s", run.task_id, exc)
+            log.warning("task %s: status probe abandoned: %s", run.journal.task_id, exc)
             self.heard()
             return
         if self.quiet_since != since:
             # The round committed while the model was asked: whatever it said, the loop
             # moves; the next silence is asked about afresh.
-            log.info("task %s: round %d moved on during its status probe", run.task_id, round_no)
+            log.info(
+                "task %s: round %d moved on during its status probe", run.journal.task_id, round_no
+            )
             return
         self.fail(
             f"round {round_no} silent for {silent:.0f}s (limits.probe_after "
-            f"{run.spec.limits.probe_after:g}s): {why}",
+            f"{run.view.spec.limits.probe_after:g}s): {why}",
             texts,
         )
 
     def fail(self, why: str, texts: Sequence[str]) -> None:
         """Cancel the round in flight; the engine records it per the contract."""
         run = self.run
-        if run.overdue is not None:
+        if run.beat.overdue is not None:
             return  # cancelled already (`limits.round_timeout`)
-        self.ask_human = run.spec.limits.on_probe_failure == "ask_human"
+        self.ask_human = run.view.spec.limits.on_probe_failure == "ask_human"
         log.error(
             "task %s: %s; %s",
-            run.task_id,
+            run.journal.task_id,
             why,
             "asking a person" if self.ask_human else "restarting the round",
         )
         self.answers = list(texts)
-        run.cancel_round(why, CODE)
+        run.beat.cancel_round(why, CODE)
 
     def escalation(self, why: str) -> AskHuman:
         """After a failed probe cancelled the round (`ask_human`): what the run commits
@@ -316,7 +290,7 @@ class Prober:
         left, like after a crash. Where the wait cannot be stored (the task was cancelled
         or taken over meanwhile, the store is away), the round ends like one past its
         `round_timeout`."""
-        task_id = self.run.task_id
+        task_id = self.run.journal.task_id
         waiting: dict[str, Any] = {
             "kind": "human",
             "reason": f"{why}; to try again as it is: {hints.resume(task_id)}; to answer: "
@@ -324,7 +298,7 @@ class Prober:
             "probe": {"answers": list(self.answers)},
         }
         warning = ev.AuditWarning(
-            code=CODE, message=why, details={"round": self.run.state.rounds + 1}
+            code=CODE, message=why, details={"round": self.run.view.state.rounds + 1}
         )
         return AskHuman(warning, waiting)
 
@@ -334,12 +308,12 @@ class Prober:
         """One probe call, journaled with its answer."""
         run = self.run
         model = run.models.actor
-        req = request(run.task_id, item, title, round_no)
+        req = request(run.journal.task_id, item, title, round_no)
         response: ModelResponse | None = None
         events: list[ev.Event] = []
         blobs: list[bytes] = []
         t0 = time.perf_counter()
-        attrs = telemetry.model_call_attributes("probe", model.name, run.task_id)
+        attrs = telemetry.model_call_attributes("probe", model.name, run.journal.task_id)
         try:
             # Not through the round's model port: a stop request ends the run, and the
             # run's end cancels the probe (`close`).
@@ -351,7 +325,7 @@ class Prober:
             text = f"model error: {type(exc).__name__}: {exc}"
             events.append(
                 ev.ModelFailed(
-                    call_id=f"{run.task_id}.probe.failed",
+                    call_id=f"{run.journal.task_id}.probe.failed",
                     purpose="probe",
                     model=model.name,
                     error=text,
@@ -375,7 +349,7 @@ class Prober:
                 text=text[:500],
             )
         )
-        await run.commit_aside(events, blobs)
+        await run.journal.commit_aside(events, blobs)
         return (answer or "unusable"), text
 
     def _record(
@@ -391,12 +365,12 @@ class Prober:
         name = response.model or model_name
         cost = float(pricing.cost_usd(name, response.usage))
         u = response.usage
-        st = run.state
+        st = run.view.state
         # Not `last_call_at`: a probe's prompt warms none of the actor's prefix cache
         # (which `context.cache_ttl_seconds` is about).
-        st.count_call("probe", u, cost, run.ledger.current_milestone())
+        st.count_call("probe", u, cost, run.view.ledger.current_milestone())
         called = ev.ModelCalled(
-            call_id=f"{run.task_id}.probe.{st.model_calls}",
+            call_id=f"{run.journal.task_id}.probe.{st.model_calls}",
             purpose="probe",
             model=name,
             round=round_no,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from tether import errors
+from tether import events as ev
 from tether import ledger as L
 from tether.store.base import ArtifactRecord, OpRecord, Store
 
@@ -375,3 +376,16 @@ SHA256_KEY: Final = "sha256"
 def deliverable_meta(path: str, data: bytes) -> dict[str, Any]:
     """The meta of an evidence artifact that accepts workspace file `path` with `data`."""
     return {DELIVERABLE_KEY: path, SHA256_KEY: hashlib.sha256(data).hexdigest()}
+
+
+def stored_event(art: ArtifactRecord, *, source: str | None = None) -> ev.ArtifactStored:
+    """The `artifact.stored` event that goes with an artifact record; `source` when the
+    event names another (an op's output: the op)."""
+    return ev.ArtifactStored(
+        artifact_id=art.artifact_id,
+        kind=art.kind,
+        name=art.name,
+        blob=art.blob_hash,
+        size=art.size,
+        source=art.source if source is None else source,
+    )

@@ -21,6 +21,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from tether import errors, lifecycle, telemetry
@@ -91,24 +92,35 @@ class Engine:
         if self.registry.get(LEDGER_ITEMS) is None:  # and pages through a long ledger
             self.registry.add(ledger_items_tool(lambda: self.store))
         self.clock: Clock = clock or SystemClock()
-        self.worker_id = worker_id or process_id()
-        self.lease_ttl = lease_ttl
+        #: The settings of every run (`previous_owner` is set per claim). Backoffs up to
+        #: `inline_wait_max` are waited out in the worker; longer ones park the task as
+        #: `waiting` until the stored time and release the lease.
+        self.config = RunConfig(
+            worker_id=worker_id or process_id(),
+            lease_ttl=lease_ttl,
+            inline_wait_max=(
+                inline_wait_max if inline_wait_max is not None else inline_wait_max_from_env()
+            ),
+            max_rounds_this_run=max_rounds_this_run,
+            epoch_every_turn=epoch_every_turn,
+            services=dict(services or {}),
+        )
         self.on_progress = on_progress
         self.stop = stop or asyncio.Event()
-        self.max_rounds_this_run = max_rounds_this_run
-        # Shared clients for the tools (`ToolContext.services`).
-        self.services = dict(services or {})
-        # The naive cache policy (re-render the system tail at every turn), for benchmarks.
-        self.epoch_every_turn = epoch_every_turn
         # Shared breakers and concurrency limits per service (None: from the contract).
         self.guard = guard
         # Ask a silent round's model how it is doing (`runtime.probe`); off for replays.
         self.status_probe = status_probe
-        # Backoffs up to this long are waited out in the worker; longer ones park the
-        # task as `waiting` until the stored time and release the lease.
-        self.inline_wait_max = (
-            inline_wait_max if inline_wait_max is not None else inline_wait_max_from_env()
-        )
+
+    @property
+    def worker_id(self) -> str:
+        """The owner of this engine's leases."""
+        return self.config.worker_id
+
+    @property
+    def lease_ttl(self) -> float:
+        """Seconds a lease of this engine lasts unless renewed."""
+        return self.config.lease_ttl
 
     # ---------------------------------------------------------------- entry point
 
@@ -220,15 +232,7 @@ class Engine:
         """Drive a claimed task with a heartbeat; give the lease back at the end (unless
         `keep_on_outage` and the store went away: see `run`)."""
         outage = False
-        config = RunConfig(
-            worker_id=self.worker_id,
-            lease_ttl=self.lease_ttl,
-            inline_wait_max=self.inline_wait_max,
-            max_rounds_this_run=self.max_rounds_this_run,
-            epoch_every_turn=self.epoch_every_turn,
-            previous_owner=previous_owner,
-            services=self.services,
-        )
+        config = replace(self.config, previous_owner=previous_owner)
         run = TaskRun(
             self.store,
             lease.task_id,

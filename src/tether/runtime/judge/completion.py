@@ -22,6 +22,7 @@ from tether.errors import UserError
 from tether.models.base import Message, ModelRequest
 from tether.runtime import hints
 from tether.runtime.judge.execution import execution_report
+from tether.runtime.judge.llm import json_request
 from tether.runtime.judge.rules.commands import run_command
 from tether.runtime.recovery import deliverables
 from tether.runtime.round.context import Entry, continuation_message
@@ -127,13 +128,8 @@ def review_request(
         "acceptance_checks": [c.to_dict() for c in checks],
         "artifacts": list(artifacts),
     }
-    return ModelRequest(
-        purpose="review",
-        system=REVIEW_INSTRUCTIONS,
-        messages=(Message("user", json.dumps(payload, ensure_ascii=False, sort_keys=True)),),
-        max_output_tokens=1024,
-        json_output=True,
-        task_id=task_id,
+    return json_request(
+        "review", REVIEW_INSTRUCTIONS, payload, max_output_tokens=1024, task_id=task_id
     )
 
 

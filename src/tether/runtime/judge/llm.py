@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tether import ledger as L
 from tether import ledger_view
-from tether.models.base import Message, ModelRequest
+from tether.models.base import Message, ModelRequest, Purpose
 from tether.runtime.judge.facts import Decision, ProposedChange, RoundFacts, Verdict
 from tether.spec import TaskSpec
 
@@ -150,6 +150,32 @@ def _partial_ledger(ledger: L.Ledger) -> dict[str, Any]:
     }
 
 
+def json_request(
+    purpose: Purpose,
+    system: str,
+    payload: Mapping[str, Any],
+    *,
+    max_output_tokens: int,
+    task_id: str | None,
+    follow_up: Sequence[Message] = (),
+    **more: Any,
+) -> ModelRequest:
+    """A question to a judging model (the judge, the reviewer, a summary's audit):
+    `payload` as one JSON message (then `follow_up`), one JSON object asked back."""
+    return ModelRequest(
+        purpose=purpose,
+        system=system,
+        messages=(
+            Message("user", json.dumps(payload, ensure_ascii=False, sort_keys=True)),
+            *follow_up,
+        ),
+        max_output_tokens=max_output_tokens,
+        json_output=True,
+        task_id=task_id,
+        **more,
+    )
+
+
 def judge_request(
     spec: TaskSpec,
     ledger: L.Ledger,
@@ -169,21 +195,19 @@ def judge_request(
         "agent_text": facts.text[:4000],
         "op_journal": [o.to_dict() for o in facts.ops],
     }
-    messages = [Message("user", json.dumps(payload, ensure_ascii=False, sort_keys=True))]
-    if retry_note:
-        messages.append(
-            Message(
-                "user",
-                f"Your previous answer could not be used ({retry_note}). "
-                "Answer again with one JSON object only.",
-            )
-        )
-    return ModelRequest(
-        purpose="judge",
-        system=JUDGE_INSTRUCTIONS,
-        messages=tuple(messages),
+    retry = (
+        Message(
+            "user",
+            f"Your previous answer could not be used ({retry_note}). "
+            "Answer again with one JSON object only.",
+        ),
+    )
+    return json_request(
+        "judge",
+        JUDGE_INSTRUCTIONS,
+        payload,
         max_output_tokens=1024,
-        json_output=True,
         task_id=task_id,
+        follow_up=retry if retry_note else (),
         ledger=ledger_view.LedgerData(ledger, ledger.next_item()),
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from tether import artifacts as A
 from tether import events as ev
 from tether.models.base import ToolCall
 from tether.runtime.ops.journal import hash_args
@@ -63,16 +64,7 @@ class OpOutcome:
             )
         ]
         if self.artifact is not None:
-            out.append(
-                ev.ArtifactStored(
-                    artifact_id=self.artifact.artifact_id,
-                    kind=self.artifact.kind,
-                    name=self.artifact.name,
-                    blob=self.artifact.blob_hash,
-                    size=self.artifact.size,
-                    source=self.op_id,
-                )
-            )
+            out.append(A.stored_event(self.artifact, source=self.op_id))
         return out
 
 

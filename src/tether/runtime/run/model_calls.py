@@ -33,6 +33,36 @@ def _cost(configured: str, response: ModelResponse) -> float:
     )
 
 
+def called_event(
+    call_id: str,
+    purpose: str,
+    model: str,
+    round_no: int | None,
+    response: ModelResponse,
+    cost: float,
+    summary: str,
+    **refs: Any,
+) -> ev.ModelCalled:
+    """A call's `model.called` event: the response's usage, latency and cost, with what
+    `refs` carries (the request and response blobs, ...). The round's calls and the
+    status probe's are recorded alike."""
+    u = response.usage
+    return ev.ModelCalled(
+        call_id=call_id,
+        purpose=purpose,
+        model=model,
+        round=round_no,
+        input_tokens=u.input_tokens,
+        output_tokens=u.output_tokens,
+        cached_tokens=u.cached_input_tokens,
+        cache_write_tokens=u.cache_write_tokens,
+        latency_ms=response.latency_ms,
+        cost_usd=cost,
+        summary=summary,
+        **refs,
+    )
+
+
 class ModelCalls:
     """Model calls of one run, journaled and counted."""
 
@@ -133,27 +163,22 @@ class ModelCalls:
             req_blob = blobs.packed(request.to_dict())
         resp_blob = blobs.json(response.to_dict())
         cost = _cost(model.name, response)
-        u = response.usage
-        st.count_call(purpose, u, cost, self.view.ledger.current_milestone())
+        st.count_call(purpose, response.usage, cost, self.view.ledger.current_milestone())
         st.last_call_at = self.view.clock.now()
         names = ", ".join(c.name for c in response.tool_calls)
         # A summary for the timeline: the response itself is in its blob.
         summary = (response.text[:100] + (f" [calls: {names}]" if names else "")).strip()
-        return ev.ModelCalled(
-            call_id=f"{self.journal.task_id}.{purpose}.{st.model_calls}",
-            purpose=purpose,
-            model=response.model or model.name,
-            round=round_no,
+        return called_event(
+            f"{self.journal.task_id}.{purpose}.{st.model_calls}",
+            purpose,
+            response.model or model.name,
+            round_no,
+            response,
+            cost,
+            summary,
             request_blob=req_blob,
             request=req_ref,
             response_blob=resp_blob,
-            input_tokens=u.input_tokens,
-            output_tokens=u.output_tokens,
-            cached_tokens=u.cached_input_tokens,
-            cache_write_tokens=u.cache_write_tokens,
-            latency_ms=response.latency_ms,
-            cost_usd=cost,
-            summary=summary,
             tool_calls=len(response.tool_calls),
             attempts=response.attempts,
         )
@@ -193,4 +218,4 @@ class ModelCalls:
         )
 
 
-__all__ = ["ModelCalls"]
+__all__ = ["ModelCalls", "called_event"]

@@ -188,13 +188,7 @@ async def _waiting(
         return
     if not await _claim(store, task.task_id, since, renotify):
         return  # another worker sends this one
-    notice = Notice(
-        task.task_id,
-        "reminder",
-        reason,
-        {"waiting": waiting.get("kind"), "since": since},
-        notice_id=f"{task.task_id}:reminder:{since:.3f}:{len(notices)}",
-    )
+    notice = _wait_notice(task.task_id, "reminder", reason, waiting, f":{len(notices)}")
     channel = await for_task(base, config).notify(notice)
     await store.commit(
         task.task_id,
@@ -204,6 +198,21 @@ async def _waiting(
     )
     report.reminded.append(task.task_id)
     report.notices.append((task.task_id, "reminder"))
+
+
+def _wait_notice(
+    task_id: str, kind: str, text: str, waiting: dict[str, Any], more_id: str = ""
+) -> Notice:
+    """A notice about a task's wait (a reminder, an escalation): its data and its id name
+    the wait (its kind, since when), so a notice resent after a crash is the same one."""
+    since = float(waiting["since"])
+    return Notice(
+        task_id,
+        kind,
+        text,
+        {"waiting": waiting.get("kind"), "since": since},
+        notice_id=f"{task_id}:{kind}:{since:.3f}{more_id}",
+    )
 
 
 async def _escalate(
@@ -221,13 +230,7 @@ async def _escalate(
     hours = (now - since) / 3600
     reason = str(waiting.get("reason", ""))[:500]
     text = f"waited {hours:.0f} h for a person ({waiting.get('kind')}): {reason}"
-    notice = Notice(
-        task.task_id,
-        "escalation",
-        text,
-        {"waiting": waiting.get("kind"), "since": since},
-        notice_id=f"{task.task_id}:escalation:{since:.3f}",
-    )
+    notice = _wait_notice(task.task_id, "escalation", text, waiting)
     channel = await notifier.notify(notice)
     change, patch = lifecycle.transition(
         task,

@@ -94,18 +94,7 @@ async def _store(
 ) -> None:
     """Write artifacts (and ops sent to history) under the run's fencing token (a stale
     worker writes nothing)."""
-    events: list[ev.Event] = [
-        ev.ArtifactStored(
-            artifact_id=a.artifact_id,
-            kind=a.kind,
-            name=a.name,
-            blob=a.blob_hash,
-            size=a.size,
-            source=a.source,
-        )
-        for a in arts
-        if a.valid
-    ]
+    events: list[ev.Event] = [A.stored_event(a) for a in arts if a.valid]
     await store.commit(
         ctx.task_id, ctx.fencing_token, [*more, *events], artifacts=arts, blobs=blobs, ops=ops
     )

@@ -8,6 +8,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tether import events as ev
+from tether.artifacts import stored_event
 from tether.runtime.judge.facts import Evidence, RoundFacts
 from tether.runtime.judge.rules.index import OpIndex, args_match, artifacts_of, index_of
 from tether.runtime.ops.runner import history_only
@@ -204,14 +205,5 @@ class StoreRuleEnv:
             meta=dict(meta or {}),
         )
         self.artifacts.append(art)
-        self.events.append(
-            ev.ArtifactStored(
-                artifact_id=art.artifact_id,
-                kind="evidence",
-                name=item_id,
-                blob=ref,
-                size=len(text),
-                source="rule judge",
-            )
-        )
+        self.events.append(stored_event(art))
         return f"artifact:{art.artifact_id}"

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from tether.ledger import Ledger
-from tether.models.base import Message, ModelRequest
+from tether.models.base import ModelRequest
+from tether.runtime.judge.llm import json_request
 from tether.runtime.round.claims.names import (
     Mention,
     Names,
@@ -359,12 +360,11 @@ def summary_audit_request(summary: str, ledger: Ledger, task_id: str | None) -> 
             {"id": d.id, "title": d.title, "status": str(s.status)} for d, s in ledger.items()
         ],
     }
-    return ModelRequest(
-        purpose="judge",
-        system=SUMMARY_AUDIT_INSTRUCTIONS,
-        messages=(Message("user", json.dumps(payload, ensure_ascii=False, sort_keys=True)),),
+    return json_request(
+        "judge",
+        SUMMARY_AUDIT_INSTRUCTIONS,
+        payload,
         max_output_tokens=512,
-        json_output=True,
         task_id=task_id,
         ledger=ledger.to_dict(),
     )

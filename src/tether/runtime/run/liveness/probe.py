@@ -46,6 +46,7 @@ from tether.models.base import Message, ModelRequest, ModelResponse
 from tether.runtime import hints
 from tether.runtime.round import history
 from tether.runtime.run.liveness.heartbeat import Heartbeat
+from tether.runtime.run.model_calls import called_event
 from tether.runtime.run.ports import ModelSet
 from tether.runtime.run.state import RunView
 from tether.store.base import blob_hash
@@ -364,24 +365,19 @@ class Prober:
         resp_data = json.dumps(response.to_dict(), ensure_ascii=False, sort_keys=True).encode()
         name = response.model or model_name
         cost = float(pricing.cost_usd(name, response.usage))
-        u = response.usage
         st = run.view.state
         # Not `last_call_at`: a probe's prompt warms none of the actor's prefix cache
         # (which `context.cache_ttl_seconds` is about).
-        st.count_call("probe", u, cost, run.view.ledger.current_milestone())
-        called = ev.ModelCalled(
-            call_id=f"{run.journal.task_id}.probe.{st.model_calls}",
-            purpose="probe",
-            model=name,
-            round=round_no,
+        st.count_call("probe", response.usage, cost, run.view.ledger.current_milestone())
+        called = called_event(
+            f"{run.journal.task_id}.probe.{st.model_calls}",
+            "probe",
+            name,
+            round_no,
+            response,
+            cost,
+            response.text[:100].strip(),
             request_blob=blob_hash(req_data),
             response_blob=blob_hash(resp_data),
-            input_tokens=u.input_tokens,
-            output_tokens=u.output_tokens,
-            cached_tokens=u.cached_input_tokens,
-            cache_write_tokens=u.cache_write_tokens,
-            latency_ms=response.latency_ms,
-            cost_usd=cost,
-            summary=response.text[:100].strip(),
         )
         return called, [req_data, resp_data]

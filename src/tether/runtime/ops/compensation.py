@@ -30,7 +30,7 @@ from tether import failpoints
 from tether.models.base import ToolCall
 from tether.runtime.ops import results as R
 from tether.runtime.ops.attempt import policy
-from tether.runtime.ops.human.exhausted import focus_of, human_wait
+from tether.runtime.ops.human.exhausted import focus_of, wait_for_person
 from tether.runtime.ops.human.requests import DONE_OPTIONS, Requests
 from tether.runtime.ops.journal import (
     args_text,
@@ -41,7 +41,6 @@ from tether.runtime.ops.journal import (
 )
 from tether.runtime.ops.ports import RoundOps
 from tether.runtime.run import outcome as out
-from tether.runtime.run.outcome import Outcome
 from tether.store.base import ArtifactRecord, OpRecord
 from tether.tools.registry import Reconciliation, Tool, ToolContext
 
@@ -204,13 +203,7 @@ class Compensation:
             # Failed, and no one was asked yet about this failure.
             return await self._ask(ctool, prior, target)
         if asked.status == "pending":
-            return R.Wait(
-                Outcome(
-                    "waiting",
-                    reason="compensation failed",
-                    waiting=human_wait(self.run.journal.task_id, asked),
-                )
-            )
+            return wait_for_person(self.run.journal.task_id, "compensation failed", asked)
         if asked.status in ("rejected", "closed"):
             return await self._mark(target, comp_id, "left", after)
         if (asked.decision or {}).get("decision") == "done":
@@ -326,20 +319,16 @@ class Compensation:
             attempts=record.attempts,
             reject="leave the op as it is",
         )
-        return R.Wait(
-            Outcome(
-                "waiting",
-                reason="compensation failed",
-                waiting=human_wait(self.run.journal.task_id, ask.record),
-                events=(
-                    ev.AuditWarning(
-                        code="compensation_failed",
-                        message=f"the compensation {record.op_id} of {target.op_id} failed "
-                        f"after its retries ({error[:200]}); a human must decide",
-                        details={"op_id": target.op_id, "compensation": record.op_id},
-                    ),
-                    ask.event,
-                ),
-                approvals=(ask.record,),
-            )
+        return wait_for_person(
+            self.run.journal.task_id,
+            "compensation failed",
+            ask.record,
+            ev.AuditWarning(
+                code="compensation_failed",
+                message=f"the compensation {record.op_id} of {target.op_id} failed "
+                f"after its retries ({error[:200]}); a human must decide",
+                details={"op_id": target.op_id, "compensation": record.op_id},
+            ),
+            ask.event,
+            approvals=(ask.record,),
         )

@@ -185,26 +185,33 @@ def read_file(
 # not. Either is an `overwrite` when it would change a file the task did not make.
 
 
-@tool(
-    name="write_file",
-    effect="write",
+def _writer(name: str, *, idempotent: bool, description: str) -> Tool:
+    """`write_file` or `append_file`: one tool but for its name, whether sending it twice
+    leaves the same file, and what the model is told."""
+
+    @tool(
+        name=name,
+        effect="write",
+        idempotent=idempotent,
+        effect_of=_write_effect,
+        description=description,
+    )
+    async def write(ctx: ToolContext, path: WorkspacePath, content: str) -> str:
+        return await _write(ctx, name, path, content)
+
+    return write
+
+
+write_file = _writer(
+    "write_file",
     idempotent=True,
-    effect_of=_write_effect,
     description="Create or replace a text file in the workspace (folders are created).",
 )
-async def write_file(ctx: ToolContext, path: WorkspacePath, content: str) -> str:
-    return await _write(ctx, "write_file", path, content)
-
-
-@tool(
-    name="append_file",
-    effect="write",
+append_file = _writer(
+    "append_file",
     idempotent=False,
-    effect_of=_write_effect,
     description="Append text to a file in the workspace (created if it does not exist).",
 )
-async def append_file(ctx: ToolContext, path: WorkspacePath, content: str) -> str:
-    return await _write(ctx, "append_file", path, content)
 
 
 async def _write(ctx: ToolContext, name: str, path: str, content: str) -> str:

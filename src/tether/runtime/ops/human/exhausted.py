@@ -49,6 +49,16 @@ def human_wait(task_id: str, appr: ApprovalRecord) -> dict[str, Any]:
     }
 
 
+def wait_for_person(
+    task_id: str, reason: str, appr: ApprovalRecord, *events: ev.Event, **more: Any
+) -> R.Wait:
+    """The round waits while a person decides about an op (`appr`: the request; see
+    `human_wait`), with `events` and what `more` carries (the request's record, the op)."""
+    return R.Wait(
+        Outcome("waiting", reason=reason, waiting=human_wait(task_id, appr), events=events, **more)
+    )
+
+
 class Exhaustion:
     """Asks a person about a call whose retries ran out, and reads the answer."""
 
@@ -71,32 +81,28 @@ class Exhaustion:
             options=DONE_OPTIONS,
             attempts=record.attempts,
         )
-        return R.Wait(
-            Outcome(
-                "waiting",
-                reason="retries exhausted",
-                waiting=human_wait(self.run.journal.task_id, ask.record),
-                events=(
-                    ev.OpExhausted(
-                        op_id=record.op_id,
-                        tool=tool.name,
-                        attempts=record.attempts,
-                        policy="ask_human",
-                        error=error[:300],
-                        item=focus_of(self.run.view.state.focus_log, record.round),
-                    ),
-                    ask.event,
+        return wait_for_person(
+            self.run.journal.task_id,
+            "retries exhausted",
+            ask.record,
+            ev.OpExhausted(
+                op_id=record.op_id,
+                tool=tool.name,
+                attempts=record.attempts,
+                policy="ask_human",
+                error=error[:300],
+                item=focus_of(self.run.view.state.focus_log, record.round),
+            ),
+            ask.event,
+            ops=(
+                replace(
+                    record,
+                    status="awaiting_approval",
+                    next_attempt_at=None,
+                    error={"class": "transient", "message": error},
                 ),
-                ops=(
-                    replace(
-                        record,
-                        status="awaiting_approval",
-                        next_attempt_at=None,
-                        error={"class": "transient", "message": error},
-                    ),
-                ),
-                approvals=(ask.record,),
-            )
+            ),
+            approvals=(ask.record,),
         )
 
     async def answer(
@@ -105,13 +111,7 @@ class Exhaustion:
         """A person's answer about a call whose retries ran out: still waiting (`Wait`),
         done another way (a success), failed (the model is told), or None: try again."""
         if appr.status == "pending":
-            return R.Wait(
-                Outcome(
-                    "waiting",
-                    reason="retries exhausted",
-                    waiting=human_wait(self.run.journal.task_id, appr),
-                )
-            )
+            return wait_for_person(self.run.journal.task_id, "retries exhausted", appr)
         decision = appr.decision or {}
         who = appr.decided_by or "a human"
         if appr.status == "closed":

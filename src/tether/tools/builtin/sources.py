@@ -132,6 +132,21 @@ async def _keep(store: Store, ctx: ToolContext, new: ArtifactRecord, data: bytes
     return art
 
 
+async def _keep_citing(
+    store: Store,
+    ctx: ToolContext,
+    what: tuple[str, str, str],
+    data: bytes,
+    cited: Sequence[str],
+    meta: dict[str, Any],
+) -> ArtifactRecord:
+    """`_keep` of a new artifact (`what`: its id's suffix, its kind, its name) that
+    depends on each artifact it cites (a claim, a report section, the report)."""
+    suffix, kind, name = what
+    deps = [A.artifact_ref(i) for i in cited]
+    return await _keep(store, ctx, _record(ctx, suffix, kind, name, data, deps, meta), data)
+
+
 async def _existing(store: Store, ctx: ToolContext, suffix: str) -> ArtifactRecord | None:
     """The artifact this very op wrote before (a call re-sent after a crash)."""
     found = await store.get_artifacts(ctx.task_id, artifact_ids={f"{ctx.op_id}.{suffix}"})
@@ -434,11 +449,12 @@ async def stale_reads(
     return {op for op, snap in read.items() if snap not in known or not known[snap].valid}
 
 
-def _need(
-    found: Sequence[ArtifactRecord], ids: Sequence[str], kind: str, what: str
+async def _cited(
+    store: ArtifactReads, task_id: str, ids: Sequence[str], kind: str, what: str
 ) -> list[ArtifactRecord]:
-    """The cited artifacts, each a valid one of `kind`; a dangling citation fails."""
-    by_id = {a.artifact_id: a for a in found}
+    """The artifacts the tool `what` cites, each a valid one of `kind`; a dangling
+    citation fails."""
+    by_id = {a.artifact_id: a for a in await _lookup(store, task_id, ids)}
     bad = [i for i in ids if i not in by_id or not by_id[i].valid or by_id[i].kind != kind]
     if bad:
         raise errors.ToolFailed(
@@ -564,8 +580,8 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
         location: Annotated[str, Field(max_length=500)] = "",
     ) -> str:
         store = store_getter()
-        found = await _lookup(store, ctx.task_id, [source_artifact])
-        snap = _need(found, [source_artifact], "source_snapshot", "record_evidence")[0]
+        cited = [source_artifact]
+        snap = (await _cited(store, ctx.task_id, cited, "source_snapshot", "record_evidence"))[0]
         body = await _read_body(store, ctx, snap)
         if not _quoted(excerpt, body):
             raise errors.ToolFailed(
@@ -595,20 +611,15 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
         topic: Annotated[str, Field(min_length=1, max_length=200)] = "claim",
     ) -> str:
         store = store_getter()
-        cited = _need(
-            await _lookup(store, ctx.task_id, evidence),
-            evidence,
-            "evidence",
-            "record_claim",
-        )
+        cited = await _cited(store, ctx.task_id, evidence, "evidence", "record_claim")
         _quotes_only(cited)
         data = json.dumps(
             {"claim": text, "evidence": evidence, "topic": topic}, ensure_ascii=False
         ).encode()
         sources = sorted({f"{a.meta.get('source')}@{a.meta.get('version')}" for a in cited})
-        deps = [A.artifact_ref(i) for i in evidence]
-        new = _record(ctx, "claim", "claim", topic, data, deps, {"sources": sources})
-        art = await _keep(store, ctx, new, data)
+        art = await _keep_citing(
+            store, ctx, ("claim", "claim", topic), data, evidence, {"sources": sources}
+        )
         return f"claim artifact {art.artifact_id} (cites {', '.join(evidence)})"
 
     @tool(
@@ -624,19 +635,12 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
         claims: Annotated[list[str], Field(min_length=1, max_length=100)],
     ) -> str:
         store = store_getter()
-        _need(
-            await _lookup(store, ctx.task_id, claims),
-            claims,
-            "claim",
-            "write_report_section",
-        )
+        await _cited(store, ctx.task_id, claims, "claim", "write_report_section")
         _no_loose_citations(f"{title}\n{text}", claims)
         data = json.dumps(
             {"title": title, "text": text, "claims": claims}, ensure_ascii=False
         ).encode()
-        deps = [A.artifact_ref(i) for i in claims]
-        new = _record(ctx, "section", "report_section", title, data, deps, {})
-        art = await _keep(store, ctx, new, data)
+        art = await _keep_citing(store, ctx, ("section", "report_section", title), data, claims, {})
         return f"report section artifact {art.artifact_id} ({title})"
 
     @tool(
@@ -696,12 +700,7 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
         open_questions: Annotated[list[Question], Field(max_length=100)] = [],  # noqa: B006
     ) -> str:
         store = store_getter()
-        cited = _need(
-            await _lookup(store, ctx.task_id, sections),
-            sections,
-            "report_section",
-            "write_report",
-        )
+        cited = await _cited(store, ctx.task_id, sections, "report_section", "write_report")
         text = await _render_report(store, title, cited, open_questions)
         if ctx.workspace is None:
             raise errors.ToolFailed("write_report: this task has no workspace folder")
@@ -713,10 +712,7 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
             raise errors.ToolFailed(f"write_report failed: {exc.strerror or exc}") from None
         data = text.encode("utf-8")
         meta = {**deliverable_meta(path, data), "open_questions": len(open_questions)}
-        new = _record(
-            ctx, "report", "report", path, data, [A.artifact_ref(i) for i in sections], meta
-        )
-        art = await _keep(store, ctx, new, data)
+        art = await _keep_citing(store, ctx, ("report", "report", path), data, sections, meta)
         # The workspace's own words first: "created ..." marks the file as the task's
         # (a later write_report or write_file over it is no overwrite).
         return (

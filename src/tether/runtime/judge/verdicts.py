@@ -15,7 +15,7 @@ from tether.runtime.judge import audit as A
 from tether.runtime.judge import facts as F
 from tether.runtime.judge import llm, rules
 from tether.runtime.judge.completion import await_decision, complete, settle
-from tether.runtime.judge.rules.evidence import StoreRuleEnv, focus_of, note_focus, resolve_evidence
+from tether.runtime.judge.rules.evidence import StoreRuleEnv, note_focus, resolve_evidence
 from tether.runtime.judge.rules.scope import rule_scope
 from tether.runtime.round import progress as P
 from tether.runtime.round.context import Entry, continuation_message
@@ -28,7 +28,6 @@ __all__ = [
     "complete",
     "facts_from_dict",
     "facts_to_dict",
-    "focus_of",
     "judge_round",
     "note_focus",
     "resolve_evidence",

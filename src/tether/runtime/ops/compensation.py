@@ -30,7 +30,7 @@ from tether import failpoints
 from tether.models.base import ToolCall
 from tether.runtime.ops import results as R
 from tether.runtime.ops.attempt import policy
-from tether.runtime.ops.human.exhausted import focus_of, wait_for_person
+from tether.runtime.ops.human.exhausted import wait_for_person
 from tether.runtime.ops.human.requests import DONE_OPTIONS, Requests
 from tether.runtime.ops.journal import (
     args_text,
@@ -114,7 +114,7 @@ class Compensation:
         first, by the runner: they may be among the ops to undo)."""
         assert failed.record is not None
         record = failed.record
-        focus = focus_of(self.run.view.state.focus_log, round_no)
+        focus = self.run.view.state.focus_of(round_no)
         targets = await self._targets(round_no)
         plan: dict[str, Any] = {
             "item": focus,

@@ -275,13 +275,12 @@ class RunParts(Protocol):
 
 
 class ChecksHost(RunParts, Protocol):
-    """What the checks between rounds use."""
+    """What the checks between rounds use (`config` is a frozen value)."""
+
+    config: RunConfig
 
     @property
     def records(self) -> Records: ...
-
-    @property
-    def config(self) -> RunConfig: ...
 
     @property
     def flow(self) -> RunFlow: ...

@@ -154,6 +154,15 @@ class RunState:
         spend.cached += usage.cached_input_tokens
         spend.cost_usd += cost
 
+    def focus_of(self, round_no: int) -> str | None:
+        """The focus item of a round, from the focus log (one entry where it changed)."""
+        found: str | None = None
+        for start, item in self.focus_log:
+            if int(start) > round_no:
+                break
+            found = item
+        return found
+
     def count_for_milestone(self, milestone: str | None, **amounts: float) -> None:
         """Add to a milestone's share of the spend."""
         if milestone is None:

@@ -20,17 +20,6 @@ if TYPE_CHECKING:
     from tether.runtime.run.ports import JudgeHost, PendingRound
 
 
-def focus_of(run: JudgeHost, round_no: int) -> str | None:
-    """The focus item of a past round, from the run's focus log."""
-    log = run.view.state.focus_log
-    found: str | None = None
-    for start, item in log:
-        if int(start) > round_no:
-            break
-        found = item
-    return found
-
-
 def note_focus(run: JudgeHost, round_no: int, focus: str | None) -> None:
     """Log the focus of a round when it changes (a few entries per item, not per round)."""
     log = run.view.state.focus_log
@@ -70,7 +59,7 @@ async def resolve_evidence(
             ops[o.op_id] = o
 
     def where(round_no: int) -> str | None:
-        return facts.focus if round_no == facts.round else focus_of(run, round_no)
+        return facts.focus if round_no == facts.round else run.view.state.focus_of(round_no)
 
     ops = {k: o for k, o in ops.items() if not history_only(o)}  # late or compensated
     stale = await stale_reads(run.store, run.journal.task_id, list(ops.values()), staged)

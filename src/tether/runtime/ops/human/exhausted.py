@@ -7,7 +7,6 @@ call (the model is told). The call waits as `awaiting_approval` until then.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -23,16 +22,6 @@ from tether.tools.registry import Tool
 
 if TYPE_CHECKING:
     from tether.runtime.run.ports import OpsHost
-
-
-def focus_of(focus_log: Sequence[Sequence[Any]], round_no: int) -> str | None:
-    """The focus item of a round, from the run's focus log."""
-    found: str | None = None
-    for start, item in focus_log:
-        if int(start) > round_no:
-            break
-        found = item
-    return found
 
 
 def human_wait(task_id: str, appr: ApprovalRecord) -> dict[str, Any]:
@@ -91,7 +80,7 @@ class Exhaustion:
                 attempts=record.attempts,
                 policy="ask_human",
                 error=error[:300],
-                item=focus_of(self.run.view.state.focus_log, record.round),
+                item=self.run.view.state.focus_of(record.round),
             ),
             ask.event,
             ops=(

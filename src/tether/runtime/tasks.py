@@ -7,9 +7,9 @@ import hashlib
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from tether import artifacts, errors, failpoints, lifecycle, placement
 from tether import ledger as L
@@ -412,24 +412,37 @@ def _status_doc(task: TaskRecord, ledger: Ledger, views: Mapping[str, Any]) -> d
 
 
 @dataclass(frozen=True)
-class CancelResult:
-    """What `cancel` did: `outcome` is `already_ended` (the task was terminal; nothing
-    written), `cancelled` (nobody ran it: it is cancelled now) or `requested` (a worker
-    holds a live lease and stops between steps)."""
+class Asked:
+    """What asking a task to stop did (`cancel`, `pause`): done at once when nobody ran
+    it, `requested` of the worker that holds its lease (`lease_owner`), or nothing when
+    it had ended already. `status` is the task's status after it."""
 
     task_id: str
-    outcome: Literal["already_ended", "cancelled", "requested"]
+    outcome: str
     status: str
     lease_owner: str | None = None
+    #: Per outcome, the line for a person (a format of the fields above).
+    MESSAGES: ClassVar[Mapping[str, str]] = {}
 
     @property
     def message(self) -> str:
         """One line for a person."""
-        if self.outcome == "already_ended":
-            return f"task {self.task_id} is already {self.status}"
-        if self.outcome == "cancelled":
-            return f"task {self.task_id} cancelled"
-        return f"cancel requested; worker {self.lease_owner} stops between steps"
+        return self.MESSAGES[self.outcome].format(**asdict(self))
+
+
+@dataclass(frozen=True)
+class CancelResult(Asked):
+    """What `cancel` did: `outcome` is `already_ended` (the task was terminal; nothing
+    written), `cancelled` (nobody ran it: it is cancelled now) or `requested` (a worker
+    holds a live lease and stops between steps)."""
+
+    outcome: Literal["already_ended", "cancelled", "requested"]
+
+    MESSAGES: ClassVar[Mapping[str, str]] = {
+        "already_ended": "task {task_id} is already {status}",
+        "cancelled": "task {task_id} cancelled",
+        "requested": "cancel requested; worker {lease_owner} stops between steps",
+    }
 
 
 async def cancel(store: Store, task_id: str, *, by: str = "user") -> CancelResult:
@@ -465,26 +478,19 @@ async def cancel(store: Store, task_id: str, *, by: str = "user") -> CancelResul
 
 
 @dataclass(frozen=True)
-class PauseResult:
+class PauseResult(Asked):
     """What `pause` did: `already_ended` (terminal; nothing written), `already_paused`,
     `paused` (nobody ran it: it is paused now) or `requested` (a worker holds a live
     lease and pauses it at its next round boundary)."""
 
-    task_id: str
     outcome: Literal["already_ended", "already_paused", "paused", "requested"]
-    status: str
-    lease_owner: str | None = None
 
-    @property
-    def message(self) -> str:
-        """One line for a person."""
-        if self.outcome == "already_ended":
-            return f"task {self.task_id} is already {self.status}; nothing to pause"
-        if self.outcome == "already_paused":
-            return f"task {self.task_id} is already paused"
-        if self.outcome == "paused":
-            return f"task {self.task_id} paused"
-        return f"pause requested; worker {self.lease_owner} pauses it at its next round boundary"
+    MESSAGES: ClassVar[Mapping[str, str]] = {
+        "already_ended": "task {task_id} is already {status}; nothing to pause",
+        "already_paused": "task {task_id} is already paused",
+        "paused": "task {task_id} paused",
+        "requested": "pause requested; worker {lease_owner} pauses it at its next round boundary",
+    }
 
 
 async def pause(store: Store, task_id: str, *, by: str = "user", reason: str = "") -> PauseResult:

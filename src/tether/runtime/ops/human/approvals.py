@@ -18,6 +18,7 @@ from tether.models.base import ToolCall
 from tether.runtime import hints
 from tether.runtime.ops import results as R
 from tether.runtime.ops.attempt import Attempts
+from tether.runtime.ops.human.exhausted import Asks
 from tether.runtime.ops.human.requests import Requests
 from tether.runtime.ops.journal import approval_id, args_text, closed_msg, intent
 from tether.runtime.ops.ports import RoundOps
@@ -33,16 +34,14 @@ if TYPE_CHECKING:
 _TOOL_ASKS = ("approve", "reject")
 
 
-class Approvals:
+class Approvals(Asks):
     """The approval policy applied to the calls of one round."""
 
     def __init__(
         self, run: OpsHost, book: RoundOps, requests: Requests, attempts: Attempts
     ) -> None:
-        self.run = run
+        super().__init__(run, requests, attempts)
         self.book = book
-        self.requests = requests
-        self.attempts = attempts
 
     async def approval(
         self, tool: Tool, call: ToolCall, record: OpRecord

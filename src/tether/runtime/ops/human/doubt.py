@@ -16,24 +16,19 @@ from typing import TYPE_CHECKING
 from tether import events as ev
 from tether.models.base import ToolCall
 from tether.runtime.ops import results as R
-from tether.runtime.ops.attempt import Attempts
-from tether.runtime.ops.human.requests import DONE_OPTIONS, Requests, done_by_hand
+from tether.runtime.ops.human.exhausted import Asks
+from tether.runtime.ops.human.requests import DONE_OPTIONS, done_by_hand
 from tether.runtime.ops.journal import args_text
 from tether.runtime.run.outcome import Outcome
 from tether.store.base import OpRecord
 from tether.tools.registry import Tool
 
 if TYPE_CHECKING:
-    from tether.runtime.run.ports import OpsHost
+    pass
 
 
-class Doubt:
+class Doubt(Asks):
     """Ops in doubt, and the recovery of ops found unfinished."""
-
-    def __init__(self, run: OpsHost, requests: Requests, attempts: Attempts) -> None:
-        self.run = run
-        self.requests = requests
-        self.attempts = attempts
 
     async def ask(self, tool: Tool, record: OpRecord, detail: str) -> R.Wait | None:
         """An op whose outcome nobody can tell: `Wait` for a human (asked once: a resume

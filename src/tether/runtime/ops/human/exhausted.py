@@ -48,13 +48,19 @@ def wait_for_person(
     )
 
 
-class Exhaustion:
-    """Asks a person about a call whose retries ran out, and reads the answer."""
+class Asks:
+    """A part of ops that asks a person about an op (its approval, an op in doubt,
+    exhausted retries): it reads the run, asks through `requests`, and sends the op
+    again through `attempts` when the person says so."""
 
     def __init__(self, run: OpsHost, requests: Requests, attempts: Attempts) -> None:
         self.run = run
         self.requests = requests
         self.attempts = attempts
+
+
+class Exhaustion(Asks):
+    """Asks a person about a call whose retries ran out, and reads the answer."""
 
     async def ask(self, tool: Tool, record: OpRecord, error: str) -> R.Wait:
         """`on_exhausted: ask_human`: the call waits for a person."""

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from tether import errors
-from tether import events as ev
 from tether import ledger as L
 from tether.store.base import ArtifactRecord, OpRecord, Store
 
@@ -381,6 +380,8 @@ def deliverable_meta(path: str, data: bytes) -> dict[str, Any]:
 def stored_event(art: ArtifactRecord, *, source: str | None = None) -> ev.ArtifactStored:
     """The `artifact.stored` event that goes with an artifact record; `source` when the
     event names another (an op's output: the op)."""
+    from tether import events as ev
+
     return ev.ArtifactStored(
         artifact_id=art.artifact_id,
         kind=art.kind,

@@ -8,14 +8,14 @@ Unknown fields are refused so that a typo never silently turns a limit off.
 
 from __future__ import annotations
 
-import datetime as _dt
-import math
+import contextlib
+import gc
 import re
 import sys
 import weakref
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from pathlib import Path, PurePosixPath
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -38,6 +38,14 @@ from tether._validation import cut as _cut
 from tether._validation import http_url_problem
 from tether.schedule import Schedule
 from tether.spec_policies import StopPolicy
+from tether.spec_values import MAX_DEPTH as MAX_DEPTH
+from tether.spec_values import MAX_INT as MAX_INT
+from tether.spec_values import MAX_NAME_BYTES as MAX_NAME_BYTES
+from tether.spec_values import MAX_NODES as MAX_NODES
+from tether.spec_values import MAX_PATH_CHARS as MAX_PATH_CHARS
+from tether.spec_values import data_problem as data_problem
+from tether.spec_values import file_path_problem as file_path_problem
+from tether.spec_values import location_part, storable
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 _SEP = "\n"
@@ -51,134 +59,8 @@ _TAGS = frozenset({"op", "file", "artifact", "command", "callable"})
 
 #: The largest spec file `load_spec` reads.
 MAX_SPEC_BYTES = 1 << 20
-#: The deepest nesting of YAML collections (aliases expanded) and of JSON data.
-MAX_DEPTH = 64
 #: The most alias uses (`*name`) in one YAML file.
 MAX_ALIASES = 200
-#: The most values a YAML file may expand to (aliases counted at their expanded size), and
-#: the most values in one piece of JSON data.
-MAX_NODES = 250_000
-#: The largest integer (a signed 64-bit column holds it).
-MAX_INT = 2**63 - 1
-#: The longest `done_when` file path, and the longest part of one (in UTF-8 bytes).
-MAX_PATH_CHARS = 1024
-MAX_NAME_BYTES = 255
-
-_BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
-
-
-def _text_problem(text: str) -> str | None:
-    """What makes `text` unstorable (databases refuse NUL characters, UTF-8 has no unpaired
-    surrogates), or None."""
-    bad = _BAD_TEXT.search(text)
-    if bad is None:
-        return None
-    if bad.group() == "\x00":
-        return "contains a NUL character (\\0)"
-    return f"contains an unpaired surrogate ({bad.group()!r}), which is not valid Unicode text"
-
-
-def _dotted(at: tuple[Any, ...]) -> str:
-    text = ".".join(_part(p) for p in at[:20])
-    return text if len(text) <= 60 and len(at) <= 20 else text[:57] + "..."
-
-
-def _scalar_problem(v: Any, json_only: bool) -> str | None:
-    if v is None or isinstance(v, bool):
-        return None
-    if isinstance(v, str):
-        return _text_problem(v)
-    if isinstance(v, int):
-        if -MAX_INT <= v <= MAX_INT:
-            return None
-        return f"has a number larger than 64 bits ({v.bit_length()} bits)"
-    if isinstance(v, float):
-        return (
-            None
-            if math.isfinite(v)
-            else f"has the number {v!r}, but NaN and infinity are not allowed"
-        )
-    if not json_only:
-        return None
-    kind = "a date" if isinstance(v, _dt.date) else f"a {type(v).__name__}"
-    return f"has {kind} ({_cut(v, 30)}), which is not JSON data (write it in quotes)"
-
-
-def _key_problem(k: Any, json_only: bool) -> str | None:
-    if isinstance(k, str):
-        problem = _text_problem(k)
-        return f"has a key that {problem}" if problem else None
-    return f"has a key that is not text ({_cut(k, 30)})" if json_only else None
-
-
-def data_problem(value: Any, *, json_only: bool = True) -> str | None:
-    """The first thing in `value` that tether cannot store, with where it is, or None.
-
-    Refused everywhere: text with a NUL character or an unpaired surrogate, NaN and
-    infinite numbers (not JSON; PostgreSQL refuses them), integers beyond 64 bits, nesting
-    deeper than `MAX_DEPTH` (or a cycle), more than `MAX_NODES` values. With `json_only`,
-    also anything that is not JSON data (a date, bytes, a set, a key that is not text).
-    The walk is iterative and bounded, so any input gets an answer quickly."""
-    stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
-    seen = 0
-    while stack:
-        v, at = stack.pop()
-        seen += 1
-        if seen > MAX_NODES:
-            return f"holds more than {MAX_NODES:,} values"
-        problem: str | None = None
-        if len(at) > MAX_DEPTH:
-            problem = f"is nested deeper than {MAX_DEPTH} levels"
-        elif isinstance(v, dict):
-            entries = list(v.items())
-            problem = next((p for p in (_key_problem(k, json_only) for k, _ in entries) if p), None)
-            stack.extend((x, (*at, k)) for k, x in reversed(entries))
-        elif isinstance(v, list | tuple):
-            stack.extend((x, (*at, n)) for n, x in reversed(list(enumerate(v))))
-        else:
-            problem = _scalar_problem(v, json_only)
-        if problem:
-            return f"{problem} (at {_dotted(at)})" if at else problem
-    return None
-
-
-def _storable(value: Any) -> Any:
-    problem = data_problem(value, json_only=False)
-    if problem:
-        raise ValueError(problem)
-    return value
-
-
-def file_path_problem(path: str) -> str | None:
-    """Why `path` cannot name a file inside a workspace, or None: it must be relative,
-    stay inside (`..` may not climb out), name something below the workspace, and be of
-    a sane length without NUL characters."""
-    if not path.strip():
-        return "is empty; give a file path relative to the workspace (e.g. out/report.md)"
-    problem = _text_problem(path)
-    if problem:
-        return problem
-    if len(path) > MAX_PATH_CHARS:
-        return f"is {len(path):,} characters long; at most {MAX_PATH_CHARS}"
-    if path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", path):
-        return (
-            f"{_cut(path, 40)} is absolute; give a path relative to the workspace "
-            "(e.g. out/report.md)"
-        )
-    depth = 0
-    for part in PurePosixPath(path).parts:
-        if len(part.encode("utf-8")) > MAX_NAME_BYTES:
-            return f"has a part longer than {MAX_NAME_BYTES} bytes"
-        if part == "..":
-            depth -= 1
-            if depth < 0:
-                return f"{_cut(path, 40)} leads outside the workspace"
-        elif part != ".":
-            depth += 1
-    if depth == 0:
-        return f"{_cut(path, 40)} names the workspace itself, not a file in it"
-    return None
-
 
 #: What a label (a source's version) may not contain: the controls that would act on a
 #: terminal (ESC, CR, BEL...), DEL and C1 controls, bidirectional overrides, line
@@ -214,7 +96,7 @@ class _Strict(BaseModel):
         # path, checked by `load_spec` and `create_task`).
         if isinstance(value, BaseModel) or info.field_name == "workspace":
             return value
-        return _storable(value)
+        return storable(value)
 
 
 def _check_kind(value: Any) -> str:
@@ -760,18 +642,10 @@ _UNKNOWN_HINT = " (check the spelling; allowed fields are listed in the docs)"
 MAX_PROBLEMS = 20
 
 
-def _part(p: Any) -> str:
-    """One step of an error location, short and printable (a key can be any text)."""
-    text = str(p) if isinstance(p, str | int) else _cut(p, 40)
-    if isinstance(p, str) and (len(p) > 40 or not p.isprintable()):
-        text = _cut(p, 40)
-    return text
-
-
 def _loc(loc: tuple[int | str, ...]) -> str:
     """Where an error is, without the discriminator tags pydantic adds to the path."""
     kept = [
-        _part(p)
+        location_part(p)
         for n, p in enumerate(loc)
         if not (n > 0 and loc[n - 1] in ("done_when", "check") and p in _TAGS)
         and not (n > 1 and loc[n - 2] == "tools" and p in ("str", "ToolPermission"))
@@ -814,6 +688,21 @@ def _named_wrongly(err: Any, errs: Sequence[Any]) -> bool:
     return any(tuple(o["loc"])[:3] == (*loc[:2], "ToolPermission") for o in errs)
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector held off while a spec is validated: a checklist of
+    ten thousand items makes hundreds of thousands of objects, none of them garbage,
+    and the collections they set off were 40% of the time (the spec's size is bounded,
+    so the pause is too)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def parse_spec(data: Any, *, source: str = "<spec>", stored: bool = False) -> TaskSpec:
     """Validate a decoded spec (a dict) and return the `TaskSpec`.
 
@@ -831,7 +720,8 @@ def parse_spec(data: Any, *, source: str = "<spec>", stored: bool = False) -> Ta
             source=source,
         )
     try:
-        spec = TaskSpec.model_validate(data, context={"stored": True} if stored else None)
+        with _gc_paused():
+            spec = TaskSpec.model_validate(data, context={"stored": True} if stored else None)
     except ValidationError as exc:
         errs = exc.errors()
         problems = [p for e in errs if not _named_wrongly(e, errs) for p in _describe(e)]

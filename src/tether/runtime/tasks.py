@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import secrets
+import stat
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -236,6 +238,14 @@ def _preexisting(spec: TaskSpec, workspace: Path) -> dict[str, str]:
 
 
 def _digest_inside(root: Path, rel: str, item_id: str) -> str | None:
+    try:
+        # Most named files do not exist yet: one `stat` says so, without resolving the
+        # path part by part (with ten thousand items that was most of the creation).
+        # A path `stat` cannot reach cannot be a regular file once resolved either.
+        if not stat.S_ISREG(os.stat(os.path.join(root, rel)).st_mode):
+            return None
+    except (OSError, ValueError):
+        return None
     try:
         path = (root / rel).resolve()
         if not path.is_relative_to(root) or not path.is_file():

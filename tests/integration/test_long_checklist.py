@@ -7,17 +7,20 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from tests.support.loop import events_of, next_item, run_task, spec_of
+from tests.support.loop import events_of, honest_actor, next_item, run_task, spec_of
 from tether import errors
 from tether.ledger_view import LEDGER_ITEMS_TOOL
 from tether.models.base import ModelRequest, ModelResponse, ToolCall
 from tether.models.scripted import ScriptedModel, tool_call
+from tether.runtime.engine import Engine, ModelSet
 from tether.runtime.round.context import SUMMARY_PREFIX
+from tether.runtime.tasks import create_task
 from tether.spec import parse_spec
+from tether.store.base import LedgerWrite, Store
 from tether.store.memory import MemoryStore
 from tether.tools.registry import ensure_lease
 
@@ -246,6 +249,77 @@ async def test_compactions_per_100_rounds_do_not_grow_with_the_checklist(
     assert rounds_few == rounds_many == 100
     assert few >= 3  # the conversation alone needs compacting at this budget
     assert many <= 2 * few
+
+
+# --- the ledger a run holds ---------------------------------------------------------------
+
+
+class LedgerCounting:
+    """A store that counts `get_ledger` calls and keeps the ledger writes of commits."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.reads = 0
+        self.writes: list[LedgerWrite] = []
+
+    async def get_ledger(self, task_id: str) -> Any:
+        self.reads += 1
+        return await self.inner.get_ledger(task_id)
+
+    async def commit(self, *args: Any, **kwargs: Any) -> Any:
+        result = await self.inner.commit(*args, **kwargs)
+        if kwargs.get("ledger") is not None:
+            self.writes.append(kwargs["ledger"])
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _crashing_at(call: int) -> ScriptedModel:
+    """Honest, except that the process dies (SystemExit stands for a SIGKILL) at act call
+    `call`, after the rounds before it were committed."""
+
+    calls = 0
+
+    def act(request: ModelRequest) -> ModelResponse:
+        nonlocal calls
+        calls += request.purpose == "act"
+        if calls == call:
+            raise SystemExit("the worker died")
+        return honest_actor(request)
+
+    return ScriptedModel(policy=act)
+
+
+async def test_a_run_reads_the_ledger_once_and_sends_the_changed_items_only(
+    backend: Backend, tmp_path: Path
+) -> None:
+    # A round works on the ledger the run holds: it is read from the store when a run
+    # (a turn) starts — after a crash, by the worker that takes over — never once per
+    # round; and a commit sends the items that changed, not every item.
+    counting = LedgerCounting(await backend.open())
+    store = cast(Store, counting)
+    spec = spec_of(300)
+    tid = (await create_task(store, spec, workspace=tmp_path)).task_id
+    with pytest.raises(SystemExit):
+        await Engine(store, ModelSet(_crashing_at(9)), lease_ttl=30).run(tid)
+    assert counting.reads == 1  # eight rounds committed on one read
+    before_crash = (await counting.inner.get_ledger(tid)).to_ledger()
+    assert before_crash.progress().done == 8
+    assert len(counting.writes) >= 8
+    assert all(w.positions is not None and len(w.state) <= 2 for w in counting.writes)
+
+    counting.reads, counting.writes = 0, []
+    with pytest.raises(SystemExit):
+        await Engine(store, ModelSet(_crashing_at(5)), lease_ttl=30).run(tid, force=True)
+    # The takeover read the stored ledger again (not a copy from before the crash) and
+    # went on from it: four more items done, on one read.
+    assert counting.reads == 1
+    after = (await counting.inner.get_ledger(tid)).to_ledger()
+    assert after.progress().done == 12
+    assert after.version > before_crash.version
+    assert all(w.positions is not None and len(w.state) <= 2 for w in counting.writes)
 
 
 # --- the lease check ----------------------------------------------------------------------

@@ -489,6 +489,35 @@ async def test_seq_is_gapless_under_concurrent_processes(
 # --- commits and projections ----------------------------------------------------------------
 
 
+async def test_a_write_of_the_changed_items_only_keeps_the_others(
+    store: Store, make_task: MakeTask, make_ledger: MakeLedger
+) -> None:
+    # The runtime sends only the items that moved since the stored ledger
+    # (`LedgerWrite.of(..., since=...)`): the store keeps every other item as it was.
+    led = make_ledger(5)
+    await make_task("t", ledger=led)
+    lease = await store.claim("w1", 60, task_id="t")
+    assert lease is not None
+    stored = (await store.get_ledger("t")).to_ledger()
+    assert stored == led
+    for step in (
+        lambda x: ledger_mod.start(x, "i4"),
+        lambda x: ledger_mod.block(x, "i2", "no access"),
+        lambda x: ledger_mod.complete(x, "i4", ["op:o1"]),
+    ):
+        new = step(stored).ledger
+        write = LedgerWrite.of(new, stored.version, since=stored)
+        assert write.positions is not None and len(write.state) == 1  # one item sent
+        await store.commit("t", lease.token, [], ledger=write)
+        stored = new
+        back = await store.get_ledger("t")
+        assert back.version == new.version
+        assert back.to_ledger() == new
+        assert list(back.to_ledger().skeleton.items) == list(new.skeleton.items)
+    # An unchanged skeleton is all it takes: a new one (a contract edit) sends every item.
+    assert LedgerWrite.of(stored, stored.version, since=stored, skeleton=True).positions is None
+
+
 async def test_commit_updates_projections_with_events(
     store: Store, make_task: MakeTask, clock: FakeClock, make_ledger: MakeLedger
 ) -> None:

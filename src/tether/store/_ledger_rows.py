@@ -3,17 +3,18 @@
 `ledgers` holds a task's ledger version, `ledger_skeletons` its skeleton (written at
 creation and by a contract edit only), and `ledger_items` each item's state: its place
 in the contract (`position`), its `status`, its state as JSON (`body`) and the ledger
-version that last wrote it. A ledger write sends every item and the database rewrites
-only the rows whose state (or place) changed, so a commit that moves one item of ten
-thousand writes one row, not the whole ledger; a write with a new skeleton (a contract
-edit) also drops the rows of items the contract no longer has. `get_ledger` reads the
-state back as one JSON object the database joins from the rows (keyed by item id, as
-`Ledger.from_parts` reads it).
+version that last wrote it. A ledger write sends every item (or, from a runtime that
+knows the stored ledger, only the items that changed: `LedgerWrite.positions`) and the
+database rewrites only the rows whose state (or place) changed, so a commit that moves
+one item of ten thousand writes one row, not the whole ledger; a write with a new
+skeleton (a contract edit) also drops the rows of items the contract no longer has.
+`get_ledger` reads the state back as one JSON object the database joins from the rows
+(keyed by item id, as `Ledger.from_parts` reads it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -72,10 +73,13 @@ def postgres_upsert(task: str = ":id", version: str = ":v", source: str = "") ->
     )
 
 
-def rows(state: Mapping[str, Any], dumps: Dumps) -> str:
-    """A ledger state (item id -> item state, in contract order) as the JSON array of
-    rows the upserts read: `{"id", "pos", "body"}`."""
-    return dumps([{"id": k, "pos": n, "body": v} for n, (k, v) in enumerate(state.items())])
+def rows(state: Mapping[str, Any], dumps: Dumps, positions: Sequence[int] | None = None) -> str:
+    """A ledger state (item id -> item state, in contract order, or at `positions`) as
+    the JSON array of rows the upserts read: `{"id", "pos", "body"}`."""
+    places = range(len(state)) if positions is None else positions
+    return dumps(
+        [{"id": k, "pos": n, "body": v} for n, (k, v) in zip(places, state.items(), strict=True)]
+    )
 
 
 #: Per dialect: the upsert, the prune and the state of ledger `l` (`SqlStore.dialect`).
@@ -117,7 +121,8 @@ def write(
 ) -> None:
     """After the ledger's version was moved (its condition held): the new skeleton if
     any, then the items that changed (a new skeleton may drop items: their rows go)."""
-    params = {"id": task_id, "v": ledger.version, "litems": rows(ledger.state, dumps)}
+    litems = rows(ledger.state, dumps, ledger.positions)
+    params = {"id": task_id, "v": ledger.version, "litems": litems}
     if ledger.skeleton is not None:
         x(
             conn,
@@ -132,7 +137,7 @@ def postgres_ctes(ledger: LedgerWrite, params: dict[str, Any], dumps: Dumps) -> 
     """The CTEs of PostgreSQL's one-statement commit that write the ledger's skeleton
     (if given) and changed items, only if `led` (the ledger's version, moved under its
     condition) wrote its row."""
-    params["litems"] = rows(ledger.state, dumps)
+    params["litems"] = rows(ledger.state, dumps, ledger.positions)
     ctes = [f"li AS ({postgres_upsert('led.task_id', ':lv', 'led,')})"]
     if ledger.skeleton is not None:
         params["lsk"] = dumps(ledger.skeleton)

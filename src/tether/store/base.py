@@ -25,6 +25,8 @@ updates projections, guarded by the fencing token the caller got from `claim`.
 from __future__ import annotations
 
 import hashlib
+import itertools
+import operator
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import (
@@ -170,21 +172,51 @@ class TaskPatch:
 
 @dataclass(frozen=True)
 class LedgerWrite:
-    """A new ledger state; refused unless the stored version is `expected_version`."""
+    """A new ledger state; refused unless the stored version is `expected_version`.
+
+    `state` holds every item (item id -> state, in contract order), or, when
+    `positions` is given, only the items whose state changed, each at the place in the
+    contract `positions` gives (in the same order): a commit that moves one item of ten
+    thousand sends one item. A write with a `skeleton` always holds every item."""
 
     state: dict[str, Any]
     version: int
     expected_version: int
     skeleton: dict[str, Any] | None = None
+    positions: tuple[int, ...] | None = None
 
     @classmethod
-    def of(cls, ledger: Ledger, expected_version: int, *, skeleton: bool = False) -> LedgerWrite:
-        """From a domain ledger."""
+    def of(
+        cls,
+        ledger: Ledger,
+        expected_version: int,
+        *,
+        skeleton: bool = False,
+        since: Ledger | None = None,
+    ) -> LedgerWrite:
+        """From a domain ledger. `since`: the ledger as stored (at `expected_version`);
+        when it has the same skeleton, only the items that differ from it are sent."""
+        if since is None or skeleton or since.skeleton is not ledger.skeleton:
+            return cls(
+                state=ledger.state_dict(),
+                version=ledger.version,
+                expected_version=expected_version,
+                skeleton=ledger.skeleton.to_dict() if skeleton else None,
+            )
+        # Items are immutable and a transition keeps the unchanged ones: the objects
+        # that differ are the candidates (compared in C, not item by item in Python).
+        before, after = since.states, ledger.states
+        moved = [
+            n
+            for n in itertools.compress(range(len(after)), map(operator.is_not, before, after))
+            if before[n] != after[n]
+        ]
+        items = ledger.skeleton.items
         return cls(
-            state=ledger.state_dict(),
+            state={items[n].id: after[n].to_dict() for n in moved},
             version=ledger.version,
             expected_version=expected_version,
-            skeleton=ledger.skeleton.to_dict() if skeleton else None,
+            positions=tuple(moved),
         )
 
 

@@ -169,10 +169,13 @@ class MemoryStore(b.Store):
             if ledger is not None:
                 old_ledger = self._ledgers[task_id]
                 cond.check_ledger(old_ledger.version)
+                state = _copy(ledger.state)
+                if ledger.positions is not None:  # the changed items only
+                    state = {**old_ledger.state, **state}
                 new_ledger = b.LedgerRecord(
                     task_id,
                     _copy(ledger.skeleton) if ledger.skeleton is not None else old_ledger.skeleton,
-                    _copy(ledger.state),
+                    state,
                     ledger.version,
                     now,
                 )

@@ -215,7 +215,7 @@ class RunJournal:
         self._tick_wall(milestone)
         write = None
         if ledger is not None and ledger.version != view.ledger.version:
-            write = LedgerWrite.of(ledger, view.ledger.version)
+            write = LedgerWrite.of(ledger, view.ledger.version, since=view.ledger)
         waiting = commit.waiting
         patch = TaskPatch(
             status=commit.status,

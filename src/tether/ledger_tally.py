@@ -7,6 +7,9 @@ A `Tally` is counted once per ledger and then carried: `ledger.apply` hands the 
 ledger its predecessor's tally moved by the few items that changed (`carry`), so a
 round costs what it changes.
 
+The same holds for the evidence index (`Refs`: which items cite which evidence ref,
+the op refs of done items), which the judges read every round.
+
 Tallies are kept beside the ledgers they count (by object, dropped with it), so a
 ledger stays a plain frozen value that compares by its contents.
 """
@@ -67,26 +70,89 @@ def _count(ledger: Any) -> Tally:
     return Tally(counts, by_milestone, frozenset(blocked), stuck)
 
 
+@dataclass(frozen=True)
+class Refs:
+    """Who holds which evidence ref: `holders` maps each ref to the positions (contract
+    order, ascending) of the items citing it, `done_ops` each done item's position to
+    the `op:` refs it cites (only items citing some)."""
+
+    holders: Mapping[str, tuple[int, ...]]
+    done_ops: Mapping[int, tuple[str, ...]]
+
+
+def _index(ledger: Any) -> Refs:
+    holders: dict[str, tuple[int, ...]] = {}
+    done_ops: dict[int, tuple[str, ...]] = {}
+    for n, s in enumerate(ledger.states):
+        for ref in s.evidence:
+            held = holders.get(ref, ())
+            if not held or held[-1] != n:
+                holders[ref] = (*held, n)
+        if s.status == "done":
+            ops = tuple(r for r in s.evidence if r.startswith("op:"))
+            if ops:
+                done_ops[n] = ops
+    return Refs(holders, done_ops)
+
+
+class Owners:
+    """Who holds each evidence ref: the first item in contract order that cites it in
+    the ledger (from its carried index, without a walk over every item), else the item
+    it was given to since (`setdefault`)."""
+
+    def __init__(self, ledger: Any) -> None:
+        self._items = ledger.skeleton.items
+        self._held = refs(ledger).holders
+        self._given: dict[str, str] = {}
+
+    def get(self, ref: str, default: str | None = None) -> str | None:
+        """The item holding `ref`, or `default`."""
+        held = self._held.get(ref)
+        return str(self._items[held[0]].id) if held else self._given.get(ref, default)
+
+    def __getitem__(self, ref: str) -> str:
+        found = self.get(ref)
+        if found is None:
+            raise KeyError(ref)
+        return found
+
+    def setdefault(self, ref: str, item_id: str) -> str:
+        """The item holding `ref`; `item_id` (which holds it from now on) if none did."""
+        found = self.get(ref)
+        if found is None:
+            self._given[ref] = found = item_id
+        return found
+
+
 _TALLIES: dict[int, Tally] = {}
+_REFS: dict[int, Refs] = {}
 
 
-def _keep(ledger: Any, tally: Tally) -> Tally:
+def _keep(ledger: Any, table: dict[int, Any], value: Any) -> Any:
     key = id(ledger)
-    if key not in _TALLIES:
-        weakref.finalize(ledger, _TALLIES.pop, key, None)
-    _TALLIES[key] = tally
-    return tally
+    if key not in table:
+        weakref.finalize(ledger, table.pop, key, None)
+    table[key] = value
+    return value
 
 
 def tally(ledger: Any) -> Tally:
     """The ledger's tally: carried from its predecessor, or counted now (once)."""
     found = _TALLIES.get(id(ledger))
-    return found if found is not None else _keep(ledger, _count(ledger))
+    return found if found is not None else _keep(ledger, _TALLIES, _count(ledger))
+
+
+def refs(ledger: Any) -> Refs:
+    """The ledger's evidence index: carried from its predecessor, or built now (once).
+    The judges read it every round instead of walking every item's evidence."""
+    found = _REFS.get(id(ledger))
+    return found if found is not None else _keep(ledger, _REFS, _index(ledger))
 
 
 def carry(before: Any, after: Any, touched: Sequence[int]) -> None:
     """Give `after` (which differs from `before` only at the positions `touched`) the
-    tally of `before` moved by those items, when `before` has one."""
+    tally and evidence index of `before` moved by those items, where `before` has them."""
+    _carry_refs(before, after, touched)
     old = _TALLIES.get(id(before))
     if old is None:
         return
@@ -107,7 +173,33 @@ def carry(before: Any, after: Any, touched: Sequence[int]) -> None:
             blocked.add(n)
         if not d.optional:
             stuck += (now == "skipped") - (was == "skipped")
-    _keep(after, Tally(counts, by_milestone, frozenset(blocked), stuck))
+    _keep(after, _TALLIES, Tally(counts, by_milestone, frozenset(blocked), stuck))
 
 
-__all__ = ["Tally", "carry", "tally"]
+def _carry_refs(before: Any, after: Any, touched: Sequence[int]) -> None:
+    old = _REFS.get(id(before))
+    if old is None:
+        return
+    holders = dict(old.holders)  # a copy in C: far cheaper than a walk over the items
+    done_ops = dict(old.done_ops)
+    for n in touched:
+        was, now = before.states[n], after.states[n]
+        for ref in was.evidence:
+            left = tuple(p for p in holders.get(ref, ()) if p != n)
+            if left:
+                holders[ref] = left
+            else:
+                holders.pop(ref, None)
+        for ref in now.evidence:
+            held = holders.get(ref, ())
+            if n not in held:
+                holders[ref] = tuple(sorted((*held, n)))
+        ops = tuple(r for r in now.evidence if r.startswith("op:"))
+        if now.status == "done" and ops:
+            done_ops[n] = ops
+        else:
+            done_ops.pop(n, None)
+    _keep(after, _REFS, Refs(holders, done_ops))
+
+
+__all__ = ["Owners", "Refs", "Tally", "carry", "refs", "tally"]

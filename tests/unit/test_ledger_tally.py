@@ -69,3 +69,45 @@ def test_a_ledger_read_from_storage_counts_itself_once() -> None:
     led = ledger_of(5, ordered=False)
     again = L.Ledger.from_parts(led.skeleton.to_dict(), led.state_dict(), led.version)
     assert T.tally(again) == T._count(led)
+
+
+evidence_changes = st.lists(
+    st.lists(
+        st.tuples(
+            st.integers(0, 11),
+            st.sampled_from(STATUSES),
+            st.lists(st.sampled_from(["op:a", "op:b", "artifact:c", "file:d"]), max_size=2),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(evidence_changes)
+def test_the_carried_evidence_index_is_the_one_a_walk_builds(
+    steps: list[list[tuple[int, str, list[str]]]],
+) -> None:
+    led = ledger_of(12, ordered=False)
+    T.refs(led)  # built once; from here on each new ledger carries it
+    for step in steps:
+        proposed = [
+            L.ItemChange(f"i{k}", status=s, evidence=(*refs, "e1") if s == "done" else tuple(refs))  # type: ignore[arg-type]
+            for k, s, refs in step
+        ]
+        led = L.apply(led, proposed).ledger
+        carried, built = T.refs(led), T._index(led)
+        assert dict(carried.holders) == dict(built.holders)
+        assert dict(carried.done_ops) == dict(built.done_ops)
+        # What the judges read it for: the first holder of each ref, the refs cited.
+        first = {}
+        for d, s in led.items():
+            for ref in s.evidence:
+                first.setdefault(ref, d.id)
+        owners = T.Owners(led)
+        assert {r: owners[r] for r in carried.holders} == first
+        assert owners.get("artifact:new") is None
+        assert owners.setdefault("artifact:new", "i3") == owners.setdefault("artifact:new", "i4")
+        assert owners.get("artifact:new") == "i3"

@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from tether import ledger as L
-from tether.ledger_tally import tally
+from tether.ledger_tally import Owners, tally
 from tether.runtime.judge.facts import (
     AuditOutcome,
     AuditWarning,
@@ -65,10 +65,7 @@ class _Audit:
         self.accepted: list[ProposedChange] = []
         self.proposals: dict[str, tuple[str, str]] = {}
         # Who holds each evidence ref already (the ledger's, then this audit's).
-        self.owner: dict[str, str] = {}
-        for d, st in ledger.items():
-            for ref in st.evidence:
-                self.owner.setdefault(ref, d.id)
+        self.owner = Owners(ledger)
         self.credited: dict[str, list[str]] = {}
 
     def warn(self, code: str, message: str, **details: Any) -> None:

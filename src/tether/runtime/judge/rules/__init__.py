@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from tether import ledger as L
 from tether.artifacts import deliverable_meta
+from tether.ledger_tally import refs as ledger_refs
 from tether.runtime.judge.facts import ProposedChange, Verdict
 from tether.runtime.judge.rules.commands import run_command
 from tether.runtime.judge.rules.scope import spec_items
@@ -101,7 +102,8 @@ class _RuleCheck:
         self.env = env
         #: What each unmet rule found (`Verdict.checks`): how far its item got.
         self.states: dict[str, str] = {}
-        self.credited = {ref for _, st in ledger.items() for ref in st.evidence}
+        # Refs some item cites already (the ledger's carried index: no walk per round).
+        self.credited = ledger_refs(ledger).holders.keys()
         self.arts: list[ArtifactRecord] | None = None
 
     async def op(self, item: ChecklistItem, rule: OpRule) -> ProposedChange | None:
@@ -131,11 +133,8 @@ class _RuleCheck:
 
     async def undone_ops(self, ledger: L.Ledger) -> list[ProposedChange]:
         """`pending` for each done item citing an op that no longer proves anything."""
-        cited = {
-            d.id: [r for r in st.evidence if r.startswith("op:")]
-            for d, st in ledger.items()
-            if st.status == "done"
-        }
+        items = ledger.skeleton.items
+        cited = {items[n].id: ops for n, ops in sorted(ledger_refs(ledger).done_ops.items())}
         ids = {r[3:] for refs in cited.values() for r in refs}
         if not ids:
             return []

@@ -8,14 +8,14 @@ each item's `ItemPolicy`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tether import events as ev
 from tether import ledger as L
 from tether.runtime.round import progress as P
-from tether.spec import TaskSpec
+from tether.spec import ChecklistItem, TaskSpec
 
 Decision = Literal["continue", "satisfied", "abandon", "need_user"]
 
@@ -158,19 +158,40 @@ class ItemPolicy:
     max_attempts: int | None = None
 
     @classmethod
-    def of_spec(cls, spec: TaskSpec) -> dict[str, ItemPolicy]:
-        """Every item's policy, by id."""
-        return {
-            i.id: cls(
-                rule=i.done_when is not None,
-                optional=i.optional,
-                shared_evidence=i.shared_evidence,
-                link_tools=frozenset(i.evidence_from.tools),
-                link_artifacts=frozenset(i.evidence_from.artifacts),
-                max_attempts=i.max_attempts,
-            )
-            for i in spec.items
-        }
+    def of_item(cls, i: ChecklistItem) -> ItemPolicy:
+        """One item's policy."""
+        return cls(
+            rule=i.done_when is not None,
+            optional=i.optional,
+            shared_evidence=i.shared_evidence,
+            link_tools=frozenset(i.evidence_from.tools),
+            link_artifacts=frozenset(i.evidence_from.artifacts),
+            max_attempts=i.max_attempts,
+        )
+
+    @classmethod
+    def of_spec(cls, spec: TaskSpec) -> Mapping[str, ItemPolicy]:
+        """Every item's policy, by id: each made when first asked for (a round asks for
+        a few; a checklist may have ten thousand)."""
+        return _Policies({i.id: i for i in spec.items})
+
+
+class _Policies(Mapping[str, ItemPolicy]):
+    def __init__(self, items: dict[str, ChecklistItem]) -> None:
+        self._items = items
+        self._made: dict[str, ItemPolicy] = {}
+
+    def __getitem__(self, item_id: str) -> ItemPolicy:
+        made = self._made.get(item_id)
+        if made is None:
+            made = self._made[item_id] = ItemPolicy.of_item(self._items[item_id])
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 @dataclass(frozen=True)

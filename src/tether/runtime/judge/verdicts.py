@@ -207,10 +207,10 @@ async def judge_round(
 
 #: The item policies of the contract a run judges with: built once per contract object
 #: (a run keeps its spec for its whole turn), not once per round.
-_POLICY_CACHE: dict[int, tuple[TaskSpec, dict[str, F.ItemPolicy]]] = {}
+_POLICY_CACHE: dict[int, tuple[TaskSpec, Mapping[str, F.ItemPolicy]]] = {}
 
 
-def _policies(spec: TaskSpec) -> dict[str, F.ItemPolicy]:
+def _policies(spec: TaskSpec) -> Mapping[str, F.ItemPolicy]:
     hit = _POLICY_CACHE.get(id(spec))
     if hit is not None and hit[0] is spec:
         return hit[1]

@@ -24,6 +24,7 @@ Measured per size:
   calls' arguments; tools' schemas left out), median and largest, and the largest
   estimated input tokens;
 - **compactions per 100 rounds** (`context.compacted` events);
+- **task creation**: `parse_spec` and `create_task` (wall and CPU time);
 - the time of `tether status` (the `status --json` document and its terminal view),
   the report (`build_report` and its Markdown), the dashboard's task page (an HTTP GET
   through FastAPI's test client) and `rebuild` (the log folded and compared), each
@@ -162,6 +163,7 @@ class SizeResult:
     request_tokens_max: int
     compactions_per_100: float
     create_s: float
+    create_cpu_s: float
     status_s: float
     report_s: float
     web_task_page_s: float
@@ -241,9 +243,9 @@ async def run_size(
     db, ws = folder / f"bench-{n_items}.db", folder / f"ws-{n_items}"
     ws.mkdir()
     store = await SQLiteStore.open(db)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     task = await create_task(store, parse_spec(checklist_spec(n_items, rounds * 10)), workspace=ws)
-    create_s = time.perf_counter() - t0
+    create_s, create_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     await store.close()
     size0 = _db_size(db)
     honest = HonestModel(calls)
@@ -293,6 +295,7 @@ async def run_size(
         request_tokens_max=max(honest.token_sizes, default=0),
         compactions_per_100=100 * compactions / max(1, done_rounds),
         create_s=create_s,
+        create_cpu_s=create_cpu_s,
         status_s=status_s,
         report_s=report_s,
         web_task_page_s=web_s,
@@ -317,6 +320,7 @@ def _table(results: list[SizeResult]) -> str:
         ("act request, largest (est. tokens)", lambda r: f"{r.request_tokens_max:,}"),
         ("compactions per 100 rounds", lambda r: f"{r.compactions_per_100:.1f}"),
         ("create task (s)", lambda r: f"{r.create_s:.2f}"),
+        ("create task, CPU (s)", lambda r: f"{r.create_cpu_s:.2f}"),
         ("status (s)", lambda r: f"{r.status_s:.2f}"),
         ("report (s)", lambda r: f"{r.report_s:.2f}"),
         ("web task page (s)", lambda r: f"{r.web_task_page_s:.2f}"),

@@ -123,3 +123,101 @@ def test_sigterm_drains_a_worker_running_several_tasks(
         assert types.count("lease.claimed") == 1
     # The task queued behind them was never claimed: no claim after the signal.
     assert state[late][3] == ["task.created"] and state[late][1] is None
+
+
+def _url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if kind == "postgres":
+        return str(request.getfixturevalue("pg_schema_url")())
+    return f"sqlite:///{tmp_path / 'tether.db'}"
+
+
+def _worker(
+    url: str, tmp_path: Path, gates: Path, log: Path, *flags: str
+) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [*tether_command(), "worker", "--poll", "0.1", "--model", MODEL, "--db", url, *flags],
+            cwd=tmp_path, env=cli_env(PYTHONPATH=str(ROOT), CONC_GATE_DIR=str(gates)),
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+        )  # fmt: skip
+
+
+def _done_and_owner(url: str, ids: list[str]) -> list[tuple[str, str | None, int]]:
+    async def go(store: Store) -> list[tuple[str, str | None, int]]:
+        out = []
+        for tid in ids:
+            task = await store.get_task(tid)
+            done = (await store.get_ledger(tid)).to_ledger().progress().done
+            out.append((task.status, task.lease_owner, done))
+        return out
+
+    return in_store(url, go)
+
+
+@pytest.mark.parametrize("kind", [pytest.param("postgres", marks=pytest.mark.postgres), "sqlite"])
+def test_sigterm_with_a_grace_lets_the_rounds_in_flight_finish_and_commit(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """`--grace`: SIGTERM claims nothing more, and each task's round under way — its
+    model call included — finishes and commits before the task is handed back."""
+    url = _url(kind, tmp_path, request)
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    ids = queue(url, tmp_path, ["k0", "k1"])
+    (late,) = queue(url, tmp_path, ["k3"])
+    log = tmp_path / "worker.log"
+    proc = _worker(url, tmp_path, gates, log, "--concurrency", "2", "--grace", "600",
+                   "--pool-size", "2")  # fmt: skip
+    try:
+        wait_for(
+            lambda: all((gates / f"k{n}.entered").exists() for n in range(2)) or None,
+            "two tasks in their second round",
+            timeout=120,
+        )
+        proc.send_signal(signal.SIGTERM)
+        wait_for(
+            lambda: "finish their round" in log.read_text(errors="replace") or None,
+            "the worker saying it drains",
+            timeout=60,
+        )
+        assert proc.poll() is None  # waiting for the model calls, not abandoning them
+        (gates / "release").touch()
+        rc = proc.wait(timeout=GRACE)
+    finally:
+        (gates / "release").touch()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text(errors="replace")
+    assert rc == 0 and "worker ran 2 task(s)" in text and "Traceback" not in text, text[-3000:]
+    # Handed back with the second round committed; the task behind them never claimed.
+    assert _done_and_owner(url, ids) == [("queued", None, 2)] * 2
+    assert _done_and_owner(url, [late]) == [("queued", None, 0)]
+
+
+@pytest.mark.parametrize("kind", [pytest.param("postgres", marks=pytest.mark.postgres), "sqlite"])
+def test_after_the_grace_the_worker_hands_the_task_back_and_exits(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A model call that outlasts `--grace` is abandoned at its end: the task is handed
+    back (its lease released for the next worker, its first round kept) and the process
+    exits 0."""
+    url = _url(kind, tmp_path, request)
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    ids = queue(url, tmp_path, ["k0"])
+    log = tmp_path / "worker.log"
+    proc = _worker(url, tmp_path, gates, log, "--grace", "1")
+    try:
+        wait_for(lambda: (gates / "k0.entered").exists() or None, "the second round", timeout=120)
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=GRACE)  # the gate stays shut: only the grace ends it
+    finally:
+        (gates / "release").touch()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text(errors="replace")
+    assert rc == 0 and "grace over: stopping 1 run(s)" in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert _done_and_owner(url, ids) == [("queued", None, 1)]

@@ -523,3 +523,102 @@ async def test_a_fault_of_the_worker_itself_is_raised_after_the_other_runs_drain
     other = await db.get_task(ids[1])
     assert other.lease_owner is None and other.status == "queued"
     assert gates.rounds["t1"] == 1
+
+
+# --------------------------------------------------------------------------- grace
+
+
+async def _in_second_round(w: Worker, gates: Gates, names: list[str]) -> asyncio.Task[Any]:
+    """`w` running, each task of `names` held in its second round's model call."""
+    running = asyncio.create_task(w.run())
+    for name in names:
+        assert await gates.wait_entered(name) == 1
+        gates.open(name)
+    gates._gates.clear()  # closed again: the second rounds wait in them
+    for name in names:
+        assert await gates.wait_entered(name) == 2
+    return running
+
+
+async def test_a_grace_lets_the_rounds_in_flight_finish_their_model_call_and_commit(
+    db: Store, tmp_path: Path
+) -> None:
+    """With a grace, a stop lets each round under way finish — its model call included —
+    and commit it; no further round starts, no task is claimed, each lease is handed back."""
+    ids = [await queue(db, tmp_path, n, items=4) for n in range(2)]
+    waiting = await queue(db, tmp_path, 2)
+    gates, reports, said = Gates(), Reports(), asyncio.Event()
+    lines: list[str] = []
+
+    def on_stopping(line: str) -> None:
+        lines.append(line)
+        said.set()
+
+    w = make_worker(
+        db, gates.models_for, reports, concurrency=2, grace=LIMIT, on_stopping=on_stopping
+    )
+    running = await _in_second_round(w, gates, ["t0", "t1"])
+    try:
+        w.stop.set()
+        await asyncio.wait_for(said.wait(), LIMIT)
+        assert not running.done()  # the model calls are still in flight, not abandoned
+        assert w.drain.runs.is_set() and not w.drain.runs.stopped
+        gates.open_all()
+        stats = await asyncio.wait_for(running, LIMIT)
+    finally:
+        gates.open_all()
+        w.stop.set()
+        await asyncio.wait_for(running, LIMIT)
+    assert (stats.ran, stats.failed) == (2, 0)
+    assert "2 run(s) finish their round" in lines[0] and len(lines) == 1
+    for n, tid in enumerate(ids):
+        task = await db.get_task(tid)
+        assert (task.status, task.lease_owner) == ("queued", None)
+        assert (await db.get_ledger(tid)).to_ledger().progress().done == 2  # round 2 kept
+        assert gates.rounds[f"t{n}"] == 2  # and no third one
+    assert [e.type for e in await db.read_events(waiting)] == ["task.created"]
+
+
+@pytest.mark.parametrize("how", ["grace over", "asked again"])
+async def test_after_the_grace_a_run_stops_at_a_safe_point_and_another_worker_takes_it_at_once(
+    db: Store, tmp_path: Path, how: str
+) -> None:
+    """A model call that outlasts the grace (or a second signal) is abandoned: the round
+    in flight leaves nothing, the first one stays committed, and the lease is released —
+    not left to expire (the fake clock never moves): the next worker claims it at once."""
+    tid = await queue(db, tmp_path, 0, items=3)
+    gates, lines = Gates(), []
+    grace = 0.05 if how == "grace over" else LIMIT
+    w = make_worker(db, gates.models_for, Reports(), grace=grace, on_stopping=lines.append)
+    running = await _in_second_round(w, gates, ["t0"])
+    try:
+        w.drain.signalled()  # as SIGTERM does
+        if how == "asked again":
+            w.drain.signalled()
+        stats = await asyncio.wait_for(running, LIMIT)
+    finally:
+        gates.open_all()
+        w.stop.set()
+        await asyncio.wait_for(running, LIMIT)
+    assert (stats.ran, stats.failed) == (1, 0)
+    assert any(line.startswith(how) for line in lines), lines
+    task = await db.get_task(tid)
+    assert (task.status, task.lease_owner) == ("queued", None)
+    assert (await db.get_ledger(tid)).to_ledger().progress().done == 1
+
+    again = make_worker(db, gates.models_for, Reports(), worker_id="w2", once=True)
+    assert (await asyncio.wait_for(again.run(), LIMIT)).ran == 1
+    assert (await db.get_task(tid)).status == "satisfied"
+
+
+async def test_pool_size_is_checked_and_sizes_the_postgres_pool(db: Store) -> None:
+    """`pool_size` bounds the connections of a PostgreSQL store's pool (and its threads);
+    SQLite has no pool to size; a size below 1 is refused."""
+    gates = Gates()
+    with pytest.raises(errors.UserError, match="pool size"):
+        make_worker(db, gates.models_for, Reports(), pool_size=0)
+    make_worker(db, gates.models_for, Reports(), pool_size=3)
+    pool = getattr(db, "_pool", None)
+    if pool is not None:
+        assert pool.max_size == 3
+        assert db._executor._max_workers == 3  # type: ignore[attr-defined]

@@ -249,6 +249,28 @@ def worker(
             max=10000,
         ),
     ] = 1,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            help="Seconds a stop (SIGINT, SIGTERM) gives the running tasks to finish their "
+            "round and commit; then each stops at its next safe point and is handed back "
+            "(0: at once; a second signal ends the grace).",
+            min=0,
+            max=86400,
+            callback=_seconds,
+        ),
+    ] = 0.0,
+    pool_size: Annotated[
+        int | None,
+        typer.Option(
+            "--pool-size",
+            help="Database connections this process may hold, shared by its tasks "
+            "(PostgreSQL; 8 by default; SQLite has one).",
+            min=1,
+            max=1000,
+        ),
+    ] = None,
     host_tag: Annotated[
         list[str] | None,
         typer.Option(
@@ -272,7 +294,8 @@ def worker(
     ] = None,
 ) -> None:
     """Claim and run tasks from the database until stopped (SIGINT or SIGTERM: no new
-    claim; each running task stops after its current step and is handed back).
+    claim; each running task finishes its round within --grace, else stops at its next
+    safe point, and is handed back).
 
     Each runs with the model, model options and TETHER_TOOLS it was started with; the
     model options given here, or this worker's TETHER_TOOLS, override them."""
@@ -329,8 +352,8 @@ def worker(
                 _report(result)
 
             log.debug(
-                "worker %s: poll %g s, lease %g s, concurrency %d",
-                worker_id, poll, lease, concurrency,
+                "worker %s: poll %g s, lease %g s, concurrency %d, grace %g s",
+                worker_id, poll, lease, concurrency, grace,
             )  # fmt: skip
             try:
                 w = rt.worker(
@@ -339,6 +362,9 @@ def worker(
                     poll_interval=poll,
                     lease_ttl=lease,
                     concurrency=concurrency,
+                    grace=grace,
+                    pool_size=pool_size,
+                    on_stopping=lambda line: _say(line, event="worker.stopping"),
                     verify_every=_as_seconds(verify_every),
                     host_tags=tags,
                     handle_signals=True,

@@ -1,9 +1,8 @@
 """The PostgreSQL store: many workers on many machines.
 
-psycopg 3 with a `psycopg_pool` connection pool (autocommit connections). Claimers
-skip each other's rows with `FOR UPDATE SKIP LOCKED`. A `schema=NAME` query parameter in
-the URL puts tether's tables in their own schema (created if missing), which tests use
-for isolation.
+psycopg 3 with a `psycopg_pool` connection pool (autocommit connections; 8 at most, or
+a worker's `pool_size`). A `schema=NAME` query parameter in the URL puts tether's tables
+in their own schema (created if missing), which tests use for isolation.
 
 Round trips are the cost here, so:
 
@@ -20,32 +19,26 @@ Round trips are the cost here, so:
   requests or ends the task: two pipelined round trips (as `update_shared`), the task
   row locked and its requests read first, so the requests it checks and closes are
   the latest (`_commit_requests`);
-- single-statement reads, lease renewals and releases run outside a transaction block
-  (no BEGIN/COMMIT round trips); `update_shared` is two pipelined round trips (lock and
-  read, then write and commit); the rest (`create_task`, `claim`, migrations) runs in a
-  plain transaction;
-- id filters are one array parameter (`= ANY(...)`), so a query's text, hence its
-  prepared statement, does not change with the number of ids.
+- single-statement reads, lease renewals and releases run outside a transaction block;
+  `update_shared` is two pipelined round trips (lock and read, then write and commit);
+  the rest (`create_task`, `claim`, migrations) runs in a plain transaction;
+- id filters are one array parameter (`= ANY(...)`): one prepared statement for any count.
 
 No frozen peer blocks the others (a GC pause, a stopped VM, a debugger):
 
-- a commit's statement is sent together with its Sync, so its transaction runs and
-  ends on the server whatever becomes of the client after sending;
+- a commit's statement is sent with its Sync (above): it ends on the server;
 - every session has a `lock_timeout` (5 s) and an `idle_in_transaction_session_timeout`
-  (10 s) unless the URL (`?options=-c%20lock_timeout%3D2s`) or the server already sets
-  them: a process frozen inside one of the few client-driven transactions (a claim, a
-  task's creation, `update_shared`) loses its session and its locks, and a statement
-  waiting for a lock gives up with `StoreBusy` instead of waiting for ever;
+  (10 s) unless the URL (`?options=-c%20lock_timeout%3D2s`) or the server sets them: a
+  process frozen inside a client-driven transaction (a claim, a task's creation,
+  `update_shared`) loses its session and locks; a lock wait ends with `StoreBusy`;
 - workers pick tasks with `FOR UPDATE SKIP LOCKED`, so a locked row is passed over.
 
 A lost connection is transient: a step that failed without effect (no connection to be
-had, or a session the server ended: restart, `pg_terminate_backend`, a timeout) is tried
-again on a new connection for up to 30 s, and so is a read or another step that may
-run twice; then it fails with `StoreUnavailable` (exit 4; a worker backs off and claims
-again). A commit whose connection was lost in the middle is not sent again blindly (it
-may have happened): the run stops, and its recovery reads what the store holds (`tether
-run` waits for the database and runs that recovery itself: `Engine.run`'s
-`reconnect_for`).
+had, a session the server ended: restart, `pg_terminate_backend`, a timeout), a read or
+another step that may run twice is tried again on a new connection for up to 30 s, then
+fails with `StoreUnavailable` (exit 4; a worker backs off and claims again). A commit cut
+off in the middle is not sent again blindly (it may have happened): the run stops, and
+its recovery reads what the store holds (`Engine.run`'s `reconnect_for` waits for it).
 """
 
 from __future__ import annotations
@@ -235,9 +228,8 @@ class PostgresStore(SqlStore):
         self._conninfo, self.schema = split_schema(url)
         self._max_size = max_size
         self._pool: Any = None
-        # The store's own threads, one per pooled connection: the tasks of a worker
-        # (`--concurrency`) share the pool, a step waits for a thread only when every
-        # connection is busy, and never behind the loop's default executor's other work.
+        # A thread per pooled connection: a worker's runs share the pool, a step waits for
+        # a thread only when every connection is busy, never behind the loop's other work.
         self._executor = ThreadPoolExecutor(max_workers=max_size, thread_name_prefix="tether-pg")
         #: How long a step that failed without effect is tried again (see `_run`).
         self.retry_window = 30.0
@@ -266,6 +258,14 @@ class PostgresStore(SqlStore):
             await store.close()
             raise
         return store
+
+    def resize_pool(self, size: int) -> None:
+        """Hold up to `size` connections (and threads) from now on: a worker's `pool_size`."""
+        old, self._max_size = self._executor, size
+        self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="tether-pg")
+        old.shutdown(wait=False)  # the calls under way end on the old threads
+        if self._pool is not None:
+            self._pool.resize(min_size=1, max_size=size)
 
     def _open_sync(self, connect_timeout: float, read_only: bool = False) -> None:
         with needs("postgres", "a postgresql:// database"):

@@ -27,9 +27,7 @@ connections on PostgreSQL, its one connection and thread on SQLite).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +45,7 @@ from tether.runtime.takeover import process_id
 from tether.runtime.watch.schedules import start_due
 from tether.runtime.watch.sweep import Notifier, SweepReport, WatchPolicy, sweep
 from tether.runtime.worker.dead import take_from_dead
+from tether.runtime.worker.drain import Drain, set_pool_size
 from tether.runtime.worker.held import (
     HeldBack,
     PassedOver,
@@ -92,10 +91,15 @@ class Worker:
       workers (processes, or `Worker`s with their own `worker_id`) for more still;
       leases and fencing tokens keep them apart, and the shared service limits of the
       contract hold across all of them.
-    - **Shutdown** is graceful: `stop` is the event the engine checks between steps, so
-      setting it lets every running task finish its current step, record where it is
-      (`interrupted`, the lease given back) and `run()` return once all have; no new
-      task is claimed. `handle_signals=True` sets it on SIGINT and SIGTERM.
+    - **Shutdown** is graceful (`worker.drain`): setting `stop` ends the claiming, and
+      every run finishes the round it is in (its model call included) and commits it,
+      records where it is (`interrupted`) and gives its lease back; `run()` returns once
+      all have. What still runs after `grace` seconds (0 by default: at once) stops at
+      its next safe point (a model call in flight abandoned, a tool call finished) and
+      hands its task back. `handle_signals=True` sets `stop` on SIGINT and SIGTERM (a
+      second one ends the grace); `on_stopping` gets the lines said about the stop.
+    - **`pool_size`**: the connections the store's pool may hold (PostgreSQL; 8 when it
+      was opened), shared by the runs.
     - **`once`**: return as soon as nothing is claimable; **`max_tasks`**: return after
       taking that many tasks (runs and failures).
     - **Errors never end the loop silently.** An exception from one task (a stored spec
@@ -146,6 +150,9 @@ class Worker:
         concurrency: int = 1,
         verify_every: float | None = None,
         host_tags: Sequence[str] = (),
+        grace: float = 0.0,
+        pool_size: int | None = None,
+        on_stopping: Callable[[str], None] | None = None,
         **engine_options: Any,
     ) -> None:
         if concurrency < 1:
@@ -192,6 +199,8 @@ class Worker:
         self._claim_failures = 0
         self._tool_names: list[str] | None = None
         self.slots = Slots(self.worker_id, self.stop)  # the runs under way
+        self.drain = Drain(self.stop, grace, lambda: len(self.slots), on_stopping)
+        set_pool_size(store, pool_size)
 
     def notify(self) -> None:
         """Claim again now instead of at the end of the current wait (a task was queued)."""
@@ -199,13 +208,7 @@ class Worker:
 
     async def run(self) -> WorkerStats:
         """Claim and run tasks until `stop` is set (or `once`/`max_tasks` says so)."""
-        loop = asyncio.get_running_loop()
-        installed: list[signal.Signals] = []
-        if self.handle_signals:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                with contextlib.suppress(NotImplementedError, RuntimeError):
-                    loop.add_signal_handler(sig, self.stop.set)
-                    installed.append(sig)
+        self.drain.start(self.handle_signals)
         log.info("worker %s started (concurrency %d)", self.worker_id, self.concurrency)
         try:
             while not self.stop.is_set():
@@ -236,10 +239,10 @@ class Worker:
                     lease, previous_owner = took
                     self.slots.start(self._go(lease, previous_owner), name=f"task {lease.task_id}")
         finally:
-            for sig in installed:
-                with contextlib.suppress(NotImplementedError, RuntimeError):
-                    loop.remove_signal_handler(sig)
-            await self.slots.drain()
+            try:
+                await self.slots.drain()  # within the grace: see `worker.drain`
+            finally:
+                await self.drain.close()
             await self.held.release()
         log.info("worker %s stopped: ran %d, failed %d", self.worker_id, self.ran, self.failed)
         return WorkerStats(self.ran, self.failed)
@@ -375,7 +378,7 @@ class Worker:
                 registry=registry or self.registry,
                 worker_id=self.worker_id,
                 lease_ttl=self.lease_ttl,
-                stop=self.stop,
+                stop=self.drain.runs,
                 **self.engine_options,
             )
             result = await engine.run_claimed(lease, previous_owner)

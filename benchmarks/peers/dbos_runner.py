@@ -4,16 +4,20 @@ One `@DBOS.workflow` loops N times: a `@DBOS.step` for the zero-latency fake mod
 (returns the tool call) and a `@DBOS.step` for the tool (the side effect, and 1 KB
 returned). The conversation lives in the workflow's local variables; DBOS checkpoints
 each step's output in its system database, SQLite (`sqlite:///file`, its default
-engine settings) or PostgreSQL (a schema of this block's own,
-`dbos_system_schema`). After a crash, `DBOS.launch()` in the new process finds the
-workflow (same id, same executor `local`) PENDING and recovers it: it replays the
-recorded step outputs and runs the first step without one again.
+engine settings: a rollback journal), SQLite in WAL mode (`sqlite-wal`: the file put in
+WAL mode before DBOS opens it, as a DBOS user does — the mode is a property of the file
+that every later connection keeps; DBOS itself sets no journal mode) or PostgreSQL (a
+schema of this block's own, `dbos_system_schema`). After a crash, `DBOS.launch()` in
+the new process finds the workflow (same id, same executor `local`) PENDING and
+recovers it: it replays the recorded step outputs and runs the first step without one
+again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import sqlite3
 import time
 from importlib import metadata
 from pathlib import Path
@@ -22,10 +26,15 @@ from typing import Any
 from harness import Probe, Setup, Storage, app_name, tool_output
 
 SYSTEM = "dbos"
-CONFIGS: dict[str, str | None] = {"sqlite": "sqlite", "postgres": "postgres"}
-CRASH_CONFIGS = ("sqlite", "postgres")
+CONFIGS: dict[str, str | None] = {
+    "sqlite": "sqlite",
+    "sqlite-wal": "sqlite",
+    "postgres": "postgres",
+}
+CRASH_CONFIGS = ("sqlite", "sqlite-wal", "postgres")
 LABELS = {
     "sqlite": "SQLite system database (DBOS defaults)",
+    "sqlite-wal": "SQLite system database in WAL mode (synchronous FULL)",
     "postgres": "PostgreSQL system database",
 }
 WORKFLOW_ID = "peers-agent-loop"
@@ -62,6 +71,9 @@ def storage(setup: Setup) -> Storage | None:
         # DBOS sets no journal mode or synchronous level: SQLite's defaults, a rollback
         # journal (DELETE) and FULL.
         return Storage("sqlite", path=_db_path(setup), journal="delete", synchronous="FULL")
+    if setup.config == "sqlite-wal":
+        # WAL with SQLite's default synchronous level (FULL), which DBOS leaves alone.
+        return Storage("sqlite", path=_db_path(setup), journal="wal", synchronous="FULL")
     return Storage("postgres", url=setup.pg_url, schema=setup.schema)
 
 
@@ -107,7 +119,7 @@ def _register() -> Any:
 
 def _config(setup: Setup) -> dict[str, Any]:
     cfg: dict[str, Any] = {"name": "peers-bench", "log_level": "WARNING"}
-    if setup.config == "sqlite":
+    if setup.config in ("sqlite", "sqlite-wal"):
         cfg["system_database_url"] = f"sqlite:///{_db_path(setup)}"
     else:
         assert setup.pg_url is not None and setup.schema is not None
@@ -118,6 +130,19 @@ def _config(setup: Setup) -> dict[str, Any]:
     return cfg
 
 
+def _wal(path: Path) -> None:
+    """Put the SQLite file in WAL mode (created if missing), as a DBOS user does once:
+    the journal mode is stored in the file, so DBOS's own connections open it in WAL.
+    Done before DBOS opens it; after a crash the file is in WAL mode already."""
+    conn = sqlite3.connect(path)
+    try:
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    finally:
+        conn.close()
+    if str(mode).lower() != "wal":
+        raise RuntimeError(f"{path}: SQLite refused WAL mode ({mode})")
+
+
 def run(setup: Setup, probe: Probe, ready: Any) -> dict[str, Any]:
     """Run (or recover) N steps; `ready()` is called once the system database exists."""
     from dbos import DBOS, SetWorkflowID
@@ -126,6 +151,8 @@ def run(setup: Setup, probe: Probe, ready: Any) -> dict[str, Any]:
     _CURRENT.update(probe=probe, setup=setup)
     if setup.resume:
         setup.resume_called_at = time.perf_counter()
+    if setup.config == "sqlite-wal":
+        _wal(_db_path(setup))
     DBOS(config=_config(setup))  # type: ignore[arg-type]
     try:
         DBOS.launch()  # recovers a PENDING workflow of this executor, in the background
@@ -136,6 +163,13 @@ def run(setup: Setup, probe: Probe, ready: Any) -> dict[str, Any]:
             with SetWorkflowID(WORKFLOW_ID):
                 result = workflow(setup.n)
         probe.finish()
-        return {"status": "done" if result == setup.n else "incomplete"}
+        info: dict[str, Any] = {"status": "done" if result == setup.n else "incomplete"}
+        if setup.config != "postgres":  # the mode DBOS's file ran in, read back from it
+            conn = sqlite3.connect(_db_path(setup))
+            try:
+                info["journal_mode"] = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            finally:
+                conn.close()
+        return info
     finally:
         DBOS.destroy()

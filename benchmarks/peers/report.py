@@ -145,6 +145,51 @@ def table(
     return "\n".join(lines)
 
 
+RATIO_HEADER = (
+    "| tether configuration | N | steps | overhead/step: median ms | floor of 2 commits: ms "
+    "| / floor | against the peers on the same store (their median ms: tether / peer) |"
+)
+
+
+def ratios(configs: list[Mapping[str, Any]], ns: list[int], blocks: list[Mapping[str, Any]]) -> str:
+    """tether's overhead per step as a ratio to the floor of its round's two durable
+    commits (twice its own bare-commit floor) and to each peer configuration on the
+    same kind of store (SQLite, PostgreSQL, none), all from the same run."""
+    rows = summarize(blocks)
+    lines = [RATIO_HEADER, "|" + "---|" * RATIO_HEADER.count(" | ") + "---|"]
+    for cfg in configs:
+        if cfg["system"] != "tether":
+            continue
+        peers = [p for p in configs if p["system"] != "tether" and p["kind"] == cfg["kind"]]
+        for n in ns:
+            r = rows.get((cfg["name"], n))
+            if r is None or not r["reps"]:
+                continue
+            for w, shown in (("100", "~100"), ("1000", "~1000")):
+                med = r[f"w{w}"][0]
+                if math.isnan(med):
+                    continue
+                floor = 2 * r["floor"][0]
+                has_floor = not math.isnan(floor) and floor > 0
+                against = []
+                for p in peers:
+                    pr = rows.get((p["name"], n))
+                    pm = pr[f"w{w}"][0] if pr and pr["reps"] else math.nan
+                    if not math.isnan(pm) and pm > 0:
+                        against.append(f"{p['name']} {pm:.2f}: {med / pm:.2f}x")
+                cols = [
+                    cfg["name"],
+                    str(n),
+                    shown,
+                    f"{med:.2f}",
+                    f"{floor:.3f}" if has_floor else "-",
+                    f"{med / floor:.1f}x" if has_floor else "-",
+                    "; ".join(against) or "-",
+                ]
+                lines.append("| " + " | ".join(cols) + " |")
+    return "\n".join(lines)
+
+
 NOTES = """\
 - **overhead/step**: a step is one model call and one tool call. Its interval runs from \
 the start of its model call to the start of the next step's; overhead = interval − time \
@@ -158,6 +203,9 @@ server), measured inside each block (half before the run, half after).
 PostgreSQL: pg_total_relation_size of the block's schema after VACUUM) divided by N; \
 median over repetitions. **peak RSS**: the block process's high-water mark (VmHWM; interpreter and \
 imports included).
+- **/ floor** (second table): a tether round makes two durable commits (the \
+decision, then the round's result), so its floor is twice the bare commit's; each \
+ratio to a peer divides tether's median by that peer's, same N and steps, same run.
 - **crash**: a run of {crash_steps} steps is SIGKILLed right after the tool's side \
 effect at a step k drawn per trial; a new process resumes it (tether: `Engine.run` of \
 the same task; LangGraph: `invoke(None)` on the same thread_id; DBOS: `DBOS.launch()` \

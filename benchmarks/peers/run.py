@@ -289,6 +289,10 @@ def render(doc: dict[str, Any], configs: list[dict[str, Any]], ns: list[int]) ->
         "",
         report.table(configs, ns, doc["blocks"], doc["crash"]),
         "",
+        "tether against the floor of its two commits and against the peers (same run):",
+        "",
+        report.ratios(configs, ns, doc["blocks"]),
+        "",
     ]
     spans = []
     for n in ns:

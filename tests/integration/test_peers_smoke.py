@@ -67,6 +67,11 @@ def test_tether_smoke(tmp_path: Path) -> None:
         expected.add("tether/postgres")
     assert len(rows) == len(expected), rows
     _check_blocks(doc, "tether", expected)
+    # The second table: each tether configuration against the floor of its two commits.
+    ratio_rows = [line for line in stdout.splitlines() if line.startswith("| tether/")]
+    assert {line.split(" | ")[0][2:] for line in ratio_rows} == expected, ratio_rows
+    full = next(line for line in ratio_rows if line.startswith("| tether/sqlite-full |"))
+    assert full.split(" | ")[5].endswith("x"), full  # a ratio to its floor
     assert doc["crash"], "no crash trial ran"
     for trial in doc["crash"]:
         assert trial["killed"] and trial["ok"], trial.get("error")
@@ -85,6 +90,15 @@ def test_peers_smoke(tmp_path: Path) -> None:
         assert _rows(stdout, peer), f"no {peer} row in:\n{stdout}"
         names = {c["name"] for c in doc["configs"] if c["system"] == peer}
         _check_blocks(doc, peer, names)
+    if "dbos" in peers:
+        # DBOS on SQLite both ways: its default rollback journal and WAL mode.
+        assert {"dbos/sqlite", "dbos/sqlite-wal"} <= {c["name"] for c in doc["configs"]}
+        modes = {b["config"]: b["result"].get("journal_mode") for b in doc["blocks"]}
+        assert (modes["dbos/sqlite-wal"], modes["dbos/sqlite"]) == ("wal", "delete"), modes
+        floors = {b["config"]: b["result"]["floor_kind"] for b in doc["blocks"]}
+        assert "journal=wal" in floors["dbos/sqlite-wal"], floors
+        full = next(ln for ln in stdout.splitlines() if ln.startswith("| tether/sqlite-full |"))
+        assert "dbos/sqlite-wal " in full and "dbos/sqlite " in full, full
     for trial in doc["crash"]:
         assert trial["killed"] and trial["ok"], trial.get("error")
         assert trial["missing"] == []

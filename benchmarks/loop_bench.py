@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import json
 import os
 import random
@@ -193,6 +194,8 @@ class Probe:
     turn_start: array[int] = field(init=False)  # 1 when round r is the first of a new turn
     act_calls: int = 0
     same_parts: int = 0  # leading parts of the current act request equal to the last one's
+    resent_whole: int = 0  # act requests that begin with the whole previous one
+    appended: list[int] = field(default_factory=list)  # characters they add to it
     end: float = 0.0
     prev_parts: list[str] = field(default_factory=list)
     mem: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -245,6 +248,9 @@ class Probe:
             same += len(parts[k])
             k += 1
         self.same_parts = k
+        if prev and k == len(prev):  # the previous request re-sent whole, then appends
+            self.resent_whole += 1
+            self.appended.append(sum(len(p) for p in parts[k:]))
         if r <= self.rounds:
             self.prefix_same[r] = same
             self.prefix_total[r] = sum(len(p) for p in parts)
@@ -561,6 +567,11 @@ def summarize(st: RunStats, budget: int) -> dict[str, Any]:
         "mean_turn_start": statistics.mean(p.fraction(r) for r in turn_r) if turn_r else None,
         "mean_compaction": statistics.mean(p.fraction(r) for r in comp_r) if comp_r else None,
         "min": min(fr),
+        # Within an epoch every request re-sends the previous one whole: what it adds
+        # (the last round's messages) is what bounds the fraction there.
+        "resent_whole": p.resent_whole,
+        "requests_after_first": max(0, p.act_calls - 1),
+        "appended_chars_median": statistics.median(p.appended) if p.appended else None,
     }
     out["cached_share"] = st.cached_share
     out["compactions"] = st.compactions
@@ -644,6 +655,13 @@ def render(command: str, results: list[dict[str, Any]], budget: int, console: Co
     row("  within a turn (no turn start, no compaction)", lambda s: _f(s["prefix"]["mean_in_turn"]))
     row("  first request of a turn (resume)", lambda s: _f(s["prefix"]["mean_turn_start"]))
     row("  first request after a compaction", lambda s: _f(s["prefix"]["mean_compaction"]))
+    row(
+        "  requests that re-send the previous one whole (+ chars appended, median)",
+        lambda s: (
+            f"{s['prefix']['resent_whole']} of {s['prefix']['requests_after_first']} "
+            f"(+{_f(s['prefix']['appended_chars_median'], '{:.0f}')})"
+        ),
+    )
     row("cached share of act input tokens (usage)", lambda s: f"{s['cached_share']:.3f}")
     for name, label in (("early", "near round 100"), ("late", "near the end")):
         row(
@@ -690,6 +708,65 @@ def checks(results: list[dict[str, Any]]) -> list[tuple[str, bool]]:
     return out
 
 
+async def demo_cache(folder: Path) -> dict[str, Any]:
+    """`tether demo` (offline) in a subprocess, and its act calls' prompt-cache hit
+    rate from its store, with what limits it: the requests that follow a compaction or
+    open an epoch (nothing of them cached) and each round's new messages."""
+    import subprocess
+
+    where = folder / "demo"
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "tether.cli", "demo", "--json", "--dir", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        return {"error": (proc.stdout + proc.stderr)[-800:]}
+    task_id = json.loads(proc.stdout)["status"]["task_id"]
+    store = await SQLiteStore.open(where / ".tether" / "tether.db")
+    try:
+        evs = await store.read_events(task_id, types={"model.called"})
+    finally:
+        await store.close()
+    acts = [e.data for e in evs if e.data.get("purpose") == "act"]
+    total = sum(int(a["input_tokens"]) for a in acts)
+    cached = sum(int(a["cached_tokens"]) for a in acts)
+    cold = [int(a["input_tokens"]) for a in acts[1:] if not a["cached_tokens"]]
+    whole, added = 0, []
+    for prev, cur in itertools.pairwise(acts):
+        if cur["cached_tokens"] and cur["cached_tokens"] == prev["input_tokens"]:
+            whole += 1
+            added.append(int(cur["input_tokens"]) - int(prev["input_tokens"]))
+    return {
+        "act_calls": len(acts),
+        "hit": cached / total if total else 0.0,
+        "cold_after_first": len(cold),
+        "cold_share": sum(cold) / total if total else 0.0,
+        "first_share": int(acts[0]["input_tokens"]) / total if total else 0.0,
+        "resent_whole": whole,
+        "appended_tokens_median": statistics.median(added) if added else None,
+        "input_tokens_median": statistics.median(int(a["input_tokens"]) for a in acts),
+    }
+
+
+def demo_line(d: Mapping[str, Any]) -> str:
+    """The demo's cache-hit rate and what limits it, in a sentence."""
+    if "error" in d:
+        return f"tether demo failed: {d['error']}"
+    return (
+        f"tether demo (offline): act prompt-cache hit {d['hit']:.1%} over {d['act_calls']} "
+        f"act calls; {d['resent_whole']} of {d['act_calls'] - 1} re-send the previous "
+        f"request whole and add the last round's messages (median +"
+        f"{_f(d['appended_tokens_median'], '{:.0f}')} tokens on a median request of "
+        f"{d['input_tokens_median']:.0f}); {d['cold_after_first']} follow a compaction or "
+        f"open an epoch and hit nothing ({d['cold_share']:.1%} of act input tokens), the "
+        f"first request {d['first_share']:.1%}."
+    )
+
+
 def command_line(argv: list[str]) -> str:
     """The command as typed from the repository root."""
     exe, script = sys.executable, os.path.abspath(__file__)
@@ -701,7 +778,7 @@ def command_line(argv: list[str]) -> str:
 
 
 async def bench(
-    rounds: int, naive_rounds: int, segment: int, budget: int | None = None
+    rounds: int, naive_rounds: int, segment: int, budget: int | None = None, demo: bool = True
 ) -> list[dict[str, Any]]:
     """Both policies, one after the other, each on its own database."""
     results = []
@@ -711,6 +788,8 @@ async def bench(
             st = await run_policy(n, segment, naive, Path(tmp), budget)
             results.append(summarize(st, limit))
             gc.collect()
+        if demo:
+            results[0]["demo"] = await demo_cache(Path(tmp))
     return results
 
 
@@ -729,6 +808,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--segment", type=int, default=50, help="rounds per engine run (turn)")
     ap.add_argument("--budget", type=int, default=None, help="context.input_budget_tokens")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ap.add_argument("--no-demo", action="store_true", help="skip the demo's cache-hit rate")
     args = ap.parse_args(args_list)
     rounds = args.rounds or (300 if args.quick else 2000)
     naive_rounds = args.naive_rounds or min(rounds, 1000)
@@ -744,8 +824,12 @@ def main(argv: list[str] | None = None) -> int:
         f"output {OUTPUT_CHARS} chars, preview_chars {PREVIEW_CHARS}, input budget {budget}",
         highlight=False,
     )
-    results = asyncio.run(bench(rounds, naive_rounds, args.segment, args.budget))
+    results = asyncio.run(
+        bench(rounds, naive_rounds, args.segment, args.budget, demo=not args.no_demo)
+    )
     render(command, results, budget, console)
+    if "demo" in results[0]:
+        console.print(demo_line(results[0]["demo"]), highlight=False)
     for label, ok in checks(results):
         console.print(f"  [{'green' if ok else 'red'}]{'PASS' if ok else 'FAIL'}[/] {label}")
     if args.json is not None:

@@ -21,6 +21,7 @@ from tether.clock import FakeClock
 from tether.decisions import waive_item
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
+from tether.runtime.round.context import SUMMARY_PREFIX
 from tether.store.memory import MemoryStore
 
 
@@ -64,6 +65,56 @@ async def test_requests_in_a_turn_are_byte_identical_prefixes(
         assert len(last.content) <= 2048 + 400
     turns = await events_of(store, tid, "turn.started")
     assert len(turns) == 1 and turns[0]["epoch"] is True
+
+
+async def test_across_compactions_and_resumes_only_the_ledger_tail_and_the_history_change(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    """Over rounds with compactions and a resume: the tool schemas and the system
+    prompt up to its ledger (instructions, contract) are byte-identical in every act
+    request (no timestamp, counter or reordering ever enters them); every request
+    re-sends the whole previous one first, except the one after each compaction; and
+    at each compaction the ledger is re-rendered at the system tail, current."""
+    clock = FakeClock()
+    (tmp_path / "data.txt").write_text("abcdefghij" * 150)
+
+    def policy(request: ModelRequest) -> object:
+        if request.purpose == "act":
+            return ModelResponse("reading", (tool_call("read_file", path="data.txt"),))
+        if request.purpose == "compact":
+            return "Read data.txt again and again; nothing else done."
+        return "{}"
+
+    spec = spec_of(
+        2,
+        context={"input_budget_tokens": 3000, "preview_chars": 2000, "cache_ttl_seconds": 300},
+        limits={"max_rounds": 60, "no_progress_rounds": 10_000, "max_rounds_per_item": None},
+    )
+    model = ScriptedModel(policy=policy)
+    tid, _ = await run_task(
+        store, spec, tmp_path, model, compact=model, clock=clock, max_rounds_this_run=25
+    )
+    clock.advance(30)  # a resume inside the cache window: not an epoch
+    await run_task(store, spec, tmp_path, model, task_id=tid, compact=model, clock=clock)
+    acts = [r for r in model.requests if r.purpose == "act"]
+    assert len(acts) == 60
+    stable = acts[0].metadata["system_stable_prefix"]
+    assert stable > 0
+    broken = 0
+    for prev, cur in itertools.pairwise(acts):
+        assert serialized(cur)[0] == serialized(acts[0])[0]  # the tools, as first sent
+        assert cur.metadata["system_stable_prefix"] == stable
+        assert cur.system[:stable] == acts[0].system[:stable]
+        if _is_prefix(serialized(prev), serialized(cur)):
+            assert cur.system == prev.system
+            continue
+        broken += 1  # a compaction: the ledger tail re-rendered with the current ledger
+        assert cur.system != prev.system and cur.system.rstrip().endswith("Next: i1")
+        assert any(m.content.startswith(SUMMARY_PREFIX) for m in cur.messages)
+    compactions = await events_of(store, tid, "context.compacted")
+    assert broken == len(compactions) >= 3
+    turns = await events_of(store, tid, "turn.started")
+    assert [t["epoch"] for t in turns] == [True, False]
 
 
 async def test_resume_inside_the_cache_window_keeps_the_system_prompt(

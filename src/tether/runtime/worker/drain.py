@@ -19,7 +19,7 @@ import logging
 import math
 import signal
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal, Protocol, runtime_checkable
 
 from tether import errors
 
@@ -77,18 +77,26 @@ def check_grace(grace: float) -> float:
     return grace
 
 
-def set_pool_size(store: Any, size: int | None) -> None:
+@runtime_checkable
+class PooledStore(Protocol):
+    """A store with a pool of connections to size (PostgreSQL's)."""
+
+    def resize_pool(self, size: int) -> None:
+        """Hold up to `size` connections from now on."""
+        ...
+
+
+def set_pool_size(store: object, size: int | None) -> None:
     """Let `store` hold up to `size` connections (None: as it was opened). Only a store
     with a pool (PostgreSQL) has one to size; SQLite has one writer connection."""
     if size is None:
         return
     if not 1 <= size <= MAX_POOL_SIZE:
         raise errors.UserError(f"the pool size must be from 1 to {MAX_POOL_SIZE}, not {size}")
-    resize = getattr(store, "resize_pool", None)
-    if resize is None:
+    if not isinstance(store, PooledStore):
         log.info("pool size %d: this database has no connection pool; ignored", size)
         return
-    resize(size)
+    store.resize_pool(size)
 
 
 class Drain:

@@ -136,7 +136,7 @@ _instruments: Any = None
 
 
 def _get_tracer() -> Any:
-    global _tracer
+    global _tracer, _no_provider
     if _tracer is None:
         try:
             from opentelemetry import trace
@@ -145,7 +145,29 @@ def _get_tracer() -> Any:
         else:
             # A proxy: it follows a tracer provider configured later (by the host).
             _tracer = trace.get_tracer(TRACER_NAME)
+            _no_provider = (trace.get_tracer_provider, _unset_providers(trace))
     return _tracer
+
+
+#: (OpenTelemetry's `get_tracer_provider`, the provider types that record nothing).
+_no_provider: Any = None
+
+
+def _unset_providers(trace: Any) -> tuple[type, ...]:
+    return (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+
+
+def _tracing() -> Any:
+    """The tracer when a host configured a tracer provider, else None: with none, every
+    span is a non-recording one, and building it costs more than the round's own work
+    (the GenAI metrics are recorded either way, by `span`)."""
+    tracer = _get_tracer()
+    if not tracer:
+        return None
+    if _no_provider is None:  # a tracer handed in directly (tests): use it
+        return tracer
+    get_provider, unset = _no_provider
+    return None if isinstance(get_provider(), unset) else tracer
 
 
 def make_instruments(meter: Any) -> tuple[Any, Any]:
@@ -254,8 +276,8 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Spa
     t0 = time.perf_counter()
     error: str | None = None
     try:
-        tracer = _get_tracer()
-        if not tracer:
+        tracer = _tracing()
+        if tracer is None:
             yield recorded
         else:
             with _otel_span(tracer, name, recorded) as current:
@@ -268,13 +290,15 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Spa
     finally:
         seconds = time.perf_counter() - t0
         _log_fields.reset(token)
+        if attrs.get("gen_ai.operation.name") == "chat":
+            _record_metrics(recorded.attributes, seconds, error)
         for listener in listeners:
             listener.span_ended(name, recorded.attributes, seconds, error)
 
 
 @contextmanager
 def _otel_span(tracer: Any, name: str, recorded: _Span) -> Iterator[Any]:
-    """OpenTelemetry's span for `span`: kind, name, error status, GenAI metrics."""
+    """OpenTelemetry's span for `span`: kind, name, error status."""
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
     attrs = recorded.attributes
@@ -284,8 +308,6 @@ def _otel_span(tracer: Any, name: str, recorded: _Span) -> Iterator[Any]:
         kind = SpanKind.CLIENT
         if attrs.get("gen_ai.request.model"):
             name = f"chat {attrs['gen_ai.request.model']}"
-    t0 = time.perf_counter()
-    error: str | None = None
     with tracer.start_as_current_span(
         name,
         kind=kind,
@@ -302,15 +324,11 @@ def _otel_span(tracer: Any, name: str, recorded: _Span) -> Iterator[Any]:
                 # an exception that carries its outcome: control flow, not an error.
                 current.set_attribute("tether.stopped", str(getattr(stopped, "status", "")))
             else:
-                error = _error_type(exc)
                 if operation:
-                    current.set_attribute("error.type", error)
+                    current.set_attribute("error.type", _error_type(exc))
                 current.record_exception(exc)
                 current.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             raise
-        finally:
-            if operation == "chat":
-                _record_metrics(recorded.attributes, time.perf_counter() - t0, error)
 
 
 def set_attributes(target: SpanLike, attributes: Mapping[str, Any]) -> None:

@@ -272,6 +272,8 @@ class PriceTable:
             self.user[key.strip().lower()] = _coerce(value, f"the price of {key!r}")
         self.defaults: Mapping[str, Price] = DEFAULT_PRICES if include_defaults else {}
         self.genai_prices = genai_prices
+        # `source` per model name: every model call of a run asks for the same names.
+        self._found: dict[str, tuple[Price, str] | None] = {}
 
     @property
     def prices(self) -> dict[str, Price]:
@@ -281,6 +283,13 @@ class PriceTable:
     def source(self, model: str) -> tuple[Price, str] | None:
         """The price of `model` and where it came from (`yours`, `built-in`,
         `genai-prices`), or None."""
+        if model in self._found:
+            return self._found[model]
+        found = self._source(model)
+        self._found[model] = found
+        return found
+
+    def _source(self, model: str) -> tuple[Price, str] | None:
         for layer, label in ((self.user, "yours"), (self.defaults, "built-in")):
             for name in _names(model):
                 found = _match(layer, name)

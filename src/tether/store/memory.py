@@ -30,6 +30,17 @@ def _copy(obj: Any) -> Any:
     return json.loads(json.dumps(obj))
 
 
+def _copy_op(op: OpRecord) -> OpRecord:
+    # Only the JSON fields are containers; the rest is immutable (a deepcopy of the
+    # whole record costs more than the round's commit).
+    return dataclasses.replace(
+        op,
+        args=_copy(op.args),
+        result=None if op.result is None else _copy(op.result),
+        error=None if op.error is None else _copy(op.error),
+    )
+
+
 class MemoryStore(b.Store):
     """A store that lives in a Python dict (the methods' documentation: `Store`)."""
 
@@ -108,8 +119,10 @@ class MemoryStore(b.Store):
     def _stored(
         task_id: str, seq: int, event: ev.Event, version: int, token: int | None, now: float
     ) -> StoredEvent:
+        # `encode` hands over a fresh JSON-ready dict (pydantic's `mode="json"` dump):
+        # nobody else holds it, so it is kept as is, not copied once more.
         type_name, schema, data = ev.encode(event)
-        return StoredEvent(task_id, seq, type_name, schema, _copy(data), version, token, now)
+        return StoredEvent(task_id, seq, type_name, schema, data, version, token, now)
 
     async def get_task(self, task_id: str) -> TaskRecord:
         return self._task(task_id)
@@ -191,9 +204,7 @@ class MemoryStore(b.Store):
             if new_ledger is not None:
                 self._ledgers[task_id] = new_ledger
             for op in c.ops:
-                self._ops[op.op_id] = rules.merge_op(
-                    self._ops.get(op.op_id), copy.deepcopy(op), now
-                )
+                self._ops[op.op_id] = rules.merge_op(self._ops.get(op.op_id), _copy_op(op), now)
             for art in c.artifacts:
                 self._artifacts[art.artifact_id] = rules.merge_artifact(
                     self._artifacts.get(art.artifact_id), copy.deepcopy(art), now

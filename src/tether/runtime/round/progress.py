@@ -98,13 +98,44 @@ _MAX_CHARS: Final = 20_000
 MAX_SEEN: Final = 1_000
 
 
+#: Per `_VOLATILE` pattern: lower-case strings of which an ASCII text holds at least one
+#: whenever the pattern can match it (empty: no such string, the pattern always runs).
+#: A round normalises every successful call's output (up to `_MAX_CHARS`): most
+#: patterns are ruled out by a substring test far cheaper than the regex scan.
+_NEEDLES: Final[tuple[tuple[str, ...], ...]] = (
+    ("gave up after ",),
+    ("attempt ",),
+    (".r",),
+    ("-",),
+    (":",),
+    ("<time>",),
+    ("-",),
+    ("0x",),
+    (),
+    ("req", "trace", "correlation", "span"),
+    ("/tmp/", "/var/folders/", "/dev/shm/", "\\temp\\"),
+    ("pytest-of-",),
+    ("pid", "process", "thread"),
+    (),
+    (),
+    ("127.0.0.1", "localhost", "0.0.0.0", "[::1]"),
+)
+
+
 def normalise(text: str) -> str:
     """A message with its volatile parts replaced by placeholders and its whitespace
     collapsed: the same failure said twice normalises to the same text, a different
     one (another count of failing tests, another error) does not."""
     out = text[:_MAX_CHARS]
-    for pattern, repl in _VOLATILE:
-        out = pattern.sub(repl, out)
+    # Case-insensitive patterns match a few non-ASCII letters to ASCII ones (the Kelvin
+    # sign to `k`): the substring test is exact for ASCII text only.
+    lower = out.lower() if out.isascii() else None
+    for (pattern, repl), needles in zip(_VOLATILE, _NEEDLES, strict=True):
+        if lower is not None and needles and not any(n in lower for n in needles):
+            continue
+        out, count = pattern.subn(repl, out)
+        if count and lower is not None:
+            lower = out.lower()
     return _SPACE.sub(" ", out).strip()
 
 

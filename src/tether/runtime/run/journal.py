@@ -223,7 +223,11 @@ class RunJournal:
             usage=view.state.to_dict(),
             waiting=self.redactor.data(waiting) if isinstance(waiting, dict) else waiting,
             wake_at=commit.wake_at,
-            current_milestone=ledger.current_milestone() if ledger is not None else milestone,
+            current_milestone=(
+                ledger.current_milestone()
+                if ledger is not None and ledger is not view.ledger
+                else milestone
+            ),
         )
         res = await self._store.commit(
             self.task_id,

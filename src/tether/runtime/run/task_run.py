@@ -287,11 +287,14 @@ class TaskRun:
             clock=self.view.clock,
             inline_wait_max=self.inline_wait_max,
             owner_check=functools.partial(ensure_lease, self.store, self.task_id, self.token),
-            # A SQLite store kept inside the workspace: no file tool may reach it.
-            private_files=files.database_files(
-                self.store.path if isinstance(self.store, StoreFile) else None
-            ),
+            private_files=self._private_files,
         )
+
+    @functools.cached_property
+    def _private_files(self) -> frozenset[Path]:
+        # A SQLite store kept inside the workspace: no file tool may reach it. Resolved
+        # once per run (ten `realpath` calls), not once per tool call.
+        return files.database_files(self.store.path if isinstance(self.store, StoreFile) else None)
 
 
 def default_guard(store: Store, spec: TaskSpec, clock: Clock) -> Guard:

@@ -207,6 +207,45 @@ async def test_model_names_lose_tether_s_prefix_and_calls_are_measured(
     assert all("error.type" not in p.attributes for p in durations)
 
 
+async def test_without_a_tracer_provider_no_span_is_built_yet_calls_are_measured(
+    monkeypatch: pytest.MonkeyPatch, exporter: Any, metric_reader: Any, tmp_path: Path
+) -> None:
+    """A host that configured no tracer provider gets only non-recording spans from
+    OpenTelemetry: tether builds none (they cost more than a round's own work), while the
+    listeners still see every span and the GenAI metrics, which follow a meter provider
+    of their own, are still recorded."""
+    from opentelemetry import trace
+
+    assert telemetry._get_tracer()  # installed: the tracer and its provider check are set
+    monkeypatch.setattr(
+        telemetry,
+        "_no_provider",
+        (trace.ProxyTracerProvider, telemetry._unset_providers(trace)),
+    )
+    ended: list[str] = []
+
+    class Listener:
+        def span_started(self, name: str, attributes: Any) -> None:
+            pass
+
+        def span_ended(self, name: str, attributes: Any, seconds: float, error: Any) -> None:
+            ended.append(name)
+
+    remove = telemetry.add_listener(Listener())
+    exporter.clear()
+    try:
+        model = ScriptedModel(policy=honest_actor, name="openai:gpt-4.1-mini")
+        _, result = await run_task(MemoryStore(), spec_of(1), tmp_path, model)
+    finally:
+        remove()
+    assert result.status == "satisfied"
+    assert exporter.get_finished_spans() == ()
+    chats = [n for n in ended if n.startswith("chat ")]
+    assert chats and "tether.round" in ended
+    _, durations = _points(metric_reader, "gen_ai.client.operation.duration")
+    assert sum(p.count for p in durations) == len(chats)
+
+
 async def test_a_failed_call_s_duration_carries_its_error_type(
     exporter: Any, metric_reader: Any, tmp_path: Path
 ) -> None:

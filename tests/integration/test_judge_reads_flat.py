@@ -152,6 +152,33 @@ async def test_the_judges_reads_per_round_do_not_grow_with_the_rounds_done(
     assert (await rebuild(store, tid))["consistent"]
 
 
+async def test_the_judges_reads_per_round_do_not_grow_with_the_rules_checked(
+    store: Store, tmp_path: Path
+) -> None:
+    """Every open item's `op` rule is checked each round: the index of the ops is
+    brought up to date once per round, not once per rule."""
+
+    async def calls_per_round(items: int) -> float:
+        counting = CountingStore(store)
+
+        def tick() -> None:
+            counting.round += 1
+
+        _, result = await run_task(
+            counting,  # type: ignore[arg-type]
+            _steps_spec(items=items, steps=3),
+            tmp_path / str(items),
+            _stepping_actor(tick),
+            registry=_ticket_registry({}),
+        )
+        assert result.status == "satisfied"
+        return sum(counting.calls[r] for r in range(2, 6)) / 4
+
+    few, many = await calls_per_round(2), await calls_per_round(12)
+    assert few > 0
+    assert many <= few + 0.5, (few, many)
+
+
 async def test_artifact_rules_read_only_the_artifacts_stored_since(
     store: Store, tmp_path: Path
 ) -> None:

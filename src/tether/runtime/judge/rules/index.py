@@ -80,6 +80,9 @@ class OpIndex:
         self.modified: dict[str, dict[str, Any]] = {}
         #: Event cursor: every change after it is still to be read (None: not loaded).
         self.cursor: int | None = None
+        #: The run's last sequence number at the last look: while the run has committed
+        #: nothing since, the look is not repeated (a judge pass asks once per rule).
+        self.looked_at: int | None = None
         #: Cited op ids found current at the last check, unchanged since.
         self.holding: set[str] = set()
         #: `read_source` ops found not stale, while no artifact was invalidated since.
@@ -90,6 +93,14 @@ class OpIndex:
     async def sync(self, store: JudgeStore, task_id: str, last_seq: int) -> None:
         """Load the index (first use) or apply the changes committed since the last
         look. `last_seq`: a sequence number already committed (the run's last)."""
+        if last_seq != self.looked_at:
+            # Else the run committed nothing since the last look: a change committed by
+            # another process meanwhile (a person's approval) is read at the run's next
+            # commit, as if it had come a moment later.
+            self.looked_at = last_seq
+            await self._catch_up(store, task_id, last_seq)
+
+    async def _catch_up(self, store: JudgeStore, task_id: str, last_seq: int) -> None:
         if self.cursor is None:
             self.cursor = last_seq
             if self.by_tool:

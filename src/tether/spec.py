@@ -11,14 +11,12 @@ from __future__ import annotations
 import contextlib
 import gc
 import re
-import sys
 import weakref
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AliasChoices,
     BaseModel,
@@ -749,119 +747,6 @@ def source_of(spec: TaskSpec) -> str:
     return _SOURCES.get(id(spec), "<spec>")
 
 
-class _Refused(yaml.MarkedYAMLError):
-    """The YAML is well formed but over one of the bounds (`MAX_DEPTH`, `MAX_ALIASES`,
-    `MAX_NODES`), or it aliases a node inside itself."""
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe loader that refuses a key given twice in one mapping (YAML allows it
-    silently; in a contract it is always a mistake), unhashable keys, and values it
-    cannot read (`2020-13-45`, a 5,000-digit number) with their line; and that bounds
-    nesting and alias expansion (a "billion laughs" is refused after a few aliases,
-    before anything is expanded)."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0  # collections open around the node being composed
-        self._reach = 0  # deepest level reached in the current subtree, aliases expanded
-        self._values = 0  # values composed so far, aliases counted at their expanded size
-        self._aliases = 0
-        self._open: set[str] = set()  # anchors of the collections being composed
-        self._shape: dict[str, tuple[int, int]] = {}  # anchor -> (values, height)
-
-    def _refuse(self, problem: str, event: Any) -> _Refused:
-        return _Refused(None, None, problem, event.start_mark)
-
-    def _count(self, values: int, reach: int, event: Any) -> None:
-        self._values += values
-        self._reach = max(self._reach, reach)
-        if self._values > MAX_NODES:
-            raise self._refuse(
-                f"the YAML expands to more than {MAX_NODES:,} values (aliases included)", event
-            )
-        if reach > MAX_DEPTH:
-            raise self._refuse(f"nested deeper than {MAX_DEPTH} levels", event)
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()  # type: ignore[no-untyped-call]
-        if isinstance(event, yaml.AliasEvent):
-            anchor = event.anchor
-            if anchor in self._open:
-                raise self._refuse(
-                    f"the alias *{anchor} is used inside the value it names "
-                    "(a recursive structure)",
-                    event,
-                )
-            if anchor in self._shape:
-                self._aliases += 1
-                if self._aliases > MAX_ALIASES:
-                    raise self._refuse(
-                        f"more than {MAX_ALIASES} aliases (*name); a spec needs few, and "
-                        'aliases of aliases can expand to billions of values ("billion laughs")',
-                        event,
-                    )
-                values, height = self._shape[anchor]
-                self._count(values, self._depth + height, event)
-            return super().compose_node(parent, index)
-        self._depth += 1
-        before, outer_reach = self._values, self._reach
-        self._reach = 0
-        self._count(1, self._depth, event)
-        anchor = getattr(event, "anchor", None)
-        if anchor is not None:
-            self._open.add(anchor)
-        node = super().compose_node(parent, index)
-        if anchor is not None:
-            self._open.discard(anchor)
-            self._shape[anchor] = (self._values - before, self._reach - self._depth + 1)
-        self._reach = max(outer_reach, self._reach)
-        self._depth -= 1
-        return node
-
-    def construct_object(self, node: Any, deep: bool = False) -> Any:
-        try:
-            return super().construct_object(node, deep=deep)
-        except (ValueError, OverflowError) as exc:
-            reason = str(exc)
-            if "Exceeds the limit" in reason:  # int("1" * 5000)
-                reason = f"a number of more than {sys.get_int_max_str_digits()} digits"
-            raise yaml.constructor.ConstructorError(
-                None,
-                None,
-                f"cannot read the value {_cut(node.value, 40)} ({reason[:100]})",
-                node.start_mark,
-            ) from None
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, Any] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                hash(key)
-            except TypeError:
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
-                    f"a key cannot be a {type(key).__name__}",
-                    key_node.start_mark,
-                ) from None
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
-                    f"the key {_cut(key, 60)} appears twice in one mapping",
-                    key_node.start_mark,
-                )
-            seen[key] = True
-        return super().construct_mapping(node, deep=deep)
-
-
-def _where(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-
-
 def load_spec(path: str | Path) -> TaskSpec:
     """Load a YAML (or JSON) spec file; a bad file raises `SpecError` naming file and field.
 
@@ -895,15 +780,14 @@ def load_document(path: str | Path) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise errors.SpecError(f"cannot read the file ({exc})", source=source) from None
+    from tether import spec_yaml  # YAML loads when a file is read, not with the contract
+
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
-    except _Refused as exc:
-        raise errors.SpecError(
-            f"cannot load the YAML{_where(exc)}: {exc.problem}", source=source
-        ) from None
-    except yaml.YAMLError as exc:
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise errors.SpecError(f"malformed YAML{_where(exc)}: {problem}", source=source) from None
+        data = spec_yaml.read(
+            text, max_depth=MAX_DEPTH, max_aliases=MAX_ALIASES, max_nodes=MAX_NODES
+        )
+    except spec_yaml.YamlProblem as exc:
+        raise errors.SpecError(str(exc), source=source) from None
     except RecursionError:
         raise errors.SpecError(
             f"cannot load the YAML: nested deeper than {MAX_DEPTH} levels", source=source

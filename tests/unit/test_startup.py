@@ -200,3 +200,58 @@ def test_a_command_loads_its_own_module_only(db: tuple[str, str]) -> None:
     # Anything else (help, an unknown command) sees them all.
     _, modules = probe("from tether.cli import main; main()", ["bogus"])
     assert {f"tether.cli.{m}" for m in COMMANDS.values()} <= modules
+
+
+#: What a resumed run does not load before its first event (issue 27): YAML (the stored
+#: contract is JSON), the webhook client, the price list, the live view and tables (not
+#: on a terminal), the worker and its sweeps, and the SDKs (a scripted model here), the
+#: web and the database drivers it does not use. OpenTelemetry, installed, does load.
+RESUME_NOT = (
+    *(m for m in HEAVY if not m.startswith(("tether.", "opentelemetry"))),
+    "yaml",
+    "tether.spec_yaml",
+    "urllib.request",
+    "genai_prices",
+    "rich.live",
+    "rich.table",
+    "tether.runtime.worker",
+    "tether.runtime.watch.schedules",
+    "tether.runtime.watch.sweep",
+    "tether.web",
+)
+
+_FIRST_EVENT = """
+import json, os, sys
+import tether.store._sql as sql
+commit = sql.SqlStore.commit
+async def first(self, task_id, token, events, **parts):
+    result = await commit(self, task_id, token, events, **parts)
+    if events:  # the run's first event is stored: what is loaded by now
+        print("\\n@@" + json.dumps([e.TYPE for e in events] + ["|"] + sorted(sys.modules)))
+        sys.stdout.flush()
+        os._exit(0)
+    return result
+sql.SqlStore.commit = first
+sys.argv = ["tether", *json.loads(sys.argv[1])]
+from tether.cli import main
+main()
+"""
+
+
+def test_a_resume_loads_only_what_its_run_needs(db: tuple[str, str]) -> None:
+    url, task = db
+    args = ["resume", task, "--model", "scripted:tests.e2e.policies:done_policy", "--db", url]
+    proc = subprocess.run(
+        [sys.executable, "-c", _FIRST_EVENT, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],  # `tests.e2e.policies` is importable
+        check=False,
+    )
+    assert "@@" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads(proc.stdout.rsplit("@@", 1)[1])
+    types, modules = doc[: doc.index("|")], set(doc[doc.index("|") + 1 :])
+    assert types[0] == "lease.claimed"
+    assert "tether.runtime.engine" in modules  # the probe sees the run's modules
+    assert loaded(modules, RESUME_NOT) == []

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.live import Live
 from rich.text import Text
 
 from tether import errors, lifecycle
@@ -132,6 +131,8 @@ async def drive(
         with _first_ctrl_c_stops(stop):
             if quiet or not out.is_terminal:
                 return await engine.run(task_id, force=force, reconnect_for=reconnect_for)
+            from rich.live import Live  # only on a terminal
+
             with Live(view, console=out, refresh_per_second=4, transient=False) as live:
                 view.live = live
                 return await engine.run(task_id, force=force, reconnect_for=reconnect_for)

@@ -15,14 +15,12 @@ import json
 import re
 import shlex
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len
 from rich.console import Group
 from rich.highlighter import JSONHighlighter
-from rich.live import Live
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from tether import ledger_view
@@ -33,6 +31,9 @@ from tether.report.describe import readable_times as readable_times
 from tether.report.describe import readable_until as readable_until
 from tether.report.describe import task_rows as task_rows
 from tether.report.describe import ts as ts
+
+if TYPE_CHECKING:  # the live view is made by `cli.run`; tables load when one is printed
+    from rich.live import Live
 
 # C0 and C1 controls (ESC, CSI, BEL, backspace, carriage return...), DEL, bidirectional
 # marks and overrides, line and paragraph separators, unpaired surrogates.
@@ -103,6 +104,8 @@ class FittedTable:
     ) -> None:
         self.columns = list(columns)
         self.rows = [list(r) for r in rows]
+        from rich.table import Table
+
         self.table = Table(**{"box": None, "header_style": "bold", "pad_edge": False, **options})
         self.min_widths: list[int] = []
         self.whole_word_widths: list[int] = []
@@ -139,6 +142,8 @@ class FittedTable:
         for row in self.rows:
             head = row[0] if isinstance(row[0], Text) else Text(str(row[0]))
             yield Text.assemble(("", "bold"), head)
+            from rich.table import Table
+
             block = Table.grid(padding=(0, 2))
             block.add_column(no_wrap=True)
             block.add_column(overflow="fold")

@@ -221,21 +221,21 @@ _PROVIDER_IDS = {"openai": "openai", "anthropic": "anthropic", "deepseek": "deep
 def _genai_price(model: str) -> Price | None:
     """The price `genai-prices` knows for `model` (at its lowest tier: the cost of a
     thousand tokens of each kind, times a thousand), or None."""
+    text = model.strip()
+    prefix, sep, rest = text.partition(":")
+    if sep and prefix.lower() == "scripted":
+        return None  # no price anywhere; said before the (slow) import
     try:
         from genai_prices import Usage as GUsage
         from genai_prices import calc_price
     except ImportError:
         return None
-    text = model.strip()
-    prefix, sep, rest = text.partition(":")
     kwargs: dict[str, Any] = {}
     ref = _bare(text)
     if sep and prefix.lower() in _PROVIDER_IDS:
         kwargs["provider_id"] = _PROVIDER_IDS[prefix.lower()]
     elif sep and prefix.lower() == "openai-compatible":
         kwargs["provider_api_url"] = rest.rpartition("#")[0].strip()
-    elif sep and prefix.lower() == "scripted":
-        return None
 
     def per_million(**tokens: int) -> float:
         return float(calc_price(GUsage(**tokens), model_ref=ref, **kwargs).total_price) * 1000
@@ -372,7 +372,9 @@ def table_for(
         merged.update(load_price_file(path))
     for key, value in (contract_prices or {}).items():
         merged[key.strip().lower()] = value
-    return PriceTable(merged, genai_prices=genai_prices_installed())
+    # `genai-prices` is asked (and imported, ~0.1 s) only for a model no entry prices:
+    # a task's start does not pay for it, and without the package the lookup is None.
+    return PriceTable(merged, genai_prices=True)
 
 
 def spec_prices(spec: TaskSpec) -> dict[str, PriceLike]:

@@ -29,8 +29,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tether import _imports
 from tether._extras import needs
 from tether._validation import http_url_problem
@@ -213,6 +211,8 @@ def load_script(path: Path) -> list[Any]:
         raw = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UserError(f"cannot read the script {str(path)!r}: {exc}") from exc
+    import yaml  # here: a task started from a module:function never parses YAML
+
     try:
         data: Any = (
             json.loads(raw) if path.suffix.lower() == ".json" else yaml.safe_load(raw)

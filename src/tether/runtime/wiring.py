@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether import errors
 from tether.clock import Clock
@@ -25,7 +25,6 @@ from tether.models.registry import resolve_model
 from tether.runtime import launch
 from tether.runtime.engine import Engine, ModelSet, check_tools, inline_wait_max_from_env
 from tether.runtime.watch.sinks import default_notifier
-from tether.runtime.worker import Worker
 from tether.spec import TaskSpec, parse_spec
 from tether.store import Store
 
@@ -33,6 +32,9 @@ from tether.store import Store
 from tether.store.opening import open_db as open_db
 from tether.tools.builtin.files import FILE_TOOLS, READ_ARTIFACT, default_registry
 from tether.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:  # loaded by `Runtime.worker`: `run` and `resume` run no worker
+    from tether.runtime.worker import Worker
 
 RULES_ONLY = "rules"
 #: Options for every model a process builds, over the spec's (`timeout` in seconds,
@@ -196,6 +198,8 @@ class Runtime:
         """A `Worker` on this store that runs each task with its spec's models (and
         what its launch record remembers). `options` go to `Worker` (`once`,
         `poll_interval`, `stop`, `on_result`, ...)."""
+        from tether.runtime.worker import Worker
+
         explicit = self._registry is not None
         return Worker(
             self.store,

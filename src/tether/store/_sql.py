@@ -19,7 +19,6 @@ import json
 import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from tether import errors, failpoints, lifecycle
@@ -159,9 +158,10 @@ def _dumps_no_nul(obj: Any) -> str:
 
 def migrations(dialect: str) -> list[tuple[int, str, str]]:
     """`(version, name, sql)` for every migration of a dialect, in order."""
-    folder = resources.files("tether.store") / "migrations" / dialect
+    from importlib import resources  # only a migration reads them; most opens do not
+
     out = []
-    for entry in folder.iterdir():
+    for entry in (resources.files("tether.store") / "migrations" / dialect).iterdir():
         m = re.match(r"^(\d{4})_(\w+)\.sql$", entry.name)
         if m:
             out.append((int(m.group(1)), m.group(2), entry.read_text(encoding="utf-8")))

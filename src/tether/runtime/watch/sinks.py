@@ -20,8 +20,6 @@ import json
 import logging
 import os
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -194,6 +192,10 @@ class WebhookNotifier:
         return headers
 
     def _post(self, body: bytes, notice_id: str) -> None:
+        # Here, not at the top: every run loads this module, few send a webhook.
+        import urllib.error
+        import urllib.request
+
         headers = self.headers(body, notice_id, int(time.time()))
         req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         try:

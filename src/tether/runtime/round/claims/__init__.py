@@ -39,7 +39,6 @@ from tether.runtime.round.claims.words import (
     LIST_JOINERS,
     NEGATED_AFTER,
     OBJECT_AFTER,
-    PHRASE,
     RATIO,
     SENTENCE,
     SOFT,
@@ -81,7 +80,7 @@ class _Phrase:
     where: Literal["both", "post", "pre"]
 
 
-def _phrases(text: str, mentions: list[Mention], phrase: re.Pattern[str] = PHRASE) -> list[_Phrase]:
+def _phrases(text: str, mentions: list[Mention], phrase: re.Pattern[str]) -> list[_Phrase]:
     out = []
     for m in phrase.finditer(text):
         if any(k.start < m.end() and m.start() < k.end for k in mentions):

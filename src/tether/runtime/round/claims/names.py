@@ -12,11 +12,9 @@ from dataclasses import dataclass, field
 from tether.ledger import Ledger
 from tether.runtime.round.claims.words import (
     DONE_G,
-    GLOBAL_PATTERNS,
     NAME_END,
     NAME_START,
     NOUNS,
-    PHRASE,
     global_claim_patterns,
     phrase_pattern,
     wordset,
@@ -37,8 +35,10 @@ class Names:
     numbered: dict[int, str] = field(default_factory=dict)
     #: Nouns a numbered range may use ("items", "shelves").
     range_nouns: str = r"items?|entries|steps?|parts?|tasks?"
-    phrase: re.Pattern[str] = PHRASE
-    global_patterns: tuple[tuple[re.Pattern[str], str], ...] = GLOBAL_PATTERNS
+    phrase: re.Pattern[str] = field(default_factory=phrase_pattern)
+    global_patterns: tuple[tuple[re.Pattern[str], str], ...] = field(
+        default_factory=global_claim_patterns
+    )
 
 
 #: Participles of the verbs a title may start with, where adding "ed" does not make one.

@@ -3,14 +3,14 @@ whole-task phrases, hedges, and the splits of a summary into sentences and claus
 
 Regexes and word sets only, for `claims` (the claim reader) and `claims.names` (the
 task's own items and vocabulary). Case-insensitive matching is done by lower-casing the
-text first.
+text first. The two large ones (`phrase_pattern`, `global_claim_patterns`, ~8 ms to
+compile) are compiled when a summary is first read, not when a run starts.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from typing import Final
 
 _WORD = r"[\w'-]+"
 NAME_START = r"(?<![\w/.\\-])"  # no word, path or dotted-name character before
@@ -46,9 +46,6 @@ def phrase_pattern(extra_done: str = "") -> re.Pattern[str]:
         rf"(?P<mark>[✅✔✓])|(?P<pre>{_CHECKED})|(?P<openmark>[{_UNCHECKED}⬜❌⏳])|"
         rf"{NAME_START}(?P<open>{_OPEN_WORDS}){NAME_END}"
     )
-
-
-PHRASE = phrase_pattern()
 
 
 def wordset(words: str) -> frozenset[str]:
@@ -221,7 +218,6 @@ def global_claim_patterns(
     )
 
 
-GLOBAL_PATTERNS: Final = global_claim_patterns()
 RATIO = (
     re.compile(
         r"\b(\d+)\s*(?:/|of|out of)\s*(\d+)(?: [\w'-]+){0,2}? (?:are |were |have been |is )?"

@@ -154,6 +154,14 @@ def _undecodable_argument(argv: list[str]) -> str | None:
 
 def main() -> None:
     """Console entry point."""
+    _app.pause_gc()  # on again when the command runs (`run_async`) or ends
+    try:
+        _main()
+    finally:
+        _app.resume_gc()
+
+
+def _main() -> None:
     bad = _undecodable_argument(sys.argv[1:])
     if bad is not None:
         raise SystemExit(

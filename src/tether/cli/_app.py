@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -166,10 +167,40 @@ def print_json(doc: Any) -> None:
     out.print(json_view(doc))
 
 
+#: Whether `pause_gc` turned the cyclic garbage collector off (and `resume_gc` must turn
+#: it back on).
+_gc_paused = False
+
+
+def pause_gc() -> None:
+    """Turn the cyclic garbage collector off while the command starts (`main`).
+
+    Loading a command allocates hundreds of thousands of objects that live as long as
+    the process (modules, classes, validators), and each allocation burst triggers
+    collections that walk them all: ~10% of a `tether resume`'s CPU before its first
+    event, for no garbage. `resume_gc` turns it back on before the command's work."""
+    global _gc_paused
+    if gc.isenabled():
+        gc.disable()
+        _gc_paused = True
+
+
+def resume_gc() -> None:
+    """Turn the collector back on (when `pause_gc` turned it off), first moving what
+    start-up made into the permanent generation (`gc.freeze`): it stays for the
+    process's life, and a long run's full collections need not walk it every time."""
+    global _gc_paused
+    if _gc_paused:
+        _gc_paused = False
+        gc.freeze()
+        gc.enable()
+
+
 def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run an async command; user mistakes become one paragraph and an exit code."""
     import asyncio  # here, not at the top: `tether --help` starts no event loop
 
+    resume_gc()  # the command's modules are loaded: collect its garbage from here on
     try:
         return asyncio.run(main())
     except errors.UserError as exc:

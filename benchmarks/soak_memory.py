@@ -1,16 +1,28 @@
-"""Memory of one long run in one process: the soak's task (`benchmarks/soak.py`), driven
-in-process on SQLite against the real ticket service, with nothing killed.
+"""Memory of long runs in one process, on SQLite against the real ticket service of the
+soak (`benchmarks/soak.py`), with nothing killed.
 
-Every `--every` rounds it prints the process's RSS, the memory SQLite itself holds
+- One task (the default): the soak's task driven in-process by an `Engine`.
+- `--worker N`: a worker that runs N tasks one after another (`--concurrency C`: up to
+  C at once), as `tether worker` does: the runtime of `open_runtime` (its tool registry
+  with `TETHER_TOOLS`, each task's models built from its launch record and closed after
+  it), the library `Worker` claiming the queued tasks until none is left. Each task is
+  the soak's task at `--items` x `--calls` rounds. RSS is sampled every `--every` tasks.
+
+Every `--every` rounds (tasks) it prints the process's RSS, the memory SQLite itself holds
 (`sqlite3_memory_used`: its page caches and statements), the number of objects the
 garbage collector tracks and the Python memory traced by `tracemalloc` (when
 `--trace` is given: tracing slows the run down), then at the end the allocation sites
-that grew most between the first and the last sample after `--warm` rounds, and the
-object types whose counts grew. The scripted model keeps its last request only, as the
+that grew most between the first and the last sample after `--warm` rounds (tasks), and
+the object types whose counts grew, and whether RSS after the warm-up stayed within
+1.1x (the target of issue 27). The scripted model keeps its last request only, as the
 CLI's does.
 
     .venv/bin/python benchmarks/soak_memory.py --items 10 --calls 150 --every 100
     .venv/bin/python benchmarks/soak_memory.py --items 10 --calls 60 --every 100 --trace
+    .venv/bin/python benchmarks/soak_memory.py --worker 600 --items 2 --calls 3 --every 50 \
+        --warm 100
+    .venv/bin/python benchmarks/soak_memory.py --worker 600 --concurrency 4 --items 2 \
+        --calls 3 --every 50 --warm 100
 """
 
 from __future__ import annotations
@@ -62,6 +74,7 @@ class Sampler:
         self.first: tuple[Any, collections.Counter[str]] | None = None
         self.last: tuple[Any, collections.Counter[str]] | None = None
         self.rss: list[tuple[int, float]] = []
+        self.unit = "round"
 
     def __call__(self, request: ModelRequest) -> ModelResponse | str:
         if request.purpose == "act":
@@ -77,7 +90,8 @@ class Sampler:
         traced = tracemalloc.get_traced_memory()[0] / 1e6 if self.trace else 0.0
         counts = collections.Counter(type(o).__name__ for o in gc.get_objects())
         print(
-            f"round {self.rounds:6d}  rss {rss:6.1f} MB  sqlite {self.sqlite_used() / 1e6:5.2f} MB"
+            f"{self.unit} {self.rounds:6d}  rss {rss:6.1f} MB"
+            f"  sqlite {self.sqlite_used() / 1e6:5.2f} MB"
             f"  gc objects {sum(counts.values()):7d}  traced {traced:6.2f} MB"
             f"  t {time.perf_counter() - self.t0:6.0f} s",
             flush=True,
@@ -88,12 +102,14 @@ class Sampler:
                 self.first = (snap, counts)
             self.last = (snap, counts)
 
-    def report(self) -> None:
+    def report(self, unit: str = "round") -> None:
         warm = [(r, m) for r, m in self.rss if r >= self.warm]
         if len(warm) >= 2:
             (r0, m0), (r1, m1) = warm[0], warm[-1]
-            print(f"RSS after warm-up: {m0:.1f} MB at round {r0}, {m1:.1f} MB at round {r1}:"
-                  f" {(m1 - m0) / (r1 - r0) * 100:.3f} MB per 100 rounds")  # fmt: skip
+            verdict = "met" if m1 <= 1.1 * m0 else "NOT met"
+            print(f"RSS after warm-up: {m0:.1f} MB at {unit} {r0}, {m1:.1f} MB at {unit} {r1}:"
+                  f" {(m1 - m0) / (r1 - r0) * 100:.3f} MB per 100 {unit}s,"
+                  f" late/early {m1 / m0:.3f} (target <= 1.1: {verdict})")  # fmt: skip
         if self.first is None or self.last is None:
             return
         grown = self.last[1] - self.first[1]
@@ -127,6 +143,52 @@ async def run(args: argparse.Namespace) -> None:
     sampler.report()
 
 
+class TaskSampler(Sampler):
+    """Samples every `every` tasks that ended (the worker's `on_result`)."""
+
+    def __init__(self, every: int, warm: int, trace: bool) -> None:
+        super().__init__(every, warm, trace)
+        self.unit = "task"
+
+    def ended(self, result: Any) -> None:
+        self.rounds += 1
+        if self.rounds % self.every == 0:
+            self.sample()
+
+
+async def run_worker(args: argparse.Namespace) -> None:
+    """`--worker N`: N tasks queued, then a worker runs them all (see the module)."""
+    from tether.runtime import launch
+    from tether.runtime.wiring import open_runtime
+
+    sampler = TaskSampler(args.every, args.warm, args.trace)
+    os.environ["TETHER_TOOLS"] = soak_tools.TOOLS_REF
+    with tempfile.TemporaryDirectory(prefix="tether-soak-worker-") as tmp:
+        async with open_runtime(f"sqlite:///{tmp}/tether.db", model=soak_tools.MODEL) as rt:
+            spec = parse_spec(soak.spec(args.items, args.calls), source="soak_memory")
+            # As `tether submit` queues them: the models are the worker's (`--model`).
+            record = launch.record(spec, workspace=tmp, env={})
+            record["tools"] = launch.tool_refs()
+            for _ in range(args.worker):
+                await create_task(rt.store, spec, workspace=tmp, launch=record)
+            t0 = time.perf_counter()
+            worker = rt.worker(
+                once=True,
+                concurrency=args.concurrency,
+                poll_interval=0.05,
+                watch_every=None,
+                on_result=sampler.ended,
+                worker_id="soak-memory",
+            )
+            stats = await worker.run()
+            took = time.perf_counter() - t0
+            print(f"worker ran {stats.ran} tasks ({stats.failed} failed) in {took:.0f} s,"
+                  f" concurrency {args.concurrency}")  # fmt: skip
+            statuses = collections.Counter(t.status for t in await rt.store.list_tasks(limit=10**6))
+            print("task statuses:", dict(statuses))
+    sampler.report("task")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--items", type=int, default=10)
@@ -134,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=int, default=100)
     p.add_argument("--warm", type=int, default=500, help="rounds of warm-up")
     p.add_argument("--trace", action="store_true", help="tracemalloc snapshots (slow)")
+    p.add_argument("--worker", type=int, default=0, help="run this many tasks with a worker")
+    p.add_argument("--concurrency", type=int, default=1, help="the worker's concurrency")
     args = p.parse_args(argv)
     os.environ[soak_tools.ITEMS_ENV] = str(args.items)
     os.environ[soak_tools.CALLS_ENV] = str(args.calls)
@@ -142,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.trace:
         tracemalloc.start(6)
     try:
-        asyncio.run(run(args))
+        asyncio.run(run_worker(args) if args.worker else run(args))
     finally:
         api.close()
     return 0

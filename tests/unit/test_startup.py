@@ -255,3 +255,24 @@ def test_a_resume_loads_only_what_its_run_needs(db: tuple[str, str]) -> None:
     assert types[0] == "lease.claimed"
     assert "tether.runtime.engine" in modules  # the probe sees the run's modules
     assert loaded(modules, RESUME_NOT) == []
+
+
+def test_the_collector_is_paused_while_a_command_loads_and_back_for_its_run() -> None:
+    import gc
+
+    from tether.cli import _app
+
+    async def body() -> bool:
+        return gc.isenabled()
+
+    assert gc.isenabled()
+    try:
+        _app.pause_gc()
+        assert not gc.isenabled()
+        assert _app.run_async(body) is True  # the command's work runs collected
+        assert gc.isenabled()
+        _app.resume_gc()  # once only: nothing left to turn on
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()  # this process's objects go back to the generations
+        gc.enable()

@@ -56,19 +56,8 @@ ACTIVE: Final[frozenset[str]] = frozenset(STATUSES) - TERMINAL
 #: rests on broken; a cancelled task stays cancelled.
 TRANSITIONS: Final[dict[str, frozenset[str]]] = {
     "queued": frozenset({"running", "suspended", "paused", "cancelled", "abandoned", "failed"}),
-    "running": frozenset(
-        {
-            "queued",
-            "waiting",
-            "suspended",
-            "stalled",
-            "paused",
-            "satisfied",
-            "abandoned",
-            "cancelled",
-            "failed",
-        }
-    ),
+    # The worker holding the lease may end a round in any other state.
+    "running": frozenset(STATUSES) - {"running"},
     "waiting": frozenset(
         {"queued", "running", "suspended", "paused", "cancelled", "abandoned", "failed"}
     ),

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tether import errors
-from tether.cli._help import HelpTyper, TetherGroup
+from tether.cli._help import HelpTyper
 from tether.cli.views import clean, json_view
 
 if TYPE_CHECKING:
@@ -22,10 +22,7 @@ T = TypeVar("T")
 # Help pages are plain text, whole at 80 columns and in a pipe (see `_help`).
 app = HelpTyper(
     name="tether",
-    cls=TetherGroup,
     help="tether: a durable runtime for long-running LLM agents.",
-    no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
 )
 # Markup and emoji codes are off: task names, objectives and events are user text and
@@ -224,3 +221,9 @@ async def with_store(
         return await fn(store)
     finally:
         await store.close()
+
+
+def on_store(db: str | None, fn: Callable[[Store], Awaitable[T]], *, read_only: bool = False) -> T:
+    """A command's work on the existing database at `db`: `fn` with the store (see
+    `with_store`; never created), run as `run_async` runs it; what `fn` returns."""
+    return run_async(lambda: with_store(db, fn, create=False, read_only=read_only))

@@ -242,7 +242,14 @@ class TetherGroup(TyperGroup):
 
 
 class HelpTyper(typer.Typer):
-    """A Typer app whose commands default to `TetherCommand`."""
+    """A Typer app whose commands default to `TetherCommand`, its group to `TetherGroup`;
+    without arguments it prints its help, and it offers no shell completion."""
+
+    def __init__(self, *, name: str, help: str, **kwargs: Any) -> None:
+        kwargs.setdefault("cls", TetherGroup)
+        kwargs.setdefault("no_args_is_help", True)
+        kwargs.setdefault("add_completion", False)
+        super().__init__(name=name, help=help, **kwargs)
 
     def command(
         self, name: str | None = None, *, cls: type[TyperCommand] | None = None, **kwargs: Any

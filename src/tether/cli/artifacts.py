@@ -9,7 +9,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from tether.cli import views
-from tether.cli._app import DbOpt, JsonOpt, app, out, print_json, run_async, with_store
+from tether.cli._app import DbOpt, JsonOpt, app, on_store, out, print_json
 from tether.cli.views import clean
 
 
@@ -45,14 +45,11 @@ def artifacts(
     dependencies; invalidated ones are history, never current."""
     from tether import artifacts as A
 
-    async def main() -> list[Any]:
-        async def read(store: Any) -> list[Any]:
-            await store.get_task(task_id)  # an unknown task is exit 3
-            return list(await store.get_artifacts(task_id))
+    async def read(store: Any) -> list[Any]:
+        await store.get_task(task_id)  # an unknown task is exit 3
+        return list(await store.get_artifacts(task_id))
 
-        return await with_store(db, read, create=False, read_only=True)
-
-    arts = run_async(main)
+    arts = on_store(db, read, read_only=True)
     if invalid:
         arts = [a for a in arts if not a.valid]
     if json_out:

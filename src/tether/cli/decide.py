@@ -17,10 +17,9 @@ from tether.cli._app import (
     JsonOpt,
     app,
     fail,
+    on_store,
     out,
     print_json,
-    run_async,
-    with_store,
 )
 from tether.runtime import hints
 
@@ -33,11 +32,7 @@ def cancel(task_id: str, db: DbOpt = None) -> None:
     """Ask a task to stop; a running worker stops between steps."""
     from tether.runtime.tasks import cancel as cancel_task
 
-    async def main() -> str:
-        result = await with_store(db, lambda s: cancel_task(s, task_id, by="cli"), create=False)
-        return result.message
-
-    out.print(Text(views.clean(run_async(main))))
+    _say(on_store(db, lambda s: cancel_task(s, task_id, by="cli")).message)
 
 
 @app.command()
@@ -50,15 +45,11 @@ def pause(
     """Pause a task until `tether resume`; a running worker pauses it at its next round."""
     from tether.runtime.tasks import pause as pause_task
 
-    async def main() -> str:
-        result = await with_store(
-            db, lambda s: pause_task(s, task_id, by=by, reason=reason), create=False
-        )
-        if result.outcome in ("paused", "requested"):
-            return f"{result.message}; continue with: {hints.resume(task_id, db)}"
-        return result.message
-
-    out.print(Text(views.clean(run_async(main))))
+    result = on_store(db, lambda s: pause_task(s, task_id, by=by, reason=reason))
+    if result.outcome in ("paused", "requested"):
+        _said(task_id, db, result.message)
+    else:
+        _say(result.message)
 
 
 @app.command()
@@ -127,12 +118,7 @@ def approve(
             result=seen,
         )
 
-    async def main() -> Any:
-        return await with_store(db, decide, create=False)
-
-    run_async(main)
-    what = "recorded as done" if done else "approved"
-    out.print(Text(views.clean(f"{what} {request_id}; continue with: {hints.resume(task_id, db)}")))
+    _decide(db, task_id, decide, f"{'recorded as done' if done else 'approved'} {request_id}")
 
 
 @app.command()
@@ -164,45 +150,44 @@ def reject(
     if hint is not None or reopen:
         raise fail(errors.UserError("--hint and --reopen are for a sign-off (no REQUEST)"), 2)
 
-    async def main() -> Any:
-        return await with_store(
-            db,
-            lambda s: approvals.decide(s, task_id, request_id, "reject", by=by, reason=reason),
-            create=False,
-        )
-
-    run_async(main)
-    out.print(
-        Text(views.clean(f"rejected {request_id}; continue with: {hints.resume(task_id, db)}"))
+    _decide(
+        db,
+        task_id,
+        lambda s: approvals.decide(s, task_id, request_id, "reject", by=by, reason=reason),
+        f"rejected {request_id}",
     )
 
 
 def _sign_off(task_id: str, db: str | None, by: str) -> None:
     from tether import signoff
 
-    async def action(store: Store) -> str:
-        await signoff.approve(store, task_id, by=by)
-        return f"signed off on {task_id}; deliver with: {hints.resume(task_id, db)}"
-
-    _decide(db, action)
+    on_store(db, lambda s: signoff.approve(s, task_id, by=by))
+    _said(task_id, db, f"signed off on {task_id}", then="deliver")
 
 
 def _reject_work(task_id: str, db: str | None, hint: str, items: list[str], by: str) -> None:
     from tether import signoff
 
-    async def action(store: Store) -> str:
-        ledger = await signoff.reject(store, task_id, hint=hint, reopen=items, by=by)
-        redo = [d.id for d, s in ledger.items() if s.status == "pending"]
-        return f"back to work on {', '.join(redo)}; continue with: {hints.resume(task_id, db)}"
-
-    _decide(db, action)
+    ledger = on_store(db, lambda s: signoff.reject(s, task_id, hint=hint, reopen=items, by=by))
+    redo = [d.id for d, s in ledger.items() if s.status == "pending"]
+    _said(task_id, db, f"back to work on {', '.join(redo)}")
 
 
-def _decide(db: str | None, action: Callable[[Store], Awaitable[str]]) -> None:
-    async def main() -> str:
-        return await with_store(db, action, create=False)
+def _say(text: str) -> None:
+    out.print(Text(views.clean(text)))
 
-    out.print(Text(views.clean(run_async(main))))
+
+def _said(task_id: str, db: str | None, done: str, *, then: str = "continue") -> None:
+    """Say what a decision did, and the command that takes the task on from there."""
+    _say(f"{done}; {then} with: {hints.resume(task_id, db)}")
+
+
+def _decide(
+    db: str | None, task_id: str, act: Callable[[Store], Awaitable[object]], done: str
+) -> None:
+    """Take a decision (`act`, on the database at `db`), then say it (`_said`)."""
+    on_store(db, act)
+    _said(task_id, db, done)
 
 
 @app.command()
@@ -218,11 +203,12 @@ def retry(
     """Send a blocked (or skipped, or waived) item back to work, its counters reset."""
     from tether.decisions import retry_item
 
-    async def action(store: Store) -> str:
-        await retry_item(store, task_id, item, hint=hint, by=by)
-        return f"{item} is pending again; continue with: {hints.resume(task_id, db)}"
-
-    _decide(db, action)
+    _decide(
+        db,
+        task_id,
+        lambda s: retry_item(s, task_id, item, hint=hint, by=by),
+        f"{item} is pending again",
+    )
 
 
 @app.command()
@@ -236,11 +222,9 @@ def waive(
     """Let the task be delivered without an item (it ends delivered_with_waivers)."""
     from tether.decisions import waive_item
 
-    async def action(store: Store) -> str:
-        await waive_item(store, task_id, item, reason=reason, by=by)
-        return f"{item} waived; continue with: {hints.resume(task_id, db)}"
-
-    _decide(db, action)
+    _decide(
+        db, task_id, lambda s: waive_item(s, task_id, item, reason=reason, by=by), f"{item} waived"
+    )
 
 
 @app.command()
@@ -262,23 +246,15 @@ def abandon(
     (--code)."""
     from tether.decisions import abandon_task
 
-    async def action(store: Store) -> str:
-        task = await abandon_task(store, task_id, reason=reason, by=by, code=code)
-        return f"task {task_id} abandoned ({task.stop_reason}): {reason.strip()}"
-
-    _decide(db, action)
+    task = on_store(db, lambda s: abandon_task(s, task_id, reason=reason, by=by, code=code))
+    _say(f"task {task_id} abandoned ({task.stop_reason}): {reason.strip()}")
 
 
 @app.command()
 def approvals(task_id: str, db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """List a task's approval requests."""
 
-    async def main() -> list[Any]:
-        return await with_store(
-            db, lambda s: _all_approvals(s, task_id), create=False, read_only=True
-        )
-
-    items = run_async(main)
+    items = on_store(db, lambda s: _all_approvals(s, task_id), read_only=True)
     if json_out:
         print_json([a.__dict__ for a in items])
         return

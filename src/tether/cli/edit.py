@@ -10,7 +10,7 @@ from rich.text import Text
 
 from tether import errors
 from tether.cli import views
-from tether.cli._app import ByOpt, DbOpt, app, out, run_async, with_store
+from tether.cli._app import ByOpt, DbOpt, app, on_store, out, run_async, with_store
 from tether.runtime import hints
 
 
@@ -185,10 +185,8 @@ def tell(
     """Send the agent a message (an answer to its NEED_HELP, a correction)."""
     from tether.edits import tell as tell_task
 
-    async def main() -> str:
-        task = await with_store(db, lambda s: tell_task(s, task_id, message, by=by), create=False)
-        if task.status != "queued":
-            return f"told task {task_id} ({task.status})"
-        return f"told task {task_id} ({task.status}); continue with: {hints.resume(task_id, db)}"
-
-    out.print(Text(views.clean(run_async(main))))
+    task = on_store(db, lambda s: tell_task(s, task_id, message, by=by))
+    told = f"told task {task_id} ({task.status})"
+    if task.status == "queued":
+        told += f"; continue with: {hints.resume(task_id, db)}"
+    out.print(Text(views.clean(told)))

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.text import Text
 
 from tether.cli import views
-from tether.cli._app import DbOpt, JsonOpt, app, out, print_json, run_async, with_store
+from tether.cli._app import DbOpt, JsonOpt, app, on_store, out, print_json
 
 
 @app.command()
@@ -24,10 +24,7 @@ def rebuild(
     from the stored projections (--fix replaces the ledger)."""
     from tether.rebuild import rebuild as rebuild_task
 
-    async def main() -> dict[str, Any]:
-        return await with_store(db, lambda s: rebuild_task(s, task_id, fix=fix), create=False)
-
-    doc = run_async(main)
+    doc = on_store(db, lambda s: rebuild_task(s, task_id, fix=fix))
     if json_out:
         print_json(doc)
         return

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from tether.cli._app import DbOpt, JsonOpt, app, out, print_json, run_async, with_store
+from tether.cli._app import DbOpt, JsonOpt, app, on_store, out, print_json
 from tether.cli.views import clean
 
 
@@ -57,13 +57,7 @@ def replay(
     first divergence."""
     from tether.report.replay import replay_task
 
-    async def main() -> dict[str, Any]:
-        result = await with_store(
-            db, lambda s: replay_task(s, task_id, until=until), create=False, read_only=True
-        )
-        return result.to_dict()
-
-    doc = run_async(main)
+    doc = on_store(db, lambda s: replay_task(s, task_id, until=until), read_only=True).to_dict()
     if json_out:
         print_json(doc)
     else:

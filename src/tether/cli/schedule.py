@@ -13,16 +13,10 @@ import typer
 from rich.text import Text
 
 from tether.cli import views
-from tether.cli._app import DbOpt, JsonOpt, app, out, print_json, run_async, with_store
-from tether.cli._help import HelpTyper, TetherGroup
+from tether.cli._app import DbOpt, JsonOpt, app, on_store, out, print_json
+from tether.cli._help import HelpTyper
 
-group = HelpTyper(
-    name="schedule",
-    cls=TetherGroup,
-    help="Recurring tasks: list the schedules, cancel one.",
-    no_args_is_help=True,
-    add_completion=False,
-)
+group = HelpTyper(name="schedule", help="Recurring tasks: list the schedules, cancel one.")
 app.add_typer(group)
 
 
@@ -57,7 +51,7 @@ def list_schedules(db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """The schedules, newest first: when each starts its next occurrence."""
     from tether.runtime.watch.schedules import list_schedules as listed
 
-    items = run_async(lambda: with_store(db, listed, create=False, read_only=True))
+    items = on_store(db, listed, read_only=True)
     if json_out:
         print_json([s.to_dict() for s in items])
     elif not items:
@@ -75,9 +69,7 @@ def cancel(
     """Start no more occurrences of a schedule (those already started go on)."""
     from tether.runtime.watch.schedules import cancel_schedule
 
-    view = run_async(
-        lambda: with_store(db, lambda s: cancel_schedule(s, schedule_id), create=False)
-    )
+    view = on_store(db, lambda s: cancel_schedule(s, schedule_id))
     if json_out:
         print_json(view.to_dict())
     else:

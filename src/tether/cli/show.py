@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Group
@@ -13,8 +13,11 @@ from rich.rule import Rule
 from rich.text import Text
 
 from tether import errors
-from tether.cli._app import DbOpt, JsonOpt, app, out, print_json, run_async, with_store
+from tether.cli._app import DbOpt, JsonOpt, app, on_store, out, print_json
 from tether.cli.views import FittedTable, clean, clean_json_text, fitted_table, shorten, ts
+
+if TYPE_CHECKING:
+    from tether.store import Store
 
 
 def _args(arguments: Any) -> str:
@@ -83,16 +86,11 @@ def show(
     """Print a stored model call: the request as the model saw it and its response."""
     from tether.report.calls import list_calls, show_call
 
-    async def main() -> Any:
-        if call_id is None:
-            return await with_store(
-                db, lambda s: list_calls(s, task_id), create=False, read_only=True
-            )
-        return await with_store(
-            db, lambda s: show_call(s, task_id, call_id), create=False, read_only=True
-        )
-
-    doc = run_async(main)
+    doc: Any = on_store(
+        db,
+        lambda s: list_calls(s, task_id) if call_id is None else show_call(s, task_id, call_id),
+        read_only=True,
+    )
     if json_out:
         print_json(doc)
     elif call_id is None:
@@ -137,11 +135,10 @@ def report(
         _execution_report(task_id, db, fmt, output)
         return
 
-    async def main() -> str:
-        doc = await with_store(db, lambda s: build_report(s, task_id), create=False, read_only=True)
-        return render(doc, fmt)
+    async def rendered(store: Store) -> str:
+        return render(await build_report(store, task_id), fmt)
 
-    text = run_async(main)
+    text = on_store(db, rendered, read_only=True)
     if output is None:
         # On the terminal, nothing in the report (task names, model text) may act on
         # it: JSON keeps its escapes valid, md and html show controls escaped.
@@ -165,12 +162,7 @@ def _execution_report(task_id: str, db: str | None, fmt: str, output: Path | Non
     if output is not None:
         raise errors_exit("--execution prints the report; redirect it to a file")
 
-    async def main() -> Any:
-        return await with_store(
-            db, lambda s: build_execution(s, task_id), create=False, read_only=True
-        )
-
-    doc = run_async(main)
+    doc = on_store(db, lambda s: build_execution(s, task_id), read_only=True)
     if fmt == "json":
         print_json(doc)
         return

@@ -15,10 +15,9 @@ from tether.cli._app import (
     TypesOpt,
     app,
     fail,
+    on_store,
     out,
     print_json,
-    run_async,
-    with_store,
 )
 
 
@@ -64,14 +63,11 @@ def status(
     from tether.report.timetravel import status_at
     from tether.runtime.tasks import status_dict
 
-    async def main() -> dict[str, Any]:
-        if at is not None:
-            return await with_store(
-                db, lambda s: status_at(s, task_id, at), create=False, read_only=True
-            )
-        return await with_store(db, lambda s: status_dict(s, task_id), create=False, read_only=True)
-
-    doc = run_async(main)
+    doc = on_store(
+        db,
+        lambda s: status_dict(s, task_id) if at is None else status_at(s, task_id, at),
+        read_only=True,
+    )
     if json_out:
         print_json(doc)
     else:
@@ -84,14 +80,11 @@ def list_tasks(db: DbOpt = None, json_out: JsonOpt = False) -> None:
 
     from tether.runtime.watch.schedules import list_schedules
 
-    async def main() -> tuple[list[Any], list[Any], float]:
-        async def read(store: Any) -> tuple[list[Any], list[Any], float]:
-            tasks = list(await store.list_tasks())
-            return tasks, await list_schedules(store), float(store.clock.now())
+    async def read(store: Any) -> tuple[list[Any], list[Any], float]:
+        tasks = list(await store.list_tasks())
+        return tasks, await list_schedules(store), float(store.clock.now())
 
-        return await with_store(db, read, create=False, read_only=True)
-
-    tasks, schedules, now = run_async(main)
+    tasks, schedules, now = on_store(db, read, read_only=True)
     rows = views.task_rows(tasks, now)
     if json_out:
         print_json(rows)
@@ -116,15 +109,9 @@ def events(
     """Print a task's events (append-only log)."""
     _check_types(type_)
 
-    async def main() -> list[Any]:
-        return await with_store(
-            db,
-            lambda s: s.read_events(task_id, after=after, limit=limit, types=type_),
-            create=False,
-            read_only=True,
-        )
-
-    evs = run_async(main)
+    evs = on_store(
+        db, lambda s: s.read_events(task_id, after=after, limit=limit, types=type_), read_only=True
+    )
     if json_out:
         print_json([e.to_dict() for e in evs])
         return
@@ -149,15 +136,9 @@ def timeline(
     """A readable, coloured timeline of a task (one line per event)."""
     _check_types(type_)
 
-    async def main() -> list[Any]:
-        return await with_store(
-            db,
-            lambda s: s.read_events(task_id, after=after, types=type_),
-            create=False,
-            read_only=True,
-        )
-
-    for e in run_async(main):
+    for e in on_store(
+        db, lambda s: s.read_events(task_id, after=after, types=type_), read_only=True
+    ):
         out.print(views.timeline_line(e, full=full))
 
 
@@ -203,11 +184,8 @@ def watch(
             told = wait
             await asyncio.sleep(poll)
 
-    async def main() -> str:
-        return await with_store(db, follow, create=False, read_only=True)
-
     try:
-        final = run_async(main)
+        final = on_store(db, follow, read_only=True)
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
     out.print(views.clean(f"task {task_id} ended: {final}"))

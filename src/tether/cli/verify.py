@@ -8,7 +8,7 @@ import typer
 from rich.text import Text
 
 from tether.cli import views
-from tether.cli._app import ByOpt, DbOpt, JsonOpt, app, out, print_json, run_async, with_store
+from tether.cli._app import ByOpt, DbOpt, JsonOpt, app, on_store, out, print_json
 
 
 def _table(doc: dict[str, Any]) -> views.FittedTable:
@@ -34,13 +34,7 @@ def verify(task_id: str, by: ByOpt = "user", db: DbOpt = None, json_out: JsonOpt
     person's decision; or the task is abandoned, failed or cancelled)."""
     from tether.runtime.recovery.verify import verify_task
 
-    async def main() -> dict[str, Any]:
-        async def check(store: Any) -> dict[str, Any]:
-            return (await verify_task(store, task_id, by=by)).to_dict()
-
-        return await with_store(db, check, create=False)
-
-    doc = run_async(main)
+    doc = on_store(db, lambda s: verify_task(s, task_id, by=by)).to_dict()
     if json_out:
         print_json(doc)
     else:

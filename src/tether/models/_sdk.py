@@ -25,7 +25,8 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Generic, Self, TypeVar
+from types import ModuleType
+from typing import Any, Generic, Self, TypedDict, TypeVar, Unpack
 from urllib.parse import urlsplit
 
 from tether import tokens
@@ -142,42 +143,82 @@ def _status_failure(exc: BaseException) -> Failure:
 # --- the adapter base ---------------------------------------------------------------------
 
 
+class SdkOptions(TypedDict, Generic[ClientT], total=False):
+    """The keyword arguments every SDK adapter takes, all optional (what each means:
+    `SdkModel`)."""
+
+    base_url: str | None
+    api_key: str | None
+    client: ClientT | None
+    #: Default `DEFAULT_MAX_RETRIES`.
+    max_retries: int
+    #: Seconds; default `DEFAULT_TIMEOUT`.
+    timeout: float
+    retry: RetryPolicy | None
+    sleep: Callable[[float], Awaitable[None]] | None
+    on_retry: Callable[[RetryEvent], None] | None
+    name: str | None
+
+
 class SdkModel(Generic[ClientT]):
     """What the SDK adapters share: name, retry policy, the attempt's deadline
-    (`timeout`), the client's lifetime and the retried call. Subclasses build their
-    request and parse the response body."""
+    (`timeout`), the client's lifetime and the retried call. Subclasses name their SDK
+    (`sdk`), build its client and their request, and parse the response body.
+
+    The options are `SdkOptions`. `client` may be one you built (then you close it);
+    otherwise `build_client` builds one from `api_key` and `base_url`, and `aclose()`
+    closes it. `name` defaults to `default_name`. Retries follow `retry` (default:
+    `max_retries` retries after the first attempt); `on_retry` sees each one, `sleep`
+    waits between them.
+    """
 
     provider = "sdk"
+    #: The SDK module (`openai`, `anthropic`): `sdk_classifier` reads its exceptions.
+    sdk: ModuleType
+    #: The finish reason that says the output token limit cut the answer off.
+    cut_off: str
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        name: str,
-        client: ClientT | None,
-        build: Callable[[], ClientT],
-        classify: Classifier,
-        timeout: float = DEFAULT_TIMEOUT,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        retry: RetryPolicy | None = None,
-        sleep: Callable[[float], Awaitable[None]] | None = None,
-        on_retry: Callable[[RetryEvent], None] | None = None,
-    ) -> None:
+    def __init__(self, model: str, **options: Unpack[SdkOptions[ClientT]]) -> None:
+        unknown = sorted(set(options) - SdkOptions.__optional_keys__)
+        if unknown:  # a misspelt option must not be dropped without a word
+            raise TypeError(f"{type(self).__name__}() got unexpected keyword(s): {unknown}")
         self.model = model
-        self.name = name
-        self.retry = retry or RetryPolicy(max_attempts=max(0, max_retries) + 1)
-        self.timeout = timeout
-        self._sleep = sleep
-        self._on_retry = on_retry
-        self._classify = classify
+        self.name = options.get("name") or self.default_name(options.get("base_url"))
+        retries = options.get("max_retries", DEFAULT_MAX_RETRIES)
+        self.retry = options.get("retry") or RetryPolicy(max_attempts=max(0, retries) + 1)
+        self.timeout = options.get("timeout", DEFAULT_TIMEOUT)
+        self._sleep = options.get("sleep")
+        self._on_retry = options.get("on_retry")
+        self._classify = sdk_classifier(self.sdk)
+        client = options.get("client")
         self._owns_client = client is None
-        self.client: ClientT = client if client is not None else build()
+        if client is None:
+            client = self.build_client(options.get("api_key"), options.get("base_url"))
+        self.client: ClientT = client
+
+    def default_name(self, base_url: str | None) -> str:
+        """The model's name when none is given (as events and errors show it)."""
+        raise NotImplementedError
+
+    def build_client(self, api_key: str | None, base_url: str | None) -> ClientT:
+        """The SDK's client, with the SDK's own retries off (`tether.retry` decides)."""
+        raise NotImplementedError
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer one request; latency covers retries too."""
         params = self.build_params(request)
         data, latency_ms, attempts = await self._send(lambda: self._create(params))
-        return replace(self._parse(data, request, latency_ms), attempts=attempts)
+        answer = self._parse(data, request)
+        calls = answer.tool_calls
+        if answer.finish_reason is not None and answer.finish_reason == self.cut_off:
+            calls = tuple(mark_truncated(calls))
+        return replace(
+            answer,
+            tool_calls=calls,
+            model=str(data.get("model") or self.model),
+            latency_ms=latency_ms,
+            attempts=attempts,
+        )
 
     def build_params(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of the SDK's create call for a request."""
@@ -187,10 +228,9 @@ class SdkModel(Generic[ClientT]):
         """The SDK's create call with `params` (not yet awaited)."""
         raise NotImplementedError
 
-    def _parse(
-        self, data: dict[str, Any], request: ModelRequest, latency_ms: float
-    ) -> ModelResponse:
-        """The response body `data` as a `ModelResponse`."""
+    def _parse(self, data: dict[str, Any], request: ModelRequest) -> ModelResponse:
+        """The response body `data` as a `ModelResponse`: text, tool calls, usage and
+        finish reason (`complete` adds the rest and marks calls cut off by `cut_off`)."""
         raise NotImplementedError
 
     async def _send(self, call: Callable[[], Awaitable[Any]]) -> tuple[dict[str, Any], float, int]:

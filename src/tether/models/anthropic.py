@@ -23,14 +23,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Mapping
+from typing import Any, Unpack
 
 import anthropic
 
 from tether.errors import ModelError, UserError
 from tether.models import _sdk
-from tether.models._retry import RetryEvent, RetryPolicy
 from tether.models.base import Message, ModelRequest, ModelResponse, ToolCall
 
 DEFAULT_TIMEOUT = _sdk.DEFAULT_TIMEOUT
@@ -111,10 +110,9 @@ def to_anthropic_tools(request: ModelRequest) -> list[dict[str, Any]]:
     ]
 
 
-def parse_anthropic_response(
-    data: Mapping[str, Any], request: ModelRequest, *, default_model: str, latency_ms: float
-) -> ModelResponse:
-    """A `ModelResponse` from a messages API response body (as a dict)."""
+def parse_anthropic_response(data: Mapping[str, Any], request: ModelRequest) -> ModelResponse:
+    """A `ModelResponse` from a messages API response body (as a dict): text, tool calls,
+    usage and stop reason (`AnthropicModel` adds the model, latency and attempts)."""
     content = data.get("content")
     if not isinstance(content, list):
         raise ModelError("the provider's response has no content list", transient=False)
@@ -146,16 +144,8 @@ def parse_anthropic_response(
     else:
         usage = _sdk.estimated_usage(request, text, calls)
     stop = data.get("stop_reason")
-    if stop == "max_tokens":
-        calls = _sdk.mark_truncated(calls)
-    return ModelResponse(
-        text=text,
-        tool_calls=tuple(calls),
-        usage=usage,
-        model=str(data.get("model") or default_model),
-        latency_ms=latency_ms,
-        finish_reason=str(stop) if stop is not None else None,
-    )
+    finish = str(stop) if stop is not None else None
+    return ModelResponse(text=text, tool_calls=tuple(calls), usage=usage, finish_reason=finish)
 
 
 class AnthropicModel(_sdk.SdkModel[anthropic.AsyncAnthropic]):
@@ -171,47 +161,34 @@ class AnthropicModel(_sdk.SdkModel[anthropic.AsyncAnthropic]):
     """
 
     provider = "anthropic"
+    sdk = anthropic
+    cut_off = "max_tokens"
 
     def __init__(
         self,
         model: str,
         *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        client: anthropic.AsyncAnthropic | None = None,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        timeout: float = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        sleep: Callable[[float], Awaitable[None]] | None = None,
-        on_retry: Callable[[RetryEvent], None] | None = None,
-        name: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        **options: Unpack[_sdk.SdkOptions[anthropic.AsyncAnthropic]],
     ) -> None:
         self.extra_body = dict(extra_body or {})
+        super().__init__(model, **options)
+
+    def default_name(self, base_url: str | None) -> str:
+        """`anthropic:MODEL`."""
+        return f"anthropic:{self.model}"
+
+    def build_client(self, api_key: str | None, base_url: str | None) -> anthropic.AsyncAnthropic:
+        """The client, with the SDK's retries and tracing off (tether emits its own spans)."""
         key = api_key or os.environ.get("ANTHROPIC_API_KEY")
-        if client is None and not key:
+        if not key:
             raise UserError("no Anthropic API key: set ANTHROPIC_API_KEY (or pass api_key=...)")
-
-        def build() -> anthropic.AsyncAnthropic:
-            return anthropic.AsyncAnthropic(
-                api_key=key,
-                base_url=base_url,
-                timeout=timeout,
-                max_retries=0,
-                open_telemetry=False,
-            )
-
-        super().__init__(
-            model,
-            name=name or f"anthropic:{model}",
-            client=client,
-            build=build,
-            timeout=timeout,
-            classify=_sdk.sdk_classifier(anthropic),
-            max_retries=max_retries,
-            retry=retry,
-            sleep=sleep,
-            on_retry=on_retry,
+        return anthropic.AsyncAnthropic(
+            api_key=key,
+            base_url=base_url,
+            timeout=self.timeout,
+            max_retries=0,
+            open_telemetry=False,
         )
 
     def build_params(self, request: ModelRequest) -> dict[str, Any]:
@@ -235,9 +212,5 @@ class AnthropicModel(_sdk.SdkModel[anthropic.AsyncAnthropic]):
     def _create(self, params: dict[str, Any]) -> Awaitable[Any]:
         return self.client.messages.create(**params)
 
-    def _parse(
-        self, data: dict[str, Any], request: ModelRequest, latency_ms: float
-    ) -> ModelResponse:
-        return parse_anthropic_response(
-            data, request, default_model=self.model, latency_ms=latency_ms
-        )
+    def _parse(self, data: dict[str, Any], request: ModelRequest) -> ModelResponse:
+        return parse_anthropic_response(data, request)

@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal
+from collections.abc import Awaitable, Mapping
+from typing import Any, Literal, Unpack
 
 import openai
 
 from tether.errors import ModelError, UserError
 from tether.models import _sdk
-from tether.models._retry import RetryEvent, RetryPolicy
 from tether.models.base import Message, ModelRequest, ModelResponse, ToolCall, Usage
 
 DEFAULT_TIMEOUT = _sdk.DEFAULT_TIMEOUT
@@ -103,10 +102,9 @@ def to_openai_tools(request: ModelRequest) -> list[dict[str, Any]]:
     ]
 
 
-def parse_openai_response(
-    data: Mapping[str, Any], request: ModelRequest, *, default_model: str, latency_ms: float
-) -> ModelResponse:
-    """A `ModelResponse` from a chat completions response body (as a dict)."""
+def parse_openai_response(data: Mapping[str, Any], request: ModelRequest) -> ModelResponse:
+    """A `ModelResponse` from a chat completions response body (as a dict): text, tool
+    calls, usage and finish reason (`OpenAIModel` adds the model, latency and attempts)."""
     choices = data.get("choices") or []
     if not choices or not isinstance(choices[0], Mapping):
         raise ModelError("the provider returned no choices", transient=False)
@@ -124,16 +122,12 @@ def parse_openai_response(
         name = str(function.get("name") or "")
         call_id = str(raw_call.get("id") or f"call_{i}")
         calls.append(_sdk.tool_call(call_id, name, function.get("arguments"), known))
-    finish = choice.get("finish_reason")
-    if finish == "length":
-        calls = _sdk.mark_truncated(calls)
     usage = _usage(data.get("usage"), request, text, calls)
+    finish = choice.get("finish_reason")
     return ModelResponse(
         text=text,
         tool_calls=tuple(calls),
         usage=usage,
-        model=str(data.get("model") or default_model),
-        latency_ms=latency_ms,
         finish_reason=str(finish) if finish is not None else None,
     )
 
@@ -190,29 +184,31 @@ class OpenAIModel(_sdk.SdkModel[openai.AsyncOpenAI]):
     """
 
     provider = "openai"
+    sdk = openai
+    cut_off = "length"
 
     def __init__(
         self,
         model: str,
         *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        client: openai.AsyncOpenAI | None = None,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        timeout: float = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        sleep: Callable[[float], Awaitable[None]] | None = None,
-        on_retry: Callable[[RetryEvent], None] | None = None,
         max_tokens_field: MaxTokensField | None = None,
-        name: str | None = None,
+        **options: Unpack[_sdk.SdkOptions[openai.AsyncOpenAI]],
     ) -> None:
-        is_openai = _sdk.is_openai_url(base_url)
+        is_openai = _sdk.is_openai_url(options.get("base_url"))
         self.max_tokens_field: MaxTokensField = max_tokens_field or (
             "max_completion_tokens" if is_openai else "max_tokens"
         )
-        self._send_cache_key = is_openai and client is None
-        if client is None and not api_key:
-            if not is_openai:
+        self._send_cache_key = is_openai and options.get("client") is None
+        super().__init__(model, **options)
+
+    def default_name(self, base_url: str | None) -> str:
+        """`openai:MODEL` on OpenAI's default URL, else the model's own name."""
+        return f"openai:{self.model}" if base_url is None else self.model
+
+    def build_client(self, api_key: str | None, base_url: str | None) -> openai.AsyncOpenAI:
+        """The client, with the SDK's own retries off."""
+        if not api_key:
+            if not _sdk.is_openai_url(base_url):
                 # Never OPENAI_API_KEY: a key meant for OpenAI goes to OpenAI only.
                 # A local server wants none; the SDK refuses an empty one.
                 api_key = "none"
@@ -220,23 +216,8 @@ class OpenAIModel(_sdk.SdkModel[openai.AsyncOpenAI]):
                 api_key = os.environ.get("OPENAI_API_KEY") or None
                 if api_key is None:
                     raise UserError("no OpenAI API key: set OPENAI_API_KEY (or pass api_key=...)")
-
-        def build() -> openai.AsyncOpenAI:
-            return openai.AsyncOpenAI(
-                api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
-            )
-
-        super().__init__(
-            model,
-            name=name or (f"openai:{model}" if base_url is None else model),
-            client=client,
-            build=build,
-            timeout=timeout,
-            classify=_sdk.sdk_classifier(openai),
-            max_retries=max_retries,
-            retry=retry,
-            sleep=sleep,
-            on_retry=on_retry,
+        return openai.AsyncOpenAI(
+            api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=0
         )
 
     def build_params(self, request: ModelRequest) -> dict[str, Any]:
@@ -260,7 +241,5 @@ class OpenAIModel(_sdk.SdkModel[openai.AsyncOpenAI]):
     def _create(self, params: dict[str, Any]) -> Awaitable[Any]:
         return self.client.chat.completions.create(**params)
 
-    def _parse(
-        self, data: dict[str, Any], request: ModelRequest, latency_ms: float
-    ) -> ModelResponse:
-        return parse_openai_response(data, request, default_model=self.model, latency_ms=latency_ms)
+    def _parse(self, data: dict[str, Any], request: ModelRequest) -> ModelResponse:
+        return parse_openai_response(data, request)

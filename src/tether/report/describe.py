@@ -99,6 +99,18 @@ _DESCRIBERS: dict[str, Callable[[Mapping[str, Any]], tuple[str, str]]] = {
 }
 
 
+#: Events told by their fields alone: (style, the line with `{field}` for each).
+_TEMPLATES: dict[str, tuple[str, str]] = {
+    "op.intended": ("dim", "intent {op_id} {tool}"),
+    "op.compensated": ("yellow", "{op_id} {outcome} by {by}"),
+    "audit.warning": ("bold yellow", "AUDIT {code}: {message}"),
+    "context.compacted": (
+        "yellow",
+        "compacted {rounds_compacted} rounds: {tokens_before} → {tokens_after} tokens",
+    ),
+}
+
+
 def describe_event(e: Any) -> tuple[str, str]:
     """(style, text): one event in words."""
     d = e.data
@@ -106,6 +118,9 @@ def describe_event(e: Any) -> tuple[str, str]:
     special = _DESCRIBERS.get(t)
     if special is not None:
         return special(d)
+    if t in _TEMPLATES:
+        style, line = _TEMPLATES[t]
+        return style, line.format_map(d)
     if t == "task.status":
         why = f" — {d.get('reason')}" if d.get("reason") else ""
         stop = f" ({d['stop_reason']})" if d.get("stop_reason") else ""
@@ -120,10 +135,6 @@ def describe_event(e: Any) -> tuple[str, str]:
         style = "green" if d["status"] == "succeeded" else "red"
         msg = d.get("summary") or d.get("error") or ""
         return style, f"{d['tool']} {d['status']}: {msg[:100]}"
-    if t == "op.intended":
-        return "dim", f"intent {d['op_id']} {d['tool']}"
-    if t == "op.compensated":
-        return "yellow", f"{d['op_id']} {d['outcome']} by {d['by']}"
     if t == "judge.verdict":
         return "magenta", (
             f"round {d['round']} verdict {d['decision']}: {d['done']}/{d['total']} done "
@@ -136,8 +147,6 @@ def describe_event(e: Any) -> tuple[str, str]:
             if c.get("field") in ("status", "breaker")
         ]
         return "green", f"ledger v{d['version']}: {', '.join(changes[:6]) or 'updated'}"
-    if t == "audit.warning":
-        return "bold yellow", f"AUDIT {d['code']}: {d['message']}"
     if t == "turn.started":
         return (
             "bold",
@@ -145,11 +154,6 @@ def describe_event(e: Any) -> tuple[str, str]:
         )
     if t == "round.started":
         return "bold blue", f"round {d['round']} on {d.get('item')}"
-    if t == "context.compacted":
-        return "yellow", (
-            f"compacted {d['rounds_compacted']} rounds: {d['tokens_before']} → "
-            f"{d['tokens_after']} tokens"
-        )
     if t == "completion.checked":
         return ("green" if d["passed"] else "red"), (
             f"completion check {'passed' if d['passed'] else 'failed'}"

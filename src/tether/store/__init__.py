@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypedDict
 from urllib.parse import parse_qsl
 
 from tether import errors
@@ -54,6 +55,7 @@ __all__ = [
     "LedgerRecord",
     "LedgerWrite",
     "OpRecord",
+    "OpenOptions",
     "Store",
     "StoredEvent",
     "TaskPatch",
@@ -114,6 +116,14 @@ def _busy_timeout_ms(url: str, value: str | None) -> int:
             f"{url}: busy_timeout={value!r} is not a number of seconds between 0 and 3600"
         )
     return max(1, int(seconds * 1000))
+
+
+class OpenOptions(TypedDict, total=False):
+    """How `open_store` opens any database (and `open_db`, which passes them on)."""
+
+    clock: Clock | None
+    read_only: bool
+    migrate: bool
 
 
 async def open_store(

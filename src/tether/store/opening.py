@@ -6,25 +6,20 @@ command that only reads the database imports the store and nothing of the runtim
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 from tether import errors
-from tether.store import default_url, open_store, sqlite_path
+from tether.store import OpenOptions, default_url, open_store, sqlite_path
 
 if TYPE_CHECKING:
-    from tether.clock import Clock
     from tether.store.base import Store
 
 
 async def open_db(
-    db: str | None = None,
-    *,
-    create: bool = True,
-    clock: Clock | None = None,
-    read_only: bool = False,
-    migrate: bool = True,
+    db: str | None = None, *, create: bool = True, **options: Unpack[OpenOptions]
 ) -> Store:
-    """Open the store at `db` (default: `TETHER_DB`, else `.tether/tether.db`).
+    """Open the store at `db` (default: `TETHER_DB`, else `.tether/tether.db`), with
+    `open_store`'s `options`.
 
     With `create=False` a missing SQLite file is a `StoreConfigError` instead of a new,
     empty database (for commands that read or continue existing tasks); `read_only`
@@ -32,7 +27,7 @@ async def open_db(
     `migrate=False` (`--no-migrate`) refuses a schema below this tether's, and a missing
     file, instead of migrating or creating (see `tether.store.schema_policy`)."""
     url = db or default_url()
-    create = create and migrate
+    create = create and options.get("migrate", True)
     if url.startswith("sqlite://"):
         path = sqlite_path(url)
         try:
@@ -48,4 +43,4 @@ async def open_db(
                 f"no tether database at {path} (start a task with `tether run` or "
                 "`tether demo`, or point --db / TETHER_DB at your database)"
             )
-    return await open_store(url, clock=clock, read_only=read_only, migrate=migrate)
+    return await open_store(url, **options)

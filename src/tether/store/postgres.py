@@ -63,6 +63,7 @@ from tether.clock import Clock
 from tether.store import _ledger_rows as ledger_rows
 from tether.store import _rules as rules
 from tether.store import _search as search
+from tether.store import schema_policy
 from tether.store._sql import (
     _ART_COLS_A,
     RECORD_TABLES,
@@ -248,15 +249,12 @@ class PostgresStore(SqlStore):
     ) -> PostgresStore:
         """Connect and migrate (`read_only`, `migrate=False`: check the schema instead)."""
         store = cls(url, clock=clock, max_size=max_size)
-        try:
-            await asyncio.to_thread(store._open_sync, connect_timeout, read_only)
-            if read_only or not migrate:
-                await store._run(store._check_schema_sync, read_only)
-            else:
-                await store._run(store._migrate_sync, migrate_to)
-        except BaseException:
-            await store.close()
-            raise
+        await schema_policy.open_schema(
+            store,
+            lambda: asyncio.to_thread(store._open_sync, connect_timeout, read_only),
+            migrate_to=migrate_to if migrate and not read_only else None,
+            read_only=read_only,
+        )
         return store
 
     def resize_pool(self, size: int) -> None:

@@ -21,7 +21,7 @@ code). A tether never migrates a database down, and `--no-migrate` (or
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from tether import errors
@@ -60,6 +60,23 @@ def check_newer(rows: Iterable[Mapping[str, Any]], found: int, code: int) -> Non
         needs = max(needs, version if declared is None else int(declared))
     if needs > code:
         raise errors.SchemaTooNew(found, code, needs=needs)
+
+
+async def open_schema(
+    store: Any, connect: Callable[[], Awaitable[object]], *, migrate_to: int | None, read_only: bool
+) -> None:
+    """Connect `store` (an `SqlStore`) with `connect`, then migrate its schema to
+    `migrate_to`, or (None: a read-only or `migrate=False` open) only check it; the
+    store is closed again when any of it fails."""
+    try:
+        await connect()
+        if migrate_to is None:
+            await store._run(store._check_schema_sync, read_only)
+        else:
+            await store._run(store._migrate_sync, migrate_to)
+    except BaseException:
+        await store.close()
+        raise
 
 
 def check_database(store: Any, conn: Any, found: int) -> None:

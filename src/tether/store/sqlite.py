@@ -35,6 +35,7 @@ from typing import Any, Literal, TypedDict, TypeVar, Unpack
 from tether import errors
 from tether.clock import Clock
 from tether.store import _search as search
+from tether.store import schema_policy
 from tether.store._sql import _ART_COLS_A, SqlStore, iter_statements
 from tether.store.base import SCHEMA_VERSION
 
@@ -132,19 +133,13 @@ class SQLiteStore(SqlStore):
         p = Path(path)
         await asyncio.to_thread(_check_path, p, create and not read_only)
         store = cls(p, **options)
-        try:
-            if read_only:
-                await store._run(store._connect_read_only_sync)
-                await store._run(store._check_schema_sync)
-                return store
-            await store._run(store._connect_sync)
-            if migrate:
-                await store._run(store._migrate_sync, migrate_to)
-            else:
-                await store._run(store._check_schema_sync, False)
-        except BaseException:
-            await store.close()
-            raise
+        connect = store._connect_read_only_sync if read_only else store._connect_sync
+        await schema_policy.open_schema(
+            store,
+            lambda: store._run(connect),
+            migrate_to=migrate_to if migrate and not read_only else None,
+            read_only=read_only,
+        )
         return store
 
     def _connect_sync(self, switch: bool = True) -> None:

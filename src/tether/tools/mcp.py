@@ -70,7 +70,6 @@ import shlex
 import tempfile
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import IO, Any, Final, TextIO, cast
 
 from pydantic import ValidationError
@@ -218,12 +217,7 @@ class McpToolSource:
         self._state = "open"
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         self._state = "closed"
         if self._closing is not None:
             self._closing.set()
@@ -599,12 +593,7 @@ class McpSources:
         self._sources, self._owned = sources, [] if kept is not None else sources
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         owned, self._sources, self._owned = self._owned, [], []
         await _close_all(owned)
 

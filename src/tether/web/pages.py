@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Awaitable, Callable
 from importlib.resources import files
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Form, Query
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -28,6 +29,9 @@ from tether.report.render import html_page
 from tether.runtime.tasks import cancel, pause, status_dict, unpause
 from tether.web.deps import state_of
 from tether.web.security import COOKIE, Refused
+
+if TYPE_CHECKING:
+    from tether.store import Store
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(files("tether.web") / "templates"))
@@ -373,15 +377,6 @@ async def tell_form(
     return _back(task_id)
 
 
-@router.post("/tasks/{task_id}/cancel")
-async def cancel_form(request: Request, task_id: str, csrf: CsrfField = None) -> Response:
-    """Stop the task."""
-    by = _check(request, csrf)
-    store, _ = state_of(request)
-    await cancel(store, task_id, by=by)
-    return _back(task_id)
-
-
 @router.post("/tasks/{task_id}/abandon")
 async def abandon_form(
     request: Request, task_id: str, reason: Annotated[str, Form()] = "", csrf: CsrfField = None
@@ -393,31 +388,36 @@ async def abandon_form(
     return _back(task_id)
 
 
-@router.post("/tasks/{task_id}/pause")
-async def pause_form(request: Request, task_id: str, csrf: CsrfField = None) -> Response:
-    """Pause the task (at the running worker's next round boundary)."""
-    by = _check(request, csrf)
-    store, _ = state_of(request)
-    await pause(store, task_id, by=by)
-    return _back(task_id)
+def _task_button(
+    action: str, act: Callable[[Store, str, str], Awaitable[object]], doc: str
+) -> None:
+    """`POST /tasks/{task_id}/ACTION`: a form with no field but its CSRF token, that
+    takes one decision on the task (`act(store, task_id, by)`) and redirects back."""
+
+    async def form(request: Request, task_id: str, csrf: CsrfField = None) -> Response:
+        by = _check(request, csrf)
+        store, _ = state_of(request)
+        await act(store, task_id, by)
+        return _back(task_id)
+
+    form.__doc__ = doc
+    router.post(f"/tasks/{{task_id}}/{action}", name=f"{action.replace('/', '_')}_form")(form)
 
 
-@router.post("/tasks/{task_id}/resume")
-async def resume_form(request: Request, task_id: str, csrf: CsrfField = None) -> Response:
-    """Queue a paused task again for the workers."""
-    by = _check(request, csrf)
-    store, _ = state_of(request)
-    await unpause(store, task_id, by=by)
-    return _back(task_id)
-
-
-@router.post("/tasks/{task_id}/signoff/approve")
-async def signoff_approve_form(request: Request, task_id: str, csrf: CsrfField = None) -> Response:
-    """Sign off on the work as reported (`tether approve TASK`): the task is queued."""
-    by = _check(request, csrf)
-    store, _ = state_of(request)
-    await signoff.approve(store, task_id, by=by)
-    return _back(task_id)
+_task_button("cancel", lambda s, t, by: cancel(s, t, by=by), "Stop the task.")
+_task_button(
+    "pause",
+    lambda s, t, by: pause(s, t, by=by),
+    "Pause the task (at the running worker's next round boundary).",
+)
+_task_button(
+    "resume", lambda s, t, by: unpause(s, t, by=by), "Queue a paused task again for the workers."
+)
+_task_button(
+    "signoff/approve",
+    lambda s, t, by: signoff.approve(s, t, by=by),
+    "Sign off on the work as reported (`tether approve TASK`): the task is queued.",
+)
 
 
 @router.post("/tasks/{task_id}/signoff/reject")

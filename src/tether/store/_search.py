@@ -18,8 +18,9 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Iterator
-from typing import Any, Final
+from typing import Final
+
+from tether.jsonwalk import strings_in
 
 #: The most bytes of a blob read for the index.
 MAX_INDEXED_BYTES: Final = 256 * 1024
@@ -63,17 +64,6 @@ def websearch_query(words: list[str]) -> str:
     return " or ".join(words)
 
 
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings(v)
-
-
 def _decode(data: bytes) -> str | None:
     """`data` as text, or None if it is binary. A multi-byte character cut by the size
     cap is dropped, not taken as a sign of binary data."""
@@ -97,7 +87,7 @@ def indexed_text(name: str, data: bytes | None) -> str:
         if stripped[:1] in ("{", "["):
             # Not JSON after all (or cut by the cap): it is indexed as text.
             with contextlib.suppress(ValueError):
-                text = "\n".join(s for s in _strings(json.loads(text)) if s.strip())
+                text = "\n".join(s for s in strings_in(json.loads(text)) if s.strip())
         parts.append(text)
     body = "\n".join(parts)[:MAX_INDEXED_CHARS]
     # Neither database takes NUL in text, nor UTF-8 a lone surrogate (both can come

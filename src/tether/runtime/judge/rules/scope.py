@@ -13,10 +13,11 @@ for good: it enters the window before it becomes the focus.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Final
 
 from tether import ledger_view
+from tether.jsonwalk import strings_in
 from tether.ledger import OPEN_STATUSES, Ledger
 from tether.spec import ChecklistItem, FileRule, OpRule, TaskSpec
 
@@ -53,17 +54,6 @@ def spec_items(spec: TaskSpec, ids: Collection[str]) -> list[ChecklistItem]:
     return [spec.items[n] for n in sorted(where[i] for i in ids if i in where)]
 
 
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _strings(v)
-
-
 def rule_scope(
     spec: TaskSpec,
     ledger: Ledger,
@@ -85,7 +75,7 @@ def rule_scope(
     paths, tools, _ = _index(spec)
     for tool, args in calls:
         scope.update(tools.get(tool, ()))
-        for text in _strings(args):
+        for text in strings_in(args):
             if ledger.has_item(text):
                 scope.add(text)
             scope.update(paths.get(posixpath.normpath(text), ()) if text else ())

@@ -218,6 +218,10 @@ RESUME_NOT = (
     "tether.runtime.watch.schedules",
     "tether.runtime.watch.sweep",
     "tether.web",
+    # The LLM judge and the completion check (its reviewer): after the first round.
+    "tether.runtime.judge.llm",
+    "tether.runtime.judge.completion",
+    "tether.runtime.judge.judges",
 )
 
 _FIRST_EVENT = """

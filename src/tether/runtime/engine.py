@@ -27,7 +27,7 @@ from typing import Any
 from tether import errors, lifecycle, telemetry
 from tether.clock import Clock, SystemClock
 from tether.models import pricing
-from tether.runtime.ops.runner import INLINE_WAIT_MAX
+from tether.runtime.ops.ports import INLINE_WAIT_MAX
 from tether.runtime.run.journal import Snapshot as Snapshot  # re-exported: public
 from tether.runtime.run.ports import ModelSet as ModelSet  # re-exported: public
 from tether.runtime.run.ports import RunConfig

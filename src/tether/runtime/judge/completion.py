@@ -22,7 +22,6 @@ from tether.errors import UserError
 from tether.models.base import Message, ModelRequest
 from tether.runtime import hints
 from tether.runtime.judge.execution import execution_report
-from tether.runtime.judge.llm import json_request
 from tether.runtime.judge.rules.commands import run_command
 from tether.runtime.recovery import deliverables
 from tether.runtime.round.context import Entry, continuation_message
@@ -128,6 +127,8 @@ def review_request(
         "acceptance_checks": [c.to_dict() for c in checks],
         "artifacts": list(artifacts),
     }
+    from tether.runtime.judge.llm import json_request  # only when a review is asked for
+
     return json_request(
         "review", REVIEW_INSTRUCTIONS, payload, max_output_tokens=1024, task_id=task_id
     )

@@ -13,8 +13,7 @@ from tether.models.base import Message
 from tether.runtime import hints
 from tether.runtime.judge import audit as A
 from tether.runtime.judge import facts as F
-from tether.runtime.judge import llm, rules
-from tether.runtime.judge.completion import await_decision, complete, settle
+from tether.runtime.judge import rules
 from tether.runtime.judge.rules.evidence import StoreRuleEnv, note_focus, resolve_evidence
 from tether.runtime.judge.rules.scope import rule_scope
 from tether.runtime.round import progress as P
@@ -24,14 +23,11 @@ from tether.runtime.run.outcome import Outcome
 from tether.spec import TaskSpec
 
 __all__ = [
-    "await_decision",
-    "complete",
     "facts_from_dict",
     "facts_to_dict",
     "judge_round",
     "note_focus",
     "resolve_evidence",
-    "settle",
 ]
 
 if TYPE_CHECKING:
@@ -106,6 +102,10 @@ async def judge_round(
     judge_model = run.calls.models.judge
     judges = ["rules"]
     if judge_model is not None:
+        # Loaded here: a task without a judge model (and a resume, before its first event)
+        # never needs the LLM judge's models and prompts.
+        from tether.runtime.judge import llm
+
         judges.append(judge_model.name)
         retry_note = None
         verdict = None
@@ -191,9 +191,12 @@ async def judge_round(
     if continuation:
         run.ctx.append(Entry("continuation", [Message("user", continuation)], facts.round))
     run.journal.snapshot(f"round {facts.round}: {outcome.decision} ({p.done}/{p.total} done)")
-    if outcome.decision == "satisfied":
-        return await complete(run, facts.round)
-    if outcome.decision == "need_decision":
+    if outcome.decision in ("satisfied", "need_decision"):
+        # The completion check (its reviewer's model) is loaded when a round gets there.
+        from tether.runtime.judge.completion import await_decision, complete
+
+        if outcome.decision == "satisfied":
+            return await complete(run, facts.round)
         return await_decision(run, outcome.reason)
     if outcome.decision == "need_user":
         return out.waiting(

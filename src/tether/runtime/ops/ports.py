@@ -18,7 +18,11 @@ from tether.clock import Clock
 from tether.store.base import OpsStore
 from tether.tools.breaker import Guard
 
-__all__ = ["OpsStore", "RoundOps", "ToolEnv"]
+__all__ = ["INLINE_WAIT_MAX", "OpsStore", "RoundOps", "ToolEnv"]
+
+#: Backoffs up to this long are waited out in the worker; longer ones park the task as
+#: `waiting` until the stored time, releasing the lease.
+INLINE_WAIT_MAX = 30.0
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ from tether.runtime.ops.journal import (
     plan_of,
     superseded_by,
 )
+from tether.runtime.ops.ports import INLINE_WAIT_MAX as INLINE_WAIT_MAX  # kept here too
 from tether.runtime.ops.ports import RoundOps
 from tether.runtime.ops.results import OpOutcome
 from tether.runtime.run.outcome import Stop
@@ -60,10 +61,6 @@ from tether.tools.registry import Tool
 
 if TYPE_CHECKING:
     from tether.runtime.run.ports import OpsHost
-
-#: Backoffs up to this long are waited out in the worker; longer ones park the task as
-#: `waiting` until the stored time, releasing the lease.
-INLINE_WAIT_MAX = 30.0
 
 T = TypeVar("T")
 

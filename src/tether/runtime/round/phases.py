@@ -3,7 +3,7 @@
     read → assemble → decide → act → write back → verify
 
 - **read**: the checks between rounds (`checks.control`: lease, stop, cancel, goal
-  change), settling a ledger with nothing open (`verdicts.settle`: finish or ask a
+  change), settling a ledger with nothing open (`completion.settle`: finish or ask a
   human), the limits and the budget (`checks.limits`).
 - **assemble**: the focus item (started in the ledger), compaction when the context
   would outgrow its budget, and the model request.
@@ -41,7 +41,7 @@ from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message, ModelRequest, ModelResponse
 from tether.runtime import hints
-from tether.runtime.judge import judges as J
+from tether.runtime.judge import facts as J
 from tether.runtime.judge import verdicts
 from tether.runtime.ops.runner import OpOutcome, OpRunner
 from tether.runtime.round import checks, history
@@ -139,9 +139,12 @@ async def _finish(
 async def read(run: RoundHost) -> Outcome | None:
     """Phase 1: may the round run? With nothing open no model is called: finishing (or
     asking a human) is not held back by a limit on rounds or spend."""
+    # Loaded with the first round, not before a resume's first event.
+    from tether.runtime.judge.completion import settle
+
     stop = await checks.control(run)
     if stop is None:
-        stop = await verdicts.settle(run.parts, run.view.state.rounds + 1)
+        stop = await settle(run.parts, run.view.state.rounds + 1)
     if stop is None:
         stop = await checks.limits(run.view, run.journal)
     return stop

@@ -34,7 +34,6 @@ from tether.models import pricing
 from tether.runtime.ops.ports import ToolEnv
 from tether.runtime.recovery import turn as recovery
 from tether.runtime.round import checks
-from tether.runtime.round import phases as rounds
 from tether.runtime.round.context import Context, Entry
 from tether.runtime.run import outcome as out
 from tether.runtime.run.journal import RunJournal, Snapshot
@@ -189,6 +188,10 @@ class TaskRun:
         """One turn: its start, the round a crash interrupted, then rounds — each after
         a person's requests (`checks.requests`) — until one ends the run."""
         outcome = await recovery.start_turn(self)
+        # The rounds' code (the judges, the op runner, compaction) loads after the turn's
+        # start is stored: a resume's first event does not wait for it.
+        from tether.runtime.round import phases as rounds
+
         self.beat.round_started = time.monotonic()
         if outcome is None:
             outcome = await rounds.finish_interrupted(self)

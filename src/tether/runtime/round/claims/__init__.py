@@ -18,7 +18,6 @@ from typing import Final, Literal
 
 from tether.ledger import Ledger
 from tether.models.base import ModelRequest
-from tether.runtime.judge.llm import json_request
 from tether.runtime.round.claims.names import (
     Mention,
     Names,
@@ -359,6 +358,8 @@ def summary_audit_request(summary: str, ledger: Ledger, task_id: str | None) -> 
             {"id": d.id, "title": d.title, "status": str(s.status)} for d, s in ledger.items()
         ],
     }
+    from tether.runtime.judge.llm import json_request  # only when a summary is audited
+
     return json_request(
         "judge",
         SUMMARY_AUDIT_INSTRUCTIONS,

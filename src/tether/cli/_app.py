@@ -69,6 +69,13 @@ TypesOpt = Annotated[
     list[str] | None,
     typer.Option("--type", metavar="TYPE", help="Only these event types (repeatable)."),
 ]
+
+
+def repeated(flag: str, metavar: str, help: str) -> Any:
+    """A text option given as often as wanted (`--flag VALUE --flag VALUE`)."""
+    return typer.Option(flag, metavar=metavar, help=help)
+
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 ModelOpt = Annotated[
     str | None,

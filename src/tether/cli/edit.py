@@ -10,7 +10,7 @@ from rich.text import Text
 
 from tether import errors
 from tether.cli import views
-from tether.cli._app import ByOpt, DbOpt, app, on_store, out, run_async, with_store
+from tether.cli._app import ByOpt, DbOpt, app, on_store, out, repeated, run_async, with_store
 from tether.runtime import hints
 
 
@@ -87,10 +87,10 @@ def edit(
     task_id: str,
     sets: Annotated[
         list[str] | None,
-        typer.Option(
+        repeated(
             "--set",
-            metavar="FIELD=VALUE",
-            help="FIELD=VALUE, a dotted path into the spec (VALUE as JSON, or plain text), "
+            "FIELD=VALUE",
+            "FIELD=VALUE, a dotted path into the spec (VALUE as JSON, or plain text), "
             "e.g. --set limits.max_rounds=300 --set budget.money_usd=5",
         ),
     ] = None,
@@ -103,30 +103,27 @@ def edit(
     ] = None,
     add_item: Annotated[
         list[str] | None,
-        typer.Option(
-            "--add-item", metavar="ID=TITLE", help="ID=TITLE, or a JSON item with its done_when."
-        ),
+        repeated("--add-item", "ID=TITLE", "ID=TITLE, or a JSON item with its done_when."),
     ] = None,
     remove_item: Annotated[
-        list[str] | None,
-        typer.Option("--remove-item", metavar="ID", help="The id of an item to drop."),
+        list[str] | None, repeated("--remove-item", "ID", "The id of an item to drop.")
     ] = None,
     item: Annotated[
         list[str] | None,
-        typer.Option(
+        repeated(
             "--item",
-            metavar="ID.FIELD=VALUE",
-            help="ID.FIELD=VALUE: change one item (VALUE as JSON, or plain text), e.g. "
+            "ID.FIELD=VALUE",
+            "ID.FIELD=VALUE: change one item (VALUE as JSON, or plain text), e.g. "
             '--item report.title="Write the Q3 report" --item report.done_when=\'{"kind": '
             '"file", "path": "out/q3.md"}\'',
         ),
     ] = None,
     source: Annotated[
         list[str] | None,
-        typer.Option(
+        repeated(
             "--source",
-            metavar="ID=VERSION",
-            help="ID=VERSION: a new version of a declared source (ID=VERSION@LOCATION "
+            "ID=VERSION",
+            "ID=VERSION: a new version of a declared source (ID=VERSION@LOCATION "
             "also moves it); what depended on the old version is invalidated",
         ),
     ] = None,

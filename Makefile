@@ -25,8 +25,12 @@ $(VENV)/.dev: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.base  ## run the offline demo on the embedded SQLite store
 	$(BIN)/tether demo
 
+# Two test processes: most tests wait on the subprocesses they start, so two keep a
+# 2-core machine busy; each test has its own schema, folders and ports. TEST_JOBS=0 runs
+# them in this process (for a debugger).
+TEST_JOBS ?= 2
 test: $(VENV)/.dev  ## run every test tier (PostgreSQL ones need TETHER_TEST_PG_URL)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_JOBS) --dist worksteal
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check src tests benchmarks

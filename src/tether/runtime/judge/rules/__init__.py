@@ -4,6 +4,7 @@ commands, checked without a model; and done items whose evidence no longer holds
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -105,6 +106,8 @@ class _RuleCheck:
         # Refs some item cites already (the ledger's carried index: no walk per round).
         self.credited = ledger_refs(ledger).holders.keys()
         self.arts: list[ArtifactRecord] | None = None
+        #: The workspace, resolved once per judging (at its first file that exists).
+        self.root: Path | None = None
 
     async def op(self, item: ChecklistItem, rule: OpRule) -> ProposedChange | None:
         # An op that already proves another item proves this one only with leave.
@@ -175,8 +178,14 @@ class _RuleCheck:
             return None
         self.states[item.id] = f"file {rule.path}: missing"
         try:
+            # Most files a round checks are not there yet: one stat says so, before the
+            # symlink-following resolve (a dozen system calls) that guards the workspace.
+            if not os.path.isfile(ws / rule.path):
+                return None
+            if self.root is None:
+                self.root = ws.resolve()
             path = (ws / rule.path).resolve()
-            if not path.is_relative_to(ws.resolve()) or not path.is_file():
+            if not path.is_relative_to(self.root) or not path.is_file():
                 return None
             data = path.read_bytes()
         except (OSError, ValueError):  # a name too long, a NUL: the rule is not met

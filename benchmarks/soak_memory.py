@@ -74,6 +74,8 @@ class Sampler:
         self.first: tuple[Any, collections.Counter[str]] | None = None
         self.last: tuple[Any, collections.Counter[str]] | None = None
         self.rss: list[tuple[int, float]] = []
+        #: (rounds, wall s, CPU s) at each sample: time per round early and late.
+        self.times: list[tuple[int, float, float]] = [(0, self.t0, time.process_time())]
         self.unit = "round"
 
     def __call__(self, request: ModelRequest) -> ModelResponse | str:
@@ -87,6 +89,7 @@ class Sampler:
         gc.collect()
         rss = soak.rss_mb(os.getpid())
         self.rss.append((self.rounds, rss))
+        self.times.append((self.rounds, time.perf_counter(), time.process_time()))
         traced = tracemalloc.get_traced_memory()[0] / 1e6 if self.trace else 0.0
         counts = collections.Counter(type(o).__name__ for o in gc.get_objects())
         print(
@@ -102,7 +105,28 @@ class Sampler:
                 self.first = (snap, counts)
             self.last = (snap, counts)
 
+    def per_round(self, lo: int, hi: int) -> tuple[float, float] | None:
+        """Wall and CPU ms per round between the samples nearest rounds `lo` and `hi`
+        (the garbage collection each sample forces is inside both)."""
+        a = min(self.times, key=lambda t: abs(t[0] - lo))
+        b = min(self.times, key=lambda t: abs(t[0] - hi))
+        if b[0] <= a[0]:
+            return None
+        n = b[0] - a[0]
+        return (b[1] - a[1]) * 1000 / n, (b[2] - a[2]) * 1000 / n
+
     def report(self, unit: str = "round") -> None:
+        last = self.times[-1][0]
+        early, late = self.per_round(500, 1500), self.per_round(last - 1000, last)
+        if unit == "round" and last >= 2500 and early and late:
+            # Issue 27's measure: rounds 500-1,500 against the last 1,000 (as a rate:
+            # early time / late time, so >= 0.9 means late rounds are at most ~11% slower).
+            wall, cpu = early[0] / late[0], early[1] / late[1]
+            verdict = "met" if min(wall, cpu) >= 0.9 else "NOT met"
+            print(f"time per round, rounds 500-1500: {early[0]:.2f} ms wall, {early[1]:.2f} ms"
+                  f" CPU; last 1000: {late[0]:.2f} ms wall, {late[1]:.2f} ms CPU;"
+                  f" late rate / early rate: wall {wall:.2f}, CPU {cpu:.2f}"
+                  f" (target >= 0.9: {verdict})")  # fmt: skip
         warm = [(r, m) for r, m in self.rss if r >= self.warm]
         if len(warm) >= 2:
             (r0, m0), (r1, m1) = warm[0], warm[-1]

@@ -15,7 +15,7 @@ import weakref
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     AliasChoices,
@@ -317,10 +317,22 @@ class ChecklistItem(_Strict):
     )
 
 
+#: `limits.max_rounds` when the contract leaves it out: this many rounds per checklist
+#: item, and never fewer than `DEFAULT_MAX_ROUNDS` (a checklist of thousands of items
+#: must not wait for a person at its 201st round; the per-item guards catch a loop).
+ROUNDS_PER_ITEM: Final = 10
+DEFAULT_MAX_ROUNDS: Final = 200
+
+
 class Limits(_Strict):
     """Loop guards and breaker thresholds."""
 
-    max_rounds: int = Field(default=200, gt=0)
+    max_rounds: int = Field(
+        default=DEFAULT_MAX_ROUNDS,
+        gt=0,
+        description="rounds in all, then the task waits for a person; left out: "
+        f"{ROUNDS_PER_ITEM} per checklist item, at least {DEFAULT_MAX_ROUNDS}",
+    )
     max_rounds_per_milestone: int | None = Field(default=None, gt=0)
     max_attempts_per_item: int = Field(
         default=3,
@@ -586,6 +598,20 @@ class TaskSpec(_Strict):
     _mcp_map = field_validator("mcp_servers", mode="before")(mcp_config.servers_from_map)
 
     _workspace_text = field_validator("workspace", mode="before")(placement.workspace_text)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rounds_for_the_checklist(cls, data: Any) -> Any:
+        """`limits.max_rounds` left out: `ROUNDS_PER_ITEM` per item, at least the default
+        (written into the contract, so the stored task keeps the number it started with)."""
+        if not isinstance(data, Mapping):
+            return data
+        items, limits = data.get("items"), data.get("limits", {})
+        if not isinstance(items, list) or not isinstance(limits, Mapping):
+            return data  # the field checks say what is wrong
+        if "max_rounds" in limits or ROUNDS_PER_ITEM * len(items) <= DEFAULT_MAX_ROUNDS:
+            return data
+        return {**data, "limits": {**limits, "max_rounds": ROUNDS_PER_ITEM * len(items)}}
 
     @model_validator(mode="after")
     def _check_references(self) -> TaskSpec:

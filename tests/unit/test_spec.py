@@ -440,3 +440,27 @@ def test_duplicate_keys_are_refused(tmp_path: Path) -> None:
         BASE + "limits: {max_rounds: 5}\nlimits: {max_attempts_per_item: 2}\n",
     )
     assert_clear(exc, p, "limits", "line 5", max_problems=1)
+
+
+def _checklist(n: int, **fields: object) -> dict[str, object]:
+    items = [{"id": f"i{k}", "title": f"item {k}"} for k in range(n)]
+    return {"objective": "o", "items": items, **fields}
+
+
+@pytest.mark.parametrize(("items", "rounds"), [(1, 200), (20, 200), (21, 210), (3000, 30000)])
+def test_max_rounds_left_out_grows_with_the_checklist(items: int, rounds: int) -> None:
+    # Ten rounds per item, never fewer than 200: a checklist of thousands of items does
+    # not stop for a person at round 201 (the per-item guards catch a loop).
+    assert parse_spec(_checklist(items)).limits.max_rounds == rounds
+    # Written into the contract: the stored task keeps the number it started with.
+    stored = parse_spec(_checklist(items)).model_dump(mode="json")
+    assert parse_spec(stored, stored=True).limits.max_rounds == rounds
+
+
+def test_max_rounds_written_in_the_contract_is_kept_whatever_the_checklist() -> None:
+    spec = parse_spec(_checklist(3000, limits={"max_rounds": 7, "no_progress_rounds": 4}))
+    assert (spec.limits.max_rounds, spec.limits.no_progress_rounds) == (7, 4)
+    spec = parse_spec(_checklist(50, limits={"no_progress_rounds": 4}))
+    assert (spec.limits.max_rounds, spec.limits.no_progress_rounds) == (500, 4)
+    with pytest.raises(errors.SpecError, match="limits"):
+        parse_spec(_checklist(50, limits=[1]))

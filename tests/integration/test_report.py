@@ -56,7 +56,11 @@ class RecordingStore:
         result: CommitResult = await self._inner.commit(task_id, token, events, **kw)
         write: LedgerWrite | None = kw.get("ledger")
         if write is not None:
-            self.ledgers.append((result.last_seq, write.state, write.version))
+            # The whole ledger as stored by this commit (a write may carry only the
+            # items that moved), and what the write sent is in it.
+            stored = await self._inner.get_ledger(task_id)
+            assert {k: stored.state[k] for k in write.state} == write.state
+            self.ledgers.append((result.last_seq, stored.state, write.version))
         elif self.ledgers:
             self.ledgers.append((result.last_seq, *self.ledgers[-1][1:]))
         else:

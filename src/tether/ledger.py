@@ -20,7 +20,7 @@ from functools import cached_property
 from typing import Any, Final, Literal, get_args
 
 from tether import errors
-from tether.ledger_tally import carry, tally
+from tether.ledger_tally import carry, first_ready, tally
 
 ItemStatus = Literal["pending", "in_progress", "done", "blocked", "skipped", "waived"]
 ITEM_STATUSES: Final[tuple[str, ...]] = get_args(ItemStatus)
@@ -329,14 +329,8 @@ class Ledger:
 
     def next_item(self) -> str | None:
         """The item to work on next: the first in progress, else the first pending, among
-        the items whose predecessors are all finished."""
-        for wanted in ("in_progress", "pending"):
-            if not tally(self).count(wanted):
-                continue
-            for d, s in self.items():
-                if s.status == wanted and self.is_ready(d.id):
-                    return d.id
-        return None
+        the items whose predecessors are all finished (`ledger_tally.first_ready`)."""
+        return first_ready(self)
 
     def current_milestone(self) -> str | None:
         """The milestone of the next open item."""

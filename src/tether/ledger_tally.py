@@ -126,6 +126,7 @@ class Owners:
 
 _TALLIES: dict[int, Tally] = {}
 _REFS: dict[int, Refs] = {}
+_NEXT: dict[int, tuple[str | None]] = {}
 
 
 def _keep(ledger: Any, table: dict[int, Any], value: Any) -> Any:
@@ -140,6 +141,26 @@ def tally(ledger: Any) -> Tally:
     """The ledger's tally: carried from its predecessor, or counted now (once)."""
     found = _TALLIES.get(id(ledger))
     return found if found is not None else _keep(ledger, _TALLIES, _count(ledger))
+
+
+def first_ready(ledger: Any) -> str | None:
+    """`Ledger.next_item`, worked out once per ledger: a round asks for it a dozen times
+    (the view, the focus, the milestone, the checks), and each walk passes every
+    finished item before it, so asking again would cost more as the task goes on."""
+    found = _NEXT.get(id(ledger))
+    if found is None:
+        found = _keep(ledger, _NEXT, (_first_ready(ledger),))
+    return found[0]
+
+
+def _first_ready(ledger: Any) -> str | None:
+    for wanted in ("in_progress", "pending"):
+        if not tally(ledger).count(wanted):
+            continue
+        for d, s in ledger.items():
+            if s.status == wanted and ledger.is_ready(d.id):
+                return str(d.id)
+    return None
 
 
 def refs(ledger: Any) -> Refs:

@@ -3,6 +3,8 @@ over every item would find, after any sequence of changes."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -111,3 +113,31 @@ def test_the_carried_evidence_index_is_the_one_a_walk_builds(
         assert owners.get("artifact:new") is None
         assert owners.setdefault("artifact:new", "i3") == owners.setdefault("artifact:new", "i4")
         assert owners.get("artifact:new") == "i3"
+
+
+def _walked_next(led: L.Ledger) -> str | None:
+    """The next item by a walk over every item (what `next_item` must answer)."""
+    for wanted in ("in_progress", "pending"):
+        for d, s in led.items():
+            if s.status == wanted and led.is_ready(d.id):
+                return d.id
+    return None
+
+
+@settings(max_examples=60, deadline=None)
+@given(changes, st.booleans())
+def test_the_next_item_is_worked_out_once_per_ledger_and_is_the_walked_one(
+    steps: list[list[tuple[int, str]]], ordered: bool
+) -> None:
+    led = ledger_of(12, ordered)
+    for step in steps:
+        proposed = [
+            L.ItemChange(f"i{k}", status=s, evidence=("e1",) if s == "done" else ())  # type: ignore[arg-type]
+            for k, s in step
+        ]
+        led = L.apply(led, proposed).ledger
+        assert led.next_item() == _walked_next(led)
+        with mock.patch.object(T, "_first_ready", wraps=T._first_ready) as walk:
+            # Asked again, the same ledger answers without another walk.
+            assert [led.next_item() for _ in range(3)] == [_walked_next(led)] * 3
+        assert walk.call_count == 0

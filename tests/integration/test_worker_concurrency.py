@@ -45,6 +45,13 @@ async def db(sql_backend: Backend) -> AsyncIterator[Store]:
         await store.close()
 
 
+async def wind_down(w: Any, gates: Any, running: asyncio.Task[Any]) -> None:
+    """Whatever the test did: let every gated run go, stop the worker and wait for it."""
+    gates.open_all()
+    w.stop.set()
+    await asyncio.wait_for(running, LIMIT)
+
+
 async def queue(store: Store, tmp_path: Path, n: int, items: int = 2) -> str:
     """Task `t{n}` working in `tmp_path/t{n}`; one fake second after the previous one
     (the store claims the task updated longest ago first)."""
@@ -189,9 +196,7 @@ async def test_runs_up_to_n_tasks_at_once_oldest_first(db: Store, tmp_path: Path
         gates.open_all()
         stats = await asyncio.wait_for(running, LIMIT)
     finally:
-        gates.open_all()
-        w.stop.set()
-        await asyncio.wait_for(running, LIMIT)
+        await wind_down(w, gates, running)
     assert (stats.ran, stats.failed) == (5, 0)
     assert claimed == ids  # oldest first, each once
     assert gates.most == 3  # never more than the concurrency
@@ -224,9 +229,7 @@ async def test_a_long_task_starves_no_one(db: Store, tmp_path: Path) -> None:
         gates.open_all()
         stats = await asyncio.wait_for(running, LIMIT)
     finally:
-        gates.open_all()
-        w.stop.set()
-        await asyncio.wait_for(running, LIMIT)
+        await wind_down(w, gates, running)
     assert (stats.ran, stats.failed) == (6, 0)
     assert claimed == [long, *short]
     assert (await db.get_task(long)).status == "satisfied"
@@ -296,9 +299,7 @@ async def test_a_crashing_round_touches_no_other_run(db: Store, tmp_path: Path, 
         gates.open("t2")
         stats = await asyncio.wait_for(running, LIMIT)
     finally:
-        gates.open_all()
-        w.stop.set()
-        await asyncio.wait_for(running, LIMIT)
+        await wind_down(w, gates, running)
     assert (stats.ran, stats.failed) == ((2, 1) if where == "commit" else (3, 0))
     for tid in (ids[0], ids[2]):
         task = await db.get_task(tid)
@@ -352,9 +353,7 @@ async def test_stop_drains_every_run_and_hands_the_leases_back(db: Store, tmp_pa
         w.stop.set()
         stats = await asyncio.wait_for(running, LIMIT)
     finally:
-        gates.open_all()
-        w.stop.set()
-        await asyncio.wait_for(running, LIMIT)
+        await wind_down(w, gates, running)
     assert (stats.ran, stats.failed) == (3, 0)
     results = sorted(
         (reports.results.get_nowait() for _ in range(3)), key=lambda r: ids.index(r.task_id)
@@ -566,9 +565,7 @@ async def test_a_grace_lets_the_rounds_in_flight_finish_their_model_call_and_com
         gates.open_all()
         stats = await asyncio.wait_for(running, LIMIT)
     finally:
-        gates.open_all()
-        w.stop.set()
-        await asyncio.wait_for(running, LIMIT)
+        await wind_down(w, gates, running)
     assert (stats.ran, stats.failed) == (2, 0)
     assert "2 run(s) finish their round" in lines[0] and len(lines) == 1
     for n, tid in enumerate(ids):
@@ -597,9 +594,7 @@ async def test_after_the_grace_a_run_stops_at_a_safe_point_and_another_worker_ta
             w.drain.signalled()
         stats = await asyncio.wait_for(running, LIMIT)
     finally:
-        gates.open_all()
-        w.stop.set()
-        await asyncio.wait_for(running, LIMIT)
+        await wind_down(w, gates, running)
     assert (stats.ran, stats.failed) == (1, 0)
     assert any(line.startswith(how) for line in lines), lines
     task = await db.get_task(tid)

@@ -63,10 +63,7 @@ def queue(url: str, tmp_path: Path, keys: list[str]) -> list[str]:
 def test_sigterm_drains_a_worker_running_several_tasks(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    if kind == "postgres":
-        url = str(request.getfixturevalue("pg_schema_url")())
-    else:
-        url = f"sqlite:///{tmp_path / 'tether.db'}"
+    url = _url(kind, tmp_path, request)
     gates = tmp_path / "gates"
     gates.mkdir()
     ids = queue(url, tmp_path, ["k0", "k1", "k2"])

@@ -105,6 +105,8 @@ class Result:
     #: (independent of how busy the machine is).
     cpu_ms_per_round_early: float = 0.0
     cpu_ms_per_round_late: float = 0.0
+    rate_by_tenth: list[float] = field(default_factory=list)
+    cpu_ms_by_tenth: list[float] = field(default_factory=list)
     rss_mb_at_10pct: float = 0.0
     rss_mb_at_end: float = 0.0
     last_process_rounds: int = 0
@@ -482,6 +484,11 @@ class Soak:
         r.rate_early = round(rate(int(n * 0.05), int(n * 0.15)), 2)
         r.rate_late = round(rate(int(n * 0.9), n), 2)
         r.late_over_early = round(r.rate_late / r.rate_early, 2) if r.rate_early else 0.0
+        # The whole curve, a tenth of the rounds at a time: growth shows as a slope,
+        # a change of tool or a killed stretch as a step.
+        tenths = [(n * t // 10, n * (t + 1) // 10) for t in range(10)]
+        r.rate_by_tenth = [round(rate(lo, hi), 1) for lo, hi in tenths]
+        r.cpu_ms_by_tenth = [cpu_ms(lo, hi) for lo, hi in tenths]
         r.rss_mb_at_10pct = round(self.rss_marks.get("10pct", 0.0), 1)
         r.rss_mb_at_end = round(self.rss_marks.get("end", 0.0), 1)
         samples = [(k, m) for k, m in self.last_proc_rss if m > 0]
@@ -610,6 +617,7 @@ def show(r: Result) -> None:
     print(f"   rounds/s early={r.rate_early} late={r.rate_late} (late/early {r.late_over_early});"
           f" CPU ms/round early={r.cpu_ms_per_round_early}"
           f" late={r.cpu_ms_per_round_late}")  # fmt: skip
+    print(f"   by tenth of the rounds: rounds/s {r.rate_by_tenth}; CPU ms/round {r.cpu_ms_by_tenth}")
     print(f"   RSS MB at 10%={r.rss_mb_at_10pct} at end={r.rss_mb_at_end};"
           f" last process {r.last_process_rounds} rounds,"
           f" {r.last_process_mb_per_100_rounds} MB/100 rounds")  # fmt: skip

@@ -181,7 +181,17 @@ def _new_spec(
             update=request.update_items,
         )
     merged = _merge(old_spec.model_dump(mode="json", exclude_unset=True), changes)
-    return old_spec, parse_spec(merged, source=f"edit of task {task_id}"), changes
+    new_spec = parse_spec(merged, source=f"edit of task {task_id}")
+    if new_spec.workspace != old_spec.workspace:
+        # The task's folder is fixed when it is created (its files, the marker workers
+        # place it by, the paths its journal names): a changed spec field would be
+        # stored and silently not used.
+        raise errors.UserError(
+            f"workspace: a task's workspace is fixed when the task is created "
+            f"(task {task_id} works in {task.workspace or old_spec.workspace!r}); "
+            "to work in another folder, start a new task there"
+        )
+    return old_spec, new_spec, changes
 
 
 async def _apply(

@@ -104,6 +104,26 @@ async def test_a_bad_edit_is_refused_and_changes_nothing(
     )
 
 
+async def test_the_workspace_cannot_be_edited(store: MemoryStore, tmp_path: Path) -> None:
+    tid, _ = await run_task(
+        store, spec_of(2), tmp_path, ScriptedModel(policy=honest_actor), max_rounds_this_run=1
+    )
+    before = await store.get_task(tid)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with pytest.raises(errors.UserError, match="workspace is fixed when the task is created"):
+        await edit_task(store, tid, {"workspace": str(elsewhere)})
+    after = await store.get_task(tid)
+    assert (after.version, after.spec, after.workspace) == (
+        before.version,
+        before.spec,
+        before.workspace,
+    )
+    # an edit that leaves it as it is goes through
+    task = await edit_task(store, tid, {"limits": {"max_rounds": 50}})
+    assert task.version == 2 and task.workspace == before.workspace
+
+
 async def test_a_running_task_is_edited_by_its_worker_later(
     store: MemoryStore, tmp_path: Path
 ) -> None:

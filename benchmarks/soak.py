@@ -617,7 +617,8 @@ def show(r: Result) -> None:
     print(f"   rounds/s early={r.rate_early} late={r.rate_late} (late/early {r.late_over_early});"
           f" CPU ms/round early={r.cpu_ms_per_round_early}"
           f" late={r.cpu_ms_per_round_late}")  # fmt: skip
-    print(f"   by tenth of the rounds: rounds/s {r.rate_by_tenth}; CPU ms/round {r.cpu_ms_by_tenth}")
+    print(f"   by tenth of the rounds: rounds/s {r.rate_by_tenth};"
+          f" CPU ms/round {r.cpu_ms_by_tenth}")  # fmt: skip
     print(f"   RSS MB at 10%={r.rss_mb_at_10pct} at end={r.rss_mb_at_end};"
           f" last process {r.last_process_rounds} rounds,"
           f" {r.last_process_mb_per_100_rounds} MB/100 rounds")  # fmt: skip

@@ -204,11 +204,7 @@ class SqlStore(b.Store):
         return query
 
     def _json_out(self, value: Any) -> Any:
-        if value is None:
-            return None
-        if isinstance(value, str | bytes | bytearray):
-            return json.loads(value)
-        return value
+        return json.loads(value) if isinstance(value, str | bytes | bytearray) else value
 
     def _bool_in(self, value: bool) -> Any:
         return value
@@ -923,14 +919,10 @@ class SqlStore(b.Store):
         if round_no is not None:
             where += " AND round = :round"
             params["round"] = round_no
-        if op_ids is None:
-            query = f"SELECT {_OP_COLS} FROM ops WHERE {where} ORDER BY round, call_index"
-            return self._read_all(OpRecord, query, params)
-        # By ids, sorted here: with an ORDER BY that the task index serves, SQLite's
-        # planner walks every op of the task (`ops_by_task`) instead of looking the ids
-        # up by key, and a long task's judge asks this every round.
-        found = self._read_all(OpRecord, f"SELECT {_OP_COLS} FROM ops WHERE {where}", params)
-        return sorted(found, key=lambda o: (o.round, o.call_index))
+        # `round + 0`: with an ORDER BY that the task's index serves, SQLite's planner walked
+        # every op of the task instead of looking ids up by key (asked every round).
+        query = f"SELECT {_OP_COLS} FROM ops WHERE {where} ORDER BY round + 0, call_index"
+        return self._read_all(OpRecord, query, params)
 
     async def get_ops(
         self, task_id: str, statuses: Collection[str] | None = None, **filters: Unpack[b.OpFilters]
@@ -948,13 +940,9 @@ class SqlStore(b.Store):
     ) -> list[ArtifactRecord]:
         params: dict[str, Any] = {"id": task_id}
         where = "task_id = :id" + self._in(params, "artifact_id", "a", artifact_ids)
-        query = f"SELECT {_ART_COLS} FROM artifacts WHERE {where}"
-        if artifact_ids is None:
-            query += " ORDER BY created_at, artifact_id"
-            return self._read_all(ArtifactRecord, query, params)
-        # By ids, sorted here (looked up by key; see `_get_ops_sync`).
-        found = self._read_all(ArtifactRecord, query, params)
-        return sorted(found, key=lambda a: (a.created_at, a.artifact_id))
+        order = "created_at + 0, artifact_id"  # ids by key: see `_get_ops_sync`
+        query = f"SELECT {_ART_COLS} FROM artifacts WHERE {where} ORDER BY {order}"
+        return self._read_all(ArtifactRecord, query, params)
 
     async def get_artifacts(
         self, task_id: str, *, artifact_ids: Collection[str] | None = None

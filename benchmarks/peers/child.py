@@ -49,11 +49,20 @@ def block(setup: Setup, floor_n: int) -> dict[str, Any]:
         sizes["after"] = store.size()
         floor += store.floor(floor_n - floor_n // 2)
     overheads = probe.overheads()
+    cpu = [probe.cpu_ms(k) for k in range(1, len(overheads) + 1)]
     wins = {}
     for name, (a, b) in windows(setup.n).items():
         sample = overheads[a - 1 : b]
         med, p99 = med_p99(sample)
-        wins[name] = {"from": a, "to": b, "median_ms": med, "p99_ms": p99, "samples": sample}
+        wins[name] = {
+            "from": a,
+            "to": b,
+            "median_ms": med,
+            "p99_ms": p99,
+            "samples": sample,
+            "cpu_loop_ms": [c[0] for c in cpu[a - 1 : b]],
+            "cpu_proc_ms": [c[1] for c in cpu[a - 1 : b]],
+        }
     counts = setup.effects.counts()
     return {
         **info,

@@ -95,8 +95,7 @@ def _register() -> Any:
     def tool_step(step: int) -> str:
         probe: Probe = _CURRENT["probe"]
         setup: Setup = _CURRENT["setup"]
-        t0 = time.perf_counter()
-        probe.touch()
+        t0 = probe.tool_start()
         setup.effects.append(step)
         setup.after_effect(step)
         out = tool_output(step)

@@ -22,6 +22,7 @@ import signal
 import sqlite3
 import statistics
 import sys
+import threading
 import time
 from array import array
 from collections import Counter
@@ -126,8 +127,18 @@ class Probe:
         self.start = array("d", [0.0]) * size  # perf_counter at the start of step k's model call
         self.model_s = array("d", [0.0]) * size
         self.tool_s = array("d", [0.0]) * size
+        # CPU seconds at the start of step k: of the thread that opens the steps (the
+        # event loop's, for tether) and of the whole process; and CPU spent inside the
+        # model and tool functions, taken out as their time is.
+        self.cpu_loop = array("d", [0.0]) * size
+        self.cpu_proc = array("d", [0.0]) * size
+        self.cpu_in_loop = array("d", [0.0]) * size
+        self.cpu_in_proc = array("d", [0.0]) * size
+        self.loop_ident: int | None = None
+        self._tool_cpu = threading.local()
         self.steps = 0
         self.end = 0.0
+        self.end_cpu = (0.0, 0.0)
         self.first_call: float | None = None  # first model/tool/reconcile call (perf_counter)
         self.first_call_wall: float | None = None  # the same, wall clock (across processes)
 
@@ -145,24 +156,63 @@ class Probe:
         t0 = time.perf_counter()
         self.touch()
         self.steps += 1
-        self.start[self._slot()] = t0
+        slot = self._slot()
+        self.start[slot] = t0
+        if self.loop_ident is None:
+            self.loop_ident = threading.get_ident()
+        self.cpu_loop[slot] = time.thread_time()
+        self.cpu_proc[slot] = time.process_time()
+        self._tool_cpu.model = self.cpu_loop[slot]
         return t0
+
+    def model_cpu_start(self) -> None:
+        """Note the thread's CPU at the start of a model call that opens no step."""
+        self._tool_cpu.model = time.thread_time()
+
+    def _inside(self, since: float) -> None:
+        # CPU of a model or tool function: off the process's figure, and off the loop
+        # thread's when it ran there (a tool run in a worker thread is not loop CPU).
+        used = time.thread_time() - since
+        slot = self._slot()
+        self.cpu_in_proc[slot] += used
+        if threading.get_ident() == self.loop_ident:
+            self.cpu_in_loop[slot] += used
 
     def extra_model(self, t0: float) -> None:
         """A model call that is not a step's decision (tether's compaction): model time."""
         self.model_s[self._slot()] += time.perf_counter() - t0
+        self._inside(getattr(self._tool_cpu, "model", time.thread_time()))
 
     def model_done(self, t0: float) -> None:
         """Close the time inside the model function."""
         self.model_s[self._slot()] += time.perf_counter() - t0
+        self._inside(getattr(self._tool_cpu, "model", time.thread_time()))
+
+    def tool_start(self) -> float:
+        """Open the time inside the tool function; returns t0 for `tool_done`."""
+        self.touch()
+        self._tool_cpu.tool = time.thread_time()
+        return time.perf_counter()
 
     def tool_done(self, t0: float) -> None:
         """Close the time inside the tool function (it runs inside the open step)."""
         self.tool_s[self._slot()] += time.perf_counter() - t0
+        self._inside(getattr(self._tool_cpu, "tool", time.thread_time()))
 
     def finish(self) -> None:
         """The loop returned: closes the last step's interval."""
         self.end = time.perf_counter()
+        self.end_cpu = (time.thread_time(), time.process_time())
+
+    def cpu_ms(self, step: int) -> tuple[float, float]:
+        """(loop-thread CPU, process CPU) of a step outside the model and tool, in ms."""
+        if step < self.steps:
+            loop_end, proc_end = self.cpu_loop[step + 1], self.cpu_proc[step + 1]
+        else:
+            loop_end, proc_end = self.end_cpu
+        loop = loop_end - self.cpu_loop[step] - self.cpu_in_loop[step]
+        proc = proc_end - self.cpu_proc[step] - self.cpu_in_proc[step]
+        return loop * 1000.0, proc * 1000.0
 
     def overhead_ms(self, step: int) -> float:
         """Interval minus model and tool time, in ms."""

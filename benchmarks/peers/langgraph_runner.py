@@ -123,8 +123,7 @@ def _graph(setup: Setup, probe: Probe) -> Any:
         return {"messages": [msg]}
 
     def tool(state: State) -> dict[str, Any]:
-        t0 = time.perf_counter()
-        probe.touch()
+        t0 = probe.tool_start()
         call = state["messages"][-1].tool_calls[0]
         step = int(call["args"]["step"])
         setup.effects.append(step)

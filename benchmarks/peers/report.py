@@ -53,6 +53,11 @@ def summarize(blocks: list[Mapping[str, Any]]) -> dict[tuple[str, int], dict[str
         for w in ("100", "1000", "end"):
             samples = [s for r in results for s in r["windows"].get(w, {}).get("samples", [])]
             row[f"w{w}"] = med_p99(samples)
+            for kind in ("loop", "proc"):
+                cpu = [
+                    c for r in results for c in r["windows"].get(w, {}).get(f"cpu_{kind}_ms", [])
+                ]
+                row[f"cpu_{kind}{w}"] = _median(cpu)
         row["floor"] = med_p99([f for r in results for f in r["floor_ms"]])
         row["floor_kind"] = next((r["floor_kind"] for r in results if r["floor_kind"]), None)
         row["bytes_per_step"] = _median(r["bytes_per_step"] for r in results)
@@ -88,8 +93,18 @@ HEADER = (
     "| system | configuration | N | overhead/step ~100: median / p99 ms "
     "| ~1000: median / p99 ms | floor: median ms | ~100 / floor "
     "| bytes/step | peak RSS | crash: repeated effects (trials) "
-    "| restart → resumed: median ms (incl. process start) |"
+    "| restart → resumed: median ms (incl. process start) "
+    "| CPU/step ~100, ~1000: loop thread (process) ms |"
 )
+
+
+def _cpu(r: Mapping[str, Any]) -> str:
+    parts = []
+    for w in ("100", "1000"):
+        loop, proc = r.get(f"cpu_loop{w}"), r.get(f"cpu_proc{w}")
+        if loop is not None and proc is not None:
+            parts.append(f"{loop:.2f} ({proc:.2f})")
+    return ", ".join(parts) or "-"
 
 
 def table(
@@ -140,7 +155,8 @@ def table(
                     _size(r["bytes_per_step"]),
                     rss,
                 ]
-            cols = [cfg["system"], cfg["label"], str(n), *cells, crash, resumed]
+            cpu = _cpu(r) if r["reps"] else "-"
+            cols = [cfg["system"], cfg["label"], str(n), *cells, crash, resumed, cpu]
             lines.append("| " + " | ".join(cols) + " |")
     return "\n".join(lines)
 
@@ -196,6 +212,9 @@ the start of its model call to the start of the next step's; overhead = interval
 inside the fake model − time inside the tool, i.e. what the system does per step \
 (persisting, loading, bookkeeping). Windows of steps: {spans}; the last step is left \
 out (its interval also holds the end of the run); samples of all repetitions pooled.
+- **CPU/step**: CPU time of a step outside the model and tool functions, median over \
+the same windows: of the thread that runs the loop (tether's event loop; a tool run in \
+a worker thread is not counted there) and, in brackets, of the whole process.
 - **floor**: one bare INSERT of 2 KB + COMMIT through the raw driver with the system's \
 own settings (SQLite journal mode and synchronous level, or the same PostgreSQL \
 server), measured inside each block (half before the run, half after).

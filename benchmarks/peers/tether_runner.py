@@ -128,7 +128,11 @@ class _TimedModel:
 
     async def complete(self, request: ModelRequest) -> tether.ModelResponse:
         act = request.purpose == "act"
-        t0 = self.probe.model_start() if act else time.perf_counter()
+        if act:
+            t0 = self.probe.model_start()
+        else:
+            self.probe.model_cpu_start()
+            t0 = time.perf_counter()
         try:
             return await self.inner.complete(request)
         finally:
@@ -150,8 +154,7 @@ def _tool(setup: Setup, probe: Probe) -> tether.Tool:
     @tether.tool(effect="write", reconcile=reconcile)
     def do_step(step: int, ctx: tether.ToolContext) -> str:
         """Process one record (appends to the effect log; returns 1 KB)."""
-        t0 = time.perf_counter()
-        probe.touch()
+        t0 = probe.tool_start()
         effects.append(step, ctx.op_id)
         setup.after_effect(step)
         out = tool_output(step)

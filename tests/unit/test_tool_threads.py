@@ -1,8 +1,9 @@
-"""`tether.tools._threads.run_sync`: sync tool code in a daemon thread of its own.
+"""`tether.tools._threads.run_sync`: sync tool code in a daemon thread.
 
 The result or the exception comes back to the awaiting task, the caller's context
 variables are seen in the thread, and a call abandoned by a timeout leaves a daemon
-thread behind (nothing joins it at exit), never a thread of the loop's executor.
+thread behind (nothing joins it at exit), never a thread of the loop's executor. A
+thread whose call ended takes the next call, and ends when none comes for a while.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import threading
 
 import pytest
 
+from tether.tools import _threads
 from tether.tools._threads import run_sync
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
@@ -48,7 +50,51 @@ async def test_a_call_abandoned_by_a_timeout_leaves_a_daemon_thread() -> None:
     # The late answer finds nobody waiting: no error, no "Future exception was never
     # retrieved" warning (the test session turns warnings into errors).
     release.set()
-    seen[0].join(10)
-    assert not seen[0].is_alive()
-    # The thread ended, so its callback is queued: one loop step runs it (it drops it).
+    assert await _idle_soon(seen[0])
+    # The late call ended, so its callback is queued: one loop step runs it (it drops it).
     await asyncio.sleep(0)
+
+
+async def _idle_soon(thread: threading.Thread) -> bool:
+    """Wait (up to 10 s) until `thread` finished its call and waits for another."""
+    for _ in range(1000):
+        with _threads._idle_lock:
+            if any(w.thread is thread for w in _threads._idle):
+                return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+async def test_a_finished_thread_takes_the_next_call_then_ends_when_idle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_threads, "IDLE_SECONDS", 0.2)
+
+    def name() -> threading.Thread:
+        return threading.current_thread()
+
+    first = await run_sync(name)
+    assert await _idle_soon(first)
+    # The idle thread is taken again (the last to finish is the first reused).
+    assert await run_sync(name) is first
+    assert await _idle_soon(first)
+    # No call for IDLE_SECONDS: the thread leaves the idle list and ends.
+    first.join(10)
+    assert not first.is_alive()
+    with _threads._idle_lock:
+        assert all(w.thread is not first for w in _threads._idle)
+
+
+async def test_a_stuck_call_does_not_hold_up_the_next_one() -> None:
+    release = threading.Event()
+
+    def stuck() -> threading.Thread:
+        release.wait(30)
+        return threading.current_thread()
+
+    pending = asyncio.ensure_future(run_sync(stuck))
+    # The first call holds its thread: the second gets another one and answers.
+    other = await asyncio.wait_for(run_sync(threading.current_thread), 10)
+    assert not pending.done()
+    release.set()
+    assert await pending is not other

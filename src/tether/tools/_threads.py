@@ -1,12 +1,17 @@
-"""Sync tool code in a daemon thread of its own, awaited from the event loop.
+"""Sync tool code in a daemon thread, awaited from the event loop.
 
 `asyncio.to_thread` runs on the loop's default executor, whose threads are joined when
 the loop closes (`asyncio.run`) and again at interpreter exit. A sync tool stuck in a
 call that never returns (a stalled service, an HTTP client without a timeout) is
 abandoned by the tool timeout, yet such a thread kept `tether run` from exiting after
 its task was delivered, until the stalled call ended — forever, for a peer that never
-answers. Here each call gets a daemon thread: cancelling the await abandons the thread
-(it cannot be killed), and nothing waits for it at exit.
+answers. Here each call runs in a daemon thread: cancelling the await abandons the
+thread (it cannot be killed), and nothing waits for it at exit.
+
+Starting a thread per call cost the event loop a thread creation and a wait for the new
+thread to run on every round; so a daemon thread that finished its call waits (up to
+`IDLE_SECONDS`) for the next one. A thread stuck in an abandoned call is never idle, so
+the next call gets another thread, as before.
 """
 
 from __future__ import annotations
@@ -15,19 +20,73 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import os
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+#: How long a finished thread waits for another call before it ends.
+IDLE_SECONDS = 30.0
+
+
+class _Worker:
+    """A daemon thread and its inbox of calls."""
+
+    def __init__(self) -> None:
+        self.inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name="tether tool", daemon=True)
+
+    def _serve(self) -> None:
+        job: Callable[[], None] | None = self.inbox.get()
+        while job is not None:
+            job()
+            job = None  # drop the finished call's references while idle
+            with _idle_lock:
+                _idle.append(self)
+            while job is None:
+                try:
+                    job = self.inbox.get(timeout=IDLE_SECONDS)
+                except queue.Empty:
+                    with _idle_lock:
+                        if self in _idle:
+                            _idle.remove(self)
+                            return
+                    # A caller took this worker just now: its call is on the way.
+
+
+# The idle workers (last in, first out: the warmest thread is reused).
+_idle: list[_Worker] = []
+_idle_lock = threading.Lock()
+
+
+def _forget_idle() -> None:
+    # A forked child has none of its parent's threads: their inboxes would never answer.
+    _idle.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_idle)
+
+
+def _submit(job: Callable[[], None]) -> None:
+    with _idle_lock:
+        worker = _idle.pop() if _idle else None
+    if worker is None:
+        worker = _Worker()
+        worker.thread.start()
+    worker.inbox.put(job)
+
 
 async def run_sync(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """`await fn(*args, **kwargs)` run in a new daemon thread, with the caller's
-    context variables (as `asyncio.to_thread`)."""
+    """`await fn(*args, **kwargs)` run in a daemon thread, with the caller's context
+    variables (as `asyncio.to_thread`)."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
     call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    name = f"tool {getattr(fn, '__name__', 'call')}"
 
     def settle(result: T | None, error: BaseException | None) -> None:
         if future.done():  # abandoned: the await was cancelled (a timeout)
@@ -38,6 +97,7 @@ async def run_sync(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
             future.set_result(result)  # type: ignore[arg-type]
 
     def work() -> None:
+        threading.current_thread().name = name
         result: T | None = None
         error: BaseException | None = None
         try:
@@ -47,6 +107,5 @@ async def run_sync(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
             loop.call_soon_threadsafe(settle, result, error)
 
-    name = f"tool {getattr(fn, '__name__', 'call')}"
-    threading.Thread(target=work, name=name, daemon=True).start()
+    _submit(work)
     return await future

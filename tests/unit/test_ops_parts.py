@@ -192,6 +192,47 @@ async def test_the_runner_marks_a_call_to_compensate_and_asks_for_exhausted_ones
     assert [a.request_id for a in paused.value.outcome.approvals] == ["t.r1.c0.exhausted"]
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_a_call_past_its_timeout_is_one_outcome_whether_its_code_is_sync_or_async(
+    kind: str,
+) -> None:
+    import asyncio
+    import threading
+
+    from tether.tools.registry import runs_in_thread, tool
+
+    release = threading.Event()
+    if kind == "sync":
+
+        @tool(effect="write", idempotent=True, timeout=0.05, retry=RetryPolicy(1))
+        def call_api() -> str:
+            release.wait(10)
+            return "late"
+
+    else:
+
+        @tool(effect="write", idempotent=True, timeout=0.05, retry=RetryPolicy(1))
+        async def call_api() -> str:
+            await asyncio.sleep(10)
+            return "late"
+
+    made: Tool = call_api  # type: ignore[assignment]
+    # A sync function's deadline is kept without a task of its own; an async one's, or a
+    # `fn` replaced by other code, in a task (`asyncio.wait_for`).
+    assert runs_in_thread(made) is (kind == "sync")
+    assert not runs_in_thread(failing(ValueError(), retry=RetryPolicy()))
+    try:
+        step, _ = await once(made)
+    finally:
+        release.set()
+    # Both fail as a timeout, once (no retry left), after about the deadline.
+    assert isinstance(step, R.Settled)
+    out = step.outcome
+    assert out.status == "failed" and out.error_class == "transient"
+    assert out.error == "TimeoutError (gave up after 1 attempts)"
+    assert out.duration_ms < 5000
+
+
 def test_read_artifact_is_not_previewed_again() -> None:
     from tether.tools.builtin.files import READ_ARTIFACT, default_registry
 

@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import typing
+import weakref
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -332,6 +333,20 @@ def _context_param(sig: inspect.Signature, hints: Mapping[str, Any]) -> str | No
     return None
 
 
+#: The `fn` of every `tool` made from a sync function (a `fn` replaced later is not).
+_THREADED: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
+
+
+def runs_in_thread(t: Tool) -> bool:
+    """True when `t.fn` only awaits a sync function run in a thread (`tool` made it):
+    none of the tool's code runs in the awaiting task, so a deadline on it needs no
+    task of its own."""
+    try:
+        return t.fn in _THREADED
+    except TypeError:  # an unhashable callable object: not one `tool` made
+        return False
+
+
 class ToolOptions(TypedDict, total=False):
     """The keyword arguments of `tool` (see there)."""
 
@@ -421,6 +436,8 @@ def tool(
                 return await f(**kwargs)
             return await run_sync(f, **kwargs)  # a daemon thread: see `_threads`
 
+        if not is_async:
+            _THREADED.add(run)
         doc = (description or inspect.getdoc(f) or tname).strip()
         return Tool(
             name=tname,

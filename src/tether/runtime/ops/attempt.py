@@ -26,7 +26,13 @@ from tether.runtime.run import outcome as out
 from tether.store.base import ArtifactRecord, OpRecord
 from tether.tools import failures
 from tether.tools.breaker import Transition
-from tether.tools.registry import Reconciliation, Tool, ToolContext, render_result
+from tether.tools.registry import (
+    Reconciliation,
+    Tool,
+    ToolContext,
+    render_result,
+    runs_in_thread,
+)
 from tether.tools.retry import RetryPolicy, decide
 
 if TYPE_CHECKING:
@@ -89,7 +95,15 @@ class Attempts:
         self.book = book
         self.requests = requests
         self.env: ToolEnv = run.tool_env
-        self.rng = random.Random()
+        self._rng: random.Random | None = None
+
+    @property
+    def rng(self) -> random.Random:
+        """The retry jitter's generator, seeded on first use (seeding one from the OS
+        costs more than most rounds' other bookkeeping, and most rounds retry nothing)."""
+        if self._rng is None:
+            self._rng = random.Random()
+        return self._rng
 
     def context(self, tool: Tool, record: OpRecord, attempt: int) -> ToolContext:
         """The context a tool function receives."""
@@ -294,10 +308,14 @@ class Attempts:
         )
         try:
             with telemetry.span(f"execute_tool {tool.name}", attrs):
-                raw = await asyncio.wait_for(
-                    tool.fn(record.args, self.context(tool, record, record.attempts)),
-                    tool.timeout,
-                )
+                sent = tool.fn(record.args, self.context(tool, record, record.attempts))
+                if runs_in_thread(tool):
+                    # No tool code runs in this task (the thread has its own context):
+                    # the deadline is this task's, without the task `wait_for` starts.
+                    async with asyncio.timeout(tool.timeout):
+                        raw = await sent
+                else:
+                    raw = await asyncio.wait_for(sent, tool.timeout)
         except asyncio.CancelledError:
             if guard is not None and tool.service:
                 # Give the slot back now; a leaked one would hold the limit for its ttl.

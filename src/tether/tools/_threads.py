@@ -63,7 +63,10 @@ _idle_lock = threading.Lock()
 
 
 def _forget_idle() -> None:
-    # A forked child has none of its parent's threads: their inboxes would never answer.
+    # A forked child has none of its parent's threads: their inboxes would never answer,
+    # and the lock may have been held by one of them at the fork.
+    global _idle_lock
+    _idle_lock = threading.Lock()
     _idle.clear()
 
 

@@ -213,6 +213,8 @@ async def test_rebuild_folds_what_the_audits_remember_and_fix_restores_it(
         (usage,) = conn.execute("SELECT usage FROM tasks WHERE task_id = ?", (tid,)).fetchone()
         damaged = {**json.loads(usage), "seen": {}}
         conn.execute("UPDATE tasks SET usage = ? WHERE task_id = ?", (json.dumps(damaged), tid))
+        # The marks themselves are rows of their own (schema 8): gone too.
+        conn.execute("DELETE FROM task_marks WHERE task_id = ?", (tid,))
         conn.commit()
         conn.close()
         found = await rebuild(store, tid)

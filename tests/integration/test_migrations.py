@@ -33,11 +33,19 @@ V3_TABLES = {"shared_state"}
 V4_TABLES = {"artifact_text"}
 V6_TABLES = {"task_specs"}
 V7_TABLES = {"ledger_items", "ledger_skeletons"}
+V8_TABLES = {"task_marks"}
 #: SQLite's FTS5 index over `artifact_text` (a virtual table and its shadow tables); the
 #: PostgreSQL index is a column (`tsv`) and a GIN index of `artifact_text`.
 FTS5 = "artifact_search"
 ALL_TABLES = (
-    V1_TABLES | V2_TABLES | V3_TABLES | V4_TABLES | V6_TABLES | V7_TABLES | {"tether_schema"}
+    V1_TABLES
+    | V2_TABLES
+    | V3_TABLES
+    | V4_TABLES
+    | V6_TABLES
+    | V7_TABLES
+    | V8_TABLES
+    | {"tether_schema"}
 )
 
 
@@ -610,7 +618,7 @@ async def test_migration_to_7_moves_a_ledger_to_one_row_per_item(sql_backend: Ba
         conn.close()
     new = await sql_backend.open()
     try:
-        assert await new.schema_version() == SCHEMA_VERSION == 7
+        assert await new.schema_version() == SCHEMA_VERSION
         stored = await new.get_ledger("t")
         assert (stored.state, stored.version) == (state, 4)
         assert _columns(sql_backend, "ledgers") == {"task_id", "version", "updated_at"}
@@ -636,5 +644,76 @@ async def test_migration_to_7_moves_a_ledger_to_one_row_per_item(sql_backend: Ba
         await new.commit("t", None, [], ledger=LedgerWrite.of(moved, 5, skeleton=True))
         assert _item_rows(sql_backend, "t") == [("i1", 0, "done", 4), ("i3", 1, "in_progress", 6)]
         assert (await new.get_ledger("t")).to_ledger() == moved
+    finally:
+        await new.close()
+
+
+def _mark_rows(backend: Backend, task_id: str) -> list[tuple[str, int, str]]:
+    """`(item, n, mark)` of a task's progress marks, by item and number."""
+    conn = backend.raw()
+    ph = "?" if backend.kind == "sqlite" else "%s"
+    try:
+        rows = conn.execute(
+            f"SELECT item_id, n, mark FROM task_marks WHERE task_id = {ph} ORDER BY item_id, n",
+            (task_id,),
+        ).fetchall()
+        return [(r["item_id"], r["n"], r["mark"]) for r in rows]
+    finally:
+        conn.close()
+
+
+async def test_migration_to_8_moves_the_progress_marks_out_of_the_task_row(
+    sql_backend: Backend,
+) -> None:
+    """Schema 8: the marks a schema-7 run state holds (`usage.seen`, item -> marks)
+    move to `task_marks`, one row each in their order, the row keeping item -> count;
+    the task reads back the same run state, and a commit's `MarksWrite` adds and
+    removes rows from there."""
+    from tether.store.base import MarksWrite
+
+    store = await sql_backend.open(migrate_to=5)
+    await store.close()
+    await add_old_task(sql_backend, "t")
+    store = await sql_backend.open(migrate_to=7)
+    await store.close()
+    usage = {
+        "rounds": 7,
+        "seen": {"i2": ["b2", "a1", "c3"], "i1": ["z9"], "i3": []},
+        "item_rounds": {"i2": 3, "i1": 1, "i3": 1},
+    }
+    conn = sql_backend.raw()
+    ph = "?" if sql_backend.kind == "sqlite" else "%s"
+    try:
+        conn.execute(
+            f"UPDATE tasks SET usage = {ph} WHERE task_id = {ph}", (json.dumps(usage), "t")
+        )
+        if sql_backend.kind == "postgres":
+            conn.commit()
+    finally:
+        conn.close()
+    new = await sql_backend.open()
+    try:
+        assert await new.schema_version() == SCHEMA_VERSION
+        assert (await new.get_task("t")).usage == usage
+        assert _mark_rows(sql_backend, "t") == [
+            ("i1", 1, "z9"),
+            ("i2", 1, "b2"),
+            ("i2", 2, "a1"),
+            ("i2", 3, "c3"),
+        ]
+        conn = sql_backend.raw()
+        try:
+            (row,) = conn.execute(f"SELECT usage FROM tasks WHERE task_id = {ph}", ("t",))
+            held = row["usage"] if sql_backend.kind == "postgres" else json.loads(row["usage"])
+        finally:
+            conn.close()
+        assert held["seen"] == {"i2": 3, "i1": 1, "i3": 0}
+        # A run's commit: i2 loses its oldest mark and gains one, i1 is forgotten.
+        after = {**usage, "seen": {"i2": ["a1", "c3", "d4"], "i3": []}}
+        marks = MarksWrite.between(usage["seen"], after["seen"])
+        assert marks.items == {"i1": (None, ()), "i2": (1, ("d4",))}
+        await new.commit("t", None, [], task=TaskPatch(usage=after, marks=marks))
+        assert (await new.get_task("t")).usage == after
+        assert _mark_rows(sql_backend, "t") == [("i2", 2, "a1"), ("i2", 3, "c3"), ("i2", 4, "d4")]
     finally:
         await new.close()

@@ -24,11 +24,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 from tether import errors, failpoints, lifecycle
 from tether.clock import Clock, SystemClock
 from tether.store import _ledger_rows as ledger_rows
+from tether.store import _marks as marks
 from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import base as b
 from tether.store import schema_policy
 from tether.store.base import SCHEMA_VERSION, ApprovalRecord, ArtifactRecord, OpRecord, TaskRecord
+from tether.store.schema_policy import migrations
 
 if TYPE_CHECKING:  # the event models load where a commit encodes them, not to read
     from tether import events as ev
@@ -156,19 +158,6 @@ def _dumps_no_nul(obj: Any) -> str:
     return _NUL_ESCAPE.sub(r"\1\\ufffd", out) if "\\u0000" in out else out
 
 
-def migrations(dialect: str) -> list[tuple[int, str, str]]:
-    """`(version, name, sql)` for every migration of a dialect, in order."""
-    from importlib import resources  # only a migration reads them; most opens do not
-
-    out = []
-    for entry in (resources.files("tether.store") / "migrations" / dialect).iterdir():
-        m = re.match(r"^(\d{4})_(\w+)\.sql$", entry.name)
-        if m:
-            out.append((int(m.group(1)), m.group(2), entry.read_text(encoding="utf-8")))
-    out.sort()
-    return out
-
-
 class SqlStore(b.Store):
     """The shared query layer; see `SQLiteStore` and `PostgresStore` (the methods'
     documentation: `Store`)."""
@@ -245,6 +234,18 @@ class SqlStore(b.Store):
                 value = tuple(self._json_out(value) or ())
             values[name] = value
         return cls(**values)
+
+    def _task_query(self, where: str) -> str:
+        """The query of tasks (`_TASK_SELECT`, then `where`) with their progress marks."""
+        return (
+            _TASK_SELECT.replace(" FROM", f", {marks.SELECT[self.dialect]} FROM", 1) + " " + where
+        )
+
+    def _task(self, row: Row) -> TaskRecord:
+        """A task from its row of `_task_query`: its run state with its marks read back."""
+        rec = self._record(TaskRecord, row)
+        usage = marks.with_seen(rec.usage, self._json_out(row["marks"]))
+        return rec if usage is rec.usage else dataclasses.replace(rec, usage=usage)
 
     def _read_all(self, cls: type[R], query: str, params: Mapping[str, Any]) -> list[R]:
         """The records one statement reads, outside a transaction block."""
@@ -417,8 +418,9 @@ class SqlStore(b.Store):
             )
             ledger_rows.create(self._x, conn, self.dialect, _dumps, task_id, ledger, now)
             self._insert_events(conn, task_id, 1, items, 1, None, now)
-            row = self._x(conn, f"{_TASK_SELECT} WHERE t.task_id = :id", {"id": task_id}).fetchone()
-            return self._record(TaskRecord, row)
+            return self._task(
+                self._x(conn, self._task_query("WHERE t.task_id = :id"), {"id": task_id}).fetchone()
+            )
 
     async def create_task(self, **new: Unpack[b.NewTask]) -> TaskRecord:
         b.refuse_unknown(new, b.NewTask)
@@ -426,10 +428,12 @@ class SqlStore(b.Store):
 
     def _get_task_sync(self, task_id: str) -> TaskRecord:
         with self._auto() as conn:
-            row = self._x(conn, f"{_TASK_SELECT} WHERE t.task_id = :id", {"id": task_id}).fetchone()
+            row = self._x(
+                conn, self._task_query("WHERE t.task_id = :id"), {"id": task_id}
+            ).fetchone()
         if row is None:
             raise errors.TaskNotFound(task_id)
-        return self._record(TaskRecord, row)
+        return self._task(row)
 
     async def get_task(self, task_id: str) -> TaskRecord:
         return await self._run(self._get_task_sync, task_id)
@@ -452,8 +456,9 @@ class SqlStore(b.Store):
     def _list_tasks_sync(self, statuses: Collection[str] | None, limit: int) -> list[TaskRecord]:
         params: dict[str, Any] = {"limit": limit}
         where = "WHERE TRUE" + self._in(params, "t.status", "s", statuses) if statuses else ""
-        query = f"{_TASK_SELECT} {where} ORDER BY t.created_at DESC, t.task_id LIMIT :limit"
-        return self._read_all(TaskRecord, query, params)
+        query = self._task_query(f"{where} ORDER BY t.created_at DESC, t.task_id LIMIT :limit")
+        with self._auto() as conn:
+            return [self._task(r) for r in self._x(conn, query, params).fetchall()]
 
     async def list_tasks(
         self, statuses: Collection[str] | None = None, limit: int = 100
@@ -570,6 +575,7 @@ class SqlStore(b.Store):
                 f"UPDATE tasks SET {assignments} WHERE task_id = :task_id",
                 {**sets, "task_id": task_id},
             )
+            marks.write(self._x, conn, self.dialect, _dumps, task_id, task)
         state = self._state(row)
         return b.CommitResult(plan.first_seq, plan.last_seq, state.cancel_requested, state.version)
 
@@ -627,8 +633,8 @@ class SqlStore(b.Store):
         """Task column values as the database takes them (JSON text, booleans)."""
         out = {}
         for k, v in changes.items():
-            if k in rules.JSON_COLUMNS:
-                v = None if v is None else _dumps(v)
+            if k in rules.JSON_COLUMNS:  # the marks are rows of their own (`_marks`)
+                v = None if v is None else _dumps(marks.stub(v) if k == "usage" else v)
             elif k in rules.BOOL_COLUMNS:
                 v = self._bool_in(v)
             out[k] = v
@@ -1067,12 +1073,3 @@ class SqlStore(b.Store):
 
     async def get_shared(self, key: str) -> dict[str, Any] | None:
         return await self._run(self._get_shared_sync, key)
-
-
-def iter_statements(script: str) -> Iterator[str]:
-    """Split a migration script into statements (no semicolons inside our DDL)."""
-    for part in script.split(";"):
-        lines = [ln for ln in part.splitlines() if not ln.strip().startswith("--")]
-        stmt = "\n".join(lines).strip()
-        if stmt:
-            yield stmt

@@ -10,6 +10,10 @@ The store knows nothing of models or tools. It keeps:
 - **events**: the append-only log, `(task_id, seq)` unique and gapless per task;
 - **ledgers**: skeleton and state with their own version (the SQL stores keep each
   item's state in a row of its own, written only when it changes);
+- **progress marks**: what the run state holds of each open item's rounds
+  (`usage["seen"]`, item -> marks, oldest first); the SQL stores keep them out of the
+  task row, one row per mark, written as a delta by the commit that changes them
+  (`MarksWrite`), so the row a commit rewrites does not grow with the task's rounds;
 - **blobs**: content-addressed payloads (full prompts, tool outputs);
 - **ops**, **artifacts**, **approvals**: projections later parts fill;
 - **the artifact search index**: the text of each artifact (its blob, when textual),
@@ -56,7 +60,7 @@ SharedUpdate = Callable[[dict[str, Any] | None, float], tuple[dict[str, Any] | N
 Events: TypeAlias = "Sequence[ev.Event]"
 
 #: Highest schema version this tether understands (one per migration file).
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 def blob_hash(data: bytes) -> str:
@@ -168,6 +172,54 @@ class TaskPatch:
     cancel_requested: bool | None = None
     wake_at: Any = UNSET
     spec: dict[str, Any] | None = None
+    #: With `usage`: how its `seen` differs from the stored one (see `MarksWrite`);
+    #: None writes `usage["seen"]` whole (what a writer that did not load it sends).
+    marks: MarksWrite | None = None
+
+
+@dataclass(frozen=True)
+class MarksWrite:
+    """The change a commit makes to a task's progress marks (`usage["seen"]`: item ->
+    marks, oldest first), as the writer that loaded them knows it: per item changed, how
+    many of its oldest marks go (`None`: all of them, the item forgotten or rewritten)
+    and the marks appended after them. The SQL stores write it as rows added and
+    removed (the task row no longer carries the marks); the memory store keeps `usage`
+    as given, which holds the same marks whole."""
+
+    items: Mapping[str, tuple[int | None, tuple[str, ...]]] = field(default_factory=dict)
+
+    @classmethod
+    def between(
+        cls, before: Mapping[str, Sequence[str]], after: Mapping[str, Sequence[str]]
+    ) -> MarksWrite:
+        """The change from `before` to `after` (item -> marks). An item's marks usually
+        only grow at the end and lose their oldest (`progress.remember`): that is sent
+        as a trim and the new marks; any other change rewrites the item."""
+        items: dict[str, tuple[int | None, tuple[str, ...]]] = {}
+        for item in before:
+            if item not in after:
+                items[item] = (None, ())
+        for item, new in after.items():
+            old = before.get(item, ())
+            if new is old or (len(new) == len(old) and tuple(new) == tuple(old)):
+                continue
+            items[item] = _grown(old, new)
+        return cls(items)
+
+
+def _grown(old: Sequence[str], new: Sequence[str]) -> tuple[int | None, tuple[str, ...]]:
+    """`(trimmed, added)` when `new` is a tail of `old` followed by new marks (the
+    last old mark is found from the end: a round adds a few), else `(None, new)`."""
+    if not old:
+        return 0, tuple(new)
+    last = old[-1]
+    for p in range(len(new) - 1, -1, -1):
+        if new[p] == last:
+            kept = p + 1
+            if kept <= len(old) and list(new[:kept]) == list(old[len(old) - kept :]):
+                return len(old) - kept, tuple(new[kept:])
+            break
+    return None, tuple(new)
 
 
 @dataclass(frozen=True)

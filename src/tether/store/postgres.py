@@ -61,6 +61,7 @@ from tether import events as ev
 from tether._extras import needs
 from tether.clock import Clock
 from tether.store import _ledger_rows as ledger_rows
+from tether.store import _marks as marks
 from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import schema_policy
@@ -618,7 +619,7 @@ class PostgresStore(SqlStore):
         ctes.append(
             f"tu AS (UPDATE tasks t SET {', '.join(sets)} FROM go WHERE t.task_id = go.task_id)"
         )
-        return ctes
+        return ctes + marks.postgres_ctes(task, params, _dumps)
 
     @staticmethod
     def _artifact_texts(

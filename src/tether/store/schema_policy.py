@@ -21,7 +21,8 @@ code). A tether never migrates a database down, and `--no-migrate` (or
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+import re
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from tether import errors
@@ -30,8 +31,10 @@ from tether.store import base
 #: For each schema version, the oldest schema version whose code can still run on it.
 #: 5 only sets PostgreSQL storage parameters (nothing for SQLite): additive. 4 adds the
 #: search index, which code of schema 3 would not fill; 6 moves the specs out of `tasks`;
-#: 7 moves the ledgers' state and skeleton out of `ledgers`.
-COMPATIBLE_FROM: Mapping[int, int] = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 6: 6, 7: 7}
+#: 7 moves the ledgers' state and skeleton out of `ledgers`; 8 the run state's progress
+#: marks out of `tasks.usage` (older code would find none and write them where 8 reads
+#: none).
+COMPATIBLE_FROM: Mapping[int, int] = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 6: 6, 7: 7, 8: 8}
 
 #: The column of `tether_schema` that records `COMPATIBLE_FROM` with each version.
 COLUMN = "compatible_from"
@@ -127,3 +130,25 @@ def behind(url: str, found: int, needed: int, *, read_only: bool) -> errors.Sche
         found=found,
         needed=needed,
     )
+
+
+def migrations(dialect: str) -> list[tuple[int, str, str]]:
+    """`(version, name, sql)` for every migration of a dialect, in order."""
+    from importlib import resources  # only a migration reads them; most opens do not
+
+    out = []
+    for entry in (resources.files("tether.store") / "migrations" / dialect).iterdir():
+        m = re.match(r"^(\d{4})_(\w+)\.sql$", entry.name)
+        if m:
+            out.append((int(m.group(1)), m.group(2), entry.read_text(encoding="utf-8")))
+    out.sort()
+    return out
+
+
+def iter_statements(script: str) -> Iterator[str]:
+    """Split a migration script into statements (no semicolons inside our DDL)."""
+    for part in script.split(";"):
+        lines = [ln for ln in part.splitlines() if not ln.strip().startswith("--")]
+        stmt = "\n".join(lines).strip()
+        if stmt:
+            yield stmt

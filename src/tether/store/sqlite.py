@@ -36,8 +36,9 @@ from tether import errors
 from tether.clock import Clock
 from tether.store import _search as search
 from tether.store import schema_policy
-from tether.store._sql import _ART_COLS_A, SqlStore, iter_statements
+from tether.store._sql import _ART_COLS_A, SqlStore
 from tether.store.base import SCHEMA_VERSION
+from tether.store.schema_policy import iter_statements
 
 T = TypeVar("T")
 #: Files up to this size are checked page by page when opened (about 0.1 s per 64 MiB).

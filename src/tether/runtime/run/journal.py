@@ -221,6 +221,7 @@ class RunJournal:
             status=commit.status,
             stop_reason=commit.stop_reason,
             usage=view.state.to_dict(),
+            marks=view.state.marks_write(),
             waiting=self.redactor.data(waiting) if isinstance(waiting, dict) else waiting,
             wake_at=commit.wake_at,
             current_milestone=(
@@ -229,17 +230,21 @@ class RunJournal:
                 else milestone
             ),
         )
-        res = await self._store.commit(
-            self.task_id,
-            self.token,
-            [redacted(e, self.redactor) for e in events],
-            task=patch,
-            ledger=write,
-            ops=[redacted_op(o, self.redactor) for o in commit.ops],
-            artifacts=commit.artifacts,
-            approvals=commit.approvals,
-            blobs=self.blobs.ready(),
-        )
+        try:
+            res = await self._store.commit(
+                self.task_id,
+                self.token,
+                [redacted(e, self.redactor) for e in events],
+                task=patch,
+                ledger=write,
+                ops=[redacted_op(o, self.redactor) for o in commit.ops],
+                artifacts=commit.artifacts,
+                approvals=commit.approvals,
+                blobs=self.blobs.ready(),
+            )
+        except BaseException:
+            view.state.marks_unsure()  # its marks may not be stored: the next sends all
+            raise
         self.blobs.clear()
         self._on_commit(res)
         if ledger is not None:
@@ -253,13 +258,18 @@ class RunJournal:
         """Commit events (redacted) and the run's usage next to the round in flight,
         leaving its staged decision and blobs for its own commit (the status probe).
         The usage may then count a staged call of the round: over, never under."""
-        await self._store.commit(
-            self.task_id,
-            self.token,
-            [redacted(e, self.redactor) for e in events],
-            task=TaskPatch(usage=self.view.state.to_dict()),
-            blobs=blobs,
-        )
+        state = self.view.state
+        try:
+            await self._store.commit(
+                self.task_id,
+                self.token,
+                [redacted(e, self.redactor) for e in events],
+                task=TaskPatch(usage=state.to_dict(), marks=state.marks_write()),
+                blobs=blobs,
+            )
+        except BaseException:
+            state.marks_unsure()
+            raise
 
     async def set_status(
         self, dst: str, stop_reason: str | None = None, reason: str = "", *, also: Commit = _NOTHING

@@ -7,7 +7,9 @@ per purpose and per milestone), where its context starts (system prompt and snap
 blobs), the round in flight, and what the judge's audits remember (evidence credited
 to each item, what each open item's rounds did, failures seen, a judge's proposals).
 It is stored as JSON in the task row's `usage` column, written with every commit
-under the fencing token; `from_dict`
+under the fencing token, but for `seen` (what each open item's rounds did, a thousand
+marks an item at most): the SQL stores keep those marks in rows of their own, and a
+run's commit sends only how they changed (`marks_write`). `from_dict`
 reads rows written by older versions (missing keys take their defaults, unknown keys
 are kept), and `to_dict` writes the same key names, so readers of `usage` see one
 format.
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from tether.clock import Clock
     from tether.models.base import Usage
     from tether.spec import TaskSpec
-    from tether.store.base import TaskRecord
+    from tether.store.base import MarksWrite, TaskRecord
 
 #: Bumped when a field changes meaning; `from_dict` reads every older version.
 STATE_VERSION: Final = 2
@@ -125,6 +127,11 @@ class RunState:
     #: Keys written by a newer tether, kept as they were.
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        #: `seen` as the store holds it, item -> (its list, a copy), at the load or the
+        #: last `marks_write`; None: not known (the next commit writes `seen` whole).
+        self._marks_base: dict[str, tuple[list[str], tuple[str, ...]]] | None = None
+
     # -- derived ------------------------------------------------------------------------
 
     @property
@@ -173,6 +180,38 @@ class RunState:
 
     # -- storage ------------------------------------------------------------------------
 
+    def marks_write(self) -> MarksWrite | None:
+        """How `seen` changed since the load or the last call, for the commit that
+        stores it with `to_dict` (`TaskPatch.marks`): from then on it counts as stored.
+        None when that is not known (`marks_unsure`): the commit writes `seen` whole.
+        An item's list is replaced when it changes (`progress.remember`), so a list
+        that is the one last sent, of the same length, is not compared."""
+        from tether.store.base import MarksWrite
+
+        base = self._marks_base
+        self._marks_base = (
+            {k: (v, tuple(v)) for k, v in self.seen.items()} if base is None else base
+        )
+        if base is None:
+            return None
+        before: dict[str, tuple[str, ...]] = {}
+        after: dict[str, list[str]] = {}
+        for item, marks in self.seen.items():
+            held = base.get(item)
+            if held is None or held[0] is not marks or len(held[1]) != len(marks):
+                after[item] = marks
+                if held is not None:
+                    before[item] = held[1]
+                base[item] = (marks, tuple(marks))
+        for item in [k for k in base if k not in self.seen]:
+            before[item] = base.pop(item)[1]
+        return MarksWrite.between(before, after)
+
+    def marks_unsure(self) -> None:
+        """A commit that carried a `marks_write` may not have happened (it failed): the
+        next one writes `seen` whole."""
+        self._marks_base = None
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON stored in the task row's `usage` column (written with every commit,
         so it is built cheaply: containers are shared, not copied — the store serializes
@@ -198,6 +237,7 @@ class RunState:
             if name == "by_purpose":
                 value = {k: Spend.from_dict(v) for k, v in (value or {}).items()}
             setattr(state, name, _coerce(getattr(cls(), name), value))
+        state._marks_base = {k: (v, tuple(v)) for k, v in state.seen.items()}
         return state
 
 

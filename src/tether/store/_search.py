@@ -18,7 +18,8 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from typing import Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
 
 from tether.jsonwalk import strings_in
 
@@ -30,6 +31,8 @@ MAX_INDEXED_CHARS: Final = 100_000
 MAX_TERMS: Final = 16
 #: The most hits one search returns, whatever the caller asks.
 MAX_LIMIT: Final = 50
+#: Rows per batch when the migration indexes the artifacts already stored.
+BACKFILL_BATCH: Final = 200
 #: Excerpt length (characters) around the first match.
 EXCERPT_CHARS: Final = 240
 
@@ -120,3 +123,37 @@ def score(text: str, words: list[str]) -> float:
     counts = [len(re.findall(rf"\b{re.escape(w)}\b", low)) for w in words]
     found = sum(1 for c in counts if c)
     return float(found * 10 + sum(min(c, 5) for c in counts))
+
+
+def backfill(
+    query: Callable[[str, Mapping[str, Any]], Any],
+    index_rows: Callable[[Any, Sequence[Mapping[str, Any]]], None],
+    conn: Any,
+) -> None:
+    """Index the artifacts stored before the search index existed (schema 4), in the
+    migration's transaction (`query` runs a statement on it, `index_rows` adds rows), in
+    batches (a blob is read up to the index's cap)."""
+    after = ""
+    while True:
+        rows = query(
+            "SELECT a.artifact_id, a.task_id, a.name, substr(b.data, 1, :cap) AS data"
+            " FROM artifacts a LEFT JOIN blobs b ON b.hash = a.blob_hash"
+            " WHERE a.artifact_id > :after ORDER BY a.artifact_id LIMIT :n",
+            {"cap": MAX_INDEXED_BYTES, "after": after, "n": BACKFILL_BATCH},
+        ).fetchall()
+        if not rows:
+            return
+        after = rows[-1]["artifact_id"]
+        index_rows(
+            conn,
+            [
+                {
+                    "artifact_id": r["artifact_id"],
+                    "task_id": r["task_id"],
+                    "body": indexed_text(
+                        r["name"], None if r["data"] is None else bytes(r["data"])
+                    ),
+                }
+                for r in rows
+            ],
+        )

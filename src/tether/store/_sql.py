@@ -62,8 +62,6 @@ _ART_COLS = (
 )
 #: The artifact columns of `artifacts a` in a join.
 _ART_COLS_A = ", ".join(f"a.{c.strip()}" for c in _ART_COLS.split(","))
-#: Rows per batch when the migration indexes the artifacts already stored.
-_BACKFILL_BATCH = 200
 
 #: The columns of ops, artifacts and approvals that hold JSON.
 _JSON_RECORD_COLS = frozenset({"args", "result", "error", "deps", "meta", "request", "decision"})
@@ -338,39 +336,10 @@ class SqlStore(b.Store):
                 if current < version <= target:
                     self._run_script(conn, sql)
                     if version == 4:
-                        self._backfill_search(conn)
+                        search.backfill(lambda q, p: self._x(conn, q, p), self._index_rows, conn)
                     schema_policy.record(self, conn, version, name)
                     current = version
             return current
-
-    def _backfill_search(self, conn: Any) -> None:
-        """Index the artifacts stored before the search index existed (schema 4), in
-        the migration's transaction, in batches (a blob is read up to the index's cap)."""
-        after = ""
-        while True:
-            rows = self._x(
-                conn,
-                "SELECT a.artifact_id, a.task_id, a.name, substr(b.data, 1, :cap) AS data"
-                " FROM artifacts a LEFT JOIN blobs b ON b.hash = a.blob_hash"
-                " WHERE a.artifact_id > :after ORDER BY a.artifact_id LIMIT :n",
-                {"cap": search.MAX_INDEXED_BYTES, "after": after, "n": _BACKFILL_BATCH},
-            ).fetchall()
-            if not rows:
-                return
-            after = rows[-1]["artifact_id"]
-            self._index_rows(
-                conn,
-                [
-                    {
-                        "artifact_id": r["artifact_id"],
-                        "task_id": r["task_id"],
-                        "body": search.indexed_text(
-                            r["name"], None if r["data"] is None else bytes(r["data"])
-                        ),
-                    }
-                    for r in rows
-                ],
-            )
 
     def _index_rows(self, conn: Any, rows: Sequence[Mapping[str, Any]]) -> None:
         """Add search index rows (`artifact_id`, `task_id`, `body`); an artifact

@@ -135,6 +135,12 @@ def _pg_sizes(url: str, schema: str) -> tuple[dict[str, int], dict[str, tuple[in
             ).fetchall()
         }
         row = conn.execute(f'SELECT SUM(pg_column_size(t.*)) FROM "{schema}".tasks t').fetchone()
+        for r in conn.execute(
+            "SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+            " WHERE schemaname = %s AND n_tup_upd > 0 ORDER BY relname",
+            (schema,),
+        ).fetchall():
+            print(f"  {r[0]}: {r[1]} updates, {r[2]} HOT")
         return tables, events, int(row[0] or 0)
 
 

@@ -309,3 +309,45 @@ async def test_a_recovery_asks_about_the_work_done_since_the_last_one(
     # deleted before its first recovery still reopens its item (test_deliverables).
     assert (await ledger_of(store, tid)).progress().done == 12
     assert (await rebuild(store, tid))["consistent"]
+
+
+async def test_a_resumed_run_reads_the_op_journal_a_page_at_a_time(
+    store: Store, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A run builds its rule index from the succeeded ops so far: a page at a time, so a
+    resume late in a long task holds one page of the journal, not all of it."""
+    from tether.runtime.judge.rules import index
+
+    monkeypatch.setattr(index, "LOAD_PAGE", 3)
+    spec = _steps_spec(items=4, steps=5)
+    registry = _ticket_registry({})
+    actor = _stepping_actor()
+    tid, result = await run_task(
+        store, spec, tmp_path, actor, registry=registry, max_rounds_this_run=13
+    )
+    assert result.status == "queued"
+    answers: list[tuple[Any, int]] = []
+
+    class Watching(CountingStore):
+        async def get_ops(self, *args: Any, **kwargs: Any) -> Any:
+            found = await self.inner.get_ops(*args, **kwargs)
+            if kwargs.get("op_ids") is None and kwargs.get("round") is None:
+                answers.append((kwargs.get("after"), len(found)))  # not a look-up
+            return found
+
+    _, result = await run_task(
+        Watching(store),  # type: ignore[arg-type]
+        spec,
+        tmp_path,
+        actor,
+        registry=registry,
+        task_id=tid,
+    )
+    assert result.status == "satisfied"
+    pages = [n for after, n in answers if after is not None]
+    assert len(pages) >= 4, answers  # 13 succeeded ops: pages of 3 (3, 3, 3, 3, 1)
+    assert max(n for _, n in answers) <= 3, answers  # never the whole journal at once
+    one, _ = await run_task(store, spec, tmp_path / "one", _stepping_actor(), registry=registry)
+    assert [s.status for _, s in (await ledger_of(store, one)).items()] == [
+        s.status for _, s in (await ledger_of(store, tid)).items()
+    ]

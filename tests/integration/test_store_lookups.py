@@ -10,6 +10,7 @@ order of the unfiltered read on every store.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
@@ -115,3 +116,26 @@ async def test_sqlite_looks_ids_up_by_key(backend_factory: Any, traced: list[str
             plan = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql))
             table = "ops" if " FROM ops " in sql else "artifacts"
             assert f"SEARCH {table} USING INDEX sqlite_autoindex_{table}_1" in plan, (sql, plan)
+
+
+async def test_ops_read_page_by_page_are_the_full_read(store: Store, make_task: MakeTask) -> None:
+    task = await make_task()
+    await _fill(store, task.task_id, 57)
+    # two ops of one round and call index (a compensation's, say): ties go by op id
+    twin = dataclasses.replace(_op(task.task_id, 10), op_id="op-0010b")
+    await store.commit(task.task_id, None, [], ops=[twin])
+    for statuses, tools in ((None, None), ({"succeeded"}, {"put_ticket"})):
+        whole = await store.get_ops(task.task_id, statuses, tools=tools)
+        pages: list[list[OpRecord]] = []
+        after: tuple[int, int, str] | None = None
+        while not pages or len(pages[-1]) == 8:
+            pages.append(
+                await store.get_ops(task.task_id, statuses, tools=tools, after=after, limit=8)
+            )
+            if pages[-1]:
+                last = pages[-1][-1]
+                after = (last.round, last.call_index, last.op_id)
+        assert all(len(p) <= 8 for p in pages) and len(pages) > 2
+        paged = [o for p in pages for o in p]
+        assert sorted(o.op_id for o in paged) == sorted(o.op_id for o in whole)
+        assert paged == sorted(whole, key=lambda o: (o.round, o.call_index, o.op_id))

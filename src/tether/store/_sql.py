@@ -879,24 +879,26 @@ class SqlStore(b.Store):
         return f"IN ({', '.join(names)})"
 
     def _get_ops_sync(
-        self,
-        task_id: str,
-        statuses: Collection[str] | None,
-        op_ids: Collection[str] | None = None,
-        round_no: int | None = None,
-        tools: Collection[str] | None = None,
+        self, task_id: str, statuses: Collection[str] | None, f: b.OpFilters
     ) -> list[OpRecord]:
         params: dict[str, Any] = {"id": task_id}
         where = "task_id = :id"
         where += self._in(params, "status", "s", statuses)
-        where += self._in(params, "op_id", "o", op_ids)
-        where += self._in(params, "tool", "t", tools)
-        if round_no is not None:
+        where += self._in(params, "op_id", "o", f.get("op_ids"))
+        where += self._in(params, "tool", "t", f.get("tools"))
+        if f.get("round") is not None:
             where += " AND round = :round"
-            params["round"] = round_no
+            params["round"] = f.get("round")
         # `round + 0`: with an ORDER BY that the task's index serves, SQLite's planner walked
-        # every op of the task instead of looking ids up by key (asked every round).
-        query = f"SELECT {_OP_COLS} FROM ops WHERE {where} ORDER BY round + 0, call_index"
+        # every op of the task instead of looking ids up by key (asked every round). Pages
+        # follow the index (a sort of every matching op per page would be quadratic).
+        order, limit = "round + 0, call_index", ""
+        if f.get("limit"):
+            order, limit = "round, call_index, op_id", f" LIMIT {int(f.get('limit') or 0)}"
+        if (after := f.get("after")) is not None:
+            where += " AND (round, call_index, op_id) > (:ar, :ac, :ao)"
+            params.update(ar=after[0], ac=after[1], ao=after[2])
+        query = f"SELECT {_OP_COLS} FROM ops WHERE {where} ORDER BY {order}{limit}"
         return self._read_all(OpRecord, query, params)
 
     async def get_ops(
@@ -906,9 +908,7 @@ class SqlStore(b.Store):
         op_ids, tools = filters.get("op_ids"), filters.get("tools")
         if _nothing(statuses, op_ids, tools):
             return []  # an empty filter matches nothing: no query, no thread
-        return await self._run(
-            self._get_ops_sync, task_id, statuses, op_ids, filters.get("round"), tools
-        )
+        return await self._run(self._get_ops_sync, task_id, statuses, filters)
 
     def _get_artifacts_sync(
         self, task_id: str, artifact_ids: Collection[str] | None = None

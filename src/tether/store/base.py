@@ -406,11 +406,15 @@ class EventFilters(TypedDict, total=False):
 
 
 class OpFilters(TypedDict, total=False):
-    """The keywords of `Store.get_ops`: only these op ids, this round, these tools."""
+    """The keywords of `Store.get_ops`: only these op ids, this round, these tools; a
+    page: at most `limit` ops, those after the op `after` (its round, call index and
+    id), in that order (a long task's history is read page by page)."""
 
     op_ids: Collection[str] | None
     round: int | None
     tools: Collection[str] | None
+    after: tuple[int, int, str] | None
+    limit: int | None
 
 
 class SearchOptions(TypedDict, total=False):
@@ -444,7 +448,8 @@ class OpsStore(Protocol):
     ) -> list[OpRecord]:
         """The op journal of a task, in (round, call_index) order, optionally filtered by
         status, op id, round or tool (each filter uses an index, so a long task's round
-        never reads its whole journal; an empty filter matches nothing)."""
+        never reads its whole journal; an empty filter matches nothing), or a page of it
+        (`limit`, `after`: ordered by round, call index and op id)."""
         ...
 
     async def get_approvals(

@@ -354,6 +354,11 @@ class MemoryStore(b.Store):
             and (round is None or o.round == round)
             and (tools is None or o.tool in tools)
         ]
+        if filters.get("limit") or filters.get("after") is not None:
+            ops.sort(key=lambda o: (o.round, o.call_index, o.op_id))
+            after, limit = filters.get("after"), filters.get("limit")
+            ops = [o for o in ops if after is None or (o.round, o.call_index, o.op_id) > after]
+            return ops[:limit] if limit else ops
         ops.sort(key=lambda o: (o.round, o.call_index))
         return ops
 

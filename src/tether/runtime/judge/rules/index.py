@@ -48,6 +48,9 @@ CHANGE_EVENTS: Final = (
 
 _Key = tuple[str, str]
 
+#: Ops read per page when a run first builds its index.
+LOAD_PAGE: Final = 500
+
 
 def args_match(want: Mapping[str, Any], have: Mapping[str, Any]) -> bool:
     """Whether an op's arguments hold every argument a rule names, with its value."""
@@ -107,10 +110,7 @@ class OpIndex:
                 self.modified = modified_args(
                     await store.get_approvals(task_id, statuses={"approved"})
                 )
-                for op in await store.get_ops(
-                    task_id, statuses={"succeeded"}, tools=set(self.by_tool)
-                ):
-                    self._put(op)
+                await self._load(store, task_id)
             return
         events = await store.read_events(task_id, after=self.cursor, types=CHANGE_EVENTS)
         self.cursor = max([self.cursor, last_seq, *(e.seq for e in events)])
@@ -145,6 +145,20 @@ class OpIndex:
                 self._drop(op_id)
             for op in got:
                 self._put(op)
+
+    async def _load(self, store: JudgeStore, task_id: str) -> None:
+        """Every succeeded op of the rules' tools, a page at a time: a task of days has
+        hundreds of thousands, and only the few its rules match are kept."""
+        after: tuple[int, int, str] | None = None
+        while True:
+            page = await store.get_ops(
+                task_id, {"succeeded"}, tools=set(self.by_tool), after=after, limit=LOAD_PAGE
+            )
+            for op in page:
+                self._put(op)
+            if len(page) < LOAD_PAGE:
+                return
+            after = (page[-1].round, page[-1].call_index, page[-1].op_id)
 
     def _put(self, op: OpRecord) -> None:
         if op.op_id in self.modified:

@@ -34,6 +34,11 @@ and after each configuration: on a shared machine the figures move with it.
     .venv/bin/python benchmarks/scale_bench.py --pg postgresql://postgres@127.0.0.1:5432/test
     .venv/bin/python benchmarks/scale_bench.py --quick --json out.json   # a smoke run
 
+The children set their collector as `tether worker` does (`runtime.worker.tuning`);
+`--no-tune` leaves CPython's defaults, for a before/after comparison. `--probe` breaks
+the added latency down (`Probe`, `breakdown`): the store calls a round awaits (waiting
+for a thread, in it, handed back), the event loop's lag, the collector's pauses.
+
 Without `--pg` (or `TETHER_TEST_PG_URL`) the PostgreSQL configurations are skipped.
 Each PostgreSQL configuration runs in a schema of its own, dropped at the end.
 """
@@ -43,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import re
@@ -64,6 +70,7 @@ from tether.models.scripted import tool_call
 from tether.runtime.engine import ModelSet
 from tether.runtime.tasks import create_task
 from tether.runtime.worker import Worker
+from tether.runtime.worker.tuning import tune_process
 from tether.spec import TaskSpec, parse_spec
 from tether.store import open_store
 from tether.tools.registry import ToolContext, ToolRegistry, tool
@@ -115,6 +122,94 @@ def bench_spec(name: str, rounds: int) -> dict[str, Any]:
 # --- the child: one worker process --------------------------------------------------
 
 
+class Probe:
+    """`--probe`: where a round's added time goes (off by default: it costs CPU).
+
+    - the event loop's lag: a callback due every 5 ms, how late it ran;
+    - every store call (`store._run`): its wait for a thread (submit to the thread's
+      first line: executor queue, thread wake-up, the GIL), its time in the thread (the
+      query, the pool), and its hand-back (the thread's last line to the awaiting
+      coroutine running again: the loop's queue and the GIL), per asyncio task;
+    - the tool's hops: model return to tool start, tool end to the next act call.
+    """
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self.lag_cpu: list[tuple[float, float]] = []
+        self.gc: list[tuple[int, float]] = []
+        #: asyncio task name -> [(submit, thread start, thread end, resumed, fn name)]
+        self.calls: dict[str, list[tuple[float, float, float, float, str]]] = {}
+        self.model_end: dict[str, list[float]] = {}
+        self.tool_span: dict[str, list[tuple[float, float]]] = {}
+
+    def watch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        period = 0.005
+
+        last = [time.thread_time()]
+
+        def tick(due: float) -> None:
+            now = time.perf_counter()
+            cpu = time.thread_time()
+            self.lags.append(now - due)
+            # The loop thread's own CPU since the last tick: a late tick with little of
+            # it was the GIL or the OS scheduler, not the loop's own work.
+            self.lag_cpu.append((now - due, cpu - last[0]))
+            last[0] = cpu
+            loop.call_at(loop.time() + period, tick, now + period)
+
+        loop.call_at(loop.time() + period, tick, time.perf_counter() + period)
+        started: list[float] = []
+
+        def on_gc(phase: str, info: dict[str, Any]) -> None:
+            # The collecting thread's CPU (it holds the GIL throughout): the load's noise
+            # left out.
+            if phase == "start":
+                started[:] = [time.thread_time()]
+            elif started:
+                self.gc.append((info.get("generation", -1), time.thread_time() - started[0]))
+
+        gc.callbacks.append(on_gc)
+
+    def wrap(self, store: Any) -> None:
+        real = store._run
+
+        async def _run(fn: Any, *args: Any) -> Any:
+            task = asyncio.current_task()
+            name = task.get_name() if task is not None else "?"
+            stamps: list[float] = []
+
+            def timed(*a: Any) -> Any:
+                stamps.append(time.perf_counter())
+                try:
+                    return fn(*a)
+                finally:
+                    stamps.append(time.perf_counter())
+
+            timed.__name__ = getattr(fn, "__name__", "call")  # the store's retry rule
+            t0 = time.perf_counter()
+            try:
+                return await real(timed, *args)
+            finally:
+                t3 = time.perf_counter()
+                if len(stamps) >= 2:
+                    self.calls.setdefault(name, []).append(
+                        (t0, stamps[0], stamps[-1], t3, timed.__name__)
+                    )
+
+        store._run = _run
+
+    def doc(self) -> dict[str, Any]:
+        return {
+            "lags": self.lags,
+            "lag_cpu": self.lag_cpu,
+            "gc": self.gc,
+            "calls": self.calls,
+            "model_end": self.model_end,
+            "tool_span": self.tool_span,
+        }
+
+
 def _rss() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -128,13 +223,17 @@ async def child(args: argparse.Namespace) -> None:
     model_time: dict[str, list[float]] = {}
     tool_time: dict[str, list[float]] = {}
     lock = threading.Lock()
+    probe = Probe() if args.probe else None
 
     def work(item: str, ctx: ToolContext) -> str:
         """Do one piece of work."""
         t0 = time.perf_counter()
         time.sleep(tool_s)
+        t1 = time.perf_counter()
         with lock:
-            tool_time.setdefault(ctx.task_id, []).append(time.perf_counter() - t0)
+            tool_time.setdefault(ctx.task_id, []).append(t1 - t0)
+            if probe is not None:
+                probe.tool_span.setdefault(ctx.task_id, []).append((t0, t1))
         return f"done {item}"
 
     registry = ToolRegistry([tool(work, effect="write", idempotent=True)])
@@ -158,7 +257,10 @@ async def child(args: argparse.Namespace) -> None:
                     f"doing {item}", (tool_call("work", item=item),), usage=Usage(100, 10)
                 )
             if request.purpose == "act":
-                model_time.setdefault(task, []).append(time.perf_counter() - t0)
+                t1 = time.perf_counter()
+                model_time.setdefault(task, []).append(t1 - t0)
+                if probe is not None:
+                    probe.model_end.setdefault(task, []).append(t1)
             return resp
 
         async def aclose(self) -> None:
@@ -167,7 +269,11 @@ async def child(args: argparse.Namespace) -> None:
     def models_for(spec: TaskSpec) -> ModelSet:
         return ModelSet(actor=FakeModel())
 
+    if not args.no_tune:
+        tune_process()  # as `tether worker` does
     store = await open_store(args.db)
+    if probe is not None:
+        probe.wrap(store)
     worker = Worker(
         store,
         models_for,
@@ -177,6 +283,7 @@ async def child(args: argparse.Namespace) -> None:
         poll_interval=0.05,
         watch_every=None,
         lease_ttl=60,
+        pool_size=args.pool_size,
     )
     samples: list[tuple[float, int, int]] = []
     rss_idle = _rss()
@@ -200,6 +307,8 @@ async def child(args: argparse.Namespace) -> None:
 
     slots.start = start  # type: ignore[method-assign]
     sampler = asyncio.create_task(sample())
+    if probe is not None:
+        probe.watch_loop()
     try:
         stats = await worker.run()
     finally:
@@ -228,6 +337,8 @@ async def child(args: argparse.Namespace) -> None:
         "inflight_max": max([s[2] for s in busy], default=0),
         "cpu_s": cpu,
         "act_calls": sum(len(ts) for ts in starts.values()),
+        "starts": starts if probe is not None else {},
+        "probe": probe.doc() if probe is not None else None,
     }
     Path(args.out).write_text(json.dumps(doc))
 
@@ -307,7 +418,10 @@ def run_config(cfg: Config, args: argparse.Namespace, work: Path) -> dict[str, A
                 subprocess.Popen(
                     [sys.executable, __file__, "--child", "--db", url,
                      "--concurrency", str(cfg.concurrency), "--out", str(out),
-                     "--model-ms", str(args.model_ms), "--tool-ms", str(args.tool_ms)],
+                     "--model-ms", str(args.model_ms), "--tool-ms", str(args.tool_ms),
+                     *(["--probe"] if args.probe else []),
+                     *(["--no-tune"] if args.no_tune else []),
+                     *(["--pool-size", str(args.pool_size)] if args.pool_size else [])],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
                 )
             )  # fmt: skip
@@ -348,7 +462,9 @@ def run_config(cfg: Config, args: argparse.Namespace, work: Path) -> dict[str, A
         for d in docs
         if d["inflight_max"]
     ]
+    probed = breakdown(docs) if args.probe else None
     return {
+        "probe": probed,
         "config": cfg.label,
         "backend": cfg.backend,
         "processes": cfg.processes,
@@ -376,6 +492,83 @@ def run_config(cfg: Config, args: argparse.Namespace, work: Path) -> dict[str, A
         "db_connections": conns if cfg.backend == "postgres" else cfg.processes,
         "load_before": load_before,
         "load_after": load_after,
+    }
+
+
+def breakdown(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """`--probe`: the added time of the rounds, all of them and the slowest 1%, split into
+    the store calls the run awaited (waiting for a thread, in the thread, handed back)
+    before and after the tool, and the rest (the loop's own work and queue, the tool's
+    thread hops); plus the event loop's lag and the store calls per round by name."""
+    rows: list[dict[str, float]] = []
+    names: dict[str, int] = {}
+    lags: list[float] = []
+    late: list[tuple[float, float]] = []
+    gcs: list[tuple[int, float]] = []
+    for d in docs:
+        pr = d["probe"]
+        lags.extend(pr["lags"])
+        late.extend(x for x in pr["lag_cpu"] if x[0] > 0.01)
+        gcs.extend(pr["gc"])
+        for task, ts in d["starts"].items():
+            calls = sorted(pr["calls"].get(f"task {task}", []))
+            ends = pr["model_end"].get(task, [])
+            spans = pr["tool_span"].get(task, [])
+            for k in range(1, len(ts)):
+                if k - 1 >= len(spans) or k - 1 >= len(ends):
+                    continue
+                a0, a1 = ts[k - 1], ts[k]
+                m_end = ends[k - 1]
+                t_start, t_end = spans[k - 1]
+                row = {
+                    "added": (a1 - a0 - (m_end - a0) - (t_end - t_start)) * 1000,
+                    "pre_tool": (t_start - m_end) * 1000,
+                    "post_tool": (a1 - t_end) * 1000,
+                }
+                for part, lo, hi in (("pre", m_end, t_start), ("post", t_end, a1)):
+                    inside = [c for c in calls if lo <= c[0] < hi]
+                    row[f"{part}_calls"] = len(inside)
+                    row[f"{part}_wait"] = sum(c[1] - c[0] for c in inside) * 1000
+                    row[f"{part}_exec"] = sum(c[2] - c[1] for c in inside) * 1000
+                    row[f"{part}_back"] = sum(c[3] - c[2] for c in inside) * 1000
+                    for c in inside:
+                        names[c[4]] = names.get(c[4], 0) + 1
+                rows.append(row)
+    if not rows:
+        return {}
+    rows.sort(key=lambda r: r["added"])
+    tail = rows[int(0.99 * len(rows)) :]
+
+    def mean(rs: list[dict[str, float]]) -> dict[str, float]:
+        return {k: round(statistics.mean(r[k] for r in rs), 2) for k in rs[0]}
+
+    lags.sort()
+    return {
+        "rounds": len(rows),
+        "all_mean": mean(rows),
+        "p99_tail_mean": mean(tail),
+        "loop_lag_ms": {
+            q: round(lags[min(len(lags) - 1, int(f * len(lags)))] * 1000, 2)
+            for q, f in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))
+        }
+        if lags
+        else {},
+        # Ticks over 10 ms late: how many, their total lateness, and the loop thread's
+        # own CPU over those intervals (the rest: waiting for the GIL or a core).
+        "late_ticks": {
+            "n": len(late),
+            "late_s": round(sum(x[0] for x in late), 3),
+            "loop_cpu_s": round(sum(x[1] for x in late), 3),
+        },
+        "gc": {
+            f"gen{g}": {
+                "n": sum(1 for x in gcs if x[0] == g),
+                "total_ms": round(sum(x[1] for x in gcs if x[0] == g) * 1000, 1),
+                "max_ms": round(max((x[1] for x in gcs if x[0] == g), default=0) * 1000, 1),
+            }
+            for g in (0, 1, 2)
+        },
+        "store_calls_per_round": {k: round(v / len(rows), 2) for k, v in sorted(names.items())},
     }
 
 
@@ -411,6 +604,15 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="tiny sizes, three configurations")
     ap.add_argument("--only", default=None, help="comma-separated labels, e.g. 'sqlite 1x16'")
     ap.add_argument("--json", default=None, help="write the figures here")
+    ap.add_argument(
+        "--pool-size", type=int, default=None, help="each worker's pool (the store's: 8)"
+    )
+    ap.add_argument(
+        "--no-tune",
+        action="store_true",
+        help="leave the workers' GC thresholds at CPython's (a before/after comparison)",
+    )
+    ap.add_argument("--probe", action="store_true", help="break the added latency down (costs CPU)")
     args = ap.parse_args()
     if args.child:
         args.model_ms = 300.0 if args.model_ms is None else args.model_ms
@@ -450,6 +652,8 @@ def main() -> None:
                 f" load {row['load_before']:.1f}->{row['load_after']:.1f}",
                 flush=True,
             )
+            if row["probe"]:
+                print(json.dumps(row["probe"], indent=1), flush=True)
     summary = summarize(rows)
     for key, value in summary.items():
         if value is not None:

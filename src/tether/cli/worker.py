@@ -305,6 +305,7 @@ def worker(
     from tether.runtime.takeover import process_id
     from tether.runtime.watch.sinks import default_notifier
     from tether.runtime.wiring import open_runtime
+    from tether.runtime.worker.tuning import tune_process
 
     if cluster_metrics and metrics_port is None:
         raise fail(errors.UserError("--cluster-metrics needs --metrics-port"), 2)
@@ -321,6 +322,8 @@ def worker(
                 from tether.metrics import ProcessMetrics
         except errors.UserError as exc:
             raise fail(exc, 2) from None
+
+    tune_process()  # this process is the worker's: its collector set for many runs
 
     async def main() -> WorkerStats:
         # The environment's settings are refused now, not by every sweep or task later.

@@ -516,11 +516,13 @@ def _changed(old: ItemState, ch: ItemChange) -> ItemState:
             # Re-opened work: its old evidence no longer proves anything.
             new = replace(new, evidence=())
         new = replace(new, status=ch.status)
-    if ch.note is not None:
+    # A field set to the value it has is left alone: most rounds set the breaker it
+    # already has (0 while the item moves), and each `replace` costs microseconds.
+    if ch.note is not None and ch.note != new.note:
         new = replace(new, note=ch.note)
     if ch.attempts_delta:
         new = replace(new, attempts=max(0, new.attempts + ch.attempts_delta))
-    if ch.breaker is not None:
+    if ch.breaker is not None and max(0, ch.breaker) != new.breaker:
         new = replace(new, breaker=max(0, ch.breaker))
     return new
 

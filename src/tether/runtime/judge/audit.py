@@ -34,6 +34,8 @@ def _warning(code: str, message: str, details: Mapping[str, Any] | None = None) 
 
 #: Statuses a judge may only propose: the runtime blocks, a human skips or waives.
 _PROPOSAL_ONLY = frozenset({"blocked", "skipped", "waived"})
+#: The policy of an item the contract says nothing about (frozen: one serves all).
+_NO_POLICY = ItemPolicy()
 
 
 # --- the audit (pure) -------------------------------------------------------------------
@@ -72,7 +74,7 @@ class _Audit:
         self.warnings.append(_warning(code, message, details))
 
     def policy(self, item_id: str) -> ItemPolicy:
-        return self.policies.get(item_id, ItemPolicy())
+        return self.policies.get(item_id) or _NO_POLICY
 
     def ready(self, item_id: str) -> bool:
         """Every predecessor is finished, or made done earlier in this audit."""
@@ -269,9 +271,10 @@ def _focus_change(
         status=stop if reason else None,
         note=(f"optional, skipped: {reason}" if policy.optional else reason) if reason else None,
     )
+    if not reason:
+        return change, None
     code = "item_skipped" if policy.optional else "item_blocked"
-    warning = _warning(code, f"{focus} {stop}: {reason}", {"item": focus})
-    return change, warning if reason else None
+    return change, _warning(code, f"{focus} {stop}: {reason}", {"item": focus})
 
 
 def _decide(
@@ -377,7 +380,7 @@ def audit(
     )
     earlier = set((seen or {}).get(focus or "", ()))
     moved = P.moves(facts.ops, rule_state, earlier)
-    policy = run.policy(focus) if focus else ItemPolicy()
+    policy = run.policy(focus) if focus else _NO_POLICY
     change, blocked = _focus_change(ledger, facts, run.accepted, moved, limits, policy, rounds)
     if change is not None:
         changes.append(change)

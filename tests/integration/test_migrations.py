@@ -90,18 +90,28 @@ async def add_old_task(
     return rec
 
 
+def _raw(backend: Backend, sql: str, *params: Any) -> list[Any]:
+    """One statement on a raw connection (`?` placeholders, `%s` on PostgreSQL),
+    committed: the rows it read, if any."""
+    conn = backend.raw()
+    try:
+        cur = conn.execute(sql if backend.kind == "sqlite" else sql.replace("?", "%s"), params)
+        rows = cur.fetchall() if cur.description else []
+        if backend.kind == "postgres":
+            conn.commit()
+        return list(rows)
+    finally:
+        conn.close()
+
+
 def _old_ledger(backend: Backend, task_id: str) -> LedgerRecord:
     """A ledger as schemas 1 to 6 held it (its state in its `ledgers` row), read raw: this
     version's store reads the schema it migrates to."""
-    conn = backend.raw()
-    ph = "?" if backend.kind == "sqlite" else "%s"
-    try:
-        r = conn.execute(
-            f"SELECT skeleton, state, version, updated_at FROM ledgers WHERE task_id = {ph}",
-            (task_id,),
-        ).fetchone()
-    finally:
-        conn.close()
+    (r,) = _raw(
+        backend,
+        "SELECT skeleton, state, version, updated_at FROM ledgers WHERE task_id = ?",
+        task_id,
+    )
 
     def doc(value: Any) -> Any:
         return json.loads(value) if isinstance(value, str) else value
@@ -575,17 +585,13 @@ def _columns(backend: Backend, table: str) -> set[str]:
 
 def _item_rows(backend: Backend, task_id: str) -> list[tuple[str, int, str, int]]:
     """`(item, position, status, version)` of a task's ledger rows, in contract order."""
-    conn = backend.raw()
-    ph = "?" if backend.kind == "sqlite" else "%s"
-    try:
-        rows = conn.execute(
-            "SELECT item_id, position, status, version FROM ledger_items"
-            f" WHERE task_id = {ph} ORDER BY position",
-            (task_id,),
-        ).fetchall()
-        return [(r["item_id"], r["position"], r["status"], r["version"]) for r in rows]
-    finally:
-        conn.close()
+    rows = _raw(
+        backend,
+        "SELECT item_id, position, status, version FROM ledger_items"
+        " WHERE task_id = ? ORDER BY position",
+        task_id,
+    )
+    return [(r["item_id"], r["position"], r["status"], r["version"]) for r in rows]
 
 
 async def test_migration_to_7_moves_a_ledger_to_one_row_per_item(sql_backend: Backend) -> None:
@@ -605,17 +611,12 @@ async def test_migration_to_7_moves_a_ledger_to_one_row_per_item(sql_backend: Ba
                "note": ""},
         "i3": {"status": "pending", "evidence": [], "attempts": 0, "breaker": 0, "note": ""},
     }  # fmt: skip
-    conn = sql_backend.raw()
-    ph = "?" if sql_backend.kind == "sqlite" else "%s"
-    try:
-        conn.execute(
-            f"UPDATE ledgers SET state = {ph}, version = 4 WHERE task_id = {ph}",
-            (json.dumps(state, ensure_ascii=False), "t"),  # as the store wrote it
-        )
-        if sql_backend.kind == "postgres":
-            conn.commit()
-    finally:
-        conn.close()
+    _raw(
+        sql_backend,
+        "UPDATE ledgers SET state = ?, version = 4 WHERE task_id = ?",
+        json.dumps(state, ensure_ascii=False),  # as the store wrote it
+        "t",
+    )
     new = await sql_backend.open()
     try:
         assert await new.schema_version() == SCHEMA_VERSION
@@ -650,16 +651,8 @@ async def test_migration_to_7_moves_a_ledger_to_one_row_per_item(sql_backend: Ba
 
 def _mark_rows(backend: Backend, task_id: str) -> list[tuple[str, int, str]]:
     """`(item, n, mark)` of a task's progress marks, by item and number."""
-    conn = backend.raw()
-    ph = "?" if backend.kind == "sqlite" else "%s"
-    try:
-        rows = conn.execute(
-            f"SELECT item_id, n, mark FROM task_marks WHERE task_id = {ph} ORDER BY item_id, n",
-            (task_id,),
-        ).fetchall()
-        return [(r["item_id"], r["n"], r["mark"]) for r in rows]
-    finally:
-        conn.close()
+    sql = "SELECT item_id, n, mark FROM task_marks WHERE task_id = ? ORDER BY item_id, n"
+    return [(r["item_id"], r["n"], r["mark"]) for r in _raw(backend, sql, task_id)]
 
 
 async def test_migration_to_8_moves_the_progress_marks_out_of_the_task_row(
@@ -681,16 +674,7 @@ async def test_migration_to_8_moves_the_progress_marks_out_of_the_task_row(
         "seen": {"i2": ["b2", "a1", "c3"], "i1": ["z9"], "i3": []},
         "item_rounds": {"i2": 3, "i1": 1, "i3": 1},
     }
-    conn = sql_backend.raw()
-    ph = "?" if sql_backend.kind == "sqlite" else "%s"
-    try:
-        conn.execute(
-            f"UPDATE tasks SET usage = {ph} WHERE task_id = {ph}", (json.dumps(usage), "t")
-        )
-        if sql_backend.kind == "postgres":
-            conn.commit()
-    finally:
-        conn.close()
+    _raw(sql_backend, "UPDATE tasks SET usage = ? WHERE task_id = ?", json.dumps(usage), "t")
     new = await sql_backend.open()
     try:
         assert await new.schema_version() == SCHEMA_VERSION
@@ -701,12 +685,8 @@ async def test_migration_to_8_moves_the_progress_marks_out_of_the_task_row(
             ("i2", 2, "a1"),
             ("i2", 3, "c3"),
         ]
-        conn = sql_backend.raw()
-        try:
-            (row,) = conn.execute(f"SELECT usage FROM tasks WHERE task_id = {ph}", ("t",))
-            held = row["usage"] if sql_backend.kind == "postgres" else json.loads(row["usage"])
-        finally:
-            conn.close()
+        (row,) = _raw(sql_backend, "SELECT usage FROM tasks WHERE task_id = ?", "t")
+        held = row["usage"] if sql_backend.kind == "postgres" else json.loads(row["usage"])
         assert held["seen"] == {"i2": 3, "i1": 1, "i3": 0}
         # A run's commit: i2 loses its oldest mark and gains one, i1 is forgotten.
         after = {**usage, "seen": {"i2": ["a1", "c3", "d4"], "i3": []}}

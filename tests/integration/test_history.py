@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.support.loop import honest_actor, next_item, run_task, spec_of
+from tether import events as ev
 from tether.clock import FakeClock
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
@@ -36,9 +37,11 @@ def _compact(request: ModelRequest) -> str:
     return "Earlier rounds wrote some files; the ledger says which."
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path}/t.db"
+    if request.param == "postgres":
+        url = request.getfixturevalue("pg_url")  # skips without TETHER_TEST_PG_URL
     s = await open_store(url)
     yield s
     await s.close()
@@ -76,16 +79,51 @@ async def test_stored_requests_rebuild_byte_identically(store: Store, tmp_path: 
     assert compactions, "the budget is small enough to compact"
     for n, (was, back) in enumerate(zip(seen, stored, strict=True)):
         assert json.dumps(back, sort_keys=True) == json.dumps(was, sort_keys=True), n
-    # A compaction's request is stored whole (packed): it reads back as it was sent.
+    # A compaction's request is stored by reference too (its transcript is history the
+    # store holds): it reads back as it was sent.
     compact_calls = [
-        e.data["call_id"]
+        e.data
         for e in await store.read_events(tid, types={"model.called"})
         if e.data["purpose"] == "compact"
     ]
-    assert len(compact_calls) == len(compact.requests) >= 1
-    for call_id, was_req in zip(compact_calls, compact.requests, strict=True):
-        back_req, _ = await history.load_call(store, tid, call_id)
-        assert back_req.to_dict() == was_req.to_dict()
+    assert len(compact_calls) == len(compact.requests) >= 2
+    for call, was_req in zip(compact_calls, compact.requests, strict=True):
+        assert call["request"]["ref"] == history.COMPACT_REF and not call["request_blob"]
+        assert len(json.dumps(call["request"])) < 600
+        back_req, _ = await history.load_call(store, tid, call["call_id"])
+        assert json.dumps(back_req.to_dict(), sort_keys=True) == json.dumps(
+            was_req.to_dict(), sort_keys=True
+        )
+
+
+async def test_old_compaction_requests_stored_whole_still_load(
+    store: Store, tmp_path: Path
+) -> None:
+    """A compaction's `model.called` of the previous version (the request packed whole
+    in `request_blob`) reads back as it was sent."""
+    (tmp_path / "big.txt").write_text("line of a big file\n" * 300)
+    spec = spec_of(6, context={"input_budget_tokens": 1500, "preview_chars": 400})
+    compact = ScriptedModel(policy=_compact)
+    tid, result = await run_task(
+        store, spec, tmp_path, ScriptedModel(policy=_actor), compact=compact
+    )
+    assert result.status == "satisfied" and compact.requests
+    was = compact.requests[0]
+    new_form = next(
+        e.data
+        for e in await store.read_events(tid, types={"model.called"})
+        if e.data["purpose"] == "compact"
+    )
+    old = ev.ModelCalled(
+        call_id=f"{tid}.compact.old",
+        purpose="compact",
+        model="scripted",
+        request_blob=await store.put_blob(history.pack(was.to_dict())),
+        response_blob=new_form["response_blob"],
+    )
+    await store.commit(tid, None, [old])
+    back, _ = await history.load_call(store, tid, f"{tid}.compact.old")
+    assert json.dumps(back.to_dict(), sort_keys=True) == json.dumps(was.to_dict(), sort_keys=True)
 
 
 async def test_a_round_is_stored_by_reference(store: Store, tmp_path: Path) -> None:

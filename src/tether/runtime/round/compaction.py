@@ -13,7 +13,7 @@ so the task never dies of compaction.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tether import errors, failpoints, ledger_view, tokens
 from tether import events as ev
@@ -28,7 +28,7 @@ from tether.runtime.round.claims import (
     parse_summary_audit,
     summary_audit_request,
 )
-from tether.runtime.round.context import SUMMARY_PREFIX, Context, Entry, render_system, transcript
+from tether.runtime.round.context import SUMMARY_PREFIX, Context, Entry, render_system
 from tether.runtime.run.ports import Commit
 from tether.store.base import ArtifactRecord
 
@@ -214,6 +214,28 @@ def _fit(
             head.tokens = tokens.estimate_message(head.messages[0])
 
 
+def _request_ref(
+    run: CompactHost, request: ModelRequest, older: list[Entry], room_chars: int
+) -> dict[str, Any] | None:
+    """The compaction request by reference (`history.compact_ref`): its transcript is
+    the history the store holds already (the context's entries up to the last event,
+    as an act request's). None, and it is stored whole, when the folded entries are not
+    the context's first ones."""
+    entries = run.ctx.entries
+    if len(older) > len(entries) or any(a is not b for a, b in zip(older, entries, strict=False)):
+        return None
+    st = run.view.state
+    return history.compact_ref(
+        request,
+        system_blob=run.journal.stage_blob(request.system.encode("utf-8")),
+        snapshot=st.ctx_blob,
+        after_seq=st.ctx_after_seq,
+        upto_seq=st.last_seq,
+        fold=len(older),
+        room_chars=room_chars,
+    )
+
+
 async def compact_context(run: CompactHost, budget: int) -> None:
     """Compact `run.ctx` until the next request fits `budget` tokens."""
     ctx = run.ctx
@@ -238,17 +260,10 @@ async def compact_context(run: CompactHost, budget: int) -> None:
     system = COMPACT_INSTRUCTIONS + "\n\n" + ledger_text
     fixed = tokens.estimate_text(system) + 200
     room_chars = max(2000, (budget - fixed) * 3)
-    prior = "\n\n".join(m.content for e in older if e.kind == "summary" for m in e.messages)
-    body = ""
-    if prior:
-        body += "Earlier summary:\n" + prior[-room_chars // 3 :] + "\n\n"
-    body += "Transcript to compress:\n" + transcript(
-        [e for e in older if e.kind != "summary"], room_chars - len(body)
-    )
     request = ModelRequest(
         purpose="compact",
         system=system,
-        messages=(Message("user", body),),
+        messages=(Message("user", history.compact_body(older, room_chars)),),
         max_output_tokens=max(256, budget // 8),
         task_id=run.journal.task_id,
     )
@@ -259,7 +274,8 @@ async def compact_context(run: CompactHost, budget: int) -> None:
     try:
         response = await run.calls.call_model(model, request)
         summary = response.text.strip()
-        events.append(await run.calls.record_call("compact", model, request, response, None))
+        ref = _request_ref(run, request, older, room_chars)
+        events.append(await run.calls.record_call("compact", model, request, response, None, ref))
     except errors.ModelError as exc:
         summary = _mechanical_summary(older)
         fallback = True

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tether.models.base import Message, ModelRequest, ModelResponse, ToolSchema
-from tether.runtime.round.context import Entry
+from tether.runtime.round.context import Entry, transcript
 from tether.store.base import Store
 
 #: Event types whose data adds to the conversation.
@@ -27,6 +27,8 @@ HISTORY_TYPES = frozenset({"turn.started", "round.committed", "judge.verdict", "
 #: Marks the reference formats (a plain request dict has no "ref" key).
 ROUND_REF = 2
 REQUEST_REF = 2
+#: Marks a compaction request stored by reference (`compact_ref`).
+COMPACT_REF = 3
 
 
 def round_doc(
@@ -166,8 +168,69 @@ def request_ref(request: ModelRequest, *, epoch_blob: str, upto_seq: int) -> dic
     return doc
 
 
+def compact_body(older: Sequence[Entry], room_chars: int) -> str:
+    """The compressor's one message: the earlier summary (if any) and the transcript of
+    the history entries it folds (`transcript`), within `room_chars`. Requests stored by
+    `compact_ref` are rebuilt with it: it must not change (or bump `COMPACT_REF`)."""
+    prior = "\n\n".join(m.content for e in older if e.kind == "summary" for m in e.messages)
+    body = ""
+    if prior:
+        body += "Earlier summary:\n" + prior[-room_chars // 3 :] + "\n\n"
+    return (
+        body
+        + "Transcript to compress:\n"
+        + transcript([e for e in older if e.kind != "summary"], room_chars - len(body))
+    )
+
+
+def compact_ref(
+    request: ModelRequest,
+    *,
+    system_blob: str,
+    snapshot: str | None,
+    after_seq: int,
+    upto_seq: int,
+    fold: int,
+    room_chars: int,
+) -> dict[str, Any]:
+    """A compaction request by reference: its system prompt blob, and where its message
+    comes from (the first `fold` history entries up to event `upto_seq`, rendered by
+    `compact_body` within `room_chars`) instead of the transcript itself."""
+    return {
+        "ref": COMPACT_REF,
+        "purpose": request.purpose,
+        "system": system_blob,
+        "snapshot": snapshot,
+        "after_seq": after_seq,
+        "upto_seq": upto_seq,
+        "fold": fold,
+        "room_chars": room_chars,
+        "max_output_tokens": request.max_output_tokens,
+    }
+
+
+async def _rebuild_compact(store: Store, task_id: str, doc: Mapping[str, Any]) -> ModelRequest:
+    entries = await load_entries(
+        store,
+        task_id,
+        snapshot=doc.get("snapshot"),
+        after_seq=int(doc.get("after_seq", 0)),
+        upto_seq=int(doc["upto_seq"]),
+    )
+    body = compact_body(entries[: int(doc["fold"])], int(doc["room_chars"]))
+    return ModelRequest(
+        purpose=doc.get("purpose", "compact"),
+        system=(await store.get_blob(doc["system"])).decode("utf-8"),
+        messages=(Message("user", body),),
+        max_output_tokens=doc["max_output_tokens"],
+        task_id=task_id,
+    )
+
+
 async def rebuild_request(store: Store, task_id: str, doc: Mapping[str, Any]) -> ModelRequest:
-    """The request a stored model call sent, from its stored form (either format)."""
+    """The request a stored model call sent, from its stored form (any format)."""
+    if doc.get("ref") == COMPACT_REF:
+        return await _rebuild_compact(store, task_id, doc)
     if doc.get("ref") != REQUEST_REF:
         return ModelRequest(
             purpose=doc["purpose"],

@@ -143,13 +143,14 @@ class ModelCalls:
         request: ModelRequest,
         response: ModelResponse,
         round_no: int | None,
+        ref: dict[str, Any] | None = None,
     ) -> ev.ModelCalled:
-        """The request (by reference for the actor's calls: see `history`) and the
-        response as blobs; the event keeps a summary."""
+        """The request (by reference for the actor's calls: see `history`; `ref` when
+        the caller gives it) and the response as blobs; the event keeps a summary."""
         st, blobs = self.view.state, self.journal.blobs
         req_blob: str | None = None
-        req_ref: dict[str, Any] | None = None
-        if purpose == "act" and st.system_blob:
+        req_ref: dict[str, Any] | None = ref
+        if ref is None and purpose == "act" and st.system_blob:
             epoch = history.epoch_doc(
                 system_blob=st.system_blob,
                 tools_blob=blobs.tools(request),
@@ -159,7 +160,7 @@ class ModelCalls:
             req_ref = history.request_ref(
                 request, epoch_blob=blobs.epoch(epoch), upto_seq=st.last_seq
             )
-        else:
+        elif ref is None:
             req_blob = blobs.packed(request.to_dict())
         resp_blob = blobs.json(response.to_dict())
         cost = _cost(model.name, response)

@@ -234,8 +234,10 @@ class ModelPort(Protocol):
         request: ModelRequest,
         response: ModelResponse,
         round_no: int | None,
+        ref: dict[str, Any] | None = None,
     ) -> ev.ModelCalled:
-        """The call's event (its request and response staged as blobs)."""
+        """The call's event (its request and response staged as blobs; the request by
+        reference when `ref`, `history.compact_ref`'s, is given)."""
         ...
 
     async def model_failed(self, purpose: str, model: Model, exc: Exception) -> None:

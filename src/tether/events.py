@@ -391,6 +391,9 @@ class JudgeVerdict(Event):
     changes: list[dict[str, Any]] = Field(default_factory=list)
     judges: list[str] = Field(default_factory=list)
     continuation: str = ""
+    #: The continuation is the text of the last one the history holds, again: left out
+    #: of `continuation` (empty) and read back from there (`runtime.round.history`).
+    same_continuation: bool = False
     #: A round's verdict: its focus item (None when the round worked on none) and the
     #: progress marks the audits remember of it (`RunState.seen`, which `tether rebuild`
     #: folds from these). None on a verdict that is not a round's (before delivery).

@@ -17,6 +17,7 @@ from tether.models.scripted import ScriptedModel, tool_call
 from tether.runtime.round import history
 from tether.store import open_store
 from tether.store.base import Store
+from tether.tools.registry import ToolRegistry, tool
 
 
 def _actor(request: ModelRequest) -> ModelResponse:
@@ -165,3 +166,58 @@ def test_pack_compresses_large_documents_only() -> None:
     packed = history.pack(big)
     assert packed.startswith(b"zlib:") and len(packed) < len(json.dumps(big)) // 4
     assert history.unpack(packed) == big
+
+
+def _stepper(request: ModelRequest) -> ModelResponse:
+    """Calls `do_step` every round: the item (no rule) stays open and the judge's
+    continuation is the same text round after round."""
+    return ModelResponse("stepping", (tool_call("do_step", step=len(request.messages)),))
+
+
+@tool(effect="write")
+def do_step(step: int) -> str:
+    """Process one record (a long output)."""
+    return f"record {step} processed.\n" + "a line of the output\n" * 120
+
+
+async def test_a_repeated_continuation_is_stored_once(store: Store, tmp_path: Path) -> None:
+    """A continuation that is the last one's text again is left out of its verdict
+    (`same_continuation`); the requests, across compactions and a resume, rebuild as
+    they were sent, and a verdict of the previous version (text repeated) reads the same."""
+    (tmp_path / "big.txt").write_text("line of a big file\n" * 300)
+    spec = spec_of(
+        1,
+        items=[{"id": "work", "title": "process every record"}],
+        tools=["do_step"],
+        models={"judge": "rules"},
+        context={"input_budget_tokens": 1500, "preview_chars": 400, "cache_ttl_seconds": 1e9},
+        limits={
+            "max_rounds": 14,
+            "no_progress_rounds": 10**9,
+            "max_attempts_per_item": 10**9,
+            "max_rounds_per_item": None,
+        },
+    )
+    model, compact = ScriptedModel(policy=_stepper), ScriptedModel(policy=_compact)
+    opts: dict[str, Any] = {"compact": compact, "registry": ToolRegistry([do_step])}
+    tid, _ = await run_task(store, spec, tmp_path, model, max_rounds_this_run=6, **opts)
+    await run_task(store, spec, tmp_path, model, task_id=tid, **opts)
+    verdicts = [e.data for e in await store.read_events(tid, types={"judge.verdict"})]
+    same = [v for v in verdicts if v["same_continuation"]]
+    # A compaction folds the last continuation away: the next one is stored whole.
+    assert len(verdicts) >= 12 and len(same) >= 3
+    assert all(v["continuation"] == "" for v in same)
+    assert await store.read_events(tid, types={"context.compacted"})
+    seen = [r.to_dict() for r in model.requests if r.purpose == "act"]
+    stored = await _stored_act_requests(store, tid)
+    assert len(stored) == len(seen) >= 12
+    for n, (was, back) in enumerate(zip(seen, stored, strict=True)):
+        assert json.dumps(back, sort_keys=True) == json.dumps(was, sort_keys=True), n
+    # The previous version's form (the text stored again) loads the same entries.
+    new_form = await history.load_entries(store, tid, snapshot=None, after_seq=0)
+    text = history.last_continuation(new_form)
+    old = ev.JudgeVerdict(round=99, decision="continue", continuation=text)
+    again = ev.JudgeVerdict(round=100, decision="continue", same_continuation=True)
+    await store.commit(tid, None, [old, again])
+    entries = await history.load_entries(store, tid, snapshot=None, after_seq=0)
+    assert [e.messages[0].content for e in entries[-2:]] == [text, text]

@@ -16,6 +16,7 @@ from tether.runtime.judge import facts as F
 from tether.runtime.judge import rules
 from tether.runtime.judge.rules.evidence import StoreRuleEnv, note_focus, resolve_evidence
 from tether.runtime.judge.rules.scope import rule_scope
+from tether.runtime.round import history
 from tether.runtime.round import progress as P
 from tether.runtime.round.context import Entry, continuation_message
 from tether.runtime.run import outcome as out
@@ -166,6 +167,9 @@ async def judge_round(
     if outcome.decision == "continue":
         changed = list(dict.fromkeys(outcome.update.diff.status_changes()))
         continuation = continuation_message(new, outcome.reason, changed=changed)
+    # A continuation the history holds already (the last one, often the same round
+    # after round) is stored once: the verdict says so instead of repeating it.
+    same = bool(continuation) and continuation == history.last_continuation(run.ctx.entries)
     verdict_event = ev.JudgeVerdict(
         round=facts.round,
         decision=outcome.decision,
@@ -175,7 +179,8 @@ async def judge_round(
         percent=p.percent,
         changes=outcome.update.diff.to_list(),
         judges=judges,
-        continuation=continuation,
+        continuation="" if same else continuation,
+        same_continuation=same,
         item=facts.focus if facts.focus is not None and not facts.deferred else None,
         marks=list(outcome.marks),
     )

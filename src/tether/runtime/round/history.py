@@ -92,6 +92,15 @@ async def round_messages(store: Store, task_id: str, doc: Any) -> list[Message]:
     return msgs
 
 
+def last_continuation(entries: Sequence[Entry]) -> str:
+    """The text of the last continuation in `entries` ("" if none): a verdict whose
+    continuation is that text again stores `same_continuation` instead of the text."""
+    for e in reversed(entries):
+        if e.kind == "continuation" and e.messages:
+            return e.messages[0].content
+    return ""
+
+
 async def load_entries(
     store: Store,
     task_id: str,
@@ -125,10 +134,9 @@ async def load_entries(
             doc = d.get("messages") or await _json(store, d["messages_blob"])
             msgs = await round_messages(store, task_id, doc)
             entries.append(Entry("round", msgs, d.get("round")))
-        elif h.type == "judge.verdict" and d.get("continuation"):
-            entries.append(
-                Entry("continuation", [Message("user", d["continuation"])], d.get("round"))
-            )
+        elif h.type == "judge.verdict" and (d.get("continuation") or d.get("same_continuation")):
+            text = last_continuation(entries) if d.get("same_continuation") else d["continuation"]
+            entries.append(Entry("continuation", [Message("user", text)], d.get("round")))
         elif h.type == "user.message":
             entries.append(Entry("turn", [Message("user", f"Message from the user: {d['text']}")]))
     return entries

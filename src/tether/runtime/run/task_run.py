@@ -31,6 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 from tether import errors, failpoints, lifecycle
 from tether.clock import Clock
 from tether.models import pricing
+from tether.runtime.judge.rules.own import recording
 from tether.runtime.ops.ports import ToolEnv
 from tether.runtime.recovery import turn as recovery
 from tether.runtime.round import checks
@@ -102,8 +103,15 @@ class TaskRun:
         self.prober = probe.Prober(self, clock, enabled=status_probe)
         self.view = RunView(self.prober.clock)
         self.flow = Flow(token, stop)
+        # The journal's commits are kept for the judge's indexes: what the run wrote
+        # itself is not read back (`judge.rules.own`).
         self.journal = RunJournal(
-            store, task_id, token, self.view, on_commit=self._committed, on_progress=on_progress
+            recording(self, store),
+            task_id,
+            token,
+            self.view,
+            on_commit=self._committed,
+            on_progress=on_progress,
         )
         self.records = TaskRecords(store, task_id)
         self.calls = ModelCalls(models, self.view, self.journal, stop)

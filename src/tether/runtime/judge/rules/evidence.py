@@ -11,6 +11,7 @@ from tether import events as ev
 from tether.artifacts import stored_event
 from tether.runtime.judge.facts import Evidence, RoundFacts
 from tether.runtime.judge.rules.index import OpIndex, args_match, artifacts_of, index_of
+from tether.runtime.judge.rules.own import own_commits
 from tether.runtime.ops.runner import history_only
 from tether.spec import OpRule
 from tether.store.base import ArtifactRecord, OpRecord
@@ -105,7 +106,8 @@ class StoreRuleEnv:
     async def _index(self) -> OpIndex:
         """The run's op index, brought up to date with what was committed since."""
         idx = index_of(self.run, self.run.view.spec)
-        await idx.sync(self.run.store, self.run.journal.task_id, self.run.view.state.last_seq)
+        run = self.run
+        await idx.sync(run.store, run.journal.task_id, run.view.state.last_seq, own_commits(run))
         return idx
 
     async def latest_op(
@@ -158,10 +160,18 @@ class StoreRuleEnv:
         ask = ids - held
         found_now: set[str] = set()
         if ask:
-            stored = await self.run.store.get_ops(
-                self.run.journal.task_id, statuses={"succeeded"}, op_ids=ask
+            # A succeeded op the index holds is the stored record as of its last look
+            # (any change since names it): read are only the others.
+            indexed = [idx.ops[i] for i in ask - set(mine) if i in idx.ops]
+            rest = ask - {o.op_id for o in indexed} - set(mine)
+            stored = (
+                await self.run.store.get_ops(
+                    self.run.journal.task_id, statuses={"succeeded"}, op_ids=rest
+                )
+                if rest
+                else []
             )
-            found = [o for o in stored if o.op_id not in mine] + list(mine.values())
+            found = [o for o in [*stored, *indexed] if o.op_id not in mine] + list(mine.values())
             found = [o for o in found if o.status == "succeeded" and not history_only(o)]
             stale = await stale_reads(self.run.store, self.run.journal.task_id, found)
             found_now = {o.op_id for o in found} - stale
@@ -171,8 +181,9 @@ class StoreRuleEnv:
     async def valid_artifacts(self) -> list[ArtifactRecord]:
         run = self.run
         idx = artifacts_of(run)
+        state = run.view.state
         await idx.sync(
-            run.store, run.journal.task_id, run.view.state.last_seq, run.view.state.compactions
+            run.store, run.journal.task_id, state.last_seq, state.compactions, own_commits(run)
         )
         return idx.valid() + (list(self.pending.artifacts) if self.pending else [])
 

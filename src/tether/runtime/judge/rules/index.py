@@ -19,32 +19,18 @@ import bisect
 import dataclasses
 import json
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from tether.runtime.judge.rules.own import ARTIFACT_EVENTS, CHANGE_EVENTS, OwnCommits, Seen
+from tether.runtime.ops.journal import history_only
 from tether.spec import OpRule, TaskSpec
-from tether.store.base import ArtifactRecord, OpRecord
+from tether.store.base import ArtifactRecord, OpRecord, StoredEvent
 from tether.tools.builtin.files import modified_args
+from tether.tools.builtin.sources import snapshot_read_by
 
 if TYPE_CHECKING:
     from tether.runtime.run.ports import JudgeStore
-
-#: Events whose data may name an op whose record changed (keys `op_id`, `by`, `ops`,
-#: `compensate`, or an approval's `request_id`), or that invalidate reads.
-CHANGE_EVENTS: Final = (
-    "op.intended",
-    "op.dispatched",
-    "op.result",
-    "op.committed",
-    "op.retry_scheduled",
-    "op.reconciled",
-    "op.exhausted",
-    "op.compensated",
-    "approval.requested",
-    "approval.decided",
-    "approval.closed",
-    "artifacts.invalidated",
-)
 
 _Key = tuple[str, str]
 
@@ -55,6 +41,23 @@ LOAD_PAGE: Final = 500
 def args_match(want: Mapping[str, Any], have: Mapping[str, Any]) -> bool:
     """Whether an op's arguments hold every argument a rule names, with its value."""
     return all(k in have and have[k] == v for k, v in want.items())
+
+
+async def changes(
+    store: JudgeStore,
+    task_id: str,
+    span: tuple[int, int],
+    types: tuple[str, ...],
+    own: OwnCommits | None,
+) -> tuple[Sequence[Seen | StoredEvent], Mapping[str, OpRecord | None]]:
+    """The events of `types` numbered after `span[0]` (`span[1]`: the run's last) and
+    the ops the run wrote by them as stored (None: ask the store). Up to the run's last,
+    from its own commits when they are all there is (`own`); else, or after it, read."""
+    if own is None or (got := own.window(*span)) is None:
+        return await store.read_events(task_id, after=span[0], types=types), {}
+    later = [e for e in await own.later(store, task_id, span[1]) if e.type in types]
+    # An op named after the run's last commit may have changed since: read, as before.
+    return [*(e for e in got.events if e.type in types), *later], {} if later else got.ops
 
 
 def _key(rule: OpRule) -> _Key:
@@ -93,17 +96,23 @@ class OpIndex:
 
     # -- keeping up --------------------------------------------------------------------
 
-    async def sync(self, store: JudgeStore, task_id: str, last_seq: int) -> None:
+    async def sync(
+        self, store: JudgeStore, task_id: str, last_seq: int, own: OwnCommits | None = None
+    ) -> None:
         """Load the index (first use) or apply the changes committed since the last
-        look. `last_seq`: a sequence number already committed (the run's last)."""
+        look. `last_seq`: a sequence number already committed (the run's last); `own`:
+        the run's own commits (`own.OwnCommits`), which spare the reads when nobody else
+        committed since."""
         if last_seq != self.looked_at:
             # Else the run committed nothing since the last look: a change committed by
             # another process meanwhile (a person's approval) is read at the run's next
-            # commit, as if it had come a moment later.
+            # commit, as if it had come a moment later (that commit's numbers skip it).
             self.looked_at = last_seq
-            await self._catch_up(store, task_id, last_seq)
+            await self._catch_up(store, task_id, last_seq, own)
 
-    async def _catch_up(self, store: JudgeStore, task_id: str, last_seq: int) -> None:
+    async def _catch_up(
+        self, store: JudgeStore, task_id: str, last_seq: int, own: OwnCommits | None
+    ) -> None:
         if self.cursor is None:
             self.cursor = last_seq
             if self.by_tool:
@@ -112,7 +121,8 @@ class OpIndex:
                 )
                 await self._load(store, task_id)
             return
-        events = await store.read_events(task_id, after=self.cursor, types=CHANGE_EVENTS)
+        span = (self.cursor, last_seq)
+        events, written = await changes(store, task_id, span, CHANGE_EVENTS, own)
         self.cursor = max([self.cursor, last_seq, *(e.seq for e in events)])
         ids: set[str] = set()
         approvals = False
@@ -132,15 +142,22 @@ class OpIndex:
                 self.fresh_reads.clear()
                 self.holding.clear()
         ids = {i for i in ids if "\x00" not in i}
-        self.holding -= ids
+        # A cited op the run rewrote itself still holds if its record as stored now does
+        # (what `current_ops` would find reading it again); any other named op is read.
+        self.holding -= {i for i in ids if not _holds(written.get(i))}
         if not self.by_tool:
             return
         if approvals:
             self.modified = modified_args(await store.get_approvals(task_id, statuses={"approved"}))
         if ids:
-            got = await store.get_ops(
-                task_id, statuses={"succeeded"}, op_ids=ids, tools=set(self.by_tool)
-            )
+            ask = {i for i in ids if written.get(i) is None}
+            known = (written[i] for i in ids - ask)
+            got = [o for o in known if o and o.status == "succeeded" and o.tool in self.by_tool]
+            if ask:
+                got += await store.get_ops(
+                    task_id, statuses={"succeeded"}, op_ids=ask, tools=set(self.by_tool)
+                )
+            got.sort(key=lambda o: (o.round, o.call_index, o.op_id))
             for op_id in ids:
                 self._drop(op_id)
             for op in got:
@@ -193,6 +210,17 @@ class OpIndex:
             yield self.ops[op_id]
 
 
+def _holds(op: OpRecord | None) -> bool:
+    """Whether an op's stored record proves what it did (a read of a source: asked
+    again, its snapshot may have changed)."""
+    return (
+        op is not None
+        and op.status == "succeeded"
+        and not history_only(op)
+        and snapshot_read_by(op) is None
+    )
+
+
 _INDEXES: weakref.WeakKeyDictionary[Any, OpIndex] = weakref.WeakKeyDictionary()
 
 
@@ -202,11 +230,6 @@ def index_of(run: Any, spec: TaskSpec) -> OpIndex:
     if idx is None or idx.spec is not spec:
         idx = _INDEXES[run] = OpIndex(spec)
     return idx
-
-
-#: Events that name an artifact stored or invalidated, and compactions (whose summary
-#: artifact, `<task>.summary<n>`, is stored without an `artifact.stored` event).
-ARTIFACT_EVENTS: Final = ("artifact.stored", "artifacts.invalidated", "context.compacted")
 
 
 class ArtifactIndex:
@@ -220,15 +243,24 @@ class ArtifactIndex:
         self.by_id: dict[str, ArtifactRecord] = {}
         self.order: list[tuple[float, str]] = []
 
-    async def sync(self, store: JudgeStore, task_id: str, last_seq: int, compactions: int) -> None:
+    async def sync(
+        self,
+        store: JudgeStore,
+        task_id: str,
+        last_seq: int,
+        compactions: int,
+        own: OwnCommits | None = None,
+    ) -> None:
         """Load (first use) or apply what changed since the last look. `compactions`:
-        how many compactions the run made (each stored one summary artifact)."""
+        how many compactions the run made (each stored one summary artifact); `own`:
+        the run's own commits (see `OpIndex.sync`)."""
         if self.cursor is None:
             self.cursor, self.summaries = last_seq, compactions
             for art in await store.get_artifacts(task_id):
                 self._put(art)
             return
-        events = await store.read_events(task_id, after=self.cursor, types=ARTIFACT_EVENTS)
+        span = (self.cursor, last_seq)
+        events, _ = await changes(store, task_id, span, ARTIFACT_EVENTS, own)
         self.cursor = max([self.cursor, last_seq, *(e.seq for e in events)])
         ids: set[str] = set()
         for e in events:

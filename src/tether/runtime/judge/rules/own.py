@@ -1,0 +1,184 @@
+"""What a run committed itself, kept for its judge's indexes (`index`): the events that
+may change what they know, and the op records as the store holds them after each commit.
+
+The indexes keep up with the store from the events committed since their last look. The
+run knows most of those events already: it committed them. When every sequence number
+since an index's cursor up to the run's last is one of the run's own commits (a commit
+of someone else, a person's approval or edit, leaves a hole: the numbers are gapless
+and shared), those events are the ones kept here and an op the run itself wrote by them
+is the record it wrote. Only what came after the run's last commit is read (`later`:
+a tool's own commit during the round, a source snapshot or a claim, is judged with the
+round, as before), once for both indexes. A hole, or a commit whose events the store
+added to (`approval.closed`), sends the index back to the store, as before.
+
+An op's stored record keeps the fields of its first write (its arguments, round,
+tool) and takes the outcome of the latest (`store._rules.merge_op`): the record the
+store holds is rebuilt from the op's intent (`op.intended`, committed with its first
+write) and the latest write. An op first written before this run (a resumed round) is
+read from the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
+
+from tether import events as ev
+from tether.store._rules import OP_OUTCOME
+from tether.store.base import CommitResult, OpRecord, Store, StoredEvent
+
+if TYPE_CHECKING:
+    from tether.runtime.run.ports import JudgeStore
+
+#: Events whose data may name an op whose record changed (keys `op_id`, `by`, `ops`,
+#: `compensate`, or an approval's `request_id`), or that invalidate reads.
+CHANGE_EVENTS: Final = (
+    "op.intended",
+    "op.dispatched",
+    "op.result",
+    "op.committed",
+    "op.retry_scheduled",
+    "op.reconciled",
+    "op.exhausted",
+    "op.compensated",
+    "approval.requested",
+    "approval.decided",
+    "approval.closed",
+    "artifacts.invalidated",
+)
+
+#: Events that name an artifact stored or invalidated, and compactions (whose summary
+#: artifact, `<task>.summary<n>`, is stored without an `artifact.stored` event).
+ARTIFACT_EVENTS: Final = ("artifact.stored", "artifacts.invalidated", "context.compacted")
+
+#: The commits kept: a round makes two or three; the judge looks once per round.
+KEEP: Final = 32
+#: The first writes (an op's fields that later writes keep) remembered.
+KEEP_OPS: Final = 256
+
+
+class Seen(NamedTuple):
+    """An event of the run's own, as an index reads one (`StoredEvent`'s fields)."""
+
+    seq: int
+    type: str
+    data: dict[str, Any]
+
+
+@dataclasses.dataclass
+class _Commit:
+    first: int
+    last: int
+    #: False when the store added events of its own (their content is not known here).
+    whole: bool
+    #: (seq, event) of the kept types.
+    events: list[tuple[int, ev.Event]]
+    #: Op id -> the record as stored after this commit (None: its first write is not
+    #: known here, the store must be asked).
+    ops: dict[str, OpRecord | None]
+
+
+class Window(NamedTuple):
+    """The run's own commits between two sequence numbers."""
+
+    events: list[Seen]
+    #: The ops written in them, as stored after the last (None: ask the store).
+    ops: dict[str, OpRecord | None]
+
+
+class OwnCommits:
+    """The run's recent commits (see the module docstring)."""
+
+    def __init__(self, types: Iterable[str]) -> None:
+        self.types = frozenset(types)
+        self.commits: deque[_Commit] = deque(maxlen=KEEP)
+        self.first_writes: OrderedDict[str, OpRecord] = OrderedDict()
+        self._later: tuple[int, list[StoredEvent]] | None = None
+
+    def add(self, res: CommitResult, events: Sequence[ev.Event], ops: Sequence[OpRecord]) -> None:
+        """A commit the store accepted: `events` and `ops` as written."""
+        intended = {e.op_id for e in events if isinstance(e, ev.OpIntended)}
+        stored: dict[str, OpRecord | None] = {}
+        for op in ops:
+            base = self.first_writes.get(op.op_id)
+            if base is None and op.op_id in intended and op.op_id not in stored:
+                base = dataclasses.replace(op, result=None, error=None)
+                self.first_writes[op.op_id] = base
+                if len(self.first_writes) > KEEP_OPS:
+                    self.first_writes.popitem(last=False)
+            stored[op.op_id] = (
+                None
+                if base is None
+                else dataclasses.replace(base, **{f: getattr(op, f) for f in OP_OUTCOME})
+            )
+        if res.last_seq < res.first_seq and not stored:
+            return  # no events, no ops: nothing an index reads changed
+        kept = [(res.first_seq + n, e) for n, e in enumerate(events) if e.TYPE in self.types]
+        whole = res.last_seq - res.first_seq + 1 == len(events)
+        self.commits.append(_Commit(res.first_seq, res.last_seq, whole, kept, stored))
+
+    async def later(self, store: JudgeStore, task_id: str, upto: int) -> list[StoredEvent]:
+        """The events of the kept types committed after `upto` (the run's last number),
+        read once for every index that looks at this number: a tool's own commit during
+        the round (a source snapshot, a claim) or another process's since."""
+        if self._later is None or self._later[0] != upto:
+            self._later = (upto, await store.read_events(task_id, after=upto, types=self.types))
+        return self._later[1]
+
+    def window(self, after: int, upto: int) -> Window | None:
+        """The events numbered after `after` up to `upto` and the ops written by them,
+        when every one of those numbers is a whole commit of the run's own; else None."""
+        nxt = after + 1
+        found = Window([], {})
+        for c in self.commits:
+            if c.last < c.first:  # ops written without events, between two numbers
+                if c.first == nxt:
+                    found.ops.update(c.ops)
+                continue
+            if c.last < nxt:
+                continue  # before the window
+            if c.first > upto:
+                break
+            if c.first != nxt or not c.whole:
+                return None
+            found.events.extend(Seen(seq, e.TYPE, e.data()) for seq, e in c.events)
+            found.ops.update(c.ops)
+            nxt = c.last + 1
+        return found if nxt == upto + 1 else None
+
+
+class Recording:
+    """A store whose commits are noted in an `OwnCommits` (the run's journal writes
+    through it); everything else is the store's."""
+
+    def __init__(self, store: Store, own: OwnCommits) -> None:
+        self._store = store
+        self._own = own
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def commit(
+        self, task_id: str, token: int | None, events: Sequence[ev.Event], **parts: Any
+    ) -> CommitResult:
+        """`Store.commit`, noted."""
+        res = await self._store.commit(task_id, token, events, **parts)
+        self._own.add(res, events, parts.get("ops") or ())
+        return res
+
+
+_OWN: weakref.WeakKeyDictionary[Any, OwnCommits] = weakref.WeakKeyDictionary()
+
+
+def recording(run: Any, store: Store) -> Store:
+    """`store` with the commits made through it kept for `run` (`own_commits`)."""
+    own = _OWN[run] = OwnCommits((*CHANGE_EVENTS, *ARTIFACT_EVENTS))
+    return Recording(store, own)
+
+
+def own_commits(run: Any) -> OwnCommits | None:
+    """What `run` committed through `recording`, if it does."""
+    return _OWN.get(run)

@@ -88,6 +88,32 @@ async def test_a_steady_rule_judged_round_makes_its_two_commits_and_one_read(
     assert (await rebuild(store, tid))["consistent"]
 
 
+async def test_the_op_and_artifact_indexes_share_one_read_a_round(
+    store: Store, tmp_path: Path
+) -> None:
+    """With an `artifact` rule open too, both indexes look each round: one read."""
+    calls = Calls(store)
+    spec = _steps_spec(items=4, steps=4)
+    data = spec.model_dump(mode="json")
+    data["items"].append(
+        {
+            "id": "zz",
+            "title": "a report",
+            "done_when": {"kind": "artifact", "name": "report", "min_count": 1},
+        }
+    )
+    data["limits"]["max_rounds"] = 18
+    _, result = await run_task(
+        calls,  # type: ignore[arg-type]
+        tether.parse_spec(data),
+        tmp_path,
+        _actor(calls),
+        registry=_ticket_registry({}),
+    )
+    assert result.status == "waiting", result
+    assert calls.per_round(3, 16) == {"commit": 2.0, "read_events": 1.0}
+
+
 async def test_a_steady_round_without_rules_makes_its_two_commits_and_no_read(
     store: Store, tmp_path: Path
 ) -> None:

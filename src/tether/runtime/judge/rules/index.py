@@ -55,7 +55,7 @@ async def changes(
     from its own commits when they are all there is (`own`); else, or after it, read."""
     if own is None or (got := own.window(*span)) is None:
         return await store.read_events(task_id, after=span[0], types=types), {}
-    later = [e for e in await own.later(store, task_id, span[1]) if e.type in types]
+    later = await own.later(store, task_id, span[1], types)
     # An op named after the run's last commit may have changed since: read, as before.
     return [*(e for e in got.events if e.type in types), *later], {} if later else got.ops
 

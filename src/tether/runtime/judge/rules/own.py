@@ -96,7 +96,8 @@ class OwnCommits:
         self.types = frozenset(types)
         self.commits: deque[_Commit] = deque(maxlen=KEEP)
         self.first_writes: OrderedDict[str, OpRecord] = OrderedDict()
-        self._later: tuple[int, list[StoredEvent]] | None = None
+        #: (the number read after, what was read, the types of the indexes it served)
+        self._later: tuple[int, list[StoredEvent], set[tuple[str, ...]]] | None = None
 
     def add(self, res: CommitResult, events: Sequence[ev.Event], ops: Sequence[OpRecord]) -> None:
         """A commit the store accepted: `events` and `ops` as written."""
@@ -120,13 +121,22 @@ class OwnCommits:
         whole = res.last_seq - res.first_seq + 1 == len(events)
         self.commits.append(_Commit(res.first_seq, res.last_seq, whole, kept, stored))
 
-    async def later(self, store: JudgeStore, task_id: str, upto: int) -> list[StoredEvent]:
-        """The events of the kept types committed after `upto` (the run's last number),
-        read once for every index that looks at this number: a tool's own commit during
-        the round (a source snapshot, a claim) or another process's since."""
-        if self._later is None or self._later[0] != upto:
-            self._later = (upto, await store.read_events(task_id, after=upto, types=self.types))
-        return self._later[1]
+    async def later(
+        self, store: JudgeStore, task_id: str, upto: int, types: Sequence[str]
+    ) -> list[StoredEvent]:
+        """The events of `types` committed after `upto` (the run's last number): a tool's
+        own commit during the round (a source snapshot, a claim) or another process's
+        since. One read serves each index once (both look in one judging); an index
+        that asks again reads again, as it did before."""
+        want = tuple(types)
+        if self._later is None or self._later[0] != upto or want in self._later[2]:
+            self._later = (
+                upto,
+                await store.read_events(task_id, after=upto, types=self.types),
+                set(),
+            )
+        self._later[2].add(want)
+        return [e for e in self._later[1] if e.type in want]
 
     def window(self, after: int, upto: int) -> Window | None:
         """The events numbered after `after` up to `upto` and the ops written by them,

@@ -160,6 +160,10 @@ class BlobStage:
         self.pending.clear()
 
 
+#: Told of a commit the store accepted: its result, the events and ops as written.
+Written = Callable[[CommitResult, Sequence[ev.Event], Sequence[OpRecord]], None]
+
+
 class RunJournal:
     """The run's commit port (`ports.Journal`)."""
 
@@ -172,8 +176,11 @@ class RunJournal:
         *,
         on_commit: Callable[[CommitResult], None],
         on_progress: Callable[[Snapshot], None] | None = None,
+        on_written: Written | None = None,
     ) -> None:
         self._store = store
+        #: Told of every commit as written (the judge's indexes: `judge.rules.own`).
+        self._on_written = on_written
         self.task_id = task_id
         self.token = token
         self.view = view
@@ -231,9 +238,7 @@ class RunJournal:
             ),
         )
         try:
-            res = await self._store.commit(
-                self.task_id,
-                self.token,
+            res = await self._write(
                 [redacted(e, self.redactor) for e in events],
                 task=patch,
                 ledger=write,
@@ -254,15 +259,20 @@ class RunJournal:
         view.state.last_seq = res.last_seq
         return res.last_seq
 
+    async def _write(self, events: list[ev.Event], **parts: Any) -> CommitResult:
+        """`Store.commit` as the run's owner, told to `on_written`."""
+        res = await self._store.commit(self.task_id, self.token, events, **parts)
+        if self._on_written is not None:
+            self._on_written(res, events, parts.get("ops") or ())
+        return res
+
     async def commit_aside(self, events: Sequence[ev.Event], blobs: Sequence[bytes]) -> None:
         """Commit events (redacted) and the run's usage next to the round in flight,
         leaving its staged decision and blobs for its own commit (the status probe).
         The usage may then count a staged call of the round: over, never under."""
         state = self.view.state
         try:
-            await self._store.commit(
-                self.task_id,
-                self.token,
+            await self._write(
                 [redacted(e, self.redactor) for e in events],
                 task=TaskPatch(usage=state.to_dict(), marks=state.marks_write()),
                 blobs=blobs,
@@ -301,9 +311,7 @@ class RunJournal:
         change, patch = lifecycle.transition(
             task, "waiting", reason, waiting=self.redactor.data(dict(waiting))
         )
-        await self._store.commit(
-            self.task_id, self.token, [warning, change], task=TaskPatch(**patch)
-        )
+        await self._write([warning, change], task=TaskPatch(**patch))
         task = await self._store.get_task(self.task_id)
         self.status = task.status
         return task

@@ -106,12 +106,13 @@ class TaskRun:
         # The journal's commits are kept for the judge's indexes: what the run wrote
         # itself is not read back (`judge.rules.own`).
         self.journal = RunJournal(
-            recording(self, store),
+            store,
             task_id,
             token,
             self.view,
             on_commit=self._committed,
             on_progress=on_progress,
+            on_written=recording(self).add,
         )
         self.records = TaskRecords(store, task_id)
         self.calls = ModelCalls(models, self.view, self.journal, stop)

@@ -27,8 +27,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from tether import events as ev
-from tether.store._rules import OP_OUTCOME
-from tether.store.base import CommitResult, OpRecord, Store, StoredEvent
+from tether.store._rules import merge_op
+from tether.store.base import CommitResult, OpRecord, StoredEvent
 
 if TYPE_CHECKING:
     from tether.runtime.run.ports import JudgeStore
@@ -110,11 +110,8 @@ class OwnCommits:
                 self.first_writes[op.op_id] = base
                 if len(self.first_writes) > KEEP_OPS:
                     self.first_writes.popitem(last=False)
-            stored[op.op_id] = (
-                None
-                if base is None
-                else dataclasses.replace(base, **{f: getattr(op, f) for f in OP_OUTCOME})
-            )
+            # The store's own merge (the outcome of the latest write over the first).
+            stored[op.op_id] = None if base is None else merge_op(base, op, base.updated_at)
         if res.last_seq < res.first_seq and not stored:
             return  # no events, no ops: nothing an index reads changed
         kept = [(res.first_seq + n, e) for n, e in enumerate(events) if e.TYPE in self.types]
@@ -160,33 +157,14 @@ class OwnCommits:
         return found if nxt == upto + 1 else None
 
 
-class Recording:
-    """A store whose commits are noted in an `OwnCommits` (the run's journal writes
-    through it); everything else is the store's."""
-
-    def __init__(self, store: Store, own: OwnCommits) -> None:
-        self._store = store
-        self._own = own
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-    async def commit(
-        self, task_id: str, token: int | None, events: Sequence[ev.Event], **parts: Any
-    ) -> CommitResult:
-        """`Store.commit`, noted."""
-        res = await self._store.commit(task_id, token, events, **parts)
-        self._own.add(res, events, parts.get("ops") or ())
-        return res
-
-
 _OWN: weakref.WeakKeyDictionary[Any, OwnCommits] = weakref.WeakKeyDictionary()
 
 
-def recording(run: Any, store: Store) -> Store:
-    """`store` with the commits made through it kept for `run` (`own_commits`)."""
+def recording(run: Any) -> OwnCommits:
+    """A new record of `run`'s own commits (`own_commits`): its journal tells it of each
+    commit (`OwnCommits.add`)."""
     own = _OWN[run] = OwnCommits((*CHANGE_EVENTS, *ARTIFACT_EVENTS))
-    return Recording(store, own)
+    return own
 
 
 def own_commits(run: Any) -> OwnCommits | None:

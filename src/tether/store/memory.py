@@ -59,9 +59,7 @@ def _copy(obj: Any) -> Any:
     # anything else takes the round trip, which converts or refuses it as before.
     try:
         return _clone(obj)
-    except _NotPlain:
-        return json.loads(json.dumps(obj))
-    except RecursionError:
+    except (_NotPlain, RecursionError):
         return json.loads(json.dumps(obj))
 
 

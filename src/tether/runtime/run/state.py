@@ -189,10 +189,8 @@ class RunState:
         from tether.store.base import MarksWrite
 
         base = self._marks_base
-        self._marks_base = (
-            {k: (v, tuple(v)) for k, v in self.seen.items()} if base is None else base
-        )
         if base is None:
+            self._marks_base = {k: (v, tuple(v)) for k, v in self.seen.items()}
             return None
         before: dict[str, tuple[str, ...]] = {}
         after: dict[str, list[str]] = {}

@@ -186,3 +186,83 @@ async def test_a_contract_without_a_schedule_is_refused(store: Store) -> None:
     plain = parse_spec({"objective": "x", "items": [{"id": "a", "title": "A"}]})
     with pytest.raises(errors.UserError, match="no `schedule`"):
         await SCH.create_schedule(store, plain)
+
+
+def _counting_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The keys of the shared documents `store` reads from now on."""
+    reads: list[str] = []
+    real = store.get_shared
+
+    async def counted(key: str) -> Any:
+        reads.append(key)
+        return await real(key)
+
+    monkeypatch.setattr(store, "get_shared", counted)
+    return reads
+
+
+async def test_a_poll_reads_the_index_and_only_the_schedules_that_are_due(
+    store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daily = [
+        await SCH.create_schedule(store, contract(every="1d", overlap="allow")) for _ in range(12)
+    ]
+    hourly = await SCH.create_schedule(store, contract(every="1h", overlap="allow"))
+    assert len(await SCH.start_due(store)) == 13  # each one's first occurrence
+    reads = _counting_reads(store, monkeypatch)
+    assert await SCH.start_due(store) == []
+    assert reads == [SCH.INDEX]  # nothing due: no schedule's document is read
+    clock.advance(3600)
+    reads.clear()
+    assert await SCH.start_due(store) == [f"{hourly.schedule_id}-2"]
+    assert reads.count(SCH.INDEX) == 1
+    assert {k for k in reads if k != SCH.INDEX} == {SCH.key(hourly.schedule_id)}
+    clock.advance(86400)
+    started = await SCH.start_due(store)
+    assert {f"{v.schedule_id}-2" for v in daily} <= set(started)
+
+
+async def _index_entry(store: Store, sid: str) -> dict[str, Any]:
+    ids = await store.get_shared(SCH.INDEX)
+    assert ids is not None
+    entry: dict[str, Any] = ids[sid]
+    return entry
+
+
+async def test_a_lagging_or_missing_hint_is_read_and_repaired(
+    store: Store, clock: FakeClock
+) -> None:
+    view = await SCH.create_schedule(store, contract(every="1h", overlap="allow"))
+    sid = view.schedule_id
+    assert await SCH.start_due(store) == [f"{sid}-1"]
+    doc = await store.get_shared(SCH.key(sid))
+    assert doc is not None
+    assert await _index_entry(store, sid) == {
+        **(await _index_entry(store, sid)),
+        "state": "active",
+        "next_at": doc["next_at"],
+    }
+
+    # An index written before the hints (or a crash between a schedule's move and its
+    # hint's): the entry says nothing, or an older time. The document decides.
+    def strip(ids: dict[str, Any] | None, now: float) -> tuple[dict[str, Any] | None, None]:
+        assert ids is not None
+        return {**ids, sid: {"name": ids[sid]["name"], "at": ids[sid]["at"]}}, None
+
+    await store.update_shared(SCH.INDEX, strip)
+    assert await SCH.start_due(store) == []  # read, not due yet, hint written again
+    assert (await _index_entry(store, sid))["next_at"] == doc["next_at"]
+
+    def lag(ids: dict[str, Any] | None, now: float) -> tuple[dict[str, Any] | None, None]:
+        assert ids is not None
+        return {**ids, sid: {**ids[sid], "next_at": 0.0}}, None
+
+    await store.update_shared(SCH.INDEX, lag)
+    assert await SCH.start_due(store) == []
+    assert (await _index_entry(store, sid))["next_at"] == doc["next_at"]
+    clock.advance(3600)
+    assert await SCH.start_due(store) == [f"{sid}-2"]  # on time, hints or not
+    await SCH.cancel_schedule(store, sid)
+    assert (await _index_entry(store, sid))["state"] == "cancelled"
+    clock.advance(3600 * 3)
+    assert await SCH.start_due(store) == []

@@ -3,10 +3,18 @@ tasks, listed and cancelled.
 
 A schedule lives in the store's shared documents (`schedule:<id>`, with an index under
 `schedules`), so every worker on the database sees it; any worker may start its due
-occurrences. Occurrence `n` of schedule `s…` is the task `s…-n`: the id is fixed by the
-schedule, so two workers that start the same occurrence at once, or one that crashed
-between starting it and recording so, make one task, never two — the second creation
-finds it there. The schedule's document then moves past it (never backwards).
+occurrences. The index also holds each schedule's state and next time as a hint, so a
+worker's poll reads the index and only the documents that are due, not every schedule
+(thousands of schedules polled by every worker each second would be thousands of reads).
+The hint is written after the document it mirrors and only from what was read back from
+it, and a schedule's next time only moves forward: a hint may lag (the document is then
+read, found not due, and the hint repaired), never run ahead of the document, so no
+occurrence is missed because of it.
+
+Occurrence `n` of schedule `s…` is the task `s…-n`: the id is fixed by the schedule, so
+two workers that start the same occurrence at once, or one that crashed between starting
+it and recording so, make one task, never two — the second creation finds it there. The
+schedule's document then moves past it (never backwards).
 
 Each occurrence is a task of its own (its own ledger, budget and log, in the schedule's
 workspace), queued for the workers like `tether submit`'s; its `TaskCreated` event names the
@@ -121,11 +129,40 @@ async def create_schedule(
 
     def index(ids: dict[str, Any] | None, now: float) -> tuple[dict[str, Any], None]:
         ids = dict(ids or {})
-        ids[sid] = {"name": spec.name, "at": now}
+        ids[sid] = {"name": spec.name, "at": now, **_hint(doc)}
         return ids, None
 
     await store.update_shared(INDEX, index)
     return _view(doc)
+
+
+def _hint(doc: dict[str, Any]) -> dict[str, Any]:
+    """What the index keeps of a schedule's document for the poll: its state and next time."""
+    return {"state": doc["state"], "next_at": doc["next_at"]}
+
+
+def _may_be_due(entry: Any, now: float) -> bool:
+    """Whether the index entry leaves the schedule possibly due (an entry from before the
+    hints, with none, always does: its document is read)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("next_at"), int | float):
+        return True
+    return bool(entry.get("state") == "active" and entry["next_at"] <= now)
+
+
+async def _rehint(store: Store, sid: str, doc: dict[str, Any] | None) -> None:
+    """Write the index's hint for `sid` from its document as just read back (a schedule
+    whose document is gone keeps its entry: `list_schedules` skips it)."""
+    if doc is None:
+        return
+    hint = _hint(doc)
+
+    def put(ids: dict[str, Any] | None, now: float) -> tuple[dict[str, Any] | None, None]:
+        entry = (ids or {}).get(sid)
+        if ids is None or not isinstance(entry, dict) or {**entry, **hint} == entry:
+            return ids, None  # no index, no entry, or nothing to change: no write
+        return {**ids, sid: {**entry, **hint}}, None
+
+    await store.update_shared(INDEX, put)
 
 
 async def list_schedules(store: Store) -> list[ScheduleView]:
@@ -156,7 +193,9 @@ async def cancel_schedule(store: Store, schedule_id: str) -> ScheduleView:
             doc = {**doc, "state": "cancelled", "cancelled_at": now}
         return doc, doc
 
-    return _view(await store.update_shared(key(schedule_id), stop))
+    doc = await store.update_shared(key(schedule_id), stop)
+    await _rehint(store, schedule_id, doc)
+    return _view(doc)
 
 
 @dataclass(frozen=True)
@@ -233,9 +272,11 @@ async def _start(store: Store, doc: dict[str, Any], occ: Occurrence) -> str:
 def _advance(plan: list[Occurrence], started: str | None) -> Any:
     last = plan[-1]
 
-    def move(doc: dict[str, Any] | None, now: float) -> tuple[dict[str, Any] | None, bool]:
+    def move(
+        doc: dict[str, Any] | None, now: float
+    ) -> tuple[dict[str, Any] | None, tuple[bool, dict[str, Any] | None]]:
         if doc is None or doc["next_n"] > last.n:
-            return doc, False  # gone, or a peer moved it further already
+            return doc, (False, doc)  # gone, or a peer moved it further already
         rule = S.Schedule.model_validate(doc["schedule"])
         skipped = sum(1 for o in plan if o.why is not None and o.n >= doc["next_n"])
         recent = list(doc["recent"])
@@ -254,7 +295,7 @@ def _advance(plan: list[Occurrence], started: str | None) -> Any:
             "skipped": doc["skipped"] + skipped,
             "recent": recent,
         }
-        return new, True
+        return new, (True, new)
 
     return move
 
@@ -265,17 +306,21 @@ async def start_due(store: Store) -> list[str]:
     ids = await store.get_shared(INDEX) or {}
     started: list[str] = []
     for sid in sorted(ids):
+        if not _may_be_due(ids[sid], store.clock.now()):
+            continue  # the hint never runs ahead of the document: not due yet
         doc = await store.get_shared(key(sid))
-        if doc is None or doc["state"] != "active":
-            continue
         now = store.clock.now()
-        if doc["next_at"] > now:
+        if doc is None or doc["state"] != "active" or doc["next_at"] > now:
+            await _rehint(store, sid, doc)  # a hint that lagged (or predates hints)
             continue
         plan = _plan(doc, now, await _previous_running(store, doc))
         if not plan:
+            await _rehint(store, sid, doc)
             continue
         tid = await _start(store, doc, plan[-1]) if plan[-1].why is None else None
-        if await store.update_shared(key(sid), _advance(plan, tid)) and tid is not None:
+        moved, latest = await store.update_shared(key(sid), _advance(plan, tid))
+        await _rehint(store, sid, latest)
+        if moved and tid is not None:
             log.info("schedule %s: started occurrence %d as task %s", sid, plan[-1].n, tid)
             started.append(tid)
         for occ in plan:

@@ -80,6 +80,15 @@ def test_migrate_check_no_migrate_and_apply(sql_backend: Backend) -> None:
     check = cli("migrate", "--check", *db)
     assert check.exit_code == 1, check.output
     assert f"schema {N - 1}: 1 migration(s) pending" in check.stdout
+    as_json = cli("migrate", "--check", "--json", *db)
+    assert as_json.exit_code == 1, as_json.output
+    assert json.loads(as_json.stdout) == {
+        "state": "pending",
+        "found": N - 1,
+        "code": N,
+        "pending": 1,
+        "reached": N - 1,
+    }
 
     for refused in (
         cli("worker", "--once", "--no-migrate", *db),
@@ -100,6 +109,15 @@ def test_migrate_check_no_migrate_and_apply(sql_backend: Backend) -> None:
         0,
         f"schema {N}: current; nothing to migrate",
     )
+    current = cli("migrate", "--json", *db)
+    assert current.exit_code == 0, current.output
+    assert json.loads(current.stdout) == {
+        "state": "current",
+        "found": N,
+        "code": N,
+        "pending": 0,
+        "reached": N,
+    }
     ran = cli("worker", "--once", "--no-migrate", *db)
     assert ran.exit_code == 0, ran.output
 
@@ -109,6 +127,18 @@ def test_migrate_check_creates_no_database(tmp_path: Path) -> None:
     check = cli("migrate", "--check", "--db", url)
     assert check.exit_code == 1 and f"{N} migration(s) pending" in check.stdout
     assert list(tmp_path.iterdir()) == []
+    applied = cli("migrate", "--json", "--db", url)
+    assert applied.exit_code == 0, applied.output
+    assert json.loads(applied.stdout) == {
+        "state": "migrated",
+        "found": 0,
+        "code": N,
+        "pending": 0,
+        "reached": N,
+    }
+    (tmp_path / "new.db").unlink()
+    for extra in tmp_path.iterdir():
+        extra.unlink()
     assert cli("worker", "--once", "--no-migrate", "--db", url).exit_code == 2
     assert list(tmp_path.iterdir()) == []
 

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from tether import errors
-from tether.cli._app import DbOpt, app, out, run_async
+from tether.cli._app import DbOpt, JsonOpt, app, out, print_json, run_async
 
 
 async def _found(url: str) -> int:
@@ -50,33 +50,45 @@ def migrate(
             "current (for CI and deploy scripts).",
         ),
     ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Apply the pending migrations of the database (commands that write do it too,
     unless started with --no-migrate); print the schema versions before and after.
 
     A database migrated by a newer tether is left as it is: this tether runs on it
-    when the newer migrations declare it compatible, and refuses it (exit 2) when not."""
+    when the newer migrations declare it compatible, and refuses it (exit 2) when not.
+    With --json: `{"state", "found", "code", "pending", "reached"}`, state one of
+    `current`, `newer`, `pending` (with --check) and `migrated`; the exit codes stay."""
     from tether.store import default_url
     from tether.store.schema_policy import code_schema
 
     url = db or default_url()
     code = code_schema()
     found = run_async(lambda: _found(url))
+
+    def say(state: str, text: str, reached: int) -> None:
+        if as_json:
+            pending = max(0, code - reached)
+            doc = {"state": state, "found": found, "code": code, "pending": pending}
+            print_json({**doc, "reached": reached})
+        else:
+            out.print(text)
+
     if found > code:
-        out.print(
-            f"schema {found}: newer than this tether's ({code}) and compatible with it; "
-            "nothing to migrate"
-        )
+        text = f"schema {found}: newer than this tether's ({code}) and compatible with it"
+        say("newer", f"{text}; nothing to migrate", found)
         return
     if found == code:
-        out.print(f"schema {found}: current; nothing to migrate")
+        say("current", f"schema {found}: current; nothing to migrate", found)
         return
     pending = code - found
     if check:
-        out.print(
+        say(
+            "pending",
             f"schema {found}: {pending} migration(s) pending to reach schema {code}; "
-            "run `tether migrate`"
+            "run `tether migrate`",
+            found,
         )
         raise typer.Exit(1)
     reached = run_async(lambda: _apply(url))
-    out.print(f"migrated from schema {found} to {reached}")
+    say("migrated", f"migrated from schema {found} to {reached}", reached)

@@ -266,18 +266,13 @@ class SqlStore(b.Store):
         rows = []
         for n, event in enumerate(items):
             type_name, schema, data = ev.encode(event)
-            rows.append(
-                {
-                    "task_id": task_id,
-                    "seq": start_seq + n,
-                    "type": type_name,
-                    "schema_version": schema,
-                    "data": _dumps(data),
-                    "task_version": task_version,
-                    "fencing_token": token,
-                    "at": now,
-                }
-            )
+            rows.append({"task_id": task_id, "seq": start_seq + n, "type": type_name,
+                         "schema_version": schema, "data": _dumps(data), "at": now,
+                         "task_version": task_version, "fencing_token": token})  # fmt: skip
+        self._add_events(conn, task_id, rows)
+
+    def _add_events(self, conn: Any, task_id: str, rows: list[dict[str, Any]]) -> None:
+        """Write a commit's event rows (by column; none: nothing), in `seq` order."""
         self._xmany(
             conn,
             "INSERT INTO events (task_id, seq, type, schema_version, data, task_version,"
@@ -285,6 +280,11 @@ class SqlStore(b.Store):
             " :task_version, :fencing_token, :at)",
             rows,
         )
+
+    def _events_query(self, cols: str, where: str, lim: str) -> str:
+        """One SELECT of `cols`: task `:id`'s events after `:after` and `where`, in order."""
+        query = f"SELECT {cols} FROM events WHERE task_id = :id AND seq > :after{where}"
+        return f"{query} ORDER BY seq{lim}"
 
     # --- migrations ---------------------------------------------------------------------
 
@@ -443,9 +443,7 @@ class SqlStore(b.Store):
             self._get_task_sync(task_id)  # TaskNotFound if absent
             return []
         params: dict[str, Any] = {"id": task_id, "after": after}
-        where = "task_id = :id AND seq > :after"
-        if types:
-            where += self._in(params, "type", "t", types)
+        where = self._in(params, "type", "t", types) if types else ""
         lim = ""
         if limit is not None:
             params["limit"] = limit
@@ -459,7 +457,7 @@ class SqlStore(b.Store):
                 "SELECT task_id, NULL AS seq, NULL AS type, NULL AS schema_version,"
                 " NULL AS data, NULL AS task_version, NULL AS fencing_token, NULL AS at"
                 " FROM tasks WHERE task_id = :id UNION ALL"
-                f" SELECT * FROM (SELECT {cols} FROM events WHERE {where} ORDER BY seq{lim}) e",
+                f" SELECT * FROM ({self._events_query(cols, where, lim)}) e",
                 params,
             ).fetchall()
         if not any(r["seq"] is None for r in rows):

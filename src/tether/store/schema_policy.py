@@ -33,8 +33,9 @@ from tether.store import base
 #: search index, which code of schema 3 would not fill; 6 moves the specs out of `tasks`;
 #: 7 moves the ledgers' state and skeleton out of `ledgers`; 8 the run state's progress
 #: marks out of `tasks.usage` (older code would find none and write them where 8 reads
-#: none).
-COMPATIBLE_FROM: Mapping[int, int] = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 6: 6, 7: 7, 8: 8}
+#: none); 9 keys SQLite's events by the task's number (older code would write events
+#: outside their task's range; PostgreSQL is unchanged, but one value holds per version).
+COMPATIBLE_FROM: Mapping[int, int] = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 6: 6, 7: 7, 8: 8, 9: 9}
 
 #: The column of `tether_schema` that records `COMPATIBLE_FROM` with each version.
 COLUMN = "compatible_from"

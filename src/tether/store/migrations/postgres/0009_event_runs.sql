@@ -1,0 +1,3 @@
+-- tether schema 9: on SQLite, a commit's events written to one b-tree (`event_runs`,
+-- see the SQLite migration). PostgreSQL appends a row to its heap and an entry to its
+-- key's index either way: nothing to change here, the version is kept in step.

@@ -226,3 +226,20 @@ async def test_a_steady_round_writes_its_events_to_one_b_tree(tmp_path: Path) ->
     was = old["events"] + old["sqlite_autoindex_events_1"]
     assert frames["events"] <= was - 0.8 * commits, (frames, old)
     assert frames.total() <= old.total() - 0.8 * commits, (frames, old)
+
+
+async def test_a_read_of_events_walks_the_runs_in_order_without_a_sort(tmp_path: Path) -> None:
+    """Each run by its key, its rows by rowid range: a LIMIT stops the scan (a read of a
+    task's first `task.created` does not read the whole log)."""
+    db = tmp_path / "t.db"
+    store = await SQLiteStore.open(db)
+    try:
+        query = store._events_query("task_id, seq", " AND (type IN (:t0))", " LIMIT :limit")
+    finally:
+        await store.close()
+    with sqlite3.connect(db) as conn:
+        params = {"id": "t", "after": 3, "t0": "task.created", "limit": 1}
+        plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + query, params)]
+    assert "SEARCH e USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)" in plan, plan
+    assert plan[0].startswith("SEARCH r USING PRIMARY KEY"), plan
+    assert not any("TEMP B-TREE" in step or "SCAN" in step for step in plan), plan

@@ -34,8 +34,12 @@ from tether.store import base
 #: 7 moves the ledgers' state and skeleton out of `ledgers`; 8 the run state's progress
 #: marks out of `tasks.usage` (older code would find none and write them where 8 reads
 #: none); 9 keys SQLite's events by the task's number (older code would write events
-#: outside their task's range; PostgreSQL is unchanged, but one value holds per version).
+#: outside their task's range).
 COMPATIBLE_FROM: Mapping[int, int] = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 6: 6, 7: 7, 8: 8, 9: 9}
+#: Where a migration is another thing on one dialect: 9 changes nothing on PostgreSQL,
+#: so code of schema 8 runs on a PostgreSQL database at 9 (a rolling upgrade of
+#: PostgreSQL workers goes on), while SQLite's refuses it.
+COMPATIBLE_FROM_BY_DIALECT: Mapping[str, Mapping[int, int]] = {"postgres": {9: 8}}
 
 #: The column of `tether_schema` that records `COMPATIBLE_FROM` with each version.
 COLUMN = "compatible_from"
@@ -46,9 +50,11 @@ def code_schema() -> int:
     return base.SCHEMA_VERSION
 
 
-def compatible_from(version: int) -> int:
-    """The oldest code's schema version that can run on a database at `version`."""
-    return COMPATIBLE_FROM.get(version, version)
+def compatible_from(version: int, dialect: str = "") -> int:
+    """The oldest code's schema version that can run on a database at `version` (of
+    `dialect`, where its migration differs there)."""
+    own = COMPATIBLE_FROM_BY_DIALECT.get(dialect, {})
+    return own.get(version, COMPATIBLE_FROM.get(version, version))
 
 
 def check_newer(rows: Iterable[Mapping[str, Any]], found: int, code: int) -> None:
@@ -109,10 +115,11 @@ def prepare_table(store: Any, conn: Any, exists: bool) -> None:
 
 def record(store: Any, conn: Any, version: int, name: str) -> None:
     """Record migration `version` as applied, with the oldest code it declares."""
+    dialect = str(store.dialect)
     store._x(
         conn,
         f"INSERT INTO tether_schema (version, name, applied_at, {COLUMN}) VALUES (:v, :n, :t, :c)",
-        {"v": version, "n": name, "t": store.clock.now(), "c": compatible_from(version)},
+        {"v": version, "n": name, "t": store.clock.now(), "c": compatible_from(version, dialect)},
     )
 
 

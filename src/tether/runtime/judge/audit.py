@@ -378,7 +378,7 @@ def audit(
         (v.checks.get(focus or "") for v in verdicts if v.source == "rules" and focus in v.checks),
         None,
     )
-    earlier = set((seen or {}).get(focus or "", ()))
+    earlier = P.seen_set((seen or {}).get(focus or "", ()))
     moved = P.moves(facts.ops, rule_state, earlier)
     policy = run.policy(focus) if focus else _NO_POLICY
     change, blocked = _focus_change(ledger, facts, run.accepted, moved, limits, policy, rounds)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from tether import events as ev
@@ -115,10 +116,11 @@ class RoundFacts:
         """How many ops failed (calls deferred by an open breaker are not failures)."""
         return sum(1 for o in self.ops if o.status not in ("succeeded", "deferred"))
 
-    @property
+    @cached_property
     def deferred(self) -> bool:
         """True when every call of the round was held back by an open breaker: the round
         was no attempt at its item and must not count against it."""
+        # Cached (the facts are frozen): a judging asks half a dozen times.
         return bool(self.ops) and all(o.status == "deferred" for o in self.ops)
 
 

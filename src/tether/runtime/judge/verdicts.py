@@ -166,7 +166,7 @@ async def judge_round(
     continuation = ""
     if outcome.decision == "continue":
         changed = list(dict.fromkeys(outcome.update.diff.status_changes()))
-        continuation = continuation_message(new, outcome.reason, changed=changed)
+        continuation = _continuation(new, outcome.reason, changed)
     # A continuation the history holds already (the last one, often the same round
     # after round) is stored once: the verdict says so instead of repeating it.
     same = bool(continuation) and continuation == history.last_continuation(run.ctx.entries)
@@ -227,6 +227,25 @@ def _policies(spec: TaskSpec) -> Mapping[str, F.ItemPolicy]:
         _POLICY_CACHE.clear()
     _POLICY_CACHE[id(spec)] = (spec, policies)
     return policies
+
+
+#: The last continuation built per ledger object (a ledger is immutable: the same object,
+#: reason and changes give the same message): most rounds change nothing in the ledger,
+#: and the message (the whole ledger rendered) was built again each round.
+_CONTINUATIONS: dict[int, tuple[L.Ledger, str, tuple[str, ...], str]] = {}
+
+
+def _continuation(ledger: L.Ledger, reason: str, changed: list[str]) -> str:
+    """`continuation_message(ledger, reason, changed=changed)`, kept per ledger object."""
+    key = tuple(changed)
+    hit = _CONTINUATIONS.get(id(ledger))
+    if hit is not None and hit[0] is ledger and hit[1] == reason and hit[2] == key:
+        return hit[3]
+    text = continuation_message(ledger, reason, changed=changed)
+    if len(_CONTINUATIONS) >= 16:
+        del _CONTINUATIONS[next(iter(_CONTINUATIONS))]
+    _CONTINUATIONS[id(ledger)] = (ledger, reason, key, text)
+    return text
 
 
 def _count_round(run: JudgeHost, facts: F.RoundFacts) -> int:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -241,8 +242,64 @@ def moves(calls: Iterable[CallFact], rule_state: str | None, seen: Collection[st
     return Moves(tuple(dict.fromkeys(new)), tuple(dict.fromkeys(marks)), repeated)
 
 
+#: The set of each list `remember` returned lately, by the list's id: an item's marks
+#: are looked up (`moves`) and added to (`remember`) every round, and a set of a
+#: thousand of them built afresh twice a round cost more than the rest of the audit.
+#: An entry holds its list (the id cannot be reused while it lives) and serves only
+#: while the list has the length it had: a list `remember` returned is replaced, never
+#: changed in place (`RunState.marks_write` relies on it too). Lists without duplicates
+#: only (the set's size is the list's length).
+_SETS: dict[int, tuple[Collection[str], set[str]]] = {}
+#: Lists whose set is kept (a few runs judged in turn in one process).
+_SETS_MAX: Final = 32
+
+
+def seen_set(seen: Collection[str]) -> AbstractSet[str]:
+    """`set(seen)`, from the sets `remember` kept for the lists it returned (read-only:
+    the set is the cache's)."""
+    hit = _SETS.get(id(seen))
+    if hit is not None and hit[0] is seen and len(hit[1]) == len(seen):
+        return hit[1]
+    return set(seen)
+
+
 def remember(seen: Sequence[str], marks: Iterable[str]) -> list[str]:
-    """An item's fingerprints with a round's marks added (oldest dropped past `MAX_SEEN`)."""
+    """An item's fingerprints with a round's marks added (oldest dropped past `MAX_SEEN`).
+    Always a new list (`RunState.marks_write` tells a changed list by its identity)."""
+    # Taken out of the cache, whether it serves or not: the set is changed below and
+    # then belongs to the new list.
+    hit = _SETS.pop(id(seen), None)
+    if hit is not None and hit[0] is seen and len(hit[1]) == len(seen):
+        have = hit[1]
+    else:
+        have = set(seen)
+        if len(have) != len(seen):  # duplicates (not written by `remember`): no cache
+            return _remember_plain(seen, marks)
+    added: list[str] = []
+    for m in marks:
+        if m not in have:
+            have.add(m)
+            added.append(m)
+    over = len(seen) + len(added) - MAX_SEEN
+    if over > len(seen):  # more new marks than are kept: the first of them go too
+        have.difference_update(seen)
+        have.difference_update(added[: over - len(seen)])
+        out = added[over - len(seen) :]
+    else:
+        # One list made (the kept part of `seen`, then the new marks at its end).
+        kept = seen[over:] if over > 0 else seen
+        out = kept if type(kept) is list and kept is not seen else list(kept)
+        if over > 0:
+            have.difference_update(seen[:over])
+        out += added
+    if len(_SETS) >= _SETS_MAX:
+        del _SETS[next(iter(_SETS))]
+    _SETS[id(out)] = (out, have)
+    return out
+
+
+def _remember_plain(seen: Sequence[str], marks: Iterable[str]) -> list[str]:
+    """`remember` as it was first written (the reference for a list with duplicates)."""
     have = set(seen)
     out = list(seen)
     for m in marks:
@@ -263,4 +320,5 @@ __all__ = [
     "normalise",
     "remember",
     "result_hash",
+    "seen_set",
 ]

@@ -42,6 +42,8 @@ async def resolve_evidence(
     # A ref with a NUL names nothing stored (and PostgreSQL's text cannot hold one: the
     # lookup would fail as if the store were down): it stays unresolved.
     refs = {r for r in refs if "\x00" not in r}
+    if not refs:
+        return {}  # most rounds cite nothing: no lookups to make
     art_ids = {r.partition(":")[2] for r in refs if r.startswith("artifact:")}
     arts = {a.artifact_id: a for a in staged if a.artifact_id in art_ids}
     missing = art_ids - set(arts)

@@ -77,8 +77,39 @@ class _Commit:
     #: (seq, event) of the kept types.
     events: list[tuple[int, ev.Event]]
     #: Op id -> the record as stored after this commit (None: its first write is not
-    #: known here, the store must be asked).
+    #: known here, the store must be asked; or not merged yet, see `writes`).
     ops: dict[str, OpRecord | None]
+    #: Op id -> (its first write, this commit's write): the stored record, merged when
+    #: an index first reads the commit (`records`). Most commits are never read (a run
+    #: without `op` rules, or judged before its index is built): a merge per op written
+    #: was most of what keeping them cost.
+    writes: dict[str, tuple[_First, OpRecord]] = dataclasses.field(default_factory=dict)
+
+    def records(self) -> dict[str, OpRecord | None]:
+        """`ops`, each op the run knows the first write of merged as the store merges."""
+        if self.writes:
+            for op_id, (first, op) in self.writes.items():
+                base = first.base()
+                self.ops[op_id] = merge_op(base, op, base.updated_at)
+            self.writes.clear()
+        return self.ops
+
+
+class _First:
+    """An op's first write as the run made it; its fields that later writes keep
+    (`base`: without an outcome) made when first needed."""
+
+    __slots__ = ("_base", "op")
+
+    def __init__(self, op: OpRecord) -> None:
+        self.op = op
+        self._base: OpRecord | None = None
+
+    def base(self) -> OpRecord:
+        """The first write without its outcome (what `merge_op` merges a write over)."""
+        if self._base is None:
+            self._base = dataclasses.replace(self.op, result=None, error=None)
+        return self._base
 
 
 class Window(NamedTuple):
@@ -95,28 +126,32 @@ class OwnCommits:
     def __init__(self, types: Iterable[str]) -> None:
         self.types = frozenset(types)
         self.commits: deque[_Commit] = deque(maxlen=KEEP)
-        self.first_writes: OrderedDict[str, OpRecord] = OrderedDict()
+        self.first_writes: OrderedDict[str, _First] = OrderedDict()
         #: (the number read after, what was read, the types of the indexes it served)
         self._later: tuple[int, list[StoredEvent], set[tuple[str, ...]]] | None = None
 
     def add(self, res: CommitResult, events: Sequence[ev.Event], ops: Sequence[OpRecord]) -> None:
         """A commit the store accepted: `events` and `ops` as written."""
-        intended = {e.op_id for e in events if isinstance(e, ev.OpIntended)}
+        intended = {e.op_id for e in events if isinstance(e, ev.OpIntended)} if ops else ()
         stored: dict[str, OpRecord | None] = {}
+        writes: dict[str, tuple[_First, OpRecord]] = {}
         for op in ops:
-            base = self.first_writes.get(op.op_id)
-            if base is None and op.op_id in intended and op.op_id not in stored:
-                base = dataclasses.replace(op, result=None, error=None)
-                self.first_writes[op.op_id] = base
+            first = self.first_writes.get(op.op_id)
+            if first is None and op.op_id in intended and op.op_id not in stored:
+                first = self.first_writes[op.op_id] = _First(op)
                 if len(self.first_writes) > KEEP_OPS:
                     self.first_writes.popitem(last=False)
-            # The store's own merge (the outcome of the latest write over the first).
-            stored[op.op_id] = None if base is None else merge_op(base, op, base.updated_at)
+            # The store's own merge (the outcome of the latest write over the first),
+            # made when the commit is read (`_Commit.records`).
+            stored[op.op_id] = None
+            if first is not None:
+                writes[op.op_id] = (first, op)
         if res.last_seq < res.first_seq and not stored:
             return  # no events, no ops: nothing an index reads changed
-        kept = [(res.first_seq + n, e) for n, e in enumerate(events) if e.TYPE in self.types]
+        types = self.types
+        kept = [(res.first_seq + n, e) for n, e in enumerate(events) if e.TYPE in types]
         whole = res.last_seq - res.first_seq + 1 == len(events)
-        self.commits.append(_Commit(res.first_seq, res.last_seq, whole, kept, stored))
+        self.commits.append(_Commit(res.first_seq, res.last_seq, whole, kept, stored, writes))
 
     async def later(
         self, store: JudgeStore, task_id: str, upto: int, types: Sequence[str]
@@ -143,7 +178,7 @@ class OwnCommits:
         for c in self.commits:
             if c.last < c.first:  # ops written without events, between two numbers
                 if c.first == nxt:
-                    found.ops.update(c.ops)
+                    found.ops.update(c.records())
                 continue
             if c.last < nxt:
                 continue  # before the window
@@ -152,7 +187,7 @@ class OwnCommits:
             if c.first != nxt or not c.whole:
                 return None
             found.events.extend(Seen(seq, e.TYPE, e.data()) for seq, e in c.events)
-            found.ops.update(c.ops)
+            found.ops.update(c.records())
             nxt = c.last + 1
         return found if nxt == upto + 1 else None
 

@@ -1,0 +1,201 @@
+"""The judge's per-round shortcuts give what the plain algorithms they replace gave.
+
+- `progress.remember` keeps each list's set for the next round (`progress.seen_set`)
+  instead of building it afresh: the same lists, and the same sets, as the plain
+  `set(seen)` / `list(seen) + new` / `[-MAX_SEEN:]` of before.
+- `OwnCommits` merges an op's stored record when an index reads the commit, not at
+  each commit: the same windows as the merge made at each commit.
+- The continuation of a ledger object is kept: the same text as building it again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tether import events as ev
+from tether import ledger as L
+from tether.runtime.judge import verdicts
+from tether.runtime.judge.rules import own
+from tether.runtime.round import progress as P
+from tether.runtime.round.context import continuation_message
+from tether.store._rules import merge_op
+from tether.store.base import CommitResult, OpRecord
+
+# --- progress marks ---------------------------------------------------------------------
+
+
+def _remember_reference(seen: Sequence[str], marks: Iterable[str], keep: int) -> list[str]:
+    """`progress.remember` as it was written before its set was kept."""
+    have = set(seen)
+    out = list(seen)
+    for m in marks:
+        if m not in have:
+            have.add(m)
+            out.append(m)
+    return out[-keep:]
+
+
+_MARK = st.text(alphabet="abcdefgh", min_size=1, max_size=2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    start=st.lists(_MARK, max_size=12),
+    rounds=st.lists(st.lists(_MARK, max_size=9), max_size=12),
+    keep=st.integers(min_value=1, max_value=12),
+    stray=st.lists(st.booleans(), max_size=12),
+)
+def test_remember_and_seen_set_match_the_plain_algorithm(
+    start: list[str], rounds: list[list[str]], keep: int, stray: list[bool]
+) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(P, "MAX_SEEN", keep)
+        fast: list[str] = list(start)  # may hold duplicates (a hand-written state)
+        plain: list[str] = list(start)
+        for n, marks in enumerate(rounds):
+            assert P.seen_set(fast) == set(plain)
+            if n < len(stray) and stray[n]:
+                # Another list's turn in between (another run in the same process).
+                P.remember(list(marks), marks)
+            new_fast = P.remember(fast, marks)
+            plain = _remember_reference(plain, marks, keep)
+            assert new_fast == plain
+            assert new_fast is not fast  # a changed list is a new list (`marks_write`)
+            assert P.seen_set(new_fast) == set(plain)
+            fast = new_fast
+        # The list a round gave is not changed by the next round.
+        before = list(fast)
+        P.remember(fast, ["zz", "yy"])
+        assert fast == before
+        assert P.seen_set(fast) == set(before)
+
+
+def test_remember_the_same_list_twice_gives_the_same_result() -> None:
+    seen = P.remember([], ["a", "b"])
+    first = P.remember(seen, ["c"])
+    again = P.remember(seen, ["c"])  # the set went to `first`: built afresh, same answer
+    assert first == again == ["a", "b", "c"]
+    assert P.seen_set(seen) == {"a", "b"}
+
+
+def test_moves_sees_the_marks_a_kept_set_holds() -> None:
+    seen = P.remember([], [P.digest("ok", "t", "h", "r")])
+    call = type("Call", (), {"tool": "t", "status": "succeeded", "args_hash": "h"})()
+    call.result_hash = "r"
+    assert not P.moves([call], None, P.seen_set(seen)).moved
+    call.result_hash = "r2"
+    assert P.moves([call], None, P.seen_set(seen)).moved
+
+
+# --- the run's own commits ------------------------------------------------------------
+
+
+class _EagerCommits(own.OwnCommits):
+    """`OwnCommits` as it was: the stored record merged at each commit."""
+
+    def __init__(self, types: Iterable[str]) -> None:
+        super().__init__(types)
+        self.eager_first: OrderedDict[str, OpRecord] = OrderedDict()
+
+    def add(self, res: CommitResult, events: Sequence[ev.Event], ops: Sequence[OpRecord]) -> None:
+        intended = {e.op_id for e in events if isinstance(e, ev.OpIntended)}
+        stored: dict[str, OpRecord | None] = {}
+        for op in ops:
+            base = self.eager_first.get(op.op_id)
+            if base is None and op.op_id in intended and op.op_id not in stored:
+                base = dataclasses.replace(op, result=None, error=None)
+                self.eager_first[op.op_id] = base
+                if len(self.eager_first) > own.KEEP_OPS:
+                    self.eager_first.popitem(last=False)
+            stored[op.op_id] = None if base is None else merge_op(base, op, base.updated_at)
+        if res.last_seq < res.first_seq and not stored:
+            return
+        kept = [(res.first_seq + n, e) for n, e in enumerate(events) if e.TYPE in self.types]
+        whole = res.last_seq - res.first_seq + 1 == len(events)
+        self.commits.append(own._Commit(res.first_seq, res.last_seq, whole, kept, stored))
+
+
+def _op(op_id: str, status: str, at: float, outcome: int) -> OpRecord:
+    return OpRecord(
+        op_id=op_id,
+        task_id="t",
+        round=int(op_id[1:]),
+        call_index=0,
+        tool="tool",
+        args={"n": op_id},
+        args_hash="h" + op_id,
+        effect="write",
+        status=status,
+        attempts=outcome,
+        result={"content": f"r{outcome}"} if status == "succeeded" else None,
+        error={"message": f"e{outcome}"} if status == "failed" else None,
+        created_at=at,
+        updated_at=at,
+    )
+
+
+_WRITE = st.tuples(
+    st.sampled_from(["o1", "o2", "o3", "o4"]),
+    st.sampled_from(["intended", "dispatched", "succeeded", "failed"]),
+    st.integers(0, 3),
+)
+_COMMIT = st.tuples(
+    st.lists(_WRITE, max_size=4),
+    st.booleans(),  # an event of the store's own (the commit is not whole)
+    st.booleans(),  # no events at all (ops written between two numbers)
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(commits=st.lists(_COMMIT, max_size=10), looks=st.lists(st.integers(0, 12), max_size=4))
+def test_own_commits_windows_match_the_merge_at_each_commit(
+    commits: list[tuple[list[tuple[str, str, int]], bool, bool]], looks: list[int]
+) -> None:
+    types = (*own.CHANGE_EVENTS, *own.ARTIFACT_EVENTS)
+    lazy, eager = own.OwnCommits(types), _EagerCommits(types)
+    seq = 0
+    for n, (writes, foreign, silent) in enumerate(commits):
+        events: list[ev.Event] = []
+        ops = []
+        for op_id, kind, outcome in writes:
+            status = "pending" if kind in ("intended", "dispatched") else kind
+            ops.append(_op(op_id, status, float(n), outcome))
+            if not silent:
+                if kind == "intended":
+                    events.append(ev.OpIntended(op_id=op_id, tool="tool"))
+                else:
+                    events.append(ev.OpDispatched(op_id=op_id))
+        if silent:
+            events = []
+        res = CommitResult(seq + 1, seq + len(events) + (1 if foreign and events else 0))
+        seq = max(seq, res.last_seq)
+        for c in (lazy, eager):
+            c.add(res, events, ops)
+        for after in looks:
+            assert lazy.window(after, seq) == eager.window(after, seq)
+    for after in range(seq + 1):
+        assert lazy.window(after, seq) == eager.window(after, seq)
+
+
+# --- the continuation ---------------------------------------------------------------------
+
+
+def test_a_kept_continuation_is_the_one_built_again() -> None:
+    ledger = L.from_spec("Ship it", [("a", "A", None), ("b", "B", None)])
+    done = L.complete(ledger, "a", ["op:x"]).ledger
+    for led, reason, changed in [
+        (ledger, "", []),
+        (ledger, "", []),
+        (ledger, "why", []),
+        (done, "why", ["a"]),
+        (done, "why", []),
+        (ledger, "", []),
+    ]:
+        got = verdicts._continuation(led, reason, changed)
+        assert got == continuation_message(led, reason, changed=changed)

@@ -105,27 +105,31 @@ _MAX_CHARS: Final = 20_000
 MAX_SEEN: Final = 1_000
 
 
-#: Per `_VOLATILE` pattern: lower-case strings of which an ASCII text holds at least one
-#: whenever the pattern can match it (empty: no such string; `_HEX` has a test of its own).
-#: A round normalises every successful call's output (up to `_MAX_CHARS`): most
-#: patterns are ruled out by a substring test far cheaper than the regex scan.
-_NEEDLES: Final[tuple[tuple[str, ...], ...]] = (
-    ("gave up after ",),
-    ("attempt ",),
-    (".r",),
-    ("-",),
-    (":",),
-    ("<time>",),
-    ("-",),
-    ("0x",),
+#: Per `_VOLATILE` pattern: clauses of lower-case strings, where an ASCII text holds
+#: at least one string of each clause whenever the pattern can match it (no clause: no
+#: such test; `_HEX` has a test of its own). A round normalises every successful call's
+#: output (up to `_MAX_CHARS`): most patterns are ruled out by substring tests far
+#: cheaper than the regex scan. A clause of single characters comes first where one
+#: rules out the longer strings (a character is found by `memchr`, a string of several
+#: costs a scan of its own).
+_NEEDLES: Final[tuple[tuple[tuple[str, ...], ...], ...]] = (
+    (("gave up after ",),),
+    (("attempt ",),),
+    ((".r",),),
+    (("-",),),
+    ((":",),),
+    (("<",), ("<time>",)),
+    (("-",),),
+    (("0x",),),
     (),
-    ("req", "trace", "correlation", "span"),
-    ("/tmp/", "/var/folders/", "/dev/shm/", "\\temp\\"),
-    ("pytest-of-",),
-    ("pid", "process", "thread"),
+    (("req", "trace", "correlation", "span"),),
+    (("/", "\\"), ("/tmp/", "/var/folders/", "/dev/shm/", "\\temp\\")),
+    (("-",), ("pytest-of-",)),
+    (("pid", "process", "thread"),),
     (),
     (),
-    ("127.0.0.1", "localhost", "0.0.0.0", "[::1]"),
+    # the port pattern needs its ":" whatever the host
+    ((":",), ("127.0.0.1", "localhost", "0.0.0.0", "[::1]")),
 )
 
 
@@ -137,8 +141,8 @@ def normalise(text: str) -> str:
     # Case-insensitive patterns match a few non-ASCII letters to ASCII ones (the Kelvin
     # sign to `k`): the substring test is exact for ASCII text only.
     lower = out.lower() if out.isascii() else None
-    for (pattern, repl), needles in zip(_VOLATILE, _NEEDLES, strict=True):
-        if lower is not None and needles and not any(n in lower for n in needles):
+    for (pattern, repl), clauses in zip(_VOLATILE, _NEEDLES, strict=True):
+        if lower is not None and not _may_match(lower, clauses):
             continue
         if pattern is _HEX and _HEX_RUN not in out.encode().translate(_HEX_DIGITS):
             continue
@@ -148,6 +152,17 @@ def normalise(text: str) -> str:
     # Whitespace collapsed: `str.split` knows the whitespace `\s` does, and is far cheaper
     # than `re.sub(r"\s+", " ", out).strip()`, which it equals.
     return " ".join(out.split())
+
+
+def _may_match(lower: str, clauses: tuple[tuple[str, ...], ...]) -> bool:
+    """Whether `lower` holds a string of each clause (a pattern's `_NEEDLES`)."""
+    for clause in clauses:
+        for needle in clause:
+            if needle in lower:
+                break
+        else:
+            return False
+    return True
 
 
 def digest(*parts: str) -> str:

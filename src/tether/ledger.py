@@ -533,6 +533,8 @@ def apply(ledger: Ledger, changes: Sequence[ItemChange]) -> LedgerUpdate:
     Raises `LedgerError` (and changes nothing) for an unknown item or a `done` without
     evidence. The version rises by one iff something changed.
     """
+    if not changes:  # most rounds: no copy of every item's state
+        return LedgerUpdate(ledger, LedgerDiff())
     states = list(ledger.states)
     touched: list[int] = []
     for ch in changes:

@@ -199,3 +199,45 @@ def test_a_kept_continuation_is_the_one_built_again() -> None:
     ]:
         got = verdicts._continuation(led, reason, changed)
         assert got == continuation_message(led, reason, changed=changed)
+
+
+# --- the focus item's change that changes nothing ---------------------------------------
+
+_STATE = st.builds(
+    L.ItemState,
+    status=st.sampled_from(["pending", "in_progress", "blocked"]),
+    evidence=st.lists(st.sampled_from(["op:a", "op:b"]), max_size=2, unique=True).map(tuple),
+    attempts=st.integers(0, 3),
+    breaker=st.integers(0, 3),
+    note=st.sampled_from(["", "n"]),
+)
+_JUDGED = st.builds(
+    L.ItemChange,
+    item_id=st.sampled_from(["a", "b"]),
+    status=st.sampled_from([None, "in_progress", "done", "pending"]),
+    evidence=st.lists(st.sampled_from(["op:a", "op:c"]), max_size=2).map(tuple),
+    note=st.sampled_from([None, "", "m"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(states=st.tuples(_STATE, _STATE), judged=st.lists(_JUDGED, max_size=3))
+def test_leaving_out_a_change_that_changes_nothing_gives_the_same_update(
+    states: tuple[L.ItemState, L.ItemState], judged: list[L.ItemChange]
+) -> None:
+    # What the audit leaves out: the focus item's change when the round neither failed
+    # again nor moved its breaker (the judges' changes never touch the breaker).
+    ledger = L.from_spec("o", [("a", "A", None), ("b", "B", None)])
+    ledger = L.Ledger(ledger.skeleton, states, 3)
+    noop = L.ItemChange("a", attempts_delta=0, breaker=ledger.item("a").breaker)
+    try:
+        with_noop = L.apply(ledger, [*judged, noop])
+    except Exception as exc:  # an impossible change: refused the same way without it
+        with pytest.raises(type(exc)):
+            L.apply(ledger, judged)
+        return
+    without = L.apply(ledger, judged)
+    assert without == with_noop
+    assert without.ledger.version == with_noop.ledger.version
+    if not judged:
+        assert without.ledger is ledger and not without.diff

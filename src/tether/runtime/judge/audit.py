@@ -271,8 +271,8 @@ def _focus_change(
         status=stop if reason else None,
         note=(f"optional, skipped: {reason}" if policy.optional else reason) if reason else None,
     )
-    if not reason:
-        return change, None
+    if not reason:  # a change that changes nothing (most rounds) is left out
+        return (change if failed or breaker != state.breaker else None), None
     code = "item_skipped" if policy.optional else "item_blocked"
     return change, _warning(code, f"{focus} {stop}: {reason}", {"item": focus})
 

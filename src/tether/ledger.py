@@ -20,7 +20,7 @@ from functools import cached_property
 from typing import Any, Final, Literal, get_args
 
 from tether import errors
-from tether.ledger_tally import carry, first_ready, tally
+from tether.ledger_tally import carry, counted, first_ready, tally
 
 ItemStatus = Literal["pending", "in_progress", "done", "blocked", "skipped", "waived"]
 ITEM_STATUSES: Final[tuple[str, ...]] = get_args(ItemStatus)
@@ -242,7 +242,7 @@ class Ledger:
     def progress(self, milestone: str | None = None) -> Progress:
         """Counts by status, for the whole ledger or one milestone."""
         if milestone is None:
-            return Progress.of(tally(self).counts)  # carried from round to round
+            return counted(self, Progress.of)  # carried from round to round, made once
         counts = dict.fromkeys(ITEM_STATUSES, 0)
         for d, s in self.items():
             if milestone is None or d.milestone == milestone:

@@ -17,9 +17,9 @@ ledger stays a plain frozen value that compares by its contents.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,8 @@ class Owners:
 _TALLIES: dict[int, Tally] = {}
 _REFS: dict[int, Refs] = {}
 _NEXT: dict[int, tuple[str | None]] = {}
+_COUNTED: dict[int, tuple[Any]] = {}
+_T = TypeVar("_T")
 
 
 def _keep(ledger: Any, table: dict[int, Any], value: Any) -> Any:
@@ -141,6 +143,16 @@ def tally(ledger: Any) -> Tally:
     """The ledger's tally: carried from its predecessor, or counted now (once)."""
     found = _TALLIES.get(id(ledger))
     return found if found is not None else _keep(ledger, _TALLIES, _count(ledger))
+
+
+def counted(ledger: Any, make: Callable[[Mapping[str, int]], _T]) -> _T:
+    """`make(tally(ledger).counts)`, made once per ledger: `Ledger.progress` (its one
+    `make`, `Progress.of`) is asked a few times a round, and most rounds keep the
+    ledger of the round before."""
+    found = _COUNTED.get(id(ledger))
+    if found is None:
+        found = _keep(ledger, _COUNTED, (make(tally(ledger).counts),))
+    return found[0]  # type: ignore[no-any-return]
 
 
 def first_ready(ledger: Any) -> str | None:
@@ -223,4 +235,4 @@ def _carry_refs(before: Any, after: Any, touched: Sequence[int]) -> None:
     _keep(after, _REFS, Refs(holders, done_ops))
 
 
-__all__ = ["Owners", "Refs", "Tally", "carry", "refs", "tally"]
+__all__ = ["Owners", "Refs", "Tally", "carry", "counted", "refs", "tally"]

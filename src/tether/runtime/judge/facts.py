@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Literal
 
 from tether import events as ev
@@ -110,18 +109,23 @@ class RoundFacts:
     #: Set when the round compensated the focus item's applied ops (`on_exhausted:
     #: compensate`): the item cannot finish and is blocked with this reason.
     blocked: str | None = None
+    _deferred: bool = field(default=False, init=False, repr=False, compare=False)
 
     @property
     def failed_ops(self) -> int:
         """How many ops failed (calls deferred by an open breaker are not failures)."""
         return sum(1 for o in self.ops if o.status not in ("succeeded", "deferred"))
 
-    @cached_property
+    def __post_init__(self) -> None:
+        # Worked out once (the facts are frozen): a judging asks half a dozen times.
+        deferred = bool(self.ops) and all(o.status == "deferred" for o in self.ops)
+        object.__setattr__(self, "_deferred", deferred)
+
+    @property
     def deferred(self) -> bool:
         """True when every call of the round was held back by an open breaker: the round
         was no attempt at its item and must not count against it."""
-        # Cached (the facts are frozen): a judging asks half a dozen times.
-        return bool(self.ops) and all(o.status == "deferred" for o in self.ops)
+        return self._deferred
 
 
 #: Something the audit refused or flagged: the `audit.warning` event itself, so what the

@@ -241,3 +241,51 @@ def test_leaving_out_a_change_that_changes_nothing_gives_the_same_update(
     assert without.ledger.version == with_noop.ledger.version
     if not judged:
         assert without.ledger is ledger and not without.diff
+
+
+# --- the rule judge's open window ------------------------------------------------------
+
+
+def _window_walk(ledger: L.Ledger, size: int) -> set[str]:
+    """The walk `rule_scope` made every round before its window was kept."""
+    found: set[str] = set()
+    for d, s in ledger.items():
+        if s.status in L.OPEN_STATUSES:
+            found.add(d.id)
+            if len(found) >= size:
+                break
+    return found
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    statuses=st.lists(
+        st.sampled_from(["pending", "in_progress", "done", "blocked", "skipped"]),
+        min_size=1,
+        max_size=80,
+    ),
+    changes=st.lists(st.tuples(st.integers(0, 79), st.sampled_from(["blocked", "pending"]))),
+)
+def test_the_kept_open_window_is_the_walk(
+    statuses: list[str], changes: list[tuple[int, str]]
+) -> None:
+    from tether.runtime.judge.rules import scope
+
+    n = len(statuses)
+    base = L.from_spec("o", [(f"i{k}", f"I{k}", None) for k in range(n)])
+    states = tuple(
+        L.ItemState(status=s, evidence=("op:x",) if s == "done" else ())  # type: ignore[arg-type]
+        for s in statuses
+    )
+    ledger = L.Ledger(base.skeleton, states, 1)
+    for pos, status in [(-1, ""), *changes]:
+        if pos >= 0:
+            ledger = L.apply(ledger, [L.ItemChange(f"i{pos % n}", status=status)]).ledger  # type: ignore[arg-type]
+        for _ in range(2):  # built, then kept
+            assert set(scope.open_window(ledger)) == _window_walk(ledger, scope.RULE_WINDOW)
+            assert (
+                list(scope.open_window(ledger))
+                == [d.id for d, s in ledger.items() if s.status in L.OPEN_STATUSES][
+                    : scope.RULE_WINDOW
+                ]
+            )

@@ -54,6 +54,29 @@ def spec_items(spec: TaskSpec, ids: Collection[str]) -> list[ChecklistItem]:
     return [spec.items[n] for n in sorted(where[i] for i in ids if i in where)]
 
 
+#: The open window of the last few ledgers, by object (`open_window`).
+_WINDOWS: dict[int, tuple[Ledger, tuple[str, ...]]] = {}
+
+
+def open_window(ledger: Ledger) -> tuple[str, ...]:
+    """The first `RULE_WINDOW` open items in checklist order. Kept per ledger object (a
+    ledger is immutable): most rounds keep the ledger of the round before, and the walk
+    passes every finished item before the first open one."""
+    hit = _WINDOWS.get(id(ledger))
+    if hit is not None and hit[0] is ledger:
+        return hit[1]
+    found: list[str] = []
+    for d, s in ledger.items():
+        if s.status in OPEN_STATUSES:
+            found.append(d.id)
+            if len(found) >= RULE_WINDOW:
+                break
+    if len(_WINDOWS) >= 4:
+        del _WINDOWS[next(iter(_WINDOWS))]
+    _WINDOWS[id(ledger)] = (ledger, tuple(found))
+    return tuple(found)
+
+
 def rule_scope(
     spec: TaskSpec,
     ledger: Ledger,
@@ -65,13 +88,7 @@ def rule_scope(
     if not ledger_view.paged(ledger):
         return None
     scope: set[str] = {focus} if focus else set()
-    window = 0
-    for d, s in ledger.items():
-        if s.status in OPEN_STATUSES:
-            scope.add(d.id)
-            window += 1
-            if window >= RULE_WINDOW:
-                break
+    scope.update(open_window(ledger))
     paths, tools, _ = _index(spec)
     for tool, args in calls:
         scope.update(tools.get(tool, ()))

@@ -289,3 +289,39 @@ def test_the_kept_open_window_is_the_walk(
                     : scope.RULE_WINDOW
                 ]
             )
+
+
+# --- the op refs done items cite --------------------------------------------------------
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.integers(0, 5),
+            st.sampled_from(["done", "pending", "in_progress"]),
+            st.sampled_from(["op:a", "op:b", "artifact:c", "op:d"]),
+        ),
+        max_size=12,
+    )
+)
+def test_the_kept_cited_ops_are_the_walk(steps: list[tuple[int, str, str]]) -> None:
+    from tether.ledger_tally import refs
+    from tether.runtime.judge import rules
+
+    ledger = L.from_spec("o", [(f"i{k}", f"I{k}", None) for k in range(6)])
+    for pos, status, ref in [(0, "pending", "op:z"), *steps]:
+        change = L.ItemChange(f"i{pos}", status=status, evidence=(ref,))  # type: ignore[arg-type]
+        ledger = L.apply(ledger, [change]).ledger
+        for _ in range(2):  # made, then kept
+            items = ledger.skeleton.items
+            want = {items[n].id: ops for n, ops in sorted(refs(ledger).done_ops.items())}
+            cited, ids = rules._cited_ops(ledger)
+            assert list(cited.items()) == list(want.items())
+            assert ids == {r[3:] for ops in want.values() for r in ops}
+            walked = {
+                d.id: tuple(r for r in s.evidence if r.startswith("op:"))
+                for d, s in ledger.items()
+                if s.status == "done"
+            }
+            assert cited == {k: v for k, v in walked.items() if v}

@@ -96,6 +96,24 @@ async def rule_verdict(
     return Verdict("continue", tuple(changes), "", source="rules", checks=dict(check.states))
 
 
+#: The op refs done items cite, by evidence index object (`_cited_ops`).
+_CITED: list[tuple[object, dict[str, tuple[str, ...]], frozenset[str]]] = []
+
+
+def _cited_ops(ledger: L.Ledger) -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
+    """`{item: its op refs}` of the done items citing ops (contract order) and the op ids,
+    kept for the ledger's evidence index: it is the same object while no item changes
+    (most rounds), and a long checklist's done items were walked every round."""
+    index = ledger_refs(ledger)
+    if _CITED and _CITED[0][0] is index:
+        return _CITED[0][1], _CITED[0][2]
+    items = ledger.skeleton.items
+    cited = {items[n].id: ops for n, ops in sorted(index.done_ops.items())}
+    ids = frozenset(r[3:] for refs in cited.values() for r in refs)
+    _CITED[:] = [(index, cited, ids)]
+    return cited, ids
+
+
 class _RuleCheck:
     """One rule judging: the journal and artifacts read once, each rule kind checked."""
 
@@ -136,9 +154,7 @@ class _RuleCheck:
 
     async def undone_ops(self, ledger: L.Ledger) -> list[ProposedChange]:
         """`pending` for each done item citing an op that no longer proves anything."""
-        items = ledger.skeleton.items
-        cited = {items[n].id: ops for n, ops in sorted(ledger_refs(ledger).done_ops.items())}
-        ids = {r[3:] for refs in cited.values() for r in refs}
+        cited, ids = _cited_ops(ledger)
         if not ids:
             return []
         current = await self.env.current_ops(ids)

@@ -9,6 +9,7 @@ Unknown fields are refused so that a typo never silently turns a limit off.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import re
 import weakref
@@ -451,6 +452,13 @@ class ToolPermission(_Strict):
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def _bare_permission(name: str) -> ToolPermission:
+    """The permission of a tool allowed by name alone (the contract's defaults): one
+    shared, frozen instance per name, since every call of the tool asks for it."""
+    return ToolPermission(name=name)
+
+
 class McpServer(_Strict):
     """An MCP server whose tools join the task's registry: a stdio `command` or a `url`,
     with the fields of the MCP clients' configs (`tether.mcp_config`). `prefix`:
@@ -645,7 +653,7 @@ class TaskSpec(_Strict):
         """What the contract says about one allowed tool (None if not allowed)."""
         for t in self.tools:
             if (t if isinstance(t, str) else t.name) == name:
-                return ToolPermission(name=t) if isinstance(t, str) else t
+                return _bare_permission(t) if isinstance(t, str) else t
         return None
 
     def source(self, source_id: str) -> Source | None:

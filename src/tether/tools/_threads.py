@@ -11,7 +11,10 @@ thread (it cannot be killed), and nothing waits for it at exit.
 Starting a thread per call cost the event loop a thread creation and a wait for the new
 thread to run on every round; so a daemon thread that finished its call waits (up to
 `IDLE_SECONDS`) for the next one. A thread stuck in an abandoned call is never idle, so
-the next call gets another thread, as before.
+the next call gets another thread, as before. A thread is back on the idle list before
+it hands its result to the loop: the loop, woken by the hand-off, then finds the thread
+about to wait for its next call (releasing the GIL) rather than still doing its
+bookkeeping, and the next call can go to it right away.
 """
 
 from __future__ import annotations
@@ -33,19 +36,23 @@ IDLE_SECONDS = 30.0
 
 
 class _Worker:
-    """A daemon thread and its inbox of calls."""
+    """A daemon thread and its inbox of calls (a call is given its worker, and puts it
+    back on the idle list with `idle` once its function returned)."""
 
     def __init__(self) -> None:
-        self.inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[Callable[[_Worker], None]] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._serve, name="tether tool", daemon=True)
 
+    def idle(self) -> None:
+        """Ready for the next call."""
+        with _idle_lock:
+            _idle.append(self)
+
     def _serve(self) -> None:
-        job: Callable[[], None] | None = self.inbox.get()
+        job: Callable[[_Worker], None] | None = self.inbox.get()
         while job is not None:
-            job()
+            job(self)
             job = None  # drop the finished call's references while idle
-            with _idle_lock:
-                _idle.append(self)
             while job is None:
                 try:
                     job = self.inbox.get(timeout=IDLE_SECONDS)
@@ -74,7 +81,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_idle)
 
 
-def _submit(job: Callable[[], None]) -> None:
+def _submit(job: Callable[[_Worker], None]) -> None:
     with _idle_lock:
         worker = _idle.pop() if _idle else None
     if worker is None:
@@ -99,14 +106,17 @@ async def run_sync(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         else:
             future.set_result(result)  # type: ignore[arg-type]
 
-    def work() -> None:
-        threading.current_thread().name = name
+    def work(worker: _Worker) -> None:
+        thread = threading.current_thread()
+        if thread.name != name:
+            thread.name = name
         result: T | None = None
         error: BaseException | None = None
         try:
             result = call()
         except BaseException as exc:  # handed to the awaiting task, never lost here
             error = exc
+        worker.idle()
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
             loop.call_soon_threadsafe(settle, result, error)
 

@@ -21,6 +21,7 @@ from tether import events as ev
 from tether.models.base import ToolCall
 from tether.runtime.ops import results as R
 from tether.runtime.ops.human.requests import Requests
+from tether.runtime.ops.journal import evolve
 from tether.runtime.ops.ports import RoundOps, ToolEnv
 from tether.runtime.run import outcome as out
 from tether.store.base import ArtifactRecord, OpRecord
@@ -168,7 +169,7 @@ class Attempts:
         if record.task_version < self.book.goal_version:
             # A result that arrives for an op decided for an older goal is marked so.
             result = {**result, "superseded_by": run.view.task.version}
-        rec = replace(record, status="succeeded", result=result, error=None, next_attempt_at=None)
+        rec = evolve(record, status="succeeded", result=result, error=None, next_attempt_at=None)
         return R.OpOutcome(
             call,
             record.op_id,
@@ -242,7 +243,7 @@ class Attempts:
         held = await self._admit(tool, call, record)
         if held is not None:
             return R.Settled(held)
-        record = replace(record, attempts=record.attempts + 1)
+        record = evolve(record, attempts=record.attempts + 1)
         raw, cls_msg, ms = await self._send(tool, record)
         if isinstance(raw, _Asks):
             return R.AsksApproval(record, raw.why)
@@ -294,7 +295,7 @@ class Attempts:
         # Only a non-idempotent tool that cannot reconcile needs the extra `dispatched`
         # mark: for the others a crash before or after sending is handled the same way.
         if effectful and not tool.idempotent and tool.reconcile is None:
-            record = replace(record, status="dispatched")
+            record = evolve(record, status="dispatched")
             await run.journal.commit(
                 [ev.OpDispatched(op_id=record.op_id, attempt=record.attempts)], ops=[record]
             )
@@ -425,7 +426,7 @@ class Attempts:
                 return R.Exhausted(failed, record, "compensate")
             return R.Settled(failed)
         next_at = clock.now() + decision.delay
-        record = replace(
+        record = evolve(
             record,
             status="retry_wait",
             next_attempt_at=next_at,

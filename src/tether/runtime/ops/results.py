@@ -10,13 +10,13 @@ the round returns `Wait`. The runner dispatches on these (`runner.OpRunner`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from tether import artifacts as A
 from tether import events as ev
 from tether.models.base import ToolCall
-from tether.runtime.ops.journal import hash_args
+from tether.runtime.ops.journal import evolve, hash_args
 from tether.runtime.run.outcome import Outcome
 from tether.store.base import ArtifactRecord, OpRecord
 from tether.tools import failures
@@ -193,7 +193,7 @@ def failure(
     call: ToolCall, tool: Tool, record: OpRecord, cls: str, msg: str, ms: float
 ) -> OpOutcome:
     """A call that ran (or tried to) and failed."""
-    rec = replace(
+    rec = evolve(
         record, status="failed", error={"class": cls, "message": msg}, next_attempt_at=None
     )
     return OpOutcome(

@@ -91,6 +91,18 @@ class OpRunner:
         self.compensation = Compensation(run, self.book, self.requests)
         #: Set once a call of the round was compensated: the rest are not sent.
         self.halted: str | None = None
+        #: The round's op intents by call index, as `plan` made them (arguments
+        #: checked): the call's run starts from it instead of checking them again.
+        self._planned: dict[int, OpRecord] = {}
+        self._allowed: dict[str, Tool] | None = None
+
+    def allowed(self) -> dict[str, Tool]:
+        """The task's allowed tools by name (the run's list does not change within a
+        round)."""
+        found = self._allowed
+        if found is None:
+            found = self._allowed = {t.name: t for t in self.run.tools}
+        return found
 
     @property
     def pending_events(self) -> list[ev.Event]:
@@ -105,7 +117,7 @@ class OpRunner:
         the model's decision, before anything is sent, so a round with effects costs one
         commit up front. (A call that needs a human's approval is journaled with its
         request, when the round reaches it.)"""
-        allowed = {t.name: t for t in self.run.tools}
+        allowed = self.allowed()
         intents: list[tuple[Tool, OpRecord]] = []
         for idx, call in enumerate(response.tool_calls):
             tool = allowed.get(call.name)
@@ -119,6 +131,7 @@ class OpRunner:
             if await self.approvals.needs_approval(tool, record):
                 continue
             intents.append((tool, record))
+            self._planned[idx] = record
         self.book.journaled = {r.op_id for _, r in intents}
         return intents
 
@@ -186,7 +199,7 @@ class OpRunner:
         version = run.view.task.version
         if self.halted is not None:
             return R.refused(call, op, call.name, f"not sent: {self.halted}", "not_sent", version)
-        allowed = {t.name: t for t in run.tools}
+        allowed = self.allowed()
         tool = allowed.get(call.name)
         if tool is None:
             known = call.name in run.known_tools
@@ -201,12 +214,17 @@ class OpRunner:
             msg = f"malformed call to {call.name}: {call.error or 'arguments missing'}"
             run.view.state.malformed_calls += 1
             return R.refused(call, op, tool.name, msg, "malformed", version)
-        try:
-            args = tool.check_args(call.arguments)
-        except errors.ToolFailed as exc:
-            run.view.state.malformed_calls += 1
-            return R.refused(call, op, tool.name, str(exc), "deterministic", version)
-        record = prior or self.intended(tool, round_no, idx, args)
+        planned = self._planned.get(idx) if prior is None else None
+        if planned is not None and planned.tool == tool.name and planned.task_version == version:
+            # Checked and made by `plan` from this very call.
+            record = planned
+        else:
+            try:
+                args = tool.check_args(call.arguments)
+            except errors.ToolFailed as exc:
+                run.view.state.malformed_calls += 1
+                return R.refused(call, op, tool.name, str(exc), "deterministic", version)
+            record = prior or self.intended(tool, round_no, idx, args)
         if prior is not None and self._unsent_and_stale(tool, prior):
             return await self.supersede(call, tool, prior)
         approved = _go(await self.approvals.approval(tool, call, record))

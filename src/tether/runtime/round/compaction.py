@@ -185,14 +185,16 @@ def _fit(
     if ctx.estimate() > budget:
         for e in ctx.entries[1 : len(ctx.entries) - pinned]:
             _trim_results(e)
+        ctx.recount()  # the entries changed in place
     while ctx.estimate() > budget and len(ctx.entries) > 1 + pinned:
-        dropped = ctx.entries.pop(1)
+        dropped = ctx.drop(1)
         older.append(dropped)
         folded = _mechanical_summary([dropped]).splitlines()[1:]
         kept += ("\n" + "\n".join(folded)) if folded else ""
         head = ctx.entries[0]
         head.messages = [Message("user", SUMMARY_PREFIX + kept + note)]
         head.tokens = tokens.estimate_message(head.messages[0])
+        ctx.recount()
     # Then the summary is shortened (its note kept whole); then, as a last resort, the
     # latest round's long results are trimmed and the summary (and its note) shortened
     # again.
@@ -202,6 +204,7 @@ def _fit(
         if last_resort:
             for e in ctx.entries[1:]:
                 _trim_messages(e)
+            ctx.recount()
         head = ctx.entries[0]
         room = max(0, budget - (ctx.estimate() - head.tokens)) * 3
         if last_resort and note and room <= len(SUMMARY_PREFIX) + len(note) + 40:
@@ -212,6 +215,7 @@ def _fit(
             keep = room - 20 - len(SUMMARY_PREFIX) - len(note)
             head.messages = [Message("user", SUMMARY_PREFIX + kept[:keep] + "\n[cut]" + note)]
             head.tokens = tokens.estimate_message(head.messages[0])
+            ctx.recount()
 
 
 def _request_ref(

@@ -13,9 +13,9 @@ a compaction) a summary.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from tether import ledger_view, tokens
 from tether.ledger import Ledger
@@ -155,30 +155,90 @@ class Entry:
             self.tokens = sum(tokens.estimate_message(m) for m in self.messages)
 
 
-@dataclass
 class Context:
-    """A task's working view for the model: frozen system prompt plus appended history."""
+    """A task's working view for the model: frozen system prompt plus appended history.
 
-    system: str
-    tools: tuple[ToolSchema, ...]
-    entries: list[Entry] = field(default_factory=list)
-    calibrator: tokens.Calibrator = field(default_factory=tokens.Calibrator)
-    _fixed_cache: tuple[str, tuple[ToolSchema, ...], int] | None = field(
-        default=None, init=False, repr=False, compare=False
-    )
+    The history's token total and its flat message list are kept as entries come and
+    go (`append`, `drop`, assigning `entries`), so a round's estimates and its request
+    cost no pass over the whole history. An entry changed in place (compaction trims
+    them) must be followed by `recount`.
+    """
+
+    def __init__(
+        self,
+        system: str,
+        tools: tuple[ToolSchema, ...],
+        entries: list[Entry] | None = None,
+        calibrator: tokens.Calibrator | None = None,
+    ) -> None:
+        self.system = system
+        self.tools = tools
+        self.calibrator = calibrator if calibrator is not None else tokens.Calibrator()
+        self._fixed_cache: tuple[str, tuple[ToolSchema, ...], int] | None = None
+        self._entries: list[Entry] = []
+        #: Sum of the entries' `tokens`, and all their messages in order.
+        self._tokens = 0
+        self._messages: list[Message] = []
+        #: `messages()` as last built (None once the history changed).
+        self._frozen: tuple[Message, ...] | None = ()
+        self.entries = entries if entries is not None else []
+
+    def __repr__(self) -> str:
+        return f"Context(system={self.system!r}, tools={self.tools!r}, entries={self._entries!r})"
+
+    @property
+    def entries(self) -> list[Entry]:
+        """The history entries, oldest first. Change it through `append`, `drop` or by
+        assigning a new list (then `recount` is done for you)."""
+        return self._entries
+
+    @entries.setter
+    def entries(self, entries: list[Entry]) -> None:
+        self._entries = entries
+        self.recount()
+
+    def recount(self) -> None:
+        """Recompute the running totals from the entries (after an entry was changed in
+        place)."""
+        self._tokens = sum(e.tokens for e in self._entries)
+        self._messages = [m for e in self._entries for m in e.messages]
+        self._frozen = None
 
     def append(self, entry: Entry) -> None:
         """Add an entry at the end (the only way history changes within an epoch)."""
-        self.entries.append(entry)
+        self._entries.append(entry)
+        self._tokens += entry.tokens
+        self._messages.extend(entry.messages)
+        self._frozen = None
+
+    def drop(self, index: int) -> Entry:
+        """Remove and return the entry at `index` (compaction folds it into the
+        summary)."""
+        entry = self._entries.pop(index)
+        self.recount()
+        return entry
+
+    def history_tokens(self) -> int:
+        """The estimated tokens of the history entries (their `tokens`, summed)."""
+        return self._tokens
 
     def messages(self) -> tuple[Message, ...]:
         """All messages in order."""
-        return tuple(m for e in self.entries for m in e.messages)
+        frozen = self._frozen
+        if frozen is None:
+            frozen = self._frozen = tuple(self._messages)
+        return frozen
 
     def request(
-        self, purpose: Purpose = "act", *, task_id: str | None = None, max_output_tokens: int = 2048
+        self,
+        purpose: Purpose = "act",
+        *,
+        task_id: str | None = None,
+        max_output_tokens: int = 2048,
+        ledger: Mapping[str, Any] | None = None,
     ) -> ModelRequest:
-        """The request for the next act call."""
+        """The request for the next act call (`ledger`: the ledger as data, see
+        `ModelRequest.ledger`)."""
         # The ledger sits at the tail of the system prompt; the part before it is stable
         # across epochs, so providers with explicit breakpoints can cache it apart.
         cut = self.system.rfind("\n\nGOAL LEDGER")
@@ -191,6 +251,7 @@ class Context:
             max_output_tokens=max_output_tokens,
             task_id=task_id,
             metadata=meta,
+            ledger=ledger,
         )
 
     def _fixed(self) -> int:
@@ -204,7 +265,7 @@ class Context:
 
     def raw_estimate(self) -> int:
         """Estimated input tokens of the next request, before calibration."""
-        return self._fixed() + sum(e.tokens for e in self.entries)
+        return self._fixed() + self._tokens
 
     def estimate(self) -> int:
         """Calibrated estimate of the next request's input tokens."""

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tether import errors, failpoints, ledger_view, telemetry
@@ -58,6 +57,8 @@ if TYPE_CHECKING:
 #: The actor asks for a human with a line that starts NEED_HELP (as its prompt says);
 #: the words quoted inside a sentence are not a request.
 _NEED_HELP = re.compile(r"^[ \t>*_-]*NEED_HELP\b", re.M)
+#: The most failure keys a task keeps (`track_failures`).
+_FAILURE_KEYS = 200
 
 
 # --- entry points ---------------------------------------------------------------------
@@ -167,9 +168,8 @@ async def assemble(run: RoundHost, round_no: int) -> tuple[str | None, ModelRequ
     if run.ctx.estimate() > budget:
         # Compaction commits on its own: the focus item's start is staged after it.
         await compact_context(run, budget)
-    request = replace(
-        run.ctx.request("act", task_id=run.journal.task_id),
-        ledger=ledger_view.LedgerData(ledger, focus),
+    request = run.ctx.request(
+        "act", task_id=run.journal.task_id, ledger=ledger_view.LedgerData(ledger, focus)
     )
     run.journal.staged_events = started
     run.journal.staged_ledger = ledger
@@ -401,11 +401,14 @@ def track_failures(view: TaskView, outcomes: Sequence[OpOutcome], focus: str | N
     ("3 failed", "2 failed", "1 failed") is not a loop. The first key that reaches the
     limit makes the round non-convergent. Keys carry the item so a human's retry of it
     starts the count afresh."""
+    failed = [o for o in outcomes if o.status == "failed"]
+    if not failed and len(view.state.failure_keys) <= _FAILURE_KEYS:
+        return None  # nothing to count, and the map is small already
     counts = dict(view.state.failure_keys)
     hit = None
     limit = view.spec.limits.same_failure_repeats
-    for o in outcomes:
-        if o.status != "failed" or o.replayed or o.retry_at is not None:
+    for o in failed:
+        if o.replayed or o.retry_at is not None:
             continue
         key = P.failure_key(focus, o.tool, o.args_hash, o.error_class, o.error)
         counts[key] = int(counts.get(key, 0)) + 1
@@ -415,7 +418,7 @@ def track_failures(view: TaskView, outcomes: Sequence[OpOutcome], focus: str | N
                 f"({o.error_class}: {(o.error or '')[:120]})"
             )
     # Keep the map small: only the most recent keys matter.
-    view.state.failure_keys = dict(list(counts.items())[-200:])
+    view.state.failure_keys = dict(list(counts.items())[-_FAILURE_KEYS:])
     return hit
 
 

@@ -144,11 +144,18 @@ async def limits(view: TaskView, journal: Journal) -> Outcome | None:
                 f"milestone {ms} used its {per_ms} rounds; raise the limit: {command}",
                 why="max_rounds_per_milestone",
             )
-    return await check_budget(view, journal)
+    return await check_budget(view, journal, ms)
 
 
-def _budget_scopes(view: TaskView) -> list[tuple[str, dict[str, tuple[float | None, float]]]]:
-    """(scope, {resource: (limit, used)}) for the task and the current milestone."""
+#: No milestone given: `_budget_scopes` asks the ledger.
+_ASK = "\0ask"
+
+
+def _budget_scopes(
+    view: TaskView, ms: str | None = _ASK
+) -> list[tuple[str, dict[str, tuple[float | None, float]]]]:
+    """(scope, {resource: (limit, used)}) for the task and the current milestone
+    (`ms`, when the caller has it)."""
     b = view.spec.budget
     st = view.state
     scopes = [
@@ -162,7 +169,8 @@ def _budget_scopes(view: TaskView) -> list[tuple[str, dict[str, tuple[float | No
             },
         )
     ]
-    ms = view.ledger.current_milestone()
+    if ms == _ASK:
+        ms = view.ledger.current_milestone()
     spec_ms = next((m for m in view.spec.milestones if m.id == ms), None)
     if spec_ms is not None:
         mb = spec_ms.budget
@@ -181,14 +189,17 @@ def _budget_scopes(view: TaskView) -> list[tuple[str, dict[str, tuple[float | No
     return scopes
 
 
-async def check_budget(view: TaskView, journal: Journal) -> Outcome | None:
+async def check_budget(
+    view: TaskView, journal: Journal, milestone: str | None = _ASK
+) -> Outcome | None:
     """Threshold events at 50% and 80%; suspension at 100%, for
-    the task and for the current milestone. The check runs before every model call, so
-    a cap is never exceeded by more than one call."""
+    the task and for the current milestone (`milestone`, when the caller has it). The
+    check runs before every model call, so a cap is never exceeded by more than one
+    call."""
     marks = set(view.state.budget_marks)
     marks_crossed: list[ev.Event] = []
     exhausted = None
-    for scope, used in _budget_scopes(view):
+    for scope, used in _budget_scopes(view, milestone):
         for res, (limit, val) in used.items():
             if not limit:
                 continue

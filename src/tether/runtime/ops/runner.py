@@ -23,6 +23,7 @@ alone raises `Pause`. No part calls back into another above it.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -86,9 +87,6 @@ class OpRunner:
         self.requests = Requests(run)
         self.attempts = Attempts(run, self.book, self.requests)
         self.approvals = Approvals(run, self.book, self.requests, self.attempts)
-        self.doubt = Doubt(run, self.requests, self.attempts)
-        self.exhaustion = Exhaustion(run, self.requests, self.attempts)
-        self.compensation = Compensation(run, self.book, self.requests)
         #: Set once a call of the round was compensated: the rest are not sent.
         self.halted: str | None = None
         #: The round's op intents by call index, as `plan` made them (arguments
@@ -103,6 +101,23 @@ class OpRunner:
         if found is None:
             found = self._allowed = {t.name: t for t in self.run.tools}
         return found
+
+    # The parts few rounds need are made on first use.
+
+    @functools.cached_property
+    def doubt(self) -> Doubt:
+        """Asks about ops in doubt and recovers unfinished ones."""
+        return Doubt(self.run, self.requests, self.attempts)
+
+    @functools.cached_property
+    def exhaustion(self) -> Exhaustion:
+        """Asks about calls whose retries ran out."""
+        return Exhaustion(self.run, self.requests, self.attempts)
+
+    @functools.cached_property
+    def compensation(self) -> Compensation:
+        """Undoes an item's applied ops."""
+        return Compensation(self.run, self.book, self.requests)
 
     @property
     def pending_events(self) -> list[ev.Event]:

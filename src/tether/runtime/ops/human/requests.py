@@ -15,6 +15,7 @@ from tether.runtime.ops.journal import doubt_id
 from tether.store.base import ApprovalRecord, OpRecord
 
 if TYPE_CHECKING:
+    from tether.clock import Clock
     from tether.runtime.run.ports import OpsHost
 
 #: What a person may answer to a request that also accepts "it was done".
@@ -57,7 +58,12 @@ class Requests:
 
     def __init__(self, run: OpsHost) -> None:
         self.run = run
-        self.clock = run.tool_env.clock
+
+    @property
+    def clock(self) -> Clock:
+        """The run's clock (asked for when a request is made: most rounds make none,
+        and the run's `tool_env` is built at each access)."""
+        return self.run.tool_env.clock
 
     async def get(self, request_id: str) -> ApprovalRecord | None:
         """The approval request with this id, if the task has one."""

@@ -35,6 +35,7 @@ in-flight turns that way, in the process, with no database query.
 from __future__ import annotations
 
 import contextvars
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -136,7 +137,7 @@ _instruments: Any = None
 
 
 def _get_tracer() -> Any:
-    global _tracer, _no_provider
+    global _tracer, _no_provider, _otel_trace
     if _tracer is None:
         try:
             from opentelemetry import trace
@@ -146,11 +147,22 @@ def _get_tracer() -> Any:
             # A proxy: it follows a tracer provider configured later (by the host).
             _tracer = trace.get_tracer(TRACER_NAME)
             _no_provider = (trace.get_tracer_provider, _unset_providers(trace))
+            # OpenTelemetry's `get_tracer_provider` looks the environment up on every
+            # call while no provider is set (a microsecond, a dozen times a round): the
+            # variable naming a provider is read once, here, and otherwise its module's
+            # provider is looked at directly (see `_tracing`).
+            if _PROVIDER_ENV not in os.environ and hasattr(trace, "_TRACER_PROVIDER"):
+                _otel_trace = trace
     return _tracer
 
 
 #: (OpenTelemetry's `get_tracer_provider`, the provider types that record nothing).
 _no_provider: Any = None
+#: OpenTelemetry's trace module when its provider can be read without a call (no
+#: provider named in the environment), else None.
+_otel_trace: Any = None
+#: The environment variable that names a tracer provider to OpenTelemetry.
+_PROVIDER_ENV = "OTEL_PYTHON_TRACER_PROVIDER"
 
 
 def _unset_providers(trace: Any) -> tuple[type, ...]:
@@ -161,12 +173,18 @@ def _tracing() -> Any:
     """The tracer when a host configured a tracer provider, else None: with none, every
     span is a non-recording one, and building it costs more than the round's own work
     (the GenAI metrics are recorded either way, by `span`)."""
-    tracer = _get_tracer()
+    tracer = _tracer if _tracer is not None else _get_tracer()
     if not tracer:
         return None
     if _no_provider is None:  # a tracer handed in directly (tests): use it
         return tracer
     get_provider, unset = _no_provider
+    if (
+        _otel_trace is not None
+        and get_provider is _otel_trace.get_tracer_provider
+        and _otel_trace._TRACER_PROVIDER is None
+    ):
+        return None  # what `get_provider()` answers: the proxy, which records nothing
     return None if isinstance(get_provider(), unset) else tracer
 
 
@@ -259,43 +277,67 @@ def _record_metrics(attributes: Mapping[str, Any], seconds: float, error: str | 
             tokens.record(count, {**common, "gen_ai.token.type": kind})
 
 
-@contextmanager
-def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[SpanLike]:
+class span:
     """A span named `name`, current for the block (for OpenTelemetry when installed,
     and always for the log fields and the listeners).
 
     A span whose `gen_ai.operation.name` is `chat` is a CLIENT span named
     `chat {gen_ai.request.model}` and records the GenAI client metrics when it ends;
-    any other is INTERNAL."""
-    attrs = _clean(attributes or {})
-    recorded = _Span(attrs)
-    fields = {_LOG_KEYS[k]: attrs[k] for k in _LOG_KEYS if k in attrs}
-    # Always a token: a field the span sets later ends with it too.
-    token = _log_fields.set({**_log_fields.get(), **fields})
-    listeners = tuple(_listeners)
-    for listener in listeners:
-        listener.span_started(name, recorded.attributes)
-    t0 = time.perf_counter()
-    error: str | None = None
-    try:
-        tracer = _tracing()
-        if tracer is None:
-            yield recorded
-        else:
-            with _otel_span(tracer, name, recorded) as current:
-                recorded.otel = current
-                yield recorded
-    except BaseException as exc:
-        if getattr(exc, "outcome", None) is None:
-            error = _error_type(exc)
-        raise
-    finally:
-        seconds = time.perf_counter() - t0
-        _log_fields.reset(token)
-        if attrs.get("gen_ai.operation.name") == "chat":
-            _record_metrics(recorded.attributes, seconds, error)
+    any other is INTERNAL.
+
+    A class rather than a generator context manager: a round opens a dozen spans, and
+    with no tracer provider and no listener a span is only its log fields, so the
+    generator's own machinery was most of its cost."""
+
+    __slots__ = ("_chat", "_listeners", "_name", "_otel", "_recorded", "_t0", "_token")
+
+    def __init__(self, name: str, attributes: Mapping[str, Any] | None = None) -> None:
+        self._name = name
+        self._recorded = _Span(_clean(attributes) if attributes else {})
+
+    def __enter__(self) -> SpanLike:
+        recorded = self._recorded
+        attrs = recorded.attributes
+        current = _log_fields.get()
+        if "tether.task_id" in attrs or "tether.round" in attrs:
+            fields = {_LOG_KEYS[k]: attrs[k] for k in _LOG_KEYS if k in attrs}
+            current = {**current, **fields}
+        # Always a token: a field the span sets later ends with it too.
+        self._token = _log_fields.set(current)
+        self._chat = attrs.get("gen_ai.operation.name") == "chat"
+        listeners = self._listeners = tuple(_listeners) if _listeners else ()
         for listener in listeners:
-            listener.span_ended(name, recorded.attributes, seconds, error)
+            listener.span_started(self._name, attrs)
+        self._otel: Any = None
+        self._t0 = time.perf_counter()
+        try:
+            tracer = _tracing()
+            if tracer is not None:
+                otel = _otel_span(tracer, self._name, recorded)
+                recorded.otel = otel.__enter__()
+                self._otel = otel
+        except BaseException as exc:
+            self._end(type(exc), exc, exc.__traceback__)
+            raise
+        return recorded
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        self._end(kind, exc, tb)
+
+    def _end(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        error: str | None = None
+        if exc is not None and getattr(exc, "outcome", None) is None:
+            error = _error_type(exc)
+        try:
+            if self._otel is not None:
+                self._otel.__exit__(kind, exc, tb)
+        finally:
+            seconds = time.perf_counter() - self._t0
+            _log_fields.reset(self._token)
+            if self._chat:
+                _record_metrics(self._recorded.attributes, seconds, error)
+            for listener in self._listeners:
+                listener.span_ended(self._name, self._recorded.attributes, seconds, error)
 
 
 @contextmanager

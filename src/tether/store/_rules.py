@@ -31,7 +31,6 @@ asks the condition for the error (`CommitCondition.refusal`), so the words are t
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from tether.store.base import (
     LedgerWrite,
     OpRecord,
     TaskPatch,
+    TaskRecord,
     blob_hash,
 )
 
@@ -236,27 +236,43 @@ def plan_commit(
 
 # --- upserts ------------------------------------------------------------------------------
 
+Rec = TypeVar("Rec", OpRecord, ArtifactRecord, ApprovalRecord, TaskRecord)
+
+
+def replaced(rec: Rec, **changes: Any) -> Rec:
+    """`dataclasses.replace` for the store's records, several times faster (a commit
+    makes a handful): they are frozen dataclasses with no `__post_init__`, no `InitVar`
+    and no field left out of `__init__`, so a copy of the instance's fields with the
+    changes is the record `__init__` would make. An unknown field is a `TypeError`."""
+    new = object.__new__(type(rec))
+    values = new.__dict__
+    values.update(rec.__dict__)
+    if not changes.keys() <= values.keys():
+        raise TypeError(f"{type(rec).__name__} has no field {sorted(changes.keys() - values)}")
+    values.update(changes)
+    return new
+
 
 def merge_op(old: OpRecord | None, new: OpRecord, now: float) -> OpRecord:
     """The op stored after writing `new` over `old` (None: first write)."""
     if old is None:
-        return dataclasses.replace(new, created_at=now, updated_at=now)
-    outcome = {f: getattr(new, f) for f in OP_OUTCOME}
-    return dataclasses.replace(old, updated_at=now, **outcome)
+        return replaced(new, created_at=now, updated_at=now)
+    d = new.__dict__
+    return replaced(old, updated_at=now, **{f: d[f] for f in OP_OUTCOME})
 
 
 def merge_artifact(old: ArtifactRecord | None, new: ArtifactRecord, now: float) -> ArtifactRecord:
     """The artifact stored after writing `new` over `old` (None: first write)."""
     if old is None:
-        return dataclasses.replace(new, created_at=now)
-    return dataclasses.replace(old, **{f: getattr(new, f) for f in ARTIFACT_MUTABLE})
+        return replaced(new, created_at=now)
+    return replaced(old, **{f: getattr(new, f) for f in ARTIFACT_MUTABLE})
 
 
 def merge_approval(old: ApprovalRecord | None, new: ApprovalRecord, now: float) -> ApprovalRecord:
     """The approval stored after writing `new` over `old` (None: first write)."""
     if old is None:
-        return dataclasses.replace(new, created_at=new.created_at or now)
-    return dataclasses.replace(old, **{f: getattr(new, f) for f in APPROVAL_MUTABLE})
+        return replaced(new, created_at=new.created_at or now)
+    return replaced(old, **{f: getattr(new, f) for f in APPROVAL_MUTABLE})
 
 
 #: The status of a request closed with what it decided about (see `closing`).
@@ -329,9 +345,7 @@ def close_request(appr: ApprovalRecord, reason: str, by: str, now: float) -> App
             "decision": appr.decision,
             "decided_by": appr.decided_by,
         }
-    return dataclasses.replace(
-        appr, status=CLOSED, decision=decision, decided_by=by, decided_at=now
-    )
+    return replaced(appr, status=CLOSED, decision=decision, decided_by=by, decided_at=now)
 
 
 def close_event(appr: ApprovalRecord, reason: str, by: str) -> ev.ApprovalClosed:

@@ -66,12 +66,45 @@ def _copy(obj: Any) -> Any:
 def _copy_op(op: OpRecord) -> OpRecord:
     # Only the JSON fields are containers; the rest is immutable (a deepcopy of the
     # whole record costs more than the round's commit).
-    return dataclasses.replace(
+    return rules.replaced(
         op,
         args=_copy(op.args),
         result=None if op.result is None else _copy(op.result),
         error=None if op.error is None else _copy(op.error),
     )
+
+
+def _copy_usage(usage: Any, marks: b.MarksWrite | None, held: Any) -> Any:
+    """The run state a commit stores (`_copy` of `usage`), its progress marks
+    (`usage["seen"]`, up to a thousand per item) taken as the SQL stores take them: the
+    items `marks` does not name keep the lists stored (`held`, never changed in place),
+    the others drop their oldest marks and get the new ones, copied. Where that does not
+    give a list of the given length (or `marks` is None), the given list is copied."""
+    seen = usage.get("seen") if type(usage) is dict else None
+    kept = held.get("seen") if type(held) is dict else None
+    if marks is None or type(seen) is not dict or type(kept) is not dict:
+        return _copy(usage)
+    changed = marks.items
+    out_seen: dict[str, Any] = {}
+    for item, given in seen.items():
+        old = kept.get(item)
+        if type(item) is not str:
+            return _copy(usage)  # the JSON round trip converts the key
+        if type(given) is list and type(old) is list:
+            change = changed.get(item)
+            if change is None:
+                if len(old) == len(given):
+                    out_seen[item] = old
+                    continue
+            else:
+                cut, added = change
+                if cut is not None and len(old) - cut + len(added) == len(given):
+                    out_seen[item] = old[cut:] + _copy(list(added))
+                    continue
+        out_seen[item] = _copy(given)
+    out = _copy({**usage, "seen": {}})
+    out["seen"] = out_seen
+    return out
 
 
 class MemoryStore(b.Store):
@@ -230,7 +263,14 @@ class MemoryStore(b.Store):
                 for n, e in enumerate(events)
             ]
             changes = {
-                k: _copy(v) if k in rules.JSON_COLUMNS else v for k, v in plan.changes.items()
+                k: (
+                    _copy_usage(v, task.marks if task else None, rec.usage)
+                    if k == "usage"
+                    else _copy(v)
+                    if k in rules.JSON_COLUMNS
+                    else v
+                )
+                for k, v in plan.changes.items()
             }
             # Everything validated: apply.
             self._events[task_id].extend(stored)
@@ -253,7 +293,7 @@ class MemoryStore(b.Store):
                 self._approvals[appr.request_id] = rules.merge_approval(
                     self._approvals.get(appr.request_id), copy.deepcopy(appr), now
                 )
-            self._tasks[task_id] = dataclasses.replace(rec, **changes)
+            self._tasks[task_id] = rules.replaced(rec, **changes)
             return b.CommitResult(plan.first_seq, plan.last_seq, rec.cancel_requested, rec.version)
 
     def _op_status(self, op_id: str) -> str | None:

@@ -183,8 +183,9 @@ class MarksWrite:
     marks, oldest first), as the writer that loaded them knows it: per item changed, how
     many of its oldest marks go (`None`: all of them, the item forgotten or rewritten)
     and the marks appended after them. The SQL stores write it as rows added and
-    removed (the task row no longer carries the marks); the memory store keeps `usage`
-    as given, which holds the same marks whole."""
+    removed (the task row no longer carries the marks); the memory store applies it to
+    the lists it holds (an item it does not name keeps its stored list), copying only
+    the new marks, and copies an item's given list where that would not give its length."""
 
     items: Mapping[str, tuple[int | None, tuple[str, ...]]] = field(default_factory=dict)
 

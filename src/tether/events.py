@@ -23,8 +23,15 @@ class Event(BaseModel):
     TYPE: ClassVar[str] = ""
 
     def data(self) -> dict[str, Any]:
-        """The JSON-ready payload."""
-        return self.model_dump(mode="json")
+        """The JSON-ready payload (`model_dump(mode="json")`, whose keywords are all
+        left at their defaults: its serializer called directly, without its wrapper —
+        a round stores seven events)."""
+        out: dict[str, Any] = self.__pydantic_serializer__.to_python(self, mode="json")
+        return out
+
+    def json_text(self) -> str:
+        """`model_dump_json()`, the serializer called directly (see `data`)."""
+        return self.__pydantic_serializer__.to_json(self).decode()
 
 
 _E = TypeVar("_E", bound=type[Event])

@@ -57,7 +57,7 @@ _NOTHING = Commit()
 def redacted(event: ev.Event, redactor: Redactor) -> ev.Event:
     """The event with secret values and URL userinfo masked (see `tether.redact`). Its
     JSON text (pydantic's, fast) is scanned first: most events hold nothing to mask."""
-    if event.TYPE not in REDACTED_EVENTS or redactor.clean(event.model_dump_json()):
+    if event.TYPE not in REDACTED_EVENTS or redactor.clean(event.json_text()):
         return event
     data = event.data()
     masked = redactor.data(data)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
@@ -227,3 +228,81 @@ def test_span_without_opentelemetry(monkeypatch: pytest.MonkeyPatch) -> None:
         s.set_attribute("b", 2)
         assert telemetry.log_fields()["round"] == 2
     assert "round" not in telemetry.log_fields()
+
+
+# --- the stop request during model calls --------------------------------------------------
+
+
+class _Journal:
+    task_id = "t1"
+
+    def __init__(self) -> None:
+        self.staged_events: list[Any] = ["decision"]
+        self.staged_ledger: Any = "ledger"
+
+
+class _Model:
+    name = "scripted:m"
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def complete(self, request: Any) -> ModelResponse:
+        self.started.set()
+        await self.release.wait()
+        return ModelResponse("ok", (), Usage(1, 1), "m", 1.0)
+
+
+class _Request:
+    purpose = "act"
+
+
+async def test_a_stop_cancels_the_call_in_flight_with_one_watcher_per_run() -> None:
+    from tether.runtime.run.outcome import Stop
+
+    stop, journal, model = asyncio.Event(), _Journal(), _Model()
+    calls = model_calls.ModelCalls(Any, Any, journal, stop)  # type: ignore[arg-type]
+    model.release.set()
+    for _ in range(5):  # calls that finish: one watcher, no waiter left per call
+        resp = await calls.call_model(model, _Request())  # type: ignore[arg-type]
+        assert resp.text == "ok"
+    watcher = calls._watcher
+    assert watcher is not None and not watcher.done() and not calls._calling
+    await asyncio.sleep(0)  # the watcher's first step
+    assert len(stop._waiters) == 1  # type: ignore[attr-defined]
+
+    model.release.clear()
+    model.started.clear()
+    call = asyncio.ensure_future(calls.call_model(model, _Request()))  # type: ignore[arg-type]
+    await model.started.wait()
+    stop.set()
+    with pytest.raises(Stop) as stopped:
+        await call
+    assert "interrupted during a model call" in stopped.value.outcome.reason
+    assert journal.staged_events == [] and journal.staged_ledger is None
+    assert not calls._calling and call.cancelling() == 0
+    never = asyncio.get_running_loop().create_future()
+    with pytest.raises(Stop):  # asked again: refused at once
+        await calls._unless_stopped(never, "act")
+
+    stop.clear()
+    model.release.set()
+    assert (await calls.call_model(model, _Request())).text == "ok"  # type: ignore[arg-type]
+    assert calls._watcher is not watcher and not calls._watcher.done()  # type: ignore[union-attr]
+    calls.close()
+    await asyncio.sleep(0)
+    assert calls._watcher is None and not stop._waiters  # type: ignore[attr-defined]
+
+
+async def test_an_error_of_the_call_is_its_own() -> None:
+    stop = asyncio.Event()
+    calls = model_calls.ModelCalls(Any, Any, _Journal(), stop)  # type: ignore[arg-type]
+
+    async def boom() -> ModelResponse:
+        raise SystemExit(3)
+
+    with pytest.raises(SystemExit):
+        await calls._unless_stopped(boom(), "act")
+    assert not calls._calling
+    calls.close()

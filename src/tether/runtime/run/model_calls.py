@@ -90,6 +90,10 @@ class ModelCalls:
         self.view = view
         self.journal = journal
         self.stop = stop
+        # One watcher of the stop request for every call (see `_unless_stopped`), and
+        # the calls in flight it cancels: task -> [cancelled by it].
+        self._watcher: asyncio.Future[Any] | None = None
+        self._calling: dict[asyncio.Task[Any], list[bool]] = {}
 
     async def call_model(self, model: Model, request: ModelRequest) -> ModelResponse:
         """One model call with latency measured; errors become `ModelError`. A stop
@@ -121,26 +125,22 @@ class ModelCalls:
         if self.stop.is_set():
             raise Stop(out.interrupted("interrupted; resume to continue"))
         me = asyncio.current_task()
-        triggered = False
-
-        def interrupt(_: object) -> None:
-            nonlocal triggered
-            if me is not None and not me.done():
-                triggered = True
-                me.cancel()
-
-        watcher = asyncio.ensure_future(self.stop.wait())
-        watcher.add_done_callback(interrupt)
+        flag = [False]
+        if me is not None:
+            # One watcher for the run's calls, not a task made and cancelled per call
+            # (that cost the loop more than the rest of the call's bookkeeping).
+            self._watch()
+            self._calling[me] = flag
         try:
             return await call
         except BaseException:
             # An SDK may turn the cancellation into an error of its own: either way the
             # call was abandoned because of the stop.
-            if not triggered:
+            if not flag[0]:
                 raise
         finally:
-            watcher.remove_done_callback(interrupt)
-            watcher.cancel()
+            if me is not None:
+                self._calling.pop(me, None)
         if me is not None:
             me.uncancel()
         if purpose == "act":
@@ -148,6 +148,27 @@ class ModelCalls:
             self.journal.staged_events = []
             self.journal.staged_ledger = None
         raise Stop(out.interrupted("interrupted during a model call; resume to continue"))
+
+    def _watch(self) -> None:
+        """Start the watcher of the stop request unless it waits already."""
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.ensure_future(self.stop.wait())
+            self._watcher.add_done_callback(self._interrupt)
+
+    def _interrupt(self, watcher: asyncio.Future[Any]) -> None:
+        """The stop was requested: cancel the calls in flight."""
+        if watcher.cancelled():
+            return
+        for task, flag in self._calling.items():
+            if not task.done():
+                flag[0] = True
+                task.cancel()
+
+    def close(self) -> None:
+        """The run is over: stop watching (a call made later watches again)."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
 
     async def record_call(
         self,

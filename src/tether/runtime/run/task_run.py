@@ -190,6 +190,8 @@ class TaskRun:
                 self.flow.rounds_this_run,
                 interrupted=True,
             )
+        finally:
+            self.calls.close()
         self.view.task = await self.records.task()
         return self.result()
 

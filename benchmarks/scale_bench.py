@@ -34,10 +34,13 @@ and after each configuration: on a shared machine the figures move with it.
     .venv/bin/python benchmarks/scale_bench.py --pg postgresql://postgres@127.0.0.1:5432/test
     .venv/bin/python benchmarks/scale_bench.py --quick --json out.json   # a smoke run
 
-The children set their collector as `tether worker` does (`runtime.worker.tuning`);
-`--no-tune` leaves CPython's defaults, for a before/after comparison. `--probe` breaks
-the added latency down (`Probe`, `breakdown`): the store calls a round awaits (waiting
-for a thread, in it, handed back), the event loop's lag, the collector's pauses.
+The children set their collector as `tether worker` does (`runtime.worker.tuning`: its
+thresholds, then, once the store is open, a round's modules imported and the heap
+frozen); `--no-tune` leaves CPython's defaults, for a before/after comparison. `--probe`
+breaks the added latency down (`Probe`, `breakdown`): the store calls a round awaits
+(waiting for a thread, in it, handed back), the event loop's lag, the collector's
+pauses, and which rounds the slowest 1% were, when, and how much of an older
+generation's collection fell inside them.
 
 Without `--pg` (or `TETHER_TEST_PG_URL`) the PostgreSQL configurations are skipped.
 Each PostgreSQL configuration runs in a schema of its own, dropped at the end.
@@ -70,7 +73,7 @@ from tether.models.scripted import tool_call
 from tether.runtime.engine import ModelSet
 from tether.runtime.tasks import create_task
 from tether.runtime.worker import Worker
-from tether.runtime.worker.tuning import tune_process
+from tether.runtime.worker.tuning import settle_process, tune_process
 from tether.spec import TaskSpec, parse_spec
 from tether.store import open_store
 from tether.tools.registry import ToolContext, ToolRegistry, tool
@@ -136,7 +139,8 @@ class Probe:
     def __init__(self) -> None:
         self.lags: list[float] = []
         self.lag_cpu: list[tuple[float, float]] = []
-        self.gc: list[tuple[int, float]] = []
+        #: (generation, CPU, wall start, wall seconds) of each collection
+        self.gc: list[tuple[int, float, float, float]] = []
         #: asyncio task name -> [(submit, thread start, thread end, resumed, fn name)]
         self.calls: dict[str, list[tuple[float, float, float, float, str]]] = {}
         self.model_end: dict[str, list[float]] = {}
@@ -165,9 +169,10 @@ class Probe:
             # The collecting thread's CPU (it holds the GIL throughout): the load's noise
             # left out.
             if phase == "start":
-                started[:] = [time.thread_time()]
+                started[:] = [time.thread_time(), time.perf_counter()]
             elif started:
-                self.gc.append((info.get("generation", -1), time.thread_time() - started[0]))
+                cpu, wall = time.thread_time() - started[0], time.perf_counter() - started[1]
+                self.gc.append((info.get("generation", -1), cpu, started[1], wall))
 
         gc.callbacks.append(on_gc)
 
@@ -285,6 +290,8 @@ async def child(args: argparse.Namespace) -> None:
         lease_ttl=60,
         pool_size=args.pool_size,
     )
+    if not args.no_tune:
+        settle_process()  # as `tether worker` does once its store is open
     samples: list[tuple[float, int, int]] = []
     rss_idle = _rss()
     print("ready", flush=True)
@@ -504,7 +511,7 @@ def breakdown(docs: list[dict[str, Any]]) -> dict[str, Any]:
     names: dict[str, int] = {}
     lags: list[float] = []
     late: list[tuple[float, float]] = []
-    gcs: list[tuple[int, float]] = []
+    gcs: list[tuple[int, float, float, float]] = []
     for d in docs:
         pr = d["probe"]
         lags.extend(pr["lags"])
@@ -521,6 +528,9 @@ def breakdown(docs: list[dict[str, Any]]) -> dict[str, Any]:
                 m_end = ends[k - 1]
                 t_start, t_end = spans[k - 1]
                 row = {
+                    "round": k,
+                    "start": a0,
+                    "span": a1 - a0,
                     "added": (a1 - a0 - (m_end - a0) - (t_end - t_start)) * 1000,
                     "pre_tool": (t_start - m_end) * 1000,
                     "post_tool": (a1 - t_end) * 1000,
@@ -540,11 +550,25 @@ def breakdown(docs: list[dict[str, Any]]) -> dict[str, Any]:
     tail = rows[int(0.99 * len(rows)) :]
 
     def mean(rs: list[dict[str, float]]) -> dict[str, float]:
-        return {k: round(statistics.mean(r[k] for r in rs), 2) for k in rs[0]}
+        keys = [k for k in rs[0] if k not in ("round", "start", "span")]
+        return {k: round(statistics.mean(r[k] for r in rs), 2) for k in keys}
 
     lags.sort()
+    t0 = min(r["start"] for r in rows)
+    # The slowest 1% that had an older generation's collection (1 or 2) inside them.
+    old_gcs = [g for g in gcs if g[0] >= 1]
+    tail_gc = [
+        sum(g[3] for g in old_gcs if r["start"] <= g[2] < r["start"] + r["span"]) for r in tail
+    ]
     return {
         "rounds": len(rows),
+        # Which rounds of their task the slowest 1% were, and when (seconds into the run).
+        "p99_tail_rounds": sorted(int(r["round"]) for r in tail),
+        "p99_tail_at_s": sorted(round(r["start"] - t0, 1) for r in tail),
+        "p99_tail_gc": {
+            "rounds_with_gen1_2": sum(1 for x in tail_gc if x),
+            "mean_ms": round(statistics.mean(tail_gc) * 1000, 1),
+        },
         "all_mean": mean(rows),
         "p99_tail_mean": mean(tail),
         "loop_lag_ms": {

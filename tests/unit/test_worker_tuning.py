@@ -7,13 +7,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from tether.runtime.worker.tuning import GC_THRESHOLDS, tune_process
+from tether.runtime.worker import tuning
+from tether.runtime.worker.tuning import GC_THRESHOLDS, settle_process, tune_process
 
 
 @pytest.fixture(autouse=True)
 def _restore_gc() -> Iterator[None]:
     before, enabled = gc.get_threshold(), gc.isenabled()
+    settled = tuning._settled
     yield
+    tuning._settled = settled
+    gc.unfreeze()
     gc.set_threshold(*before)
     if enabled:
         gc.enable()
@@ -39,3 +43,30 @@ def test_a_process_with_the_collector_off_is_left_alone() -> None:
     tune_process()
     assert gc.get_threshold() == (700, 10, 10)
     assert not gc.isenabled()
+
+
+def test_settling_imports_a_rounds_modules_and_freezes_the_heap_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    monkeypatch.setattr(tuning, "_settled", False)
+    gc.unfreeze()
+    settle_process()
+    assert "tether.runtime.round.phases" in sys.modules
+    frozen = gc.get_freeze_count()
+    assert frozen > 0
+    kept = [[] for _ in range(100)]  # new objects: a second call must not freeze them
+    settle_process()
+    assert gc.get_freeze_count() == frozen
+    del kept
+
+
+def test_settling_leaves_a_process_with_the_collector_off_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tuning, "_settled", False)
+    gc.unfreeze()
+    gc.disable()
+    settle_process()
+    assert gc.get_freeze_count() == 0

@@ -305,7 +305,7 @@ def worker(
     from tether.runtime.takeover import process_id
     from tether.runtime.watch.sinks import default_notifier
     from tether.runtime.wiring import open_runtime
-    from tether.runtime.worker.tuning import tune_process
+    from tether.runtime.worker.tuning import settle_process, tune_process
 
     if cluster_metrics and metrics_port is None:
         raise fail(errors.UserError("--cluster-metrics needs --metrics-port"), 2)
@@ -375,6 +375,7 @@ def worker(
                     on_error=_report_error,
                     **({} if quiet else {"on_progress": _round_line}),
                 )
+                settle_process()  # the store is open: what lives as long as the process, frozen
                 return await w.run()
             finally:
                 if stop_listening is not None:

@@ -44,7 +44,6 @@ its recovery reads what the store holds (`Engine.run`'s `reconnect_for` waits fo
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 import functools
 import logging
@@ -65,6 +64,7 @@ from tether.store import _marks as marks
 from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import schema_policy
+from tether.store._handback import run_in
 from tether.store._sql import (
     _ART_COLS_A,
     RECORD_TABLES,
@@ -358,15 +358,15 @@ class PostgresStore(SqlStore):
             ) from exc
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run `fn` in a thread; a failure that changed nothing (see `_translated`) is
+        """Run `fn` in a thread (its result handed back to the loop in a batch with the
+        others ready: `_handback`); a failure that changed nothing (see `_translated`) is
         tried again on a new connection, with backoff, for up to `retry_window` seconds
         (a restarted server, ended sessions), then raised."""
         deadline: float | None = None
         delay = 0.0
         while True:
             try:
-                call = functools.partial(contextvars.copy_context().run, fn, *args)
-                return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+                return await run_in(self._executor, fn, *args)
             except errors.StoreUnavailable as exc:
                 if not (exc.fields.get("retry_safe") or _idempotent(fn)):
                     raise

@@ -14,13 +14,23 @@ grow from it (cycles are still collected, a little later).
 The switch interval (`sys.setswitchinterval`) is left at CPython's 5 ms: a shorter one
 did not measurably cut the tail at concurrency 64 on the shared 2-core machine.
 
+Once the store is open and before the first claim (`settle_process`), the modules a
+round imports lazily are imported, and what the process holds then (its modules, the
+store's pool, the price tables: tens of thousands of objects that live as long as the
+process) is collected once and frozen (`gc.freeze`): the collector no longer walks it
+again at every full collection while runs are in flight, and the first round of the
+first runs does not pay for the imports while the other runs wait.
+
 Applied by the `tether worker` command, which owns its process; a program that embeds
-a `Worker` decides for its own process (it may call `tune_process` too).
+a `Worker` decides for its own process (it may call `tune_process` and
+`settle_process` too).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import importlib
 
 #: The collector's thresholds for a worker process (CPython's default: 700, 10, 10).
 GC_THRESHOLDS = (3000, 10, 10)
@@ -37,4 +47,34 @@ def tune_process() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-__all__ = ["GC_THRESHOLDS", "tune_process"]
+#: Modules a round imports on first use (a provider's price table among them).
+WARM_MODULES = (
+    "tether.runtime.round.phases",
+    "tether.runtime.judge.completion",
+    "tether.models.pricing",
+    "genai_prices",
+    "genai_prices.data",
+)
+
+
+_settled = False
+
+
+def settle_process() -> None:
+    """Import `WARM_MODULES`, collect, and freeze what the process holds (see the module):
+    when the worker's store is open and before its first claim, once per process (a
+    second worker in the same process finds it done). Objects frozen are never
+    collected: only what lives as long as the process should be there by then."""
+    global _settled
+    if _settled:
+        return
+    _settled = True
+    for name in WARM_MODULES:
+        with contextlib.suppress(ImportError):  # an optional extra not installed
+            importlib.import_module(name)
+    if gc.isenabled():
+        gc.collect()
+        gc.freeze()
+
+
+__all__ = ["GC_THRESHOLDS", "WARM_MODULES", "settle_process", "tune_process"]

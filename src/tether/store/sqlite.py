@@ -36,6 +36,7 @@ from tether import errors
 from tether.clock import Clock
 from tether.store import _search as search
 from tether.store import schema_policy
+from tether.store._handback import run_in
 from tether.store._sql import _ART_COLS_A, SqlStore
 from tether.store.base import SCHEMA_VERSION
 from tether.store.schema_policy import iter_statements
@@ -268,8 +269,9 @@ class SQLiteStore(SqlStore):
             )
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fn, *args)
+        # Results handed back to the loop in batches (`_handback`): many runs in one
+        # worker commit in bursts on the one connection's thread.
+        return await run_in(self._executor, fn, *args)
 
     @contextmanager
     def _auto(self) -> Iterator[sqlite3.Connection]:

@@ -355,3 +355,37 @@ def test_seen_and_item_rounds_survive_the_stored_state() -> None:
     # Rows written before these fields existed read as empty.
     old = {k: v for k, v in st_.to_dict().items() if k not in ("seen", "item_rounds")}
     assert RunState.from_dict(old).seen == {} and RunState.from_dict(old).item_rounds == {}
+
+
+@given(
+    st.text(alphabet="0123456789 \t\x0b\x1c\x1fmsunMSUNiecotdx._:\u00b5\u017f\u0663", max_size=60)
+)
+def test_normalise_gives_what_the_old_code_gave_on_digits_and_units(text: str) -> None:
+    # The `<epoch>` and `<duration>` pre-tests (`_SHAPES`): ten digits in a row, a digit
+    # then at most one whitespace character then a unit's first letter.
+    assert P.normalise(text) == _every_pattern(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "12ms",
+        "12 MS",
+        "3\tsec",
+        "3\x1cs",
+        "4  s",
+        "5 min",
+        "6\nus",
+        "7 ns",
+        "1796426931",
+        "179642693",
+        "x1796426931",
+        "1796426931123.5",
+        "8 µs",
+        "9 ſ",
+        "took 1.5 seconds",
+    ],
+)
+def test_normalise_gives_what_the_old_code_gave_on_units(text: str) -> None:
+    for t in (text, f"a {text} b", f"{text}.{text}"):
+        assert P.normalise(t) == _every_pattern(t)

@@ -97,6 +97,19 @@ _VOLATILE: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
 #: every hex digit made `h` (no byte of a non-ASCII character is one), a bytes search.
 _HEX_DIGITS: Final = bytes.maketrans(b"0123456789abcdefABCDEF", b"h" * 22)
 _HEX_RUN: Final = b"h" * 12
+#: The shape of a lower-cased ASCII text: every digit made `d`, every character `\s`
+#: matches made a space, every letter a unit of `<duration>` can start with (`ms`, `s`,
+#: `us`, `ns`, `min`…) made `u`, anything else `.`.
+_SHAPE: Final = bytes(
+    b"d"[0]
+    if chr(i) in "0123456789"
+    else b" "[0]
+    if chr(i) in "\t\n\v\f\r\x1c\x1d\x1e\x1f "
+    else b"u"[0]
+    if chr(i) in "msun"
+    else b"."[0]
+    for i in range(256)
+)
 
 #: How much of a message or result is compared (the rest rarely tells a new failure).
 _MAX_CHARS: Final = 20_000
@@ -126,10 +139,21 @@ _NEEDLES: Final[tuple[tuple[tuple[str, ...], ...], ...]] = (
     (("/", "\\"), ("/tmp/", "/var/folders/", "/dev/shm/", "\\temp\\")),
     (("-",), ("pytest-of-",)),
     (("pid", "process", "thread"),),
-    (),
+    (),  # `<epoch>` and `<duration>`: `_SHAPES`
     (),
     # the port pattern needs its ":" whatever the host
     ((":",), ("127.0.0.1", "localhost", "0.0.0.0", "[::1]")),
+)
+
+#: Per `_VOLATILE` pattern: strings of which the `_SHAPE` of an ASCII text holds one
+#: whenever the pattern can match it (empty: no such test). `<epoch>` needs ten digits in
+#: a row; `<duration>` a digit, then at most one whitespace character, then its unit.
+#: Ordinary output has digits but rarely these: the regex scans of every digit are saved.
+_SHAPES: Final[tuple[tuple[bytes, ...], ...]] = (
+    *((),) * 13,
+    (b"d" * 10,),
+    (b"du", b"d u"),
+    (),
 )
 
 
@@ -141,14 +165,22 @@ def normalise(text: str) -> str:
     # Case-insensitive patterns match a few non-ASCII letters to ASCII ones (the Kelvin
     # sign to `k`): the substring test is exact for ASCII text only.
     lower = out.lower() if out.isascii() else None
-    for (pattern, repl), clauses in zip(_VOLATILE, _NEEDLES, strict=True):
-        if lower is not None and not _may_match(lower, clauses):
-            continue
+    shape = None  # `lower`'s `_SHAPE`, made when first needed
+    for (pattern, repl), clauses, shapes in zip(_VOLATILE, _NEEDLES, _SHAPES, strict=True):
+        if lower is not None:
+            if not _may_match(lower, clauses):
+                continue
+            if shapes:
+                if shape is None:
+                    shape = lower.encode().translate(_SHAPE)
+                if not any(s in shape for s in shapes):
+                    continue
         if pattern is _HEX and _HEX_RUN not in out.encode().translate(_HEX_DIGITS):
             continue
         out, count = pattern.subn(repl, out)
         if count and lower is not None:
             lower = out.lower()
+            shape = None
     # Whitespace collapsed: `str.split` knows the whitespace `\s` does, and is far cheaper
     # than `re.sub(r"\s+", " ", out).strip()`, which it equals.
     return " ".join(out.split())

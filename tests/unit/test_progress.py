@@ -389,3 +389,18 @@ def test_normalise_gives_what_the_old_code_gave_on_digits_and_units(text: str) -
 def test_normalise_gives_what_the_old_code_gave_on_units(text: str) -> None:
     for t in (text, f"a {text} b", f"{text}.{text}"):
         assert P.normalise(t) == _every_pattern(t)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", " ", "a", " a", "a ", "a b", "a  b", "a\tb", "a\x1fb", "a\x0bb", "a\r\nb", "a\x85b"],
+)
+def test_normalise_collapses_whitespace_as_the_old_code_did(text: str) -> None:
+    # Text with nothing to collapse is returned as it is (its shape tells).
+    for t in (text, f"{text}x", f"x{text}", f"{text}12 ms{text}"):
+        assert P.normalise(t) == _every_pattern(t)
+
+
+@given(st.text(alphabet=" \t\n\x0b\x0c\r\x1c\x1d\x1e\x1fab1", max_size=20))
+def test_normalise_collapses_any_ascii_whitespace_as_the_old_code_did(text: str) -> None:
+    assert P.normalise(text) == _every_pattern(text)

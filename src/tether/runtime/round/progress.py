@@ -97,14 +97,16 @@ _VOLATILE: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
 #: every hex digit made `h` (no byte of a non-ASCII character is one), a bytes search.
 _HEX_DIGITS: Final = bytes.maketrans(b"0123456789abcdefABCDEF", b"h" * 22)
 _HEX_RUN: Final = b"h" * 12
-#: The shape of a lower-cased ASCII text: every digit made `d`, every character `\s`
-#: matches made a space, every letter a unit of `<duration>` can start with (`ms`, `s`,
-#: `us`, `ns`, `min`…) made `u`, anything else `.`.
+#: The shape of a lower-cased ASCII text: every digit made `d`, a space kept, every other
+#: character `\s` matches made a tab, every letter a unit of `<duration>` can start with
+#: (`ms`, `s`, `us`, `ns`, `min`…) made `u`, anything else `.`.
 _SHAPE: Final = bytes(
     b"d"[0]
     if chr(i) in "0123456789"
     else b" "[0]
-    if chr(i) in "\t\n\v\f\r\x1c\x1d\x1e\x1f "
+    if chr(i) == " "
+    else b"\t"[0]
+    if chr(i) in "\t\n\v\f\r\x1c\x1d\x1e\x1f"
     else b"u"[0]
     if chr(i) in "msun"
     else b"."[0]
@@ -152,7 +154,7 @@ _NEEDLES: Final[tuple[tuple[tuple[str, ...], ...], ...]] = (
 _SHAPES: Final[tuple[tuple[bytes, ...], ...]] = (
     *((),) * 13,
     (b"d" * 10,),
-    (b"du", b"d u"),
+    (b"du", b"d u", b"d\tu"),
     (),
 )
 
@@ -173,7 +175,10 @@ def normalise(text: str) -> str:
             if shapes:
                 if shape is None:
                     shape = lower.encode().translate(_SHAPE)
-                if not any(s in shape for s in shapes):
+                for needle in shapes:
+                    if needle in shape:
+                        break
+                else:
                     continue
         if pattern is _HEX and _HEX_RUN not in out.encode().translate(_HEX_DIGITS):
             continue
@@ -182,7 +187,13 @@ def normalise(text: str) -> str:
             lower = out.lower()
             shape = None
     # Whitespace collapsed: `str.split` knows the whitespace `\s` does, and is far cheaper
-    # than `re.sub(r"\s+", " ", out).strip()`, which it equals.
+    # than `re.sub(r"\s+", " ", out).strip()`, which it equals. Most output has nothing
+    # to collapse (single spaces, none at the ends), which its shape tells faster still.
+    if lower is not None:
+        if shape is None:
+            shape = lower.encode().translate(_SHAPE)
+        if not (b"\t" in shape or b"  " in shape or shape.startswith(b" ") or shape.endswith(b" ")):
+            return out
     return " ".join(out.split())
 
 

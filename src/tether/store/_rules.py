@@ -261,6 +261,36 @@ def merge_op(old: OpRecord | None, new: OpRecord, now: float) -> OpRecord:
     return replaced(old, updated_at=now, **{f: d[f] for f in OP_OUTCOME})
 
 
+def op_result_stored(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An op's `result` as stored: a `summary` that is the start of the `content` (a
+    tool's output, whose first 200 characters are its summary) is kept as its length
+    only, so the output is not stored twice; `op_result_read` puts it back."""
+    if result is None:
+        return None
+    summary, content = result.get("summary"), result.get("content")
+    if isinstance(summary, str) and isinstance(content, str) and content.startswith(summary):
+        return {**result, "summary": len(summary)}
+    return result
+
+
+def stored_ops(ops: Sequence[OpRecord], now: float) -> list[OpRecord]:
+    """A commit's ops as the SQL stores write them: merged by id (`merge_op`), each
+    `result` in its stored form (`op_result_stored`)."""
+    merged = collapse(ops, lambda o: o.op_id, merge_op, now)
+    return [replaced(o, result=op_result_stored(o.result)) for o in merged]
+
+
+def op_result_read(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An op's `result` as written, from its stored form (`op_result_stored`); a result
+    stored whole (rows written before the summary was shortened) is read as it is."""
+    if result is None:
+        return None
+    summary, content = result.get("summary"), result.get("content")
+    if type(summary) is int and isinstance(content, str):
+        return {**result, "summary": content[:summary]}
+    return result
+
+
 def merge_artifact(old: ArtifactRecord | None, new: ArtifactRecord, now: float) -> ArtifactRecord:
     """The artifact stored after writing `new` over `old` (None: first write)."""
     if old is None:

@@ -127,7 +127,7 @@ def record_writes(c: b.Commit, now: float) -> Iterator[tuple[str, list[Any]]]:
     """`(table, records)` for each record table a commit writes (`RECORD_TABLES`), its
     records of one id merged into one by the rules."""
     if c.ops:
-        yield "ops", rules.collapse(c.ops, lambda o: o.op_id, rules.merge_op, now)
+        yield "ops", rules.stored_ops(c.ops, now)
     if c.artifacts:
         yield (
             "artifacts",
@@ -231,6 +231,8 @@ class SqlStore(b.Store):
             elif how == "tuple":
                 value = tuple(self._json_out(value) or ())
             values[name] = value
+        if cls is OpRecord:
+            values["result"] = rules.op_result_read(values["result"])
         return cls(**values)
 
     def _task_query(self, where: str) -> str:

@@ -32,7 +32,7 @@ asks the condition for the error (`CommitCondition.refusal`), so the words are t
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -41,6 +41,7 @@ from tether.store.base import (
     UNSET,
     ApprovalRecord,
     ArtifactRecord,
+    Commit,
     LedgerWrite,
     OpRecord,
     TaskPatch,
@@ -438,6 +439,23 @@ def settle_requests(
     return [*events, *closed_events], [*writes, *closed]
 
 
+def record_writes(c: Commit, now: float) -> Iterator[tuple[str, list[Any]]]:
+    """`(table, records)` for each record table a commit writes (`RECORD_TABLES`), its
+    records of one id merged into one by the"""
+    if c.ops:
+        yield "ops", stored_ops(c.ops, now)
+    if c.artifacts:
+        yield (
+            "artifacts",
+            collapse(c.artifacts, lambda a: a.artifact_id, merge_artifact, now),
+        )
+    if c.approvals:
+        yield (
+            "approvals",
+            collapse(c.approvals, lambda a: a.request_id, merge_approval, now),
+        )
+
+
 def collapse(
     records: Sequence[R],
     key: Callable[[R], Hashable],
@@ -500,3 +518,71 @@ CLAIMABLE_SQL = (
     + ") OR (status = 'waiting' AND wake_at IS NOT NULL AND wake_at <= :now))"
     " AND cancel_requested = :f"
 )
+
+
+# --- stored events ------------------------------------------------------------------------
+
+#: JSON values a field may default to that `compact` leaves out of a stored event.
+_SCALARS = (type(None), bool, int, float, str)
+
+
+def _plain_defaults(cls: type[ev.Event]) -> tuple[tuple[str, Any], ...]:
+    """`(field, default)` of an event type's fields, in order; `_NO_DEFAULT` for a field
+    without a plain (None, bool, number, string, empty list or dict) default."""
+    got = _DEFAULTS.get(cls)
+    if got is None:
+        pairs = []
+        for name, field in cls.model_fields.items():
+            default: Any = _NO_DEFAULT
+            if field.default_factory is not None:
+                made = field.default_factory()  # type: ignore[call-arg]
+                if made in ([], {}):
+                    default = made
+            elif type(field.default) in _SCALARS:
+                default = field.default
+            pairs.append((name, default))
+        got = _DEFAULTS[cls] = tuple(pairs)
+    return got
+
+
+_NO_DEFAULT = object()
+_DEFAULTS: dict[type[ev.Event], tuple[tuple[str, Any], ...]] = {}
+
+
+def compact(type_name: str, data: dict[str, Any]) -> dict[str, Any]:
+    """An event's data (`ev.encode`) as a store may write it: each field holding its plain
+    default (None, 0, "", [], ...: of the same JSON type) left out, so a round's events
+    do not store their empty fields; `expand` puts them back."""
+    from tether.events import EVENT_TYPES
+
+    cls = EVENT_TYPES.get(type_name)
+    if cls is None:
+        return data
+    out = dict(data)
+    for name, default in _plain_defaults(cls):
+        if name in out and default is not _NO_DEFAULT:
+            value = out[name]
+            if type(value) is type(default) and value == default:
+                del out[name]
+    return out
+
+
+def expand(type_name: str, data: dict[str, Any]) -> dict[str, Any]:
+    """An event's stored data with the fields `compact` left out back at their
+    defaults, in field order (then any field this tether does not know): the data
+    `ev.encode` gave. Data stored whole (before `compact`, or by an older tether) reads
+    the same, a field it lacks filled in as decoding would."""
+    from tether.events import EVENT_TYPES
+
+    cls = EVENT_TYPES.get(type_name)
+    if cls is None:
+        return data
+    out: dict[str, Any] = {}
+    for name, default in _plain_defaults(cls):
+        if name in data:
+            out[name] = data[name]
+        elif default is not _NO_DEFAULT:
+            out[name] = type(default)() if isinstance(default, list | dict) else default
+    if any(k not in out for k in data):  # fields of a newer tether, kept
+        out.update((k, v) for k, v in data.items() if k not in out)
+    return out

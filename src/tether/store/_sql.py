@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
@@ -29,6 +29,7 @@ from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import base as b
 from tether.store import schema_policy
+from tether.store._rules import record_writes as record_writes  # used by PostgresStore too
 from tether.store.base import SCHEMA_VERSION, ApprovalRecord, ArtifactRecord, OpRecord, TaskRecord
 from tether.store.schema_policy import migrations
 
@@ -121,23 +122,6 @@ def _reading(cls: type[Any]) -> tuple[tuple[str, str], ...]:
 
 
 _READINGS: dict[type[Any], tuple[tuple[str, str], ...]] = {}
-
-
-def record_writes(c: b.Commit, now: float) -> Iterator[tuple[str, list[Any]]]:
-    """`(table, records)` for each record table a commit writes (`RECORD_TABLES`), its
-    records of one id merged into one by the rules."""
-    if c.ops:
-        yield "ops", rules.stored_ops(c.ops, now)
-    if c.artifacts:
-        yield (
-            "artifacts",
-            rules.collapse(c.artifacts, lambda a: a.artifact_id, rules.merge_artifact, now),
-        )
-    if c.approvals:
-        yield (
-            "approvals",
-            rules.collapse(c.approvals, lambda a: a.request_id, rules.merge_approval, now),
-        )
 
 
 #: A JSON `\u0000` escape (not an escaped backslash followed by `u0000`).
@@ -233,6 +217,8 @@ class SqlStore(b.Store):
             values[name] = value
         if cls is OpRecord:
             values["result"] = rules.op_result_read(values["result"])
+        elif cls is b.StoredEvent:
+            values["data"] = rules.expand(values["type"], values["data"])
         return cls(**values)
 
     def _task_query(self, where: str) -> str:
@@ -269,8 +255,9 @@ class SqlStore(b.Store):
         for n, event in enumerate(items):
             type_name, schema, data = ev.encode(event)
             rows.append({"task_id": task_id, "seq": start_seq + n, "type": type_name,
-                         "schema_version": schema, "data": _dumps(data), "at": now,
-                         "task_version": task_version, "fencing_token": token})  # fmt: skip
+                         "schema_version": schema, "at": now, "task_version": task_version,
+                         "data": _dumps(rules.compact(type_name, data)),
+                         "fencing_token": token})  # fmt: skip
         self._add_events(conn, task_id, rows)
 
     def _add_events(self, conn: Any, task_id: str, rows: list[dict[str, Any]]) -> None:

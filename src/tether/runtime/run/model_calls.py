@@ -116,7 +116,10 @@ class ModelCalls:
                 ),
             )
         if not resp.latency_ms:
-            resp = _measured(resp, resp.model or model.name, (time.perf_counter() - t0) * 1000)
+            # To the microsecond: the clock's further digits are noise, stored twice a
+            # call (its event and its response blob).
+            ms = round((time.perf_counter() - t0) * 1000, 3)
+            resp = _measured(resp, resp.model or model.name, ms)
         return resp
 
     async def _unless_stopped(self, call: Awaitable[ModelResponse], purpose: str) -> ModelResponse:

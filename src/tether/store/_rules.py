@@ -526,11 +526,16 @@ CLAIMABLE_SQL = (
 _SCALARS = (type(None), bool, int, float, str)
 
 
-def _plain_defaults(cls: type[ev.Event]) -> tuple[tuple[str, Any], ...]:
+def _plain_defaults(cls: type[ev.Event]) -> tuple[tuple[str, Any], ...] | None:
     """`(field, default)` of an event type's fields, in order; `_NO_DEFAULT` for a field
-    without a plain (None, bool, number, string, empty list or dict) default."""
-    got = _DEFAULTS.get(cls)
-    if got is None:
+    without a plain (None, bool, number, string, empty list or dict) default. None for a
+    type with its own `data`, which may leave fields out itself: stored as it writes it."""
+    if cls in _DEFAULTS:
+        return _DEFAULTS[cls]
+    from tether.events import Event
+
+    got: tuple[tuple[str, Any], ...] | None = None
+    if cls.data is Event.data:
         pairs = []
         for name, field in cls.model_fields.items():
             default: Any = _NO_DEFAULT
@@ -541,12 +546,13 @@ def _plain_defaults(cls: type[ev.Event]) -> tuple[tuple[str, Any], ...]:
             elif type(field.default) in _SCALARS:
                 default = field.default
             pairs.append((name, default))
-        got = _DEFAULTS[cls] = tuple(pairs)
+        got = tuple(pairs)
+    _DEFAULTS[cls] = got
     return got
 
 
 _NO_DEFAULT = object()
-_DEFAULTS: dict[type[ev.Event], tuple[tuple[str, Any], ...]] = {}
+_DEFAULTS: dict[type[ev.Event], tuple[tuple[str, Any], ...] | None] = {}
 
 
 def compact(type_name: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -556,10 +562,11 @@ def compact(type_name: str, data: dict[str, Any]) -> dict[str, Any]:
     from tether.events import EVENT_TYPES
 
     cls = EVENT_TYPES.get(type_name)
-    if cls is None:
+    pairs = None if cls is None else _plain_defaults(cls)
+    if pairs is None:
         return data
     out = dict(data)
-    for name, default in _plain_defaults(cls):
+    for name, default in pairs:
         if name in out and default is not _NO_DEFAULT:
             value = out[name]
             if type(value) is type(default) and value == default:
@@ -575,10 +582,11 @@ def expand(type_name: str, data: dict[str, Any]) -> dict[str, Any]:
     from tether.events import EVENT_TYPES
 
     cls = EVENT_TYPES.get(type_name)
-    if cls is None:
+    pairs = None if cls is None else _plain_defaults(cls)
+    if pairs is None:
         return data
     out: dict[str, Any] = {}
-    for name, default in _plain_defaults(cls):
+    for name, default in pairs:
         if name in data:
             out[name] = data[name]
         elif default is not _NO_DEFAULT:

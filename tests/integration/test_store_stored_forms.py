@@ -27,7 +27,9 @@ def _with_defaults(event: ev.Event) -> list[ev.Event]:
     return [event, type(event).model_validate(event.data())]
 
 
-async def test_events_read_back_as_encoded(store: Store, make_task: MakeTask) -> None:
+async def test_events_read_back_as_encoded(
+    backend: Backend, store: Store, make_task: MakeTask
+) -> None:
     await make_task("t", events=[])
     called = ev.ModelCalled(call_id="c", purpose="act", model="m", request_blob=None)
     events = [*ALL_KINDS, called]
@@ -36,7 +38,8 @@ async def test_events_read_back_as_encoded(store: Store, make_task: MakeTask) ->
     for s, e in zip(stored, events, strict=True):
         data = ev.encode(e)[2]
         assert s.data == data
-        assert list(s.data) == list(data)  # in field order too
+        if backend.kind != "postgres":  # (jsonb keeps keys in its own order)
+            assert list(s.data) == list(data)  # in field order too
         assert s.typed() == e
 
 

@@ -265,20 +265,15 @@ def merge_op(old: OpRecord | None, new: OpRecord, now: float) -> OpRecord:
 def op_result_stored(result: dict[str, Any] | None) -> dict[str, Any] | None:
     """An op's `result` as stored: a `summary` that is the start of the `content` (a
     tool's output, whose first 200 characters are its summary) is kept as its length
-    only, so the output is not stored twice; `op_result_read` puts it back."""
+    only, so the output is not stored twice; `op_result_read` puts it back. (SQLite
+    writes it so; PostgreSQL writes the result whole: a row of a 1 KB output with its
+    summary is large enough for PostgreSQL to compress, and shortened it is not.)"""
     if result is None:
         return None
     summary, content = result.get("summary"), result.get("content")
     if isinstance(summary, str) and isinstance(content, str) and content.startswith(summary):
         return {**result, "summary": len(summary)}
     return result
-
-
-def stored_ops(ops: Sequence[OpRecord], now: float) -> list[OpRecord]:
-    """A commit's ops as the SQL stores write them: merged by id (`merge_op`), each
-    `result` in its stored form (`op_result_stored`)."""
-    merged = collapse(ops, lambda o: o.op_id, merge_op, now)
-    return [replaced(o, result=op_result_stored(o.result)) for o in merged]
 
 
 def op_result_read(result: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -443,7 +438,7 @@ def record_writes(c: Commit, now: float) -> Iterator[tuple[str, list[Any]]]:
     """`(table, records)` for each record table a commit writes (`RECORD_TABLES`), its
     records of one id merged into one by the"""
     if c.ops:
-        yield "ops", stored_ops(c.ops, now)
+        yield "ops", collapse(c.ops, lambda o: o.op_id, merge_op, now)
     if c.artifacts:
         yield (
             "artifacts",

@@ -653,6 +653,8 @@ class SqlStore(b.Store):
         """A record's row: its fields by column name, the JSON and boolean columns
         encoded for the database."""
         row = dataclasses.asdict(rec)
+        if isinstance(rec, OpRecord):
+            row["result"] = rules.op_result_stored(row["result"])
         for col in _JSON_RECORD_COLS & row.keys():
             row[col] = None if row[col] is None else _dumps(row[col])
         if "valid" in row:

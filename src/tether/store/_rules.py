@@ -266,8 +266,8 @@ def op_result_stored(result: dict[str, Any] | None) -> dict[str, Any] | None:
     """An op's `result` as stored: a `summary` that is the start of the `content` (a
     tool's output, whose first 200 characters are its summary) is kept as its length
     only, so the output is not stored twice; `op_result_read` puts it back. (SQLite
-    writes it so; PostgreSQL writes the result whole: a row of a 1 KB output with its
-    summary is large enough for PostgreSQL to compress, and shortened it is not.)"""
+    writes it so; PostgreSQL writes the result whole: measured, its shortened rows lost
+    HOT updates, and its ops table grew.)"""
     if result is None:
         return None
     summary, content = result.get("summary"), result.get("content")

@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -382,8 +384,14 @@ def test_a_corrupted_page_is_refused_before_anything_is_written(
     good = seeded[0].read_bytes()
     page = int.from_bytes(good[16:18], "big")
     page = 65536 if page == 1 else page
+    # Pages in use only: a free page (a migration's dropped table leaves some) holds
+    # nothing, and SQLite overwrites it when it takes it again.
+    with closing(sqlite3.connect(seeded[0])) as conn:
+        used = {int(r[0]) for r in conn.execute("SELECT pageno FROM dbstat")}
     cases = []
     for n in range(1, len(good) // page):
+        if n + 1 not in used:
+            continue
         d = _case(tmp_path, f"page{n}")
         write_spec(d / "spec.yaml", 1)
         damaged = bytearray(good)

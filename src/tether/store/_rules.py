@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether import errors, lifecycle
+from tether.store._event_fields import FIELDS
 from tether.store.base import (
     UNSET,
     ApprovalRecord,
@@ -517,52 +518,19 @@ CLAIMABLE_SQL = (
 
 # --- stored events ------------------------------------------------------------------------
 
-#: JSON values a field may default to that `compact` leaves out of a stored event.
-_SCALARS = (type(None), bool, int, float, str)
-
-
-def _plain_defaults(cls: type[ev.Event]) -> tuple[tuple[str, Any], ...] | None:
-    """`(field, default)` of an event type's fields, in order; `_NO_DEFAULT` for a field
-    without a plain (None, bool, number, string, empty list or dict) default. None for a
-    type with its own `data`, which may leave fields out itself: stored as it writes it."""
-    if cls in _DEFAULTS:
-        return _DEFAULTS[cls]
-    from tether.events import Event
-
-    got: tuple[tuple[str, Any], ...] | None = None
-    if cls.data is Event.data:
-        pairs = []
-        for name, field in cls.model_fields.items():
-            default: Any = _NO_DEFAULT
-            if field.default_factory is not None:
-                made = field.default_factory()  # type: ignore[call-arg]
-                if made in ([], {}):
-                    default = made
-            elif type(field.default) in _SCALARS:
-                default = field.default
-            pairs.append((name, default))
-        got = tuple(pairs)
-    _DEFAULTS[cls] = got
-    return got
-
-
-_NO_DEFAULT = object()
-_DEFAULTS: dict[type[ev.Event], tuple[tuple[str, Any], ...] | None] = {}
-
 
 def compact(type_name: str, data: dict[str, Any]) -> dict[str, Any]:
     """An event's data (`ev.encode`) as a store may write it: each field holding its plain
     default (None, 0, "", [], ...: of the same JSON type) left out, so a round's events
-    do not store their empty fields; `expand` puts them back."""
-    from tether.events import EVENT_TYPES
-
-    cls = EVENT_TYPES.get(type_name)
-    pairs = None if cls is None else _plain_defaults(cls)
-    if pairs is None:
+    do not store their empty fields; `expand` puts them back. The fields come from
+    `_event_fields.FIELDS` (a reader decodes rows without the event models)."""
+    fields = FIELDS.get(type_name)
+    if fields is None:
         return data
     out = dict(data)
-    for name, default in pairs:
-        if name in out and default is not _NO_DEFAULT:
+    for field in fields:
+        if len(field) == 2 and field[0] in out:
+            name, default = field
             value = out[name]
             if type(value) is type(default) and value == default:
                 del out[name]
@@ -574,17 +542,16 @@ def expand(type_name: str, data: dict[str, Any]) -> dict[str, Any]:
     defaults, in field order (then any field this tether does not know): the data
     `ev.encode` gave. Data stored whole (before `compact`, or by an older tether) reads
     the same, a field it lacks filled in as decoding would."""
-    from tether.events import EVENT_TYPES
-
-    cls = EVENT_TYPES.get(type_name)
-    pairs = None if cls is None else _plain_defaults(cls)
-    if pairs is None:
+    fields = FIELDS.get(type_name)
+    if fields is None:
         return data
     out: dict[str, Any] = {}
-    for name, default in pairs:
+    for field in fields:
+        name = field[0]
         if name in data:
             out[name] = data[name]
-        elif default is not _NO_DEFAULT:
+        elif len(field) == 2:
+            default = field[1]
             out[name] = type(default)() if isinstance(default, list | dict) else default
     if any(k not in out for k in data):  # fields of a newer tether, kept
         out.update((k, v) for k, v in data.items() if k not in out)

@@ -12,9 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 import time
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -384,13 +382,21 @@ def test_a_corrupted_page_is_refused_before_anything_is_written(
     good = seeded[0].read_bytes()
     page = int.from_bytes(good[16:18], "big")
     page = 65536 if page == 1 else page
-    # Pages in use only: a free page (a migration's dropped table leaves some) holds
-    # nothing, and SQLite overwrites it when it takes it again.
-    with closing(sqlite3.connect(seeded[0])) as conn:
-        used = {int(r[0]) for r in conn.execute("SELECT pageno FROM dbstat")}
+    # Not the free leaf pages: one holds nothing (a migration's dropped table leaves
+    # some), SQLite overwrites it when it takes it again. The freelist's trunk pages,
+    # which say where the leaves are, are damaged like any other.
+    free_leaves: set[int] = set()
+    trunk = int.from_bytes(good[32:36], "big")
+    while trunk:
+        at = (trunk - 1) * page
+        count = int.from_bytes(good[at + 4 : at + 8], "big")
+        free_leaves.update(
+            int.from_bytes(good[at + 8 + 4 * i : at + 12 + 4 * i], "big") for i in range(count)
+        )
+        trunk = int.from_bytes(good[at : at + 4], "big")
     cases = []
     for n in range(1, len(good) // page):
-        if n + 1 not in used:
+        if n + 1 in free_leaves:
             continue
         d = _case(tmp_path, f"page{n}")
         write_spec(d / "spec.yaml", 1)

@@ -29,7 +29,6 @@ from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import base as b
 from tether.store import schema_policy
-from tether.store._rules import record_writes as record_writes  # used by PostgresStore too
 from tether.store.base import SCHEMA_VERSION, ApprovalRecord, ArtifactRecord, OpRecord, TaskRecord
 from tether.store.schema_policy import migrations
 
@@ -254,10 +253,18 @@ class SqlStore(b.Store):
         rows = []
         for n, event in enumerate(items):
             type_name, schema, data = ev.encode(event)
-            rows.append({"task_id": task_id, "seq": start_seq + n, "type": type_name,
-                         "schema_version": schema, "at": now, "task_version": task_version,
-                         "data": _dumps(rules.compact(type_name, data)),
-                         "fencing_token": token})  # fmt: skip
+            rows.append(
+                {
+                    "task_id": task_id,
+                    "seq": start_seq + n,
+                    "type": type_name,
+                    "schema_version": schema,
+                    "data": _dumps(rules.compact(type_name, data)),
+                    "task_version": task_version,
+                    "fencing_token": token,
+                    "at": now,
+                }
+            )
         self._add_events(conn, task_id, rows)
 
     def _add_events(self, conn: Any, task_id: str, rows: list[dict[str, Any]]) -> None:
@@ -599,7 +606,7 @@ class SqlStore(b.Store):
     def _write_records(self, conn: Any, c: b.Commit, now: float) -> None:
         """Upsert a commit's ops, artifacts and approvals and add its blobs, one
         `executemany` per table."""
-        for table, records in record_writes(c, now):
+        for table, records in rules.record_writes(c, now):
             self._xmany(conn, _UPSERTS[table], [self._params(r) for r in records])
             if table == "artifacts":
                 self._index_artifacts(conn, records, c.blobs)

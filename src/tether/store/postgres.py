@@ -65,12 +65,7 @@ from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import schema_policy
 from tether.store._handback import run_in
-from tether.store._sql import (
-    _ART_COLS_A,
-    RECORD_TABLES,
-    SqlStore,
-    record_writes,
-)
+from tether.store._sql import _ART_COLS_A, RECORD_TABLES, SqlStore
 from tether.store._sql import _dumps_no_nul as _dumps
 from tether.store.base import (
     SCHEMA_VERSION,
@@ -557,7 +552,7 @@ class PostgresStore(SqlStore):
                 " :tok::bigint, :now FROM go, jsonb_to_recordset(:events::jsonb)"
                 " AS r(n int, type text, sv int, data jsonb))"
             )
-        for table, records in record_writes(c, now):
+        for table, records in rules.record_writes(c, now):
             params[table] = _dumps([dataclasses.asdict(r) for r in records])
             ctes.append(_recordset_upsert(table, _RECORDS[table], *RECORD_TABLES[table]))
         if texts:

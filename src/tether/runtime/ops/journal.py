@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import fields
 from typing import Any
 
 from tether import events as ev
+from tether.store._rules import replaced
 from tether.store.base import ApprovalRecord, OpRecord, blob_hash
 from tether.tools.registry import Tool
 
@@ -46,23 +46,11 @@ def doubt_id(record: OpRecord) -> str:
     return base if record.attempts <= 1 else f"{base}.{record.attempts}"
 
 
-#: The fields of an op record (what `evolve` may change).
-_OP_FIELDS = frozenset(f.name for f in fields(OpRecord))
-
-
 def evolve(record: OpRecord, **changes: Any) -> OpRecord:
-    """`dataclasses.replace(record, **changes)` without a pass through `__init__`: an
-    op record is a plain frozen dataclass (no `__post_init__`, no slots), and a call
-    replaces its record several times on the way (attempt, dispatch, result), for
-    which `replace` reads every field one by one."""
-    if not changes.keys() <= _OP_FIELDS:
-        unknown = ", ".join(sorted(changes.keys() - _OP_FIELDS))
-        raise TypeError(f"OpRecord has no field(s) {unknown}")
-    new: OpRecord = object.__new__(type(record))
-    attrs = new.__dict__
-    attrs.update(record.__dict__)
-    attrs.update(changes)
-    return new
+    """`dataclasses.replace(record, **changes)` without a pass through `__init__` (the
+    store's `replaced`): a call replaces its record several times on the way (attempt,
+    dispatch, result)."""
+    return replaced(record, **changes)
 
 
 def hash_args(args: Mapping[str, Any]) -> str:

@@ -97,6 +97,11 @@ async def run(items: int, steps: int, window: int) -> dict[str, Any]:
         finally:
             await store.close()
     rounds = len(stamps) - 1
+    # The windows fit in the run: at most a third of it each (a short run, `--items 3
+    # --steps 5`, still compares its early rounds with its last ones).
+    window = min(window, rounds // 3)
+    if window < 1:
+        raise SystemExit(f"judge_rounds: {rounds} rounds is too short to compare two windows")
 
     def rate(lo: int, hi: int) -> float:
         return (hi - lo) / (stamps[hi] - stamps[lo])
@@ -109,6 +114,7 @@ async def run(items: int, steps: int, window: int) -> dict[str, Any]:
         "early_rounds_per_s": round(early, 1),
         "late_rounds_per_s": round(late, 1),
         "late_over_early": round(late / early, 2),
+        "window": window,
         "tickets": len(tickets),
     }
 

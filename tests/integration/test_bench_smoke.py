@@ -1,5 +1,6 @@
-"""The store and tools benchmarks stay runnable with one command (figures are reported,
-not asserted; this only checks a short run completes and prints its table)."""
+"""The store, tools and judge-rounds benchmarks stay runnable with one command (figures
+are reported, not asserted; this only checks a short run completes and prints its
+table)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
     [
         ("store_bench.py", ["--quick", "--rounds", "300", "--events", "2000", "--no-pg"], "floor"),
         ("tools_bench.py", ["--quick", "--rounds", "30", "--no-pg"], "floor"),
+        # A run shorter than the default windows compares windows that fit in it.
+        ("judge_rounds.py", ["--items", "3", "--steps", "5"], '"late_over_early"'),
     ],
 )
 def test_benchmark_quick_run(script: str, args: list[str], expect: str) -> None:

@@ -35,12 +35,16 @@ and after each configuration: on a shared machine the figures move with it.
     .venv/bin/python benchmarks/scale_bench.py --quick --json out.json   # a smoke run
 
 The children set their collector as `tether worker` does (`runtime.worker.tuning`: its
-thresholds, then, once the store is open, a round's modules imported and the heap
-frozen); `--no-tune` leaves CPython's defaults, for a before/after comparison. `--probe`
-breaks the added latency down (`Probe`, `breakdown`): the store calls a round awaits
-(waiting for a thread, in it, handed back), the event loop's lag, the collector's
-pauses, and which rounds the slowest 1% were, when, and how much of an older
-generation's collection fell inside them.
+thresholds, then, once the store is open, a round's modules imported, the heap frozen
+and the older generations handed to the `QuietCollector`); they inherit
+`TETHER_WORKER_GC` (`thresholds`: without the `QuietCollector`, for a before/after
+comparison); `--no-tune` leaves CPython's defaults, and `--gc-thresholds A,B,C` (or
+`off`) sets others (experiments). `--probe` breaks the added latency down (`Probe`,
+`breakdown`, `mechanism`): the store calls a round awaits (waiting for a thread, in it,
+handed back) by call, the pool's waits for a connection, the event loop's lag, the
+collector's pauses and the cyclic garbage it freed per 1,000 rounds, how many rounds
+held an older generation's collection, and which rounds the slowest 1% were, when,
+and how much of such a collection fell inside them.
 
 Without `--pg` (or `TETHER_TEST_PG_URL`) the PostgreSQL configurations are skipped.
 Each PostgreSQL configuration runs in a schema of its own, dropped at the end.
@@ -72,7 +76,7 @@ from tether.models.base import ModelRequest, ModelResponse, Usage
 from tether.models.scripted import tool_call
 from tether.runtime.engine import ModelSet
 from tether.runtime.tasks import create_task
-from tether.runtime.worker import Worker
+from tether.runtime.worker import Worker, tuning
 from tether.runtime.worker.tuning import settle_process, tune_process
 from tether.spec import TaskSpec, parse_spec
 from tether.store import open_store
@@ -139,12 +143,13 @@ class Probe:
     def __init__(self) -> None:
         self.lags: list[float] = []
         self.lag_cpu: list[tuple[float, float]] = []
-        #: (generation, CPU, wall start, wall seconds) of each collection
-        self.gc: list[tuple[int, float, float, float]] = []
+        #: (generation, CPU, wall start, wall seconds, objects freed) of each collection
+        self.gc: list[tuple[int, float, float, float, int]] = []
         #: asyncio task name -> [(submit, thread start, thread end, resumed, fn name)]
         self.calls: dict[str, list[tuple[float, float, float, float, str]]] = {}
         self.model_end: dict[str, list[float]] = {}
         self.tool_span: dict[str, list[tuple[float, float]]] = {}
+        self.heap = 0
 
     def watch_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -172,9 +177,22 @@ class Probe:
                 started[:] = [time.thread_time(), time.perf_counter()]
             elif started:
                 cpu, wall = time.thread_time() - started[0], time.perf_counter() - started[1]
-                self.gc.append((info.get("generation", -1), cpu, started[1], wall))
+                gen, freed = info.get("generation", -1), info.get("collected", 0)
+                self.gc.append((gen, cpu, started[1], wall, freed))
 
         gc.callbacks.append(on_gc)
+        self.on_gc = on_gc
+
+        def heap() -> None:
+            # What a full collection walks mid-run (the objects not frozen).
+            self.heap = len(gc.get_objects())
+
+        loop.call_later(4.0, heap)
+
+    def unwatch(self) -> None:
+        """Stop recording the collector's pauses (the benchmark's own collection after)."""
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self.on_gc)
 
     def wrap(self, store: Any) -> None:
         real = store._run
@@ -212,6 +230,7 @@ class Probe:
             "calls": self.calls,
             "model_end": self.model_end,
             "tool_span": self.tool_span,
+            "heap": self.heap,
         }
 
 
@@ -276,6 +295,10 @@ async def child(args: argparse.Namespace) -> None:
 
     if not args.no_tune:
         tune_process()  # as `tether worker` does
+    if args.gc_thresholds == "off":
+        gc.disable()
+    elif args.gc_thresholds:
+        gc.set_threshold(*(int(x) for x in args.gc_thresholds.split(",")))
     store = await open_store(args.db)
     if probe is not None:
         probe.wrap(store)
@@ -322,6 +345,12 @@ async def child(args: argparse.Namespace) -> None:
         sampler.cancel()
         ended = time.time()
         cpu = time.process_time() - cpu0
+        # The cyclic garbage left for the collector (all of it with the collector off).
+        if probe is not None:
+            probe.unwatch()
+        garbage = gc.collect() if probe is not None else 0
+        pool = getattr(store, "_pool", None)  # PostgreSQL's: its waits for a connection
+        pool_stats = pool.get_stats() if pool is not None else {}
         await store.close()
     added: list[float] = []
     for task, ts in starts.items():
@@ -346,6 +375,13 @@ async def child(args: argparse.Namespace) -> None:
         "act_calls": sum(len(ts) for ts in starts.values()),
         "starts": starts if probe is not None else {},
         "probe": probe.doc() if probe is not None else None,
+        "pool": pool_stats,
+        "garbage_at_end": garbage,
+        # The worker's full collections at quiet moments (`worker.collector`): how many,
+        # and how many came with the loop busy.
+        "quiet_gc": [tuning.collector.collections, tuning.collector.forced]
+        if tuning.collector is not None
+        else None,
     }
     Path(args.out).write_text(json.dumps(doc))
 
@@ -428,6 +464,7 @@ def run_config(cfg: Config, args: argparse.Namespace, work: Path) -> dict[str, A
                      "--model-ms", str(args.model_ms), "--tool-ms", str(args.tool_ms),
                      *(["--probe"] if args.probe else []),
                      *(["--no-tune"] if args.no_tune else []),
+                     *(["--gc-thresholds", args.gc_thresholds] if args.gc_thresholds else []),
                      *(["--pool-size", str(args.pool_size)] if args.pool_size else [])],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
                 )
@@ -511,7 +548,7 @@ def breakdown(docs: list[dict[str, Any]]) -> dict[str, Any]:
     names: dict[str, int] = {}
     lags: list[float] = []
     late: list[tuple[float, float]] = []
-    gcs: list[tuple[int, float, float, float]] = []
+    gcs: list[tuple[int, float, float, float, int]] = []
     for d in docs:
         pr = d["probe"]
         lags.extend(pr["lags"])
@@ -530,6 +567,7 @@ def breakdown(docs: list[dict[str, Any]]) -> dict[str, Any]:
                 row = {
                     "round": k,
                     "start": a0,
+                    "model_end": m_end,
                     "span": a1 - a0,
                     "added": (a1 - a0 - (m_end - a0) - (t_end - t_start)) * 1000,
                     "pre_tool": (t_start - m_end) * 1000,
@@ -550,7 +588,7 @@ def breakdown(docs: list[dict[str, Any]]) -> dict[str, Any]:
     tail = rows[int(0.99 * len(rows)) :]
 
     def mean(rs: list[dict[str, float]]) -> dict[str, float]:
-        keys = [k for k in rs[0] if k not in ("round", "start", "span")]
+        keys = [k for k in rs[0] if k not in ("round", "start", "model_end", "span")]
         return {k: round(statistics.mean(r[k] for r in rs), 2) for k in keys}
 
     lags.sort()
@@ -593,6 +631,80 @@ def breakdown(docs: list[dict[str, Any]]) -> dict[str, Any]:
             for g in (0, 1, 2)
         },
         "store_calls_per_round": {k: round(v / len(rows), 2) for k, v in sorted(names.items())},
+        **mechanism(docs, rows, tail, gcs),
+    }
+
+
+def _p50_p99(seconds: list[float]) -> tuple[float, float]:
+    xs = sorted(seconds)
+    if not xs:
+        return (0.0, 0.0)
+    return tuple(round(xs[min(len(xs) - 1, int(f * len(xs)))] * 1000, 2) for f in (0.5, 0.99))  # type: ignore[return-value]
+
+
+def mechanism(
+    docs: list[dict[str, Any]],
+    rows: list[dict[str, float]],
+    tail: list[dict[str, float]],
+    gcs: list[tuple[int, float, float, float, int]],
+) -> dict[str, Any]:
+    """`--probe`: the shared stalls, counted per 1,000 rounds so that runs of different
+    lengths compare: the collector's pauses by generation, how many rounds an older
+    generation's collection fell inside, the store calls' waits (for a thread, in it,
+    handed back) by call, the pool's waits for a connection, and the slowest 1%'s
+    share of each."""
+    per = 1000 / len(rows)
+    old = sorted((g[2], g[2] + g[3]) for g in gcs if g[0] >= 1)
+
+    def hit(r: dict[str, float]) -> float:
+        # From the model's return to the next act call: what a pause can delay.
+        lo, hi = r["model_end"], r["start"] + r["span"]
+        return sum(min(hi, b) - max(lo, a) for a, b in old if a < hi and b > lo)
+
+    calls: dict[str, list[tuple[float, float, float, float, str]]] = {}
+    for d in docs:
+        for cs in d["probe"]["calls"].values():
+            for c in cs:
+                calls.setdefault(c[4], []).append(c)
+    pool: dict[str, int] = {}
+    for d in docs:
+        for k, v in (d.get("pool") or {}).items():
+            pool[k] = pool.get(k, 0) + v
+    return {
+        "gc_per_1000_rounds": {
+            f"gen{g}": {
+                "n": round(sum(1 for x in gcs if x[0] == g) * per, 1),
+                "ms": round(sum(x[1] for x in gcs if x[0] == g) * 1000 * per, 1),
+                # Objects in cycles it freed: garbage only the collector reclaims.
+                "freed": round(sum(x[4] for x in gcs if x[0] == g) * per),
+            }
+            for g in (0, 1, 2)
+        },
+        # Rounds with a gen-1 or gen-2 collection inside their added time: all of them (per 1,000)
+        # and of the slowest 1% (a share), and the pause they held on average.
+        "rounds_holding_old_gc_per_1000": round(sum(1 for r in rows if hit(r)) * per, 1),
+        "tail_holding_old_gc": f"{sum(1 for r in tail if hit(r))}/{len(tail)}",
+        "tail_old_gc_ms": round(statistics.mean(hit(r) for r in tail) * 1000, 1),
+        "store_call_ms": {
+            name: {
+                "n_per_1000_rounds": round(len(cs) * per),
+                "wait_p50_p99": _p50_p99([c[1] - c[0] for c in cs]),
+                "exec_p50_p99": _p50_p99([c[2] - c[1] for c in cs]),
+                "back_p50_p99": _p50_p99([c[3] - c[2] for c in cs]),
+            }
+            for name, cs in sorted(calls.items())
+            if len(cs) * per >= 50
+        },
+        "heap_objects_at_4s": [d["probe"].get("heap", 0) for d in docs],
+        "quiet_gc_made_forced": [d.get("quiet_gc") for d in docs],
+        "garbage_at_end_per_1000_rounds": round(
+            sum(d.get("garbage_at_end", 0) for d in docs) * per
+        ),
+        "pool": {
+            k: pool[k]
+            for k in ("requests_num", "requests_queued", "requests_wait_ms", "connections_num")
+            if k in pool
+        },
     }
 
 
@@ -635,6 +747,11 @@ def main() -> None:
         "--no-tune",
         action="store_true",
         help="leave the workers' GC thresholds at CPython's (a before/after comparison)",
+    )
+    ap.add_argument(
+        "--gc-thresholds",
+        default=None,
+        help="the workers' collector thresholds, e.g. '3000,10,10', or 'off' (an experiment)",
     )
     ap.add_argument("--probe", action="store_true", help="break the added latency down (costs CPU)")
     args = ap.parse_args()

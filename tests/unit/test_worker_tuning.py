@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from tether import errors
 from tether.runtime.worker import tuning
-from tether.runtime.worker.tuning import GC_THRESHOLDS, settle_process, tune_process
+from tether.runtime.worker.tuning import GC_ENV, GC_THRESHOLDS, settle_process, tune_process
 
 
 @pytest.fixture(autouse=True)
@@ -17,6 +18,9 @@ def _restore_gc() -> Iterator[None]:
     settled = tuning._settled
     yield
     tuning._settled = settled
+    if tuning.collector is not None:
+        tuning.collector.stop()
+        tuning.collector = None
     gc.unfreeze()
     gc.set_threshold(*before)
     if enabled:
@@ -70,3 +74,82 @@ def test_settling_leaves_a_process_with_the_collector_off_alone(
     gc.disable()
     settle_process()
     assert gc.get_freeze_count() == 0
+
+
+def test_the_thresholds_are_set_when_settling_after_a_paused_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `tether` keeps the collector off while a command starts: `tune_process` then finds
+    # it off, and the worker's thresholds come from `settle_process`, which runs later.
+    monkeypatch.setattr(tuning, "_settled", False)
+    gc.unfreeze()
+    gc.set_threshold(700, 10, 10)
+    gc.disable()
+    tune_process()
+    assert gc.get_threshold() == (700, 10, 10)
+    gc.enable()
+    settle_process()
+    assert gc.get_threshold() == GC_THRESHOLDS
+    assert tuning.collector is None  # no running loop: CPython collects the older ones
+
+
+async def test_settling_in_a_loop_hands_the_older_generations_to_a_quiet_collector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tuning, "_settled", False)
+    monkeypatch.delenv(GC_ENV, raising=False)
+    gc.unfreeze()
+    gc.set_threshold(700, 10, 10)
+    settle_process()
+    assert tuning.collector is not None
+    assert gc.get_threshold()[0] == GC_THRESHOLDS[0]
+    assert gc.get_threshold()[1] > GC_THRESHOLDS[1]  # generation 1: a backstop only
+    tuning.collector.stop()
+    assert gc.get_threshold() == GC_THRESHOLDS
+
+
+async def test_thresholds_only_leaves_the_older_generations_to_cpython(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tuning, "_settled", False)
+    monkeypatch.setenv(GC_ENV, "thresholds")
+    gc.unfreeze()
+    gc.set_threshold(700, 10, 10)
+    settle_process()
+    assert tuning.collector is None
+    assert gc.get_threshold() == GC_THRESHOLDS
+    assert gc.get_freeze_count() > 0
+
+
+async def test_python_leaves_the_collector_as_the_process_has_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tuning, "_settled", False)
+    monkeypatch.setenv(GC_ENV, "python")
+    gc.unfreeze()
+    gc.set_threshold(700, 10, 10)
+    tune_process()
+    settle_process()
+    assert gc.get_threshold() == (700, 10, 10)
+    assert gc.get_freeze_count() == 0
+    assert tuning.collector is None
+
+
+async def test_thresholds_of_the_process_own_are_kept_and_collected_by_cpython(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tuning, "_settled", False)
+    monkeypatch.delenv(GC_ENV, raising=False)
+    gc.unfreeze()
+    gc.set_threshold(50_000, 20, 20)
+    settle_process()
+    assert gc.get_threshold() == (50_000, 20, 20)
+    assert tuning.collector is None
+
+
+def test_an_unknown_policy_is_refused_when_settling(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tuning, "_settled", False)
+    monkeypatch.setenv(GC_ENV, "sometimes")
+    tune_process()  # outside the command's error handling: refused by settle_process
+    with pytest.raises(errors.UserError, match=GC_ENV):
+        settle_process()

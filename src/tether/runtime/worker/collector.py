@@ -80,16 +80,21 @@ class QuietCollector:
         due = self.loop.time() + self.period
         self._handle = self.loop.call_at(due, self._tick, due)
 
+    def _ready(self) -> int:
+        """The callbacks ready to run in this turn of the loop besides this one (asyncio's
+        queue; a loop without one, uvloop's, is judged by its lateness alone)."""
+        try:
+            return len(vars(self.loop).get("_ready", ()))
+        except TypeError:  # no __dict__
+            return 0
+
     def _tick(self, due: float) -> None:
         self._handle = None
         if not gc.isenabled():  # the process's own choice since: left to it
             return
         young = gc.get_count()[1]  # young collections since the last older one
         if young >= self.every:
-            # Nothing else ready in this turn of the loop (asyncio's queue; a loop without
-            # one is judged by its lateness alone), and the loop on time.
-            ready = getattr(self.loop, "_ready", ())
-            quiet = self.loop.time() - due <= self.late and not ready
+            quiet = self.loop.time() - due <= self.late and not self._ready()
             if quiet or young >= self.every * 3 // 2:
                 started = time.perf_counter()
                 gc.collect()

@@ -267,8 +267,11 @@ def op_result_stored(result: dict[str, Any] | None) -> dict[str, Any] | None:
     """An op's `result` as stored: a `summary` that is the start of the `content` (a
     tool's output, whose first 200 characters are its summary) is kept as its length
     only, so the output is not stored twice; `op_result_read` puts it back. (SQLite
-    writes it so; PostgreSQL writes the result whole: measured, its shortened rows lost
-    HOT updates, and its ops table grew.)"""
+    writes it so; PostgreSQL writes the result whole. Measured there, schema 10, 1 KB
+    outputs: an op's row is written three times (intended, dispatched, result), and the
+    first two versions are pruned only when a read finds the page nearly full; with the
+    shorter final row the pages ended with the last result not fitting and holding 4 ops
+    each, with the whole one 5: 2,048 -> 1,638 bytes of heap per op.)"""
     if result is None:
         return None
     summary, content = result.get("summary"), result.get("content")

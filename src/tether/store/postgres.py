@@ -543,14 +543,16 @@ class PostgresStore(SqlStore):
             rows = []
             for n, event in enumerate(items, 1):
                 type_name, schema, data = ev.encode(event)
+                data = rules.compact(type_name, data)
                 rows.append({"n": n, "type": type_name, "sv": schema, "data": data})
             params["events"] = _dumps(rows)
+            # json, not jsonb: each event's text is stored as written (schema 10).
             ctes.append(
                 "ev AS (INSERT INTO events (task_id, seq, type, schema_version, data,"
                 " task_version, fencing_token, at)"
                 f" SELECT go.task_id, go.last_seq + r.n, r.type, r.sv, r.data, {version},"
-                " :tok::bigint, :now FROM go, jsonb_to_recordset(:events::jsonb)"
-                " AS r(n int, type text, sv int, data jsonb))"
+                " :tok::bigint, :now FROM go, json_to_recordset(:events::json)"
+                " AS r(n int, type text, sv int, data json))"
             )
         for table, records in rules.record_writes(c, now):
             params[table] = _dumps([dataclasses.asdict(r) for r in records])
@@ -605,7 +607,7 @@ class PostgresStore(SqlStore):
                     " WHERE s.task_id = go.task_id)"
                 )
                 continue
-            cast = "::jsonb" if col in rules.JSON_COLUMNS else ""
+            cast = "::json" if col in rules.JSON_COLUMNS else ""  # json since schema 10
             sets.append(f"{col} = :c_{col}{cast}")
             params[f"c_{col}"] = value
         if n_items:

@@ -1,0 +1,3 @@
+-- tether schema 10: on PostgreSQL, events stored compacted and the run state as json
+-- text (see the PostgreSQL migration), as SQLite stores them already. Nothing to change
+-- here: the version is kept in step.

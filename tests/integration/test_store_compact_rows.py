@@ -1,0 +1,108 @@
+"""Schema 10: PostgreSQL stores a round's rows as SQLite does — an event's data as `json`
+text with the fields at their plain defaults left out, the run state (`usage`) and
+`waiting` as `json` — while rows written before the migration (whole `jsonb` events)
+read back as they were written."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.conftest import create_small_task
+from tether import events as ev
+from tether.store import SCHEMA_VERSION, TaskPatch
+from tether.store.base import OpRecord
+
+if TYPE_CHECKING:
+    from conftest import Backend
+
+#: Events whose fields are mostly at their defaults (the ones a round writes).
+ROUND = [
+    ev.RoundStarted(item="i1", turn=1, round=1),
+    ev.OpIntended(op_id="o1", tool="do_step", args={"step": 1}, round=1, effect="write"),
+    ev.OpResult(op_id="o1", tool="do_step", status="succeeded", summary="done"),
+    ev.JudgeVerdict(round=1, decision="continue", judges=["rules"]),
+]
+
+
+def _raw(backend: Backend, sql: str, *params: Any) -> list[Any]:
+    conn = backend.raw()
+    try:
+        cur = conn.execute(sql.replace("?", "%s"), params)
+        rows = cur.fetchall() if cur.description else []
+        conn.commit()
+        return list(rows)
+    finally:
+        conn.close()
+
+
+def _same(stored: list[Any], written: list[ev.Event]) -> None:
+    assert [(e.type, e.data) for e in stored] == [ev.encode(w)[::2] for w in written]
+
+
+@pytest.mark.postgres
+async def test_schema_10_keeps_old_rows_and_writes_compact_ones(
+    backend_factory: Any,
+) -> None:
+    pg = backend_factory("postgres")
+    store = await pg.open(migrate_to=9)
+    try:
+        rec = await create_small_task(store, "t")
+    finally:
+        await store.close()
+    # Rows as schema 9 wrote them: every field, as jsonb; a result stored whole.
+    first = rec.last_seq + 1
+    for n, e in enumerate(ROUND):
+        type_name, version, data = ev.encode(e)
+        _raw(
+            pg,
+            "INSERT INTO events (task_id, seq, type, schema_version, data, task_version, at)"
+            " VALUES ('t', ?, ?, ?, ?::jsonb, 1, 0)",
+            first + n, type_name, version, json.dumps(data),
+        )  # fmt: skip
+    usage = {"rounds": 1, "seen": {}, "by_purpose": {"act": {"calls": 1}}}
+    _raw(
+        pg,
+        "UPDATE tasks SET last_seq = ?, usage = ?::jsonb WHERE task_id = 't'",
+        first + len(ROUND) - 1, json.dumps(usage),
+    )  # fmt: skip
+    store = await pg.open()
+    try:
+        assert await store.schema_version() == SCHEMA_VERSION == 10
+        _same(await store.read_events("t", after=rec.last_seq), ROUND)
+        assert (await store.get_task("t")).usage == usage
+        types = _raw(
+            pg,
+            "SELECT table_name, column_name, data_type FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name IN ('events', 'tasks')"
+            " AND data_type IN ('json', 'jsonb') ORDER BY 1, 2",
+        )
+        assert [tuple(r.values()) for r in types] == [
+            ("events", "data", "json"),
+            ("tasks", "usage", "json"),
+            ("tasks", "waiting", "json"),
+        ]
+
+        # A commit after the migration: its rows compact, read back whole.
+        done = {**usage, "rounds": 2}
+        result = {"summary": "step 2", "content": "step 2 done. " + "x" * 300}
+        op = OpRecord(
+            op_id="o2", task_id="t", round=2, call_index=0, tool="do_step",
+            args={"step": 2}, args_hash="h", effect="write", status="succeeded",
+            attempts=1, result=result, task_version=1,
+        )  # fmt: skip
+        got = await store.commit("t", None, ROUND, task=TaskPatch(usage=done), ops=[op])
+        _same(await store.read_events("t", after=got.first_seq - 1), ROUND)
+        assert (await store.get_task("t")).usage == done
+        assert (await store.get_ops("t"))[0].result == result
+        query = "SELECT data::text AS d FROM events WHERE seq >= ? ORDER BY seq"
+        stored = [r["d"] for r in _raw(pg, query, got.first_seq)]
+        # The fields at their defaults are left out, the text is as the store wrote it.
+        assert stored[2] == '{"op_id":"o1","tool":"do_step","status":"succeeded","summary":"done"}'
+        assert all('":null' not in s and ", " not in s for s in stored)
+        (task_row,) = _raw(pg, "SELECT usage::text AS u FROM tasks WHERE task_id = 't'")
+        assert json.loads(task_row["u"]) == done and ", " not in task_row["u"]
+    finally:
+        await store.close()

@@ -34,8 +34,8 @@ from tether.store import base
 #: 7 moves the ledgers' state and skeleton out of `ledgers`; 8 the run state's progress
 #: marks out of `tasks.usage` (older code would find none and write them where 8 reads
 #: none); 9 keys SQLite's events by the task's number (older code would write events
-#: outside their task's range); 10 stores PostgreSQL's events compacted and op results
-#: with their summary as a length (older code would read them short).
+#: outside their task's range); 10 stores PostgreSQL's events compacted (older code
+#: would read them with their default fields missing).
 COMPATIBLE_FROM: Mapping[int, int] = {1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 6: 6, 7: 7, 8: 8, 9: 9, 10: 10}
 #: Where a migration is another thing on one dialect: 9 changes nothing on PostgreSQL,
 #: so code of schema 8 runs on a PostgreSQL database at 9 (a rolling upgrade of

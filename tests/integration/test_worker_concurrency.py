@@ -607,7 +607,7 @@ async def test_after_the_grace_a_run_stops_at_a_safe_point_and_another_worker_ta
 
 
 async def test_pool_size_is_checked_and_sizes_the_postgres_pool(db: Store) -> None:
-    """`pool_size` bounds the connections of a PostgreSQL store's pool (and its threads);
+    """`pool_size` sizes the connections of a PostgreSQL store's pool (and its threads);
     SQLite has no pool to size; a size below 1 is refused."""
     gates = Gates()
     with pytest.raises(errors.UserError, match="pool size"):
@@ -615,5 +615,8 @@ async def test_pool_size_is_checked_and_sizes_the_postgres_pool(db: Store) -> No
     make_worker(db, gates.models_for, Reports(), pool_size=3)
     pool = getattr(db, "_pool", None)
     if pool is not None:
-        assert pool.max_size == 3
+        # Held at that size (not grown on demand as runs wait for a connection).
+        assert (pool.min_size, pool.max_size) == (3, 3)
+        pool.wait(timeout=LIMIT)
+        assert pool.get_stats()["pool_size"] == 3
         assert db._executor._max_workers == 3  # type: ignore[attr-defined]

@@ -115,17 +115,25 @@ def log_fields() -> Mapping[str, Any]:
 
 class _Span:
     """The span the runtime holds: remembers its attributes (for the listeners, the
-    log fields and the metrics at its end) and hands them to OpenTelemetry's span."""
+    log fields and the metrics at its end) and hands them to OpenTelemetry's span.
+    `span` is one (the object its block gets); this class keeps the behaviour alone."""
+
+    __slots__ = ("_token", "attributes", "otel")
 
     def __init__(self, attributes: Mapping[str, Any]) -> None:
         self.attributes = dict(attributes)
         self.otel: Any = None
+        #: The log fields' token to reset at the span's end (None: not set by it).
+        self._token: contextvars.Token[Mapping[str, Any]] | None = None
 
     def set_attribute(self, key: str, value: Any) -> None:
         """Set one attribute."""
         self.attributes[key] = value
         if key in _LOG_KEYS:
-            _log_fields.set({**_log_fields.get(), _LOG_KEYS[key]: value})
+            token = _log_fields.set({**_log_fields.get(), _LOG_KEYS[key]: value})
+            if self._token is None:
+                # The first log field this span sets: it ends with the span.
+                self._token = token
         if self.otel is not None:
             self.otel.set_attribute(key, value)
 
@@ -254,12 +262,20 @@ def _error_type(exc: BaseException) -> str:
     )
 
 
+def _unset(instrument: Any) -> bool:
+    """An OpenTelemetry proxy instrument with no meter provider behind it yet (one set
+    later gives it its real instrument: it records from then on)."""
+    return getattr(instrument, "_real_instrument", instrument) is None
+
+
 def _record_metrics(attributes: Mapping[str, Any], seconds: float, error: str | None) -> None:
     """The GenAI client metrics of one finished model call."""
-    instruments = _get_instruments()
+    instruments = _instruments if _instruments is not None else _get_instruments()
     if not instruments:
         return
     tokens, duration = instruments
+    if _unset(tokens) and _unset(duration):
+        return  # no meter provider yet: OpenTelemetry's proxies would record nothing
     keys = (
         "gen_ai.operation.name",
         "gen_ai.provider.name",
@@ -277,7 +293,7 @@ def _record_metrics(attributes: Mapping[str, Any], seconds: float, error: str | 
             tokens.record(count, {**common, "gen_ai.token.type": kind})
 
 
-class span:
+class span(_Span):
     """A span named `name`, current for the block (for OpenTelemetry when installed,
     and always for the log fields and the listeners).
 
@@ -285,25 +301,24 @@ class span:
     `chat {gen_ai.request.model}` and records the GenAI client metrics when it ends;
     any other is INTERNAL.
 
-    A class rather than a generator context manager: a round opens a dozen spans, and
-    with no tracer provider and no listener a span is only its log fields, so the
-    generator's own machinery was most of its cost."""
+    A class rather than a generator context manager, and its own `SpanLike`: a round
+    opens seven spans, and with no tracer provider and no listener a span is only its
+    log fields (set only by a span that carries one), so the generator's machinery and
+    a second object were most of its cost."""
 
-    __slots__ = ("_chat", "_listeners", "_name", "_otel", "_recorded", "_t0", "_token")
+    __slots__ = ("_chat", "_listeners", "_name", "_otel", "_t0")
 
     def __init__(self, name: str, attributes: Mapping[str, Any] | None = None) -> None:
         self._name = name
-        self._recorded = _Span(_clean(attributes) if attributes else {})
+        self.attributes = _clean(attributes) if attributes else {}
+        self.otel = None
+        self._token = None
 
     def __enter__(self) -> SpanLike:
-        recorded = self._recorded
-        attrs = recorded.attributes
-        current = _log_fields.get()
+        attrs = self.attributes
         if "tether.task_id" in attrs or "tether.round" in attrs:
             fields = {_LOG_KEYS[k]: attrs[k] for k in _LOG_KEYS if k in attrs}
-            current = {**current, **fields}
-        # Always a token: a field the span sets later ends with it too.
-        self._token = _log_fields.set(current)
+            self._token = _log_fields.set({**_log_fields.get(), **fields})
         self._chat = attrs.get("gen_ai.operation.name") == "chat"
         listeners = self._listeners = tuple(_listeners) if _listeners else ()
         for listener in listeners:
@@ -313,13 +328,13 @@ class span:
         try:
             tracer = _tracing()
             if tracer is not None:
-                otel = _otel_span(tracer, self._name, recorded)
-                recorded.otel = otel.__enter__()
+                otel = _otel_span(tracer, self._name, self)
+                self.otel = otel.__enter__()
                 self._otel = otel
         except BaseException as exc:
             self._end(type(exc), exc, exc.__traceback__)
             raise
-        return recorded
+        return self
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
         self._end(kind, exc, tb)
@@ -333,11 +348,13 @@ class span:
                 self._otel.__exit__(kind, exc, tb)
         finally:
             seconds = time.perf_counter() - self._t0
-            _log_fields.reset(self._token)
+            if self._token is not None:
+                _log_fields.reset(self._token)
+                self._token = None
             if self._chat:
-                _record_metrics(self._recorded.attributes, seconds, error)
+                _record_metrics(self.attributes, seconds, error)
             for listener in self._listeners:
-                listener.span_ended(self._name, self._recorded.attributes, seconds, error)
+                listener.span_ended(self._name, self.attributes, seconds, error)
 
 
 @contextmanager

@@ -88,6 +88,54 @@ def validate(tool: Tool, raw: Any) -> str | None:
     return str(verdict)
 
 
+#: The loggers of the tools by name (`logging.getLogger` takes the logging module's
+#: lock every call; a logger, once made, is the same object for good).
+_LOGGERS: dict[str, logging.Logger] = {}
+
+
+def _logger(tool: str) -> logging.Logger:
+    found = _LOGGERS.get(tool)
+    if found is None:
+        found = _LOGGERS[tool] = logging.getLogger(f"tether.tool.{tool}")
+    return found
+
+
+class Deadline:
+    """`async with asyncio.timeout(delay)` around one await of the current task, as two
+    plain calls (made, then `end` with what the await raised): a round's tool call
+    spent more on the context manager's two coroutines and its bookkeeping than on the
+    timer itself. The same rules: at the deadline the task is cancelled, and that
+    cancellation, once it reaches the await, is a `TimeoutError`; any other
+    cancellation stays one."""
+
+    __slots__ = ("_cancelling", "_fired", "_handle", "_task")
+
+    def __init__(self, delay: float) -> None:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("a Deadline must be made inside a task")
+        loop = asyncio.get_running_loop()
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._fired = False
+        self._handle = loop.call_at(loop.time() + delay, self._expire)
+
+    def _expire(self) -> None:
+        self._fired = True
+        self._task.cancel()
+
+    def end(self, exc: BaseException | None) -> None:
+        """The await is over (`exc`: what it raised): a cancellation made by the
+        deadline raises `TimeoutError` (from it)."""
+        self._handle.cancel()
+        if (
+            self._fired
+            and self._task.uncancel() <= self._cancelling
+            and type(exc) is asyncio.CancelledError
+        ):
+            raise TimeoutError from exc
+
+
 class Attempts:
     """Sends the tool calls of one round, one attempt at a time."""
 
@@ -117,7 +165,7 @@ class Attempts:
             task_version=run.view.task.version,
             fencing_token=env.token,
             workspace=env.workspace,
-            logger=logging.getLogger(f"tether.tool.{tool.name}"),
+            logger=_logger(tool.name),
             services=env.services,
             attempt=attempt,
             approved=record.op_id in self.book.approved,
@@ -313,8 +361,13 @@ class Attempts:
                 if runs_in_thread(tool):
                     # No tool code runs in this task (the thread has its own context):
                     # the deadline is this task's, without the task `wait_for` starts.
-                    async with asyncio.timeout(tool.timeout):
+                    deadline = Deadline(tool.timeout)
+                    try:
                         raw = await sent
+                    except BaseException as exc:
+                        deadline.end(exc)
+                        raise
+                    deadline.end(None)
                 else:
                     raw = await asyncio.wait_for(sent, tool.timeout)
         except asyncio.CancelledError:

@@ -128,9 +128,9 @@ class RunState:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        #: `seen` as the store holds it, item -> (its list, a copy), at the load or the
+        #: `seen` as the store holds it, item -> (its list, its length), at the load or the
         #: last `marks_write`; None: not known (the next commit writes `seen` whole).
-        self._marks_base: dict[str, tuple[list[str], tuple[str, ...]]] | None = None
+        self._marks_base: dict[str, tuple[list[str], int]] | None = None
 
     # -- derived ------------------------------------------------------------------------
 
@@ -184,26 +184,39 @@ class RunState:
         """How `seen` changed since the load or the last call, for the commit that
         stores it with `to_dict` (`TaskPatch.marks`): from then on it counts as stored.
         None when that is not known (`marks_unsure`): the commit writes `seen` whole.
-        An item's list is replaced when it changes (`progress.remember`), so a list
-        that is the one last sent, of the same length, is not compared."""
+
+        An item's list is replaced when it changes, never changed in place
+        (`progress.remember` makes a new one): the list last sent is what the store
+        holds, so it is kept as it is (a thousand marks are not copied per commit), and
+        a list that is the one last sent, of the same length, is not compared. A list
+        changed in place anyway (its length moved) is written whole."""
         from tether.store.base import MarksWrite
 
         base = self._marks_base
         if base is None:
-            self._marks_base = {k: (v, tuple(v)) for k, v in self.seen.items()}
+            self._marks_base = {k: (v, len(v)) for k, v in self.seen.items()}
             return None
-        before: dict[str, tuple[str, ...]] = {}
+        before: dict[str, list[str]] = {}
         after: dict[str, list[str]] = {}
+        rewritten: list[str] = []
         for item, marks in self.seen.items():
             held = base.get(item)
-            if held is None or held[0] is not marks or len(held[1]) != len(marks):
+            if held is None or held[0] is not marks or held[1] != len(marks):
                 after[item] = marks
                 if held is not None:
-                    before[item] = held[1]
-                base[item] = (marks, tuple(marks))
+                    if held[0] is marks:
+                        rewritten.append(item)  # what it held before is not known
+                    else:
+                        before[item] = held[0]
+                base[item] = (marks, len(marks))
         for item in [k for k in base if k not in self.seen]:
-            before[item] = base.pop(item)[1]
-        return MarksWrite.between(before, after)
+            before[item] = base.pop(item)[0]
+        change = MarksWrite.between(before, after)
+        if rewritten:
+            change = MarksWrite(
+                {**change.items, **{k: (None, tuple(self.seen[k])) for k in rewritten}}
+            )
+        return change
 
     def marks_unsure(self) -> None:
         """A commit that carried a `marks_write` may not have happened (it failed): the
@@ -214,11 +227,14 @@ class RunState:
         """The JSON stored in the task row's `usage` column (written with every commit,
         so it is built cheaply: containers are shared, not copied — the store serializes
         or copies what it keeps)."""
-        out: dict[str, Any] = dict(self.extra)
-        for name in _FIELDS:
-            value = getattr(self, name)
-            if value is not None:
-                out[name] = value
+        # The instance's fields in one copy of its `__dict__` (in field order, as a loop
+        # over them wrote them), then what is not stored taken out.
+        out: dict[str, Any] = {**self.extra, **self.__dict__} if self.extra else dict(self.__dict__)
+        for name in _NOT_STORED:
+            del out[name]
+        for name in _OPTIONAL:
+            if out[name] is None:
+                del out[name]
         out["by_purpose"] = {k: v.to_dict() for k, v in self.by_purpose.items()}
         out["state_version"] = STATE_VERSION
         return out
@@ -235,12 +251,18 @@ class RunState:
             if name == "by_purpose":
                 value = {k: Spend.from_dict(v) for k, v in (value or {}).items()}
             setattr(state, name, _coerce(getattr(cls(), name), value))
-        state._marks_base = {k: (v, tuple(v)) for k, v in state.seen.items()}
+        state._marks_base = {k: (v, len(v)) for k, v in state.seen.items()}
         return state
 
 
-#: The stored fields (all but `extra`; `by_purpose` is converted on its own).
-_FIELDS: Final = tuple(f.name for f in fields(RunState) if f.name not in ("extra", "by_purpose"))
+#: What `to_dict` takes out of a copy of the instance's `__dict__`: `extra` (merged
+#: first), `by_purpose` (converted, and written after the other fields) and the private
+#: attributes.
+_NOT_STORED: Final = ("extra", "by_purpose", "_marks_base")
+#: The fields that may be None (not stored then): those whose default is None.
+_OPTIONAL: Final = tuple(
+    f.name for f in fields(RunState) if f.default is None and f.name not in _NOT_STORED
+)
 
 
 def _copy(value: Any) -> Any:

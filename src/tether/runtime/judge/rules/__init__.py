@@ -63,11 +63,14 @@ async def rule_verdict(
 ) -> Verdict:
     """Check open items' `done_when` rules (of the items in `only`, when given; see
     `rule_scope`); propose `done` with evidence for those met."""
+    ruled = ruled_items(spec, only)
+    if not ruled and not fingerprinted(spec) and not _cited_ops(ledger)[1]:
+        return Verdict("continue", (), "", source="rules")  # no rule, nothing to undo
     check = _RuleCheck(spec, ledger, env)
     changes: list[ProposedChange] = []
     # Items whose rule is met in this verdict: their successors may be judged after them.
     met: set[str] = set()
-    for item in ruled_items(spec, only):
+    for item in ruled:
         rule = item.done_when
         if rule is None or not ledger.has_item(item.id):
             continue

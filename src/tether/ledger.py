@@ -20,7 +20,7 @@ from functools import cached_property
 from typing import Any, Final, Literal, get_args
 
 from tether import errors
-from tether.ledger_tally import carry, counted, first_ready, tally
+from tether.ledger_tally import carry, counted, first_ready, ready_milestone, tally
 
 ItemStatus = Literal["pending", "in_progress", "done", "blocked", "skipped", "waived"]
 ITEM_STATUSES: Final[tuple[str, ...]] = get_args(ItemStatus)
@@ -334,8 +334,7 @@ class Ledger:
 
     def current_milestone(self) -> str | None:
         """The milestone of the next open item."""
-        nxt = self.next_item()
-        return self.definition(nxt).milestone if nxt else None
+        return ready_milestone(self)
 
     # -- serialization ------------------------------------------------------------------
 

@@ -126,7 +126,7 @@ class Owners:
 
 _TALLIES: dict[int, Tally] = {}
 _REFS: dict[int, Refs] = {}
-_NEXT: dict[int, tuple[str | None]] = {}
+_NEXT: dict[int, tuple[str | None, str | None]] = {}
 _COUNTED: dict[int, tuple[Any]] = {}
 _T = TypeVar("_T")
 
@@ -161,8 +161,22 @@ def first_ready(ledger: Any) -> str | None:
     finished item before it, so asking again would cost more as the task goes on."""
     found = _NEXT.get(id(ledger))
     if found is None:
-        found = _keep(ledger, _NEXT, (_first_ready(ledger),))
+        found = _keep(ledger, _NEXT, _next_of(ledger))
     return found[0]
+
+
+def ready_milestone(ledger: Any) -> str | None:
+    """`Ledger.current_milestone` (the milestone of `first_ready`), kept with it: the
+    journal asks at each commit, the checks and the decision once a round."""
+    found = _NEXT.get(id(ledger))
+    if found is None:
+        found = _keep(ledger, _NEXT, _next_of(ledger))
+    return found[1]
+
+
+def _next_of(ledger: Any) -> tuple[str | None, str | None]:
+    nxt = _first_ready(ledger)
+    return nxt, (ledger.definition(nxt).milestone if nxt else None)
 
 
 def _first_ready(ledger: Any) -> str | None:
@@ -235,4 +249,14 @@ def _carry_refs(before: Any, after: Any, touched: Sequence[int]) -> None:
     _keep(after, _REFS, Refs(holders, done_ops))
 
 
-__all__ = ["Owners", "Refs", "Tally", "carry", "counted", "refs", "tally"]
+__all__ = [
+    "Owners",
+    "Refs",
+    "Tally",
+    "carry",
+    "counted",
+    "first_ready",
+    "ready_milestone",
+    "refs",
+    "tally",
+]

@@ -259,8 +259,12 @@ def _focus_change(
         reason = f"failed {attempts} attempts (the same failures again)"
     elif cap is not None and rounds >= cap:
         reason = f"not finished in {rounds} rounds (limits.max_rounds_per_item)"
+    if not reason:  # a change that changes nothing (most rounds) is left out
+        if not failed and breaker == state.breaker:
+            return None, None
+        return L.ItemChange(focus, attempts_delta=1 if failed else 0, breaker=breaker), None
     last_error = next((o.error for o in reversed(facts.ops) if o.error), None)
-    if reason and last_error and not facts.blocked:
+    if last_error and not facts.blocked:
         reason += f"; last error: {last_error[:160]}"
     # An optional item the runtime would block ends skipped: the contract allows it.
     stop: L.ItemStatus = "skipped" if policy.optional else "blocked"
@@ -268,11 +272,9 @@ def _focus_change(
         focus,
         attempts_delta=1 if failed else 0,
         breaker=breaker,
-        status=stop if reason else None,
-        note=(f"optional, skipped: {reason}" if policy.optional else reason) if reason else None,
+        status=stop,
+        note=f"optional, skipped: {reason}" if policy.optional else reason,
     )
-    if not reason:  # a change that changes nothing (most rounds) is left out
-        return (change if failed or breaker != state.breaker else None), None
     code = "item_skipped" if policy.optional else "item_blocked"
     return change, _warning(code, f"{focus} {stop}: {reason}", {"item": focus})
 
@@ -374,10 +376,8 @@ def audit(
         for c in run.accepted
     ]
     focus = facts.focus
-    rule_state = next(
-        (v.checks.get(focus or "") for v in verdicts if v.source == "rules" and focus in v.checks),
-        None,
-    )
+    checks = [v.checks for v in verdicts if v.source == "rules" and focus in v.checks]
+    rule_state = checks[0].get(focus or "") if checks else None
     earlier = P.seen_set((seen or {}).get(focus or "", ()))
     moved = P.moves(facts.ops, rule_state, earlier)
     policy = run.policy(focus) if focus else _NO_POLICY

@@ -95,10 +95,10 @@ async def judge_round(
     they are still `pending`); act on the decision: the outcome that ends the run, or
     None to go on."""
     env = StoreRuleEnv(run, pending)
-    only = rule_scope(
-        run.view.spec, run.view.ledger, facts.focus, [(o.tool, o.args) for o in facts.ops]
-    )
-    verdicts = [await rules.rule_verdict(run.view.spec, run.view.ledger, env, only)]
+    view = run.view
+    spec, ledger = view.spec, view.ledger
+    only = rule_scope(spec, ledger, facts.focus, ((o.tool, o.args) for o in facts.ops))
+    verdicts = [await rules.rule_verdict(spec, ledger, env, only)]
     extra_events: list[ev.Event] = list(env.events)
     judge_model = run.calls.models.judge
     judges = ["rules"]
@@ -145,21 +145,25 @@ async def judge_round(
             verdicts.append(verdict)
     # Resolve only the refs the verdicts cite: a long task never reads its whole journal.
     cited = {ref for v in verdicts for c in v.changes for ref in c.evidence}
-    staged = [*env.artifacts, *(pending.artifacts if pending else ())]
-    known = await resolve_evidence(run, cited, staged, facts, pending.ops if pending else ())
+    known: Mapping[str, F.Evidence] = {}
+    if cited:  # most rounds cite nothing: nothing to look up
+        staged = [*env.artifacts, *(pending.artifacts if pending else ())]
+        known = await resolve_evidence(run, cited, staged, facts, pending.ops if pending else ())
+    rounds = _count_round(run, facts)
+    spec = view.spec  # read again: the LLM judge's record may have committed since
     outcome = A.audit(
         # A read-only round's focus start is still staged (it commits with the verdict):
         # the verdict builds on it, or the log would say started and the ledger pending.
-        run.journal.staged_ledger or run.view.ledger,
+        run.journal.staged_ledger or view.ledger,
         verdicts,
         evidence=known.get,
         facts=facts,
-        limits=run.view.spec.limits,
-        policies=_policies(run.view.spec),
-        seen=run.view.state.seen,
-        rounds=_count_round(run, facts),
+        limits=spec.limits,
+        policies=_policies(spec),
+        seen=view.state.seen,
+        rounds=rounds,
     )
-    _remember(run, facts, outcome)
+    _remember(run, facts, outcome, rounds)
     new = outcome.update.ledger
     p = new.progress()
     extra_events.extend(outcome.warnings)  # the audit's warnings are events already
@@ -257,16 +261,16 @@ def _count_round(run: JudgeHost, facts: F.RoundFacts) -> int:
     return run.view.state.item_rounds.get(focus, 0) + 1
 
 
-def _remember(run: JudgeHost, facts: F.RoundFacts, outcome: F.AuditOutcome) -> None:
+def _remember(run: JudgeHost, facts: F.RoundFacts, outcome: F.AuditOutcome, rounds: int) -> None:
     """Keep what the next audits need: what the round did for its focus item (to tell
     progress from repetition, `progress.moves`), its round count, and statuses a judge
     proposed for a human. Only open items are remembered: a finished or blocked item's
     memory is dropped (a human's retry or a reopening starts it afresh), so the state
-    stays as small as the work in hand."""
+    stays as small as the work in hand. `rounds`: the focus item's (`_count_round`)."""
     st = run.view.state
     focus = facts.focus
     if focus is not None and not facts.deferred:
-        st.item_rounds[focus] = _count_round(run, facts)
+        st.item_rounds[focus] = rounds
         st.seen[focus] = P.remember(st.seen.get(focus, []), outcome.marks)
     led = outcome.update.ledger
     for memory in (st.seen, st.item_rounds):

@@ -159,6 +159,14 @@ _SHAPES: Final[tuple[tuple[bytes, ...], ...]] = (
 )
 
 
+#: Per `_VOLATILE` pattern, in order: (pattern, replacement, its `_NEEDLES`, its
+#: `_SHAPES`), one tuple walked per message (no `zip` of three tables each time).
+_PLAN: Final = tuple(
+    (pattern, repl, clauses, shapes)
+    for (pattern, repl), clauses, shapes in zip(_VOLATILE, _NEEDLES, _SHAPES, strict=True)
+)
+
+
 def normalise(text: str) -> str:
     """A message with its volatile parts replaced by placeholders and its whitespace
     collapsed: the same failure said twice normalises to the same text, a different
@@ -168,15 +176,26 @@ def normalise(text: str) -> str:
     # sign to `k`): the substring test is exact for ASCII text only.
     lower = out.lower() if out.isascii() else None
     shape = None  # `lower`'s `_SHAPE`, made when first needed
-    for (pattern, repl), clauses, shapes in zip(_VOLATILE, _NEEDLES, _SHAPES, strict=True):
+    for pattern, repl, clauses, shapes in _PLAN:
         if lower is not None:
-            if not _may_match(lower, clauses):
+            # Whether `lower` holds a string of each clause, tested inline: a round
+            # normalises every successful call's output, and a call per pattern cost
+            # more than its substring tests.
+            ruled_out = False
+            for clause in clauses:
+                for needle in clause:
+                    if needle in lower:
+                        break
+                else:
+                    ruled_out = True
+                    break
+            if ruled_out:
                 continue
             if shapes:
                 if shape is None:
                     shape = lower.encode().translate(_SHAPE)
-                for needle in shapes:
-                    if needle in shape:
+                for run in shapes:
+                    if run in shape:
                         break
                 else:
                     continue
@@ -186,9 +205,15 @@ def normalise(text: str) -> str:
         if count and lower is not None:
             lower = out.lower()
             shape = None
-    # Whitespace collapsed: `str.split` knows the whitespace `\s` does, and is far cheaper
-    # than `re.sub(r"\s+", " ", out).strip()`, which it equals. Most output has nothing
-    # to collapse (single spaces, none at the ends), which its shape tells faster still.
+    return _collapsed(out, lower, shape)
+
+
+def _collapsed(out: str, lower: str | None, shape: bytes | None) -> str:
+    """`out` with its whitespace collapsed (`lower`: its lower case if it is ASCII,
+    `shape`: `lower`'s `_SHAPE` if made)."""
+    # `str.split` knows the whitespace `\s` does, and is far cheaper than
+    # `re.sub(r"\s+", " ", out).strip()`, which it equals. Most output has nothing to
+    # collapse (single spaces, none at the ends), which its shape tells faster still.
     if lower is not None:
         if shape is None:
             shape = lower.encode().translate(_SHAPE)
@@ -197,24 +222,12 @@ def normalise(text: str) -> str:
     return " ".join(out.split())
 
 
-def _may_match(lower: str, clauses: tuple[tuple[str, ...], ...]) -> bool:
-    """Whether `lower` holds a string of each clause (a pattern's `_NEEDLES`)."""
-    for clause in clauses:
-        for needle in clause:
-            if needle in lower:
-                break
-        else:
-            return False
-    return True
-
-
 def digest(*parts: str) -> str:
     """A short, stable fingerprint of some parts (16 hex characters)."""
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p.encode("utf-8", errors="replace"))
-        h.update(b"\x1f")
-    return h.hexdigest()[:16]
+    # Each part, then the separator: one string encoded and hashed at once (the same
+    # bytes as a part at a time; the separator is ASCII, so `replace` acts alike).
+    data = "\x1f".join(parts) + "\x1f" if parts else ""
+    return hashlib.sha256(data.encode("utf-8", errors="replace")).hexdigest()[:16]
 
 
 def result_hash(content: str, artifact_hash: str | None = None) -> str:

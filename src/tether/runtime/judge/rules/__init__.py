@@ -14,7 +14,7 @@ from tether.artifacts import deliverable_meta
 from tether.ledger_tally import refs as ledger_refs
 from tether.runtime.judge.facts import ProposedChange, Verdict
 from tether.runtime.judge.rules.commands import run_command
-from tether.runtime.judge.rules.scope import spec_items
+from tether.runtime.judge.rules.scope import fingerprinted, ruled_items
 from tether.runtime.round import progress as P
 from tether.spec import (
     ArtifactRule,
@@ -63,11 +63,14 @@ async def rule_verdict(
 ) -> Verdict:
     """Check open items' `done_when` rules (of the items in `only`, when given; see
     `rule_scope`); propose `done` with evidence for those met."""
+    ruled = ruled_items(spec, only)
+    if not ruled and not fingerprinted(spec) and not _cited_ops(ledger)[1]:
+        return Verdict("continue", (), "", source="rules")  # no rule, nothing to undo
     check = _RuleCheck(spec, ledger, env)
     changes: list[ProposedChange] = []
     # Items whose rule is met in this verdict: their successors may be judged after them.
     met: set[str] = set()
-    for item in spec.items if only is None else spec_items(spec, only):
+    for item in ruled:
         rule = item.done_when
         if rule is None or not ledger.has_item(item.id):
             continue
@@ -86,7 +89,7 @@ async def rule_verdict(
         if change is not None:
             changes.append(change)
             met.add(item.id)
-    if any(src.pin == "fingerprint" for src in spec.sources):
+    if fingerprinted(spec):
         # A re-read may have found a source changed and invalidated artifacts mid-run:
         # items they proved go back to work now, not only at the check before delivery.
         changes += await check.stale_evidence(ledger)

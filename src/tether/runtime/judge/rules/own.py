@@ -123,8 +123,13 @@ class Window(NamedTuple):
 class OwnCommits:
     """The run's recent commits (see the module docstring)."""
 
-    def __init__(self, types: Iterable[str]) -> None:
+    def __init__(self, types: Iterable[str], *, active: bool = True) -> None:
         self.types = frozenset(types)
+        #: False until an index asks for the run's commits (`own_commits`): most runs
+        #: never build one (no `op` or `artifact` rule, no done item citing an op), and
+        #: keeping every commit cost a round more than their judging. An index's first
+        #: look reads the store (its cursor starts there), so nothing before it is needed.
+        self.active = active
         self.commits: deque[_Commit] = deque(maxlen=KEEP)
         self.first_writes: OrderedDict[str, _First] = OrderedDict()
         #: (the number read after, what was read, the types of the indexes it served)
@@ -132,6 +137,8 @@ class OwnCommits:
 
     def add(self, res: CommitResult, events: Sequence[ev.Event], ops: Sequence[OpRecord]) -> None:
         """A commit the store accepted: `events` and `ops` as written."""
+        if not self.active:
+            return
         intended = {e.op_id for e in events if isinstance(e, ev.OpIntended)} if ops else ()
         stored: dict[str, OpRecord | None] = {}
         writes: dict[str, tuple[_First, OpRecord]] = {}
@@ -197,11 +204,17 @@ _OWN: weakref.WeakKeyDictionary[Any, OwnCommits] = weakref.WeakKeyDictionary()
 
 def recording(run: Any) -> OwnCommits:
     """A new record of `run`'s own commits (`own_commits`): its journal tells it of each
-    commit (`OwnCommits.add`)."""
-    own = _OWN[run] = OwnCommits((*CHANGE_EVENTS, *ARTIFACT_EVENTS))
+    commit (`OwnCommits.add`), kept from the first time an index asks for them."""
+    own = _OWN[run] = OwnCommits((*CHANGE_EVENTS, *ARTIFACT_EVENTS), active=False)
     return own
 
 
 def own_commits(run: Any) -> OwnCommits | None:
-    """What `run` committed through `recording`, if it does."""
-    return _OWN.get(run)
+    """What `run` committed through `recording`, if it does; its commits are kept from
+    now on. Asked before an index's look, whose first reads the store: a window it asks
+    for later starts at that look, and a commit the record holds no trace of is a hole
+    (`OwnCommits.window` answers None: the store is read, as without a record)."""
+    own = _OWN.get(run)
+    if own is not None:
+        own.active = True
+    return own

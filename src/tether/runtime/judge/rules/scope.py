@@ -13,8 +13,8 @@ for good: it enters the window before it becomes the focus.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Collection, Mapping
-from typing import Any, Final
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, Final, NamedTuple
 
 from tether import ledger_view
 from tether.jsonwalk import strings_in
@@ -24,16 +24,29 @@ from tether.spec import ChecklistItem, FileRule, OpRule, TaskSpec
 #: Open items, in checklist order, checked after every round on a long ledger.
 RULE_WINDOW: Final = 25
 
-#: The last spec's rule index: `(spec, {path: ids}, {tool: ids}, {id: position})` (one
-#: task per run).
-_INDEX: list[tuple[TaskSpec, dict[str, list[str]], dict[str, list[str]], dict[str, int]]] = []
+
+class _SpecIndex(NamedTuple):
+    """What the rule judge looks up in one contract, made once per spec object."""
+
+    spec: TaskSpec
+    #: Items with a file rule, by the rule's normalised path; with an op rule, by tool.
+    paths: dict[str, list[str]]
+    tools: dict[str, list[str]]
+    #: Each item's position in contract order.
+    where: dict[str, int]
+    #: The items with a `done_when` rule, in contract order (most contracts: a few).
+    ruled: tuple[ChecklistItem, ...]
+    #: Whether a source is pinned by fingerprint (a re-read may invalidate artifacts).
+    fingerprinted: bool
 
 
-def _index(
-    spec: TaskSpec,
-) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, int]]:
-    if _INDEX and _INDEX[0][0] is spec:
-        return _INDEX[0][1], _INDEX[0][2], _INDEX[0][3]
+#: The last spec's rule index (one task per run).
+_INDEX: list[_SpecIndex] = []
+
+
+def _index(spec: TaskSpec) -> _SpecIndex:
+    if _INDEX and _INDEX[0].spec is spec:
+        return _INDEX[0]
     paths: dict[str, list[str]] = {}
     tools: dict[str, list[str]] = {}
     where: dict[str, int] = {}
@@ -44,14 +57,31 @@ def _index(
             paths.setdefault(posixpath.normpath(rule.path), []).append(item.id)
         elif isinstance(rule, OpRule):
             tools.setdefault(rule.tool, []).append(item.id)
-    _INDEX[:] = [(spec, paths, tools, where)]
-    return paths, tools, where
+    ruled = tuple(i for i in spec.items if i.done_when is not None)
+    fingerprinted = any(src.pin == "fingerprint" for src in spec.sources)
+    _INDEX[:] = [_SpecIndex(spec, paths, tools, where, ruled, fingerprinted)]
+    return _INDEX[0]
 
 
 def spec_items(spec: TaskSpec, ids: Collection[str]) -> list[ChecklistItem]:
     """The contract's items with these ids, in contract order (unknown ids left out)."""
-    where = _index(spec)[2]
+    where = _index(spec).where
     return [spec.items[n] for n in sorted(where[i] for i in ids if i in where)]
+
+
+def ruled_items(spec: TaskSpec, ids: Collection[str] | None = None) -> Sequence[ChecklistItem]:
+    """The contract's items with a `done_when` rule (of those with these ids, when
+    given), in contract order: what the rule judge checks, without a walk over every
+    item of a contract whose items have no rule."""
+    ruled = _index(spec).ruled
+    if ids is None or not ruled:
+        return ruled
+    return [i for i in spec_items(spec, ids) if i.done_when is not None]
+
+
+def fingerprinted(spec: TaskSpec) -> bool:
+    """Whether some source of the contract is pinned by fingerprint."""
+    return _index(spec).fingerprinted
 
 
 #: The open window of the last few ledgers, by object (`open_window`).
@@ -81,7 +111,7 @@ def rule_scope(
     spec: TaskSpec,
     ledger: Ledger,
     focus: str | None,
-    calls: list[tuple[str, Mapping[str, Any]]],
+    calls: Iterable[tuple[str, Mapping[str, Any]]],
 ) -> set[str] | None:
     """The ids of the items to check after a round whose calls were `calls` (tool name,
     arguments) on `focus`; None for every open item (a short ledger)."""
@@ -89,7 +119,8 @@ def rule_scope(
         return None
     scope: set[str] = {focus} if focus else set()
     scope.update(open_window(ledger))
-    paths, tools, _ = _index(spec)
+    index = _index(spec)
+    paths, tools = index.paths, index.tools
     for tool, args in calls:
         scope.update(tools.get(tool, ()))
         for text in strings_in(args):

@@ -38,6 +38,13 @@ def test_growth_and_trim_are_sent_as_a_cut_and_the_new_marks() -> None:
         "i": (None, ("a", "c", "d"))
     }
     assert MarksWrite.between({"i": old}, {"i": list(old)}).items == {}
+    # Lists and tuples of the same marks are the same marks, either way round.
+    assert MarksWrite.between({"i": tuple(old)}, {"i": list(old)}).items == {}
+    assert MarksWrite.between({"i": old}, {"i": ("b", "c", "d")}).items == {"i": (1, ("d",))}
+    assert MarksWrite.between({"i": ("a", "b")}, {"i": ["b", "a"]}).items == {"i": (1, ("a",))}
+    assert MarksWrite.between({"i": tuple(old)}, {"i": ["b", "a"]}).items == {
+        "i": (None, ("b", "a"))
+    }
 
 
 rounds = st.lists(

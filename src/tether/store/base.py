@@ -202,10 +202,19 @@ class MarksWrite:
                 items[item] = (None, ())
         for item, new in after.items():
             old = before.get(item, ())
-            if new is old or (len(new) == len(old) and tuple(new) == tuple(old)):
+            if new is old or (len(new) == len(old) and _same(new, old)):
                 continue
             items[item] = _grown(old, new)
         return cls(items)
+
+
+def _same(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Whether two mark sequences hold the same marks: compared as they are when of one
+    type (a run's lists are, up to 1,000 marks an item: no copies per commit), else as
+    tuples."""
+    if type(a) is type(b):
+        return a == b
+    return tuple(a) == tuple(b)
 
 
 def _grown(old: Sequence[str], new: Sequence[str]) -> tuple[int | None, tuple[str, ...]]:
@@ -217,7 +226,7 @@ def _grown(old: Sequence[str], new: Sequence[str]) -> tuple[int | None, tuple[st
     for p in range(len(new) - 1, -1, -1):
         if new[p] == last:
             kept = p + 1
-            if kept <= len(old) and list(new[:kept]) == list(old[len(old) - kept :]):
+            if kept <= len(old) and _same(new[:kept], old[len(old) - kept :]):
                 return len(old) - kept, tuple(new[kept:])
             break
     return None, tuple(new)

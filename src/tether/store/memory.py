@@ -11,6 +11,9 @@ import asyncio
 import copy
 import dataclasses
 import json
+import marshal
+import types
+import typing
 from collections.abc import Collection
 from typing import Any, TypeVar, Unpack
 
@@ -28,6 +31,7 @@ T = TypeVar("T")
 #: Values a JSON round trip returns unchanged (bool is an int; NaN and infinities
 #: are floats json writes and reads back as such).
 _ATOMS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
+_STR: frozenset[type] = frozenset({str})
 
 
 class _NotPlain(Exception):
@@ -74,37 +78,112 @@ def _copy_op(op: OpRecord) -> OpRecord:
     )
 
 
-def _copy_usage(usage: Any, marks: b.MarksWrite | None, held: Any) -> Any:
-    """The run state a commit stores (`_copy` of `usage`), its progress marks
-    (`usage["seen"]`, up to a thousand per item) taken as the SQL stores take them: the
-    items `marks` does not name keep the lists stored (`held`, never changed in place),
-    the others drop their oldest marks and get the new ones, copied. Where that does not
-    give a list of the given length (or `marks` is None), the given list is copied."""
-    seen = usage.get("seen") if type(usage) is dict else None
-    kept = held.get("seen") if type(held) is dict else None
-    if marks is None or type(seen) is not dict or type(kept) is not dict:
-        return _copy(usage)
+def _same(given: Any, kept: Any) -> bool:
+    """True when `given` is exactly `kept` (a copy the store made): the same containers,
+    keys in the same order, values of the same types (1, 1.0 and True differ, as they
+    do in JSON). marshal's format 2 writes a value's type and contents only (no
+    references, no interning marks), in C: far cheaper than walking the value."""
+    try:
+        return marshal.dumps(given, 2) == marshal.dumps(kept, 2)
+    except ValueError:  # not plain data: copied, which converts or refuses it
+        return False
+
+
+def _copy_marks(seen: Any, marks: b.MarksWrite, kept: Any) -> Any:
+    """The progress marks a commit stores (`usage["seen"]`, up to a thousand per item),
+    taken as the SQL stores take them: the items `marks` does not name keep the lists
+    stored (`kept`, never changed in place), the others drop their oldest marks and get
+    the new ones, copied. Where that does not give a list of the given length, the given
+    list is copied."""
+    if type(seen) is not dict or type(kept) is not dict:
+        return _copy(seen)
     changed = marks.items
-    out_seen: dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for item, given in seen.items():
         old = kept.get(item)
         if type(item) is not str:
-            return _copy(usage)  # the JSON round trip converts the key
+            return _copy(seen)  # the JSON round trip converts the key
         if type(given) is list and type(old) is list:
             change = changed.get(item)
             if change is None:
                 if len(old) == len(given):
-                    out_seen[item] = old
+                    out[item] = old
                     continue
             else:
                 cut, added = change
                 if cut is not None and len(old) - cut + len(added) == len(given):
-                    out_seen[item] = old[cut:] + _copy(list(added))
+                    out[item] = old[cut:] + _copy(list(added))
                     continue
-        out_seen[item] = _copy(given)
-    out = _copy({**usage, "seen": {}})
-    out["seen"] = out_seen
+        out[item] = _copy(given)
     return out
+
+
+def _copy_usage(usage: Any, marks: b.MarksWrite | None, held: Any) -> Any:
+    """The run state a commit stores: what `_copy(usage)` gives, built from the stored
+    one (`held`, the store's own copy, never changed in place). A container that is
+    exactly the stored one (`_same`: most of them, from one round to the next) is the
+    stored one, shared by the two records; the others are copied; the progress marks
+    are taken as `_copy_marks` says (all of them copied if `marks` is None)."""
+    if type(usage) is not dict or type(held) is not dict or not _STR.issuperset(map(type, usage)):
+        return _copy(usage)
+    out: dict[str, Any] = {}
+    for key, value in usage.items():
+        kind = type(value)
+        if kind in _ATOMS:
+            out[key] = value
+        elif marks is not None and key == "seen":
+            out[key] = _copy_marks(value, marks, held.get(key))
+        else:
+            old = held.get(key)
+            out[key] = old if type(old) is kind and _same(value, old) else _copy(value)
+    return out
+
+
+#: An event committed but not yet read, its data not built: `MemoryStore._stored`'s
+#: arguments (task id, seq, event, task version, fencing token, time).
+_Later = tuple[str, int, ev.Event, int, int | None, float]
+
+#: Per event class: its fields that may hold a container (None: the class's events are
+#: always encoded at once).
+_OPEN_FIELDS: dict[type[ev.Event], tuple[str, ...] | None] = {}
+
+
+def _atomic(annotation: Any) -> bool:
+    """True for a field type whose values are immutable: str, int, float, bool, None,
+    their literals and unions of these."""
+    if annotation in _ATOMS:
+        return True
+    args = typing.get_args(annotation)
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return all(type(a) in _ATOMS for a in args)
+    if origin is typing.Union or origin is types.UnionType:
+        return all(_atomic(a) for a in args)
+    return False
+
+
+def _open_fields(cls: type[ev.Event]) -> tuple[str, ...] | None:
+    if issubclass(cls, ev.UnknownEvent) or not cls.TYPE or cls.model_config.get("extra") == "allow":
+        return None  # `ev.encode` refuses it, or it may carry fields of any type
+    return tuple(name for name, f in cls.model_fields.items() if not _atomic(f.annotation))
+
+
+def _later(event: ev.Event) -> bool:
+    """True when `event` can be encoded when first read rather than now: every field
+    holds an immutable value (its container fields are None), so what it encodes to
+    cannot change in between. A steady round's events are read by nobody (the run keeps
+    its own state): their encoding is most of a commit's cost. Events that may hold a
+    list or dict the caller could still change are encoded now, as stored data must be
+    what was committed."""
+    cls = type(event)
+    try:
+        names = _OPEN_FIELDS[cls]
+    except KeyError:
+        names = _OPEN_FIELDS[cls] = _open_fields(cls)
+    if names is None:
+        return False
+    values = event.__dict__
+    return all(values[name] is None for name in names)
 
 
 class MemoryStore(b.Store):
@@ -116,6 +195,9 @@ class MemoryStore(b.Store):
         self._lock = asyncio.Lock()
         self._tasks: dict[str, TaskRecord] = {}
         self._events: dict[str, list[StoredEvent]] = {}
+        #: Per task, the events committed after those in `_events` (read_events moves
+        #: them there), some not yet encoded (`_later`).
+        self._unread: dict[str, list[StoredEvent | _Later]] = {}
         self._ledgers: dict[str, b.LedgerRecord] = {}
         self._blobs: dict[str, bytes] = {}
         self._ops: dict[str, OpRecord] = {}
@@ -179,6 +261,7 @@ class MemoryStore(b.Store):
             self._events[task_id] = [
                 self._stored(task_id, n + 1, e, 1, None, now) for n, e in enumerate(events)
             ]
+            self._unread[task_id] = []
             return rec
 
     @staticmethod
@@ -206,6 +289,13 @@ class MemoryStore(b.Store):
         b.refuse_unknown(filters, b.EventFilters)
         limit, types = filters.get("limit"), filters.get("types")
         self._task(task_id)
+        unread = self._unread[task_id]
+        if unread:
+            self._events[task_id].extend(
+                e if isinstance(e, StoredEvent) else self._stored(*e)
+                for e in unread
+            )
+            unread.clear()
         out = [e for e in self._events[task_id] if e.seq > after and (not types or e.type in types)]
         return out[:limit] if limit is not None else out
 
@@ -258,8 +348,11 @@ class MemoryStore(b.Store):
                     ledger.version,
                     now,
                 )
+            first, version = plan.first_seq, plan.events_version
             stored = [
-                self._stored(task_id, plan.first_seq + n, e, plan.events_version, token, now)
+                (task_id, first + n, e, version, token, now)
+                if _later(e)
+                else self._stored(task_id, first + n, e, version, token, now)
                 for n, e in enumerate(events)
             ]
             changes = {
@@ -273,7 +366,7 @@ class MemoryStore(b.Store):
                 for k, v in plan.changes.items()
             }
             # Everything validated: apply.
-            self._events[task_id].extend(stored)
+            self._unread[task_id].extend(stored)
             if new_ledger is not None:
                 self._ledgers[task_id] = new_ledger
             for op in c.ops:

@@ -1,10 +1,10 @@
 """The memory store keeps what a commit gave it, whatever the caller does afterwards.
 
-It shares what it can instead of copying it every commit (issue 22): a run-state
-container exactly like the stored one is the stored one, and an event whose fields are
-all immutable is encoded when first read. These tests pin what that must not change:
-a later change of the caller's objects is not a change of the store, a value is stored
-with its exact types, and a read gives what was committed, in order.
+It avoids work where it can (issue 22): an event whose fields are all immutable is
+encoded when first read, not at its commit. These tests pin what no such shortcut may
+change (and what one that shares the run state's containers between commits would have
+to keep): a later change of the caller's objects is not a change of the store, a value
+is stored with its exact types, and a read gives what was committed, in order.
 """
 
 from __future__ import annotations
@@ -58,7 +58,9 @@ async def test_a_container_changed_in_place_is_stored_as_it_is_now() -> None:
         ({"a": 1, "b": 2}, {"b": 2, "a": 1}),
     ],
 )
-async def test_an_equal_value_of_other_types_is_stored_with_its_types(first: Any, then: Any) -> None:
+async def test_an_equal_value_of_other_types_is_stored_with_its_types(
+    first: Any, then: Any
+) -> None:
     store = await _store()
     await _usage(store, {"x": first})
     got = (await _usage(store, {"x": then}))["x"]

@@ -11,10 +11,9 @@ import asyncio
 import copy
 import dataclasses
 import json
-import marshal
-import types
 import typing
 from collections.abc import Collection
+from types import UnionType
 from typing import Any, TypeVar, Unpack
 
 from tether import errors, lifecycle
@@ -31,7 +30,6 @@ T = TypeVar("T")
 #: Values a JSON round trip returns unchanged (bool is an int; NaN and infinities
 #: are floats json writes and reads back as such).
 _ATOMS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
-_STR: frozenset[type] = frozenset({str})
 #: The keywords of `commit` besides its events.
 _PARTS: frozenset[str] = b.CommitParts.__optional_keys__
 
@@ -80,64 +78,36 @@ def _copy_op(op: OpRecord) -> OpRecord:
     )
 
 
-def _same(given: Any, kept: Any) -> bool:
-    """True when `given` is exactly `kept` (a copy the store made): the same containers,
-    keys in the same order, values of the same types (1, 1.0 and True differ, as they
-    do in JSON). marshal's format 2 writes a value's type and contents only (no
-    references, no interning marks), in C: far cheaper than walking the value."""
-    try:
-        return marshal.dumps(given, 2) == marshal.dumps(kept, 2)
-    except ValueError:  # not plain data: copied, which converts or refuses it
-        return False
-
-
-def _copy_marks(seen: Any, marks: b.MarksWrite, kept: Any) -> Any:
-    """The progress marks a commit stores (`usage["seen"]`, up to a thousand per item),
-    taken as the SQL stores take them: the items `marks` does not name keep the lists
-    stored (`kept`, never changed in place), the others drop their oldest marks and get
-    the new ones, copied. Where that does not give a list of the given length, the given
-    list is copied."""
-    if type(seen) is not dict or type(kept) is not dict:
-        return _copy(seen)
+def _copy_usage(usage: Any, marks: b.MarksWrite | None, held: Any) -> Any:
+    """The run state a commit stores (`_copy` of `usage`), its progress marks
+    (`usage["seen"]`, up to a thousand per item) taken as the SQL stores take them: the
+    items `marks` does not name keep the lists stored (`held`, never changed in place),
+    the others drop their oldest marks and get the new ones, copied. Where that does not
+    give a list of the given length (or `marks` is None), the given list is copied."""
+    seen = usage.get("seen") if type(usage) is dict else None
+    kept = held.get("seen") if type(held) is dict else None
+    if marks is None or type(seen) is not dict or type(kept) is not dict:
+        return _copy(usage)
     changed = marks.items
-    out: dict[str, Any] = {}
+    out_seen: dict[str, Any] = {}
     for item, given in seen.items():
         old = kept.get(item)
         if type(item) is not str:
-            return _copy(seen)  # the JSON round trip converts the key
+            return _copy(usage)  # the JSON round trip converts the key
         if type(given) is list and type(old) is list:
             change = changed.get(item)
             if change is None:
                 if len(old) == len(given):
-                    out[item] = old
+                    out_seen[item] = old
                     continue
             else:
                 cut, added = change
                 if cut is not None and len(old) - cut + len(added) == len(given):
-                    out[item] = old[cut:] + _copy(list(added))
+                    out_seen[item] = old[cut:] + _copy(list(added))
                     continue
-        out[item] = _copy(given)
-    return out
-
-
-def _copy_usage(usage: Any, marks: b.MarksWrite | None, held: Any) -> Any:
-    """The run state a commit stores: what `_copy(usage)` gives, built from the stored
-    one (`held`, the store's own copy, never changed in place). A container that is
-    exactly the stored one (`_same`: most of them, from one round to the next) is the
-    stored one, shared by the two records; the others are copied; the progress marks
-    are taken as `_copy_marks` says (all of them copied if `marks` is None)."""
-    if type(usage) is not dict or type(held) is not dict or not _STR.issuperset(map(type, usage)):
-        return _copy(usage)
-    out: dict[str, Any] = {}
-    for key, value in usage.items():
-        kind = type(value)
-        if kind in _ATOMS:
-            out[key] = value
-        elif marks is not None and key == "seen":
-            out[key] = _copy_marks(value, marks, held.get(key))
-        else:
-            old = held.get(key)
-            out[key] = old if type(old) is kind and _same(value, old) else _copy(value)
+        out_seen[item] = _copy(given)
+    out = _copy({**usage, "seen": {}})
+    out["seen"] = out_seen
     return out
 
 
@@ -159,7 +129,7 @@ def _atomic(annotation: Any) -> bool:
     origin = typing.get_origin(annotation)
     if origin is typing.Literal:
         return all(type(a) in _ATOMS for a in args)
-    if origin is typing.Union or origin is types.UnionType:
+    if origin is typing.Union or origin is UnionType:
         return all(_atomic(a) for a in args)
     return False
 
@@ -174,9 +144,9 @@ def _later(event: ev.Event) -> bool:
     """True when `event` can be encoded when first read rather than now: every field
     holds an immutable value (its container fields are None), so what it encodes to
     cannot change in between. A steady round's events are read by nobody (the run keeps
-    its own state): their encoding is most of a commit's cost. Events that may hold a
-    list or dict the caller could still change are encoded now, as stored data must be
-    what was committed."""
+    its own state), and building each one's data and record is a good part of a commit.
+    Events that hold a list or dict the caller could still change are encoded now, as
+    stored data must be what was committed."""
     cls = type(event)
     try:
         names = _OPEN_FIELDS[cls]

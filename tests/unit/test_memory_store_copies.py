@@ -15,7 +15,7 @@ import pytest
 
 from tether import events as ev
 from tether import ledger as L
-from tether.store.base import TaskPatch
+from tether.store.base import StoredEvent, TaskPatch
 from tether.store.memory import MemoryStore
 
 
@@ -116,3 +116,12 @@ async def test_an_event_the_store_cannot_write_is_refused_at_the_commit() -> Non
         await store.commit("t", None, [ev.RoundStarted(round=1, turn=1), ev.UnknownEvent()])
     assert await store.read_events("t") == []
     assert (await store.get_task("t")).last_seq == 0
+
+
+async def test_a_stored_event_is_the_record_its_class_makes() -> None:
+    store = await _store()
+    await store.commit("t", None, [ev.RoundStarted(round=1, turn=2)])
+    (got,) = await store.read_events("t")
+    want = StoredEvent("t", 1, "round.started", ev.EVENT_SCHEMA_VERSION, got.data, 1, None, got.at)
+    assert got == want and vars(got) == vars(want)
+    assert got.data == {"round": 1, "turn": 2, "item": None}

@@ -159,24 +159,22 @@ def first_ready(ledger: Any) -> str | None:
     """`Ledger.next_item`, worked out once per ledger: a round asks for it a dozen times
     (the view, the focus, the milestone, the checks), and each walk passes every
     finished item before it, so asking again would cost more as the task goes on."""
-    found = _NEXT.get(id(ledger))
-    if found is None:
-        found = _keep(ledger, _NEXT, _next_of(ledger))
-    return found[0]
+    return _next(ledger)[0]
 
 
 def ready_milestone(ledger: Any) -> str | None:
     """`Ledger.current_milestone` (the milestone of `first_ready`), kept with it: the
     journal asks at each commit, the checks and the decision once a round."""
+    return _next(ledger)[1]
+
+
+def _next(ledger: Any) -> tuple[str | None, str | None]:
+    """`(first_ready, its milestone)` of `ledger`, kept for the ledger object."""
     found = _NEXT.get(id(ledger))
     if found is None:
-        found = _keep(ledger, _NEXT, _next_of(ledger))
-    return found[1]
-
-
-def _next_of(ledger: Any) -> tuple[str | None, str | None]:
-    nxt = _first_ready(ledger)
-    return nxt, (ledger.definition(nxt).milestone if nxt else None)
+        nxt = _first_ready(ledger)
+        found = _keep(ledger, _NEXT, (nxt, ledger.definition(nxt).milestone if nxt else None))
+    return found
 
 
 def _first_ready(ledger: Any) -> str | None:

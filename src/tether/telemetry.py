@@ -270,7 +270,7 @@ def _unset(instrument: Any) -> bool:
 
 def _record_metrics(attributes: Mapping[str, Any], seconds: float, error: str | None) -> None:
     """The GenAI client metrics of one finished model call."""
-    instruments = _instruments if _instruments is not None else _get_instruments()
+    instruments = _get_instruments()
     if not instruments:
         return
     tokens, duration = instruments

@@ -150,7 +150,6 @@ async def judge_round(
         staged = [*env.artifacts, *(pending.artifacts if pending else ())]
         known = await resolve_evidence(run, cited, staged, facts, pending.ops if pending else ())
     rounds = _count_round(run, facts)
-    spec = view.spec  # read again: the LLM judge's record may have committed since
     outcome = A.audit(
         # A read-only round's focus start is still staged (it commits with the verdict):
         # the verdict builds on it, or the log would say started and the ledger pending.

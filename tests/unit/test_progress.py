@@ -391,6 +391,31 @@ def test_normalise_gives_what_the_old_code_gave_on_units(text: str) -> None:
         assert P.normalise(t) == _every_pattern(t)
 
 
+@given(st.text(alphabet="0123456789:-.,TZ+ x", max_size=40))
+def test_normalise_gives_what_the_old_code_gave_on_dates_and_clock_times(text: str) -> None:
+    # The ISO date and clock time pre-tests (`_SHAPES`): `dddd-dd-dd`, `d:dd:dd`.
+    assert P.normalise(text) == _every_pattern(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2024-01-02",
+        "2024-01-02T10:11:12Z",
+        "2024-01-02 10:11:12.5+02:00",
+        "12:30:45",
+        "1:02:03,5",
+        "12:3:45",
+        "57:" + "x" * 40,
+        '{"a": 1, "b": "2024-1-02"}',
+        "x-y: 10:11",
+    ],
+)
+def test_normalise_gives_what_the_old_code_gave_on_dates(text: str) -> None:
+    for t in (text, f"a {text} b", f"{text}.{text}"):
+        assert P.normalise(t) == _every_pattern(t)
+
+
 @pytest.mark.parametrize(
     "text",
     ["", " ", "a", " a", "a ", "a b", "a  b", "a\tb", "a\x1fb", "a\x0bb", "a\r\nb", "a\x85b"],

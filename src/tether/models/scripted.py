@@ -23,6 +23,8 @@ _ids = itertools.count(1)
 #: How many of the last requests a `ScriptedModel` keeps for inspection by default: a
 #: bound, so a model serving a task of days does not hold every request it has seen.
 KEEP_REQUESTS = 256
+#: A response without usage gets estimated counts (compared with every response).
+_NO_USAGE = Usage()
 
 
 def tool_call(name: str, /, **arguments: Any) -> ToolCall:
@@ -111,7 +113,8 @@ class ScriptedModel:
         self.calls += 1
         if self._policy is not None:
             out = self._policy(request)
-            if inspect.isawaitable(out):
+            # A response is not awaitable: the ABC check is for the other answers.
+            if type(out) is not ModelResponse and inspect.isawaitable(out):
                 out = await out
             response = _coerce(out)
         else:
@@ -121,7 +124,7 @@ class ScriptedModel:
                     f"{self.calls - 1} calls"
                 )
             response = _coerce(self._responses.pop(0))
-        if response.usage == Usage():
+        if response.usage == _NO_USAGE:
             out_text = response.text + "".join(c.raw_arguments for c in response.tool_calls)
             response = ModelResponse(
                 text=response.text,

@@ -97,14 +97,14 @@ _VOLATILE: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
 #: every hex digit made `h` (no byte of a non-ASCII character is one), a bytes search.
 _HEX_DIGITS: Final = bytes.maketrans(b"0123456789abcdefABCDEF", b"h" * 22)
 _HEX_RUN: Final = b"h" * 12
-#: The shape of a lower-cased ASCII text: every digit made `d`, a space kept, every other
-#: character `\s` matches made a tab, every letter a unit of `<duration>` can start with
-#: (`ms`, `s`, `us`, `ns`, `min`…) made `u`, anything else `.`.
+#: The shape of a lower-cased ASCII text: every digit made `d`, a space, `:` and `-`
+#: kept, every other character `\s` matches made a tab, every letter a unit of
+#: `<duration>` can start with (`ms`, `s`, `us`, `ns`, `min`…) made `u`, anything else `.`.
 _SHAPE: Final = bytes(
     b"d"[0]
     if chr(i) in "0123456789"
-    else b" "[0]
-    if chr(i) == " "
+    else i
+    if chr(i) in " :-"
     else b"\t"[0]
     if chr(i) in "\t\n\v\f\r\x1c\x1d\x1e\x1f"
     else b"u"[0]
@@ -148,11 +148,15 @@ _NEEDLES: Final[tuple[tuple[tuple[str, ...], ...], ...]] = (
 )
 
 #: Per `_VOLATILE` pattern: strings of which the `_SHAPE` of an ASCII text holds one
-#: whenever the pattern can match it (empty: no such test). `<epoch>` needs ten digits in
-#: a row; `<duration>` a digit, then at most one whitespace character, then its unit.
-#: Ordinary output has digits but rarely these: the regex scans of every digit are saved.
+#: whenever the pattern can match it (empty: no such test). An ISO date needs
+#: `dddd-dd-dd`, a clock time `d:dd:dd`, `<epoch>` ten digits in a row, `<duration>` a
+#: digit, then at most one whitespace character, then its unit. Ordinary output has
+#: digits, dashes and colons (JSON, logs) but rarely these: the regex scans are saved.
 _SHAPES: Final[tuple[tuple[bytes, ...], ...]] = (
-    *((),) * 13,
+    *((),) * 3,
+    (b"dddd-dd-dd",),
+    (b"d:dd:dd",),
+    *((),) * 8,
     (b"d" * 10,),
     (b"du", b"d u", b"d\tu"),
     (),

@@ -1,8 +1,8 @@
 """A steady round's store calls: its two commits, and no read of what the run wrote
 itself (issue 22). The judge's indexes keep up from the run's own commits
-(`judge.rules.own`) and read only what came after the run's last commit (a tool's own
-commit during the round), once for both; a commit of someone else in between is still
-read and judged."""
+(`judge.rules.own`) and read what came after the run's last commit (a tool's own commit
+during the round) only when the run's store committed something for the task since,
+once for both; a commit of someone else in between is still read and judged."""
 
 from __future__ import annotations
 
@@ -13,14 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import tether
+from tests.conftest import Backend
 from tests.integration.test_judge_reads_flat import _steps_spec, _ticket_registry
 from tests.support.loop import events_of, run_task
 from tether import events as ev
+from tether.artifacts import stored_event
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.rebuild import rebuild
 from tether.runtime.judge.rules.own import OwnCommits
-from tether.store.base import CommitResult, OpRecord, Store
+from tether.store.base import ArtifactRecord, CommitResult, OpRecord, Store, blob_hash
+from tether.tools.builtin.files import default_registry
 
 
 class Calls:
@@ -65,13 +68,13 @@ def _actor(calls: Calls, on_next: Any = None) -> ScriptedModel:
     return ScriptedModel(policy=actor, keep_requests=1)
 
 
-async def test_a_steady_rule_judged_round_makes_its_two_commits_and_one_read(
+async def test_a_steady_rule_judged_round_makes_its_two_commits_and_no_read(
     store: Store, tmp_path: Path
 ) -> None:
     """Each round: the decision with its op intent, then the results with the verdict.
     The judge's `op` rules and its undone-evidence check learn what changed from those
-    commits, not by reading them back (nor the ops they wrote): one read of what came
-    after them (was 2 reads, 2.12 with the undone-evidence check's)."""
+    commits, not by reading them back (nor the ops they wrote), and nothing came after
+    them (was 2 reads, 2.12 with the undone-evidence check's, then 1)."""
     calls = Calls(store)
     spec = _steps_spec(items=6, steps=4)  # 24 rounds, an item done every 4th
     tid, result = await run_task(
@@ -84,14 +87,14 @@ async def test_a_steady_rule_judged_round_makes_its_two_commits_and_one_read(
     assert result.status == "satisfied"
     assert calls.round >= 24
     # Round 1 builds the indexes (a turn's reads); rounds 3 to 22 are steady.
-    assert calls.per_round(3, 23) == {"commit": 2.0, "read_events": 1.0}
+    assert calls.per_round(3, 23) == {"commit": 2.0}
     assert (await rebuild(store, tid))["consistent"]
 
 
-async def test_the_op_and_artifact_indexes_share_one_read_a_round(
+async def test_the_op_and_artifact_indexes_look_each_round_without_a_read(
     store: Store, tmp_path: Path
 ) -> None:
-    """With an `artifact` rule open too, both indexes look each round: one read."""
+    """With an `artifact` rule open too, both indexes look each round: no read."""
     calls = Calls(store)
     spec = _steps_spec(items=4, steps=4)
     data = spec.model_dump(mode="json")
@@ -111,7 +114,7 @@ async def test_the_op_and_artifact_indexes_share_one_read_a_round(
         registry=_ticket_registry({}),
     )
     assert result.status == "waiting", result
-    assert calls.per_round(3, 16) == {"commit": 2.0, "read_events": 1.0}
+    assert calls.per_round(3, 16) == {"commit": 2.0}
 
 
 async def test_a_steady_round_without_rules_makes_its_two_commits_and_no_read(
@@ -212,6 +215,133 @@ async def test_an_op_undone_by_someone_else_mid_run_is_judged(store: Store, tmp_
         if c.get("item") == "t1" and c.get("field") == "status" and c.get("before") == "done"
     ]
     assert reopened, [(v["round"], c) for v in verdicts for c in v["changes"]]
+
+
+async def test_a_tools_own_commit_during_the_round_is_judged_with_the_round(
+    store: Store, tmp_path: Path
+) -> None:
+    """A tool that commits through the run's store itself (as the source tools do: a
+    snapshot, a claim) is judged with its round: that round's judge reads what came
+    after the run's last commit, and finds the artifact the tool stored."""
+    calls = Calls(store)
+
+    @tether.tool(effect="write", idempotent=True)
+    async def publish(ctx: tether.ToolContext) -> str:
+        """Publish the report (stored by the tool itself, under the run's token)."""
+        data = b"the report"
+        art = ArtifactRecord(
+            artifact_id=f"{ctx.op_id}.report",
+            task_id=ctx.task_id,
+            kind="report",
+            name="report",
+            blob_hash=blob_hash(data),
+            size=len(data),
+            source=ctx.op_id,
+            task_version=ctx.task_version,
+        )
+        await calls.commit(
+            ctx.task_id, ctx.fencing_token, [stored_event(art)], artifacts=[art], blobs=[data]
+        )
+        return "published"
+
+    data = _steps_spec(items=2, steps=4).model_dump(mode="json")
+    data["items"].append(
+        {"id": "rep", "title": "the report", "done_when": {"kind": "artifact", "name": "report"}}
+    )
+    data["tools"].append("publish")
+    registry = _ticket_registry({})
+    registry.add(publish)
+    steps: dict[str, int] = {}
+
+    def actor(request: ModelRequest) -> ModelResponse:
+        calls.round += 1
+        nxt = request.ledger["next"] if request.ledger else None
+        if nxt is None:
+            return ModelResponse("done")
+        if nxt == "rep":
+            return ModelResponse("publishing", (tool_call("publish"),))
+        steps[nxt] = steps.get(nxt, 0) + 1
+        return ModelResponse("filing", (tool_call("file_ticket", title=nxt, step=steps[nxt]),))
+
+    tid, result = await run_task(
+        calls,  # type: ignore[arg-type]
+        tether.parse_spec(data),
+        tmp_path,
+        ScriptedModel(policy=actor, keep_requests=1),
+        registry=registry,
+    )
+    assert result.status == "satisfied", result
+    (op,) = [o for o in await store.get_ops(tid, statuses={"succeeded"}) if o.tool == "publish"]
+    done_in = [
+        v["round"]
+        for v in await events_of(store, tid, "judge.verdict")
+        for c in v["changes"]
+        if c.get("item") == "rep" and c.get("field") == "status" and c.get("after") == "done"
+    ]
+    assert done_in == [op.round]
+    # The steady rounds before read nothing; the publishing round reads.
+    assert calls.per_round(3, 8) == {"commit": 2.0}
+    assert calls.calls[9]["read_events"] >= 1, calls.calls
+
+
+async def test_another_process_commit_during_the_round_is_judged_at_the_next_look(
+    sql_backend: Backend, tmp_path: Path
+) -> None:
+    """A commit of another process (another store object) after the run's last commit is
+    not read by that round's judge (the run's store committed nothing since): it is
+    read at the next look, whose numbers skip it, as if it had come a moment later."""
+    store, other = await sql_backend.open(), await sql_backend.open()
+    state: dict[str, Any] = {"armed": False, "round": None}
+
+    def on_next(nxt: str | None) -> None:
+        if nxt == "t2" and state["round"] is None:
+            state["armed"] = True
+
+    @tether.tool(effect="write", idempotent=True)
+    async def file_ticket(title: str, step: int, ctx: tether.ToolContext) -> str:
+        """File one step of a ticket; once, someone undoes t1's proof meanwhile."""
+        if state["armed"]:
+            state["armed"], state["round"] = False, ctx.round
+            proof = next(
+                o
+                for o in await other.get_ops(ctx.task_id, statuses={"succeeded"})
+                if o.args.get("title") == "t1" and o.args.get("step") == 2
+            )
+            undone = dataclasses.replace(
+                proof, result={**(proof.result or {}), "compensation": "done_by_hand"}
+            )
+            await other.commit(
+                ctx.task_id,
+                None,
+                [ev.OpCompensated(op_id=proof.op_id, by="alice", outcome="done_by_hand")],
+                ops=[undone],
+            )
+        return f"{title}#{step}"
+
+    registry = default_registry(lambda: None)  # type: ignore[arg-type,return-value]
+    registry.add(file_ticket)
+    calls = Calls(store)
+    try:
+        tid, _ = await run_task(
+            calls,  # type: ignore[arg-type]
+            _steps_spec(items=3, steps=2),
+            tmp_path,
+            _actor(calls, on_next),
+            registry=registry,
+            max_rounds_this_run=6,
+        )
+        verdicts = await events_of(store, tid, "judge.verdict")
+        assert (await rebuild(store, tid))["consistent"]
+    finally:
+        await store.close()
+        await other.close()
+    reopened = [
+        v["round"]
+        for v in verdicts
+        for c in v["changes"]
+        if c.get("item") == "t1" and c.get("field") == "status" and c.get("before") == "done"
+    ]
+    assert state["round"] is not None and reopened == [state["round"] + 1], (state, reopened)
 
 
 def _op(op_id: str, status: str, **more: Any) -> OpRecord:

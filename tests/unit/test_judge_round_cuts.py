@@ -7,11 +7,15 @@
   (`own.own_commits`); a window reaching back before then is a hole (the store is read).
 - `Ledger.current_milestone` is kept per ledger: the milestone of `next_item`.
 - The rule judge walks the contract's items with a rule only (`scope.ruled_items`).
+- A store's last number per task (`store._latest`), which spares the judge its read of
+  what came after the run's last commit, is never below a number committed through it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,6 +25,8 @@ from tether import ledger as L
 from tether.runtime.judge.rules import own, scope
 from tether.runtime.round import progress as P
 from tether.spec import parse_spec
+from tether.store import _latest
+from tether.store._latest import Latest
 from tether.store.base import CommitResult
 
 
@@ -153,3 +159,58 @@ def test_the_rule_judge_walks_the_items_with_a_rule() -> None:
     assert not scope.fingerprinted(spec)
     plain = parse_spec({"name": "t", "objective": "o", "items": [{"id": "a", "title": "A"}]})
     assert scope.ruled_items(plain) == () and scope.ruled_items(plain, {"a"}) == ()
+
+
+def test_the_last_number_is_known_only_with_no_commit_under_way() -> None:
+    latest = Latest()
+    assert latest.get("a") is None  # never committed through it
+    with latest.committing("a") as done:
+        done(CommitResult(1, 3))
+        assert latest.get("a") is None  # under way
+    assert latest.get("a") == 3
+    latest.note("a", 2)  # a commit told late: the highest is kept
+    assert latest.get("a") == 3
+    try:
+        with latest.committing("a"):
+            raise TimeoutError  # stored or not: its number is unknown
+    except TimeoutError:
+        pass
+    latest.note("a", 9)
+    assert latest.get("a") == _latest.UNKNOWN  # never taken for the last
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    commits=st.lists(st.tuples(st.sampled_from("abc"), st.booleans()), max_size=30),
+    seed=st.integers(0, 2**32),
+)
+def test_the_last_number_is_never_below_one_committed(
+    commits: list[tuple[str, bool]], seed: int
+) -> None:
+    """Commits under way at once end in any order, some fail (stored or not), and tasks
+    are forgotten past `KEEP`: a task's number, when known, is its highest committed."""
+    rnd = random.Random(seed)
+    latest = Latest()
+    top: dict[str, int] = {}
+    under_way: list[tuple[_latest._Committing, str, int, bool]] = []
+
+    def end_one() -> None:
+        cm, _, seq, fails = under_way.pop(rnd.randrange(len(under_way)))
+        if fails:
+            cm.__exit__(TimeoutError, TimeoutError(), None)
+        else:
+            cm(CommitResult(seq, seq))
+            cm.__exit__(None, None, None)
+        for t, highest in top.items():
+            got = latest.get(t)
+            assert got is None or got in (highest, _latest.UNKNOWN)
+
+    with mock.patch.object(_latest, "KEEP", 2):
+        for task, fails in commits:
+            cm = latest.committing(task).__enter__()
+            top[task] = top.get(task, 0) + 1  # the database numbers it (failed or not)
+            under_way.append((cm, task, top[task], fails))
+            while under_way and rnd.random() < 0.5:
+                end_one()
+        while under_way:
+            end_one()

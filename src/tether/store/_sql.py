@@ -29,6 +29,7 @@ from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import base as b
 from tether.store import schema_policy
+from tether.store._latest import Latest
 from tether.store.base import SCHEMA_VERSION, ApprovalRecord, ArtifactRecord, OpRecord, TaskRecord
 from tether.store.schema_policy import migrations
 
@@ -154,6 +155,7 @@ class SqlStore(b.Store):
     def __init__(self, url: str, clock: Clock | None = None) -> None:
         self.url = url
         self.clock: Clock = clock or SystemClock()
+        self.latest = Latest()  # the judge's `judge.rules.own.OwnCommits.later`
 
     # --- dialect hooks ------------------------------------------------------------------
 
@@ -671,7 +673,9 @@ class SqlStore(b.Store):
     async def commit(
         self, task_id: str, token: int | None, events: b.Events, **parts: Unpack[b.CommitParts]
     ) -> b.CommitResult:
-        return await self._run(self._commit_sync, b.Commit(task_id, token, events, **parts))
+        commit = b.Commit(task_id, token, events, **parts)
+        with self.latest.committing(task_id) as done:
+            return done(await self._run(self._commit_sync, commit))
 
     def _get_approvals_sync(
         self, task_id: str, statuses: Collection[str] | None

@@ -22,6 +22,7 @@ from tether.clock import Clock, SystemClock
 from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import base as b
+from tether.store._latest import Latest
 from tether.store.base import ApprovalRecord, ArtifactRecord, OpRecord, StoredEvent, TaskRecord
 
 T = TypeVar("T")
@@ -164,6 +165,8 @@ class MemoryStore(b.Store):
     def __init__(self, clock: Clock | None = None) -> None:
         self.url = "memory://"
         self.clock: Clock = clock or SystemClock()
+        #: Each task's last number (the judge's `judge.rules.own.OwnCommits.later`).
+        self.latest = Latest()
         self._lock = asyncio.Lock()
         self._tasks: dict[str, TaskRecord] = {}
         self._events: dict[str, list[StoredEvent]] = {}
@@ -375,6 +378,7 @@ class MemoryStore(b.Store):
                     self._approvals.get(appr.request_id), copy.deepcopy(appr), now
                 )
             self._tasks[task_id] = rules.replaced(rec, **changes)
+            self.latest.note(task_id, plan.last_seq)
             return b.CommitResult(plan.first_seq, plan.last_seq, rec.cancel_requested, rec.version)
 
     def _op_status(self, op_id: str) -> str | None:

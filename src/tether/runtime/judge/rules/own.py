@@ -6,10 +6,14 @@ run knows most of those events already: it committed them. When every sequence n
 since an index's cursor up to the run's last is one of the run's own commits (a commit
 of someone else, a person's approval or edit, leaves a hole: the numbers are gapless
 and shared), those events are the ones kept here and an op the run itself wrote by them
-is the record it wrote. Only what came after the run's last commit is read (`later`:
-a tool's own commit during the round, a source snapshot or a claim, is judged with the
-round, as before), once for both indexes. A hole, or a commit whose events the store
-added to (`approval.closed`), sends the index back to the store, as before.
+is the record it wrote. What came after the run's last commit is read (`later`: a
+tool's own commit during the round, a source snapshot or a claim, is judged with the
+round, as before), once for both indexes, and only when the run's store object
+committed something for the task since (its `latest`, `store._latest`: a tool commits
+through it). Another process's commit since is read at the next look, as after a look
+`OpIndex.sync` skips: the run's next commit leaves a hole for it. A hole, or a commit
+whose events the store added to (`approval.closed`), sends the index back to the
+store, as before.
 
 An op's stored record keeps the fields of its first write (its arguments, round,
 tool) and takes the outcome of the latest (`store._rules.merge_op`): the record the
@@ -24,9 +28,10 @@ import dataclasses
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, runtime_checkable
 
 from tether import events as ev
+from tether.store._latest import Latest
 from tether.store._rules import merge_op
 from tether.store.base import CommitResult, OpRecord, StoredEvent
 
@@ -58,6 +63,13 @@ ARTIFACT_EVENTS: Final = ("artifact.stored", "artifacts.invalidated", "context.c
 KEEP: Final = 32
 #: The first writes (an op's fields that later writes keep) remembered.
 KEEP_OPS: Final = 256
+
+
+@runtime_checkable
+class KnowsLatest(Protocol):
+    """A store that tells each task's last number by its commits (`store._latest`)."""
+
+    latest: Latest
 
 
 class Seen(NamedTuple):
@@ -165,8 +177,15 @@ class OwnCommits:
     ) -> list[StoredEvent]:
         """The events of `types` committed after `upto` (the run's last number): a tool's
         own commit during the round (a source snapshot, a claim) or another process's
-        since. One read serves each index once (both look in one judging); an index
-        that asks again reads again, as it did before."""
+        since; none without a read when the store object committed nothing for the task
+        since `upto`. One read serves each index once (both look in one judging); an
+        index that asks again reads again, as it did before."""
+        if isinstance(store, KnowsLatest) and store.latest.get(task_id) == upto:
+            # Nothing was committed through the run's store since its last commit (a
+            # tool's own commit goes through it): nothing to read. Another process's
+            # commit since is read at the next look, as after a look the run skips
+            # (`OpIndex.sync`): the numbers of the run's next commit skip it (a hole).
+            return []
         want = tuple(types)
         if self._later is None or self._later[0] != upto or want in self._later[2]:
             self._later = (

@@ -64,22 +64,30 @@ async def rule_verdict(
     """Check open items' `done_when` rules (of the items in `only`, when given; see
     `rule_scope`); propose `done` with evidence for those met."""
     ruled = ruled_items(spec, only)
-    if not ruled and not fingerprinted(spec) and not _cited_ops(ledger)[1]:
+    if not ruled and not fingerprinted(spec) and not _cited_ids(ledger):
         return Verdict("continue", (), "", source="rules")  # no rule, nothing to undo
     check = _RuleCheck(spec, ledger, env)
     changes: list[ProposedChange] = []
     # Items whose rule is met in this verdict: their successors may be judged after them.
     met: set[str] = set()
+    # Without `after` in the contract no item waits (most contracts): not asked per item.
+    ordered = ledger.skeleton.ordered
     for item in ruled:
         rule = item.done_when
         if rule is None or not ledger.has_item(item.id):
             continue
         if ledger.item(item.id).status not in L.OPEN_STATUSES:
             continue
-        if any(p not in met for p in ledger.waiting_for(item.id)):
+        if ordered and any(p not in met for p in ledger.waiting_for(item.id)):
             continue  # it may not start before its predecessors are finished
         if isinstance(rule, OpRule):
-            change = await check.op(item, rule)
+            # (`_RuleCheck.op` inlined: most of a long checklist's rules are op rules,
+            # most not met.) An op proving another item proves this one only with leave.
+            taken = set() if item.shared_evidence else check.credited
+            hit = await env.latest_op(item.id, rule, taken)
+            change = None
+            if hit is not None:
+                change = ProposedChange(item.id, "done", (f"op:{hit.op_id}",), "rule: op")
         elif isinstance(rule, ArtifactRule):
             change = await check.artifact(item, rule)
         elif isinstance(rule, FileRule):
@@ -99,22 +107,28 @@ async def rule_verdict(
     return Verdict("continue", tuple(changes), "", source="rules", checks=dict(check.states))
 
 
-#: The op refs done items cite, by evidence index object (`_cited_ops`).
-_CITED: list[tuple[object, dict[str, tuple[str, ...]], frozenset[str]]] = []
+#: The op ids done items cite, by evidence index object (`_cited_ids`).
+_IDS: list[tuple[object, frozenset[str]]] = []
+
+
+def _cited_ids(ledger: L.Ledger) -> frozenset[str]:
+    """The op ids the done items cite, kept for the ledger's evidence index: it is the
+    same object while no item changes, and a long checklist's done items were walked
+    every round. (Which item cites which is asked only when some op no longer holds.)"""
+    index = ledger_refs(ledger)
+    if _IDS and _IDS[0][0] is index:
+        return _IDS[0][1]
+    ids = frozenset(r[3:] for refs in index.done_ops.values() for r in refs)
+    _IDS[:] = [(index, ids)]
+    return ids
 
 
 def _cited_ops(ledger: L.Ledger) -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
-    """`{item: its op refs}` of the done items citing ops (contract order) and the op ids,
-    kept for the ledger's evidence index: it is the same object while no item changes
-    (most rounds), and a long checklist's done items were walked every round."""
-    index = ledger_refs(ledger)
-    if _CITED and _CITED[0][0] is index:
-        return _CITED[0][1], _CITED[0][2]
+    """`{item: its op refs}` of the done items citing ops (contract order), and the op
+    ids (`_cited_ids`)."""
     items = ledger.skeleton.items
-    cited = {items[n].id: ops for n, ops in sorted(index.done_ops.items())}
-    ids = frozenset(r[3:] for refs in cited.values() for r in refs)
-    _CITED[:] = [(index, cited, ids)]
-    return cited, ids
+    cited = {items[n].id: ops for n, ops in sorted(ledger_refs(ledger).done_ops.items())}
+    return cited, _cited_ids(ledger)
 
 
 class _RuleCheck:
@@ -129,12 +143,6 @@ class _RuleCheck:
         self.arts: list[ArtifactRecord] | None = None
         #: The workspace, resolved once per judging (at its first file that exists).
         self.root: Path | None = None
-
-    async def op(self, item: ChecklistItem, rule: OpRule) -> ProposedChange | None:
-        # An op that already proves another item proves this one only with leave.
-        taken = set() if item.shared_evidence else self.credited
-        hit = await self.env.latest_op(item.id, rule, taken)
-        return ProposedChange(item.id, "done", (f"op:{hit.op_id}",), "rule: op") if hit else None
 
     async def artifact(self, item: ChecklistItem, rule: ArtifactRule) -> ProposedChange | None:
         if self.arts is None:
@@ -157,10 +165,13 @@ class _RuleCheck:
 
     async def undone_ops(self, ledger: L.Ledger) -> list[ProposedChange]:
         """`pending` for each done item citing an op that no longer proves anything."""
-        cited, ids = _cited_ops(ledger)
+        ids = _cited_ids(ledger)
         if not ids:
             return []
         current = await self.env.current_ops(ids)
+        if current >= ids:
+            return []  # every cited op still holds (most rounds): no item to walk
+        cited, _ = _cited_ops(ledger)
         out = []
         for item, refs in cited.items():
             gone = [r for r in refs if r[3:] not in current]

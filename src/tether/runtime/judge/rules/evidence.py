@@ -104,12 +104,28 @@ class StoreRuleEnv:
         self.preexisting = run.preexisting
         self.artifacts: list[ArtifactRecord] = []
         self.events: list[ev.Event] = []
+        #: The op index once brought up to date: a judging commits nothing, so one look
+        #: serves each of its rules (a long checklist's op rules were one look each).
+        self._idx: OpIndex | None = None
+        #: This round's ops (ids), and its succeeded ones by tool, in call order.
+        self._mine: set[str] = set()
+        self._fresh: dict[str, list[OpRecord]] = {}
+        for o in pending.ops if pending is not None else ():
+            self._mine.add(o.op_id)
+            if o.status == "succeeded":
+                self._fresh.setdefault(o.tool, []).append(o)
+        #: The op rules (index keys) this round's succeeded ops match (`_fresh_keys`).
+        self._matched: set[tuple[str, str]] | None = None
 
     async def _index(self) -> OpIndex:
         """The run's op index, brought up to date with what was committed since."""
-        idx = index_of(self.run, self.run.view.spec)
-        run = self.run
-        await idx.sync(run.store, run.journal.task_id, run.view.state.last_seq, own_commits(run))
+        idx = self._idx
+        if idx is None:
+            run = self.run
+            idx = index_of(run, run.view.spec)
+            state = run.view.state
+            await idx.sync(run.store, run.journal.task_id, state.last_seq, own_commits(run))
+            self._idx = idx
         return idx
 
     async def latest_op(
@@ -119,17 +135,15 @@ class StoreRuleEnv:
         this round's first (still pending), then the stored ones. With the round
         pending, a late result of an older task version, an op since compensated
         (`ops.history_only`) or a read of a source version since changed proves nothing."""
-        idx = await self._index()
+        idx = self._idx or await self._index()
         if self.pending is None:
             return next(
                 (o for o in idx.newest_first(item_id) if f"op:{o.op_id}" not in taken), None
             )
-        mine = {o.op_id for o in self.pending.ops}
-        fresh = [
-            o
-            for o in self.pending.ops
-            if o.status == "succeeded" and o.tool == rule.tool and args_match(rule.args, o.args)
-        ]
+        if not idx.has_ops(item_id) and not self._fresh_match(idx, item_id):
+            return None  # most rules of a long checklist: nothing matches them yet
+        mine = self._mine
+        fresh = [o for o in self._fresh.get(rule.tool, ()) if args_match(rule.args, o.args)]
         stored = (o for o in idx.newest_first(item_id) if o.op_id not in mine)
         for op in (*reversed(fresh), *stored):
             if f"op:{op.op_id}" in taken or history_only(op):
@@ -138,6 +152,19 @@ class StoreRuleEnv:
                 continue
             return op
         return None
+
+    def _fresh_match(self, idx: OpIndex, item_id: str) -> bool:
+        """Whether one of this round's succeeded ops matches the item's `op` rule: the
+        rules each op matches found once (`ToolRules.matching`), not each rule's
+        arguments compared with each op."""
+        matched = self._matched
+        if matched is None:
+            matched = self._matched = set()
+            for tool, ops in self._fresh.items():
+                if (rules := idx.by_tool.get(tool)) is not None:
+                    for o in ops:
+                        matched.update(rules.matching(o.args))
+        return idx.rule_of.get(item_id) in matched
 
     async def _fresh_read(self, idx: OpIndex, op: OpRecord, *, stored: bool) -> bool:
         """Not a read of a source version since changed (`stale_reads`); a stored read

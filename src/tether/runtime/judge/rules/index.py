@@ -245,6 +245,11 @@ class OpIndex:
 
     # -- reading -----------------------------------------------------------------------
 
+    def has_ops(self, item_id: str) -> bool:
+        """Whether an item's `op` rule matches a stored succeeded op (`newest_first`)."""
+        key = self.rule_of.get(item_id)
+        return bool(key and self.lists.get(key))
+
     def newest_first(self, item_id: str) -> Iterator[OpRecord]:
         """The stored succeeded ops an item's `op` rule matches, newest first."""
         key = self.rule_of.get(item_id)

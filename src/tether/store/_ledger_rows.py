@@ -133,14 +133,22 @@ def write(
     x(conn, SQL[dialect][0], params)
 
 
-def postgres_ctes(ledger: LedgerWrite, params: dict[str, Any], dumps: Dumps) -> list[str]:
+def postgres_params(ledger: LedgerWrite, params: dict[str, Any], dumps: Dumps) -> int:
+    """The parameters of PostgreSQL's one-statement commit that write the ledger's
+    items (and skeleton, if given): 2 with a skeleton, else 1 (`postgres_text`)."""
+    params["litems"] = rows(ledger.state, dumps, ledger.positions)
+    if ledger.skeleton is None:
+        return 1
+    params["lsk"] = dumps(ledger.skeleton)
+    return 2
+
+
+def postgres_text(skeleton: bool) -> list[str]:
     """The CTEs of PostgreSQL's one-statement commit that write the ledger's skeleton
     (if given) and changed items, only if `led` (the ledger's version, moved under its
     condition) wrote its row."""
-    params["litems"] = rows(ledger.state, dumps, ledger.positions)
     ctes = [f"li AS ({postgres_upsert('led.task_id', ':lv', 'led,')})"]
-    if ledger.skeleton is not None:
-        params["lsk"] = dumps(ledger.skeleton)
+    if skeleton:
         ctes.append(
             "lk AS (UPDATE ledger_skeletons k SET skeleton = :lsk::jsonb FROM led"
             " WHERE k.task_id = led.task_id)"

@@ -113,20 +113,37 @@ def write(
         x(conn, ADD[dialect], {"id": task_id, "marks": dumps(adds)})
 
 
-def postgres_ctes(task: TaskPatch | None, params: dict[str, Any], dumps: Dumps) -> list[str]:
-    """The CTEs of PostgreSQL's one-statement commit that apply its marks (`plan`), only
-    if `go` (the task row, its condition held) has its row. Every CTE sees the marks as
-    they were before the statement: the new ones are numbered after the old ones, so
-    those a CTE removes never collide with those another adds."""
+#: What a commit's marks CTEs are (`postgres_text`): `(whole, cuts, adds)`, each a CTE.
+Shape = tuple[bool, bool, bool]
+
+
+def postgres_params(task: TaskPatch | None, params: dict[str, Any], dumps: Dumps) -> Shape | None:
+    """The parameters of PostgreSQL's one-statement commit that apply its marks
+    (`plan`), and the shape of the CTEs that take them (None: no marks written)."""
     planned = plan(task)
     if planned is None:
-        return []
+        return None
     whole, cuts, adds = planned
+    if cuts:
+        params["mkc"] = dumps([{"item": k, "k": v} for k, v in cuts.items()])
+    if adds:
+        params["mka"] = dumps(adds)
+    return whole, bool(cuts), bool(adds)
+
+
+def postgres_text(shape: Shape | None) -> list[str]:
+    """The CTEs of PostgreSQL's one-statement commit that apply its marks
+    (`postgres_params`), only if `go` (the task row, its condition held) has its row.
+    Every CTE sees the marks as they were before the statement: the new ones are
+    numbered after the old ones, so those a CTE removes never collide with those
+    another adds."""
+    if shape is None:
+        return []
+    whole, cuts, adds = shape
     ctes = []
     if whole:
         ctes.append("mkw AS (DELETE FROM task_marks m USING go WHERE m.task_id = go.task_id)")
     if cuts:
-        params["mkc"] = dumps([{"item": k, "k": v} for k, v in cuts.items()])
         ctes.append(
             "mkc AS (DELETE FROM task_marks m USING go, jsonb_to_recordset(:mkc::jsonb)"
             " AS r(item text, k int) WHERE m.task_id = go.task_id AND m.item_id = r.item"
@@ -134,7 +151,6 @@ def postgres_ctes(task: TaskPatch | None, params: dict[str, Any], dumps: Dumps) 
             " = go.task_id AND x.item_id = r.item ORDER BY x.n OFFSET r.k - 1 LIMIT 1), m.n)))"
         )
     if adds:
-        params["mka"] = dumps(adds)
         ctes.append(
             "mka AS (INSERT INTO task_marks (task_id, item_id, n, mark) SELECT go.task_id,"
             " r.item, COALESCE((SELECT max(x.n) FROM task_marks x WHERE x.task_id ="

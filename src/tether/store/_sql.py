@@ -25,11 +25,12 @@ from tether import errors, failpoints, lifecycle
 from tether.clock import Clock, SystemClock
 from tether.store import _ledger_rows as ledger_rows
 from tether.store import _marks as marks
+from tether.store import _rows, schema_policy
 from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import base as b
-from tether.store import schema_policy
 from tether.store._latest import Latest
+from tether.store._rows import _reading as _reading  # the annotations' readings (tests)
 from tether.store.base import SCHEMA_VERSION, ApprovalRecord, ArtifactRecord, OpRecord, TaskRecord
 from tether.store.schema_policy import migrations
 
@@ -103,33 +104,17 @@ def _nothing(*filters: Collection[Any] | None) -> bool:
     return any(f is not None and not f for f in filters)
 
 
-def _reading(cls: type[Any]) -> tuple[tuple[str, str], ...]:
-    """`(field, how its column is read)` for a record dataclass, by the field's annotation:
-    `int`, `bool`, a JSON document (`dict`, `{}` when NULL; an optional one may be None),
-    a JSON list read as a tuple, or the value as the database gives it."""
-    ways = {
-        "int": "int",
-        "bool": "bool",
-        "dict[str, Any]": "json_or_empty",
-        "dict[str, Any] | None": "json",
-        "tuple[str, ...]": "tuple",
-    }
-    got = _READINGS.get(cls)
-    if got is None:
-        got = tuple((f.name, ways.get(str(f.type), "raw")) for f in dataclasses.fields(cls))
-        _READINGS[cls] = got
-    return got
-
-
-_READINGS: dict[type[Any], tuple[tuple[str, str], ...]] = {}
-
-
 #: A JSON `\u0000` escape (not an escaped backslash followed by `u0000`).
 _NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 
+#: What `json.dumps(obj, separators=(",", ":"), ensure_ascii=False)` makes for each call,
+#: made once (encoding keeps no state in it: threads share it).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(obj)
 
 
 def _dumps_no_nul(obj: Any) -> str:
@@ -176,7 +161,7 @@ class SqlStore(b.Store):
         return query
 
     def _json_out(self, value: Any) -> Any:
-        return json.loads(value) if isinstance(value, str | bytes | bytearray) else value
+        return _rows.json_out(value)
 
     def _bool_in(self, value: bool) -> Any:
         return value
@@ -201,26 +186,8 @@ class SqlStore(b.Store):
 
     def _record(self, cls: type[R], row: Row) -> R:
         """A record from its row: each field from the column of its name, read as its
-        annotation says (`_reading`)."""
-        values = {}
-        for name, how in _reading(cls):
-            value = row[name]
-            if how == "int":
-                value = int(value)
-            elif how == "bool":
-                value = bool(value)
-            elif how == "json":
-                value = self._json_out(value)
-            elif how == "json_or_empty":
-                value = self._json_out(value) or {}
-            elif how == "tuple":
-                value = tuple(self._json_out(value) or ())
-            values[name] = value
-        if cls is OpRecord:
-            values["result"] = rules.op_result_read(values["result"])
-        elif cls is b.StoredEvent:
-            values["data"] = rules.expand(values["type"], values["data"])
-        return cls(**values)
+        annotation says (`_rows.reader`)."""
+        return _rows.reader(cls)(row)
 
     def _task_query(self, where: str) -> str:
         """The query of tasks (`_TASK_SELECT`, then `where`) with their progress marks."""
@@ -504,11 +471,12 @@ class SqlStore(b.Store):
             ).fetchone()
             if row is None:
                 raise errors.TaskNotFound(task_id)
-            cond.check_task(self._state(row))  # its refusal comes before a request's
+            state = self._state(row)
+            cond.check_task(state)  # its refusal comes before a request's
             items, approvals = self._settle_requests(
                 conn, task_id, task, c.events, c.approvals, now
             )
-            plan = rules.plan_commit(cond, self._state(row), task, len(items), now)
+            plan = rules.plan_commit(cond, state, task, len(items), now)
             if ledger is not None:
                 # Check and write in one statement: the version condition is in the WHERE.
                 cur = self._x(
@@ -522,13 +490,15 @@ class SqlStore(b.Store):
                         conn, "SELECT version FROM ledgers WHERE task_id = :id", {"id": task_id}
                     ).fetchone()
                     cond.check_ledger(None if lrow is None else int(lrow["version"]))
-                    raise cond.refusal(self._state(row), ledger.expected_version)
+                    raise cond.refusal(state, ledger.expected_version)
                 ledger_rows.write(self._x, conn, self.dialect, _dumps, task_id, ledger)
             if items:
                 self._insert_events(
                     conn, task_id, plan.first_seq, items, plan.events_version, token, now
                 )
-            self._write_records(conn, dataclasses.replace(c, approvals=approvals), now)
+            if len(approvals) != len(c.approvals):  # closings added (`settle_requests`)
+                c = dataclasses.replace(c, approvals=approvals)
+            self._write_records(conn, c, now)
             # Crash tests stop the process here: events written, projection not yet.
             failpoints.hit("during_commit")
             sets = self._encode_changes(plan.changes)
@@ -541,7 +511,6 @@ class SqlStore(b.Store):
                 {**sets, "task_id": task_id},
             )
             marks.write(self._x, conn, self.dialect, _dumps, task_id, task)
-        state = self._state(row)
         return b.CommitResult(plan.first_seq, plan.last_seq, state.cancel_requested, state.version)
 
     def _settle_requests(
@@ -661,7 +630,14 @@ class SqlStore(b.Store):
     def _params(self, rec: OpRecord | ArtifactRecord | ApprovalRecord) -> dict[str, Any]:
         """A record's row: its fields by column name, the JSON and boolean columns
         encoded for the database."""
-        row = dataclasses.asdict(rec)
+        try:
+            return self._encoded(rec, dict(vars(rec)))
+        except TypeError:  # a value that is a dataclass: `record_json`
+            return self._encoded(rec, dataclasses.asdict(rec))
+
+    def _encoded(
+        self, rec: OpRecord | ArtifactRecord | ApprovalRecord, row: dict[str, Any]
+    ) -> dict[str, Any]:
         if isinstance(rec, OpRecord):
             row["result"] = rules.op_result_stored(row["result"])
         for col in _JSON_RECORD_COLS & row.keys():

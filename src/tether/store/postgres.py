@@ -56,16 +56,14 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from tether import errors, failpoints
-from tether import events as ev
 from tether._extras import needs
 from tether.clock import Clock
-from tether.store import _ledger_rows as ledger_rows
-from tether.store import _marks as marks
+from tether.store import _pg_commit as pg_commit
 from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import schema_policy
 from tether.store._handback import run_in
-from tether.store._sql import _ART_COLS_A, RECORD_TABLES, SqlStore
+from tether.store._sql import _ART_COLS_A, SqlStore
 from tether.store._sql import _dumps_no_nul as _dumps
 from tether.store.base import (
     SCHEMA_VERSION,
@@ -74,11 +72,9 @@ from tether.store.base import (
     Commit,
     CommitResult,
     SharedUpdate,
-    TaskPatch,
 )
 
 T = TypeVar("T")
-_PLACEHOLDER = re.compile(r"(?<![:\w]):(\w+)")
 _MIGRATION_LOCK = 0x7E7E_0001
 #: SQLSTATEs of a session the server ended (administrator command, crash of another
 #: backend, starting up or shutting down, idle in a transaction): whatever it was doing
@@ -113,43 +109,6 @@ def _has_pipeline() -> bool:
     import psycopg
 
     return bool(psycopg.Pipeline.is_supported())
-
-
-@functools.lru_cache(maxsize=1024)
-def _placeholders(query: str) -> str:
-    """`:name` -> `%(name)s` (casts `::type` left alone)."""
-    return _PLACEHOLDER.sub(r"%(\1)s", query)
-
-
-#: `jsonb_to_recordset` column lists: the record fields as SQL types.
-_OP_RECORD = (
-    "op_id text, task_id text, round int, call_index int, tool text, args jsonb,"
-    " args_hash text, effect text, status text, attempts int, next_attempt_at float8,"
-    " result jsonb, error jsonb, task_version int, created_at float8, updated_at float8"
-)
-_ARTIFACT_RECORD = (
-    "artifact_id text, task_id text, kind text, name text, blob_hash text, size bigint,"
-    " source text, task_version int, deps jsonb, valid boolean, meta jsonb, created_at float8"
-)
-_APPROVAL_RECORD = (
-    "request_id text, task_id text, op_id text, status text, request jsonb, decision jsonb,"
-    " decided_by text, created_at float8, decided_at float8"
-)
-#: The JSON records of each table a commit upserts.
-_RECORDS = {"ops": _OP_RECORD, "artifacts": _ARTIFACT_RECORD, "approvals": _APPROVAL_RECORD}
-
-
-def _recordset_upsert(table: str, record: str, key: str, mutable: Sequence[str]) -> str:
-    """A CTE upserting the JSON array parameter `:table` (rows shaped as `record`),
-    written only if the commit's condition held (`go` has its row)."""
-    cols = ", ".join(part.split()[0] for part in record.split(","))
-    picked = ", ".join(f"r.{c}" for c in cols.split(", "))
-    sets = ", ".join(f"{c} = excluded.{c}" for c in mutable)
-    return (
-        f"{table}_w AS (INSERT INTO {table} ({cols}) SELECT {picked} FROM go,"
-        f" jsonb_to_recordset(:{table}::jsonb) AS r({record})"
-        f" ON CONFLICT ({key}) DO UPDATE SET {sets})"
-    )
 
 
 @contextmanager
@@ -225,6 +184,8 @@ class PostgresStore(SqlStore):
         self._conninfo, self.schema = split_schema(url)
         self._max_size = max_size
         self._pool: Any = None
+        #: psycopg's `tuple_row`, for the rows read by position (set when opened).
+        self._tuples: Any = None
         # A thread per pooled connection: a worker's runs share the pool, a step waits for
         # a thread only when every connection is busy, never behind the loop's other work.
         self._executor = ThreadPoolExecutor(max_workers=max_size, thread_name_prefix="tether-pg")
@@ -265,7 +226,7 @@ class PostgresStore(SqlStore):
     def _open_sync(self, connect_timeout: float, read_only: bool = False) -> None:
         with needs("postgres", "a postgresql:// database"):
             import psycopg
-            from psycopg.rows import dict_row
+            from psycopg.rows import dict_row, tuple_row
             from psycopg_pool import ConnectionPool
         try:
             # A direct first connection gives libpq's own words when the server is away.
@@ -294,6 +255,7 @@ class PostgresStore(SqlStore):
                 conn.execute(f'SET search_path TO "{schema}"')
             conn.execute(_SESSION_SQL)
 
+        self._tuples = tuple_row
         self._pool = ConnectionPool(
             self._conninfo,
             min_size=1,
@@ -321,7 +283,7 @@ class PostgresStore(SqlStore):
             ) from exc
 
     def _sql(self, query: str) -> str:
-        return _placeholders(query)
+        return pg_commit.placeholders(query)
 
     @contextmanager
     def _translated(self) -> Iterator[Any]:
@@ -430,14 +392,14 @@ class PostgresStore(SqlStore):
         if c.approvals or rules.closes_requests(c.task):
             return self._commit_requests(cond, c, now)
         texts = self._artifact_texts(c.artifacts, c.blobs)
-        query, params = self._commit_statement(cond, c, now, texts)
+        query, params = pg_commit.statement(cond, c, now, texts, self._encode_changes)
         with self._translated() as conn:
             failpoints.hit("during_commit")
             # Not in a pipeline: the statement goes out with its Sync, so the server
             # commits it even if this process freezes right after sending (a statement
             # waiting in a pipeline for its Sync would hold the task's row lock, and no
             # server timeout ends that state).
-            row = conn.execute(query, params).fetchone()
+            row = conn.cursor(row_factory=self._tuples).execute(query, params).fetchone()
         if row is None:
             raise errors.TaskNotFound(c.task_id)
         return self._commit_result(cond, row, len(c.events))
@@ -485,139 +447,27 @@ class PostgresStore(SqlStore):
                 )
                 c = dataclasses.replace(c, events=items, approvals=approvals)
                 texts = self._artifact_texts(c.artifacts, c.blobs)
-                query, params = self._commit_statement(cond, c, now, texts)
-                cur = conn.execute(query, params)
+                query, params = pg_commit.statement(cond, c, now, texts, self._encode_changes)
+                cur = conn.cursor(row_factory=self._tuples).execute(query, params)
                 conn.execute("COMMIT")
             row = cur.fetchone()  # the end of `_begun`'s pipeline sent the Sync
         return self._commit_result(cond, row, len(c.events))
 
     def _commit_result(self, cond: rules.CommitCondition, row: Any, n_items: int) -> CommitResult:
-        """The commit statement's returned row read by the condition: the refusal it names,
-        or the seqs the commit's events took."""
-        state = self._state(row)
-        if not row["applied"]:
-            lver = row["ledger_version"]
+        """The commit statement's returned row (a tuple: `_pg_commit.STATUS`...) read by
+        the condition: the refusal it names, or the seqs the commit's events took."""
+        state = rules.TaskState(
+            status=row[pg_commit.STATUS],
+            version=int(row[pg_commit.VERSION]),
+            fencing_token=int(row[pg_commit.FENCING_TOKEN]),
+            last_seq=int(row[pg_commit.LAST_SEQ]),
+            cancel_requested=bool(row[pg_commit.CANCEL_REQUESTED]),
+        )
+        if not row[pg_commit.APPLIED]:
+            lver = row[pg_commit.LEDGER_VERSION]
             raise cond.refusal(state, None if lver is None else int(lver))
         first, last = rules.seq_range(state.last_seq, n_items)
         return CommitResult(first, last, state.cancel_requested, state.version)
-
-    def _commit_statement(
-        self,
-        cond: rules.CommitCondition,
-        c: Commit,
-        now: float,
-        texts: Sequence[Mapping[str, Any]] = (),
-    ) -> tuple[str, dict[str, Any]]:
-        task, ledger, items, blobs = c.task, c.ledger, c.events, c.blobs
-        params: dict[str, Any] = {"id": cond.task_id, "now": now, "tok": cond.token}
-        conds = []
-        if cond.token is not None:
-            conds.append("fencing_token = :tok")
-        if cond.sources is not None:
-            conds.append("status = ANY(:src::text[])")
-            params["src"] = sorted(cond.sources)
-        if cond.version is not None:
-            conds.append("version <= :ver")
-            params["ver"] = cond.version
-        ctes = [
-            "cur AS MATERIALIZED (SELECT task_id, status, version, fencing_token, last_seq,"
-            " cancel_requested"
-            " FROM tasks WHERE task_id = :id FOR UPDATE)",
-            f"ok AS (SELECT * FROM cur WHERE {' AND '.join(conds) or 'TRUE'})",
-        ]
-        final = "SELECT c.status, c.version, c.fencing_token, c.last_seq, c.cancel_requested,"
-        if ledger is not None:
-            params.update(lv=ledger.version, lev=ledger.expected_version)
-            ctes.append(
-                "led AS (UPDATE ledgers l SET version = :lv, updated_at = :now FROM ok"
-                " WHERE l.task_id = ok.task_id AND l.version = :lev RETURNING l.task_id)"
-            )
-            ctes.append("go AS MATERIALIZED (SELECT ok.* FROM ok JOIN led USING (task_id))")
-            ctes.extend(ledger_rows.postgres_ctes(ledger, params, _dumps))
-            final += " (SELECT version FROM ledgers WHERE task_id = :id) AS ledger_version,"
-        else:
-            ctes.append("go AS MATERIALIZED (SELECT * FROM ok)")
-            final += " NULL AS ledger_version,"
-        ctes.extend(self._task_writes(task, cond.token, now, len(items), params))
-        if items:
-            version = ":ver" if task is not None and task.version is not None else "go.version"
-            rows = []
-            for n, event in enumerate(items, 1):
-                type_name, schema, data = ev.encode(event)
-                data = rules.compact(type_name, data)
-                rows.append({"n": n, "type": type_name, "sv": schema, "data": data})
-            params["events"] = _dumps(rows)
-            # json, not jsonb: each event's text is stored as written (schema 10).
-            ctes.append(
-                "ev AS (INSERT INTO events (task_id, seq, type, schema_version, data,"
-                " task_version, fencing_token, at)"
-                f" SELECT go.task_id, go.last_seq + r.n, r.type, r.sv, r.data, {version},"
-                " :tok::bigint, :now FROM go, json_to_recordset(:events::json)"
-                " AS r(n int, type text, sv int, data json))"
-            )
-        for table, records in rules.record_writes(c, now):
-            params[table] = _dumps([dataclasses.asdict(r) for r in records])
-            ctes.append(_recordset_upsert(table, _RECORDS[table], *RECORD_TABLES[table]))
-        if texts:
-            # The search index of the new artifacts, in the same statement (an artifact
-            # indexed already keeps its row: its blob, hence its text, never changes).
-            # A stored blob read here is indexed as plain text (its name and text,
-            # NUL-free UTF-8 only), without the JSON reading `indexed_text` does.
-            params["texts"] = _dumps(list(texts))
-            params["tcap"] = search.MAX_INDEXED_BYTES
-            params["tchars"] = search.MAX_INDEXED_CHARS
-            ctes.append(
-                "tx AS (INSERT INTO artifact_text (artifact_id, task_id, body)"
-                " SELECT artifact_id, task_id, body FROM (SELECT r.artifact_id, r.task_id,"
-                " COALESCE(r.body, left(concat_ws(E'\\n', NULLIF(r.name, ''),"
-                " tether_blob_text((SELECT substr(b.data, 1, :tcap) FROM blobs b"
-                " WHERE b.hash = r.blob_hash))), :tchars)) AS body FROM go,"
-                " jsonb_to_recordset(:texts::jsonb) AS r(artifact_id text, task_id text,"
-                " name text, blob_hash text, body text)) t WHERE body <> ''"
-                " ON CONFLICT (artifact_id) DO NOTHING)"
-            )
-        if blobs:
-            unique = rules.unique_blobs(blobs)
-            params["bh"] = list(unique)
-            params["bd"] = list(unique.values())
-            ctes.append(
-                "bl AS (INSERT INTO blobs (hash, size, data, created_at)"
-                " SELECT u.h, octet_length(u.d), u.d, :now FROM go,"
-                " unnest(:bh::text[], :bd::bytea[]) AS u(h, d) ON CONFLICT (hash) DO NOTHING)"
-            )
-        final += " (SELECT count(*) FROM go) AS applied FROM cur c"
-        return self._sql("WITH " + ",\n".join(ctes) + "\n" + final), params
-
-    def _task_writes(
-        self,
-        task: TaskPatch | None,
-        token: int | None,
-        now: float,
-        n_items: int,
-        params: dict[str, Any],
-    ) -> list[str]:
-        """The CTEs writing the task's row (and its contract, if edited: its own row
-        since schema 6, so that the row each commit rewrites stays small)."""
-        ctes = []
-        sets = []
-        for col, value in self._encode_changes(rules.task_changes(task, token, now)).items():
-            if col == "spec":
-                params["spec"] = value
-                ctes.append(
-                    "sp AS (UPDATE task_specs s SET spec = :spec::jsonb FROM go"
-                    " WHERE s.task_id = go.task_id)"
-                )
-                continue
-            cast = "::json" if col in rules.JSON_COLUMNS else ""  # json since schema 10
-            sets.append(f"{col} = :c_{col}{cast}")
-            params[f"c_{col}"] = value
-        if n_items:
-            sets.append("last_seq = go.last_seq + :n")
-            params["n"] = n_items
-        ctes.append(
-            f"tu AS (UPDATE tasks t SET {', '.join(sets)} FROM go WHERE t.task_id = go.task_id)"
-        )
-        return ctes + marks.postgres_ctes(task, params, _dumps)
 
     @staticmethod
     def _artifact_texts(
@@ -628,6 +478,8 @@ class PostgresStore(SqlStore):
         None and the statement reads the stored blob (`tether_blob_text`), so the commit
         stays one round trip. An invalidation rewrites artifacts indexed already: its
         records are left out."""
+        if not artifacts:
+            return []
         staged = rules.unique_blobs(blobs)
         rows = []
         for art in artifacts:

@@ -55,6 +55,11 @@ _EVENT_INSERT = (
     " fencing_token, at) VALUES (:base + :seq, :task_id, :seq, :type, :schema_version,"
     " :data, :task_version, :fencing_token, :at)"
 )
+_LAST_RUN = (
+    "SELECT r.first_seq, r.first_id, (SELECT MAX(id) FROM events) FROM (SELECT 1)"
+    " LEFT JOIN (SELECT first_seq, first_id FROM event_runs WHERE task_id = ?"
+    " ORDER BY first_seq DESC LIMIT 1) r"
+)
 #: The events of task `:id` after `:after`, run by run (see migration 9): from the last
 #: run that starts at or before `:after + 1` on, in the order of their key, each run's
 #: rows by rowid up to the next run's first `seq` (the last run's: the task's
@@ -321,16 +326,13 @@ class SQLiteStore(SqlStore):
         start_seq = int(rows[0]["seq"])
         # Appended at the end of the table (see migration 9): the task's last run goes
         # on when its next rowid lies past the end, else a run starts at the end.
-        last = conn.execute(
-            "SELECT first_seq, first_id FROM event_runs WHERE task_id = ?"
-            " ORDER BY first_seq DESC LIMIT 1",
-            (task_id,),
-        ).fetchone()
-        end = int(conn.execute("SELECT MAX(id) FROM events").fetchone()[0] or 0)
-        if last is not None and start_seq <= last[0]:
+        # The task's last run (NULLs if none) and the table's end, in one statement.
+        first_seq, first_id, end = conn.execute(_LAST_RUN, (task_id,)).fetchone()
+        end = int(end or 0)
+        if first_seq is not None and start_seq <= first_seq:
             raise errors.StoreError(f"events of {task_id!r} from {start_seq} written twice")
-        if last is not None and last[1] + start_seq - last[0] > end:
-            base = last[1] - last[0]
+        if first_seq is not None and first_id + start_seq - first_seq > end:
+            base = first_id - first_seq
         else:
             base = end + 1 - start_seq
             conn.execute(

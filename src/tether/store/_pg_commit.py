@@ -1,0 +1,244 @@
+"""PostgreSQL's one-statement commit (`PostgresStore._commit_sync`): its parameters and
+its text.
+
+The statement's text depends only on the commit's shape: which conditions it checks,
+which task columns it sets, whether it writes events, the ledger (and its skeleton),
+marks, which record tables, search texts, blobs. A worker's commits come in a handful
+of shapes, so each shape's text is built and translated to psycopg's placeholders once
+(`_text`); a commit only builds its parameters. The same text each time is also what
+lets psycopg prepare the statement on the server.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tether import events as ev
+from tether.store import _ledger_rows as ledger_rows
+from tether.store import _marks as marks
+from tether.store import _rules as rules
+from tether.store import _search as search
+from tether.store._rows import record_json
+from tether.store._sql import RECORD_TABLES
+from tether.store._sql import _dumps_no_nul as _dumps
+
+if TYPE_CHECKING:
+    from tether.store.base import Commit
+
+_PLACEHOLDER = re.compile(r"(?<![:\w]):(\w+)")
+
+
+@functools.lru_cache(maxsize=1024)
+def placeholders(query: str) -> str:
+    """`:name` -> `%(name)s` (casts `::type` left alone)."""
+    return _PLACEHOLDER.sub(r"%(\1)s", query)
+
+
+#: `jsonb_to_recordset` column lists: the record fields as SQL types.
+_OP_RECORD = (
+    "op_id text, task_id text, round int, call_index int, tool text, args jsonb,"
+    " args_hash text, effect text, status text, attempts int, next_attempt_at float8,"
+    " result jsonb, error jsonb, task_version int, created_at float8, updated_at float8"
+)
+_ARTIFACT_RECORD = (
+    "artifact_id text, task_id text, kind text, name text, blob_hash text, size bigint,"
+    " source text, task_version int, deps jsonb, valid boolean, meta jsonb, created_at float8"
+)
+_APPROVAL_RECORD = (
+    "request_id text, task_id text, op_id text, status text, request jsonb, decision jsonb,"
+    " decided_by text, created_at float8, decided_at float8"
+)
+#: The JSON records of each table a commit upserts.
+_RECORDS = {"ops": _OP_RECORD, "artifacts": _ARTIFACT_RECORD, "approvals": _APPROVAL_RECORD}
+
+
+def _recordset_upsert(table: str, record: str, key: str, mutable: Sequence[str]) -> str:
+    """A CTE upserting the JSON array parameter `:table` (rows shaped as `record`),
+    written only if the commit's condition held (`go` has its row)."""
+    cols = ", ".join(part.split()[0] for part in record.split(","))
+    picked = ", ".join(f"r.{c}" for c in cols.split(", "))
+    sets = ", ".join(f"{c} = excluded.{c}" for c in mutable)
+    return (
+        f"{table}_w AS (INSERT INTO {table} ({cols}) SELECT {picked} FROM go,"
+        f" jsonb_to_recordset(:{table}::jsonb) AS r({record})"
+        f" ON CONFLICT ({key}) DO UPDATE SET {sets})"
+    )
+
+
+#: The row the statement returns, by position (the store reads it so; see `_text`).
+STATUS, VERSION, FENCING_TOKEN, LAST_SEQ, CANCEL_REQUESTED, LEDGER_VERSION, APPLIED = range(7)
+
+
+def statement(
+    cond: rules.CommitCondition,
+    c: Commit,
+    now: float,
+    texts: Sequence[Mapping[str, Any]],
+    encode: Callable[[Mapping[str, Any]], dict[str, Any]],
+) -> tuple[bytes, dict[str, Any]]:
+    """The commit's statement text and parameters (`encode`: the store's encoding of
+    task column values). The text is bytes, the same object for each shape: psycopg
+    encodes a `str` query at every call and hashes it to find its parsed form."""
+    task, ledger, items, blobs = c.task, c.ledger, c.events, c.blobs
+    params: dict[str, Any] = {"id": cond.task_id, "now": now, "tok": cond.token}
+    sources = cond.sources
+    if sources is not None:
+        params["src"] = _array(sources)
+    if cond.version is not None:
+        params["ver"] = cond.version
+    led = 0
+    if ledger is not None:
+        params["lv"] = ledger.version
+        params["lev"] = ledger.expected_version
+        led = ledger_rows.postgres_params(ledger, params, _dumps)
+    cols = []
+    for col, value in encode(rules.task_changes(task, cond.token, now)).items():
+        params["spec" if col == "spec" else f"c_{col}"] = value
+        cols.append(col)
+    if items:
+        params["n"] = len(items)
+        params["events"] = _dumps(_event_rows(items))
+    mk = marks.postgres_params(task, params, _dumps)
+    tables = []
+    for table, records in rules.record_writes(c, now):
+        params[table] = record_json(records, _dumps)
+        tables.append(table)
+    if texts:
+        params["texts"] = _dumps(list(texts))
+        params["tcap"] = search.MAX_INDEXED_BYTES
+        params["tchars"] = search.MAX_INDEXED_CHARS
+    if blobs:
+        unique = rules.unique_blobs(blobs)
+        params["bh"] = list(unique)
+        params["bd"] = list(unique.values())
+    shape = (
+        cond.token is not None,
+        sources is not None,
+        cond.version is not None,
+        led,
+        tuple(cols),
+        bool(items),
+        mk,
+        tuple(tables),
+        bool(texts),
+        bool(blobs),
+    )
+    return _text(*shape), params
+
+
+@functools.lru_cache(maxsize=256)
+def _array(statuses: frozenset[str]) -> str:
+    """Statuses as an array literal the statement casts (`::text[]`): a list parameter
+    is adapted by psycopg anew at every call."""
+    return "{" + ",".join(f'"{s}"' for s in sorted(statuses)) + "}"
+
+
+def _event_rows(items: Sequence[ev.Event]) -> list[dict[str, Any]]:
+    rows = []
+    for n, event in enumerate(items, 1):
+        name, schema, data = ev.encode(event)
+        rows.append({"n": n, "type": name, "sv": schema, "data": rules.compact(name, data)})
+    return rows
+
+
+@functools.lru_cache(maxsize=512)
+def _text(
+    fenced: bool,
+    moves: bool,
+    versioned: bool,
+    led: int,
+    cols: tuple[str, ...],
+    has_events: bool,
+    mk: marks.Shape | None,
+    tables: tuple[str, ...],
+    has_texts: bool,
+    has_blobs: bool,
+) -> bytes:
+    """The statement of a commit of this shape (see `statement`), translated (ASCII:
+    the same bytes in any client encoding)."""
+    conds = []
+    if fenced:
+        conds.append("fencing_token = :tok")
+    if moves:
+        conds.append("status = ANY(:src::text[])")
+    if versioned:
+        conds.append("version <= :ver")
+    ctes = [
+        "cur AS MATERIALIZED (SELECT task_id, status, version, fencing_token, last_seq,"
+        " cancel_requested"
+        " FROM tasks WHERE task_id = :id FOR UPDATE)",
+        f"ok AS (SELECT * FROM cur WHERE {' AND '.join(conds) or 'TRUE'})",
+    ]
+    final = "SELECT c.status, c.version, c.fencing_token, c.last_seq, c.cancel_requested,"
+    if led:
+        ctes.append(
+            "led AS (UPDATE ledgers l SET version = :lv, updated_at = :now FROM ok"
+            " WHERE l.task_id = ok.task_id AND l.version = :lev RETURNING l.task_id)"
+        )
+        ctes.append("go AS MATERIALIZED (SELECT ok.* FROM ok JOIN led USING (task_id))")
+        ctes.extend(ledger_rows.postgres_text(skeleton=led == 2))
+        final += " (SELECT version FROM ledgers WHERE task_id = :id) AS ledger_version,"
+    else:
+        ctes.append("go AS MATERIALIZED (SELECT * FROM ok)")
+        final += " NULL AS ledger_version,"
+    ctes.extend(_task_writes(cols, has_events, mk))
+    if has_events:
+        version = ":ver" if versioned else "go.version"
+        # json, not jsonb: each event's text is stored as written (schema 10).
+        ctes.append(
+            "ev AS (INSERT INTO events (task_id, seq, type, schema_version, data,"
+            " task_version, fencing_token, at)"
+            f" SELECT go.task_id, go.last_seq + r.n, r.type, r.sv, r.data, {version},"
+            " :tok::bigint, :now FROM go, json_to_recordset(:events::json)"
+            " AS r(n int, type text, sv int, data json))"
+        )
+    for table in tables:
+        ctes.append(_recordset_upsert(table, _RECORDS[table], *RECORD_TABLES[table]))
+    if has_texts:
+        # The search index of the new artifacts, in the same statement (an artifact
+        # indexed already keeps its row: its blob, hence its text, never changes).
+        # A stored blob read here is indexed as plain text (its name and text,
+        # NUL-free UTF-8 only), without the JSON reading `indexed_text` does.
+        ctes.append(
+            "tx AS (INSERT INTO artifact_text (artifact_id, task_id, body)"
+            " SELECT artifact_id, task_id, body FROM (SELECT r.artifact_id, r.task_id,"
+            " COALESCE(r.body, left(concat_ws(E'\\n', NULLIF(r.name, ''),"
+            " tether_blob_text((SELECT substr(b.data, 1, :tcap) FROM blobs b"
+            " WHERE b.hash = r.blob_hash))), :tchars)) AS body FROM go,"
+            " jsonb_to_recordset(:texts::jsonb) AS r(artifact_id text, task_id text,"
+            " name text, blob_hash text, body text)) t WHERE body <> ''"
+            " ON CONFLICT (artifact_id) DO NOTHING)"
+        )
+    if has_blobs:
+        ctes.append(
+            "bl AS (INSERT INTO blobs (hash, size, data, created_at)"
+            " SELECT u.h, octet_length(u.d), u.d, :now FROM go,"
+            " unnest(:bh::text[], :bd::bytea[]) AS u(h, d) ON CONFLICT (hash) DO NOTHING)"
+        )
+    final += " (SELECT count(*) FROM go) AS applied FROM cur c"
+    return placeholders("WITH " + ",\n".join(ctes) + "\n" + final).encode("ascii")
+
+
+def _task_writes(cols: tuple[str, ...], has_events: bool, mk: marks.Shape | None) -> list[str]:
+    """The CTEs writing the task's row (and its contract, if edited: its own row
+    since schema 6, so that the row each commit rewrites stays small)."""
+    ctes = []
+    sets = []
+    for col in cols:
+        if col == "spec":
+            ctes.append(
+                "sp AS (UPDATE task_specs s SET spec = :spec::jsonb FROM go"
+                " WHERE s.task_id = go.task_id)"
+            )
+            continue
+        cast = "::json" if col in rules.JSON_COLUMNS else ""  # json since schema 10
+        sets.append(f"{col} = :c_{col}{cast}")
+    if has_events:
+        sets.append("last_seq = go.last_seq + :n")
+    ctes.append(
+        f"tu AS (UPDATE tasks t SET {', '.join(sets)} FROM go WHERE t.task_id = go.task_id)"
+    )
+    return ctes + marks.postgres_text(mk)

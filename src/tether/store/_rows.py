@@ -1,0 +1,100 @@
+"""Records to and from the SQL stores' rows.
+
+A record is read from its row (by column name: psycopg's `dict_row`, `sqlite3.Row`)
+by its fields' annotations (`_reading`). A worker reads thousands of rows (a task's
+events, its ops) on the threads whose Python competes with its event loop for the GIL,
+so each record class gets a reader function made once from its readings, the way
+`dataclasses` makes `__init__`: one call per row, no loop over the fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from tether.store import _rules as rules
+from tether.store.base import OpRecord, StoredEvent
+
+R = TypeVar("R")
+Row = Mapping[str, Any]
+
+
+def json_out(value: Any) -> Any:
+    """A JSON column's value: text parsed (SQLite), a document as it is (psycopg)."""
+    return json.loads(value) if isinstance(value, str | bytes | bytearray) else value
+
+
+def _reading(cls: type[Any]) -> tuple[tuple[str, str], ...]:
+    """`(field, how its column is read)` for a record dataclass, by the field's annotation:
+    `int`, `bool`, a JSON document (`dict`, `{}` when NULL; an optional one may be None),
+    a JSON list read as a tuple, or the value as the database gives it."""
+    ways = {
+        "int": "int",
+        "bool": "bool",
+        "dict[str, Any]": "json_or_empty",
+        "dict[str, Any] | None": "json",
+        "tuple[str, ...]": "tuple",
+    }
+    got = _READINGS.get(cls)
+    if got is None:
+        got = tuple((f.name, ways.get(str(f.type), "raw")) for f in dataclasses.fields(cls))
+        _READINGS[cls] = got
+    return got
+
+
+_READINGS: dict[type[Any], tuple[tuple[str, str], ...]] = {}
+
+#: Each reading as a Python expression of the column's value `{v}`.
+_EXPRESSIONS = {
+    "int": "int({v})",
+    "bool": "bool({v})",
+    "json_or_empty": "(json_out({v}) or {{}})",
+    "json": "json_out({v})",
+    "tuple": "tuple(json_out({v}) or ())",
+    "raw": "{v}",
+}
+#: What a record's field is made of its reading (`{}`) besides: the forms a store
+#: writes for less space, read back.
+_AFTER = {
+    (OpRecord, "result"): "op_result_read({})",
+    (StoredEvent, "data"): "expand(row['type'], {})",
+}
+
+
+def reader(cls: type[R]) -> Callable[[Row], R]:
+    """The function that reads a `cls` from its row (see the module)."""
+    got = _READERS.get(cls)
+    if got is None:
+        fields = []
+        for name, how in _reading(cls):
+            expr = _EXPRESSIONS[how].format(v=f"row[{name!r}]")
+            fields.append(f"{name!r}: {_AFTER.get((cls, name), '{}').format(expr)}")
+        scope: dict[str, Any] = {
+            "cls": cls,
+            "new": object.__new__,
+            "json_out": json_out,
+            "op_result_read": rules.op_result_read,
+            "expand": rules.expand,
+        }
+        # The instance's fields set as `rules.replaced` sets them (a frozen dataclass's
+        # `__init__` pays a call of `object.__setattr__` per field): every field given,
+        # the records have no `__post_init__`.
+        body = f"rec = new(cls)\n    rec.__dict__.update({{{', '.join(fields)}}})\n    return rec"
+        exec(f"def read(row):\n    {body}\n", scope)
+        got = _READERS[cls] = scope["read"]
+    return got
+
+
+_READERS: dict[type[Any], Callable[[Row], Any]] = {}
+
+
+def record_json(records: Sequence[Any], dumps: Callable[[Any], str]) -> str:
+    """Records (frozen dataclasses) as a JSON array of objects, one key per field, as
+    `dataclasses.asdict` gives them: their own fields, not deep copies, unless a value
+    is itself a dataclass (JSON cannot hold it; asdict makes it a dict)."""
+    try:
+        return dumps([vars(r) for r in records])
+    except TypeError:
+        return dumps([dataclasses.asdict(r) for r in records])

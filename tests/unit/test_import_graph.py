@@ -234,8 +234,7 @@ OVERSIZE_BASELINE: dict[str, int] = {
     "tether.ledger": 640,
     "tether.report.replay": 843,
     "tether.spec": 911,
-    "tether.store._sql": 1044,
-    "tether.store.postgres": 696,
+    "tether.store._sql": 1019,
     "tether.tools.builtin.sources": 796,
     "tether.tools.mcp": 731,
 }

@@ -1,5 +1,5 @@
 """The SQL stores read each record from its row by the fields' annotations
-(`store._sql._reading`): every field of a stored record must have an annotation whose
+(`store._rows._reading`): every field of a stored record must have an annotation whose
 reading is known, so a new field cannot be read raw by mistake (a JSON column left as
 text, an SQLite 0/1 left as an int)."""
 
@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from tether.store._sql import _reading
+from tether.store._rows import _reading
 from tether.store.base import ApprovalRecord, ArtifactRecord, OpRecord, StoredEvent, TaskRecord
 
 #: Annotations whose values the databases give as they are.

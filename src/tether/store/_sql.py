@@ -30,7 +30,6 @@ from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import base as b
 from tether.store._latest import Latest
-from tether.store._rows import _reading as _reading  # the annotations' readings (tests)
 from tether.store.base import SCHEMA_VERSION, ApprovalRecord, ArtifactRecord, OpRecord, TaskRecord
 from tether.store.schema_policy import migrations
 

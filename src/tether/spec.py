@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import hashlib
+import json
 import re
 import weakref
 from collections import Counter
@@ -751,6 +753,14 @@ def parse_spec(data: Any, *, source: str = "<spec>", stored: bool = False) -> Ta
             f"expected a mapping at the top level (objective:, items:, ...), got {kind}",
             source=source,
         )
+    key = _stored_key(data) if stored else None
+    parsed = _PARSED.get(key) if key is not None else None
+    if parsed is not None:
+        # A copy (a few fields' references): each call's source is its own (`source_of`).
+        spec = parsed.model_copy()
+        _SOURCES[id(spec)] = source
+        weakref.finalize(spec, _SOURCES.pop, id(spec), None)
+        return spec
     try:
         with _gc_paused():
             spec = TaskSpec.model_validate(data, context={"stored": True} if stored else None)
@@ -765,6 +775,8 @@ def parse_spec(data: Any, *, source: str = "<spec>", stored: bool = False) -> Ta
         raise errors.SpecError(
             f"the spec is nested too deeply (at most {MAX_DEPTH} levels)", source=source
         ) from None
+    if key is not None:
+        _remember(key, spec)
     _SOURCES[id(spec)] = source
     weakref.finalize(spec, _SOURCES.pop, id(spec), None)
     return spec
@@ -773,6 +785,72 @@ def parse_spec(data: Any, *, source: str = "<spec>", stored: bool = False) -> Ta
 #: Where each parsed spec was read from, by object (not a field: two equal contracts
 #: are equal wherever they came from).
 _SOURCES: dict[int, str] = {}
+
+#: Stored contracts already validated, by the digest of their JSON text (`_stored_key`).
+#: A worker reads each task's contract when it claims it and when its run loads it, and
+#: a queue's tasks mostly share one: validating it again (milliseconds of pydantic for
+#: a checklist of ten items) was a large part of a short task's cost. A stored spec's
+#: validation depends on its data alone (no clock, environment or file), and a
+#: `TaskSpec` is frozen, so one parsed contract serves every equal one.
+_PARSED: dict[bytes, TaskSpec] = {}
+#: The most contracts kept (the oldest goes first).
+PARSED_KEPT: Final = 64
+
+
+def _stored_key(data: Any) -> bytes | None:
+    """The digest of a stored spec's JSON text, or None when it is not plain JSON data
+    (then it is validated every time: a tuple or a number as a key would give the same
+    text as other data)."""
+    try:
+        text = json.dumps(data, separators=(",", ":"), allow_nan=False, default=_not_json)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if not _plain(data):
+        return None
+    return hashlib.sha256(text.encode()).digest()
+
+
+def _not_json(value: Any) -> Any:
+    raise TypeError(type(value).__name__)
+
+
+def _plain(data: Any) -> bool:
+    """Is `data` what decoding JSON gives (dicts with text keys, lists, text, numbers,
+    booleans, None), which its JSON text stands for exactly? A tuple, a key that is not
+    text or a subclass of a JSON type is not. (Only reached once `json.dumps` took it:
+    no cycle, no depth beyond the interpreter's.)"""
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind is dict:
+            for k, v in value.items():
+                if type(k) is not str:
+                    return False
+                if type(v) in _CONTAINERS:
+                    stack.append(v)
+                elif type(v) not in _SCALARS:
+                    return False
+        elif kind is list:
+            for v in value:
+                if type(v) in _CONTAINERS:
+                    stack.append(v)
+                elif type(v) not in _SCALARS:
+                    return False
+        elif kind not in _SCALARS:
+            return False
+    return True
+
+
+_CONTAINERS: Final = frozenset({dict, list})
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+
+
+def _remember(key: bytes, spec: TaskSpec) -> None:
+    with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # another thread's eviction
+        while len(_PARSED) >= PARSED_KEPT:
+            del _PARSED[next(iter(_PARSED))]
+    _PARSED[key] = spec
 
 
 def source_of(spec: TaskSpec) -> str:

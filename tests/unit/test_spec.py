@@ -464,3 +464,47 @@ def test_max_rounds_written_in_the_contract_is_kept_whatever_the_checklist() -> 
     assert (spec.limits.max_rounds, spec.limits.no_progress_rounds) == (500, 4)
     with pytest.raises(errors.SpecError, match="limits"):
         parse_spec(_checklist(50, limits=[1]))
+
+
+def test_a_stored_spec_is_validated_once_per_content() -> None:
+    """A stored contract met again (the same JSON data) is not validated again: an equal,
+    distinct spec that names its own source; other data, or data that is not plain
+    JSON, is validated as before."""
+    from tether import spec as spec_module
+
+    data = parse_spec({"objective": "o", "items": [{"id": "a", "title": "A"}]}).model_dump(
+        mode="json"
+    )
+    first = parse_spec(data, source="task one", stored=True)
+    calls = []
+    real = TaskSpec.model_validate
+
+    def counted(*args: object, **kwargs: object) -> TaskSpec:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(TaskSpec, "model_validate", counted)
+        again = parse_spec(json.loads(json.dumps(data)), source="task two", stored=True)
+        assert not calls
+        assert again == first and again is not first
+        assert spec_module.source_of(again) == "task two"
+        assert spec_module.source_of(first) == "task one"
+        edited = {**data, "objective": "another"}
+        assert parse_spec(edited, source="task two", stored=True).objective == "another"
+        assert len(calls) == 1
+        # A tuple reads as a list in JSON text: such data is never answered from the cache.
+        odd = {**data, "items": tuple(data["items"])}
+        parse_spec(odd, stored=True)
+        parse_spec(odd, stored=True)
+        assert len(calls) == 3
+        # A spec given (not stored) is always validated in full.
+        parse_spec(data)
+        assert len(calls) == 4
+
+
+def test_an_invalid_stored_spec_is_refused_every_time() -> None:
+    """A refusal is not remembered as a spec: the same bad data raises again."""
+    for _ in range(2):
+        with pytest.raises(errors.SpecError):
+            parse_spec({"objective": "o", "items": []}, stored=True)

@@ -247,11 +247,11 @@ async def test_a_failing_task_is_reported_held_back_and_the_loop_goes_on(
     if where == "engine":
         real_run = Engine.run_claimed
 
-        async def run_claimed(self: Engine, lease: Any, *args: Any) -> Any:
+        async def run_claimed(self: Engine, lease: Any, *args: Any, **kwargs: Any) -> Any:
             if lease.task_id == bad:
                 await self.store.release(lease.task_id, lease.token)  # as the engine does
                 raise errors.SpecError("the engine cannot run this task")
-            return await real_run(self, lease, *args)
+            return await real_run(self, lease, *args, **kwargs)
 
         monkeypatch.setattr(Engine, "run_claimed", run_claimed)
     built: list[TaskSpec] = []

@@ -53,3 +53,36 @@ async def test_draining_stops_the_runs_and_waits_for_them() -> None:
     slots.start(run("b"), name="b")
     await slots.drain()
     assert stop.is_set() and sorted(ended) == ["a", "b"] and len(slots) == 0
+
+
+async def test_a_start_waits_for_the_run_before_it_to_start_its_turn_at_most_the_pace() -> None:
+    """With runs under way, `start_paced` returns once the new run says it started (or
+    ended), or after the pace; alone, or with no pace, at once."""
+    slots = Slots("w", asyncio.Event())
+    said = asyncio.Event()
+    log: list[str] = []
+
+    async def run(started: object, *, say: bool, end: bool = False) -> None:
+        await asyncio.sleep(0.01)
+        if say:
+            log.append("started")
+            started()  # type: ignore[operator]
+        if not end:
+            await said.wait()
+
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await slots.start_paced(lambda s: run(s, say=False), "alone", 10.0)
+    assert loop.time() - t0 < 1.0 and not log  # no other run: no wait
+    await slots.start_paced(lambda s: run(s, say=True), "second", 10.0)
+    assert log == ["started"]
+    t0 = loop.time()
+    await slots.start_paced(lambda s: run(s, say=False), "silent", 0.05)
+    assert 0.04 < loop.time() - t0 < 5.0  # the pace, at most
+    await slots.start_paced(lambda s: run(s, say=False, end=True), "ends", 10.0)
+    assert len(slots) == 4 or len(slots) == 3  # the run that ended released the claim
+    t0 = loop.time()
+    await slots.start_paced(lambda s: run(s, say=False), "unpaced", 0.0)
+    assert loop.time() - t0 < 1.0
+    said.set()
+    await slots.drain()

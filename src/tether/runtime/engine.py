@@ -31,6 +31,7 @@ from tether.runtime.ops.ports import INLINE_WAIT_MAX
 from tether.runtime.run.journal import Snapshot as Snapshot  # re-exported: public
 from tether.runtime.run.ports import ModelSet as ModelSet  # re-exported: public
 from tether.runtime.run.ports import RunConfig
+from tether.runtime.run.task_run import Preread
 from tether.runtime.run.task_run import RunResult as RunResult  # re-exported: public
 from tether.runtime.run.task_run import TaskRun as TaskRun
 from tether.runtime.run.task_run import default_guard as default_guard
@@ -221,13 +222,28 @@ class Engine:
             return None
         return await self._drive(lease, None)
 
-    async def run_claimed(self, lease: Lease, previous_owner: str | None = None) -> RunResult:
+    async def run_claimed(
+        self,
+        lease: Lease,
+        previous_owner: str | None = None,
+        *,
+        preread: Preread | None = None,
+        on_started: Callable[[], None] | None = None,
+    ) -> RunResult:
         """Run a task whose lease the caller claimed (a worker's loop); the lease is
-        given back at the end."""
-        return await self._drive(lease, previous_owner)
+        given back at the end. `preread`: what the caller read of the task under this
+        lease, not read again (`TaskRun`); `on_started`: called once the run's first
+        turn has started (its recovery and turn start stored), if it gets that far."""
+        return await self._drive(lease, previous_owner, preread=preread, on_started=on_started)
 
     async def _drive(
-        self, lease: Lease, previous_owner: str | None, *, keep_on_outage: bool = False
+        self,
+        lease: Lease,
+        previous_owner: str | None,
+        *,
+        keep_on_outage: bool = False,
+        preread: Preread | None = None,
+        on_started: Callable[[], None] | None = None,
     ) -> RunResult:
         """Drive a claimed task with a heartbeat; give the lease back at the end (unless
         `keep_on_outage` and the store went away: see `run`)."""
@@ -245,6 +261,8 @@ class Engine:
             guard=self.guard,
             on_progress=self.on_progress,
             status_probe=self.status_probe,
+            preread=preread,
+            on_started=on_started,
         )
         # The heartbeat cancels this task when a round outlives `limits.round_timeout`.
         run.beat.driver = asyncio.current_task()

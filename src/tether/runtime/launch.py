@@ -27,14 +27,14 @@ a password is not remembered (it is named again on resume).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from tether.spec import TaskSpec
-    from tether.store.base import Store
+    from tether.store.base import Store, StoredEvent
     from tether.tools.registry import ToolRegistry
 
 #: The launch record's format.
@@ -162,8 +162,18 @@ def with_mcp_config(spec: TaskSpec, path: Path) -> TaskSpec:
 async def read(store: Store, task_id: str) -> dict[str, Any] | None:
     """The task's launch record, or None (a task stored before launch records, or
     created without one)."""
-    first = await store.read_events(task_id, limit=1, types={"task.created"})
-    launch = first[0].data.get("launch") if first else None
+    return record_in(await created(store, task_id))
+
+
+async def created(store: Store, task_id: str) -> list[StoredEvent]:
+    """The task's `task.created` event (none for a task without one), where its launch
+    record is kept (`record_in`); it never changes once written."""
+    return await store.read_events(task_id, limit=1, types={"task.created"})
+
+
+def record_in(created: Sequence[StoredEvent]) -> dict[str, Any] | None:
+    """The launch record in a task's `task.created` event (`created`), or None."""
+    launch = created[0].data.get("launch") if created else None
     return launch if isinstance(launch, dict) else None
 
 

@@ -45,7 +45,7 @@ from tether.runtime.run.ports import ModelSet, PendingRound, RunConfig
 from tether.runtime.run.records import TaskRecords
 from tether.runtime.run.state import RunState, RunView
 from tether.spec import TaskSpec, parse_spec
-from tether.store.base import CommitResult, Store
+from tether.store.base import CommitResult, Store, StoredEvent, TaskRecord
 from tether.tools import allowlist as toolset
 from tether.tools import files
 from tether.tools.breaker import Guard
@@ -59,6 +59,19 @@ class StoreFile(Protocol):
     """A store kept in one file (SQLite): its path."""
 
     path: str
+
+
+@dataclass(frozen=True)
+class Preread:
+    """What the claimer of a task read of it once it held the lease (a worker: to choose
+    its models), given to the run's first load instead of reading it again: nothing of
+    the run happens in between, so it is what that load would read a moment later."""
+
+    task: TaskRecord
+    #: The task's `task.created` event (`launch.created`), which never changes.
+    created: Sequence[StoredEvent]
+    #: `task.spec` parsed (`parse_spec`, stored, as `task T`).
+    spec: TaskSpec
 
 
 @dataclass(frozen=True)
@@ -90,8 +103,16 @@ class TaskRun:
         guard: Guard | None = None,
         on_progress: Callable[[Snapshot], None] | None = None,
         status_probe: bool = True,
+        preread: Preread | None = None,
+        on_started: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
+        self._on_started = on_started
+        # Taken by the first `load` only, and only under the lease it was read with.
+        self._preread = (
+            preread if preread is not None and preread.task.fencing_token == token else None
+        )
+        self._created: Sequence[StoredEvent] | None = None
         self.task_id = task_id
         self.token = token
         self.config = config
@@ -199,6 +220,9 @@ class TaskRun:
         """One turn: its start, the round a crash interrupted, then rounds — each after
         a person's requests (`checks.requests`) — until one ends the run."""
         outcome = await recovery.start_turn(self)
+        if self._on_started is not None:  # the run's first turn only
+            started, self._on_started = self._on_started, None
+            started()
         # The rounds' code (the judges, the op runner, compaction) loads after the turn's
         # start is stored: a resume's first event does not wait for it.
         from tether.runtime.round import phases as rounds
@@ -250,10 +274,15 @@ class TaskRun:
     async def load(self) -> None:
         """Read state from projections (never from chat memory)."""
         view = self.view
-        view.task = await self.records.task()
+        pre, self._preread = self._preread, None
+        view.task = pre.task if pre is not None else await self.records.task()
         self.journal.status = view.task.status
         try:
-            view.spec = parse_spec(view.task.spec, source=f"task {self.task_id}", stored=True)
+            view.spec = (
+                pre.spec
+                if pre is not None
+                else parse_spec(view.task.spec, source=f"task {self.task_id}", stored=True)
+            )
         except errors.SpecError as exc:
             raise errors.StoreError(
                 f"stored spec of task {self.task_id} is invalid: {exc}"
@@ -274,7 +303,13 @@ class TaskRun:
         self.guard = self._guard or default_guard(self.store, view.spec, view.clock)
         words = await self.records.events({"user.message"})
         self.user_words = [str(w.data.get("text", "")) for w in words]
-        created = await self.store.read_events(self.task_id, limit=1, types={"task.created"})
+        if self._created is None:  # the first event: read once per run
+            self._created = (
+                pre.created
+                if pre is not None
+                else await self.store.read_events(self.task_id, limit=1, types={"task.created"})
+            )
+        created = self._created
         self.preexisting = dict(created[0].data.get("preexisting", {})) if created else {}
 
     async def commit_round(self, pending: PendingRound, **more: Any) -> None:
@@ -324,4 +359,4 @@ def default_guard(store: Store, spec: TaskSpec, clock: Clock) -> Guard:
     )
 
 
-__all__ = ["RunResult", "TaskRun", "default_guard"]
+__all__ = ["Preread", "RunResult", "TaskRun", "default_guard"]

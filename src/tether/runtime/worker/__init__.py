@@ -20,13 +20,15 @@ previous owner, as with `Engine.run_next`.
 With `concurrency` N above 1 the same loop keeps up to N runs going at once on the
 event loop, each an asyncio task of its own with its own engine, lease, heartbeat,
 fencing token and models: the loop claims (one claim at a time, oldest first, as the
-store orders them) whenever a slot is free, and the runs share the store (its pool of
+store orders them) whenever a slot is free, each once the run started before it has
+started its first turn (`Slots.start_paced`), and the runs share the store (its pool of
 connections on PostgreSQL, its one connection and thread on SQLite).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -39,8 +41,8 @@ from tether.runtime.engine import (
     Engine,
     ModelSet,
     RunResult,
-    check_tools,
 )
+from tether.runtime.run.task_run import Preread
 from tether.runtime.takeover import process_id
 from tether.runtime.watch.schedules import start_due
 from tether.runtime.watch.sweep import Notifier, SweepReport, WatchPolicy, sweep
@@ -49,11 +51,12 @@ from tether.runtime.worker.drain import Drain, set_pool_size
 from tether.runtime.worker.held import (
     HeldBack,
     PassedOver,
+    lacks_tools,
     placement_refusal,
     record_pass_over,
 )
 from tether.runtime.worker.reverify import Reverify
-from tether.runtime.worker.slots import Slots
+from tether.runtime.worker.slots import START_PACE, Slots
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import Lease, Store
 from tether.tools.builtin.files import READ_ARTIFACT, default_registry
@@ -98,6 +101,8 @@ class Worker:
       its next safe point (a model call in flight abandoned, a tool call finished) and
       hands its task back. `handle_signals=True` sets `stop` on SIGINT and SIGTERM (a
       second one ends the grace); `on_stopping` gets the lines said about the stop.
+    - **`start_pace`**: the most seconds a claim waits for the run before it to start
+      its first turn (`Slots.start_paced`; 0: no wait).
     - **`pool_size`**: the connections the store's pool may hold (PostgreSQL; 8 when it
       was opened), shared by the runs.
     - **`once`**: return as soon as nothing is claimable; **`max_tasks`**: return after
@@ -153,6 +158,7 @@ class Worker:
         grace: float = 0.0,
         pool_size: int | None = None,
         on_stopping: Callable[[str], None] | None = None,
+        start_pace: float = START_PACE,
         **engine_options: Any,
     ) -> None:
         if concurrency < 1:
@@ -170,6 +176,7 @@ class Worker:
         self.once = once
         self.max_tasks = max_tasks
         self.concurrency = concurrency
+        self.start_pace = start_pace
         self.stop = stop or asyncio.Event()
         self.on_result = on_result
         self.on_error = on_error
@@ -237,7 +244,11 @@ class Worker:
                         await self._idle(self.poll_interval)
                 else:
                     lease, previous_owner = took
-                    self.slots.start(self._go(lease, previous_owner), name=f"task {lease.task_id}")
+                    await self.slots.start_paced(
+                        functools.partial(self._go, lease, previous_owner),
+                        f"task {lease.task_id}",
+                        self.start_pace,
+                    )
         finally:
             try:
                 await self.slots.drain()  # within the grace: see `worker.drain`
@@ -315,33 +326,37 @@ class Worker:
         self.held.claimed(lease.task_id)
         return lease, previous_owner
 
-    async def _go(self, lease: Lease, previous_owner: str | None) -> None:
-        """A claimed task: its spec, tools and models, then its run (see `_run`)."""
+    async def _go(
+        self, lease: Lease, previous_owner: str | None, started: Callable[[], None] | None = None
+    ) -> None:
+        """A claimed task: its spec, tools and models, then its run (see `_run`), which
+        calls `started` once its first turn has started (`Slots.start_paced`)."""
         task_id = lease.task_id
         try:
             task = await self.store.get_task(task_id)
-            spec = parse_spec(task.spec, source=f"task {task_id}", stored=True)
+            spec = stored = parse_spec(task.spec, source=f"task {task_id}", stored=True)
             if await self._elsewhere(task_id, spec, task.workspace):
                 await self.store.release(task_id, lease.token)
                 return
             # The launch record is read before the tool check only when it may name
             # tools here: a task handed back is handed back at once.
-            record = await launch.read(self.store, task_id) if self.remembered_tools else None
-            registry = self._registry_for(record)
+            created = await launch.created(self.store, task_id) if self.remembered_tools else None
+            registry = self._registry_for(launch.record_in(created or ()))
             lacks = self._lacks_tools(spec, registry)
             if lacks is not None:
                 await self._pass_over(task_id, lacks)
                 await self.store.release(task_id, lease.token)
                 return
-            if not self.remembered_tools:
-                record = await launch.read(self.store, task_id)
-            spec = launch.apply(spec, record)
+            if created is None:
+                created = await launch.created(self.store, task_id)
+            spec = launch.apply(spec, launch.record_in(created))
             models = self.models if isinstance(self.models, ModelSet) else self.models(spec)
         except Exception as exc:
             await self._failed(task_id, exc, lease)
             return
         try:
-            await self._run(lease, models, previous_owner, registry)
+            pre = Preread(task, created, stored)
+            await self._run(lease, models, previous_owner, registry, pre, started)
         finally:
             if models is not self.models:
                 await models.aclose()
@@ -367,6 +382,8 @@ class Worker:
         models: ModelSet,
         previous_owner: str | None = None,
         registry: ToolRegistry | None = None,
+        preread: Preread | None = None,
+        started: Callable[[], None] | None = None,
     ) -> None:
         """Hand the lease to an engine for the run (no release and claim again: another
         worker could take the task in between), and report how it ended."""
@@ -381,7 +398,9 @@ class Worker:
                 stop=self.drain.runs,
                 **self.engine_options,
             )
-            result = await engine.run_claimed(lease, previous_owner)
+            result = await engine.run_claimed(
+                lease, previous_owner, preread=preread, on_started=started
+            )
         except (errors.TaskBusy, errors.StaleLease):
             log.debug("task %s: another worker took it first", task_id)
             return
@@ -422,30 +441,17 @@ class Worker:
             await record_pass_over(self.store, task_id, self.worker_id, reason)
 
     def _lacks_tools(self, spec: TaskSpec, registry: ToolRegistry | None = None) -> str | None:
-        """Why the task's contract names a tool this worker does not have, or None. Workers may
-        register different tools (`TETHER_TOOLS`): such a task is handed back at once,
-        untouched, and passed over for `retry_delay` seconds (its contract may be
-        edited meanwhile), so that a worker with the tool runs it. Not a failure: held
-        back as one, it would wait for this worker's delay with a worker able to run
-        it idle. An MCP server's tools are known only once it runs: not checked here.
-        So with a secret the tools need that is not set here (`launch.missing_env`)."""
-        missing = launch.missing_env(spec)
-        if missing:
-            return launch.env_problem(missing)
-        if spec.mcp_servers:
-            return None
+        """Why the task's contract names a tool (or needs a secret) this worker lacks, or
+        None (`held.lacks_tools`); `registry`: the task's own tools, if not this worker's."""
         if registry is not None and registry is not self.registry:
-            names = [*registry.names(), READ_ARTIFACT]
-        else:
-            if self._tool_names is None:
-                own = self.registry or default_registry(lambda: self.store)
-                self._tool_names = [*own.names(), READ_ARTIFACT]
-            names = self._tool_names
-        try:
-            check_tools(spec, names)
-        except errors.SpecError as exc:
-            return str(exc)
-        return None
+            return lacks_tools(spec, lambda: [*registry.names(), READ_ARTIFACT])
+        return lacks_tools(spec, self._own_tool_names)
+
+    def _own_tool_names(self) -> list[str]:
+        if self._tool_names is None:
+            own = self.registry or default_registry(lambda: self.store)
+            self._tool_names = [*own.names(), READ_ARTIFACT]
+        return self._tool_names
 
     async def _failed(self, task_id: str, exc: Exception, lease: Lease | None) -> None:
         """Report a task that raised and hold it back for a while (see the class)."""

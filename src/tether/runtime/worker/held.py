@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tether import errors, placement
@@ -137,3 +137,26 @@ async def placement_refusal(
     if reason is None:
         await forget_pass_overs(store, task_id)
     return reason
+
+
+def lacks_tools(spec: TaskSpec, names: Callable[[], Sequence[str]]) -> str | None:
+    """Why the task's contract names a tool not among `names()` (this worker's), or None.
+    Workers may register different tools (`TETHER_TOOLS`): such a task is handed back
+    at once, untouched, and passed over for `retry_delay` seconds (its contract may be
+    edited meanwhile), so that a worker with the tool runs it. Not a failure: held back
+    as one, it would wait for this worker's delay with a worker able to run it idle. An
+    MCP server's tools are known only once it runs: not checked here. So with a secret
+    the tools need that is not set here (`launch.missing_env`)."""
+    from tether.runtime import launch
+    from tether.tools.allowlist import check_tools
+
+    missing = launch.missing_env(spec)
+    if missing:
+        return launch.env_problem(missing)
+    if spec.mcp_servers:
+        return None
+    try:
+        check_tools(spec, names())
+    except errors.SpecError as exc:
+        return str(exc)
+    return None

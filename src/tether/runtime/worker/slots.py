@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 log = logging.getLogger("tether.worker")
+
+#: The longest a worker waits for a run it started to start its first turn before it
+#: claims again while other runs are under way (`Slots.start_paced`), in seconds.
+START_PACE = 0.05
 
 
 class Slots:
@@ -28,6 +33,31 @@ class Slots:
     def start(self, run: Coroutine[Any, Any, None], name: str) -> None:
         """Run `run` as an asyncio task of its own."""
         self.running.add(asyncio.create_task(run, name=name))
+
+    async def start_paced(
+        self, run: Callable[[Callable[[], None]], Coroutine[Any, Any, None]], name: str, pace: float
+    ) -> None:
+        """Start `run(started)` (see `start`); with other runs under way, return once it
+        calls `started` (its first turn has started) or ends, or after `pace` seconds.
+
+        A task's start (its reads, its contract, recovery, the turn's start) is paid
+        once, on the one event loop: a wave of runs ending together would otherwise
+        start as many at once, and the rounds of the runs under way would wait for all
+        of those starts. A start is a few milliseconds; one that takes longer (an MCP
+        server starting) holds the next claim up for `pace` at most. With no other run
+        under way there is nothing to hold up: no wait."""
+        began = asyncio.Event()
+
+        async def go() -> None:
+            try:
+                await run(began.set)
+            finally:
+                began.set()
+
+        self.start(go(), name)
+        if len(self.running) > 1 and pace > 0 and not began.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(began.wait(), pace)
 
     async def wait(self) -> None:
         """Wait until a run ends (its slot is free) or `stop` is set (see the class)."""

@@ -12,7 +12,6 @@ import contextlib
 import functools
 import gc
 import hashlib
-import json
 import re
 import weakref
 from collections import Counter
@@ -740,9 +739,10 @@ def _gc_paused() -> Iterator[None]:
 def parse_spec(data: Any, *, source: str = "<spec>", stored: bool = False) -> TaskSpec:
     """Validate a decoded spec (a dict) and return the `TaskSpec`.
 
-    `stored`: the spec of a task already in the database. Checks added after it was
-    accepted (see `_stored`) are skipped, so a task stored by an earlier version stays
-    readable, resumable and editable (an edit validates its new spec in full)."""
+    `stored`: the spec of a task already in the database (its decoded JSON). Checks
+    added after it was accepted (see `_stored`) are skipped, so a task stored by an
+    earlier version stays readable, resumable and editable (an edit validates its new
+    spec in full); and equal data is validated once per process (`_PARSED`)."""
     if data is None:
         raise errors.SpecError(
             "the file is empty: a spec needs at least `objective:` and `items:`", source=source
@@ -786,7 +786,7 @@ def parse_spec(data: Any, *, source: str = "<spec>", stored: bool = False) -> Ta
 #: are equal wherever they came from).
 _SOURCES: dict[int, str] = {}
 
-#: Stored contracts already validated, by the digest of their JSON text (`_stored_key`).
+#: Stored contracts already validated, by the digest of their text (`_stored_key`).
 #: A worker reads each task's contract when it claims it and when its run loads it, and
 #: a queue's tasks mostly share one: validating it again (milliseconds of pydantic for
 #: a checklist of ten items) was a large part of a short task's cost. A stored spec's
@@ -798,52 +798,14 @@ PARSED_KEPT: Final = 64
 
 
 def _stored_key(data: Any) -> bytes | None:
-    """The digest of a stored spec's JSON text, or None when it is not plain JSON data
-    (then it is validated every time: a tuple or a number as a key would give the same
-    text as other data)."""
+    """The digest of a stored spec's `repr` (None when too deep to write out): decoded
+    JSON, what a store gives, has one text per value, and `repr`, unlike the JSON
+    text, also tells a tuple from a list and a number from text as a key."""
     try:
-        text = json.dumps(data, separators=(",", ":"), allow_nan=False, default=_not_json)
-    except (TypeError, ValueError, RecursionError):
+        text = repr(data)
+    except RecursionError:
         return None
-    if not _plain(data):
-        return None
-    return hashlib.sha256(text.encode()).digest()
-
-
-def _not_json(value: Any) -> Any:
-    raise TypeError(type(value).__name__)
-
-
-def _plain(data: Any) -> bool:
-    """Is `data` what decoding JSON gives (dicts with text keys, lists, text, numbers,
-    booleans, None), which its JSON text stands for exactly? A tuple, a key that is not
-    text or a subclass of a JSON type is not. (Only reached once `json.dumps` took it:
-    no cycle, no depth beyond the interpreter's.)"""
-    stack = [data]
-    while stack:
-        value = stack.pop()
-        kind = type(value)
-        if kind is dict:
-            for k, v in value.items():
-                if type(k) is not str:
-                    return False
-                if type(v) in _CONTAINERS:
-                    stack.append(v)
-                elif type(v) not in _SCALARS:
-                    return False
-        elif kind is list:
-            for v in value:
-                if type(v) in _CONTAINERS:
-                    stack.append(v)
-                elif type(v) not in _SCALARS:
-                    return False
-        elif kind not in _SCALARS:
-            return False
-    return True
-
-
-_CONTAINERS: Final = frozenset({dict, list})
-_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
 def _remember(key: bytes, spec: TaskSpec) -> None:

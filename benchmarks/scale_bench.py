@@ -39,7 +39,8 @@ thresholds, then, once the store is open, a round's modules imported, the heap f
 and the older generations handed to the `QuietCollector`); they inherit
 `TETHER_WORKER_GC` (`thresholds`: without the `QuietCollector`, for a before/after
 comparison); `--no-tune` leaves CPython's defaults, and `--gc-thresholds A,B,C` (or
-`off`) sets others (experiments). `--probe` breaks the added latency down (`Probe`,
+`off`) sets others (experiments); `--start-pace 0` turns the workers' claim pacing
+off (`Worker(start_pace=)`, for an A/B). `--probe` breaks the added latency down (`Probe`,
 `breakdown`, `mechanism`): the store calls a round awaits (waiting for a thread, in it,
 handed back) by call, the pool's waits for a connection, the event loop's lag, the
 collector's pauses and the cyclic garbage it freed per 1,000 rounds, how many rounds
@@ -312,6 +313,7 @@ async def child(args: argparse.Namespace) -> None:
         watch_every=None,
         lease_ttl=60,
         pool_size=args.pool_size,
+        **({} if args.start_pace is None else {"start_pace": args.start_pace}),
     )
     if not args.no_tune:
         settle_process()  # as `tether worker` does once its store is open
@@ -465,7 +467,9 @@ def run_config(cfg: Config, args: argparse.Namespace, work: Path) -> dict[str, A
                      *(["--probe"] if args.probe else []),
                      *(["--no-tune"] if args.no_tune else []),
                      *(["--gc-thresholds", args.gc_thresholds] if args.gc_thresholds else []),
-                     *(["--pool-size", str(args.pool_size)] if args.pool_size else [])],
+                     *(["--pool-size", str(args.pool_size)] if args.pool_size else []),
+                     *(["--start-pace", str(args.start_pace)]
+                       if args.start_pace is not None else [])],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
                 )
             )  # fmt: skip
@@ -752,6 +756,12 @@ def main() -> None:
         "--gc-thresholds",
         default=None,
         help="the workers' collector thresholds, e.g. '3000,10,10', or 'off' (an experiment)",
+    )
+    ap.add_argument(
+        "--start-pace",
+        type=float,
+        default=None,
+        help="the workers' Worker(start_pace=) in seconds (0: claims not paced; an A/B)",
     )
     ap.add_argument("--probe", action="store_true", help="break the added latency down (costs CPU)")
     args = ap.parse_args()

@@ -303,6 +303,7 @@ def slow_api() -> Iterator[TicketAPI]:
         yield service
 
 
+@pytest.mark.timeout(300)  # a minute of silence to wait for (see the docstring)
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_a_killed_workers_task_is_taken_over_at_once(
     kind: str,
@@ -311,15 +312,19 @@ def test_a_killed_workers_task_is_taken_over_at_once(
     slow_api: TicketAPI,
     workers: Workers,
 ) -> None:
-    """A worker SIGKILLed mid-task leaves a live lease (`--lease 45`). Its pid is gone
+    """A worker SIGKILLed mid-task leaves a live lease (`--lease 90`). Its pid is gone
     from this machine: once it missed two renewals (a live worker renews every third
     of the lease), the workers started next take the task over instead of waiting
     out the lease. Three start together; one takes it, the log
-    shows one holder at a time, and every item gets exactly one ticket."""
+    shows one holder at a time, and every item gets exactly one ticket.
+
+    The lease is long so that the takers, started after 60 s of silence, claim well
+    before it would run out (30 s later) even on a loaded machine: with 45 s (15 s
+    to spare) three workers starting at load 20 once claimed 3 s after it had."""
     url = db_url(kind, tmp_path, request)
     items = [f"d{i}" for i in range(5)]
     (tid,) = add_tasks(url, [ticket_spec("dead", items)])
-    (a,) = workers.start(url, 1, "--lease", "45", TICKETS_URL=slow_api.url)
+    (a,) = workers.start(url, 1, "--lease", "90", TICKETS_URL=slow_api.url)
 
     def a_mid_task() -> Any:
         async def go(store: Store) -> Any:
@@ -344,7 +349,7 @@ def test_a_killed_workers_task_is_taken_over_at_once(
 
         return in_store(url, go)
 
-    held = wait_for(silent_enough, "the dead lease to miss two renewals")
+    held = wait_for(silent_enough, "the dead lease to miss two renewals", timeout=120)
     assert held.lease_expiry > time.time() + 5  # the lease would stand a while yet
 
     takers = workers.start(url, 3, "--once", TICKETS_URL=slow_api.url)

@@ -173,12 +173,17 @@ def test_concurrency_limit_holds_across_workers(
 # ---------------------------------------------------------------- shared breaker
 
 
+@pytest.mark.timeout(300)  # a 30 s cooldown waited out, and three workers' runs
 def test_breaker_opened_by_one_worker_is_seen_by_another(
     pg_url: str,
     failing_api: TicketAPI,
     workers: Workers,
 ) -> None:
-    cooldown = 12.0
+    # Long enough for worker A to end and worker B to start, be refused and exit inside
+    # it on a loaded machine: with 12 s, at load 20, B's task was claimed again after
+    # the cooldown and its half-open probe reached the service (a post this test
+    # takes for one made during the cooldown).
+    cooldown = 30.0
     services = {
         SERVICE: {
             "failure_rate": 0.5,

@@ -757,10 +757,7 @@ def parse_spec(data: Any, *, source: str = "<spec>", stored: bool = False) -> Ta
     parsed = _PARSED.get(key) if key is not None else None
     if parsed is not None:
         # A copy (a few fields' references): each call's source is its own (`source_of`).
-        spec = parsed.model_copy()
-        _SOURCES[id(spec)] = source
-        weakref.finalize(spec, _SOURCES.pop, id(spec), None)
-        return spec
+        return _from(parsed.model_copy(), source)
     try:
         with _gc_paused():
             spec = TaskSpec.model_validate(data, context={"stored": True} if stored else None)
@@ -777,6 +774,11 @@ def parse_spec(data: Any, *, source: str = "<spec>", stored: bool = False) -> Ta
         ) from None
     if key is not None:
         _remember(key, spec)
+    return _from(spec, source)
+
+
+def _from(spec: TaskSpec, source: str) -> TaskSpec:
+    """`spec`, remembered as read from `source` (`source_of`) while it lives."""
     _SOURCES[id(spec)] = source
     weakref.finalize(spec, _SOURCES.pop, id(spec), None)
     return spec
@@ -786,7 +788,7 @@ def parse_spec(data: Any, *, source: str = "<spec>", stored: bool = False) -> Ta
 #: are equal wherever they came from).
 _SOURCES: dict[int, str] = {}
 
-#: Stored contracts already validated, by the digest of their text (`_stored_key`).
+#: Stored contracts already validated, by the digest of their data (`_stored_key`).
 #: A worker reads each task's contract when it claims it and when its run loads it, and
 #: a queue's tasks mostly share one: validating it again (milliseconds of pydantic for
 #: a checklist of ten items) was a large part of a short task's cost. A stored spec's

@@ -123,12 +123,10 @@ def _cited_ids(ledger: L.Ledger) -> frozenset[str]:
     return ids
 
 
-def _cited_ops(ledger: L.Ledger) -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
-    """`{item: its op refs}` of the done items citing ops (contract order), and the op
-    ids (`_cited_ids`)."""
+def _cited_ops(ledger: L.Ledger) -> dict[str, tuple[str, ...]]:
+    """`{item: its op refs}` of the done items citing ops (contract order)."""
     items = ledger.skeleton.items
-    cited = {items[n].id: ops for n, ops in sorted(ledger_refs(ledger).done_ops.items())}
-    return cited, _cited_ids(ledger)
+    return {items[n].id: ops for n, ops in sorted(ledger_refs(ledger).done_ops.items())}
 
 
 class _RuleCheck:
@@ -171,9 +169,8 @@ class _RuleCheck:
         current = await self.env.current_ops(ids)
         if current >= ids:
             return []  # every cited op still holds (most rounds): no item to walk
-        cited, _ = _cited_ops(ledger)
         out = []
-        for item, refs in cited.items():
+        for item, refs in _cited_ops(ledger).items():
             gone = [r for r in refs if r[3:] not in current]
             if gone:
                 note = (

@@ -316,7 +316,7 @@ def test_the_kept_cited_ops_are_the_walk(steps: list[tuple[int, str, str]]) -> N
         for _ in range(2):  # made, then kept
             items = ledger.skeleton.items
             want = {items[n].id: ops for n, ops in sorted(refs(ledger).done_ops.items())}
-            cited, ids = rules._cited_ops(ledger)
+            cited, ids = rules._cited_ops(ledger), rules._cited_ids(ledger)
             assert list(cited.items()) == list(want.items())
             assert ids == {r[3:] for ops in want.values() for r in ops}
             walked = {

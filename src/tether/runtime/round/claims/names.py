@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import functools
 import re
+import weakref
 from dataclasses import dataclass, field
 
-from tether.ledger import Ledger
+from tether.ledger import Ledger, Skeleton
+from tether.runtime.round.claims.name_index import NameIndex
 from tether.runtime.round.claims.words import (
     DONE_G,
-    NAME_END,
-    NAME_START,
     NOUNS,
     global_claim_patterns,
     phrase_pattern,
@@ -23,12 +23,12 @@ from tether.runtime.round.claims.words import (
 
 @dataclass(frozen=True)
 class Names:
-    """What a summary may name of one ledger: one regex for every item id and
+    """What a summary may name of one ledger: an index of every item id and
     (distinctive) title and who each names; the items in order (for ranges); and the
     status vocabulary with the task's own words (its titles' verbs as done-words,
     "catalogued" for "catalogue shelf 3", and its nouns)."""
 
-    pattern: re.Pattern[str] | None
+    index: NameIndex | None
     lookup: dict[str, str]
     order: tuple[str, ...] = ()
     #: Item by the number a summary may call it ("items 3-7", "shelves 1 to 8").
@@ -144,7 +144,26 @@ def _vocabulary(objective: str, titles: tuple[str, ...]) -> tuple[str, str, str,
     return _alt(verbs), _alt(nouns), _alt(subjects), _alt(nouns)
 
 
+#: Names by skeleton (by identity: a run's ledgers share theirs until its goal changes),
+#: so a summary read does not rebuild them; a few skeletons kept, the oldest dropped.
+_BY_SKELETON: dict[int, tuple[weakref.ref[Skeleton], Names]] = {}
+_KEPT = 64
+
+
 def item_names(ledger: Ledger) -> Names:
+    """What a summary may call the items of `ledger` (built once per skeleton)."""
+    skeleton = ledger.skeleton
+    hit = _BY_SKELETON.get(id(skeleton))
+    if hit is not None and hit[0]() is skeleton:
+        return hit[1]
+    names = _build_names(ledger)
+    if len(_BY_SKELETON) >= _KEPT:
+        del _BY_SKELETON[next(iter(_BY_SKELETON))]
+    _BY_SKELETON[id(skeleton)] = (weakref.ref(skeleton), names)
+    return names
+
+
+def _build_names(ledger: Ledger) -> Names:
     lookup: dict[str, str] = {}
     ids: list[str] = []
     titles: list[str] = []
@@ -158,11 +177,9 @@ def item_names(ledger: Ledger) -> Names:
             lookup.setdefault(title, d.id)
     if not lookup:
         return Names(None, lookup)
-    alts = sorted(lookup, key=len, reverse=True)  # the longest name wins at a position
-    body = "|".join(r"\s+".join(re.escape(w) for w in name.split(" ")) for name in alts)
     verbs, nouns, subjects, range_nouns = _vocabulary(ledger.skeleton.objective, tuple(titles))
     return Names(
-        re.compile(f"{NAME_START}(?:{body}){NAME_END}"),
+        NameIndex(sorted(lookup, key=len, reverse=True)),  # the longest name wins at a position
         lookup,
         tuple(ids),
         _numbered(ids, titles),
@@ -223,7 +240,7 @@ def _span(names: Names, a: str, b: str) -> list[str]:
 
 def expand_ranges(text: str, names: Names) -> str:
     """`text` with every range of items written out as the items it spans."""
-    if names.pattern is None:
+    if names.index is None:
         return text
     # "cat-1..cat-8": the dots would hide the second id (a dotted name is no mention).
     text = re.sub(r"(?<=\w)(?:\.\.\.?|…)(?=\w)", " to ", text)
@@ -299,9 +316,6 @@ class Mention:
 
 
 def mentions_in(text: str, names: Names) -> list[Mention]:
-    if names.pattern is None:
+    if names.index is None:
         return []
-    return [
-        Mention(m.start(), m.end(), names.lookup[" ".join(m.group(0).split())])
-        for m in names.pattern.finditer(text)
-    ]
+    return [Mention(a, b, names.lookup[name]) for a, b, name in names.index.finditer(text)]

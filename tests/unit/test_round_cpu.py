@@ -155,29 +155,37 @@ def test_history_dumps_is_json_dumps(doc: Any) -> None:
     assert history.dumps(doc) == json.dumps(doc, ensure_ascii=False, sort_keys=True)
 
 
-async def test_a_deadline_times_out_the_await_and_only_its_own_cancellation() -> None:
+async def test_a_thread_deadline_times_out_the_await_and_only_its_own_cancellation() -> None:
     import asyncio
+    import threading
 
-    from tether.runtime.ops.attempt import Deadline
+    from tether.tools._threads import start_sync
 
-    async def within(aw: Any, delay: float) -> Any:
-        deadline = Deadline(delay)
-        try:
-            got = await aw
-        except BaseException as exc:
-            deadline.end(exc)
-            raise
-        deadline.end(None)
-        return got
+    release = threading.Event()
 
-    assert await within(asyncio.sleep(0, "done"), 5) == "done"
-    with pytest.raises(TimeoutError):
-        await within(asyncio.sleep(5), 0.01)
-    me = asyncio.current_task()
-    assert me is not None and me.cancelling() == 0  # the deadline's cancel is taken back
-    # Another cancellation is not a timeout, and stays counted.
-    task = asyncio.ensure_future(within(asyncio.sleep(5), 5))
-    await asyncio.sleep(0)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    def stuck(answer: str) -> str:
+        release.wait(10)
+        return answer
+
+    try:
+        assert await start_sync(5, str.upper, "done") == "DONE"
+        with pytest.raises(TimeoutError):
+            await start_sync(0.01, stuck, "late")
+        me = asyncio.current_task()
+        assert me is not None and me.cancelling() == 0  # nothing cancelled this task
+        # A later call with an earlier deadline is not kept waiting by the one timer
+        # set for an earlier call's later deadline; that call still times out.
+        slow = start_sync(0.5, stuck, "slow")
+        with pytest.raises(TimeoutError):
+            await start_sync(0.01, stuck, "fast")
+        assert not slow.done()
+        with pytest.raises(TimeoutError):
+            await slow
+        # Another cancellation is not a timeout.
+        task = asyncio.ensure_future(asyncio.wait_for(start_sync(5, stuck, "x"), None))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        release.set()

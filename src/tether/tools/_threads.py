@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import functools
+import math
 import os
 import queue
 import threading
@@ -90,16 +90,89 @@ def _submit(job: Callable[[_Worker], None]) -> None:
     worker.inbox.put(job)
 
 
-async def run_sync(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """`await fn(*args, **kwargs)` run in a daemon thread, with the caller's context
-    variables (as `asyncio.to_thread`)."""
+class _Watch:
+    """The deadlines of one event loop's calls in threads, kept with one timer.
+
+    A timer per call (made, then cancelled when the call returns, in nearly every
+    round) cost the loop a timer handle, a heap push and a cancelled entry in its heap;
+    here a call only writes its deadline down. The one timer is set for the earliest
+    deadline when it is armed; a later call's deadline needs no new timer, and when the
+    timer goes off it fails the calls past their deadline with `TimeoutError` and is
+    set again for the earliest of the rest (calls that ended were struck off).
+    """
+
+    __slots__ = ("at", "loop", "pending", "timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.pending: dict[asyncio.Future[Any], float] = {}
+        self.timer: asyncio.TimerHandle | None = None
+        self.at = math.inf
+
+    def add(self, future: asyncio.Future[Any], timeout: float) -> None:
+        """`future` fails with `TimeoutError` unless done within `timeout` seconds."""
+        at = self.loop.time() + timeout
+        self.pending[future] = at
+        if at < self.at:
+            self._arm(at)
+
+    def _arm(self, at: float) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.at = at
+        self.timer = self.loop.call_at(at, self._expire)
+
+    def _expire(self) -> None:
+        self.timer, self.at = None, math.inf
+        now = self.loop.time()
+        nearest = math.inf
+        for future, at in list(self.pending.items()):
+            if future.done():  # cancelled while it ran (the result path strikes it off)
+                del self.pending[future]
+            elif at <= now:
+                del self.pending[future]
+                future.set_exception(TimeoutError())
+            elif at < nearest:
+                nearest = at
+        if nearest < math.inf:
+            self._arm(nearest)
+
+
+# The deadlines of the loop running in this thread (a thread runs one loop at a time;
+# the watch of a loop that ended is replaced by the next loop's).
+_local = threading.local()
+
+
+def _watch(loop: asyncio.AbstractEventLoop) -> _Watch:
+    found: _Watch | None = getattr(_local, "watch", None)
+    if found is None or found.loop is not loop:
+        found = _local.watch = _Watch(loop)
+    return found
+
+
+def start_sync(
+    timeout: float | None, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+) -> asyncio.Future[T]:
+    """`fn(*args, **kwargs)` started in a daemon thread, with the caller's context
+    variables (as `asyncio.to_thread`); the future has its result or exception, or
+    `TimeoutError` after `timeout` seconds (None: no deadline), when the thread is
+    abandoned (its late result is dropped). Cancelling the future abandons it too.
+
+    A deadline kept on the future itself needs no task of its own and no cancellation
+    of the awaiting task (as `asyncio.timeout` does it), and the thread's own
+    bookkeeping (its name, the call) is done in the thread, off the loop."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
-    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-    name = f"tool {getattr(fn, '__name__', 'call')}"
+    context = contextvars.copy_context()
+    watch = None
+    if timeout is not None:
+        watch = _watch(loop)
+        watch.add(future, timeout)
 
     def settle(result: T | None, error: BaseException | None) -> None:
-        if future.done():  # abandoned: the await was cancelled (a timeout)
+        if watch is not None:
+            watch.pending.pop(future, None)
+        if future.done():  # abandoned: a timeout, or the await was cancelled
             return
         if error is not None:
             future.set_exception(error)
@@ -108,12 +181,13 @@ async def run_sync(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
 
     def work(worker: _Worker) -> None:
         thread = threading.current_thread()
+        name = f"tool {getattr(fn, '__name__', 'call')}"
         if thread.name != name:
             thread.name = name
         result: T | None = None
         error: BaseException | None = None
         try:
-            result = call()
+            result = context.run(fn, *args, **kwargs)
         except BaseException as exc:  # handed to the awaiting task, never lost here
             error = exc
         worker.idle()
@@ -121,4 +195,10 @@ async def run_sync(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
             loop.call_soon_threadsafe(settle, result, error)
 
     _submit(work)
-    return await future
+    return future
+
+
+async def run_sync(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """`await fn(*args, **kwargs)` run in a daemon thread, with the caller's context
+    variables (as `asyncio.to_thread`)."""
+    return await start_sync(None, fn, *args, **kwargs)

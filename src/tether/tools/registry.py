@@ -33,6 +33,7 @@ async def create_ticket(title: str, body: str, ctx: tether.ToolContext) -> dict:
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
@@ -49,7 +50,7 @@ from pydantic.json_schema import GenerateJsonSchema
 
 from tether import _validation, errors, redact
 from tether.models.base import ToolSchema
-from tether.tools._threads import run_sync
+from tether.tools._threads import run_sync, start_sync
 from tether.tools.retry import FailureClass, RetryPolicy
 
 if TYPE_CHECKING:
@@ -333,8 +334,17 @@ def _context_param(sig: inspect.Signature, hints: Mapping[str, Any]) -> str | No
     return None
 
 
-#: The `fn` of every `tool` made from a sync function (a `fn` replaced later is not).
-_THREADED: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
+@dataclass(frozen=True)
+class _Sync:
+    """The sync function behind a `fn` that `tool` made, and its context parameter."""
+
+    fn: Callable[..., Any]
+    ctx_name: str | None
+
+
+#: The `fn` of every `tool` made from a sync function (a `fn` replaced later is not),
+#: with the function it runs in a thread.
+_THREADED: weakref.WeakKeyDictionary[Callable[..., Any], _Sync] = weakref.WeakKeyDictionary()
 
 
 def runs_in_thread(t: Tool) -> bool:
@@ -345,6 +355,25 @@ def runs_in_thread(t: Tool) -> bool:
         return t.fn in _THREADED
     except TypeError:  # an unhashable callable object: not one `tool` made
         return False
+
+
+def start_in_thread(
+    t: Tool, args: Mapping[str, Any], ctx: ToolContext, timeout: float
+) -> asyncio.Future[Any] | None:
+    """`t.fn(args, ctx)` started as a future that fails with `TimeoutError` after
+    `timeout` seconds, when `runs_in_thread(t)` (None otherwise: the caller awaits
+    `t.fn` itself). The deadline is the future's: no task, no cancellation of the
+    awaiting one (see `_threads.start_sync`)."""
+    try:
+        sync = _THREADED.get(t.fn)
+    except TypeError:  # an unhashable callable object: not one `tool` made
+        return None
+    if sync is None:
+        return None
+    kwargs = dict(args)
+    if sync.ctx_name is not None:
+        kwargs[sync.ctx_name] = ctx
+    return start_sync(timeout, sync.fn, **kwargs)
 
 
 class ToolOptions(TypedDict, total=False):
@@ -437,7 +466,7 @@ def tool(
             return await run_sync(f, **kwargs)  # a daemon thread: see `_threads`
 
         if not is_async:
-            _THREADED.add(run)
+            _THREADED[run] = _Sync(f, ctx_name)
         doc = (description or inspect.getdoc(f) or tname).strip()
         return Tool(
             name=tname,

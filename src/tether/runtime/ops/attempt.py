@@ -32,7 +32,7 @@ from tether.tools.registry import (
     Tool,
     ToolContext,
     render_result,
-    runs_in_thread,
+    start_in_thread,
 )
 from tether.tools.retry import RetryPolicy, decide
 
@@ -98,42 +98,6 @@ def _logger(tool: str) -> logging.Logger:
     if found is None:
         found = _LOGGERS[tool] = logging.getLogger(f"tether.tool.{tool}")
     return found
-
-
-class Deadline:
-    """`async with asyncio.timeout(delay)` around one await of the current task, as two
-    plain calls (made, then `end` with what the await raised): a round's tool call
-    spent more on the context manager's two coroutines and its bookkeeping than on the
-    timer itself. The same rules: at the deadline the task is cancelled, and that
-    cancellation, once it reaches the await, is a `TimeoutError`; any other
-    cancellation stays one."""
-
-    __slots__ = ("_cancelling", "_fired", "_handle", "_task")
-
-    def __init__(self, delay: float) -> None:
-        task = asyncio.current_task()
-        if task is None:
-            raise RuntimeError("a Deadline must be made inside a task")
-        loop = asyncio.get_running_loop()
-        self._task = task
-        self._cancelling = task.cancelling()
-        self._fired = False
-        self._handle = loop.call_at(loop.time() + delay, self._expire)
-
-    def _expire(self) -> None:
-        self._fired = True
-        self._task.cancel()
-
-    def end(self, exc: BaseException | None) -> None:
-        """The await is over (`exc`: what it raised): a cancellation made by the
-        deadline raises `TimeoutError` (from it)."""
-        self._handle.cancel()
-        if (
-            self._fired
-            and self._task.uncancel() <= self._cancelling
-            and type(exc) is asyncio.CancelledError
-        ):
-            raise TimeoutError from exc
 
 
 class Attempts:
@@ -357,19 +321,14 @@ class Attempts:
         )
         try:
             with telemetry.span(f"execute_tool {tool.name}", attrs):
-                sent = tool.fn(record.args, self.context(tool, record, record.attempts))
-                if runs_in_thread(tool):
-                    # No tool code runs in this task (the thread has its own context):
-                    # the deadline is this task's, without the task `wait_for` starts.
-                    deadline = Deadline(tool.timeout)
-                    try:
-                        raw = await sent
-                    except BaseException as exc:
-                        deadline.end(exc)
-                        raise
-                    deadline.end(None)
+                ctx = self.context(tool, record, record.attempts)
+                # A sync tool runs in a thread: its future keeps the deadline, without
+                # the task `wait_for` starts (no tool code runs in this task).
+                started = start_in_thread(tool, record.args, ctx, tool.timeout)
+                if started is not None:
+                    raw = await started
                 else:
-                    raw = await asyncio.wait_for(sent, tool.timeout)
+                    raw = await asyncio.wait_for(tool.fn(record.args, ctx), tool.timeout)
         except asyncio.CancelledError:
             if guard is not None and tool.service:
                 # Give the slot back now; a leaked one would hold the limit for its ttl.

@@ -15,12 +15,15 @@ the next call gets another thread, as before. A thread is back on the idle list 
 it hands its result to the loop: the loop, woken by the hand-off, then finds the thread
 about to wait for its next call (releasing the GIL) rather than still doing its
 bookkeeping, and the next call can go to it right away.
+
+A call's deadline (`start_sync`'s timeout, a tool's `timeout`) is kept on its future:
+`TimeoutError` is set on it, and the thread abandoned, by one timer per event loop
+(`_Watch`), not a timer and a cancellation of the awaiting task per call.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import math
 import os
@@ -41,6 +44,8 @@ class _Worker:
 
     def __init__(self) -> None:
         self.inbox: queue.SimpleQueue[Callable[[_Worker], None]] = queue.SimpleQueue()
+        #: The function the thread was last named after.
+        self.named: Callable[..., Any] | None = None
         self.thread = threading.Thread(target=self._serve, name="tether tool", daemon=True)
 
     def idle(self) -> None:
@@ -180,10 +185,9 @@ def start_sync(
             future.set_result(result)  # type: ignore[arg-type]
 
     def work(worker: _Worker) -> None:
-        thread = threading.current_thread()
-        name = f"tool {getattr(fn, '__name__', 'call')}"
-        if thread.name != name:
-            thread.name = name
+        if worker.named is not fn:  # the thread is named after its tool (a new one)
+            worker.thread.name = f"tool {getattr(fn, '__name__', 'call')}"
+            worker.named = fn
         result: T | None = None
         error: BaseException | None = None
         try:
@@ -191,8 +195,12 @@ def start_sync(
         except BaseException as exc:  # handed to the awaiting task, never lost here
             error = exc
         worker.idle()
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+        # The loop, woken by the hand-off, needs this thread's GIL: it finds it about
+        # to wait for its next call (a `try`, not `contextlib.suppress`'s two calls).
+        try:
             loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop is closed: nobody waits
+            return
 
     _submit(work)
     return future

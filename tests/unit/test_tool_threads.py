@@ -98,3 +98,16 @@ async def test_a_stuck_call_does_not_hold_up_the_next_one() -> None:
     assert not pending.done()
     release.set()
     assert await pending is not other
+
+
+async def test_deadlines_share_one_timer_and_finished_calls_are_struck_off() -> None:
+    from tether.tools._threads import start_sync
+
+    assert await start_sync(60, int, "1") == 1
+    watch = _threads._local.watch
+    armed = watch.timer
+    assert armed is not None and not armed.cancelled()
+    for n in range(5):
+        # A later deadline needs no timer of its own; a finished call leaves no entry.
+        assert await start_sync(60, int, str(n)) == n
+        assert watch.timer is armed and not watch.pending

@@ -27,7 +27,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, TypedDict, TypeVar, Unpack
@@ -36,8 +35,8 @@ from tether import errors
 from tether.clock import Clock
 from tether.store import _search as search
 from tether.store import schema_policy
-from tether.store._handback import run_in
 from tether.store._sql import _ART_COLS_A, SqlStore
+from tether.store._sqlite_thread import StoreThread
 from tether.store.base import SCHEMA_VERSION
 from tether.store.schema_policy import iter_statements
 
@@ -138,7 +137,7 @@ class SQLiteStore(SqlStore):
         self.busy_timeout_ms = options.get("busy_timeout_ms", DEFAULT_BUSY_TIMEOUT_MS)
         self.read_only = options.get("read_only", False)
         # One thread owns the connection; sqlite3 connections are not thread-safe.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-sqlite")
+        self._thread = StoreThread("tether-sqlite")
         self._conn: sqlite3.Connection | None = None
         # Events in runs (schema 9); a store migrated only part of the way (`migrate_to`,
         # as tests make older databases) writes and reads them as its schema has them.
@@ -274,9 +273,8 @@ class SQLiteStore(SqlStore):
             )
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        # Results handed back to the loop in batches (`_handback`): many runs in one
-        # worker commit in bursts on the one connection's thread.
-        return await run_in(self._executor, fn, *args)
+        # The cheapest hop there and back (`_sqlite_thread`): two per round of a run.
+        return await self._thread.call(fn, *args)
 
     @contextmanager
     def _auto(self) -> Iterator[sqlite3.Connection]:
@@ -398,4 +396,4 @@ class SQLiteStore(SqlStore):
         try:
             await self._run(self._close_sync)
         finally:
-            self._executor.shutdown(wait=True)
+            self._thread.shutdown()

@@ -1,7 +1,8 @@
 """Schema 10: PostgreSQL stores a round's rows as SQLite does — an event's data as `json`
 text with the fields at their plain defaults left out, the run state (`usage`) and
 `waiting` as `json` — while rows written before the migration (whole `jsonb` events)
-read back as they were written."""
+read back as they were written. Schema 11: a commit's events one row there
+(`event_batches`), the events written before moved into it."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ async def test_schema_10_keeps_old_rows_and_writes_compact_ones(
     )  # fmt: skip
     store = await pg.open()
     try:
-        assert await store.schema_version() == SCHEMA_VERSION == 10
+        assert await store.schema_version() == SCHEMA_VERSION >= 10
         _same(await store.read_events("t", after=rec.last_seq), ROUND)
         assert (await store.get_task("t")).usage == usage
         types = _raw(
@@ -104,5 +105,57 @@ async def test_schema_10_keeps_old_rows_and_writes_compact_ones(
         assert all('":null' not in s and ", " not in s for s in stored)
         (task_row,) = _raw(pg, "SELECT usage::text AS u FROM tasks WHERE task_id = 't'")
         assert json.loads(task_row["u"]) == done and ", " not in task_row["u"]
+    finally:
+        await store.close()
+
+
+@pytest.mark.postgres
+async def test_schema_11_moves_the_events_a_row_per_commit(backend_factory: Any) -> None:
+    """The events written at schema 10 (a row each) read back the same after the
+    migration, by any reading (after a number, by type, at most some), a commit's
+    events one row; the commits after it go on numbering."""
+    pg = backend_factory("postgres")
+    store = await pg.open(migrate_to=10)
+    try:
+        rec = await create_small_task(store, "t")
+        # Each commit at its own time: the migration knows a commit's events by their
+        # time, version and token (one row for commits alike in all three).
+        for _ in range(3):
+            pg.clock.advance(1)
+            await store.commit("t", None, ROUND)
+        pg.clock.advance(1)
+        await store.commit("t", None, [ev.UserMessage(text="alone")])
+        reads = [
+            await store.read_events("t"),
+            await store.read_events("t", after=rec.last_seq + 2),
+            await store.read_events("t", types={"op.result", "user.message"}),
+            await store.read_events("t", after=3, limit=5),
+        ]
+        rows = _raw(pg, "SELECT count(*) AS n FROM events")[0]["n"]
+    finally:
+        await store.close()
+    store = await pg.open()
+    try:
+        assert await store.schema_version() == SCHEMA_VERSION >= 11
+        assert [
+            await store.read_events("t"),
+            await store.read_events("t", after=rec.last_seq + 2),
+            await store.read_events("t", types={"op.result", "user.message"}),
+            await store.read_events("t", after=3, limit=5),
+        ] == reads
+        # The creation's events, then one row per commit; the view reads them all.
+        batches = _raw(
+            pg, "SELECT json_array_length(events) AS n FROM event_batches ORDER BY last_seq"
+        )
+        assert [r["n"] for r in batches] == [rec.last_seq, 4, 4, 4, 1]
+        assert _raw(pg, "SELECT count(*) AS n FROM events")[0]["n"] == rows
+        got = await store.commit("t", None, ROUND)
+        assert got.first_seq == reads[0][-1].seq + 1
+        _same(await store.read_events("t", after=got.first_seq - 1), ROUND)
+        assert (await store.read_events("t"))[: len(reads[0])] == reads[0]
+        by_view = _raw(pg, "SELECT seq, type FROM events ORDER BY seq")
+        assert [(r["seq"], r["type"]) for r in by_view] == [
+            (e.seq, e.type) for e in await store.read_events("t")
+        ]
     finally:
         await store.close()

@@ -108,11 +108,18 @@ def inject_event(
     try:
         if backend.kind == "sqlite":
             conn.execute("BEGIN IMMEDIATE")
-        conn.execute(
-            "INSERT INTO events (task_id, seq, type, schema_version, data, task_version,"
-            f" fencing_token, at) VALUES ({ph}, {ph}, {ph}, 7, {ph}, 1, NULL, 0.0)",
-            (task_id, seq, type_name, json.dumps(data)),
-        )
+        if backend.kind == "sqlite":
+            conn.execute(
+                "INSERT INTO events (task_id, seq, type, schema_version, data, task_version,"
+                " fencing_token, at) VALUES (?, ?, ?, 7, ?, 1, NULL, 0.0)",
+                (task_id, seq, type_name, json.dumps(data)),
+            )
+        else:  # a commit's events are one row of `event_batches` (schema 11)
+            conn.execute(
+                "INSERT INTO event_batches (last_seq, at, fencing_token, task_version,"
+                " task_id, events) VALUES (%s, 0.0, NULL, 1, %s, %s::json)",
+                (seq, task_id, json.dumps([[type_name, 7, data]])),
+            )
         conn.execute(f"UPDATE tasks SET last_seq = {ph} WHERE task_id = {ph}", (seq, task_id))
         if backend.kind == "sqlite":
             conn.execute("COMMIT")

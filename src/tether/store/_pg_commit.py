@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tether import events as ev
 from tether.store import _ledger_rows as ledger_rows
 from tether.store import _marks as marks
+from tether.store import _pg_events as pg_events
 from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store._rows import record_json
@@ -78,10 +79,13 @@ def statement(
     now: float,
     texts: Sequence[Mapping[str, Any]],
     encode: Callable[[Mapping[str, Any]], dict[str, Any]],
+    *,
+    batched: bool = True,
 ) -> tuple[bytes, dict[str, Any]]:
     """The commit's statement text and parameters (`encode`: the store's encoding of
-    task column values). The text is bytes, the same object for each shape: psycopg
-    encodes a `str` query at every call and hashes it to find its parsed form."""
+    task column values; `batched`: the events as one row, schema 11). The text is bytes,
+    the same object for each shape: psycopg encodes a `str` query at every call and
+    hashes it to find its parsed form."""
     task, ledger, items, blobs = c.task, c.ledger, c.events, c.blobs
     params: dict[str, Any] = {"id": cond.task_id, "now": now, "tok": cond.token}
     sources = cond.sources
@@ -100,7 +104,9 @@ def statement(
         cols.append(col)
     if items:
         params["n"] = len(items)
-        params["events"] = _dumps(_event_rows(items))
+        params["events"] = (
+            pg_events.batch_json(items, _dumps) if batched else _dumps(_event_rows(items))
+        )
     mk = marks.postgres_params(task, params, _dumps)
     tables = []
     for table, records in rules.record_writes(c, now):
@@ -120,7 +126,7 @@ def statement(
         cond.version is not None,
         led,
         tuple(cols),
-        bool(items),
+        (2 if batched else 1) if items else 0,
         mk,
         tuple(tables),
         bool(texts),
@@ -151,14 +157,15 @@ def _text(
     versioned: bool,
     led: int,
     cols: tuple[str, ...],
-    has_events: bool,
+    has_events: int,
     mk: marks.Shape | None,
     tables: tuple[str, ...],
     has_texts: bool,
     has_blobs: bool,
 ) -> bytes:
-    """The statement of a commit of this shape (see `statement`), translated (ASCII:
-    the same bytes in any client encoding)."""
+    """The statement of a commit of this shape (see `statement`; `has_events`: 0 none,
+    1 a row each, 2 one row, `_pg_events`), translated (ASCII: the same bytes in any
+    client encoding)."""
     conds = []
     if fenced:
         conds.append("fencing_token = :tok")
@@ -184,9 +191,15 @@ def _text(
     else:
         ctes.append("go AS MATERIALIZED (SELECT * FROM ok)")
         final += " NULL AS ledger_version,"
-    ctes.extend(_task_writes(cols, has_events, mk))
-    if has_events:
-        version = ":ver" if versioned else "go.version"
+    ctes.extend(_task_writes(cols, bool(has_events), mk))
+    version = ":ver" if versioned else "go.version"
+    if has_events == 2:
+        ctes.append(
+            "ev AS (INSERT INTO event_batches (last_seq, at, fencing_token, task_version,"
+            f" task_id, events) SELECT go.last_seq + :n, :now, :tok::bigint, {version},"
+            " go.task_id, :events::json FROM go)"
+        )
+    elif has_events:
         # json, not jsonb: each event's text is stored as written (schema 10).
         ctes.append(
             "ev AS (INSERT INTO events (task_id, seq, type, schema_version, data,"

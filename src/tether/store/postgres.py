@@ -59,6 +59,7 @@ from tether import errors, failpoints
 from tether._extras import needs
 from tether.clock import Clock
 from tether.store import _pg_commit as pg_commit
+from tether.store import _pg_events as pg_events
 from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import schema_policy
@@ -191,6 +192,8 @@ class PostgresStore(SqlStore):
         self._executor = ThreadPoolExecutor(max_workers=max_size, thread_name_prefix="tether-pg")
         #: How long a step that failed without effect is tried again (see `_run`).
         self.retry_window = 30.0
+        #: Events one row per commit (`_pg_events`): the schema is 11 or later.
+        self._batched = True
 
     @classmethod
     async def open(
@@ -392,7 +395,9 @@ class PostgresStore(SqlStore):
         if c.approvals or rules.closes_requests(c.task):
             return self._commit_requests(cond, c, now)
         texts = self._artifact_texts(c.artifacts, c.blobs)
-        query, params = pg_commit.statement(cond, c, now, texts, self._encode_changes)
+        query, params = pg_commit.statement(
+            cond, c, now, texts, self._encode_changes, batched=self._batched
+        )
         with self._translated() as conn:
             failpoints.hit("during_commit")
             # Not in a pipeline: the statement goes out with its Sync, so the server
@@ -447,7 +452,9 @@ class PostgresStore(SqlStore):
                 )
                 c = dataclasses.replace(c, events=items, approvals=approvals)
                 texts = self._artifact_texts(c.artifacts, c.blobs)
-                query, params = pg_commit.statement(cond, c, now, texts, self._encode_changes)
+                query, params = pg_commit.statement(
+                    cond, c, now, texts, self._encode_changes, batched=self._batched
+                )
                 cur = conn.cursor(row_factory=self._tuples).execute(query, params)
                 conn.execute("COMMIT")
             row = cur.fetchone()  # the end of `_begun`'s pipeline sent the Sync
@@ -529,6 +536,22 @@ class PostgresStore(SqlStore):
         if rows:
             with conn.cursor() as cur:
                 cur.executemany(self._sql(query), rows)
+
+    def _migrate_sync(self, target: int = SCHEMA_VERSION) -> int:
+        current = super()._migrate_sync(target)
+        self._batched = current >= pg_events.BATCHED_SCHEMA
+        return current
+
+    def _add_events(self, conn: Any, task_id: str, rows: list[dict[str, Any]]) -> None:
+        if not self._batched or not rows:
+            super()._add_events(conn, task_id, rows)
+            return
+        self._x(conn, pg_events.INSERT, pg_events.batch_row(rows, _dumps))
+
+    def _events_query(self, cols: str, where: str, lim: str) -> str:
+        if not self._batched:
+            return super()._events_query(cols, where, lim)
+        return pg_events.events_query(cols, where, lim)
 
     def _lock_migrations(self, conn: Any) -> None:
         # Another process may be migrating: wait for it longer than for a task's lock.

@@ -1,0 +1,3 @@
+-- tether schema 11: on PostgreSQL, a commit's events in one row (`event_batches`, see
+-- the PostgreSQL migration). SQLite writes them to one b-tree already (schema 9).
+-- Nothing to change here: the version is kept in step.

@@ -60,10 +60,15 @@ def _set_event_data(backend: Backend, task_id: str, seq: int, data: dict[str, An
                 "UPDATE events SET data = ? WHERE task_id = ? AND seq = ?",
                 (json.dumps(data), task_id, seq),
             )
-        else:
+        else:  # a commit's events are one row of `event_batches` (schema 11)
             conn.execute(
-                "UPDATE events SET data = %s::jsonb WHERE task_id = %s AND seq = %s",
-                (json.dumps(data), task_id, seq),
+                "UPDATE event_batches b SET events = (SELECT json_agg(CASE WHEN"
+                " b.last_seq - json_array_length(b.events) + e.n = %(seq)s"
+                " THEN json_build_array(e.v -> 0, e.v -> 1, %(data)s::json) ELSE e.v END"
+                " ORDER BY e.n) FROM json_array_elements(b.events) WITH ORDINALITY e(v, n))"
+                " WHERE task_id = %(id)s AND last_seq >= %(seq)s"
+                " AND last_seq - json_array_length(events) < %(seq)s",
+                {"data": json.dumps(data), "id": task_id, "seq": seq},
             )
     finally:
         conn.close()

@@ -25,6 +25,9 @@ FROM (SELECT e.*, seq - row_number() OVER (
     FROM events e) r
 GROUP BY task_id, task_version, fencing_token, at, run;
 DROP TABLE events;
+-- Its statistics at once: a read of the first events of a type, or at most some, walks
+-- the key in order and stops (planned without them, it reads all the task's rows).
+ANALYZE event_batches;
 CREATE VIEW events AS
 SELECT b.task_id, b.last_seq - c.k + e.n AS seq, e.v ->> 0 AS type,
     (e.v ->> 1)::int AS schema_version, e.v -> 2 AS data, b.task_version,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Container, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -14,7 +14,7 @@ from tether.artifacts import deliverable_meta
 from tether.ledger_tally import refs as ledger_refs
 from tether.runtime.judge.facts import ProposedChange, Verdict
 from tether.runtime.judge.rules.commands import run_command
-from tether.runtime.judge.rules.scope import fingerprinted, ruled_items
+from tether.runtime.judge.rules.scope import fingerprinted, keep, ruled_items
 from tether.runtime.round import progress as P
 from tether.spec import (
     ArtifactRule,
@@ -39,6 +39,11 @@ class RuleEnv(Protocol):
     ) -> OpRecord | None:
         """The newest succeeded op that `rule` (item `item_id`'s) matches and that is not
         in `taken` (refs `op:<id>`), or None."""
+        ...
+
+    async def op_candidates(self) -> Container[str] | None:
+        """The items whose `op` rule some succeeded op may match (stored, or this
+        round's): `latest_op` finds nothing for any other item. None: it may for any."""
         ...
 
     async def valid_artifacts(self) -> list[ArtifactRecord]:
@@ -72,6 +77,11 @@ async def rule_verdict(
     met: set[str] = set()
     # Without `after` in the contract no item waits (most contracts): not asked per item.
     ordered = ledger.skeleton.ordered
+    # The items whose op rule some op matches (`op_candidates`), asked at the first
+    # open item with an op rule: a long checklist's op rules are mostly unmet, and an
+    # unmet one (no op: no change, no state) needs no `latest_op`.
+    maybe: Container[str] | None = None
+    asked = False
     for item in ruled:
         rule = item.done_when
         if rule is None or not ledger.has_item(item.id):
@@ -83,6 +93,10 @@ async def rule_verdict(
         if isinstance(rule, OpRule):
             # (`_RuleCheck.op` inlined: most of a long checklist's rules are op rules,
             # most not met.) An op proving another item proves this one only with leave.
+            if not asked:
+                maybe, asked = await env.op_candidates(), True
+            if maybe is not None and item.id not in maybe:
+                continue
             taken = set() if item.shared_evidence else check.credited
             hit = await env.latest_op(item.id, rule, taken)
             change = None
@@ -107,8 +121,9 @@ async def rule_verdict(
     return Verdict("continue", tuple(changes), "", source="rules", checks=dict(check.states))
 
 
-#: The op ids done items cite, by evidence index object (`_cited_ids`).
-_IDS: list[tuple[object, frozenset[str]]] = []
+#: The op ids done items cite, by evidence index object (`_cited_ids`), while it lives
+#: (a worker judges many runs in turn: one entry was made again at every judging).
+_IDS: dict[int, frozenset[str]] = {}
 
 
 def _cited_ids(ledger: L.Ledger) -> frozenset[str]:
@@ -116,11 +131,10 @@ def _cited_ids(ledger: L.Ledger) -> frozenset[str]:
     same object while no item changes, and a long checklist's done items were walked
     every round. (Which item cites which is asked only when some op no longer holds.)"""
     index = ledger_refs(ledger)
-    if _IDS and _IDS[0][0] is index:
-        return _IDS[0][1]
-    ids = frozenset(r[3:] for refs in index.done_ops.values() for r in refs)
-    _IDS[:] = [(index, ids)]
-    return ids
+    hit = _IDS.get(id(index))
+    if hit is not None:
+        return hit
+    return keep(_IDS, index, frozenset(r[3:] for refs in index.done_ops.values() for r in refs))
 
 
 def _cited_ops(ledger: L.Ledger) -> dict[str, tuple[str, ...]]:

@@ -4,7 +4,7 @@ resolved, and the run's focus log (which item each round worked on)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Container, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tether import events as ev
@@ -153,10 +153,20 @@ class StoreRuleEnv:
             return op
         return None
 
+    async def op_candidates(self) -> Container[str]:
+        """The items whose `op` rule a stored succeeded op or (with the round pending)
+        one of this round's matches: `latest_op` finds nothing for the others."""
+        idx = self._idx or await self._index()
+        return idx.candidates(self._fresh_keys(idx) if self.pending is not None else ())
+
     def _fresh_match(self, idx: OpIndex, item_id: str) -> bool:
-        """Whether one of this round's succeeded ops matches the item's `op` rule: the
-        rules each op matches found once (`ToolRules.matching`), not each rule's
-        arguments compared with each op."""
+        """Whether one of this round's succeeded ops matches the item's `op` rule."""
+        return idx.rule_of.get(item_id) in self._fresh_keys(idx)
+
+    def _fresh_keys(self, idx: OpIndex) -> set[tuple[str, str]]:
+        """The op rules (index keys) this round's succeeded ops match: the rules each op
+        matches found once (`ToolRules.matching`), not each rule's arguments compared
+        with each op."""
         matched = self._matched
         if matched is None:
             matched = self._matched = set()
@@ -164,7 +174,7 @@ class StoreRuleEnv:
                 if (rules := idx.by_tool.get(tool)) is not None:
                     for o in ops:
                         matched.update(rules.matching(o.args))
-        return idx.rule_of.get(item_id) in matched
+        return matched
 
     async def _fresh_read(self, idx: OpIndex, op: OpRecord, *, stored: bool) -> bool:
         """Not a read of a source version since changed (`stale_reads`); a stored read

@@ -19,7 +19,7 @@ import bisect
 import dataclasses
 import json
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from tether.runtime.judge.rules.own import ARTIFACT_EVENTS, CHANGE_EVENTS, OwnCommits, Seen
@@ -122,6 +122,8 @@ class OpIndex:
                 self.rule_of[item.id] = key
                 self.by_tool.setdefault(rule.tool, ToolRules()).add(key, rule.args)
         self.lists: dict[_Key, list[tuple[int, int, int, str]]] = {}
+        #: The keys whose list holds an op (kept with `lists`).
+        self.hit: set[_Key] = set()
         self.ops: dict[str, OpRecord] = {}
         self.order: dict[str, int] = {}
         self.modified: dict[str, dict[str, Any]] = {}
@@ -230,6 +232,7 @@ class OpIndex:
         self.ops[op.op_id] = op
         for k in keys:
             bisect.insort(self.lists.setdefault(k, []), (op.round, op.call_index, order, op.op_id))
+            self.hit.add(k)
 
     def _drop(self, op_id: str) -> None:
         old = self.ops.pop(op_id, None)
@@ -242,19 +245,40 @@ class OpIndex:
             at = bisect.bisect_left(found, entry)
             if at < len(found) and found[at] == entry:
                 del found[at]
+                if not found:
+                    self.hit.discard(k)
 
     # -- reading -----------------------------------------------------------------------
 
     def has_ops(self, item_id: str) -> bool:
         """Whether an item's `op` rule matches a stored succeeded op (`newest_first`)."""
-        key = self.rule_of.get(item_id)
-        return bool(key and self.lists.get(key))
+        return self.rule_of.get(item_id) in self.hit
+
+    def candidates(self, fresh: Container[_Key]) -> Candidates:
+        """The items whose `op` rule matches a stored succeeded op or a key in `fresh`
+        (the rules this round's ops match), as a container: made in constant time."""
+        return Candidates(self.rule_of, self.hit, fresh)
 
     def newest_first(self, item_id: str) -> Iterator[OpRecord]:
         """The stored succeeded ops an item's `op` rule matches, newest first."""
         key = self.rule_of.get(item_id)
         for *_, op_id in reversed(self.lists.get(key, []) if key else []):
             yield self.ops[op_id]
+
+
+class Candidates:
+    """`OpIndex.candidates`: an item is in it when its op rule's key is in either set."""
+
+    __slots__ = ("_fresh", "_hit", "_rule_of")
+
+    def __init__(
+        self, rule_of: Mapping[str, _Key], hit: Container[_Key], fresh: Container[_Key]
+    ) -> None:
+        self._rule_of, self._hit, self._fresh = rule_of, hit, fresh
+
+    def __contains__(self, item_id: object) -> bool:
+        key = self._rule_of.get(item_id) if isinstance(item_id, str) else None
+        return key is not None and (key in self._hit or key in self._fresh)
 
 
 def _holds(op: OpRecord | None) -> bool:

@@ -13,8 +13,9 @@ for good: it enters the window before it becomes the focus.
 from __future__ import annotations
 
 import posixpath
+import weakref
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeVar
 
 from tether import ledger_view
 from tether.jsonwalk import strings_in
@@ -26,9 +27,9 @@ RULE_WINDOW: Final = 25
 
 
 class _SpecIndex(NamedTuple):
-    """What the rule judge looks up in one contract, made once per spec object."""
+    """What the rule judge looks up in one contract, made once per spec object (it
+    holds no reference to the spec: it is dropped with it)."""
 
-    spec: TaskSpec
     #: Items with a file rule, by the rule's normalised path; with an op rule, by tool.
     paths: dict[str, list[str]]
     tools: dict[str, list[str]]
@@ -40,13 +41,16 @@ class _SpecIndex(NamedTuple):
     fingerprinted: bool
 
 
-#: The last spec's rule index (one task per run).
-_INDEX: list[_SpecIndex] = []
+#: Each live spec's rule index, by object id (dropped with the spec). A worker judges
+#: many runs in turn, each with its own spec: a one-entry cache was rebuilt at every
+#: judging (twice a round, a walk over the contract each time) once two runs alternated.
+_INDEX: dict[int, _SpecIndex] = {}
 
 
 def _index(spec: TaskSpec) -> _SpecIndex:
-    if _INDEX and _INDEX[0].spec is spec:
-        return _INDEX[0]
+    hit = _INDEX.get(id(spec))
+    if hit is not None:
+        return hit
     paths: dict[str, list[str]] = {}
     tools: dict[str, list[str]] = {}
     where: dict[str, int] = {}
@@ -59,8 +63,13 @@ def _index(spec: TaskSpec) -> _SpecIndex:
             tools.setdefault(rule.tool, []).append(item.id)
     ruled = tuple(i for i in spec.items if i.done_when is not None)
     fingerprinted = any(src.pin == "fingerprint" for src in spec.sources)
-    _INDEX[:] = [_SpecIndex(spec, paths, tools, where, ruled, fingerprinted)]
-    return _INDEX[0]
+    return keep(_INDEX, spec, _SpecIndex(paths, tools, where, ruled, fingerprinted))
+
+
+def _forget(table: dict[int, Any], key: int, value: object) -> None:
+    """Drop `table[key]` if it is still `value` (the id may name a newer object by now)."""
+    if table.get(key) is value:
+        del table[key]
 
 
 def spec_items(spec: TaskSpec, ids: Collection[str]) -> list[ChecklistItem]:
@@ -84,27 +93,41 @@ def fingerprinted(spec: TaskSpec) -> bool:
     return _index(spec).fingerprinted
 
 
-#: The open window of the last few ledgers, by object (`open_window`).
-_WINDOWS: dict[int, tuple[Ledger, tuple[str, ...]]] = {}
+#: The open window of each live ledger, by object id (`open_window`).
+_WINDOWS: dict[int, tuple[str, ...]] = {}
 
 
 def open_window(ledger: Ledger) -> tuple[str, ...]:
     """The first `RULE_WINDOW` open items in checklist order. Kept per ledger object (a
     ledger is immutable): most rounds keep the ledger of the round before, and the walk
-    passes every finished item before the first open one."""
+    passes every finished item before the first open one. Kept while the ledger lives
+    (not the last few: a worker judges many runs in turn)."""
     hit = _WINDOWS.get(id(ledger))
-    if hit is not None and hit[0] is ledger:
-        return hit[1]
+    if hit is not None:
+        return hit
     found: list[str] = []
     for d, s in ledger.items():
         if s.status in OPEN_STATUSES:
             found.append(d.id)
             if len(found) >= RULE_WINDOW:
                 break
-    if len(_WINDOWS) >= 4:
-        del _WINDOWS[next(iter(_WINDOWS))]
-    _WINDOWS[id(ledger)] = (ledger, tuple(found))
-    return tuple(found)
+    return keep(_WINDOWS, ledger, tuple(found))
+
+
+_V = TypeVar("_V")
+
+
+def keep(table: dict[int, _V], owner: object, value: _V) -> _V:
+    """`table[id(owner)] = value` until `owner` is gone: an entry is found by the id of
+    a live object only (its id names no other object meanwhile). An owner that cannot
+    be watched (no weak reference to it) is not kept: its value is made again."""
+    key = id(owner)
+    try:
+        weakref.finalize(owner, _forget, table, key, value)
+    except TypeError:
+        return value
+    table[key] = value
+    return value
 
 
 def rule_scope(

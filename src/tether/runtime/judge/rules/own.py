@@ -28,9 +28,10 @@ import dataclasses
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, cast, runtime_checkable
 
 from tether import events as ev
+from tether.runtime.judge.rules.scope import keep
 from tether.store._latest import Latest
 from tether.store._rules import merge_op
 from tether.store.base import CommitResult, OpRecord, StoredEvent
@@ -180,7 +181,8 @@ class OwnCommits:
         since; none without a read when the store object committed nothing for the task
         since `upto`. One read serves each index once (both look in one judging); an
         index that asks again reads again, as it did before."""
-        if isinstance(store, KnowsLatest) and store.latest.get(task_id) == upto:
+        latest = _latest_of(store)
+        if latest is not None and latest.get(task_id) == upto:
             # Nothing was committed through the run's store since its last commit (a
             # tool's own commit goes through it): nothing to read. Another process's
             # commit since is read at the next look, as after a look the run skips
@@ -216,6 +218,19 @@ class OwnCommits:
             found.ops.update(c.records())
             nxt = c.last + 1
         return found if nxt == upto + 1 else None
+
+
+#: Whether each live store object tells its tasks' last numbers (`KnowsLatest`): the
+#: protocol check looks for each member (~10 microseconds), and was made once a round.
+_KNOWS: dict[int, bool] = {}
+
+
+def _latest_of(store: object) -> Latest | None:
+    """The store object's `latest` if it keeps one (`KnowsLatest`), else None."""
+    knows = _KNOWS.get(id(store))
+    if knows is None:
+        knows = keep(_KNOWS, store, isinstance(store, KnowsLatest))
+    return cast(KnowsLatest, store).latest if knows else None
 
 
 _OWN: weakref.WeakKeyDictionary[Any, OwnCommits] = weakref.WeakKeyDictionary()

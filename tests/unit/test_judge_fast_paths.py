@@ -325,3 +325,38 @@ def test_the_kept_cited_ops_are_the_walk(steps: list[tuple[int, str, str]]) -> N
                 if s.status == "done"
             }
             assert cited == {k: v for k, v in walked.items() if v}
+
+
+# --- the data an index reads of the run's own events ------------------------------------
+
+
+def test_the_read_keys_of_the_kept_types_are_plain_fields() -> None:
+    """`own.read_data` takes the fields as they are: for each kept type, each of those
+    fields is a string, a list of strings or None (JSON-ready as it is), and no type
+    changes its payload (`data`) or a field's serialization."""
+    plain = {str, str | None, list[str]}
+    for name in {*own.CHANGE_EVENTS, *own.ARTIFACT_EVENTS}:
+        cls = ev.EVENT_TYPES[name]
+        assert all("data" not in c.__dict__ for c in cls.__mro__[: cls.__mro__.index(ev.Event)])
+        for key, field in cls.model_fields.items():
+            if key in own.READ_KEYS:
+                assert field.annotation in plain, (name, key)
+                assert field.alias is None and field.serialization_alias is None
+                assert not field.exclude, (name, key)
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        ev.OpIntended(op_id="o1", tool="t", args={"item": "w1", "n": [1, {"a": None}]}),
+        ev.OpResult(op_id="o2", tool="t", status="succeeded", artifact_id=None),
+        ev.OpExhausted(op_id="o3", tool="t", attempts=2, policy="p", compensate=["a", "b"]),
+        ev.OpCompensated(op_id="o4", by="o5"),
+        ev.ApprovalClosed(request_id="o6.approval", reason="r", op_id=None),
+        ev.ArtifactsInvalidated(artifacts=["x"], reason="r", ops=["o7"]),
+        ev.ArtifactStored(artifact_id="a1", kind="k", name="n", blob="h", size=1),
+    ],
+)
+def test_read_data_is_the_payload_cut_to_the_read_keys(event: ev.Event) -> None:
+    want = {k: v for k, v in event.data().items() if k in own.READ_KEYS}
+    assert own.read_data(event) == want

@@ -73,8 +73,14 @@ class KnowsLatest(Protocol):
     latest: Latest
 
 
+#: The keys of an event's data the indexes read: the ids of the ops, approval requests
+#: and artifacts it names.
+READ_KEYS: Final = ("op_id", "by", "ops", "compensate", "request_id", "artifact_id", "artifacts")
+
+
 class Seen(NamedTuple):
-    """An event of the run's own, as an index reads one (`StoredEvent`'s fields)."""
+    """An event of the run's own, as an index reads one (`StoredEvent`'s fields; of its
+    data, only `READ_KEYS`: see `read_data`)."""
 
     seq: int
     type: str
@@ -214,10 +220,19 @@ class OwnCommits:
                 break
             if c.first != nxt or not c.whole:
                 return None
-            found.events.extend(Seen(seq, e.TYPE, e.data()) for seq, e in c.events)
+            found.events.extend(Seen(seq, e.TYPE, read_data(e)) for seq, e in c.events)
             found.ops.update(c.records())
             nxt = c.last + 1
         return found if nxt == upto + 1 else None
+
+
+def read_data(event: ev.Event) -> dict[str, Any]:
+    """`event.data()` cut to `READ_KEYS`, taken from the model's fields as they are: the
+    kept types' such fields are strings, lists of strings or None, the same in the
+    model as in its JSON payload (a test holds it). Serializing the whole payload (an
+    intent's arguments, a result's summary) was most of what reading a commit cost."""
+    fields = vars(event)
+    return {k: fields[k] for k in READ_KEYS if k in fields}
 
 
 #: Whether each live store object tells its tasks' last numbers (`KnowsLatest`): the

@@ -51,13 +51,19 @@ class HandBack:
         with self._lock:
             ready, self._ready = self._ready, []
             self._scheduled = False
-        for fut, exc, value in ready:
-            if fut.cancelled():
-                continue
-            if exc is None:
-                fut.set_result(value)
-            else:
-                fut.set_exception(exc)
+        settle(ready)
+
+
+def settle(ready: list[tuple[asyncio.Future[Any], BaseException | None, Any]]) -> None:
+    """On the loop's thread: end each future with its exception or value (one its
+    caller gave up on, cancelled, is left as it is)."""
+    for fut, exc, value in ready:
+        if fut.cancelled():
+            continue
+        if exc is None:
+            fut.set_result(value)
+        else:
+            fut.set_exception(exc)
 
 
 _handbacks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, HandBack] = (

@@ -32,6 +32,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from tether.store._handback import settle
+
 T = TypeVar("T")
 _Result = tuple["asyncio.Future[Any]", BaseException | None, Any]
 
@@ -84,13 +86,7 @@ class _Inbox:
         with self._lock:
             ready, self._ready = self._ready, []
             self._signalled = False
-        for fut, exc, value in ready:
-            if fut.cancelled():
-                continue
-            if exc is None:
-                fut.set_result(value)
-            else:
-                fut.set_exception(exc)
+        settle(ready)
 
     def close(self) -> None:
         """On the loop's thread, once the thread has ended: stop watching the eventfd

@@ -15,7 +15,7 @@ from tether.runtime.judge import audit as A
 from tether.runtime.judge import facts as F
 from tether.runtime.judge import rules
 from tether.runtime.judge.rules.evidence import StoreRuleEnv, note_focus, resolve_evidence
-from tether.runtime.judge.rules.scope import rule_scope
+from tether.runtime.judge.rules.scope import keep, rule_scope
 from tether.runtime.round import history
 from tether.runtime.round import progress as P
 from tether.runtime.round.context import Entry, continuation_message
@@ -216,38 +216,34 @@ async def judge_round(
     return None
 
 
-#: The item policies of the contract a run judges with: built once per contract object
-#: (a run keeps its spec for its whole turn), not once per round.
-_POLICY_CACHE: dict[int, tuple[TaskSpec, Mapping[str, F.ItemPolicy]]] = {}
+#: The item policies of each live contract a run judges with, by object id: built once
+#: per contract object (a run keeps its spec for its whole turn), not once per round,
+#: and kept while it lives (a worker judges many runs in turn: a bounded cache was
+#: rebuilt at every judging once more runs than it held took turns).
+_POLICY_CACHE: dict[int, Mapping[str, F.ItemPolicy]] = {}
 
 
 def _policies(spec: TaskSpec) -> Mapping[str, F.ItemPolicy]:
     hit = _POLICY_CACHE.get(id(spec))
-    if hit is not None and hit[0] is spec:
-        return hit[1]
-    policies = F.ItemPolicy.of_spec(spec)
-    if len(_POLICY_CACHE) >= 16:
-        _POLICY_CACHE.clear()
-    _POLICY_CACHE[id(spec)] = (spec, policies)
-    return policies
+    if hit is not None:
+        return hit
+    return keep(_POLICY_CACHE, spec, F.ItemPolicy.of_spec(spec))
 
 
-#: The last continuation built per ledger object (a ledger is immutable: the same object,
-#: reason and changes give the same message): most rounds change nothing in the ledger,
-#: and the message (the whole ledger rendered) was built again each round.
-_CONTINUATIONS: dict[int, tuple[L.Ledger, str, tuple[str, ...], str]] = {}
+#: The last continuation built per live ledger object, by id (a ledger is immutable: the
+#: same object, reason and changes give the same message): most rounds change nothing
+#: in the ledger, and the message (the whole ledger rendered) was built again each round.
+_CONTINUATIONS: dict[int, tuple[str, tuple[str, ...], str]] = {}
 
 
 def _continuation(ledger: L.Ledger, reason: str, changed: list[str]) -> str:
     """`continuation_message(ledger, reason, changed=changed)`, kept per ledger object."""
     key = tuple(changed)
     hit = _CONTINUATIONS.get(id(ledger))
-    if hit is not None and hit[0] is ledger and hit[1] == reason and hit[2] == key:
-        return hit[3]
+    if hit is not None and hit[0] == reason and hit[1] == key:
+        return hit[2]
     text = continuation_message(ledger, reason, changed=changed)
-    if len(_CONTINUATIONS) >= 16:
-        del _CONTINUATIONS[next(iter(_CONTINUATIONS))]
-    _CONTINUATIONS[id(ledger)] = (ledger, reason, key, text)
+    keep(_CONTINUATIONS, ledger, (reason, key, text))
     return text
 
 

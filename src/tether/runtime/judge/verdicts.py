@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 from tether import errors, failpoints
 from tether import events as ev
 from tether import ledger as L
+from tether._by_object import keep
 from tether.models.base import Message
 from tether.runtime import hints
 from tether.runtime.judge import audit as A
 from tether.runtime.judge import facts as F
 from tether.runtime.judge import rules
 from tether.runtime.judge.rules.evidence import StoreRuleEnv, note_focus, resolve_evidence
-from tether.runtime.judge.rules.scope import keep, rule_scope
+from tether.runtime.judge.rules.scope import rule_scope
 from tether.runtime.round import history
 from tether.runtime.round import progress as P
 from tether.runtime.round.context import Entry, continuation_message

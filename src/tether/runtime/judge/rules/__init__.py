@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tether import ledger as L
+from tether._by_object import keep
 from tether.artifacts import deliverable_meta
 from tether.ledger_tally import refs as ledger_refs
 from tether.runtime.judge.facts import ProposedChange, Verdict
 from tether.runtime.judge.rules.commands import run_command
-from tether.runtime.judge.rules.scope import fingerprinted, keep, ruled_items
+from tether.runtime.judge.rules.scope import fingerprinted, ruled_items
 from tether.runtime.round import progress as P
 from tether.spec import (
     ArtifactRule,

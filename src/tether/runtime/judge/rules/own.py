@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, cast, runtime_checkable
 
 from tether import events as ev
-from tether.runtime.judge.rules.scope import keep
+from tether._by_object import keep
 from tether.store._latest import Latest
 from tether.store._rules import merge_op
 from tether.store.base import CommitResult, OpRecord, StoredEvent

@@ -13,11 +13,11 @@ for good: it enters the window before it becomes the focus.
 from __future__ import annotations
 
 import posixpath
-import weakref
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple
 
 from tether import ledger_view
+from tether._by_object import keep
 from tether.jsonwalk import strings_in
 from tether.ledger import OPEN_STATUSES, Ledger
 from tether.spec import ChecklistItem, FileRule, OpRule, TaskSpec
@@ -66,12 +66,6 @@ def _index(spec: TaskSpec) -> _SpecIndex:
     return keep(_INDEX, spec, _SpecIndex(paths, tools, where, ruled, fingerprinted))
 
 
-def _forget(table: dict[int, Any], key: int, value: object) -> None:
-    """Drop `table[key]` if it is still `value` (the id may name a newer object by now)."""
-    if table.get(key) is value:
-        del table[key]
-
-
 def spec_items(spec: TaskSpec, ids: Collection[str]) -> list[ChecklistItem]:
     """The contract's items with these ids, in contract order (unknown ids left out)."""
     where = _index(spec).where
@@ -112,22 +106,6 @@ def open_window(ledger: Ledger) -> tuple[str, ...]:
             if len(found) >= RULE_WINDOW:
                 break
     return keep(_WINDOWS, ledger, tuple(found))
-
-
-_V = TypeVar("_V")
-
-
-def keep(table: dict[int, _V], owner: object, value: _V) -> _V:
-    """`table[id(owner)] = value` until `owner` is gone: an entry is found by the id of
-    a live object only (its id names no other object meanwhile). An owner that cannot
-    be watched (no weak reference to it) is not kept: its value is made again."""
-    key = id(owner)
-    try:
-        weakref.finalize(owner, _forget, table, key, value)
-    except TypeError:
-        return value
-    table[key] = value
-    return value
 
 
 def rule_scope(

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import functools
 import re
-import weakref
 from dataclasses import dataclass, field
 
-from tether.ledger import Ledger, Skeleton
+from tether._by_object import keep
+from tether.ledger import Ledger
 from tether.runtime.round.claims.name_index import NameIndex
 from tether.runtime.round.claims.words import (
     DONE_G,
@@ -144,23 +144,17 @@ def _vocabulary(objective: str, titles: tuple[str, ...]) -> tuple[str, str, str,
     return _alt(verbs), _alt(nouns), _alt(subjects), _alt(nouns)
 
 
-#: Names by skeleton (by identity: a run's ledgers share theirs until its goal changes),
-#: so a summary read does not rebuild them; a few skeletons kept, the oldest dropped.
-_BY_SKELETON: dict[int, tuple[weakref.ref[Skeleton], Names]] = {}
-_KEPT = 64
+#: Names by live skeleton (by id: a run's ledgers share theirs until its goal changes),
+#: so a summary read does not rebuild them.
+_BY_SKELETON: dict[int, Names] = {}
 
 
 def item_names(ledger: Ledger) -> Names:
     """What a summary may call the items of `ledger` (built once per skeleton)."""
-    skeleton = ledger.skeleton
-    hit = _BY_SKELETON.get(id(skeleton))
-    if hit is not None and hit[0]() is skeleton:
-        return hit[1]
-    names = _build_names(ledger)
-    if len(_BY_SKELETON) >= _KEPT:
-        del _BY_SKELETON[next(iter(_BY_SKELETON))]
-    _BY_SKELETON[id(skeleton)] = (weakref.ref(skeleton), names)
-    return names
+    hit = _BY_SKELETON.get(id(ledger.skeleton))
+    if hit is not None:
+        return hit
+    return keep(_BY_SKELETON, ledger.skeleton, _build_names(ledger))
 
 
 def _build_names(ledger: Ledger) -> Names:

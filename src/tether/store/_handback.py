@@ -80,15 +80,24 @@ async def run_in(executor: Executor, fn: Callable[..., T], *args: Any) -> T:
     fut: asyncio.Future[T] = loop.create_future()
     ctx = contextvars.copy_context()
 
-    def call() -> None:
-        if fut.cancelled():  # given up before a thread took it: never run, as before
-            return
-        try:
-            value = ctx.run(fn, *args)
-        except BaseException as exc:  # handed to the caller, as the executor's future did
-            back.post(fut, exc, None)
-        else:
-            back.post(fut, None, value)
-
-    executor.submit(call)
+    executor.submit(run_one, fut, ctx, fn, args, back.post)
     return await fut
+
+
+def run_one(
+    fut: asyncio.Future[Any],
+    ctx: contextvars.Context,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    post: Callable[[asyncio.Future[Any], BaseException | None, Any], None],
+) -> None:
+    """In a store's thread: `fn(*args)` in `ctx`, its value or exception posted for
+    `fut`; not run when the caller gave `fut` up before the thread took it."""
+    if fut.cancelled():
+        return
+    try:
+        value = ctx.run(fn, *args)
+    except BaseException as exc:  # handed to the caller, as the executor's future did
+        post(fut, exc, None)
+    else:
+        post(fut, None, value)

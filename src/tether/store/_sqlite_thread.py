@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from tether.store._handback import settle
+from tether.store._handback import run_one, settle
 
 T = TypeVar("T")
 _Result = tuple["asyncio.Future[Any]", BaseException | None, Any]
@@ -156,27 +156,10 @@ class _Queue:
 def _serve(queue: _Queue) -> None:
     try:
         while (call := queue.take()) is not None:
-            _run_one(*call)
+            run_one(*call[:4], call[4].post)
             del call  # nothing of a finished call stays alive while the thread sleeps
     finally:
         _live.discard(queue)
-
-
-def _run_one(
-    fut: asyncio.Future[Any],
-    ctx: contextvars.Context,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    inbox: _Inbox,
-) -> None:
-    if fut.cancelled():  # given up before the thread took it: never run
-        return
-    try:
-        value = ctx.run(fn, *args)
-    except BaseException as exc:  # handed to the caller, as the executor's future did
-        inbox.post(fut, exc, None)
-    else:
-        inbox.post(fut, None, value)
 
 
 #: The queues of running threads: told to stop at interpreter exit, before it waits for

@@ -293,6 +293,10 @@ def _record_metrics(attributes: Mapping[str, Any], seconds: float, error: str | 
             tokens.record(count, {**common, "gen_ai.token.type": kind})
 
 
+#: `span._otel` of a span nobody is told of (no listener, no tracer, not a model call).
+_QUIET: Any = object()
+
+
 class span(_Span):
     """A span named `name`, current for the block (for OpenTelemetry when installed,
     and always for the log fields and the listeners).
@@ -316,14 +320,28 @@ class span(_Span):
 
     def __enter__(self) -> SpanLike:
         attrs = self.attributes
-        if "tether.task_id" in attrs or "tether.round" in attrs:
-            fields = {_LOG_KEYS[k]: attrs[k] for k in _LOG_KEYS if k in attrs}
-            self._token = _log_fields.set({**_log_fields.get(), **fields})
-        self._chat = attrs.get("gen_ai.operation.name") == "chat"
+        chat = False
+        if attrs:
+            if "tether.task_id" in attrs or "tether.round" in attrs:
+                fields = {_LOG_KEYS[k]: attrs[k] for k in _LOG_KEYS if k in attrs}
+                self._token = _log_fields.set({**_log_fields.get(), **fields})
+            chat = attrs.get("gen_ai.operation.name") == "chat"
+        self._chat = chat
+        self._otel: Any = None
+        if not chat and not _listeners:
+            try:
+                quiet = _tracing() is None
+            except BaseException:
+                self._reset_log_fields()  # all its end would do
+                raise
+            if quiet:
+                # Nobody is told of this span and nothing is recorded: at its end only
+                # the log fields it set are reset (most spans of a round, no tracer).
+                self._otel = _QUIET
+                return self
         listeners = self._listeners = tuple(_listeners) if _listeners else ()
         for listener in listeners:
             listener.span_started(self._name, attrs)
-        self._otel: Any = None
         self._t0 = time.perf_counter()
         try:
             tracer = _tracing()
@@ -337,7 +355,16 @@ class span(_Span):
         return self
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        if self._otel is _QUIET:
+            if self._token is not None:
+                self._reset_log_fields()
+            return
         self._end(kind, exc, tb)
+
+    def _reset_log_fields(self) -> None:
+        if self._token is not None:
+            _log_fields.reset(self._token)
+            self._token = None
 
     def _end(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
         error: str | None = None
@@ -348,9 +375,7 @@ class span(_Span):
                 self._otel.__exit__(kind, exc, tb)
         finally:
             seconds = time.perf_counter() - self._t0
-            if self._token is not None:
-                _log_fields.reset(self._token)
-                self._token = None
+            self._reset_log_fields()
             if self._chat:
                 _record_metrics(self.attributes, seconds, error)
             for listener in self._listeners:

@@ -59,7 +59,11 @@ class NameIndex:
 
     def __init__(self, names: Iterable[str]) -> None:
         self._root = _Node()
+        #: The first characters of the names: a position whose character is none of
+        #: them starts no name (most words of a summary are ruled out so).
+        self._firsts: set[str] = set()
         for rank, name in enumerate(names):
+            self._firsts.add(name[:1])
             *head, last = name.split(" ")
             node = self._root
             for word in head:
@@ -72,9 +76,10 @@ class NameIndex:
     def finditer(self, text: str) -> Iterator[tuple[int, int, str]]:
         """`(start, end, name)` of every mention in `text`, left to right."""
         done = 0
+        firsts = self._firsts
         for start in _STARTS.finditer(text):
             pos = start.start()
-            if pos < done:
+            if pos < done or text[pos] not in firsts:
                 continue
             found = self._match_at(text, pos)
             if found is not None:

@@ -41,6 +41,8 @@ FTS5 = "artifact_search"
 V9_SQLITE_TABLES = {"event_runs"}
 #: PostgreSQL's events a row per commit (schema 11; `events` is a view of them there).
 V11_PG_TABLES = {"event_batches"}
+#: PostgreSQL's op results a row per op (schema 12; SQLite keeps them in `ops`).
+V12_PG_TABLES = {"op_results"}
 ALL_TABLES = (
     V1_TABLES
     | V2_TABLES
@@ -137,7 +139,7 @@ def tables(backend: Backend) -> set[str]:
         rows = conn.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
         ).fetchall()
-        return {r["table_name"] for r in rows} - V11_PG_TABLES
+        return {r["table_name"] for r in rows} - V11_PG_TABLES - V12_PG_TABLES
     finally:
         conn.close()
 
@@ -360,8 +362,12 @@ async def test_both_dialects_define_the_same_columns(
     # SQLite's events by rowid, in the runs `event_runs` maps (schema 9).
     lite_own = {("artifact_text", "id"), ("events", "id")}
     lite_own |= {(t, c) for t, c in lite_cols if t in V9_SQLITE_TABLES}
-    # PostgreSQL's events a row per commit (schema 11), `events` their view.
-    pg_own = {("artifact_text", "tsv")} | {(t, c) for t, c in pg_cols if t in V11_PG_TABLES}
+    # PostgreSQL's events a row per commit (schema 11), `events` their view; its ops'
+    # results a row per op (schema 12), where SQLite's are in `ops`.
+    pg_own = {("artifact_text", "tsv")} | {
+        (t, c) for t, c in pg_cols if t in V11_PG_TABLES | V12_PG_TABLES
+    }
+    lite_own |= {("ops", "result")}
     assert lite_cols - lite_own == pg_cols - pg_own
     lite_idx = {n for n, e in lite_shape.items() if e["type"] == "index"}
     pg_idx = {i[1] for i in schema_shape(pg)["indexes"] if not i[1].endswith("_pkey")}

@@ -159,3 +159,128 @@ async def test_schema_11_moves_the_events_a_row_per_commit(backend_factory: Any)
         ]
     finally:
         await store.close()
+
+
+def _op(op_id: str, idx: int, status: str, result: dict[str, Any] | None) -> OpRecord:
+    return OpRecord(
+        op_id=op_id, task_id="t", round=idx, call_index=0, tool="do_step",
+        args={"step": idx}, args_hash="h", effect="write", status=status,
+        attempts=1, result=result, task_version=1,
+    )  # fmt: skip
+
+
+@pytest.mark.postgres
+async def test_schema_12_moves_the_op_results_a_row_each(backend_factory: Any) -> None:
+    """Ops written at schema 11 (a result in its op's row, whole) read back the same
+    after the migration, by any reading, their results moved to `op_results` (a summary
+    that starts the content as its length); an op written after it reads back as
+    written at each of its writes, its result one row (none while it has none)."""
+    pg = backend_factory("postgres")
+    output = "step 1 done. " + "y" * 1000
+    results: list[dict[str, Any] | None] = [
+        {"summary": output[:200], "content": output, "artifact_id": None},
+        {"summary": "not the start", "content": "x" * 300},
+        {"error": "boom", "nested": {"a": [1, 2.5, None, "\u00e9"]}},
+        None,
+    ]
+    store = await pg.open(migrate_to=11)
+    try:
+        await create_small_task(store, "t")
+        status = ("succeeded", "succeeded", "failed", "dispatched")
+        ops = [_op(f"o{i}", i, status[i], r) for i, r in enumerate(results)]
+        await store.commit("t", None, [], ops=ops)
+        before = [
+            await store.get_ops("t"),
+            await store.get_ops("t", {"succeeded"}),
+            await store.get_ops("t", op_ids={"o0", "o3"}),
+            await store.get_ops("t", limit=2, after=(0, 0, "o0")),
+        ]
+        (whole,) = _raw(pg, "SELECT result->>'summary' AS s FROM ops WHERE op_id = 'o0'")
+        assert whole["s"] == output[:200]  # schema 11 stored it whole
+    finally:
+        await store.close()
+    store = await pg.open()
+    try:
+        assert await store.schema_version() == SCHEMA_VERSION >= 12
+        assert [
+            await store.get_ops("t"),
+            await store.get_ops("t", {"succeeded"}),
+            await store.get_ops("t", op_ids={"o0", "o3"}),
+            await store.get_ops("t", limit=2, after=(0, 0, "o0")),
+        ] == before
+        assert [o.result for o in before[0]] == results
+        rows = _raw(pg, "SELECT op_id, result FROM op_results ORDER BY op_id")
+        assert [r["op_id"] for r in rows] == ["o0", "o1", "o2"]
+        assert rows[0]["result"]["summary"] == 200 and rows[1]["result"] == results[1]
+        cols = _raw(
+            pg,
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = 'ops'",
+        )
+        assert "result" not in {r["column_name"] for r in cols}
+
+        # An op's course after it: no result row until it has one, then one row,
+        # written again only if the result changes, dropped if the op loses it.
+        def stored() -> list[Any]:
+            return [
+                r["result"] for r in _raw(pg, "SELECT result FROM op_results WHERE op_id = 'o9'")
+            ]
+
+        done = {"summary": "ok", "content": "ok, all of it"}
+        versions: list[list[Any]] = []
+        for state, result, rows_after in (
+            ("intended", None, []),
+            ("dispatched", None, []),
+            ("succeeded", done, [{"summary": 2, "content": "ok, all of it"}]),
+            ("succeeded", done, [{"summary": 2, "content": "ok, all of it"}]),
+            ("failed", {"error": "later"}, [{"error": "later"}]),
+            ("pending", None, []),
+        ):
+            await store.commit("t", None, [], ops=[_op("o9", 9, state, result)])
+            (got,) = await store.get_ops("t", op_ids={"o9"})
+            assert (got.status, got.result) == (state, result)
+            assert stored() == rows_after
+            versions.append(_raw(pg, "SELECT xmin::text AS x FROM op_results WHERE op_id = 'o9'"))
+        # The same result written again left its row as it was (no new row version).
+        assert versions[2] == versions[3] != versions[4]
+        # Several ops in one commit, one of them written twice (the later write wins).
+        await store.commit(
+            "t",
+            None,
+            [],
+            ops=[
+                _op("o10", 10, "intended", None),
+                _op("o10", 10, "succeeded", done),
+                _op("o9", 9, "succeeded", results[1]),
+            ],
+        )
+        got_ops = {o.op_id: o.result for o in await store.get_ops("t", op_ids={"o9", "o10"})}
+        assert got_ops == {"o9": results[1], "o10": done}
+    finally:
+        await store.close()
+
+
+@pytest.mark.postgres
+async def test_schema_12_ops_written_without_the_one_statement(backend_factory: Any) -> None:
+    """A commit that does not fit PostgreSQL's one statement (`_commit_requests` with a
+    libpq without pipelines) writes its ops the same way: results read back as written,
+    one row each, none for an op without one."""
+    from tether.store._sql import SqlStore
+    from tether.store.base import Commit
+
+    pg = backend_factory("postgres")
+    store = await pg.open()
+    try:
+        await create_small_task(store, "t")
+        done = {"summary": "ok", "content": "ok, all of it"}
+        for ops in (
+            [_op("o1", 1, "intended", None), _op("o2", 2, "succeeded", done)],
+            [_op("o1", 1, "succeeded", {"n": 1}), _op("o2", 2, "pending", None)],
+        ):
+            await store._run(SqlStore._commit_sync, store, Commit("t", None, [], ops=ops))
+            got = {o.op_id: (o.status, o.result) for o in await store.get_ops("t")}
+            assert got == {o.op_id: (o.status, o.result) for o in ops}
+        rows = _raw(pg, "SELECT op_id, result FROM op_results")
+        assert [(r["op_id"], r["result"]) for r in rows] == [("o1", {"n": 1})]
+    finally:
+        await store.close()

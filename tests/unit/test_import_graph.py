@@ -234,7 +234,7 @@ OVERSIZE_BASELINE: dict[str, int] = {
     "tether.ledger": 640,
     "tether.report.replay": 843,
     "tether.spec": 911,
-    "tether.store._sql": 1019,
+    "tether.store._sql": 1015,
     "tether.tools.builtin.sources": 796,
     "tether.tools.mcp": 731,
 }

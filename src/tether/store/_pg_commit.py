@@ -11,6 +11,7 @@ lets psycopg prepare the statement on the server.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -23,8 +24,9 @@ from tether.store import _pg_events as pg_events
 from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store._rows import record_json
-from tether.store._sql import RECORD_TABLES
+from tether.store._sql import RECORD_TABLES, _upsert
 from tether.store._sql import _dumps_no_nul as _dumps
+from tether.store.base import OpRecord
 
 if TYPE_CHECKING:
     from tether.store.base import Commit
@@ -54,6 +56,76 @@ _APPROVAL_RECORD = (
 )
 #: The JSON records of each table a commit upserts.
 _RECORDS = {"ops": _OP_RECORD, "artifacts": _ARTIFACT_RECORD, "approvals": _APPROVAL_RECORD}
+#: Since schema 12 an op's result is a row of `op_results` (see `op_rows`): the op's
+#: own row, and the outcome columns a later write of it may change, without it.
+_OP_RECORD_12 = _OP_RECORD.replace(" result jsonb,", "")
+_OP_MUTABLE_12 = tuple(c for c in RECORD_TABLES["ops"][1] if c != "result")
+#: The first schema with `op_results` (before it: the result in the op's row).
+OP_RESULTS_SCHEMA = 12
+#: The ops' upsert of the commits that do not fit one statement (`_commit_requests`
+#: without a pipeline), and their results' writes.
+OPS_UPSERT = _upsert(
+    "ops", ", ".join(p.split()[0] for p in _OP_RECORD_12.split(",")), "op_id", _OP_MUTABLE_12
+)
+RESULT_UPSERT = (
+    "INSERT INTO op_results (op_id, result) VALUES (:op_id, :result::jsonb)"
+    " ON CONFLICT (op_id) DO UPDATE SET result = excluded.result"
+    " WHERE op_results.result IS DISTINCT FROM excluded.result"
+)
+RESULT_DELETE = "DELETE FROM op_results WHERE op_id = :op_id"
+#: Where `get_ops` reads ops from: an op's result is the row of `op_results` with its id.
+OPS_JOINED = "ops LEFT JOIN op_results USING (op_id)"
+
+
+def write_ops(xmany: Callable[[str, list[dict[str, Any]]], None], rows: list[Any]) -> None:
+    """Write ops by `xmany(query, rows)` (executemany), schema 12's way: the commits that
+    do not fit one statement. `rows`: `SqlStore._params` of each (the result as stored,
+    JSON text)."""
+    results = [{"op_id": r["op_id"], "result": r.pop("result")} for r in rows]
+    xmany(OPS_UPSERT, rows)
+    xmany(RESULT_UPSERT, [r for r in results if r["result"] is not None])
+    xmany(RESULT_DELETE, [r for r in results if r["result"] is None])
+
+
+#: Write the results of `:opr` (`[{"op_id", "result"}]`) once each: a result written
+#: again unchanged (a later write of the op) leaves its row as it is, no new version.
+_RESULTS_WRITE = (
+    "opr_w AS (INSERT INTO op_results (op_id, result) SELECT r.op_id, r.result FROM go,"
+    " jsonb_to_recordset(:opr::jsonb) AS r(op_id text, result jsonb) ON CONFLICT (op_id)"
+    " DO UPDATE SET result = excluded.result"
+    " WHERE op_results.result IS DISTINCT FROM excluded.result)"
+)
+#: Drop the results of the ops `:opn` (a JSON array of ids) that were written without
+#: one: the op's record has none (a result, if stored before, is cleared with it).
+_RESULTS_CLEAR = (
+    "opr_d AS (DELETE FROM op_results d USING go"
+    " WHERE d.op_id IN (SELECT jsonb_array_elements_text(:opn::jsonb)))"
+)
+#: `_text`'s `results` bits: ops written without their result (schema 12), some with
+#: one, some without.
+SPLIT, KEPT, CLEARED = 1, 2, 4
+
+
+def op_rows(records: Sequence[OpRecord], dumps: Callable[[Any], str]) -> tuple[str, str, str]:
+    """Ops as schema 12 writes them, as JSON arrays: their rows without the result (as
+    `record_json`), the `op_results` rows (`op_id`, the result as stored,
+    `_rules.op_result_stored`) of those that have one, the ids of those that have none
+    (`[]` when there are none of a kind)."""
+    try:
+        return _op_rows([dict(vars(r)) for r in records], dumps)
+    except TypeError:  # a value that is a dataclass: JSON cannot hold it (`record_json`)
+        return _op_rows([dataclasses.asdict(r) for r in records], dumps)
+
+
+def _op_rows(rows: list[dict[str, Any]], dumps: Callable[[Any], str]) -> tuple[str, str, str]:
+    kept, cleared = [], []
+    for row in rows:
+        result = row.pop("result")
+        if result is None:
+            cleared.append(row["op_id"])
+        else:
+            kept.append({"op_id": row["op_id"], "result": rules.op_result_stored(result)})
+    return dumps(rows), dumps(kept) if kept else "", dumps(cleared) if cleared else ""
 
 
 def _recordset_upsert(table: str, record: str, key: str, mutable: Sequence[str]) -> str:
@@ -81,9 +153,11 @@ def statement(
     encode: Callable[[Mapping[str, Any]], dict[str, Any]],
     *,
     batched: bool = True,
+    op_results: bool = True,
 ) -> tuple[bytes, dict[str, Any]]:
     """The commit's statement text and parameters (`encode`: the store's encoding of
-    task column values; `batched`: the events as one row, schema 11). The text is bytes,
+    task column values; `batched`: the events as one row, schema 11; `op_results`: the
+    ops' results in rows of their own, schema 12). The text is bytes,
     the same object for each shape: psycopg encodes a `str` query at every call and
     hashes it to find its parsed form."""
     task, ledger, items, blobs = c.task, c.ledger, c.events, c.blobs
@@ -109,9 +183,20 @@ def statement(
         )
     mk = marks.postgres_params(task, params, _dumps)
     tables = []
+    results = 0
     for table, records in rules.record_writes(c, now):
-        params[table] = record_json(records, _dumps)
         tables.append(table)
+        if table == "ops" and op_results:
+            params[table], kept, cleared = op_rows(records, _dumps)
+            results = SPLIT
+            if kept:
+                params["opr"] = kept
+                results |= KEPT
+            if cleared:
+                params["opn"] = cleared
+                results |= CLEARED
+            continue
+        params[table] = record_json(records, _dumps)
     if texts:
         params["texts"] = _dumps(list(texts))
         params["tcap"] = search.MAX_INDEXED_BYTES
@@ -129,6 +214,7 @@ def statement(
         (2 if batched else 1) if items else 0,
         mk,
         tuple(tables),
+        results,
         bool(texts),
         bool(blobs),
     )
@@ -160,12 +246,13 @@ def _text(
     has_events: int,
     mk: marks.Shape | None,
     tables: tuple[str, ...],
+    results: int,
     has_texts: bool,
     has_blobs: bool,
 ) -> bytes:
     """The statement of a commit of this shape (see `statement`; `has_events`: 0 none,
-    1 a row each, 2 one row, `_pg_events`), translated (ASCII: the same bytes in any
-    client encoding)."""
+    1 a row each, 2 one row, `_pg_events`; `results`: `SPLIT`, `KEPT`, `CLEARED`),
+    translated (ASCII: the same bytes in any client encoding)."""
     conds = []
     if fenced:
         conds.append("fencing_token = :tok")
@@ -209,6 +296,13 @@ def _text(
             " AS r(n int, type text, sv int, data json))"
         )
     for table in tables:
+        if table == "ops" and results & SPLIT:
+            ctes.append(_recordset_upsert("ops", _OP_RECORD_12, "op_id", _OP_MUTABLE_12))
+            if results & KEPT:
+                ctes.append(_RESULTS_WRITE)
+            if results & CLEARED:
+                ctes.append(_RESULTS_CLEAR)
+            continue
         ctes.append(_recordset_upsert(table, _RECORDS[table], *RECORD_TABLES[table]))
     if has_texts:
         # The search index of the new artifacts, in the same statement (an artifact

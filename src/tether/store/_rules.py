@@ -32,7 +32,7 @@ asks the condition for the error (`CommitCondition.refusal`), so the words are t
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -436,6 +436,11 @@ def settle_requests(
     check_request_writes(task_id, {a.request_id: a for a in stored}, writes)
     closed_events, closed = closing(patch, events, open_requests(stored, op_status), writes, now)
     return [*events, *closed_events], [*writes, *closed]
+
+
+def nothing(*filters: Collection[Any] | None) -> bool:
+    """True if a filter is given and empty, so that no row can match."""
+    return any(f is not None and not f for f in filters)
 
 
 def record_writes(c: Commit, now: float) -> Iterator[tuple[str, list[Any]]]:

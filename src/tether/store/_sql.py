@@ -98,11 +98,6 @@ _BLOB_INSERT = (
 )
 
 
-def _nothing(*filters: Collection[Any] | None) -> bool:
-    """True if a filter is given and empty, so that no row can match."""
-    return any(f is not None and not f for f in filters)
-
-
 #: A JSON `\u0000` escape (not an escaped backslash followed by `u0000`).
 _NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
@@ -135,6 +130,7 @@ class SqlStore(b.Store):
     SKIP_LOCKED = ""
     #: The names (`name`) of the tables in the store's database (schema).
     TABLES = ""
+    _ops = "ops"  # where `get_ops` reads ops from (PostgreSQL's join their results)
 
     def __init__(self, url: str, clock: Clock | None = None) -> None:
         self.url = url
@@ -663,7 +659,7 @@ class SqlStore(b.Store):
         self, task_id: str, statuses: Collection[str] | None = None
     ) -> list[ApprovalRecord]:
         """A task's approval requests, oldest first."""
-        if _nothing(statuses):
+        if rules.nothing(statuses):
             return []
         return await self._run(self._get_approvals_sync, task_id, statuses)
 
@@ -873,7 +869,7 @@ class SqlStore(b.Store):
         if (after := f.get("after")) is not None:
             where += " AND (round, call_index, op_id) > (:ar, :ac, :ao)"
             params.update(ar=after[0], ac=after[1], ao=after[2])
-        query = f"SELECT {_OP_COLS} FROM ops WHERE {where} ORDER BY {order}{limit}"
+        query = f"SELECT {_OP_COLS} FROM {self._ops} WHERE {where} ORDER BY {order}{limit}"
         return self._read_all(OpRecord, query, params)
 
     async def get_ops(
@@ -881,7 +877,7 @@ class SqlStore(b.Store):
     ) -> list[OpRecord]:
         b.refuse_unknown(filters, b.OpFilters)
         op_ids, tools = filters.get("op_ids"), filters.get("tools")
-        if _nothing(statuses, op_ids, tools):
+        if rules.nothing(statuses, op_ids, tools):
             return []  # an empty filter matches nothing: no query, no thread
         return await self._run(self._get_ops_sync, task_id, statuses, filters)
 
@@ -897,7 +893,7 @@ class SqlStore(b.Store):
     async def get_artifacts(
         self, task_id: str, *, artifact_ids: Collection[str] | None = None
     ) -> list[ArtifactRecord]:
-        if _nothing(artifact_ids):
+        if rules.nothing(artifact_ids):
             return []
         return await self._run(self._get_artifacts_sync, task_id, artifact_ids)
 
@@ -955,7 +951,7 @@ class SqlStore(b.Store):
     ) -> list[b.ArtifactHit]:
         b.refuse_unknown(options, b.SearchOptions)
         words, kinds = search.terms(query), options.get("kinds")
-        if not words or _nothing(kinds):
+        if not words or rules.nothing(kinds):
             return []
         return await self._run(
             self._read_search_sync,

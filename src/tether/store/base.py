@@ -60,7 +60,7 @@ SharedUpdate = Callable[[dict[str, Any] | None, float], tuple[dict[str, Any] | N
 Events: TypeAlias = "Sequence[ev.Event]"
 
 #: Highest schema version this tether understands (one per migration file).
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 
 def blob_hash(data: bytes) -> str:

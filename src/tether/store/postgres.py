@@ -194,6 +194,9 @@ class PostgresStore(SqlStore):
         self.retry_window = 30.0
         #: Events one row per commit (`_pg_events`): the schema is 11 or later.
         self._batched = True
+        #: Ops' results in rows of their own (`op_results`): the schema is 12 or later.
+        self._op_results = True
+        self._ops = pg_commit.OPS_JOINED
 
     @classmethod
     async def open(
@@ -396,7 +399,13 @@ class PostgresStore(SqlStore):
             return self._commit_requests(cond, c, now)
         texts = self._artifact_texts(c.artifacts, c.blobs)
         query, params = pg_commit.statement(
-            cond, c, now, texts, self._encode_changes, batched=self._batched
+            cond,
+            c,
+            now,
+            texts,
+            self._encode_changes,
+            batched=self._batched,
+            op_results=self._op_results,
         )
         with self._translated() as conn:
             failpoints.hit("during_commit")
@@ -453,7 +462,13 @@ class PostgresStore(SqlStore):
                 c = dataclasses.replace(c, events=items, approvals=approvals)
                 texts = self._artifact_texts(c.artifacts, c.blobs)
                 query, params = pg_commit.statement(
-                    cond, c, now, texts, self._encode_changes, batched=self._batched
+                    cond,
+                    c,
+                    now,
+                    texts,
+                    self._encode_changes,
+                    batched=self._batched,
+                    op_results=self._op_results,
                 )
                 cur = conn.cursor(row_factory=self._tuples).execute(query, params)
                 conn.execute("COMMIT")
@@ -540,7 +555,19 @@ class PostgresStore(SqlStore):
     def _migrate_sync(self, target: int = SCHEMA_VERSION) -> int:
         current = super()._migrate_sync(target)
         self._batched = current >= pg_events.BATCHED_SCHEMA
+        self._op_results = current >= pg_commit.OP_RESULTS_SCHEMA
+        # An op's result is the row of `op_results` that has its id, if any (schema 12).
+        self._ops = pg_commit.OPS_JOINED if self._op_results else "ops"
         return current
+
+    def _write_records(self, conn: Any, c: Commit, now: float) -> None:
+        # Without a pipeline (`_commit_requests`): the ops as `_pg_commit` writes them.
+        if not self._op_results or not c.ops:
+            super()._write_records(conn, c, now)
+            return
+        super()._write_records(conn, dataclasses.replace(c, ops=()), now)
+        ops = rules.collapse(c.ops, lambda o: o.op_id, rules.merge_op, now)
+        pg_commit.write_ops(functools.partial(self._xmany, conn), [self._params(o) for o in ops])
 
     def _add_events(self, conn: Any, task_id: str, rows: list[dict[str, Any]]) -> None:
         if not self._batched or not rows:

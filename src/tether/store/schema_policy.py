@@ -36,20 +36,22 @@ from tether.store import base
 #: none); 9 keys SQLite's events by the task's number (older code would write events
 #: outside their task's range); 10 stores PostgreSQL's events compacted (older code
 #: would read them with their default fields missing); 11 writes PostgreSQL's events a
-#: row per commit (`events` is a view there: older code could not write it).
+#: row per commit (`events` is a view there: older code could not write it); 12 moves
+#: PostgreSQL's op results to `op_results` (older code would write the dropped column).
 COMPATIBLE_FROM: Mapping[int, int] = {
     **{1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 6: 6, 7: 7, 8: 8, 9: 9, 10: 10},
     11: 11,
+    12: 12,
 }
 #: Where a migration is another thing on one dialect: 9 changes nothing on PostgreSQL,
 #: so code of schema 8 runs on a PostgreSQL database at 9 (a rolling upgrade of
 #: PostgreSQL workers goes on), while SQLite's refuses it; 10 changes nothing on SQLite
 #: (it stored events and results so already), so code of 9 runs on a SQLite database
-#: at 10, while PostgreSQL's refuses it; 11 changes nothing on SQLite either (code of 9
-#: still runs there).
+#: at 10, while PostgreSQL's refuses it; 11 and 12 change nothing on SQLite either (code
+#: of 9 still runs there).
 COMPATIBLE_FROM_BY_DIALECT: Mapping[str, Mapping[int, int]] = {
     "postgres": {9: 8},
-    "sqlite": {10: 9, 11: 9},
+    "sqlite": {10: 9, 11: 9, 12: 9},
 }
 
 #: The column of `tether_schema` that records `COMPATIBLE_FROM` with each version.

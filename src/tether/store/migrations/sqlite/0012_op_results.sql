@@ -1,0 +1,5 @@
+-- tether schema 12: on PostgreSQL, an op's result in a row of its own (`op_results`,
+-- see the PostgreSQL migration): there, every write of an op's row is a new version of
+-- it. SQLite rewrites a row in place, and stores the result with the op already (its
+-- summary as a length, as `op_results` does now). Nothing to change here: the version
+-- is kept in step.

@@ -14,6 +14,13 @@ versions are not stored data: autovacuum reclaims them), and the task row's size
 Bytes per round are printed as the total over N and, between two N, as the slope
 (the growth from the smaller N to the larger one, per round added): the slope is what
 a long task pays per round, without the task's setup.
+
+On PostgreSQL, `tasks` depends on the machine's load: a task row's old versions are
+pruned from its page only once no snapshot can see them, and on a busy machine a
+commit may find the page full of versions a concurrent read still sees, and move the
+row to a new page (fewer HOT updates, printed per table). Compare runs made side by
+side (`--pg-url` to one database each: other databases' sessions do not hold back the
+pruning), and read the other tables' slopes, which the load does not change.
 """
 
 from __future__ import annotations

@@ -8,12 +8,17 @@ read by an older tether and an older log by a newer one (new fields need default
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 #: The envelope schema version written with each event.
 EVENT_SCHEMA_VERSION = 1
+
+#: A duration in milliseconds, written to the microsecond by `Event.data` (a clock's
+#: further digits are noise, bytes every round; a pydantic serializer function would
+#: slow every dump), read as stored: a log of any precision decodes the same.
+Millis = Annotated[float, "millis"]
 
 
 class Event(BaseModel):
@@ -21,12 +26,14 @@ class Event(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
     TYPE: ClassVar[str] = ""
+    MILLIS: ClassVar[tuple[str, ...]] = ()  # its `Millis` fields (`_register`)
 
     def data(self) -> dict[str, Any]:
-        """The JSON-ready payload (`model_dump(mode="json")`, whose keywords are all
-        left at their defaults: its serializer called directly, without its wrapper —
-        a round stores seven events)."""
+        """The JSON-ready payload (`model_dump(mode="json")`, its serializer called
+        directly, without its wrapper: a round stores seven events; `Millis` rounded)."""
         out: dict[str, Any] = self.__pydantic_serializer__.to_python(self, mode="json")
+        for key in self.MILLIS:
+            out[key] = round(out[key], 3)
         return out
 
     def json_text(self) -> str:
@@ -43,6 +50,7 @@ def _register(type_name: str) -> Any:
         if type_name in EVENT_TYPES:
             raise RuntimeError(f"event type {type_name} defined twice")
         cls.TYPE = type_name
+        cls.MILLIS = tuple(k for k, f in cls.__pydantic_fields__.items() if "millis" in f.metadata)
         EVENT_TYPES[type_name] = cls
         return cls
 
@@ -204,7 +212,7 @@ class ModelCalled(Event):
     output_tokens: int = 0
     cached_tokens: int = 0
     cache_write_tokens: int = 0
-    latency_ms: float = 0.0
+    latency_ms: Millis = 0.0
     cost_usd: float = 0.0
     summary: str = ""
     tool_calls: int = 0
@@ -287,7 +295,7 @@ class OpResult(Event):
     error_class: str | None = None
     error: str | None = None
     attempt: int = 1
-    duration_ms: float = 0.0
+    duration_ms: Millis = 0.0
 
 
 @_register("op.committed")

@@ -200,6 +200,15 @@ async def test_show_gives_back_the_request_the_model_saw(store: Any, tmp_path: P
             assert doc["request"] == seen.to_dict()
             assert doc["call"]["call_id"] == c["call_id"]
     assert doc["response"]["text"] == "writing i2"
+    # Shown whole, though its blob leaves out the fields at their defaults.
+    assert {"finish_reason", "model", "latency_ms"} <= set(doc["response"])
+    assert set(doc["response"]["usage"]) == {
+        "input_tokens",
+        "output_tokens",
+        "cached_input_tokens",
+        "cache_write_tokens",
+    }
+    assert all({"raw_arguments", "error"} <= set(c) for c in doc["response"]["tool_calls"])
     with pytest.raises(errors.UserError, match=r"has no model call 'act\.999'; its calls are"):
         await show_call(store, tid, "act.999")
 

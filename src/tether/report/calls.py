@@ -11,6 +11,7 @@ from typing import Any
 
 from tether import errors
 from tether.runtime.round.history import load_call
+from tether.runtime.run.model_calls import response_in_full
 from tether.store.base import Store
 
 
@@ -48,8 +49,8 @@ def _full_id(task_id: str, call_id: str, known: list[str]) -> str:
 
 async def show_call(store: Store, task_id: str, call_id: str) -> dict[str, Any]:
     """`{"call": summary, "request": ModelRequest.to_dict(), "response": the stored
-    response}` of one call. `UserError` (exit 2) naming a few known ids if it is not
-    one of the task's calls; `TaskNotFound` for an unknown task."""
+    response, every field in it}` of one call. `UserError` (exit 2) naming a few known
+    ids if it is not one of the task's calls; `TaskNotFound` for an unknown task."""
     calls = await list_calls(store, task_id)
     known = [c["call_id"] for c in calls]
     full = _full_id(task_id, call_id.strip(), known)
@@ -62,4 +63,5 @@ async def show_call(store: Store, task_id: str, call_id: str) -> dict[str, Any]:
             + (f"; its calls are {hint}" if known else "; it has made no model call yet")
         ) from None
     summary = next(c for c in calls if c["call_id"] == full)
-    return {"call": summary, "request": request.to_dict(), "response": response}
+    # In full: a response blob leaves out the fields at their defaults.
+    return {"call": summary, "request": request.to_dict(), "response": response_in_full(response)}

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
-from dataclasses import replace
+from collections.abc import Awaitable, Mapping
+from dataclasses import MISSING, fields, replace
 from typing import Any
 
 from tether import errors, telemetry
 from tether import events as ev
-from tether.models.base import Model, ModelRequest, ModelResponse
+from tether.models.base import Model, ModelRequest, ModelResponse, ToolCall, Usage
 from tether.runtime import hints
 from tether.runtime.round import history
 from tether.runtime.run import outcome as out
@@ -48,6 +48,79 @@ def _measured(resp: ModelResponse, model: str, latency_ms: float) -> ModelRespon
     new = object.__new__(ModelResponse)
     new.__dict__.update(resp.__dict__, model=model, latency_ms=latency_ms)
     return new
+
+
+def _defaults(cls: type[Any], doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON form (`doc`, a default instance's `to_dict`) of each field of `cls`
+    that has a default: what its `from_dict` fills in for a key the document lacks."""
+    names = {f.name for f in fields(cls) if f.default is not MISSING}
+    names |= {f.name for f in fields(cls) if f.default_factory is not MISSING}
+    return {k: v for k, v in doc.items() if k in names}
+
+
+#: What `ModelResponse.from_dict` (with `ToolCall.from_dict` and `Usage(**usage)`) reads
+#: a missing key as. A stored response leaves these out (`response_doc`): a round's
+#: answer stored its null finish reason, its calls' null errors and its zero cache
+#: counts, a third of its blob.
+_RESPONSE_DEFAULTS = _defaults(ModelResponse, ModelResponse("").to_dict())
+_CALL_DEFAULTS = _defaults(ToolCall, ToolCall("", "", None).to_dict())
+_USAGE_DEFAULTS = _defaults(Usage, Usage().to_dict())
+
+
+def _call_doc(call: ToolCall) -> dict[str, Any]:
+    """`call.to_dict()` without `raw_arguments` and `error` at their defaults."""
+    doc: dict[str, Any] = {
+        "id": call.id,
+        "name": call.name,
+        "arguments": None if call.arguments is None else dict(call.arguments),
+    }
+    if call.raw_arguments:
+        doc["raw_arguments"] = call.raw_arguments
+    if call.error is not None:
+        doc["error"] = call.error
+    return doc
+
+
+def response_doc(response: ModelResponse) -> dict[str, Any]:
+    """A response as its blob stores it: `to_dict()` without the fields at their
+    defaults (`_RESPONSE_DEFAULTS`), which `ModelResponse.from_dict` reads back the
+    same; blobs written whole (by an older tether) read as before. Built field by field
+    rather than pruned from `to_dict()` (a round stores one; pruning cost more than the
+    dict itself): tests hold it to `to_dict` for every field."""
+    r, u = response, response.usage
+    doc: dict[str, Any] = {"text": r.text}
+    if r.tool_calls:
+        doc["tool_calls"] = [_call_doc(c) for c in r.tool_calls]
+    usage = {
+        k: v
+        for k, v in (
+            ("input_tokens", u.input_tokens),
+            ("output_tokens", u.output_tokens),
+            ("cached_input_tokens", u.cached_input_tokens),
+            ("cache_write_tokens", u.cache_write_tokens),
+        )
+        if v
+    }
+    if usage:
+        doc["usage"] = usage
+    if r.model:
+        doc["model"] = r.model
+    if r.latency_ms:
+        doc["latency_ms"] = r.latency_ms
+    if r.finish_reason is not None:
+        doc["finish_reason"] = r.finish_reason
+    if r.attempts != 1:
+        doc["attempts"] = r.attempts
+    return doc
+
+
+def response_in_full(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored response (`response_doc`, or whole) with every field, as `to_dict()`
+    gives it: for people and API clients, who see the same keys whichever wrote it."""
+    full = {**_RESPONSE_DEFAULTS, **doc}
+    full["usage"] = {**_USAGE_DEFAULTS, **(doc.get("usage") or {})}
+    full["tool_calls"] = [{**_CALL_DEFAULTS, **c} for c in doc.get("tool_calls") or ()]
+    return full
 
 
 def called_event(
@@ -199,7 +272,7 @@ class ModelCalls:
             )
         elif ref is None:
             req_blob = blobs.packed(request.to_dict())
-        resp_blob = blobs.json(response.to_dict())
+        resp_blob = blobs.json(response_doc(response))
         cost = _cost(model.name, response)
         st.count_call(purpose, response.usage, cost, self.view.ledger.current_milestone())
         st.last_call_at = self.view.clock.now()
@@ -256,4 +329,4 @@ class ModelCalls:
         )
 
 
-__all__ = ["ModelCalls", "called_event"]
+__all__ = ["ModelCalls", "called_event", "response_doc", "response_in_full"]

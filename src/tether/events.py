@@ -33,7 +33,8 @@ class Event(BaseModel):
         directly, without its wrapper: a round stores seven events; `Millis` rounded)."""
         out: dict[str, Any] = self.__pydantic_serializer__.to_python(self, mode="json")
         for key in self.MILLIS:
-            out[key] = round(out[key], 3)
+            if type(ms := out[key]) is float:  # (not an unchecked `model_construct` value)
+                out[key] = round(ms, 3)
         return out
 
     def json_text(self) -> str:

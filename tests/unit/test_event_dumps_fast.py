@@ -1,7 +1,7 @@
 """`Event.data` and `Event.json_text` call pydantic's serializer without
 `model_dump`'s wrapper (issue 22): for every event type and any field values, they
 give exactly what `model_dump(mode="json")` and `model_dump_json()` give, so the stored
-JSON does not change."""
+JSON does not change (but for `Millis` fields, which `data` writes to the microsecond)."""
 
 from __future__ import annotations
 
@@ -76,6 +76,9 @@ def _events(cls: type[ev.Event]) -> st.SearchStrategy[ev.Event]:
 def test_data_and_json_text_are_pydantic_s_dumps(cls: type[ev.Event], data: Any) -> None:
     event = data.draw(_events(cls))
     expected = ev.Event.model_dump(event, mode="json")
+    for key in cls.MILLIS:
+        if type(expected[key]) is float:
+            expected[key] = round(expected[key], 3)
     got = ev.Event.data(event)
     assert repr(got) == repr(expected)  # NaN != NaN: the representation is compared
     assert event.json_text() == event.model_dump_json()

@@ -380,3 +380,32 @@ def test_own_commits_answer_only_for_numbers_all_their_own() -> None:
     )
     win = own.window(17, 18)
     assert win is not None and win.ops == {"b": None}
+
+
+async def test_a_rule_judged_task_reads_little_besides_its_rounds(
+    store: Store, tmp_path: Path
+) -> None:
+    """A fresh task judged by its rules, from its start to its delivery: its op index
+    reads the ops once (no approval: no op was found to need one) and round 2 is steady
+    already (round 1's op intents were kept); no user message is read (no LLM judge to
+    hear them); a person's requests are read once (at the turn's start: nobody wrote
+    since); the delivery check reads the cited ops, not every file write and approval."""
+    calls = Calls(store)
+    spec = _steps_spec(items=3, steps=2)  # 6 rounds
+    _, result = await run_task(
+        calls,  # type: ignore[arg-type]
+        spec,
+        tmp_path,
+        _actor(calls),
+        registry=_ticket_registry({}),
+    )
+    assert result.status == "satisfied"
+    total: Counter[str] = Counter()
+    for per in calls.calls.values():
+        total.update(per)
+    assert calls.per_round(2, 6) == {"commit": 2.0}
+    assert "get_approvals" not in total
+    assert total["get_ops"] == 2  # the index's load, the delivery check's cited ops
+    # Its launch record, its history at the turn's start, a person's requests (was 5:
+    # the user messages and the requests again at the end too).
+    assert total["read_events"] == 3

@@ -300,18 +300,23 @@ async def verify(
     writers: list[OpRecord] = []
     history: dict[str, str] = {}
     if op_ids:
-        writers = await store.get_ops(task_id, statuses={"succeeded"}, tools=set(WRITERS))
-        # The file each wrote is the one it was sent to write (after a human's `modify`).
-        writers = as_sent(writers, await store.get_approvals(task_id, statuses={"approved"}))
         # An op undone since it proved its item (a compensation, a human's decision) or
         # whose result went to history (a late result of an older task version) no
         # longer proves it: its effect is not what the item was accepted on.
-        for op in await store.get_ops(task_id, op_ids=op_ids):
+        cited = await store.get_ops(task_id, op_ids=op_ids)
+        for op in cited:
             how = compensation_of(op)
             if how is not None:
                 history[op.op_id] = f"{op.tool} op {op.op_id} was undone since ({how})"
             elif superseded_by(op) is not None:
                 history[op.op_id] = f"{op.tool} op {op.op_id} is history (a late result)"
+        # The file writes are checked for a cited write only (`_Check.op`): without
+        # one, neither the writers nor the approvals that modified them are read.
+        if any(o.tool in WRITERS and o.status == "succeeded" for o in cited):
+            writers = await store.get_ops(task_id, statuses={"succeeded"}, tools=set(WRITERS))
+            # The file each wrote is the one it was sent to write (after a human's
+            # `modify`).
+            writers = as_sent(writers, await store.get_approvals(task_id, statuses={"approved"}))
     last_writer: dict[str, str] = {}
     revisions: dict[str, list[OpRecord]] = {}
     for op in writers:  # oldest first: the last one wins

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from tether import errors, failpoints, lifecycle
+from tether._by_object import keep
 from tether.clock import Clock
 from tether.models import pricing
 from tether.runtime.judge.rules.own import recording
@@ -44,7 +45,7 @@ from tether.runtime.run.model_calls import ModelCalls
 from tether.runtime.run.ports import ModelSet, PendingRound, RunConfig
 from tether.runtime.run.records import TaskRecords
 from tether.runtime.run.state import RunState, RunView
-from tether.spec import TaskSpec, parse_spec
+from tether.spec import OpRule, TaskSpec, parse_spec
 from tether.store.base import CommitResult, Store, StoredEvent, TaskRecord
 from tether.tools import allowlist as toolset
 from tether.tools import files
@@ -126,6 +127,7 @@ class TaskRun:
         self.flow = Flow(token, stop)
         # The journal's commits are kept for the judge's indexes: what the run wrote
         # itself is not read back (`judge.rules.own`).
+        self._own = recording(self)
         self.journal = RunJournal(
             store,
             task_id,
@@ -133,7 +135,7 @@ class TaskRun:
             self.view,
             on_commit=self._committed,
             on_progress=on_progress,
-            on_written=recording(self).add,
+            on_written=self._own.add,
         )
         self.records = TaskRecords(store, task_id)
         self.calls = ModelCalls(models, self.view, self.journal, stop)
@@ -189,8 +191,10 @@ class TaskRun:
                     self.beat.round_started = None
                     # The one place a round's end becomes a status change.
                     await out.apply(self.journal, outcome)
-                    # What a person asked during the last round is not left for later.
-                    self.flow.scanned = None
+                    # What a person asked during the last round is not left for later:
+                    # read when a commit since the last look found someone else's events
+                    # (`Flow.foreign`; this status change's commit included), all of them
+                    # when the turn never looked.
                     late = await checks.requests(self)
                     if late is None:
                         break
@@ -288,6 +292,10 @@ class TaskRun:
                 f"stored spec of task {self.task_id} is invalid: {exc}"
             ) from exc
         view.ledger = (await self.store.get_ledger(self.task_id)).to_ledger()
+        if any(isinstance(item.done_when, OpRule) for item in view.spec.items):
+            # Its op index is built at the first judging: the ops this run intends
+            # before then (that round's) are kept too, not read back at the next.
+            self._own.active = True
         view.state = RunState.from_dict(view.task.usage)
         view.state.last_seq = view.state.last_seq or view.task.last_seq
         view.workspace = Path(view.task.workspace) if view.task.workspace else None
@@ -301,7 +309,9 @@ class TaskRun:
         )
         pricing.set_current(prices)
         self.guard = self._guard or default_guard(self.store, view.spec, view.clock)
-        words = await self.records.events({"user.message"})
+        # What a person told the task, for the LLM judge alone: a task judged by its
+        # rules (no judge model) never reads them.
+        words = await self.records.events({"user.message"}) if models.judge is not None else ()
         self.user_words = [str(w.data.get("text", "")) for w in words]
         if self._created is None:  # the first event: read once per run
             self._created = (
@@ -341,9 +351,23 @@ class TaskRun:
 
     @functools.cached_property
     def _private_files(self) -> frozenset[Path]:
-        # A SQLite store kept inside the workspace: no file tool may reach it. Resolved
-        # once per run (ten `realpath` calls), not once per tool call.
-        return files.database_files(self.store.path if isinstance(self.store, StoreFile) else None)
+        # A SQLite store kept inside the workspace: no file tool may reach it.
+        return _database_files(self.store)
+
+
+#: The database files of each live store, by id: resolved once per store (ten
+#: `realpath` calls, each a few `lstat`s), not once per run: a worker starts many runs
+#: on one store, and its file does not move while it is open.
+_DB_FILES: dict[int, frozenset[Path]] = {}
+
+
+def _database_files(store: Store) -> frozenset[Path]:
+    if not isinstance(store, StoreFile):
+        return frozenset()
+    hit = _DB_FILES.get(id(store))
+    if hit is not None:
+        return hit
+    return keep(_DB_FILES, store, files.database_files(store.path))
 
 
 def default_guard(store: Store, spec: TaskSpec, clock: Clock) -> Guard:

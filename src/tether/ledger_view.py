@@ -248,6 +248,8 @@ class LedgerData(Mapping[str, Any]):
         return self._data
 
     def __getitem__(self, key: str) -> Any:
+        if key == "next" and self._data is None:
+            return self._next  # what a model reads most: no need of the items for it
         return self._get()[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -255,6 +257,10 @@ class LedgerData(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._get())
+
+    def __bool__(self) -> bool:
+        # Never empty (it has "next" at least): `request.ledger or {}` builds nothing.
+        return True
 
     def __repr__(self) -> str:
         return f"LedgerData(version={self._ledger.version}, next={self._next!r})"

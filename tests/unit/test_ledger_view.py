@@ -131,3 +131,26 @@ def test_pages_filter_by_status_and_milestone() -> None:
     assert V.page(led, status="waived") == "0 of 0 matching items (status='waived'):\n(none)"
     with pytest.raises(KeyError):
         V.page(led, after="no-such-item")
+
+
+def test_a_requests_ledger_tells_its_next_item_without_listing_the_items(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`request.ledger or {}` and `request.ledger["next"]` (what a model reads most)
+    build nothing; any other key gives the whole ledger, `next` included."""
+    led = _ledger(40)
+    data = V.LedgerData(led, "f-00003")
+    built: list[int] = []
+    real = L.Ledger.to_dict
+
+    def counted(self: L.Ledger) -> dict[str, object]:
+        built.append(1)
+        return real(self)
+
+    monkeypatch.setattr(L.Ledger, "to_dict", counted)
+    assert (data or {}).get("next") == "f-00003"
+    assert "next" in data and data["next"] == "f-00003"
+    assert built == []
+    assert data["version"] == led.version and len(data["items"]) == 40
+    assert data["next"] == "f-00003" and dict(data)["next"] == "f-00003"
+    assert built == [1]

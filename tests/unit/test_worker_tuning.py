@@ -153,3 +153,20 @@ def test_an_unknown_policy_is_refused_when_settling(monkeypatch: pytest.MonkeyPa
     tune_process()  # outside the command's error handling: refused by settle_process
     with pytest.raises(errors.UserError, match=GC_ENV):
         settle_process()
+
+
+def test_the_models_pydantic_defers_are_built_before_the_first_claim() -> None:
+    """A worker builds them while nothing runs (`settle_process`), not the first runs'
+    rounds while the others wait; tether's own models only."""
+    from pydantic import ConfigDict, create_model
+
+    from tether import events, spec
+
+    deferred = ConfigDict(defer_build=True)
+    later = create_model("Later", __config__=deferred, __module__="tether.later", x=(int, ...))
+    theirs = create_model("Theirs", __config__=deferred, __module__="elsewhere", x=(int, ...))
+    assert not later.__pydantic_complete__ and not theirs.__pydantic_complete__
+    tuning.build_models()
+    assert later.__pydantic_complete__ and not theirs.__pydantic_complete__
+    assert spec.TaskSpec.__pydantic_complete__ and events.OpIntended.__pydantic_complete__
+    assert later(x=1).x == 1  # type: ignore[attr-defined]

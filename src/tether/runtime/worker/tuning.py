@@ -17,7 +17,8 @@ The switch interval (`sys.setswitchinterval`) is left at CPython's 5 ms: a short
 did not measurably cut the tail at concurrency 64 on the shared 2-core machine.
 
 Once the store is open and before the first claim (`settle_process`), the modules a
-round imports lazily are imported, and what the process holds then (its modules, the
+round imports lazily are imported, the models whose validators pydantic defers are
+built (`build_models`), and what the process holds then (its modules, the
 store's pool, the price tables: tens of thousands of objects that live as long as the
 process) is collected once and frozen (`gc.freeze`): the collector no longer walks it
 again at every full collection while runs are in flight, and the first round of the
@@ -79,14 +80,39 @@ def tune_process() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-#: Modules a round imports on first use (a provider's price table among them).
+#: Modules a round imports on first use (a provider's price table among them; and
+#: OpenTelemetry's API, which `telemetry` imports at the first span and model call
+#: whenever it is installed).
 WARM_MODULES = (
     "tether.runtime.round.phases",
     "tether.runtime.judge.completion",
     "tether.models.pricing",
     "genai_prices",
     "genai_prices.data",
+    "opentelemetry.trace",
+    "opentelemetry.metrics",
 )
+
+
+def build_models() -> None:
+    """Build now the validators pydantic defers (`defer_build`: a command that reads no
+    contract or event starts sooner) of tether's models loaded: built on first use, the
+    contract's (at the first claim) and the events of a round's commits (in the first
+    runs' first rounds) held the event loop for about 100 ms, the other runs' rounds
+    with it. A model that cannot be built yet is left to its first use, as before."""
+    from pydantic import BaseModel
+
+    seen: set[type[BaseModel]] = set()
+    todo = list(BaseModel.__subclasses__())
+    while todo:
+        model = todo.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        todo.extend(model.__subclasses__())
+        if model.__module__.startswith("tether.") and not model.__pydantic_complete__:
+            with contextlib.suppress(Exception):  # a forward reference not defined yet
+                model.model_rebuild()
 
 
 _settled = False
@@ -110,6 +136,7 @@ def settle_process() -> None:
     for name in WARM_MODULES:
         with contextlib.suppress(ImportError):  # an optional extra not installed
             importlib.import_module(name)
+    build_models()
     policy = gc_policy()
     if policy == "python" or not gc.isenabled():
         return
@@ -132,6 +159,7 @@ __all__ = [
     "GC_POLICIES",
     "GC_THRESHOLDS",
     "WARM_MODULES",
+    "build_models",
     "gc_policy",
     "settle_process",
     "tune_process",

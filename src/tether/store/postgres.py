@@ -397,16 +397,7 @@ class PostgresStore(SqlStore):
         cond = rules.CommitCondition.of(c.task_id, c.token, c.task, c.ledger)
         if c.approvals or rules.closes_requests(c.task):
             return self._commit_requests(cond, c, now)
-        texts = self._artifact_texts(c.artifacts, c.blobs)
-        query, params = pg_commit.statement(
-            cond,
-            c,
-            now,
-            texts,
-            self._encode_changes,
-            batched=self._batched,
-            op_results=self._op_results,
-        )
+        query, params = self._statement(cond, c, now)
         with self._translated() as conn:
             failpoints.hit("during_commit")
             # Not in a pipeline: the statement goes out with its Sync, so the server
@@ -460,20 +451,27 @@ class PostgresStore(SqlStore):
                     cond.task_id, c.task, c.events, c.approvals, stored, status, now
                 )
                 c = dataclasses.replace(c, events=items, approvals=approvals)
-                texts = self._artifact_texts(c.artifacts, c.blobs)
-                query, params = pg_commit.statement(
-                    cond,
-                    c,
-                    now,
-                    texts,
-                    self._encode_changes,
-                    batched=self._batched,
-                    op_results=self._op_results,
-                )
+                query, params = self._statement(cond, c, now)
                 cur = conn.cursor(row_factory=self._tuples).execute(query, params)
                 conn.execute("COMMIT")
             row = cur.fetchone()  # the end of `_begun`'s pipeline sent the Sync
         return self._commit_result(cond, row, len(c.events))
+
+    def _statement(
+        self, cond: rules.CommitCondition, c: Commit, now: float
+    ) -> tuple[bytes, dict[str, Any]]:
+        """The commit's one statement and its parameters (`_pg_commit.statement`) in this
+        database's schema: events batched (11), ops' results in rows of their own (12)."""
+        texts = self._artifact_texts(c.artifacts, c.blobs)
+        return pg_commit.statement(
+            cond,
+            c,
+            now,
+            texts,
+            self._encode_changes,
+            batched=self._batched,
+            op_results=self._op_results,
+        )
 
     def _commit_result(self, cond: rules.CommitCondition, row: Any, n_items: int) -> CommitResult:
         """The commit statement's returned row (a tuple: `_pg_commit.STATUS`...) read by

@@ -159,6 +159,9 @@ class OpIndex:
         if self.cursor is None:
             self.cursor = last_seq
             if self.by_tool:
+                self.modified = modified_args(
+                    await store.get_approvals(task_id, statuses={"approved"})
+                )
                 await self._load(store, task_id)
             return
         span = (self.cursor, last_seq)
@@ -211,13 +214,6 @@ class OpIndex:
             page = await store.get_ops(
                 task_id, {"succeeded"}, tools=set(self.by_tool), after=after, limit=LOAD_PAGE
             )
-            if page and after is None:
-                # The arguments the ops were sent with (a person's `modify`), read once
-                # there is an op: a task's first judging (its round's ops still pending)
-                # finds none. Read after the ops: an op that succeeded was approved before.
-                self.modified = modified_args(
-                    await store.get_approvals(task_id, statuses={"approved"})
-                )
             for op in page:
                 self._put(op)
             if len(page) < LOAD_PAGE:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from typing import Any
 
 import pytest
 
@@ -88,27 +86,3 @@ async def test_a_start_waits_for_the_run_before_it_to_start_its_turn_at_most_the
     assert loop.time() - t0 < 1.0
     said.set()
     await slots.drain()
-
-
-async def test_dead_owners_are_looked_for_at_most_once_per_interval() -> None:
-    """Each look lists this host's live leases; a worker whose queue is empty asked at
-    every run's end. Within the interval a look is skipped (nothing taken); after it,
-    the next one lists the leases again."""
-    from tether.runtime.worker.dead import DeadOwners
-
-    store = MemoryStore()
-    looks: list[str] = []
-    real = store.live_leases
-
-    async def live_leases(prefix: str) -> list[Any]:
-        looks.append(prefix)
-        return await real(prefix)
-
-    store.live_leases = live_leases  # type: ignore[method-assign]
-    dead = DeadOwners(store, "w", 60.0, every=3600.0)
-    assert await dead.take(()) is None
-    assert await dead.take(()) is None
-    assert len(looks) == 1
-    dead.last = time.monotonic() - 3601.0  # the interval has passed
-    assert await dead.take(()) is None
-    assert len(looks) == 2

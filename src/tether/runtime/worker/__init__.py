@@ -46,7 +46,7 @@ from tether.runtime.run.task_run import Preread
 from tether.runtime.takeover import process_id
 from tether.runtime.watch.schedules import start_due
 from tether.runtime.watch.sweep import Notifier, SweepReport, WatchPolicy, sweep
-from tether.runtime.worker.dead import DeadOwners
+from tether.runtime.worker.dead import take_from_dead
 from tether.runtime.worker.drain import Drain, set_pool_size
 from tether.runtime.worker.held import (
     HeldBack,
@@ -121,7 +121,7 @@ class Worker:
       `retry_delay` seconds, for a worker that can run it (not a failure).
     - **A dead worker's task** on this machine (its pid is gone, two renewals of its
       lease missed) is taken over when nothing else is claimable, without waiting for
-      the lease to expire (looked for at most once a second: `DeadOwners`).
+      the lease to expire.
 
     `models` is a `ModelSet` for every task (owned by the caller) or a function from a
     task's `TaskSpec` to its `ModelSet` (built for the run and closed after it); the
@@ -204,7 +204,6 @@ class Worker:
         self.failed = 0
         self._wake = asyncio.Event()
         self._claim_failures = 0
-        self.dead = DeadOwners(store, self.worker_id, lease_ttl)  # now and then
         self._tool_names: list[str] | None = None
         self.slots = Slots(self.worker_id, self.stop)  # the runs under way
         self.drain = Drain(self.stop, grace, lambda: len(self.slots), on_stopping)
@@ -318,7 +317,9 @@ class Worker:
         self._claim_failures = 0
         previous_owner = None
         if lease is None:
-            taken = await self.dead.take(self.passed.now())
+            taken = await take_from_dead(
+                self.store, self.worker_id, self.lease_ttl, self.passed.now()
+            )
             if taken is None:
                 return False
             lease, previous_owner = taken

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from collections.abc import Collection
 
 from tether import errors
@@ -56,33 +55,3 @@ async def take_from_dead(
     except errors.TetherError as exc:
         log.warning("worker %s: looking for dead owners' tasks failed: %s", worker_id, exc)
     return None
-
-
-#: The fewest seconds between two looks for a dead owner's task (`DeadOwners`).
-DEAD_SCAN_EVERY = 1.0
-
-
-class DeadOwners:
-    """`take_from_dead` for a worker, at most once every `every` seconds: the look lists
-    every live lease of this host (the worker's own runs' too), and a worker with an
-    empty queue looked at each run's end (64 looks in a wave's last second at
-    concurrency 64). A dead owner's task waits out two thirds of its lease period
-    anyway: a second more changes little."""
-
-    def __init__(
-        self, store: Store, worker_id: str, lease_ttl: float, every: float = DEAD_SCAN_EVERY
-    ) -> None:
-        self.store = store
-        self.worker_id = worker_id
-        self.lease_ttl = lease_ttl
-        self.every = every
-        self.last: float | None = None
-
-    async def take(self, passing: Collection[str]) -> tuple[Lease, str] | None:
-        """`take_from_dead` (tasks in `passing` left alone), or None without a look when
-        the last was too recent."""
-        now = time.monotonic()
-        if self.last is not None and now - self.last < self.every:
-            return None
-        self.last = now
-        return await take_from_dead(self.store, self.worker_id, self.lease_ttl, passing)

@@ -152,7 +152,11 @@ class Entry:
 
     def __post_init__(self) -> None:
         if not self.tokens:
-            self.tokens = sum(tokens.estimate_message(m) for m in self.messages)
+            # A loop, not `sum` over a generator: every round makes an entry.
+            n = 0
+            for m in self.messages:
+                n += tokens.estimate_message(m)
+            self.tokens = n
 
 
 class Context:
@@ -175,6 +179,8 @@ class Context:
         self.tools = tools
         self.calibrator = calibrator if calibrator is not None else tokens.Calibrator()
         self._fixed_cache: tuple[str, tuple[ToolSchema, ...], int] | None = None
+        #: (system prompt, where its ledger starts): found once per epoch, not per round.
+        self._cut_cache: tuple[str, int] | None = None
         self._entries: list[Entry] = []
         #: Sum of the entries' `tokens`, and all their messages in order.
         self._tokens = 0
@@ -241,11 +247,15 @@ class Context:
         `ModelRequest.ledger`)."""
         # The ledger sits at the tail of the system prompt; the part before it is stable
         # across epochs, so providers with explicit breakpoints can cache it apart.
-        cut = self.system.rfind("\n\nGOAL LEDGER")
+        system = self.system
+        cached = self._cut_cache
+        if cached is None or cached[0] is not system:
+            cached = self._cut_cache = (system, system.rfind("\n\nGOAL LEDGER"))
+        cut = cached[1]
         meta = {"system_stable_prefix": cut} if cut > 0 else {}
         return ModelRequest(
             purpose=purpose,
-            system=self.system,
+            system=system,
             messages=self.messages(),
             tools=self.tools,
             max_output_tokens=max_output_tokens,
@@ -304,16 +314,18 @@ class Context:
 def transcript(entries: Sequence[Entry], limit_chars: int) -> str:
     """Plain-text rendering of history entries for the compressor, newest kept if cut."""
     blocks: list[str] = []
+    add = blocks.append
     for e in entries:
+        # Once per entry, not per message: a compaction transcribes dozens of rounds.
+        where = f" (round {e.round}):\n" if e.round else ":\n"
         for m in e.messages:
-            head = m.role.upper()
-            if m.role == "tool":
-                head = f"TOOL RESULT ({m.name or m.tool_call_id})"
+            role = m.role
+            head = f"TOOL RESULT ({m.name or m.tool_call_id})" if role == "tool" else role.upper()
             body = m.content
             if m.tool_calls:
                 calls = "; ".join(f"{c.name}({c.raw_arguments[:200]})" for c in m.tool_calls)
                 body = (body + "\n" if body else "") + f"[tool calls: {calls}]"
-            blocks.append(f"{head}{f' (round {e.round})' if e.round else ''}:\n{body}")
+            add(head + where + body)
     text = "\n\n".join(blocks)
     if len(text) > limit_chars:
         text = "[... earlier part cut ...]\n" + text[-limit_chars:]

@@ -196,6 +196,15 @@ async def check_budget(
     the task and for the current milestone (`milestone`, when the caller has it). The
     check runs before every model call, so a cap is never exceeded by more than one
     call."""
+    b = view.spec.budget
+    if (
+        not view.state.budget_marks
+        and not view.spec.milestones
+        and not (b.tokens or b.money_usd or b.wall_seconds or b.rounds)
+    ):
+        # Nothing is capped and no mark was crossed: what the walk below finds (it runs
+        # before every model call, and most tasks cap nothing).
+        return None
     marks = set(view.state.budget_marks)
     marks_crossed: list[ev.Event] = []
     exhausted = None

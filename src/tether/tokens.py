@@ -32,7 +32,7 @@ def estimate_text(text: str) -> int:
     if not text:
         return 0
     if text.isascii():  # the common case, decided in C
-        return math.ceil(len(text) / 4)
+        return -(-len(text) // 4)  # `math.ceil(len(text) / 4)`, in integers
     wide = len(_wide().findall(text))
     narrow = len(text) - wide
     return wide + math.ceil(narrow / 4)

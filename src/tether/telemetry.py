@@ -35,6 +35,7 @@ in-flight turns that way, in the process, with no database query.
 from __future__ import annotations
 
 import contextvars
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -226,12 +227,13 @@ def _get_instruments() -> Any:
     return _instruments
 
 
+@functools.lru_cache(maxsize=64)
 def split_model(name: str) -> tuple[str | None, str, str | None]:
     """`(gen_ai.provider.name, model, server address)` of a tether model name:
     `openai:gpt-4.1` is `("openai", "gpt-4.1", None)`,
     `openai-compatible:http://host:8000/v1#qwen3` is
     `("openai-compatible", "qwen3", "host")`; a name without a known prefix has no
-    provider."""
+    provider. Cached: every model call of a run splits the same one or two names."""
     prefix, sep, rest = name.partition(":")
     provider = _PROVIDERS.get(prefix.strip().lower()) if sep else None
     if provider is None:
@@ -262,19 +264,19 @@ def _error_type(exc: BaseException) -> str:
     )
 
 
-def _unset(instrument: Any) -> bool:
-    """An OpenTelemetry proxy instrument with no meter provider behind it yet (one set
-    later gives it its real instrument: it records from then on)."""
-    return getattr(instrument, "_real_instrument", instrument) is None
-
-
 def _record_metrics(attributes: Mapping[str, Any], seconds: float, error: str | None) -> None:
     """The GenAI client metrics of one finished model call."""
     instruments = _get_instruments()
     if not instruments:
         return
     tokens, duration = instruments
-    if _unset(tokens) and _unset(duration):
+    # An OpenTelemetry proxy instrument with no meter provider behind it yet has no
+    # real instrument (one set later gives it one: it records from then on). Asked at
+    # every model call, inline.
+    if (
+        getattr(tokens, "_real_instrument", tokens) is None
+        and getattr(duration, "_real_instrument", duration) is None
+    ):
         return  # no meter provider yet: OpenTelemetry's proxies would record nothing
     keys = (
         "gen_ai.operation.name",
@@ -419,8 +421,10 @@ def _otel_span(tracer: Any, name: str, recorded: _Span) -> Iterator[Any]:
 
 def set_attributes(target: SpanLike, attributes: Mapping[str, Any]) -> None:
     """Add attributes known only once the work is done (tokens, a round number)."""
-    for key, value in _clean(attributes).items():
-        target.set_attribute(key, value)
+    # `_clean` inlined: no dict made between (every model call sets its usage).
+    for key, value in attributes.items():
+        if value is not None:
+            target.set_attribute(key, value if isinstance(value, _PLAIN) else str(value))
 
 
 def agent_attributes(task_id: str) -> dict[str, Any]:

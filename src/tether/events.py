@@ -199,7 +199,7 @@ class RoundStarted(Event):
 
 @_register("model.called")
 class ModelCalled(Event):
-    """One model call: summary here, full prompt and response in the blob store."""
+    """One model call: its request (by reference, or a blob), response, usage and cost."""
 
     call_id: str
     purpose: str
@@ -208,7 +208,8 @@ class ModelCalled(Event):
     request_blob: str | None = None
     #: The request by reference (the actor's calls; see `tether.runtime.round.history`).
     request: dict[str, Any] | None = None
-    response_blob: str | None = None
+    response_blob: str | None = None  # an older tether's: `response` in its place now
+    response: dict[str, Any] | None = None  # less usage etc.: `history.called_response`
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0

@@ -115,16 +115,19 @@ async def test_old_compaction_requests_stored_whole_still_load(
         for e in await store.read_events(tid, types={"model.called"})
         if e.data["purpose"] == "compact"
     )
+    answer = history.called_response(new_form)
     old = ev.ModelCalled(
         call_id=f"{tid}.compact.old",
         purpose="compact",
         model="scripted",
         request_blob=await store.put_blob(history.pack(was.to_dict())),
-        response_blob=new_form["response_blob"],
+        # Its response as a blob too, as that version stored every response.
+        response_blob=await store.put_blob(json.dumps(answer).encode()),
     )
     await store.commit(tid, None, [old])
-    back, _ = await history.load_call(store, tid, f"{tid}.compact.old")
+    back, response = await history.load_call(store, tid, f"{tid}.compact.old")
     assert json.dumps(back.to_dict(), sort_keys=True) == json.dumps(was.to_dict(), sort_keys=True)
+    assert response == answer
 
 
 async def test_a_round_is_stored_by_reference(store: Store, tmp_path: Path) -> None:

@@ -12,10 +12,14 @@ import pytest
 
 from tests.support.cli import assert_clean_error, assert_ok, tether
 from tests.support.loop import by_purpose, next_item, rules_judge, run_task, spec_of
+from tests.support.old_logs import set_event_data, to_old_format
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
+from tether.report.calls import show_call
 from tether.report.replay import replay_task
+from tether.runtime.round import history
+from tether.runtime.run.model_calls import inline_response
 from tether.store.base import Store
 
 from ..conftest import Backend
@@ -51,31 +55,9 @@ def _seq_of(events: list[Any], type_: str, **match: Any) -> int:
     )
 
 
-def _set_event_data(backend: Backend, task_id: str, seq: int, data: dict[str, Any]) -> None:
-    """Edit one recorded event in place, as someone tampering with the database would."""
-    conn = backend.raw()
-    try:
-        if backend.kind == "sqlite":
-            conn.execute(
-                "UPDATE events SET data = ? WHERE task_id = ? AND seq = ?",
-                (json.dumps(data), task_id, seq),
-            )
-        else:  # a commit's events are one row of `event_batches` (schema 11)
-            conn.execute(
-                "UPDATE event_batches b SET events = (SELECT json_agg(CASE WHEN"
-                " b.last_seq - json_array_length(b.events) + e.n = %(seq)s"
-                " THEN json_build_array(e.v -> 0, e.v -> 1, %(data)s::json) ELSE e.v END"
-                " ORDER BY e.n) FROM json_array_elements(b.events) WITH ORDINALITY e(v, n))"
-                " WHERE task_id = %(id)s AND last_seq >= %(seq)s"
-                " AND last_seq - json_array_length(events) < %(seq)s",
-                {"data": json.dumps(data), "id": task_id, "seq": seq},
-            )
-    finally:
-        conn.close()
-
-
 async def _tamper_response(backend: Backend, store: Store, task_id: str, call: int) -> int:
-    """Make the recorded answer of act call `call` write another file; returns the seq of
+    """Make the recorded answer of act call `call` write another file (in the form the
+    call is stored in: inline, or the blob of an older tether's log); returns the seq of
     the round's first op intent (where the replay must diverge)."""
     events = await store.read_events(task_id)
     seq = _seq_of(events, "model.called", call_id=f"{task_id}.act.{call}")
@@ -83,8 +65,12 @@ async def _tamper_response(backend: Backend, store: Store, task_id: str, call: i
     forged = ModelResponse(
         "writing something else", (tool_call("write_file", path="x.txt", content="x"),)
     )
-    blob = await store.put_blob(json.dumps(forged.to_dict(), sort_keys=True).encode())
-    _set_event_data(backend, task_id, seq, {**called.data, "response_blob": blob})
+    if called.data.get("response") is not None:
+        data = {**called.data, "response": inline_response(forged, called.data["model"])}
+    else:
+        blob = await store.put_blob(json.dumps(forged.to_dict(), sort_keys=True).encode())
+        data = {**called.data, "response_blob": blob}
+    set_event_data(backend, task_id, seq, data)
     return _seq_of(events, "op.intended", round=called.data["round"])
 
 
@@ -139,6 +125,48 @@ async def test_an_edited_response_diverges_at_its_round(
         await store.close()
 
 
+async def _what_reads_back(store: Store, tid: str) -> dict[str, Any]:
+    """Each call's request and response (`load_call`, `show_call`) and the history."""
+    calls = await store.read_events(tid, types={"model.called"})
+    shown = [await show_call(store, tid, c.data["call_id"]) for c in calls]
+    loaded = [await history.load_call(store, tid, c.data["call_id"]) for c in calls]
+    entries = await history.load_entries(store, tid, snapshot=None, after_seq=0)
+    return {
+        "shown": [{**s, "call": {k: v for k, v in s["call"].items() if k != "seq"}} for s in shown],
+        "loaded": [(r.to_dict(), ModelResponse.from_dict(d)) for r, d in loaded],
+        "entries": [(e.kind, e.round, [m.to_dict() for m in e.messages]) for e in entries],
+    }
+
+
+async def test_an_old_format_recording_reads_and_replays_clean(
+    sql_backend: Backend, tmp_path: Path
+) -> None:
+    """A log an older tether wrote (each response a blob, each round's messages naming
+    it) reads back as the same calls and history, replays clean, and a tampered answer
+    in it still diverges at its round."""
+    store = await sql_backend.open()
+    try:
+        tid = await _recorded_run(store, tmp_path, judge=True)
+        new = await _what_reads_back(store, tid)
+        assert await to_old_format(sql_backend, store, tid) == 3
+        calls = [e.data for e in await store.read_events(tid, types={"model.called"})]
+        assert calls and all(c["response_blob"] and not c["response"] for c in calls)
+        assert {c["purpose"] for c in calls} == {"act", "judge"}
+        rounds = await store.read_events(tid, types={"round.committed"})
+        assert all(r.data["messages"]["ref"] == history.ROUND_REF_BLOB for r in rounds)
+        assert await _what_reads_back(store, tid) == new
+        result = await replay_task(store, tid)
+        assert result.divergence is None, result.divergence
+        assert result.rounds == 3
+        second = [c["call_id"] for c in calls if c["purpose"] == "act"][1]
+        at = await _tamper_response(sql_backend, store, tid, call=int(second.split(".")[-1]))
+        d = (await replay_task(store, tid)).divergence
+        assert d is not None and (d.round, d.seq) == (2, at)
+        assert d.replayed["args"]["path"] == "x.txt"
+    finally:
+        await store.close()
+
+
 async def test_an_edited_op_result_diverges_at_its_round(
     sql_backend: Backend, tmp_path: Path
 ) -> None:
@@ -150,7 +178,7 @@ async def test_an_edited_op_result_diverges_at_its_round(
         result_event = next(e for e in events if e.seq == seq)
         failed = {"status": "failed", "error_class": "deterministic"}
         forged = {**result_event.data, **failed, "error": "disk full", "summary": "disk full"}
-        _set_event_data(sql_backend, tid, seq, forged)
+        set_event_data(sql_backend, tid, seq, forged)
         d = (await replay_task(store, tid)).divergence
         assert d is not None
         # The forged failure itself is replayed as recorded; what the runtime made of

@@ -22,6 +22,7 @@ from tether.edits import tell
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.runtime.engine import Engine, ModelSet
+from tether.runtime.round import history
 from tether.runtime.run.liveness import probe
 from tether.runtime.tasks import create_task
 from tether.runtime.watch.sinks import LogNotifier
@@ -66,7 +67,9 @@ async def test_working_keeps_the_round_and_the_probe_is_journaled_and_counted(
     assert len(calls) == 2 and all(c["input_tokens"] > 0 for c in calls)
     asked = json.loads(await store.get_blob(calls[0]["request_blob"]))
     assert asked["purpose"] == "probe"
-    answered = json.loads(await store.get_blob(calls[0]["response_blob"]))
+    # Its answer inline, as every call's: no blob.
+    answered = history.called_response(calls[0])
+    assert answered is not None and not calls[0]["response_blob"]
     assert answered["text"].startswith("**Working.**")
     (first, _) = await events_of(store, tid, "probe.answered")
     assert first["item"] == "i1" and first["silent_for"] >= 300 and first["attempt"] == 1

@@ -63,5 +63,5 @@ async def show_call(store: Store, task_id: str, call_id: str) -> dict[str, Any]:
             + (f"; its calls are {hint}" if known else "; it has made no model call yet")
         ) from None
     summary = next(c for c in calls if c["call_id"] == full)
-    # In full: a response blob leaves out the fields at their defaults.
+    # In full: a stored response leaves out the fields at their defaults.
     return {"call": summary, "request": request.to_dict(), "response": response_in_full(response)}

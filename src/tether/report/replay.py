@@ -233,8 +233,7 @@ class _Cursor:
                 transient=bool(event.data.get("transient")),
                 attempts=int(event.data.get("attempts", 1)),
             )
-        doc = history.unpack(await self.rec.source.get_blob(event.data["response_blob"]))
-        return ModelResponse.from_dict(doc)
+        return ModelResponse.from_dict(await history.call_response(self.rec.source, event.data))
 
 
 class _ReplayModel:
@@ -373,6 +372,9 @@ def _comparable(e: StoredEvent) -> dict[str, Any]:
     if e.type == "model.called":
         return {"type": e.type, **{k: e.data.get(k) for k in _CALL_FIELDS}}
     data = {k: v for k, v in e.data.items() if k not in _VOLATILE}
+    if e.type == "round.committed" and isinstance(data.get("messages"), Mapping):
+        # Where the response (the recorded one, fed back) is stored is no decision.
+        data["messages"] = {"tools": data["messages"].get("tools")}
     if e.type == "turn.started":
         # The system prompt names the workspace, which is the replay's scratch copy.
         data = {k: v for k, v in data.items() if k not in ("system_blob", "system_chars")}
@@ -500,11 +502,8 @@ def _scratch(rec: _Recording) -> Path | None:
 def _actor(event: StoredEvent) -> str:
     """Who wrote an out-of-band event, for `stopped_at`: the watchdog suspending a wait
     nobody answered (`runtime.watch`), or a person."""
-    if (
-        event.type == "task.status"
-        and event.data.get("dst") == "suspended"
-        and str(event.data.get("reason", "")).startswith("no answer")
-    ):
+    why = str(event.data.get("reason", "")) if event.data.get("dst") == "suspended" else ""
+    if event.type == "task.status" and why.startswith("no answer"):
         return "the watchdog's suspension of an unanswered wait, which"
     if _swept(event):
         return "the watchdog's stall mark of a run the replay did not see die, which"

@@ -91,6 +91,7 @@ FIELDS: dict[str, tuple[tuple[Any, ...], ...] | None] = {
         ("request_blob", None),
         ("request", None),
         ("response_blob", None),
+        ("response", None),
         ("input_tokens", 0),
         ("output_tokens", 0),
         ("cached_tokens", 0),

@@ -1,9 +1,10 @@
 """The conversation as stored: every message once, requests by reference.
 
 A round's messages are stored as a small document that points at what is already in
-the store: the model's response blob (the assistant message) and, for each tool call,
-the op whose journaled result is the tool message (its content inline only when the op
-record cannot give it back byte for byte, e.g. a refused call). A model request is
+the store: the round's act call's `model.called` event holds the response (the
+assistant message) and, for each tool call, the op whose journaled result is the tool
+message (its content inline only when the op record cannot give it back byte for
+byte, e.g. a refused call). A model request is
 stored as a reference too: its epoch's system prompt blob, the tool schemas blob, the
 last compaction snapshot, and the sequence number of the last event it includes.
 Rebuilding replays the history events after the snapshot up to that number, so a
@@ -24,18 +25,23 @@ from tether.store.base import Store
 
 #: Event types whose data adds to the conversation.
 HISTORY_TYPES = frozenset({"turn.started", "round.committed", "judge.verdict", "user.message"})
-#: Marks the reference formats (a plain request dict has no "ref" key).
-ROUND_REF = 2
+#: What the history is read from: those, and the calls whose responses the rounds are.
+_READ_TYPES = HISTORY_TYPES | {"model.called"}
+#: Marks the reference formats (a plain request dict has no "ref" key). A round's
+#: messages: `ROUND_REF` (its assistant message is its act call's response, in that
+#: `model.called` event), `ROUND_REF_BLOB` (older: the response's blob named here).
+ROUND_REF = 3
+ROUND_REF_BLOB = 2
 REQUEST_REF = 2
 #: Marks a compaction request stored by reference (`compact_ref`).
 COMPACT_REF = 3
 
 
-def round_doc(
-    response_blob: str, tool_messages: Sequence[tuple[Message, str | None, str | None]]
-) -> dict[str, Any]:
+def round_doc(tool_messages: Sequence[tuple[Message, str | None, str | None]]) -> dict[str, Any]:
     """A round's messages by reference: `(message, op_id, journaled_content)` per tool
-    message; the content is stored inline unless the op's record holds the same text."""
+    message; the content is stored inline unless the op's record holds the same text.
+    The assistant message is not here: it is the response in the round's act call's
+    `model.called` event (`load_entries` pairs them)."""
     tools: list[dict[str, Any]] = []
     for msg, op_id, journaled in tool_messages:
         entry: dict[str, Any] = {"id": msg.tool_call_id, "name": msg.name}
@@ -44,7 +50,7 @@ def round_doc(
         else:
             entry["content"] = msg.content
         tools.append(entry)
-    return {"ref": ROUND_REF, "response": response_blob, "tools": tools}
+    return {"ref": ROUND_REF, "tools": tools}
 
 
 #: Marks a JSON document stored compressed (see `pack`).
@@ -87,12 +93,57 @@ async def _json(store: Store, ref: str) -> Any:
     return unpack(await store.get_blob(ref))
 
 
-async def round_messages(store: Store, task_id: str, doc: Any) -> list[Message]:
-    """The messages of one round from its stored document (either format)."""
-    if not isinstance(doc, Mapping) or doc.get("ref") != ROUND_REF:
+def called_response(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The response (`model_calls.response_doc`'s form) of a `model.called` event's
+    data that holds it inline, the fields its event records put back (see
+    `model_calls.inline_response`); None for one that names its blob (older)."""
+    inline = data.get("response")
+    if inline is None:
+        return None
+    doc = dict(inline)
+    usage = {
+        k: v
+        for k, v in (
+            ("input_tokens", data.get("input_tokens", 0)),
+            ("output_tokens", data.get("output_tokens", 0)),
+            ("cached_input_tokens", data.get("cached_tokens", 0)),
+            ("cache_write_tokens", data.get("cache_write_tokens", 0)),
+        )
+        if v
+    }
+    if usage:
+        doc["usage"] = usage
+    if not doc.setdefault("model", data.get("model", "")):
+        del doc["model"]
+    if not doc.setdefault("latency_ms", data.get("latency_ms", 0.0)):
+        del doc["latency_ms"]
+    if data.get("attempts", 1) != 1:
+        doc["attempts"] = data["attempts"]
+    return doc
+
+
+async def call_response(store: Store, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored response of a `model.called` event's data: inline, or its blob."""
+    doc = called_response(data)
+    if doc is None:
+        got: dict[str, Any] = await _json(store, data["response_blob"])
+        return got
+    return doc
+
+
+async def round_messages(
+    store: Store, task_id: str, doc: Any, response: Mapping[str, Any] | None = None
+) -> list[Message]:
+    """The messages of one round from its stored document (any format); `response`: the
+    round's act call's (`call_response`), which a `ROUND_REF` document leaves out."""
+    if not isinstance(doc, Mapping) or doc.get("ref") not in (ROUND_REF, ROUND_REF_BLOB):
         return [Message.from_dict(m) for m in doc]
-    response = ModelResponse.from_dict(await _json(store, doc["response"]))
-    msgs = [Message("assistant", response.text, tool_calls=response.tool_calls)]
+    if doc["ref"] == ROUND_REF_BLOB:
+        response = await _json(store, doc["response"])
+    if response is None:
+        raise KeyError(f"round response of task {task_id}")
+    answer = ModelResponse.from_dict(response)
+    msgs = [Message("assistant", answer.text, tool_calls=answer.tool_calls)]
     op_ids = {t["op"] for t in doc["tools"] if "op" in t}
     ops = {o.op_id: o for o in await store.get_ops(task_id, op_ids=op_ids)} if op_ids else {}
     for t in doc["tools"]:
@@ -134,18 +185,30 @@ async def load_entries(
                 Entry(e["kind"], [Message.from_dict(m) for m in e["messages"]], e.get("round"))
             )
         after = after_seq
-    hist = await store.read_events(task_id, after=after, types=set(HISTORY_TYPES))
+    hist = await store.read_events(task_id, after=after, types=set(_READ_TYPES))
+    # Each round's act call, until its `round.committed` (the last one of the round's
+    # number: a round a new turn abandoned may have called before).
+    acts: dict[Any, Mapping[str, Any]] = {}
     for h in hist:
         if upto_seq is not None and h.seq > upto_seq:
             break
         d = h.data
-        if h.type == "turn.started" and d.get("message"):
+        if h.type == "model.called":
+            if d.get("purpose") == "act":
+                acts[d.get("round")] = d
+        elif h.type == "turn.started" and d.get("message"):
             entries.append(Entry("turn", [Message("user", d["message"])]))
         elif h.type == "round.committed" and (d.get("messages") or d.get("messages_blob")):
+            called = acts.pop(d.get("round"), None)
             if skip_round and d.get("round") == skip_round:
                 continue
             doc = d.get("messages") or await _json(store, d["messages_blob"])
-            msgs = await round_messages(store, task_id, doc)
+            response = None
+            if isinstance(doc, Mapping) and doc.get("ref") == ROUND_REF:
+                if called is None:
+                    called = await _act_call(store, task_id, d.get("round"), h.seq)
+                response = await call_response(store, called)
+            msgs = await round_messages(store, task_id, doc, response)
             entries.append(Entry("round", msgs, d.get("round")))
         elif h.type == "judge.verdict" and (d.get("continuation") or d.get("same_continuation")):
             text = last_continuation(entries) if d.get("same_continuation") else d["continuation"]
@@ -153,6 +216,20 @@ async def load_entries(
         elif h.type == "user.message":
             entries.append(Entry("turn", [Message("user", f"Message from the user: {d['text']}")]))
     return entries
+
+
+async def _act_call(store: Store, task_id: str, round_no: Any, before: int) -> Mapping[str, Any]:
+    """The act call of round `round_no` last before event `before`, from the whole log:
+    for a round whose call is not among the events `load_entries` read (none is, as
+    compaction never comes between a round's call and its commit; read defensively)."""
+    found = [
+        e.data
+        for e in await store.read_events(task_id, types={"model.called"})
+        if e.seq < before and e.data.get("purpose") == "act" and e.data.get("round") == round_no
+    ]
+    if not found:
+        raise KeyError(f"act call of round {round_no} of task {task_id}")
+    return found[-1]
 
 
 def epoch_doc(
@@ -293,5 +370,5 @@ async def load_call(store: Store, task_id: str, call_id: str) -> tuple[ModelRequ
         if e.data.get("call_id") == call_id:
             doc = e.data.get("request") or await _json(store, e.data["request_blob"])
             request = await rebuild_request(store, task_id, doc)
-            return request, await _json(store, e.data["response_blob"])
+            return request, await call_response(store, e.data)
     raise KeyError(call_id)

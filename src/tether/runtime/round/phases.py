@@ -7,8 +7,8 @@
   human), the limits and the budget (`checks.limits`).
 - **assemble**: the focus item (started in the ledger), compaction when the context
   would outgrow its budget, and the model request.
-- **decide**: the one model call, journaled (its request by reference, its response as
-  a blob) and *staged*: it reaches the store with the round's first commit.
+- **decide**: the one model call, journaled (its request by reference, its response in
+  its event) and *staged*: it reaches the store with the round's first commit.
 - **act**: every tool call through permissions, approvals, breakers and the op journal
   (`ops.OpRunner`); a round with side effects commits its decision with its op intents
   before anything is sent.
@@ -32,8 +32,8 @@ results are never held in memory across a model call; a read-only round commits 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tether import errors, failpoints, ledger_view, telemetry
 from tether import events as ev
@@ -100,9 +100,7 @@ async def finish_interrupted(run: RoundHost) -> Outcome | None:
         state = run.view.state
         inflight = state.inflight
         if inflight:
-            response = ModelResponse.from_dict(
-                await run.journal.get_json(inflight["response_blob"])
-            )
+            response = ModelResponse.from_dict(await _decision(run, inflight))
             stop = await _finish(
                 run, int(inflight["round"]), inflight.get("focus"), response, resumed=True
             )
@@ -116,21 +114,32 @@ async def finish_interrupted(run: RoundHost) -> Outcome | None:
         return stop_.outcome
 
 
+async def _decision(run: RoundHost, inflight: Mapping[str, Any]) -> Any:
+    """The stored response of an interrupted round's act call: its `model.called` event
+    (committed with the round's first commit, as `inflight` was), read from the events
+    after `inflight["after"]` (the few of the round: no scan of the log); the blob an
+    older tether's `inflight` names."""
+    if "response_blob" in inflight:
+        return await run.journal.get_json(inflight["response_blob"])
+    call_id = inflight["call"]
+    store, task_id = run.ops_host.store, run.journal.task_id
+    for after in dict.fromkeys((int(inflight.get("after", 0)), 0)):
+        for e in await store.read_events(task_id, after=after, types={"model.called"}):
+            if e.data.get("call_id") == call_id:
+                doc = history.called_response(e.data)
+                return (
+                    doc if doc is not None else await run.journal.get_json(e.data["response_blob"])
+                )
+    raise KeyError(f"the model call {call_id} of the interrupted round is not stored")
+
+
 async def _finish(
     run: RoundHost, round_no: int, focus: str | None, response: ModelResponse, *, resumed: bool
 ) -> Outcome | None:
     """The phases after the decision: act, write back, verify."""
     runner = OpRunner(run.ops_host)
     outcomes = await act(run.journal, runner, round_no, response, resumed=resumed)
-    pending = write_back(
-        run.view,
-        round_no,
-        focus,
-        response,
-        outcomes,
-        runner.pending_events,
-        response_blob=str((run.view.state.inflight or {})["response_blob"]),
-    )
+    pending = write_back(run.view, round_no, focus, response, outcomes, runner.pending_events)
     return await verify(run, round_no, focus, response, outcomes, pending)
 
 
@@ -184,7 +193,8 @@ async def decide(
     The decision (the focus item's start, the call's record, the response) goes into
     the store with the round's first commit — with its op intents when the round has
     side effects, or with the results when it is read-only. Until then `inflight`
-    (staged too) says how to finish the round from the recorded response.
+    (staged too) says how to finish the round from the recorded response: which call,
+    found among the events after the last one committed before it (`_decision`).
     """
     calls, journal, state = run.calls, run.journal, run.view.state
     actor = calls.models.actor
@@ -203,7 +213,12 @@ async def decide(
     ms = (journal.staged_ledger or run.view.ledger).current_milestone()
     if ms is not None:
         state.milestone_rounds[ms] = state.milestone_rounds.get(ms, 0) + 1
-    state.inflight = {"round": round_no, "focus": focus, "response_blob": called.response_blob}
+    state.inflight = {
+        "round": round_no,
+        "focus": focus,
+        "call": called.call_id,
+        "after": state.last_seq,
+    }
     journal.staged_events = [
         ev.RoundStarted(round=round_no, turn=state.turns or 1, item=focus),
         *journal.staged_events,
@@ -238,18 +253,16 @@ def write_back(
     response: ModelResponse,
     outcomes: list[OpOutcome],
     extra: Sequence[ev.Event] = (),
-    response_blob: str = "",
 ) -> PendingRound:
     """Phase 5: the round's results as one write (committed with the verdict, or before
     an LLM judge's call). Every message is stored once: the assistant's is the response
-    blob, a tool's is its op's journaled result."""
+    in the round's `model.called` event, a tool's is its op's journaled result."""
     failpoints.hit("after_op_result")
     assistant = Message("assistant", response.text, tool_calls=response.tool_calls)
     tool_msgs = [
         Message("tool", o.content, tool_call_id=o.call.id, name=o.call.name) for o in outcomes
     ]
     doc = history.round_doc(
-        response_blob,
         [
             (
                 m,

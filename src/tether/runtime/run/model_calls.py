@@ -1,7 +1,7 @@
 """The run's model calls (`ports.ModelPort`): one call with its latency measured and
-cancelled by a stop request, its record (request by reference, response as a blob,
-spend counted in the run state), and what a call that failed after its retries means
-for the task (it waits, never dies silently)."""
+cancelled by a stop request, its record (request by reference, response inline in its
+event, spend counted in the run state), and what a call that failed after its retries
+means for the task (it waits, never dies silently)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def _defaults(cls: type[Any], doc: Mapping[str, Any]) -> dict[str, Any]:
 #: What `ModelResponse.from_dict` (with `ToolCall.from_dict` and `Usage(**usage)`) reads
 #: a missing key as. A stored response leaves these out (`response_doc`): a round's
 #: answer stored its null finish reason, its calls' null errors and its zero cache
-#: counts, a third of its blob.
+#: counts, a third of its document.
 _RESPONSE_DEFAULTS = _defaults(ModelResponse, ModelResponse("").to_dict())
 _CALL_DEFAULTS = _defaults(ToolCall, ToolCall("", "", None).to_dict())
 _USAGE_DEFAULTS = _defaults(Usage, Usage().to_dict())
@@ -82,11 +82,12 @@ def _call_doc(call: ToolCall) -> dict[str, Any]:
 
 
 def response_doc(response: ModelResponse) -> dict[str, Any]:
-    """A response as its blob stores it: `to_dict()` without the fields at their
-    defaults (`_RESPONSE_DEFAULTS`), which `ModelResponse.from_dict` reads back the
-    same; blobs written whole (by an older tether) read as before. Built field by field
-    rather than pruned from `to_dict()` (a round stores one; pruning cost more than the
-    dict itself): tests hold it to `to_dict` for every field."""
+    """A response as stored: `to_dict()` without the fields at their defaults
+    (`_RESPONSE_DEFAULTS`), which `ModelResponse.from_dict` reads back the same;
+    responses written whole (blobs of an older tether) read as before. Built field by
+    field rather than pruned from `to_dict()` (a round stores one; pruning cost more
+    than the dict itself): tests hold it to `to_dict` for every field. Its event holds
+    it less what the event's own fields say (`inline_response`)."""
     r, u = response, response.usage
     doc: dict[str, Any] = {"text": r.text}
     if r.tool_calls:
@@ -114,6 +115,25 @@ def response_doc(response: ModelResponse) -> dict[str, Any]:
     return doc
 
 
+def inline_response(response: ModelResponse, model: str) -> dict[str, Any]:
+    """The response as its `model.called` event holds it (`ModelCalled.response`):
+    `response_doc` without what the event's own fields record — the usage (its token
+    counts), the model (`model`: the event's), the latency (to the microsecond) and
+    the attempts — each kept only if the event's field would not give it back the same
+    (`history.called_response` puts them back): each byte of a round once."""
+    r = response
+    doc: dict[str, Any] = {"text": r.text}
+    if r.tool_calls:
+        doc["tool_calls"] = [_call_doc(c) for c in r.tool_calls]
+    if r.finish_reason is not None:
+        doc["finish_reason"] = r.finish_reason
+    if r.model != model:
+        doc["model"] = r.model
+    if type(ms := r.latency_ms) is float and round(ms, 3) != ms:
+        doc["latency_ms"] = ms  # finer than the event's microsecond (`ev.Millis`)
+    return doc
+
+
 def response_in_full(doc: Mapping[str, Any]) -> dict[str, Any]:
     """A stored response (`response_doc`, or whole) with every field, as `to_dict()`
     gives it: for people and API clients, who see the same keys whichever wrote it."""
@@ -133,15 +153,19 @@ def called_event(
     summary: str,
     **refs: Any,
 ) -> ev.ModelCalled:
-    """A call's `model.called` event: the response's usage, latency and cost, with what
-    `refs` carries (the request and response blobs, ...). The round's calls and the
-    status probe's are recorded alike."""
+    """A call's `model.called` event: the response inline (`inline_response`), its
+    usage, latency and cost, with what `refs` carries (the request or its blob). Every
+    call is recorded alike, the round's, the judge's, compaction's and the status
+    probe's: a judge's or a probe's answer is a few dozen bytes, a compaction's summary
+    a few KB (its event then compressed by the store like any large row), and a blob
+    row keyed by its 71-character hash cost more than most answers themselves."""
     u = response.usage
     return ev.ModelCalled(
         call_id=call_id,
         purpose=purpose,
         model=model,
         round=round_no,
+        response=inline_response(response, model),
         input_tokens=u.input_tokens,
         output_tokens=u.output_tokens,
         cached_tokens=u.cached_input_tokens,
@@ -149,6 +173,8 @@ def called_event(
         latency_ms=response.latency_ms,
         cost_usd=cost,
         summary=summary,
+        tool_calls=len(response.tool_calls),
+        attempts=response.attempts,
         **refs,
     )
 
@@ -189,8 +215,8 @@ class ModelCalls:
                 ),
             )
         if not resp.latency_ms:
-            # To the microsecond: the clock's further digits are noise, stored twice a
-            # call (its event and its response blob).
+            # To the microsecond: the clock's further digits are noise (and the event
+            # keeps no more: `inline_response`).
             ms = round((time.perf_counter() - t0) * 1000, 3)
             resp = _measured(resp, resp.model or model.name, ms)
         return resp
@@ -256,7 +282,7 @@ class ModelCalls:
         ref: dict[str, Any] | None = None,
     ) -> ev.ModelCalled:
         """The request (by reference for the actor's calls: see `history`; `ref` when
-        the caller gives it) and the response as blobs; the event keeps a summary."""
+        the caller gives it, else as a blob) and the response, in the event."""
         st, blobs = self.view.state, self.journal.blobs
         req_blob: str | None = None
         req_ref: dict[str, Any] | None = ref
@@ -272,12 +298,11 @@ class ModelCalls:
             )
         elif ref is None:
             req_blob = blobs.packed(request.to_dict())
-        resp_blob = blobs.json(response_doc(response))
         cost = _cost(model.name, response)
         st.count_call(purpose, response.usage, cost, self.view.ledger.current_milestone())
         st.last_call_at = self.view.clock.now()
         names = ", ".join(c.name for c in response.tool_calls)
-        # A summary for the timeline: the response itself is in its blob.
+        # A summary for the timeline's line (the response is in the event too).
         summary = (response.text[:100] + (f" [calls: {names}]" if names else "")).strip()
         return called_event(
             f"{self.journal.task_id}.{purpose}.{st.model_calls}",
@@ -289,9 +314,6 @@ class ModelCalls:
             summary,
             request_blob=req_blob,
             request=req_ref,
-            response_blob=resp_blob,
-            tool_calls=len(response.tool_calls),
-            attempts=response.attempts,
         )
 
     async def model_failed(self, purpose: str, model: Model, exc: Exception) -> None:
@@ -329,4 +351,4 @@ class ModelCalls:
         )
 
 
-__all__ = ["ModelCalls", "called_event", "response_doc", "response_in_full"]
+__all__ = ["ModelCalls", "called_event", "inline_response", "response_doc", "response_in_full"]

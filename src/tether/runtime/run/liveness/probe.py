@@ -16,10 +16,11 @@ ITEM? answer DONE, WORKING or STUCK":
   `limits.max_crash_restarts`; `ask_human` cancels the round and the task waits for a
   person with the reason, announced like a `NEED_HELP` (`runtime.notices`).
 
-Each probe is a journaled model call (`model.called`, purpose `probe`, its request and
-response as blobs), counted in the run's usage and spend like any other and redacted,
-followed by a `probe.answered` event. A probe's events are committed on their own, next
-to the round rather than with it: the round's staged decision and blobs are left alone.
+Each probe is a journaled model call (`model.called`, purpose `probe`, its request as a
+blob and its response inline, as every call's), counted in the run's usage and spend
+like any other and redacted, followed by a `probe.answered` event. A probe's events are
+committed on their own, next to the round rather than with it: the round's staged
+decision and blobs are left alone.
 
 The probe runs only while a round is in flight and not waiting: a sleep on the run's
 clock (an inline backoff until a retry time, a breaker's cooldown, a concurrency slot)
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 import time
@@ -335,7 +335,10 @@ class Prober:
             )
         if response is not None:
             if not response.latency_ms:
-                response = replace(response, latency_ms=(time.perf_counter() - t0) * 1000)
+                # To the microsecond, as `ModelCalls.call_model` measures (and the event
+                # keeps: a finer latency would be stored in its response as well).
+                ms = round((time.perf_counter() - t0) * 1000, 3)
+                response = replace(response, latency_ms=ms)
             text = response.text
             called, blobs = self._record(model.name, req, response, round_no)
             events.append(called)
@@ -356,13 +359,13 @@ class Prober:
     def _record(
         self, model_name: str, req: ModelRequest, response: ModelResponse, round_no: int
     ) -> tuple[ev.ModelCalled, list[bytes]]:
-        """The call's event and blobs, and its spend added to the run's usage (like the
-        engine's `record_call`, without the round's staged blobs: see the module)."""
+        """The call's event and its request's blob, and its spend added to the run's usage
+        (like the engine's `record_call`, without the round's staged blobs: see the
+        module)."""
         from tether.models import pricing
 
         run = self.run
         req_data = history.pack(req.to_dict())
-        resp_data = json.dumps(response.to_dict(), ensure_ascii=False, sort_keys=True).encode()
         name = response.model or model_name
         cost = float(pricing.cost_usd(name, response.usage))
         st = run.view.state
@@ -378,6 +381,5 @@ class Prober:
             cost,
             response.text[:100].strip(),
             request_blob=blob_hash(req_data),
-            response_blob=blob_hash(resp_data),
         )
-        return called, [req_data, resp_data]
+        return called, [req_data]

@@ -75,6 +75,7 @@ def test_timeline_full_shows_each_event_whole(tmp_path: Path) -> None:
     assert len(short.stdout.splitlines()) == len(events)
     assert len(full.stdout.splitlines()) > 3 * len(events)
     called = next(e for e in events if e["type"] == "model.called")
-    # The whole response reference, which the one-line summary leaves out.
-    assert called["data"]["response_blob"] in full.stdout
-    assert called["data"]["response_blob"] not in short.stdout
+    # The call's id and its request's reference, which the one-line summary leaves out.
+    assert called["data"]["call_id"] in full.stdout
+    assert called["data"]["call_id"] not in short.stdout
+    assert called["data"]["request"]["epoch"] in full.stdout

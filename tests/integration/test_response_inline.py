@@ -130,6 +130,9 @@ async def test_each_response_is_stored_once_inline_and_reads_back_as_given(
         rounds = await store.read_events(tid, types={"round.committed"})
         assert all(set(r.data["messages"]) == {"ref", "tools"} for r in rounds)
         assert all(r.data["messages"]["ref"] == history.ROUND_REF for r in rounds)
+        # Each tool message's call id and name are the response's call's at its place.
+        tools = [t for r in rounds for t in r.data["messages"]["tools"]]
+        assert tools and all(set(t) == {"op"} for t in tools)
         entries = await history.load_entries(store, tid, snapshot=None, after_seq=0)
         said = [e.messages[0] for e in entries if e.kind == "round"]
         assert said == [Message("assistant", r.text, tool_calls=r.tool_calls) for r in actor.given]

@@ -52,26 +52,28 @@ async def old_call(store: Store, data: dict[str, Any]) -> dict[str, Any]:
 async def to_old_format(backend: Backend, store: Store, task_id: str) -> int:
     """Rewrite every model call and round of the task into the older form; returns how
     many rounds were rewritten."""
-    blobs: dict[Any, str] = {}
+    blobs: dict[Any, tuple[str, list[dict[str, Any]]]] = {}
     rounds = 0
     for e in await store.read_events(task_id, types={"model.called", "round.committed"}):
         data = dict(e.data)
         if e.type == "model.called":
             if data.get("response") is None:
                 continue
+            calls = (history.called_response(data) or {}).get("tool_calls", [])
             old = await old_call(store, data)
             if data.get("purpose") == "act":
-                blobs[data.get("round")] = old["response_blob"]
+                blobs[data.get("round")] = (old["response_blob"], calls)
             set_event_data(backend, task_id, e.seq, old)
             continue
         doc = data.get("messages")
         if isinstance(doc, dict) and doc.get("ref") == history.ROUND_REF:
-            response = blobs.pop(data["round"])
-            data["messages"] = {
-                "ref": history.ROUND_REF_BLOB,
-                "response": response,
-                "tools": doc["tools"],
-            }
+            response, calls = blobs.pop(data["round"])
+            # Each tool message's call id and name were stored with it then.
+            tools = [
+                {"id": c["id"], "name": c["name"], **t}
+                for c, t in zip(calls, doc["tools"], strict=True)
+            ]
+            data["messages"] = {"ref": history.ROUND_REF_BLOB, "response": response, "tools": tools}
             set_event_data(backend, task_id, e.seq, data)
             rounds += 1
     return rounds

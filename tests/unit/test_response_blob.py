@@ -1,7 +1,9 @@
-"""A model's response as its blob stores it (`model_calls.response_doc`): the fields at
-their defaults are left out, and every reader builds the same response from what is
-left (`ModelResponse.from_dict`) or shows it whole (`response_in_full`); blobs written
-whole, by an older tether, read as before."""
+"""A model's response as stored (`model_calls.response_doc`): the fields at their
+defaults are left out, and every reader builds the same response from what is left
+(`ModelResponse.from_dict`) or shows it whole (`response_in_full`); blobs written whole,
+by an older tether, read as before. Inline in its call's event (`inline_response`), it
+leaves out what the event's own fields say too, and `history.called_response` puts it
+back."""
 
 from __future__ import annotations
 
@@ -11,9 +13,12 @@ from typing import Any
 
 import pytest
 
+from tether import events as ev
 from tether.models.base import ModelResponse, ToolCall, Usage
+from tether.runtime.round import history
 from tether.runtime.run.journal import BlobStage
-from tether.runtime.run.model_calls import response_doc, response_in_full
+from tether.runtime.run.model_calls import called_event, response_doc, response_in_full
+from tether.store import _rules
 
 CALL = ToolCall("call_1", "do_step", {"step": 1}, '{"step": 1}')
 RESPONSES = [
@@ -75,7 +80,7 @@ def _every_mix() -> list[ModelResponse]:
     out = []
     for mask in range(2 ** len(other)):
         chosen = {k: v for i, (k, v) in enumerate(other.items()) if mask >> i & 1}
-        out.append(ModelResponse("t" if mask % 3 else "", **chosen))  # type: ignore[arg-type]
+        out.append(ModelResponse("t" if mask % 3 else "", **chosen))
     return out
 
 
@@ -155,7 +160,7 @@ def test_the_blob_is_compact_json() -> None:
     class _View:
         state = None
 
-    stage = BlobStage(_View())  # type: ignore[arg-type]
+    stage = BlobStage(_View())
     ref = stage.json(response_doc(RESPONSES[1]))
     data = stage.pending[ref]
     doc = response_doc(RESPONSES[1])
@@ -164,3 +169,41 @@ def test_the_blob_is_compact_json() -> None:
     )
     assert json.loads(data) == response_doc(RESPONSES[1])
     assert len(data) < len(json.dumps(RESPONSES[1].to_dict(), sort_keys=True)) * 2 // 3
+
+
+#: Latencies the event's microsecond would not keep, with and without a model name.
+FINER = [
+    ModelResponse("x", latency_ms=0.1234567),
+    ModelResponse("y", (CALL,), Usage(output_tokens=1), "m", 2.0000004, "stop", attempts=4),
+]
+
+
+@pytest.mark.parametrize("configured", ["m", "configured"])
+@pytest.mark.parametrize("response", RESPONSES + _every_mix() + FINER)
+def test_a_response_inline_in_its_event_reads_back_the_same(
+    response: ModelResponse, configured: str
+) -> None:
+    # The event names the answering model, else the configured one (`record_call`).
+    event = called_event("t.act.1", "act", response.model or configured, 1, response, 0.1, "")
+    data = _json(event.data())
+    inline = data["response"]
+    # Once: what the event's fields say is not in its response again.
+    assert not {"usage", "attempts"} & set(inline)
+    assert ("model" in inline) == (response.model == "")
+    assert ("latency_ms" in inline) == (response in FINER)
+    assert data["attempts"] == response.attempts
+    assert data["tool_calls"] == len(response.tool_calls)
+    # As an SQL store writes it (fields at their defaults left out), or whole.
+    stored = _rules.compact("model.called", data)
+    for form in (data, stored, _rules.expand("model.called", stored)):
+        doc = history.called_response(form)
+        assert doc == response_doc(response)
+        assert ModelResponse.from_dict(_json(doc)) == response
+        assert response_in_full(_json(doc)) == _json(response.to_dict())
+    assert ev.decode("model.called", stored).response == inline
+
+
+def test_an_event_naming_a_blob_has_no_inline_response() -> None:
+    old = {"call_id": "c", "purpose": "act", "model": "m", "response_blob": "sha256:ab"}
+    assert history.called_response(old) is None
+    assert history.called_response(_rules.expand("model.called", old)) is None

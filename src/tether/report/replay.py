@@ -372,9 +372,8 @@ def _comparable(e: StoredEvent) -> dict[str, Any]:
     if e.type == "model.called":
         return {"type": e.type, **{k: e.data.get(k) for k in _CALL_FIELDS}}
     data = {k: v for k, v in e.data.items() if k not in _VOLATILE}
-    if e.type == "round.committed" and isinstance(data.get("messages"), Mapping):
-        # Where the response (the recorded one, fed back) is stored is no decision.
-        data["messages"] = {"tools": data["messages"].get("tools")}
+    if e.type == "round.committed":  # where its response is stored is no decision
+        data["messages"] = history.round_refs(data.get("messages"))
     if e.type == "turn.started":
         # The system prompt names the workspace, which is the replay's scratch copy.
         data = {k: v for k, v in data.items() if k not in ("system_blob", "system_chars")}

@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tether.models.base import Message, ModelRequest, ModelResponse, ToolSchema
+from tether.models.base import Message, ModelRequest, ModelResponse, ToolCall, ToolSchema
 from tether.runtime.round.context import Entry, transcript
 from tether.store.base import Store
 
@@ -37,20 +37,37 @@ REQUEST_REF = 2
 COMPACT_REF = 3
 
 
-def round_doc(tool_messages: Sequence[tuple[Message, str | None, str | None]]) -> dict[str, Any]:
+def round_doc(
+    tool_messages: Sequence[tuple[Message, str | None, str | None]],
+    calls: Sequence[ToolCall] = (),
+) -> dict[str, Any]:
     """A round's messages by reference: `(message, op_id, journaled_content)` per tool
     message; the content is stored inline unless the op's record holds the same text.
     The assistant message is not here: it is the response in the round's act call's
-    `model.called` event (`load_entries` pairs them)."""
+    `model.called` event (`load_entries` pairs them), whose tool `calls` give each tool
+    message at their place its call id and name (stored only where they differ)."""
     tools: list[dict[str, Any]] = []
-    for msg, op_id, journaled in tool_messages:
-        entry: dict[str, Any] = {"id": msg.tool_call_id, "name": msg.name}
+    for i, (msg, op_id, journaled) in enumerate(tool_messages):
+        call = calls[i] if i < len(calls) else None
+        if call is not None and (call.id, call.name) == (msg.tool_call_id, msg.name):
+            entry: dict[str, Any] = {}
+        else:
+            entry = {"id": msg.tool_call_id, "name": msg.name}
         if op_id is not None and journaled == msg.content:
             entry["op"] = op_id
         else:
             entry["content"] = msg.content
         tools.append(entry)
     return {"ref": ROUND_REF, "tools": tools}
+
+
+def round_refs(doc: Any) -> Any:
+    """What a round's messages document (any format) itself says of its tool messages:
+    each one's op or inline text. The rest (the response, its calls' ids and names) is
+    its act call's, stored elsewhere by each format; a list (older) as it is."""
+    if not isinstance(doc, Mapping):
+        return doc
+    return [{k: t[k] for k in ("op", "content") if k in t} for t in doc.get("tools", ())]
 
 
 #: Marks a JSON document stored compressed (see `pack`).
@@ -146,13 +163,17 @@ async def round_messages(
     msgs = [Message("assistant", answer.text, tool_calls=answer.tool_calls)]
     op_ids = {t["op"] for t in doc["tools"] if "op" in t}
     ops = {o.op_id: o for o in await store.get_ops(task_id, op_ids=op_ids)} if op_ids else {}
-    for t in doc["tools"]:
+    calls = answer.tool_calls
+    for i, t in enumerate(doc["tools"]):
         if "op" in t:
             op = ops.get(t["op"])
             content = str((op.result or {}).get("content", "")) if op is not None else ""
         else:
             content = t["content"]
-        msgs.append(Message("tool", content, tool_call_id=t["id"], name=t["name"]))
+        # Left out: the id and name of the response's call at the same place.
+        call_id = t["id"] if "id" in t else calls[i].id
+        name = t["name"] if "name" in t else calls[i].name
+        msgs.append(Message("tool", content, tool_call_id=call_id, name=name))
     return msgs
 
 

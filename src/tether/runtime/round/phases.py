@@ -271,6 +271,7 @@ def write_back(
             )
             for m, o in zip(tool_msgs, outcomes, strict=True)
         ],
+        response.tool_calls,
     )
     ops = []
     arts = []

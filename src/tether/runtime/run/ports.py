@@ -236,8 +236,8 @@ class ModelPort(Protocol):
         round_no: int | None,
         ref: dict[str, Any] | None = None,
     ) -> ev.ModelCalled:
-        """The call's event (its request and response staged as blobs; the request by
-        reference when `ref`, `history.compact_ref`'s, is given)."""
+        """The call's event (its response inline, its request staged as a blob or by
+        reference: `ref`, `history.compact_ref`'s, when given)."""
         ...
 
     async def model_failed(self, purpose: str, model: Model, exc: Exception) -> None:

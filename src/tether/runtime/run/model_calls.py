@@ -156,9 +156,9 @@ def called_event(
     """A call's `model.called` event: the response inline (`inline_response`), its
     usage, latency and cost, with what `refs` carries (the request or its blob). Every
     call is recorded alike, the round's, the judge's, compaction's and the status
-    probe's: a judge's or a probe's answer is a few dozen bytes, a compaction's summary
-    a few KB (its event then compressed by the store like any large row), and a blob
-    row keyed by its 71-character hash cost more than most answers themselves."""
+    probe's: a blob row keyed by its 71-character hash cost more than most answers
+    themselves (a judge's or a probe's is a few dozen bytes), and the largest, a
+    compaction's summary, is no longer inline than it was in its blob."""
     u = response.usage
     return ev.ModelCalled(
         call_id=call_id,

@@ -62,3 +62,42 @@ async def test_errors_echoing_a_key_are_stored_masked(
     everything += json.dumps((await store.get_task(tid)).waiting)
     assert KEY not in everything
     assert MASK in everything
+
+
+async def test_a_secret_in_a_rounds_tool_result_is_stored_masked(
+    store: tether.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool that succeeds with the key (and a URL's password) in its output: the op's
+    stored result and its `op.result` event hold the mask, on every store (the journal
+    looks at a result's strings before it builds a masked copy)."""
+    monkeypatch.setenv("TICKETS_API_KEY", KEY)
+
+    @tether.tool(effect="read")
+    def show_config(name: str, ctx: tether.ToolContext) -> str:
+        """Echoes its configuration, credentials and all."""
+        return f"config {name}: key={KEY} db=postgresql://app:{KEY}x@db/main"
+
+    model = tether.ScriptedModel(
+        [
+            tether.ModelResponse("looking", (tether.tool_call("show_config", name="a"),)),
+            tether.ModelResponse("done", ()),
+        ]
+    )
+    spec = tether.parse_spec(
+        {
+            "objective": "o",
+            "items": [{"id": "a", "title": "a"}],
+            "tools": ["show_config"],
+            "limits": {"max_rounds": 2},
+        }
+    )
+    tid = (await tether.create_task(store, spec, workspace=tmp_path)).task_id
+    registry = default_registry(lambda: store)
+    registry.add(show_config)
+    await tether.Engine(store, tether.ModelSet(model), registry=registry).run(tid)
+    ops = await store.get_ops(tid, tools=["show_config"])
+    assert [o.status for o in ops] == ["succeeded"]
+    stored = json.dumps([o.result for o in ops])
+    stored += json.dumps([e.data for e in await store.read_events(tid, types=["op.result"])])
+    assert KEY not in stored
+    assert f"config a: key={MASK} db=postgresql://app:{MASK}@db/main" in stored

@@ -73,6 +73,9 @@ def redacted_op(op: OpRecord, redactor: Redactor) -> OpRecord:
     """The op record with secrets masked in its error and result."""
     if op.error is None and op.result is None:
         return op
+    # Looked at before a masked copy is built: most results hold nothing to mask.
+    if redactor.clean_data([op.error, op.result]):
+        return op
     error, result = redactor.data(op.error), redactor.data(op.result)
     if (error, result) == (op.error, op.result):
         return op

@@ -43,17 +43,22 @@ class _NotPlain(Exception):
 def _clone(value: Any) -> Any:
     kind = type(value)
     if kind is dict:
-        out = {}
+        # Copied whole (in C), then its containers replaced by copies: most of the run
+        # state's values are atoms, passed over.
+        out = value.copy()
         for k, v in value.items():
             if type(k) is not str:
                 raise _NotPlain
-            if type(v) in _ATOMS:
-                out[k] = v
-            elif not v and (type(v) is dict or type(v) is list):
+            kind = type(v)
+            if kind in _ATOMS:
+                continue
+            if kind is dict:
                 # An empty one, as most of the run state's are: no call for it.
-                out[k] = {} if type(v) is dict else []
+                out[k] = _clone(v) if v else {}
+            elif kind is list:
+                out[k] = (list(v) if _ATOMS.issuperset(map(type, v)) else _clone(v)) if v else []
             else:
-                out[k] = _clone(v)
+                raise _NotPlain
         return out
     if kind is list:
         if _ATOMS.issuperset(map(type, value)):  # a list of strings: copied in C

@@ -360,3 +360,33 @@ def test_the_read_keys_of_the_kept_types_are_plain_fields() -> None:
 def test_read_data_is_the_payload_cut_to_the_read_keys(event: ev.Event) -> None:
     want = {k: v for k, v in event.data().items() if k in own.READ_KEYS}
     assert own.read_data(event) == want
+
+
+# --- the rule judge with nothing to check -----------------------------------------------
+
+
+async def test_an_idle_rule_judge_gives_what_rule_verdict_gives() -> None:
+    """`rules.idle` holds only when `rule_verdict` has nothing to look at: its verdict is
+    then `rules.IDLE` (the judging skips the rule judge's environment); a `done_when`
+    rule or a done item citing an op makes it not idle."""
+    from tether.runtime.judge import rules
+    from tether.runtime.tasks import ledger_from_spec
+    from tether.spec import parse_spec
+
+    plain = parse_spec({"name": "n", "objective": "o", "items": [{"id": "a", "title": "A"}]})
+    ledger = ledger_from_spec(plain)
+    assert rules.idle(plain, ledger)
+    got = await rules.rule_verdict(plain, ledger, None)  # type: ignore[arg-type]
+    assert got == rules.IDLE and dict(got.checks) == dict(rules.IDLE.checks) == {}
+    done = L.complete(ledger, "a", ["op:x"]).ledger
+    assert not rules.idle(plain, done)
+    assert L.complete(ledger, "a", ["artifact:x"]).ledger is not ledger
+    assert rules.idle(plain, L.complete(ledger, "a", ["artifact:x"]).ledger)
+    ruled = parse_spec(
+        {
+            "name": "n",
+            "objective": "o",
+            "items": [{"id": "a", "title": "A", "done_when": {"kind": "op", "tool": "t"}}],
+        }
+    )
+    assert not rules.idle(ruled, ledger_from_spec(ruled))

@@ -34,6 +34,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from tether.runtime.run.ports import JudgeHost, PendingRound
+    from tether.store.base import ArtifactRecord
 
 
 def facts_from_dict(d: Mapping[str, Any]) -> F.RoundFacts:
@@ -95,12 +96,21 @@ async def judge_round(
     """Rule judge, LLM judge, audit; commit the verdict (with the round's results when
     they are still `pending`); act on the decision: the outcome that ends the run, or
     None to go on."""
-    env = StoreRuleEnv(run, pending)
     view = run.view
     spec, ledger = view.spec, view.ledger
-    only = rule_scope(spec, ledger, facts.focus, ((o.tool, o.args) for o in facts.ops))
-    verdicts = [await rules.rule_verdict(spec, ledger, env, only)]
-    extra_events: list[ev.Event] = list(env.events)
+    # The rule judge's evidence artifacts and events (none when it has nothing to check).
+    artifacts: list[ArtifactRecord] = []
+    extra_events: list[ev.Event] = []
+    if rules.idle(spec, ledger):
+        # No rule to check, nothing to undo (most contracts): its verdict is known
+        # without its environment or the round's rule scope.
+        verdicts = [rules.IDLE]
+    else:
+        env = StoreRuleEnv(run, pending)
+        only = rule_scope(spec, ledger, facts.focus, ((o.tool, o.args) for o in facts.ops))
+        verdicts = [await rules.rule_verdict(spec, ledger, env, only)]
+        artifacts = env.artifacts
+        extra_events.extend(env.events)
     judge_model = run.calls.models.judge
     judges = ["rules"]
     if judge_model is not None:
@@ -123,7 +133,7 @@ async def judge_round(
             try:
                 resp = await run.calls.call_model(judge_model, req)
             except errors.ModelError as exc:
-                await run.journal.commit(extra_events, artifacts=env.artifacts)  # results are in
+                await run.journal.commit(extra_events, artifacts=artifacts)  # results are in
                 await run.calls.model_failed("judge", judge_model, exc)
                 raise
             extra_events.append(
@@ -148,7 +158,7 @@ async def judge_round(
     cited = {ref for v in verdicts for c in v.changes for ref in c.evidence}
     known: Mapping[str, F.Evidence] = {}
     if cited:  # most rounds cite nothing: nothing to look up
-        staged = [*env.artifacts, *(pending.artifacts if pending else ())]
+        staged = [*artifacts, *(pending.artifacts if pending else ())]
         known = await resolve_evidence(run, cited, staged, facts, pending.ops if pending else ())
     rounds = _count_round(run, facts)
     outcome = A.audit(
@@ -194,9 +204,9 @@ async def judge_round(
     run.view.state.unjudged = None
     failpoints.hit("before_ledger_write")
     if pending is not None:
-        await run.commit_round(pending, events=events, ledger=new, artifacts=env.artifacts)
+        await run.commit_round(pending, events=events, ledger=new, artifacts=artifacts)
     else:
-        await run.journal.commit(events, ledger=new, artifacts=env.artifacts)
+        await run.journal.commit(events, ledger=new, artifacts=artifacts)
     if continuation:
         run.ctx.append(Entry("continuation", [Message("user", continuation)], facts.round))
     run.journal.snapshot(f"round {facts.round}: {outcome.decision} ({p.done}/{p.total} done)")

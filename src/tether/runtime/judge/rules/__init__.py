@@ -7,7 +7,8 @@ import hashlib
 import os
 from collections.abc import Collection, Container, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from types import MappingProxyType
+from typing import Any, Final, Protocol
 
 from tether import ledger as L
 from tether._by_object import keep
@@ -15,7 +16,7 @@ from tether.artifacts import deliverable_meta
 from tether.ledger_tally import refs as ledger_refs
 from tether.runtime.judge.facts import ProposedChange, Verdict
 from tether.runtime.judge.rules.commands import run_command
-from tether.runtime.judge.rules.scope import fingerprinted, ruled_items
+from tether.runtime.judge.rules.scope import fingerprinted, ruled_items, ruleless
 from tether.runtime.round import progress as P
 from tether.spec import (
     ArtifactRule,
@@ -62,6 +63,19 @@ class RuleEnv(Protocol):
         """Store an evidence artifact (with `meta`, e.g. the deliverable file it accepts);
         return its ref (`artifact:<id>`)."""
         ...
+
+
+#: The rule judge's verdict when it has nothing to check (`idle`), made once: a verdict
+#: is frozen and its (empty) checks a read-only view, so one serves every round.
+IDLE: Final = Verdict("continue", (), "", source="rules", checks=MappingProxyType({}))
+
+
+def idle(spec: TaskSpec, ledger: L.Ledger) -> bool:
+    """True when the rule judge has nothing to look at, whatever the round did: no item
+    has a `done_when` rule, no source is pinned by fingerprint, no done item cites an op
+    (most contracts): its verdict is `IDLE` (equal to what `rule_verdict` returns), and
+    neither the round's rule scope nor a `RuleEnv` is needed to know it."""
+    return ruleless(spec) and not _cited_ids(ledger)
 
 
 async def rule_verdict(

@@ -87,6 +87,13 @@ def fingerprinted(spec: TaskSpec) -> bool:
     return _index(spec).fingerprinted
 
 
+def ruleless(spec: TaskSpec) -> bool:
+    """Whether no item of the contract has a `done_when` rule and no source is pinned
+    by fingerprint (`not ruled_items(spec) and not fingerprinted(spec)`, one lookup)."""
+    index = _index(spec)
+    return not index.ruled and not index.fingerprinted
+
+
 #: The open window of each live ledger, by object id (`open_window`).
 _WINDOWS: dict[int, tuple[str, ...]] = {}
 

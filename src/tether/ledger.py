@@ -168,6 +168,8 @@ class LedgerDiff:
 
 #: `Progress`'s fields after `total`, in order.
 _PROGRESS_ORDER = ("done", "pending", "in_progress", "blocked", "skipped", "waived")
+#: The empty diff (frozen: one serves every transition that changes nothing).
+_NO_DIFF: Final = LedgerDiff()
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,7 @@ class Progress:
         """The progress of items counted by status (a status missing counts 0)."""
         return cls(sum(counts.values()), *(counts.get(s, 0) for s in _PROGRESS_ORDER))
 
-    @property
+    @cached_property  # (a ledger's progress is made once, then asked every round)
     def percent(self) -> float:
         """Share of items done, 0-100."""
         return round(100.0 * self.done / self.total, 1) if self.total else 100.0
@@ -378,10 +380,9 @@ class Ledger:
     ) -> str:
         """Compact text for prompts, item by item. Deterministic: same state, same bytes.
 
-        `compact=True` lists done items by id only (one line per group); `changed` is
-        not used (every item is shown). Prompts render through `ledger_view.render`,
-        which shows a long checklist as a view of bounded size instead.
-        """
+        `compact=True` lists done items by id only (one line per group); `changed` is not
+        used (every item is shown). Prompts render through `ledger_view.render`, which
+        shows a long checklist as a view of bounded size instead."""
         p = self.progress()
         lines = [
             f"{header} (version {self.version})",
@@ -530,10 +531,9 @@ def apply(ledger: Ledger, changes: Sequence[ItemChange]) -> LedgerUpdate:
     """Apply proposed changes; all-or-nothing.
 
     Raises `LedgerError` (and changes nothing) for an unknown item or a `done` without
-    evidence. The version rises by one iff something changed.
-    """
+    evidence. The version rises by one iff something changed."""
     if not changes:  # most rounds: no copy of every item's state
-        return LedgerUpdate(ledger, LedgerDiff())
+        return LedgerUpdate(ledger, _NO_DIFF)
     states = list(ledger.states)
     touched: list[int] = []
     for ch in changes:
@@ -553,7 +553,7 @@ def apply(ledger: Ledger, changes: Sequence[ItemChange]) -> LedgerUpdate:
             if b != a:
                 diff.append(FieldChange(item_id, fname, b, a))
     if not diff:
-        return LedgerUpdate(ledger, LedgerDiff())
+        return LedgerUpdate(ledger, _NO_DIFF)
     new_ledger = Ledger(ledger.skeleton, tuple(states), ledger.version + 1, ledger._index)
     carry(ledger, new_ledger, touched)
     return LedgerUpdate(new_ledger, LedgerDiff(tuple(diff)))
@@ -580,7 +580,7 @@ def diff(before: Ledger, after: Ledger) -> LedgerDiff:
 def start(ledger: Ledger, item_id: str) -> LedgerUpdate:
     """Mark an open item in progress."""
     if ledger.item(item_id).status != "pending":
-        return LedgerUpdate(ledger, LedgerDiff())
+        return LedgerUpdate(ledger, _NO_DIFF)
     return apply(ledger, [ItemChange(item_id, status="in_progress")])
 
 

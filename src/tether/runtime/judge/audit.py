@@ -23,6 +23,7 @@ from tether.runtime.judge.facts import (
     RoundFacts,
     RuntimeDecision,
     Verdict,
+    belongs,
 )
 from tether.runtime.round import progress as P
 from tether.spec import Limits
@@ -39,16 +40,6 @@ _NO_POLICY = ItemPolicy()
 
 
 # --- the audit (pure) -------------------------------------------------------------------
-
-
-def belongs(ev: Evidence, item_id: str, policy: ItemPolicy, *, from_rule: bool) -> bool:
-    """Whether evidence may prove `item_id`: the item's own rule result, produced in a
-    round focused on the item, or linked to it by the contract."""
-    if from_rule or ev.rule_item == item_id or ev.focus == item_id:
-        return True
-    if ev.tool is not None and ev.tool in policy.link_tools:
-        return True
-    return ev.name is not None and ev.name in policy.link_artifacts
 
 
 class _Audit:
@@ -122,6 +113,19 @@ class _Audit:
                 refs=taken,
             )
         return tuple(good)
+
+    def check(self, verdicts: Sequence[Verdict]) -> list[ProposedChange]:
+        """Consider each change in turn (an item given a status once is settled)."""
+        done_items: set[str] = set()
+        for verdict in verdicts:
+            for ch in verdict.changes:
+                if ch.item_id in done_items:
+                    continue
+                before = len(self.accepted)
+                self.consider(verdict.source, ch)
+                if len(self.accepted) > before and self.accepted[-1].status is not None:
+                    done_items.add(ch.item_id)
+        return self.accepted
 
     def consider(self, source: str, ch: ProposedChange) -> None:
         """Accept, trim or refuse one proposed change."""
@@ -361,40 +365,33 @@ def audit(
     each item's progress fingerprints from earlier rounds (`RunState.seen`), and
     `rounds` how many rounds the focus item has had, this one included.
     """
-    run = _Audit(ledger, evidence, policies or {})
-    done_items: set[str] = set()
-    for verdict in verdicts:
-        for ch in verdict.changes:
-            if ch.item_id in done_items:
-                continue
-            before = len(run.accepted)
-            run.consider(verdict.source, ch)
-            if len(run.accepted) > before and run.accepted[-1].status is not None:
-                done_items.add(ch.item_id)
+    policies = policies or {}
+    # Most rounds propose no change: nothing to check one by one.
+    run = _Audit(ledger, evidence, policies) if any(v.changes for v in verdicts) else None
+    accepted, warnings = (run.check(verdicts), run.warnings) if run else ([], [])
     changes = [
-        L.ItemChange(c.item_id, status=c.status, evidence=c.evidence, note=c.note)
-        for c in run.accepted
+        L.ItemChange(c.item_id, status=c.status, evidence=c.evidence, note=c.note) for c in accepted
     ]
     focus = facts.focus
     checks = [v.checks for v in verdicts if v.source == "rules" and focus in v.checks]
     rule_state = checks[0].get(focus or "") if checks else None
     earlier = P.seen_set((seen or {}).get(focus or "", ()))
     moved = P.moves(facts.ops, rule_state, earlier)
-    policy = run.policy(focus) if focus else _NO_POLICY
-    change, blocked = _focus_change(ledger, facts, run.accepted, moved, limits, policy, rounds)
+    policy = (policies.get(focus) or _NO_POLICY) if focus else _NO_POLICY
+    change, blocked = _focus_change(ledger, facts, accepted, moved, limits, policy, rounds)
     if change is not None:
         changes.append(change)
     if blocked is not None:
-        run.warnings.append(blocked)
+        warnings.append(blocked)
     update = L.apply(ledger, changes)
-    decision, reason = _decide(update.ledger, verdicts, facts, run.warnings)
+    decision, reason = _decide(update.ledger, verdicts, facts, warnings)
     return AuditOutcome(
         update,
         decision,
         reason,
-        tuple(run.accepted),
-        tuple(run.warnings),
-        {k: tuple(v) for k, v in run.credited.items()},
-        dict(run.proposals),
+        tuple(accepted),
+        tuple(warnings),
+        {k: tuple(v) for k, v in run.credited.items()} if run is not None else {},
+        dict(run.proposals) if run is not None else {},
         moved.marks if focus is not None and not facts.deferred else (),
     )

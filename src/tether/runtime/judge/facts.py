@@ -182,6 +182,16 @@ class ItemPolicy:
         return _Policies({i.id: i for i in spec.items})
 
 
+def belongs(ev: Evidence, item_id: str, policy: ItemPolicy, *, from_rule: bool) -> bool:
+    """Whether evidence may prove `item_id`: the item's own rule result, produced in a
+    round focused on the item, or linked to it by the contract."""
+    if from_rule or ev.rule_item == item_id or ev.focus == item_id:
+        return True
+    if ev.tool is not None and ev.tool in policy.link_tools:
+        return True
+    return ev.name is not None and ev.name in policy.link_artifacts
+
+
 class _Policies(Mapping[str, ItemPolicy]):
     def __init__(self, items: dict[str, ChecklistItem]) -> None:
         self._items = items

@@ -6,7 +6,7 @@ the module that holds a name.
 
 from __future__ import annotations
 
-from tether.runtime.judge.audit import audit, belongs
+from tether.runtime.judge.audit import audit
 from tether.runtime.judge.completion import partial_record
 from tether.runtime.judge.facts import (
     AuditOutcome,
@@ -19,6 +19,7 @@ from tether.runtime.judge.facts import (
     RoundFacts,
     RuntimeDecision,
     Verdict,
+    belongs,
 )
 from tether.runtime.judge.llm import (
     JUDGE_INSTRUCTIONS,

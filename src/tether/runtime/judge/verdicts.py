@@ -178,8 +178,9 @@ async def judge_round(
     p = new.progress()
     extra_events.extend(outcome.warnings)  # the audit's warnings are events already
     continuation = ""
+    diff = outcome.update.diff
     if outcome.decision == "continue":
-        changed = list(dict.fromkeys(outcome.update.diff.status_changes()))
+        changed = list(dict.fromkeys(diff.status_changes())) if diff.changes else []
         continuation = _continuation(new, outcome.reason, changed)
     # A continuation the history holds already (the last one, often the same round
     # after round) is stored once: the verdict says so instead of repeating it.
@@ -191,7 +192,7 @@ async def judge_round(
         done=p.done,
         total=p.total,
         percent=p.percent,
-        changes=outcome.update.diff.to_list(),
+        changes=diff.to_list() if diff.changes else [],
         judges=judges,
         continuation="" if same else continuation,
         same_continuation=same,
@@ -199,8 +200,8 @@ async def judge_round(
         marks=list(outcome.marks),
     )
     events: list[ev.Event] = [*extra_events, verdict_event]
-    if outcome.update.changed:
-        events.append(ev.LedgerUpdated(version=new.version, diff=outcome.update.diff.to_list()))
+    if diff.changes:
+        events.append(ev.LedgerUpdated(version=new.version, diff=diff.to_list()))
     run.view.state.unjudged = None
     failpoints.hit("before_ledger_write")
     if pending is not None:
@@ -280,6 +281,11 @@ def _remember(run: JudgeHost, facts: F.RoundFacts, outcome: F.AuditOutcome, roun
         st.seen[focus] = P.remember(st.seen.get(focus, []), outcome.marks)
     led = outcome.update.ledger
     for memory in (st.seen, st.item_rounds):
+        for k in memory:
+            if not (led.has_item(k) and led.item(k).status in L.OPEN_STATUSES):
+                break
+        else:
+            continue  # every item remembered is open (most rounds): nothing to drop
         for item in [
             k for k in memory if not (led.has_item(k) and led.item(k).status in L.OPEN_STATUSES)
         ]:

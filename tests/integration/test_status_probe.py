@@ -83,6 +83,42 @@ async def test_working_keeps_the_round_and_the_probe_is_journaled_and_counted(
     assert usage["model_calls"] == 2 + usage["by_purpose"]["act"]["calls"]
 
 
+async def test_the_silence_counts_from_the_answer_even_when_the_clock_moves_before_it_is_read(
+    store: Store, clock: FakeClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The probe's answer is committed, and the run's clock moves on (299 s) before the
+    # probing coroutine resumes: the next probe is still due 300 s after the answer,
+    # not 300 s after the moment the coroutine happened to read the clock.
+    from tether.runtime.run.journal import RunJournal
+
+    commit_aside = RunJournal.commit_aside
+    moved: list[bool] = []
+
+    async def late(self: RunJournal, events: Any, blobs: Any) -> None:
+        await commit_aside(self, events, blobs)
+        if any(e.TYPE == "probe.answered" for e in events) and not moved:
+            moved.append(True)
+            clock.advance(299)
+
+    monkeypatch.setattr(RunJournal, "commit_aside", late)
+    beats = Beats(store)
+    actor = Actor(["WORKING"])
+    tid, run = await start_probed(store, tmp_path, actor, clock)
+    await until(lambda: actor.hanging, "the round's model call")
+    await beats.wait()
+    start = clock.now()
+    clock.advance(301)
+    await until(lambda: probe_answered(store, tid, 1), "the probe's answer")
+    assert clock.now() == start + 600
+    await beats.wait()
+    assert len(actor.probes) == 1
+    clock.advance(2)  # 302 s after the answer
+    await until(lambda: len(actor.probes) == 2, "a second probe")
+    actor.release.set()
+    result = await asyncio.wait_for(run, 30)
+    assert result.status == "satisfied"
+
+
 async def test_done_is_recorded_but_never_taken_as_completion(tmp_path: Path) -> None:
     clock = FakeClock()
     store = await MemoryStore.open()

@@ -195,10 +195,14 @@ class Prober:
         self.ask_human = False
         #: What the model said to the failed probe (shown to the person).
         self.answers: list[str] = []
+        #: When the last probe's answer came (the run's clock), before its commit.
+        self.answered_at = self.quiet_since
 
-    def heard(self) -> None:
-        """The round committed something (or came back from a wait): not silent."""
-        self.quiet_since = self.inner.now()
+    def heard(self, at: float | None = None) -> None:
+        """The round committed something (or came back from a wait), or the model said
+        it works (`at`: when its answer came; never before a commit heard meanwhile):
+        not silent since."""
+        self.quiet_since = self.inner.now() if at is None else max(at, self.quiet_since)
 
     def due(self) -> float | None:
         """Seconds of silence when a probe is due now, else None."""
@@ -242,7 +246,9 @@ class Prober:
                     return  # the round committed meanwhile: it was not stuck after all
                 answer, text = await self._ask(round_no, item, title, attempt, silent)
                 if answer in ("WORKING", "DONE"):
-                    self.heard()
+                    # From the answer, not from this line: the answer's commit may let
+                    # the run's clock move on before this coroutine resumes.
+                    self.heard(at=self.answered_at)
                     return
                 texts.append(text[:200])
                 if answer == "STUCK":
@@ -343,6 +349,7 @@ class Prober:
             called, blobs = self._record(model.name, req, response, round_no)
             events.append(called)
         answer = parse(text) if response is not None else None
+        self.answered_at = self.inner.now()
         events.append(
             ev.ProbeAnswered(
                 round=round_no,

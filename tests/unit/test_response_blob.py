@@ -16,7 +16,6 @@ import pytest
 from tether import events as ev
 from tether.models.base import ModelResponse, ToolCall, Usage
 from tether.runtime.round import history
-from tether.runtime.run.journal import BlobStage
 from tether.runtime.run.model_calls import called_event, response_doc, response_in_full
 from tether.store import _rules
 
@@ -154,21 +153,6 @@ def test_blobs_written_whole_read_as_before() -> None:
     )
     assert response_in_full(old) == old
     assert ModelResponse.from_dict(response_doc(response)) == response
-
-
-def test_the_blob_is_compact_json() -> None:
-    class _View:
-        state = None
-
-    stage = BlobStage(_View())
-    ref = stage.json(response_doc(RESPONSES[1]))
-    data = stage.pending[ref]
-    doc = response_doc(RESPONSES[1])
-    assert (
-        data == json.dumps(doc, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
-    )
-    assert json.loads(data) == response_doc(RESPONSES[1])
-    assert len(data) < len(json.dumps(RESPONSES[1].to_dict(), sort_keys=True)) * 2 // 3
 
 
 #: Latencies the event's microsecond would not keep, with and without a model name.

@@ -11,7 +11,6 @@ token, with the blobs staged for it and the outside world's secrets masked.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -52,11 +51,6 @@ REDACTED_EVENTS = frozenset(
 )
 #: A commit of nothing (what `set_status` adds by default).
 _NOTHING = Commit()
-#: `history.dumps` without the spaces after `,` and `:` (the same keys in the same
-#: order): for the documents `BlobStage.json` stores, a response blob a round, which
-#: readers only parse. The tool schemas and epochs keep `history.dumps`: a task's
-#: stored refs to them stay the refs of what it stages again.
-_COMPACT = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 def redacted(event: ev.Event, redactor: Redactor) -> ev.Event:
@@ -122,10 +116,6 @@ class BlobStage:
         ref = blob_hash(data)
         self.pending[ref] = data
         return ref
-
-    def json(self, obj: Any) -> str:
-        """Stage a JSON document (compact: `_COMPACT`)."""
-        return self.blob(_COMPACT.encode(obj).encode("utf-8"))
 
     def packed(self, obj: Any) -> str:
         """Stage a JSON document, compressed when large (see `history.pack`)."""

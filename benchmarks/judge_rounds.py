@@ -7,8 +7,9 @@ succeeded op of the rules' tool while items stay open, which is what made the ru
 judge's work grow with the rounds already done (issue 27). The task runs in one process,
 one `Engine.run`, on SQLite (synchronous NORMAL) in a temporary folder; no LLM judge.
 
-Printed: rounds/s in an early window and in the last window, their ratio, and the store
-calls the judge made per round (a counting store wrapper).
+Printed (JSON): rounds/s in an early window and in the last window, and their ratio.
+The store calls a rule-judged round makes are pinned by a test, not measured here
+(`tests/integration/test_store_calls_per_round.py`).
 
     .venv/bin/python benchmarks/judge_rounds.py                   # 30 items x 100 steps
     .venv/bin/python benchmarks/judge_rounds.py --items 10 --steps 30

@@ -264,19 +264,19 @@ def _error_type(exc: BaseException) -> str:
     )
 
 
+def _unset(instrument: Any) -> bool:
+    """An OpenTelemetry proxy instrument with no meter provider behind it yet (one set
+    later gives it its real instrument: it records from then on)."""
+    return getattr(instrument, "_real_instrument", instrument) is None
+
+
 def _record_metrics(attributes: Mapping[str, Any], seconds: float, error: str | None) -> None:
     """The GenAI client metrics of one finished model call."""
     instruments = _get_instruments()
     if not instruments:
         return
     tokens, duration = instruments
-    # An OpenTelemetry proxy instrument with no meter provider behind it yet has no
-    # real instrument (one set later gives it one: it records from then on). Asked at
-    # every model call, inline.
-    if (
-        getattr(tokens, "_real_instrument", tokens) is None
-        and getattr(duration, "_real_instrument", duration) is None
-    ):
+    if _unset(tokens) and _unset(duration):
         return  # no meter provider yet: OpenTelemetry's proxies would record nothing
     keys = (
         "gen_ai.operation.name",
@@ -421,10 +421,8 @@ def _otel_span(tracer: Any, name: str, recorded: _Span) -> Iterator[Any]:
 
 def set_attributes(target: SpanLike, attributes: Mapping[str, Any]) -> None:
     """Add attributes known only once the work is done (tokens, a round number)."""
-    # `_clean` inlined: no dict made between (every model call sets its usage).
-    for key, value in attributes.items():
-        if value is not None:
-            target.set_attribute(key, value if isinstance(value, _PLAIN) else str(value))
+    for key, value in _clean(attributes).items():
+        target.set_attribute(key, value)
 
 
 def agent_attributes(task_id: str) -> dict[str, Any]:

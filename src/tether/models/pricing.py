@@ -310,12 +310,10 @@ class PriceTable:
         """USD cost of one call's usage (0.0 for a model without a price). `model` is
         the model that answered; `configured` the name the task asked for, used when the
         answering name has no price (an endpoint that reports its own model name)."""
-        # `lookup` inlined on the names already looked up (every call of a run asks for
-        # the same one or two).
-        found = self._found
-        hit = (found[model] if model in found else self.source(model)) if model else None
+        # `source`, not `lookup`: the names looked up are cached there.
+        hit = self.source(model) if model else None
         if hit is None and configured:
-            hit = found[configured] if configured in found else self.source(configured)
+            hit = self.source(configured)
         if hit is None:
             return 0.0
         price = hit[0]

@@ -23,6 +23,8 @@ _ids = itertools.count(1)
 #: How many of the last requests a `ScriptedModel` keeps for inspection by default: a
 #: bound, so a model serving a task of days does not hold every request it has seen.
 KEEP_REQUESTS = 256
+#: A response without usage gets estimated counts (compared with every response).
+_NO_USAGE = Usage()
 
 
 def tool_call(name: str, /, **arguments: Any) -> ToolCall:
@@ -122,16 +124,7 @@ class ScriptedModel:
                     f"{self.calls - 1} calls"
                 )
             response = _coerce(self._responses.pop(0))
-        u = response.usage
-        # A response without usage (`u == Usage()`) gets estimated counts. The comparison
-        # spelled out (a dataclass compares its class, then its fields as tuples): a
-        # policy's answer usually brings its usage, and this runs every call.
-        if type(u) is Usage and (
-            u.input_tokens == 0
-            and u.output_tokens == 0
-            and u.cached_input_tokens == 0
-            and u.cache_write_tokens == 0
-        ):
+        if response.usage == _NO_USAGE:
             out_text = response.text + "".join(c.raw_arguments for c in response.tool_calls)
             response = ModelResponse(
                 text=response.text,

@@ -81,6 +81,17 @@ def _call_doc(call: ToolCall) -> dict[str, Any]:
     return doc
 
 
+def _answer(r: ModelResponse) -> dict[str, Any]:
+    """What every stored form of a response holds the same: its text, its tool calls
+    and its finish reason, each left out at its default."""
+    doc: dict[str, Any] = {"text": r.text}
+    if r.tool_calls:
+        doc["tool_calls"] = [_call_doc(c) for c in r.tool_calls]
+    if r.finish_reason is not None:
+        doc["finish_reason"] = r.finish_reason
+    return doc
+
+
 def response_doc(response: ModelResponse) -> dict[str, Any]:
     """A response as stored: `to_dict()` without the fields at their defaults
     (`_RESPONSE_DEFAULTS`), which `ModelResponse.from_dict` reads back the same;
@@ -89,9 +100,7 @@ def response_doc(response: ModelResponse) -> dict[str, Any]:
     than the dict itself): tests hold it to `to_dict` for every field. Its event holds
     it less what the event's own fields say (`inline_response`)."""
     r, u = response, response.usage
-    doc: dict[str, Any] = {"text": r.text}
-    if r.tool_calls:
-        doc["tool_calls"] = [_call_doc(c) for c in r.tool_calls]
+    doc = _answer(r)
     usage = {
         k: v
         for k, v in (
@@ -108,8 +117,6 @@ def response_doc(response: ModelResponse) -> dict[str, Any]:
         doc["model"] = r.model
     if r.latency_ms:
         doc["latency_ms"] = r.latency_ms
-    if r.finish_reason is not None:
-        doc["finish_reason"] = r.finish_reason
     if r.attempts != 1:
         doc["attempts"] = r.attempts
     return doc
@@ -122,11 +129,7 @@ def inline_response(response: ModelResponse, model: str) -> dict[str, Any]:
     the attempts — each kept only if the event's field would not give it back the same
     (`history.called_response` puts them back): each byte of a round once."""
     r = response
-    doc: dict[str, Any] = {"text": r.text}
-    if r.tool_calls:
-        doc["tool_calls"] = [_call_doc(c) for c in r.tool_calls]
-    if r.finish_reason is not None:
-        doc["finish_reason"] = r.finish_reason
+    doc = _answer(r)
     if r.model != model:
         doc["model"] = r.model
     if type(ms := r.latency_ms) is float and round(ms, 3) != ms:

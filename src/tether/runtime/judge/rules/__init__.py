@@ -73,7 +73,7 @@ IDLE: Final = Verdict("continue", (), "", source="rules", checks=MappingProxyTyp
 def idle(spec: TaskSpec, ledger: L.Ledger) -> bool:
     """True when the rule judge has nothing to look at, whatever the round did: no item
     has a `done_when` rule, no source is pinned by fingerprint, no done item cites an op
-    (most contracts): its verdict is `IDLE` (equal to what `rule_verdict` returns), and
+    (most contracts): its verdict is `IDLE` (what `rule_verdict` returns then), and
     neither the round's rule scope nor a `RuleEnv` is needed to know it."""
     return ruleless(spec) and not _cited_ids(ledger)
 
@@ -85,7 +85,7 @@ async def rule_verdict(
     `rule_scope`); propose `done` with evidence for those met."""
     ruled = ruled_items(spec, only)
     if not ruled and not fingerprinted(spec) and not _cited_ids(ledger):
-        return Verdict("continue", (), "", source="rules")  # no rule, nothing to undo
+        return IDLE  # no rule in scope, nothing to undo
     check = _RuleCheck(spec, ledger, env)
     changes: list[ProposedChange] = []
     # Items whose rule is met in this verdict: their successors may be judged after them.

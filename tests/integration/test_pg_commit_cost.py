@@ -1,7 +1,8 @@
-"""PostgreSQL's one-statement commit does a round's work once, whatever the task's
-history: no part of its plan runs once per stored mark (an item past the cap of its
-marks drops its oldest with each new one), and its estimated cost stays far below
-`jit_above_cost` (JIT compiling the statement would cost milliseconds a commit)."""
+"""What PostgreSQL's one-statement commit costs: the server does a round's work once,
+whatever the task's history (no part of its plan runs once per stored mark: an item
+past the cap of its marks drops its oldest with each new one), its estimated cost stays
+far below `jit_above_cost` (JIT compiling the statement would cost milliseconds a
+commit), and the client makes no new cursor per commit."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 
+from tether import events as ev
 from tether.runtime.round.progress import MAX_SEEN
 from tether.runtime.run.state import RunState
 from tether.store.base import TaskPatch
@@ -68,3 +71,31 @@ async def test_a_commit_past_the_cap_of_marks_does_no_work_per_mark(pg_url: str)
         assert loops <= 2, f"a plan node ran {loops} times"
         assert plan["Plan"]["Total Cost"] < 10_000
         assert "JIT" not in plan
+
+
+async def test_commits_reuse_a_cursor_per_connection_and_shape(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[Any] = []
+    cursor = psycopg.Connection.cursor
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        cur = cursor(self, *args, **kwargs)
+        if "row_factory" in kwargs:
+            made.append(cur)
+        return cur
+
+    store = await PostgresStore.open(pg_url)
+    try:
+        await create_small_task(store, "t")
+        monkeypatch.setattr(psycopg.Connection, "cursor", counted)
+        for n in range(12):
+            # Two shapes in turn, as a run's rounds commit them.
+            if n % 2:
+                await store.commit("t", None, [ev.UserMessage(text=f"note {n}")])
+            else:
+                await store.commit("t", None, [], task=TaskPatch(usage={"rounds": n}))
+        assert (await store.get_task("t")).usage == {"rounds": 10}
+    finally:
+        await store.close()
+    assert 2 <= len(made) <= 4

@@ -141,6 +141,27 @@ def _recordset_upsert(table: str, record: str, key: str, mutable: Sequence[str])
     )
 
 
+#: Commit cursors a connection keeps, one per statement shape (`cursor`).
+CURSORS_KEPT = 16
+
+
+def cursor(conn: Any, query: bytes, row_factory: Any) -> Any:
+    """`conn`'s cursor for the commits of `query`'s shape, made once per connection and
+    shape: psycopg keeps a cursor's dumpers of the parameters while it runs the same
+    query object again, and a worker's commits alternate between a few shapes (10 us a
+    round less than a new cursor per commit). A pooled connection, hence its cursors,
+    serves one thread at a time."""
+    cursors = getattr(conn, "_tether_cursors", None)
+    if cursors is None:
+        cursors = conn._tether_cursors = {}
+    cur = cursors.get(query)
+    if cur is None or cur.closed:
+        if len(cursors) >= CURSORS_KEPT:
+            cursors.clear()
+        cur = cursors[query] = conn.cursor(row_factory=row_factory)
+    return cur
+
+
 #: The row the statement returns, by position (the store reads it so; see `_text`).
 STATUS, VERSION, FENCING_TOKEN, LAST_SEQ, CANCEL_REQUESTED, LEDGER_VERSION, APPLIED = range(7)
 

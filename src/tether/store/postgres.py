@@ -77,8 +77,6 @@ from tether.store.base import (
 
 T = TypeVar("T")
 _MIGRATION_LOCK = 0x7E7E_0001
-#: Commit cursors a connection keeps, one per statement shape (`_commit_cursor`).
-_CURSORS_KEPT = 16
 #: SQLSTATEs of a session the server ended (administrator command, crash of another
 #: backend, starting up or shutting down, idle in a transaction): whatever it was doing
 #: was rolled back, so the same step may be sent again on a new connection.
@@ -406,26 +404,10 @@ class PostgresStore(SqlStore):
             # commits it even if this process freezes right after sending (a statement
             # waiting in a pipeline for its Sync would hold the task's row lock, and no
             # server timeout ends that state).
-            row = self._commit_cursor(conn, query).execute(query, params).fetchone()
+            row = pg_commit.cursor(conn, query, self._tuples).execute(query, params).fetchone()
         if row is None:
             raise errors.TaskNotFound(c.task_id)
         return self._commit_result(cond, row, len(c.events))
-
-    def _commit_cursor(self, conn: Any, query: bytes) -> Any:
-        """`conn`'s cursor for the one-statement commits of `query`'s shape (rows as
-        tuples), made once per connection and shape: psycopg keeps a cursor's dumpers
-        of the parameters while it runs the same query object again, and a worker's
-        commits alternate between a few shapes (10 us a round less than a new cursor per
-        commit). A pooled connection, hence its cursors, serves one thread at a time."""
-        cursors = getattr(conn, "_tether_cursors", None)
-        if cursors is None:
-            cursors = conn._tether_cursors = {}
-        cur = cursors.get(query)
-        if cur is None or cur.closed:
-            if len(cursors) >= _CURSORS_KEPT:
-                cursors.clear()
-            cur = cursors[query] = conn.cursor(row_factory=self._tuples)
-        return cur
 
     def _commit_requests(self, cond: rules.CommitCondition, c: Commit, now: float) -> CommitResult:
         """A commit that writes requests or ends the task, in two round trips (as

@@ -12,13 +12,66 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from json import encoder as json_encoder
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic_core import to_json
 
 from tether.store import _rules as rules
 from tether.store.base import OpRecord, StoredEvent
 
+if TYPE_CHECKING:  # the event models load where a commit encodes them, not to read
+    from tether import events as ev
+
 R = TypeVar("R")
 Row = Mapping[str, Any]
+
+
+#: What `json.dumps(obj, separators=(",", ":"), ensure_ascii=False)` makes for each call,
+#: made once (encoding keeps no state in it: threads share it).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+#: The C encoder `_ENCODER.encode` builds anew at every call, built once: a commit
+#: encodes its run state, ops and marks (issue 22). The same text; no check for a value
+#: that holds itself (a `RecursionError` instead of a `ValueError`: a table of the
+#: containers under way could not be shared by threads); what JSON cannot hold raises
+#: the same `TypeError` (`_ENCODER.default`).
+_MAKE_ENCODER: Any = getattr(json_encoder, "c_make_encoder", None)
+_C_ENCODER: Callable[[Any, int], list[str]] | None = (
+    None
+    if _MAKE_ENCODER is None
+    else _MAKE_ENCODER(
+        None, _ENCODER.default, json_encoder.encode_basestring, None, ":", ",", False, False, True
+    )
+)
+
+
+def dumps(obj: Any) -> str:
+    """`json.dumps(obj, separators=(",", ":"), ensure_ascii=False)`: the SQL stores'
+    JSON text (the same text, see `_C_ENCODER`)."""
+    if _C_ENCODER is None:  # pragma: no cover - a Python without the C accelerator
+        return _ENCODER.encode(obj)
+    return "".join(_C_ENCODER(obj, 0))
+
+
+def json_text(data: Any) -> str:
+    """`dumps` of data that is JSON already (`ev.encode`'s: string keys, JSON values),
+    by pydantic's encoder, in Rust: the same text but for how some floats are spelt
+    (`1e-7` for `1e-07`; both read back as the same float)."""
+    return to_json(data).decode()
+
+
+def stored_events(
+    items: Sequence[ev.Event], dumps: Callable[[Any], str] = json_text
+) -> list[tuple[str, int, str]]:
+    """`(type, schema_version, data)` of each event as a SQL store writes it: its data
+    compacted (`_rules.compact`), as JSON text (`dumps`)."""
+    from tether import events as ev
+
+    out = []
+    for event in items:
+        type_name, schema, data = ev.encode(event)
+        out.append((type_name, schema, dumps(rules.compact(type_name, data))))
+    return out
 
 
 def json_out(value: Any) -> Any:

@@ -15,7 +15,6 @@ with a single statement that carries the same rules as SQL conditions.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -30,6 +29,8 @@ from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import base as b
 from tether.store._latest import Latest
+from tether.store._rows import dumps as _dumps
+from tether.store._rows import stored_events
 from tether.store.base import SCHEMA_VERSION, ApprovalRecord, ArtifactRecord, OpRecord, TaskRecord
 from tether.store.schema_policy import migrations
 
@@ -71,13 +72,16 @@ _APPROVAL_COLS = (
 )
 
 
-def _upsert(table: str, cols: str, key: str, mutable: Sequence[str]) -> str:
-    """`INSERT ... ON CONFLICT (key) DO UPDATE` of the columns the rules let change."""
+def _upsert(
+    table: str, cols: str, key: str, mutable: Sequence[str], positional: bool = False
+) -> str:
+    """`INSERT ... ON CONFLICT (key) DO UPDATE` of the columns the rules let change; its
+    values named as the columns (`:col`), or `positional` (`?`, in the order of `cols`)."""
     names = [c.strip() for c in cols.split(",")]
     sets = ", ".join(f"{c} = excluded.{c}" for c in mutable)
+    values = ", ".join("?" if positional else f":{n}" for n in names)
     return (
-        f"INSERT INTO {table} ({cols}) VALUES ({', '.join(':' + n for n in names)})"
-        f" ON CONFLICT ({key}) DO UPDATE SET {sets}"
+        f"INSERT INTO {table} ({cols}) VALUES ({values}) ON CONFLICT ({key}) DO UPDATE SET {sets}"
     )
 
 
@@ -88,9 +92,10 @@ RECORD_TABLES: dict[str, tuple[str, Sequence[str]]] = {
     "artifacts": ("artifact_id", rules.ARTIFACT_MUTABLE),
     "approvals": ("request_id", rules.APPROVAL_MUTABLE),
 }
+#: The columns of each record table, in the order its upsert names them.
+RECORD_COLS = {"ops": _OP_COLS, "artifacts": _ART_COLS, "approvals": _APPROVAL_COLS}
 _UPSERTS = {
-    table: _upsert(table, cols, *RECORD_TABLES[table])
-    for table, cols in (("ops", _OP_COLS), ("artifacts", _ART_COLS), ("approvals", _APPROVAL_COLS))
+    table: _upsert(table, cols, *RECORD_TABLES[table]) for table, cols in RECORD_COLS.items()
 }
 _BLOB_INSERT = (
     "INSERT INTO blobs (hash, size, data, created_at) VALUES (:h, :s, :d, :t)"
@@ -100,15 +105,6 @@ _BLOB_INSERT = (
 
 #: A JSON `\u0000` escape (not an escaped backslash followed by `u0000`).
 _NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
-
-
-#: What `json.dumps(obj, separators=(",", ":"), ensure_ascii=False)` makes for each call,
-#: made once (encoding keeps no state in it: threads share it).
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-
-
-def _dumps(obj: Any) -> str:
-    return _ENCODER.encode(obj)
 
 
 def _dumps_no_nul(obj: Any) -> str:
@@ -212,23 +208,19 @@ class SqlStore(b.Store):
         token: int | None,
         now: float,
     ) -> None:
-        from tether import events as ev
-
-        rows = []
-        for n, event in enumerate(items):
-            type_name, schema, data = ev.encode(event)
-            rows.append(
-                {
-                    "task_id": task_id,
-                    "seq": start_seq + n,
-                    "type": type_name,
-                    "schema_version": schema,
-                    "data": _dumps(rules.compact(type_name, data)),
-                    "task_version": task_version,
-                    "fencing_token": token,
-                    "at": now,
-                }
-            )
+        rows = [
+            {
+                "task_id": task_id,
+                "seq": seq,
+                "type": type_name,
+                "schema_version": schema,
+                "data": data,
+                "task_version": task_version,
+                "fencing_token": token,
+                "at": now,
+            }
+            for seq, (type_name, schema, data) in enumerate(stored_events(items, _dumps), start_seq)
+        ]
         self._add_events(conn, task_id, rows)
 
     def _add_events(self, conn: Any, task_id: str, rows: list[dict[str, Any]]) -> None:
@@ -499,12 +491,7 @@ class SqlStore(b.Store):
             sets = self._encode_changes(plan.changes)
             if "spec" in sets:  # the contract edited: its own row (see `_TASK_SELECT`)
                 self._x(conn, _SPEC_UPDATE, {"spec": sets.pop("spec"), "task_id": task_id})
-            assignments = ", ".join(f"{k} = :{k}" for k in sets)
-            self._x(
-                conn,
-                f"UPDATE tasks SET {assignments} WHERE task_id = :task_id",
-                {**sets, "task_id": task_id},
-            )
+            self._update_task(conn, task_id, sets)
             marks.write(self._x, conn, self.dialect, _dumps, task_id, task)
         return b.CommitResult(plan.first_seq, plan.last_seq, state.cancel_requested, state.version)
 
@@ -569,11 +556,24 @@ class SqlStore(b.Store):
             out[k] = v
         return out
 
+    def _update_task(self, conn: Any, task_id: str, sets: Mapping[str, Any]) -> None:
+        """Write a commit's task columns (`_encode_changes`) to the task's row."""
+        assignments = ", ".join(f"{k} = :{k}" for k in sets)
+        self._x(
+            conn,
+            f"UPDATE tasks SET {assignments} WHERE task_id = :task_id",
+            {**sets, "task_id": task_id},
+        )
+
+    def _upsert_records(self, conn: Any, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Upsert rows (`_params`) of a record table (`RECORD_COLS`), one `executemany`."""
+        self._xmany(conn, _UPSERTS[table], rows)
+
     def _write_records(self, conn: Any, c: b.Commit, now: float) -> None:
         """Upsert a commit's ops, artifacts and approvals and add its blobs, one
         `executemany` per table."""
         for table, records in rules.record_writes(c, now):
-            self._xmany(conn, _UPSERTS[table], [self._params(r) for r in records])
+            self._upsert_records(conn, table, [self._params(r) for r in records])
             if table == "artifacts":
                 self._index_artifacts(conn, records, c.blobs)
         if c.blobs:

@@ -23,22 +23,33 @@ lock; also on read-only media), as the commands that only show things do.
 from __future__ import annotations
 
 import asyncio
+import operator
 import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, Unpack
 
 from tether import errors
 from tether.clock import Clock
 from tether.store import _search as search
 from tether.store import schema_policy
-from tether.store._sql import _ART_COLS_A, SqlStore
+from tether.store._rows import stored_events
+from tether.store._sql import (
+    _ART_COLS_A,
+    RECORD_COLS,
+    RECORD_TABLES,
+    SqlStore,
+    _upsert,
+)
 from tether.store._sqlite_thread import StoreThread
 from tether.store.base import SCHEMA_VERSION
 from tether.store.schema_policy import iter_statements
+
+if TYPE_CHECKING:
+    from tether import events as ev
 
 T = TypeVar("T")
 #: Files up to this size are checked page by page when opened (about 0.1 s per 64 MiB).
@@ -51,8 +62,7 @@ EVENT_RUNS_SCHEMA = 9
 #: A commit's events (schema 9): each at its rowid, in one b-tree (`event_runs`).
 _EVENT_INSERT = (
     "INSERT INTO events (id, task_id, seq, type, schema_version, data, task_version,"
-    " fencing_token, at) VALUES (:base + :seq, :task_id, :seq, :type, :schema_version,"
-    " :data, :task_version, :fencing_token, :at)"
+    " fencing_token, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _LAST_RUN = (
     "SELECT r.first_seq, r.first_id, (SELECT MAX(id) FROM events) FROM (SELECT 1)"
@@ -73,6 +83,18 @@ _RUN_EVENTS = (
     " FROM event_runs WHERE task_id = :id AND first_seq <= :after + 1), 0)"
     " AND e.task_id = :id AND e.seq > :after"
 )
+
+
+#: Per record table (`RECORD_COLS`): its upsert with its values by position, and what
+#: takes them from a row (`SqlStore._params`), in that order.
+_RECORD_UPSERTS = {
+    table: _upsert(table, cols, *RECORD_TABLES[table], positional=True)
+    for table, cols in RECORD_COLS.items()
+}
+_RECORD_VALUES = {
+    table: operator.itemgetter(*(c.strip() for c in cols.split(",")))
+    for table, cols in RECORD_COLS.items()
+}
 
 
 def _translate(exc: sqlite3.Error, path: str, busy_ms: int = 0) -> errors.TetherError:
@@ -317,11 +339,19 @@ class SQLiteStore(SqlStore):
         self._event_runs = current >= EVENT_RUNS_SCHEMA
         return current
 
-    def _add_events(self, conn: Any, task_id: str, rows: list[dict[str, Any]]) -> None:
-        if not self._event_runs or not rows:
-            super()._add_events(conn, task_id, rows)
+    def _insert_events(
+        self,
+        conn: Any,
+        task_id: str,
+        start_seq: int,
+        items: Sequence[ev.Event],
+        task_version: int,
+        token: int | None,
+        now: float,
+    ) -> None:
+        if not self._event_runs or not items:
+            super()._insert_events(conn, task_id, start_seq, items, task_version, token, now)
             return
-        start_seq = int(rows[0]["seq"])
         # Appended at the end of the table (see migration 9): the task's last run goes
         # on when its next rowid lies past the end, else a run starts at the end.
         # The task's last run (NULLs if none) and the table's end, in one statement.
@@ -337,9 +367,24 @@ class SQLiteStore(SqlStore):
                 "INSERT INTO event_runs (task_id, first_seq, first_id) VALUES (?, ?, ?)",
                 (task_id, start_seq, end + 1),
             )
-        for row in rows:
-            row["base"] = base
+        # Each row as a tuple by position (binding by name looks each name up anew).
+        rows = [
+            (base + seq, task_id, seq, type_name, schema, data, task_version, token, now)
+            for seq, (type_name, schema, data) in enumerate(stored_events(items), start_seq)
+        ]
         conn.executemany(_EVENT_INSERT, rows)
+
+    def _update_task(self, conn: Any, task_id: str, sets: Mapping[str, Any]) -> None:
+        # By position: SQLite's module looks each named parameter up anew, per call.
+        conn.execute(
+            f"UPDATE tasks SET {' = ?, '.join(sets)} = ? WHERE task_id = ?",
+            (*sets.values(), task_id),
+        )
+
+    def _upsert_records(self, conn: Any, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:  # by position, as `_update_task`
+            values = _RECORD_VALUES[table]
+            conn.executemany(_RECORD_UPSERTS[table], [values(row) for row in rows])
 
     def _events_query(self, cols: str, where: str, lim: str) -> str:
         if not self._event_runs:

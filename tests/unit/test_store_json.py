@@ -13,6 +13,7 @@ import pytest
 from tether import events as ev
 from tether.store import _rows
 from tether.store import _rules as rules
+from tether.store._event_fields import FIELDS
 
 VALUES: list[Any] = [
     {"a": [1, 2.5, None, True, False, 'x\u00e9\n\t\x00\x1f\u2028"\\/'], "b": {}},
@@ -87,3 +88,31 @@ def test_stored_events_are_compacted_and_written_with_the_encoder_given() -> Non
         assert text == _rows.dumps(rules.compact(name, ev.encode(event)[2]))
     fast = _rows.stored_events(events)
     assert [json.loads(t) for _, _, t in fast] == [json.loads(t) for _, _, t in rows]
+
+
+def _compact_by_fields(type_name: str, data: dict[str, Any]) -> dict[str, Any]:
+    """`compact` as it reads `FIELDS` field by field (its table is made from them)."""
+    fields = FIELDS.get(type_name)
+    if fields is None:
+        return data
+    out = dict(data)
+    for field in fields:
+        if len(field) == 2 and field[0] in out:
+            value = out[field[0]]
+            if type(value) is type(field[1]) and value == field[1]:
+                del out[field[0]]
+    return out
+
+
+def test_compact_leaves_out_what_the_fields_table_says() -> None:
+    others: dict[type, Any] = {bool: 0, int: False, float: 0, str: None, type(None): "", list: {}}
+    for type_name, fields in [*FIELDS.items(), ("future.thing", None)]:
+        names = [f[0] for f in fields or ()]
+        shapes = [
+            {f[0]: f[1] if len(f) == 2 else "set" for f in fields or ()},  # all at default
+            {f[0]: others.get(type(f[-1]), "x") for f in fields or ()},  # same value, other type
+            {n: "x" for n in names[::2]},  # some missing
+            {"extra": None},
+        ]
+        for data in shapes:
+            assert rules.compact(type_name, data) == _compact_by_fields(type_name, data)

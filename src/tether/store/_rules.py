@@ -532,17 +532,26 @@ def compact(type_name: str, data: dict[str, Any]) -> dict[str, Any]:
     default (None, 0, "", [], ...: of the same JSON type) left out, so a round's events
     do not store their empty fields; `expand` puts them back. The fields come from
     `_event_fields.FIELDS` (a reader decodes rows without the event models)."""
-    fields = FIELDS.get(type_name)
-    if fields is None:
+    plain = _PLAIN.get(type_name)
+    if plain is None:
         return data
     out = dict(data)
-    for field in fields:
-        if len(field) == 2 and field[0] in out:
-            name, default = field
-            value = out[name]
-            if type(value) is type(default) and value == default:
-                del out[name]
+    for name, default, kind in plain:
+        value = out.get(name, _ABSENT)
+        if type(value) is kind and value == default:
+            del out[name]
     return out
+
+
+#: A field `compact` finds absent (of no default's type).
+_ABSENT = object()
+#: Per event type `FIELDS` has fields of: `(field, default, type of default)` for each
+#: field with a plain default, in field order (`compact` runs for every event written).
+_PLAIN = {
+    name: tuple((f[0], f[1], type(f[1])) for f in fields if len(f) == 2)
+    for name, fields in FIELDS.items()
+    if fields is not None
+}
 
 
 def expand(type_name: str, data: dict[str, Any]) -> dict[str, Any]:

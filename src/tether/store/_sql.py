@@ -535,14 +535,16 @@ class SqlStore(b.Store):
 
     @staticmethod
     def _state(row: Row) -> rules.TaskState:
+        try:  # rows of other queries (claim, renew) may not carry it (psycopg, sqlite3)
+            cancel = bool(row["cancel_requested"])
+        except (KeyError, IndexError):
+            cancel = False
         return rules.TaskState(
-            status=row["status"],
-            version=int(row["version"]),
-            fencing_token=int(row["fencing_token"]),
-            last_seq=int(row["last_seq"]),
-            # Rows of other queries (claim, renew) may not carry it.
-            cancel_requested="cancel_requested" in row.keys()  # noqa: SIM118 - sqlite3.Row
-            and bool(row["cancel_requested"]),
+            row["status"],
+            int(row["version"]),
+            int(row["fencing_token"]),
+            int(row["last_seq"]),
+            cancel,
         )
 
     def _encode_changes(self, changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -559,11 +561,8 @@ class SqlStore(b.Store):
     def _update_task(self, conn: Any, task_id: str, sets: Mapping[str, Any]) -> None:
         """Write a commit's task columns (`_encode_changes`) to the task's row."""
         assignments = ", ".join(f"{k} = :{k}" for k in sets)
-        self._x(
-            conn,
-            f"UPDATE tasks SET {assignments} WHERE task_id = :task_id",
-            {**sets, "task_id": task_id},
-        )
+        query = f"UPDATE tasks SET {assignments} WHERE task_id = :task_id"
+        self._x(conn, query, {**sets, "task_id": task_id})
 
     def _upsert_records(self, conn: Any, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
         """Upsert rows (`_params`) of a record table (`RECORD_COLS`), one `executemany`."""

@@ -69,6 +69,17 @@ def test_merge_op_keeps_the_identity_and_takes_the_outcome() -> None:
     )
 
 
+def test_merge_op_makes_a_new_record() -> None:
+    """The memory store copies the caller's containers into the merged record, which
+    must then be one nobody holds yet (`memory._stored_op`)."""
+    first = _RECORDS[0]
+    stored = rules.merge_op(None, first, 5.0)
+    assert stored is not first
+    later = dataclasses.replace(first, status="succeeded")
+    merged = rules.merge_op(stored, later, 6.0)
+    assert merged is not stored and merged is not later
+
+
 # --- the memory store's copy of the run state ---------------------------------------------
 
 _marks = st.lists(st.sampled_from([f"m{n}" for n in range(12)]), max_size=4)
@@ -220,6 +231,23 @@ def test_span_log_fields_and_listeners() -> None:
         ("start", "stopped", {}),
         ("end", "stopped", {}, None),
     ]
+
+
+def test_quiet_while_nobody_is_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round's phase spans are left out (`NO_SPAN`) only while a span would tell
+    nobody: no listener and no tracer."""
+    monkeypatch.setattr(telemetry, "_tracer", False)
+    assert telemetry.quiet()
+    remove = telemetry.add_listener(_Listener())
+    try:
+        assert not telemetry.quiet()
+    finally:
+        remove()
+    assert telemetry.quiet()
+    monkeypatch.setattr(telemetry, "_tracing", lambda: object())
+    assert not telemetry.quiet()
+    with telemetry.NO_SPAN as nothing:
+        assert nothing is None
 
 
 def test_span_without_opentelemetry(monkeypatch: pytest.MonkeyPatch) -> None:

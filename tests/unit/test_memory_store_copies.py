@@ -9,13 +9,14 @@ is stored with its exact types, and a read gives what was committed, in order.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from tether import events as ev
 from tether import ledger as L
-from tether.store.base import StoredEvent, TaskPatch
+from tether.store.base import OpRecord, StoredEvent, TaskPatch
 from tether.store.memory import MemoryStore
 
 
@@ -83,6 +84,32 @@ async def test_a_record_changed_by_its_reader_does_not_outlive_the_next_commit()
     await _usage(store, usage)
     (await store.get_task("t")).usage["keys"]["k"] = 99  # a reader's bug
     assert await _usage(store, usage) == {"keys": {"k": 1}}
+
+
+async def test_an_op_is_stored_apart_from_the_caller_s_containers() -> None:
+    """The op's JSON fields are copied into the merged record: what the caller changes
+    after the commit is not stored, and a later write keeps the stored args."""
+    store = await _store()
+    args: dict[str, Any] = {"step": 1, "tags": ["a"]}
+    op = OpRecord("o1", "t", 1, 0, "tool", args, "h", "write", "intended")
+    await store.commit("t", None, [], ops=[op])
+    args["tags"].append("b")
+    (first,) = await store.get_ops("t")
+    assert first.args == {"step": 1, "tags": ["a"]} and first.result is None
+    result: dict[str, Any] = {"content": "x", "items": [1]}
+    error: dict[str, Any] = {"class": "E", "notes": ["n"]}
+    done = dataclasses.replace(
+        op, args={"other": True}, status="failed", attempts=1, result=result, error=error
+    )
+    await store.commit("t", None, [], ops=[done])
+    result["items"].append(2)
+    error["notes"].clear()
+    (stored,) = await store.get_ops("t")
+    assert stored.args == {"step": 1, "tags": ["a"]}
+    assert stored.result == {"content": "x", "items": [1]}
+    assert stored.error == {"class": "E", "notes": ["n"]}
+    assert (stored.status, stored.attempts) == ("failed", 1)
+    assert stored.args is not args and stored.result is not result and stored.error is not error
 
 
 async def test_events_read_back_as_committed_in_order() -> None:

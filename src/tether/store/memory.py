@@ -80,15 +80,26 @@ def _copy(obj: Any) -> Any:
         return json.loads(json.dumps(obj))
 
 
-def _copy_op(op: OpRecord) -> OpRecord:
-    # Only the JSON fields are containers; the rest is immutable (a deepcopy of the
-    # whole record costs more than the round's commit).
-    return rules.replaced(
-        op,
-        args=_copy(op.args),
-        result=None if op.result is None else _copy(op.result),
-        error=None if op.error is None else _copy(op.error),
-    )
+def _stored_op(old: OpRecord | None, op: OpRecord, now: float) -> OpRecord:
+    """`rules.merge_op` of `op` over `old` (None: its first write), with the caller's
+    containers copied: only the JSON fields are containers, the rest is immutable (a
+    deepcopy of the whole record costs more than the round's commit). The merged record
+    is a new one nobody holds yet: its fields taken from `op` are copied into it, rather
+    than into a copy of `op` made first (which the merge of a later write threw away)."""
+    new = rules.merge_op(old, op, now)  # a new record (`rules.replaced`), always
+    values = new.__dict__
+    # A later write keeps the stored args (a copy already) and takes its outcome.
+    for name in _OP_JSON if old is None else _OP_OUTCOME_JSON:
+        value = values[name]
+        if value is not None:
+            values[name] = _copy(value)
+    return new
+
+
+#: The fields of an op record that hold JSON containers, and those a later write of the
+#: op takes from it (`rules.OP_OUTCOME`).
+_OP_JSON = ("args", "result", "error")
+_OP_OUTCOME_JSON = tuple(name for name in _OP_JSON if name in rules.OP_OUTCOME)
 
 
 def _copy_usage(usage: Any, marks: b.MarksWrite | None, held: Any) -> Any:
@@ -319,14 +330,10 @@ class MemoryStore(b.Store):
         cur = rules.TaskState(
             rec.status, rec.version, rec.fencing_token, rec.last_seq, rec.cancel_requested
         )
-        cond.check_task(cur)  # its refusal comes before a request's
         ends = rules.closes_requests(task)
-        mine = (
-            [a for a in self._approvals.values() if a.task_id == task_id]
-            if approvals or ends
-            else []
-        )
         if approvals or ends:
+            cond.check_task(cur)  # its refusal comes before a request's
+            mine = [a for a in self._approvals.values() if a.task_id == task_id]
             status = {a.op_id: self._op_status(a.op_id) for a in mine if a.op_id}
             events, approvals = rules.settle_requests(
                 task_id,
@@ -374,7 +381,7 @@ class MemoryStore(b.Store):
         if new_ledger is not None:
             self._ledgers[task_id] = new_ledger
         for op in ops:
-            self._ops[op.op_id] = rules.merge_op(self._ops.get(op.op_id), _copy_op(op), now)
+            self._ops[op.op_id] = _stored_op(self._ops.get(op.op_id), op, now)
         for art in artifacts:
             self._artifacts[art.artifact_id] = rules.merge_artifact(
                 self._artifacts.get(art.artifact_id), copy.deepcopy(art), now

@@ -39,7 +39,7 @@ import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from types import MappingProxyType
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -417,6 +417,16 @@ def _otel_span(tracer: Any, name: str, recorded: _Span) -> Iterator[Any]:
                 current.record_exception(exc)
                 current.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             raise
+
+
+def quiet() -> bool:
+    """True when a span would tell nobody (no listener, no tracer provider): one without
+    attributes would then do nothing at all (see `span`)."""
+    return not _listeners and _tracing() is None
+
+
+#: What stands for a span without attributes that would tell nobody (`quiet`).
+NO_SPAN: Any = nullcontext()
 
 
 def set_attributes(target: SpanLike, attributes: Mapping[str, Any]) -> None:

@@ -242,6 +242,9 @@ async def test_without_a_tracer_provider_no_span_is_built_yet_calls_are_measured
     assert exporter.get_finished_spans() == ()
     chats = [n for n in ended if n.startswith("chat ")]
     assert chats and "tether.round" in ended
+    # A listener is told of a round's phases too (they are left out only for nobody).
+    phases = ("read", "assemble", "decide", "act")
+    assert {f"tether.phase.{p}" for p in phases} <= set(ended)
     _, durations = _points(metric_reader, "gen_ai.client.operation.duration")
     assert sum(p.count for p in durations) == len(chats)
 

@@ -69,6 +69,26 @@ def test_merge_op_keeps_the_identity_and_takes_the_outcome() -> None:
     )
 
 
+def test_task_patch_is_the_one_init_makes() -> None:
+    """`journal.task_patch` puts the fields in the instance's `__dict__` (what makes that
+    right: fields in `__dict__`, nothing run at creation)."""
+    from tether.runtime.run.journal import task_patch
+    from tether.store.base import MarksWrite, TaskPatch
+
+    assert "__slots__" not in vars(TaskPatch) and not hasattr(TaskPatch, "__post_init__")
+    assert task_patch() == TaskPatch()
+    names = [f.name for f in dataclasses.fields(TaskPatch)]
+    for n, name in enumerate(names):
+        given = {name: f"v{n}", "marks": MarksWrite({})}
+        made = task_patch(**given)
+        assert made == TaskPatch(**given) and type(made) is TaskPatch
+        assert list(vars(made)) == names
+    with pytest.raises(TypeError):
+        task_patch(no_such_field=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        task_patch().__setattr__("status", "x")
+
+
 def test_merge_op_makes_a_new_record() -> None:
     """The memory store copies the caller's containers into the merged record, which
     must then be one nobody holds yet (`memory._stored_op`)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from tether import events as ev
@@ -74,6 +74,23 @@ def redacted_op(op: OpRecord, redactor: Redactor) -> OpRecord:
     if (error, result) == (op.error, op.result):
         return op
     return replace(op, error=error, result=result)
+
+
+#: `TaskPatch`'s fields with their defaults, in order (`task_patch`).
+_PATCH_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(TaskPatch)}
+
+
+def task_patch(**given: Any) -> TaskPatch:
+    """`TaskPatch(**given)` made as `store._rules.replaced` makes a record: its fields
+    put in its `__dict__` at once. Its `__init__` sets each of its ten fields through
+    `object.__setattr__` (it is frozen), and every commit makes one: two a round."""
+    if not given.keys() <= _PATCH_DEFAULTS.keys():
+        raise TypeError(f"TaskPatch has no field {sorted(given.keys() - _PATCH_DEFAULTS)}")
+    patch = object.__new__(TaskPatch)
+    values = patch.__dict__
+    values.update(_PATCH_DEFAULTS)
+    values.update(given)
+    return patch
 
 
 @dataclass(frozen=True)
@@ -220,7 +237,7 @@ class RunJournal:
         if ledger is not None and ledger.version != view.ledger.version:
             write = LedgerWrite.of(ledger, view.ledger.version, since=view.ledger)
         waiting = commit.waiting
-        patch = TaskPatch(
+        patch = task_patch(
             status=commit.status,
             stop_reason=commit.stop_reason,
             usage=view.state.to_dict(),
@@ -352,4 +369,5 @@ __all__ = [
     "Snapshot",
     "redacted",
     "redacted_op",
+    "task_patch",
 ]

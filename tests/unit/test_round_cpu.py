@@ -72,6 +72,22 @@ def test_marks_write_sends_the_change_of_a_replaced_list() -> None:
     assert state.marks_write() == MarksWrite({})  # stored now: nothing more to send
 
 
+def test_marks_write_of_no_change_is_shared_and_read_only() -> None:
+    """A commit that changes no list gets the one `MarksWrite` of no change, which no
+    store can change; a list replaced, added or dropped after it is a change again."""
+    state = RunState.from_dict({"seen": {"i1": ["a"], "i2": ["x"]}})
+    first, second = state.marks_write(), state.marks_write()
+    assert first is second and first == MarksWrite({}) and not first.items
+    with pytest.raises(TypeError):
+        first.items["i1"] = (0, ())  # type: ignore[index]
+    state.seen["i3"] = ["n"]
+    del state.seen["i2"]  # as many items as before, other ones
+    assert state.marks_write() == MarksWrite({"i2": (None, ()), "i3": (0, ("n",))})
+    state.seen["i1"] = ["a", "b"]
+    assert state.marks_write() == MarksWrite({"i1": (0, ("b",))})
+    assert state.marks_write() is first
+
+
 def test_marks_write_rewrites_a_list_changed_in_place() -> None:
     state = RunState.from_dict({"seen": {"i1": ["a", "b"]}})
     state.seen["i1"].append("c")  # what the store held is not known from the list

@@ -18,6 +18,7 @@ format.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
@@ -190,12 +191,22 @@ class RunState:
         holds, so it is kept as it is (a thousand marks are not copied per commit), and
         a list that is the one last sent, of the same length, is not compared. A list
         changed in place anyway (its length moved) is written whole."""
-        from tether.store.base import MarksWrite
-
         base = self._marks_base
         if base is None:
             self._marks_base = {k: (v, len(v)) for k, v in self.seen.items()}
             return None
+        seen = self.seen
+        if len(base) == len(seen):
+            # Most commits change no list (a round's first; its second changes one): told
+            # before anything is built for a change.
+            for item, marks in seen.items():
+                held = base.get(item)
+                if held is None or held[0] is not marks or held[1] != len(marks):
+                    break
+            else:
+                return _no_marks_change()
+        from tether.store.base import MarksWrite
+
         before: dict[str, list[str]] = {}
         after: dict[str, list[str]] = {}
         rewritten: list[str] = []
@@ -263,6 +274,19 @@ _NOT_STORED: Final = ("extra", "by_purpose", "_marks_base")
 _OPTIONAL: Final = tuple(
     f.name for f in fields(RunState) if f.default is None and f.name not in _NOT_STORED
 )
+
+
+#: `MarksWrite` of no change (`_no_marks_change`), made at its first use: one for every
+#: commit that changes no marks; its `items` cannot be changed.
+_NO_MARKS_CHANGE: list[MarksWrite] = []
+
+
+def _no_marks_change() -> MarksWrite:
+    if not _NO_MARKS_CHANGE:
+        from tether.store.base import MarksWrite
+
+        _NO_MARKS_CHANGE.append(MarksWrite(MappingProxyType({})))
+    return _NO_MARKS_CHANGE[0]
 
 
 def _copy(value: Any) -> Any:

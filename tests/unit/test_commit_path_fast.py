@@ -354,3 +354,86 @@ async def test_an_error_of_the_call_is_its_own() -> None:
         await calls._unless_stopped(boom(), "act")
     assert not calls._calling
     calls.close()
+
+
+# --- models.base.direct_init ---------------------------------------------------------------
+
+
+def _both(**options: Any) -> tuple[type, type]:
+    """The same frozen dataclass twice: with the `__init__` `dataclass` made, and with
+    `direct_init`'s."""
+    from tether.models.base import direct_init
+
+    def make() -> type:
+        @dataclasses.dataclass(frozen=True, **options)
+        class Rec:
+            a: int
+            b: str = "b"
+            c: list[int] = dataclasses.field(default_factory=list)
+            d: Any = None
+
+            def __post_init__(self) -> None:
+                if self.a < 0:
+                    raise ValueError("a < 0")
+
+        return Rec
+
+    return make(), direct_init(make())
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [((1,), {}), ((1, "x"), {"d": 4}), ((), {"a": 2, "c": [1]}), ((1, "x", [2], 3), {})],
+)
+def test_direct_init_makes_what_dataclass_init_makes(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    made, direct = _both()
+    want, got = made(*args, **kwargs), direct(*args, **kwargs)
+    assert dataclasses.astuple(got) == dataclasses.astuple(want)
+    assert repr(got).split("(", 1)[1] == repr(want).split("(", 1)[1]
+    if len(args) < 3 and "c" not in kwargs:
+        assert got.c is not direct(*args, **kwargs).c  # a fresh default each time
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.a = 5  # type: ignore[misc]
+
+
+def test_direct_init_refuses_what_dataclass_init_refuses() -> None:
+    made, direct = _both()
+    for cls in (made, direct):
+        with pytest.raises(TypeError):
+            cls()
+        with pytest.raises(TypeError):
+            cls(1, e=2)
+        with pytest.raises(ValueError):
+            cls(-1)  # its __post_init__ runs
+
+
+def test_direct_init_takes_only_the_classes_it_can_stand_for() -> None:
+    from tether.models.base import direct_init
+
+    @dataclasses.dataclass
+    class Loose:
+        a: int
+
+    @dataclasses.dataclass(frozen=True)
+    class Hidden:
+        a: int
+        b: int = dataclasses.field(default=0, init=False)
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Named:
+        a: int
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Slotted:
+        a: int
+
+    @dataclasses.dataclass(frozen=True)
+    class WithInitVar:
+        a: int
+        b: dataclasses.InitVar[int] = 0
+
+    for cls in (Loose, Hidden, Named, Slotted, WithInitVar):
+        with pytest.raises(TypeError):
+            direct_init(cls)

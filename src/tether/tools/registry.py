@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.json_schema import GenerateJsonSchema
 
 from tether import _validation, errors, redact
-from tether.models.base import ToolSchema
+from tether.models.base import ToolSchema, direct_init
 from tether.tools._threads import run_sync, start_sync
 from tether.tools.retry import FailureClass, RetryPolicy
 
@@ -72,6 +72,7 @@ class Journal(Protocol):
         ...
 
 
+@direct_init
 @dataclass(frozen=True)
 class ToolContext:
     """What a running tool may know about its call.

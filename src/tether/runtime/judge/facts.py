@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from tether import events as ev
 from tether import ledger as L
+from tether.models.base import direct_init
 from tether.runtime.round import progress as P
 from tether.spec import ChecklistItem, TaskSpec
 
@@ -53,6 +54,7 @@ class Verdict:
     checks: Mapping[str, str] = field(default_factory=dict)
 
 
+@direct_init
 @dataclass(frozen=True)
 class OpSummary:
     """What the judges see of one op of the round (and what progress compares: the
@@ -210,6 +212,7 @@ class _Policies(Mapping[str, ItemPolicy]):
         return len(self._items)
 
 
+@direct_init
 @dataclass(frozen=True)
 class AuditOutcome:
     """The audited result: the ledger update, the decision, and warnings.

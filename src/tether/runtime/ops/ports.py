@@ -15,6 +15,7 @@ from typing import Any
 
 from tether import events as ev
 from tether.clock import Clock
+from tether.models.base import direct_init
 from tether.store.base import OpsStore
 from tether.tools.breaker import Guard
 
@@ -25,6 +26,7 @@ __all__ = ["INLINE_WAIT_MAX", "OpsStore", "RoundOps", "ToolEnv"]
 INLINE_WAIT_MAX = 30.0
 
 
+@direct_init
 @dataclass(frozen=True)
 class ToolEnv:
     """What every tool call of a run is given, fixed for the run."""

@@ -33,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 from tether import events as ev
 from tether import ledger as L
 from tether.clock import Clock
-from tether.models.base import Message, Model, ModelRequest, ModelResponse
+from tether.models.base import Message, Model, ModelRequest, ModelResponse, direct_init
 from tether.runtime.ops.ports import OpsStore, ToolEnv
 from tether.runtime.round.context import Context, Entry
 from tether.runtime.run.state import RunState
@@ -81,6 +81,7 @@ class ModelSet:
                 await m.aclose()
 
 
+@direct_init
 @dataclass(frozen=True)
 class PendingRound:
     """A round's results, built in memory and committed in one write."""
@@ -94,6 +95,7 @@ class PendingRound:
     calls: int
 
 
+@direct_init
 @dataclass(frozen=True)
 class Commit:
     """One durable write of a run: events and the projections that move with them, in

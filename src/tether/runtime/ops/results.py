@@ -15,7 +15,7 @@ from typing import Literal
 
 from tether import artifacts as A
 from tether import events as ev
-from tether.models.base import ToolCall
+from tether.models.base import ToolCall, direct_init
 from tether.runtime.ops.journal import evolve, hash_args
 from tether.runtime.run.outcome import Outcome
 from tether.store.base import ArtifactRecord, OpRecord
@@ -78,6 +78,7 @@ class Wait:
     outcome: Outcome
 
 
+@direct_init
 @dataclass(frozen=True)
 class Settled:
     """The call ended: succeeded or failed, its outcome final for the round."""

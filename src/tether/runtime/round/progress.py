@@ -28,6 +28,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from tether.models.base import direct_init
+
 #: (pattern, replacement), applied in order: the parts of a message that change from one
 #: run of the same call to the next without saying anything new.
 _VOLATILE: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
@@ -272,6 +274,7 @@ class CallFact(Protocol):
     def result_hash(self) -> str: ...
 
 
+@direct_init
 @dataclass(frozen=True)
 class Moves:
     """What a round did for its item: `new` are the fingerprints that move it (empty: no

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
+from tether.text import clean_data, clean_text
+
 Purpose = Literal["act", "judge", "compact", "review", "probe"]
 Role = Literal["user", "assistant", "tool"]
 
@@ -240,6 +242,37 @@ class ModelResponse:
             finish_reason=d.get("finish_reason"),
             attempts=int(d.get("attempts", 1)),
         )
+
+
+def clean_response(resp: ModelResponse) -> ModelResponse:
+    """`resp` with lone surrogates replaced in its text, its tool calls (names, ids,
+    arguments, keys included) and its model name (`tether.text`): a provider's JSON may
+    escape any UTF-16 unit, and no store, file or hash takes such text. `resp` itself
+    (the same object) when it has none: a few `isascii` calls a round."""
+    text, model = clean_text(resp.text), clean_text(resp.model)
+    calls = tuple(_clean_call(c) for c in resp.tool_calls)
+    if (
+        text is resp.text
+        and model is resp.model
+        and all(a is b for a, b in zip(calls, resp.tool_calls, strict=True))
+    ):
+        return resp
+    return dataclasses.replace(resp, text=text, model=model, tool_calls=calls)
+
+
+def _clean_call(call: ToolCall) -> ToolCall:
+    id_, name, raw = clean_text(call.id), clean_text(call.name), clean_text(call.raw_arguments)
+    arguments = clean_data(call.arguments)
+    error = None if call.error is None else clean_text(call.error)
+    if (id_, name, arguments, raw, error) == (
+        call.id,
+        call.name,
+        call.arguments,
+        call.raw_arguments,
+        call.error,
+    ) and arguments is call.arguments:
+        return call
+    return ToolCall(id_, name, arguments, raw, error)
 
 
 @runtime_checkable

@@ -15,10 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from json import encoder as json_encoder
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic_core import to_json
+from pydantic_core import PydanticSerializationError, to_json
 
 from tether.store import _rules as rules
 from tether.store.base import OpRecord, StoredEvent
+from tether.text import clean_text
 
 if TYPE_CHECKING:  # the event models load where a commit encodes them, not to read
     from tether import events as ev
@@ -48,16 +49,21 @@ _C_ENCODER: Callable[[Any, int], list[str]] | None = (
 def dumps(obj: Any) -> str:
     """`json.dumps(obj, separators=(",", ":"), ensure_ascii=False)`: the SQL stores'
     JSON text (the same text, see `_C_ENCODER`)."""
-    if _C_ENCODER is None:  # pragma: no cover - a Python without the C accelerator
-        return _ENCODER.encode(obj)
-    return "".join(_C_ENCODER(obj, 0))
+    # (Without the C accelerator: the encoder's own way.)
+    out = _ENCODER.encode(obj) if _C_ENCODER is None else "".join(_C_ENCODER(obj, 0))
+    # A lone surrogate has no UTF-8 form: the database would refuse the commit
+    # (`tether.text`). Text with one is cleaned; ASCII text is not even searched.
+    return clean_text(out)
 
 
 def json_text(data: Any) -> str:
     """`dumps` of data that is JSON already (`ev.encode`'s: string keys, JSON values),
     by pydantic's encoder, in Rust: the same text but for how some floats are spelt
     (`1e-7` for `1e-07`; both read back as the same float)."""
-    return to_json(data).decode()
+    try:
+        return to_json(data).decode()
+    except PydanticSerializationError:  # a lone surrogate (`tether.text`), or no JSON
+        return dumps(data)
 
 
 def stored_events(

@@ -50,6 +50,7 @@ from pydantic.json_schema import GenerateJsonSchema
 
 from tether import _validation, errors, redact
 from tether.models.base import ToolSchema, direct_init
+from tether.text import clean_text
 from tether.tools._threads import run_sync, start_sync
 from tether.tools.retry import FailureClass, RetryPolicy
 
@@ -317,15 +318,17 @@ def arguments_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def render_result(result: Any) -> str:
-    """A tool's return value as the text the model reads."""
+    """A tool's return value as the text the model reads, lone surrogates replaced
+    (`tether.text`: a tool's JSON may escape any UTF-16 unit; no store takes one)."""
     if isinstance(result, str):
-        return result
+        return clean_text(result)
     if result is None:
         return "ok"
     try:
-        return json.dumps(result, ensure_ascii=False, sort_keys=True, default=str)
+        text = json.dumps(result, ensure_ascii=False, sort_keys=True, default=str)
     except (TypeError, ValueError):
-        return str(result)
+        text = str(result)
+    return clean_text(text)
 
 
 def _context_param(sig: inspect.Signature, hints: Mapping[str, Any]) -> str | None:

@@ -25,6 +25,7 @@ from tether.runtime.ops.journal import evolve
 from tether.runtime.ops.ports import RoundOps, ToolEnv
 from tether.runtime.run import outcome as out
 from tether.store.base import ArtifactRecord, OpRecord
+from tether.text import clean_text
 from tether.tools import failures
 from tether.tools.breaker import Transition
 from tether.tools.registry import (
@@ -222,7 +223,13 @@ class Attempts:
                     break
                 await self.env.clock.sleep(step.delay)
         await self.run.journal.commit(
-            [ev.OpReconciled(op_id=record.op_id, outcome=rec.outcome, detail=str(rec.result)[:200])]
+            [
+                ev.OpReconciled(
+                    op_id=record.op_id,
+                    outcome=rec.outcome,
+                    detail=clean_text(str(rec.result)[:200]),  # as a tool's text (`tether.text`)
+                )
+            ]
         )
         return rec
 

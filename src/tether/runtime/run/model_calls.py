@@ -13,7 +13,14 @@ from typing import Any
 
 from tether import errors, telemetry
 from tether import events as ev
-from tether.models.base import Model, ModelRequest, ModelResponse, ToolCall, Usage
+from tether.models.base import (
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    Usage,
+    clean_response,
+)
 from tether.runtime import hints
 from tether.runtime.round import history
 from tether.runtime.run import outcome as out
@@ -21,6 +28,7 @@ from tether.runtime.run.journal import RunJournal
 from tether.runtime.run.outcome import Stop
 from tether.runtime.run.ports import ModelSet
 from tether.runtime.run.state import RunView
+from tether.text import clean_text
 
 
 def _cost(configured: str, response: ModelResponse) -> float:
@@ -209,7 +217,10 @@ class ModelCalls:
             except (errors.ModelError, Stop):
                 raise
             except Exception as exc:
-                raise errors.ModelError(f"{type(exc).__name__}: {exc}", transient=False) from exc
+                raise errors.ModelError(
+                    clean_text(f"{type(exc).__name__}: {exc}"), transient=False
+                ) from exc
+            resp = clean_response(resp)
             u = resp.usage
             telemetry.set_attributes(
                 span,

@@ -42,7 +42,7 @@ from typing import Any, Literal, Protocol
 from tether import errors, telemetry
 from tether import events as ev
 from tether.clock import Clock
-from tether.models.base import Message, ModelRequest, ModelResponse
+from tether.models.base import Message, ModelRequest, ModelResponse, clean_response
 from tether.runtime import hints
 from tether.runtime.round import history
 from tether.runtime.run.liveness.heartbeat import Heartbeat
@@ -50,6 +50,7 @@ from tether.runtime.run.model_calls import called_event
 from tether.runtime.run.ports import ModelSet
 from tether.runtime.run.state import RunView
 from tether.store.base import blob_hash
+from tether.text import clean_text
 
 log = logging.getLogger("tether.probe")
 
@@ -329,7 +330,7 @@ class Prober:
         except TimeoutError:
             text = f"no answer within {self.timeout:g}s"
         except Exception as exc:  # any failure of the call is an unusable answer
-            text = f"model error: {type(exc).__name__}: {exc}"
+            text = clean_text(f"model error: {type(exc).__name__}: {exc}")
             events.append(
                 ev.ModelFailed(
                     call_id=f"{run.journal.task_id}.probe.failed",
@@ -340,6 +341,7 @@ class Prober:
                 )
             )
         if response is not None:
+            response = clean_response(response)
             if not response.latency_ms:
                 # To the microsecond, as `ModelCalls.call_model` measures (and the event
                 # keeps: a finer latency would be stored in its response as well).

@@ -1,0 +1,65 @@
+"""Text from outside made storable: unpaired UTF-16 surrogates replaced.
+
+A JSON document may spell any UTF-16 code unit as an escape, and Python decodes
+`"\\ud800"` to a string holding a lone surrogate. Such a string has no UTF-8 form, so no
+database takes it as text, a file cannot be written with it, and hashing it raises
+`UnicodeEncodeError`. A model's answer, a tool's result or error and an MCP server's
+output can all carry one (a person's text is refused instead: `_validation.free_text`).
+The runtime cleans what it is given where it comes in, and the stores clean what they
+encode, so a stray escape never stops a run: each lone surrogate becomes U+FFFD, and a
+surrogate pair written as two code points becomes the character it stands for.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, TypeVar
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+T = TypeVar("T")
+
+
+def clean_text(text: str) -> str:
+    """`text` with its lone surrogates as U+FFFD and its split pairs joined; `text`
+    itself (the same object) when it has none."""
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    # UTF-16 holds a pair as the two units it is made of, and its decoder replaces a
+    # unit without its partner: pairs joined, lone ones replaced, in one pass of C.
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def has_surrogate(text: str) -> bool:
+    """True when `text` holds a surrogate code point (lone or half of a split pair)."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def clean_data(value: T) -> T:
+    """`value` with `clean_text` applied to every string in it: mapping keys and values,
+    list and tuple members (a tuple stays a tuple). `value` itself (the same object) when
+    nothing in it changes, so clean data costs one walk and no copy."""
+    if isinstance(value, str):
+        return clean_text(value)  # type: ignore[return-value]
+    if isinstance(value, dict):
+        out: Any = None
+        for k, v in value.items():
+            ck, cv = clean_data(k), clean_data(v)
+            if out is None and (ck is not k or cv is not v):
+                out = {}
+                for k2, v2 in value.items():  # the entries before this one, as they were
+                    if k2 is k:
+                        break
+                    out[k2] = v2
+            if out is not None:
+                out[ck] = cv
+        return value if out is None else out
+    if isinstance(value, list | tuple):
+        items = [clean_data(v) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return tuple(items) if isinstance(value, tuple) else items  # type: ignore[return-value]
+    return value
+
+
+__all__ = ["clean_data", "clean_text", "has_surrogate"]

@@ -131,6 +131,32 @@ def postgres_params(task: TaskPatch | None, params: dict[str, Any], dumps: Dumps
     return whole, bool(cuts), bool(adds)
 
 
+#: The marks' cut: per item, its `k` oldest marks (all if `k` < 0 or the item has
+#: fewer), found once per item (`mkn`) before the DELETE. A subquery correlated with
+#: the deleted row ran once per mark of the item, at every commit once the item reached
+#: the cap: a thousand index scans, 2-13 ms of the server's time a commit, more as dead
+#: rows pile up. MATERIALIZED: inlined, the subquery would be back in the DELETE's join.
+_MARK_CUTS = (
+    "mkn AS MATERIALIZED (SELECT x.ctid AS t FROM go, jsonb_to_recordset(:mkc::jsonb)"
+    " AS r(item text, k int), LATERAL (SELECT y.ctid FROM task_marks y"
+    " WHERE y.task_id = go.task_id AND y.item_id = r.item ORDER BY y.n"
+    " LIMIT CASE WHEN r.k >= 0 THEN r.k END) x),\n"
+    "mkc AS (DELETE FROM task_marks m USING go WHERE m.task_id = go.task_id"
+    " AND m.ctid = ANY (ARRAY(SELECT t FROM mkn)))"
+)
+#: The marks' additions, numbered after the item's last mark, found once per item
+#: (`l`), not once per mark: the planner costs a per-mark subquery for the 100 x 100
+#: rows it guesses two JSON functions make, near `jit_above_cost` (JIT would compile
+#: the statement, milliseconds, at every commit once past it).
+_MARK_ADDS = (
+    "mka AS (INSERT INTO task_marks (task_id, item_id, n, mark) SELECT go.task_id,"
+    " r.item, l.top + a.i, a.mark FROM go, jsonb_to_recordset(:mka::jsonb)"
+    " AS r(item text, marks jsonb), LATERAL (SELECT COALESCE(max(x.n), 0) AS top"
+    " FROM task_marks x WHERE x.task_id = go.task_id AND x.item_id = r.item) l,"
+    " jsonb_array_elements_text(r.marks) WITH ORDINALITY AS a(mark, i))"
+)
+
+
 def postgres_text(shape: Shape | None) -> list[str]:
     """The CTEs of PostgreSQL's one-statement commit that apply its marks
     (`postgres_params`), only if `go` (the task row, its condition held) has its row.
@@ -144,18 +170,7 @@ def postgres_text(shape: Shape | None) -> list[str]:
     if whole:
         ctes.append("mkw AS (DELETE FROM task_marks m USING go WHERE m.task_id = go.task_id)")
     if cuts:
-        ctes.append(
-            "mkc AS (DELETE FROM task_marks m USING go, jsonb_to_recordset(:mkc::jsonb)"
-            " AS r(item text, k int) WHERE m.task_id = go.task_id AND m.item_id = r.item"
-            " AND (r.k < 0 OR m.n <= COALESCE((SELECT x.n FROM task_marks x WHERE x.task_id"
-            " = go.task_id AND x.item_id = r.item ORDER BY x.n OFFSET r.k - 1 LIMIT 1), m.n)))"
-        )
+        ctes.append(_MARK_CUTS)
     if adds:
-        ctes.append(
-            "mka AS (INSERT INTO task_marks (task_id, item_id, n, mark) SELECT go.task_id,"
-            " r.item, COALESCE((SELECT max(x.n) FROM task_marks x WHERE x.task_id ="
-            " go.task_id AND x.item_id = r.item), 0) + a.i, a.mark FROM go,"
-            " jsonb_to_recordset(:mka::jsonb) AS r(item text, marks jsonb),"
-            " jsonb_array_elements_text(r.marks) WITH ORDINALITY AS a(mark, i))"
-        )
+        ctes.append(_MARK_ADDS)
     return ctes

@@ -369,32 +369,4 @@ def _task_writes(cols: tuple[str, ...], has_events: bool, mk: marks.Shape | None
     ctes.append(
         f"tu AS (UPDATE tasks t SET {', '.join(sets)} FROM go WHERE t.task_id = go.task_id)"
     )
-    swap = {"mkc": _MARK_CUTS, "mka": _MARK_ADDS}
-    return ctes + [swap.get(c[:3], c) for c in marks.postgres_text(mk)]
-
-
-#: The marks' cut (`_marks.postgres_text`'s `mkc`: per item, its `k` oldest marks, or
-#: all if `k` < 0 or the item has fewer) with each item's newest mark to drop found
-#: once (`mkn`), before the DELETE: `mkc`'s subquery, correlated with the deleted row,
-#: ran once per mark of the item, every commit once the item reached the cap (a
-#: thousand index scans, 2-13 ms of the server's time a commit, more as dead rows
-#: pile up). MATERIALIZED: inlined, the subquery would be back in the DELETE's join.
-_MARK_CUTS = (
-    "mkn AS MATERIALIZED (SELECT x.ctid AS t FROM go, jsonb_to_recordset(:mkc::jsonb)"
-    " AS r(item text, k int), LATERAL (SELECT y.ctid FROM task_marks y"
-    " WHERE y.task_id = go.task_id AND y.item_id = r.item ORDER BY y.n"
-    " LIMIT CASE WHEN r.k >= 0 THEN r.k END) x),\n"
-    "mkc AS (DELETE FROM task_marks m USING go WHERE m.task_id = go.task_id"
-    " AND m.ctid = ANY (ARRAY(SELECT t FROM mkn)))"
-)
-#: The marks' additions (`_marks.postgres_text`'s `mka`) numbered after the item's last
-#: mark found once per item (`l`), not once per mark: the planner costs the subquery
-#: for the 100 x 100 rows it guesses two JSON functions make, near `jit_above_cost`
-#: (JIT compiles the statement, milliseconds, at every commit once past it).
-_MARK_ADDS = (
-    "mka AS (INSERT INTO task_marks (task_id, item_id, n, mark) SELECT go.task_id,"
-    " r.item, l.top + a.i, a.mark FROM go, jsonb_to_recordset(:mka::jsonb)"
-    " AS r(item text, marks jsonb), LATERAL (SELECT COALESCE(max(x.n), 0) AS top"
-    " FROM task_marks x WHERE x.task_id = go.task_id AND x.item_id = r.item) l,"
-    " jsonb_array_elements_text(r.marks) WITH ORDINALITY AS a(mark, i))"
-)
+    return ctes + marks.postgres_text(mk)

@@ -231,12 +231,12 @@ def test_store_imports_none_of_runtime_models_tools_web() -> None:
 #: over 600 lines; this list may only shrink (a module that gets under 600 must leave it;
 #: none may be added, and none may grow past the figure written here).
 OVERSIZE_BASELINE: dict[str, int] = {
-    "tether.ledger": 640,
-    "tether.report.replay": 843,
-    "tether.spec": 911,
-    "tether.store._sql": 1015,
-    "tether.tools.builtin.sources": 796,
-    "tether.tools.mcp": 731,
+    "tether.ledger": 637,
+    "tether.report.replay": 841,
+    "tether.spec": 871,
+    "tether.store._sql": 1014,
+    "tether.tools.builtin.sources": 778,
+    "tether.tools.mcp": 720,
 }
 MODULE_BUDGET = 600
 CLASS_BUDGET = 400

@@ -331,20 +331,31 @@ def decode_arguments(
     if not text.strip():
         return {}, text, None
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
+        # JSON has no NaN or Infinity, which Python's decoder takes (a database's JSON
+        # does not): the model is told, as of any text that is not JSON.
+        value = json.loads(text, parse_constant=_no_constant)
+    except ValueError as exc:  # json.JSONDecodeError, or a constant refused
         preview = text if len(text) <= _PREVIEW else text[:_PREVIEW] + "…"
         is_are = "is" if noun == "input" else "are"
+        why = (
+            f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+            if isinstance(exc, json.JSONDecodeError)
+            else str(exc)
+        )
         return (
             None,
             text,
-            f"the {noun} of tool call {name!r} {is_are} not valid JSON ({exc.msg} at line "
-            f"{exc.lineno} column {exc.colno}): {preview!r}. Call the tool again with a "
-            f"single JSON object as {noun}.",
+            f"the {noun} of tool call {name!r} {is_are} not valid JSON ({why}): {preview!r}. "
+            f"Call the tool again with a single JSON object as {noun}.",
         )
     if not isinstance(value, dict):
         return None, text, _not_object(name, value, noun)
     return value, text, None
+
+
+def _no_constant(name: str) -> Any:
+    """`json.loads`'s `parse_constant`: `NaN`, `Infinity` and `-Infinity` refused."""
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _not_object(name: str, value: object, noun: str) -> str:

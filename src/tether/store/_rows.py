@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from json import encoder as json_encoder
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -54,6 +55,50 @@ def dumps(obj: Any) -> str:
     # A lone surrogate has no UTF-8 form: the database would refuse the commit
     # (`tether.text`). Text with one is cleaned; ASCII text is not even searched.
     return clean_text(out)
+
+
+#: `dumps` without NaN and infinities (`strict_dumps`): standard JSON, which
+#: PostgreSQL's `json` type takes and Python's `json.dumps` does not insist on.
+_STRICT_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_C_STRICT: Callable[[Any, int], list[str]] | None = (
+    None
+    if _MAKE_ENCODER is None
+    else _MAKE_ENCODER(
+        None,
+        _STRICT_ENCODER.default,
+        json_encoder.encode_basestring,
+        None,
+        ":",
+        ",",
+        False,
+        False,
+        False,
+    )
+)
+
+
+def strict_dumps(obj: Any) -> str:
+    """`dumps` as standard JSON: a NaN or an infinity (a model's tool arguments may
+    carry one: Python's `json.loads` takes `NaN`) is written as `null`, where `dumps`
+    writes `NaN`, which PostgreSQL refuses (the commit would fail and stop the run).
+    One encoding when there is none, as `dumps`."""
+    try:
+        out = _STRICT_ENCODER.encode(obj) if _C_STRICT is None else "".join(_C_STRICT(obj, 0))
+    except ValueError:  # out of range: a non-finite float somewhere in `obj`
+        out = dumps(_finite(obj))
+    return clean_text(out)
+
+
+def _finite(value: Any) -> Any:
+    """`value` with NaN and infinities as None (floats only: JSON's other types as they
+    are), for `strict_dumps`."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def json_text(data: Any) -> str:

@@ -30,7 +30,7 @@ from tether.store import _search as search
 from tether.store import base as b
 from tether.store._latest import Latest
 from tether.store._rows import dumps as _dumps
-from tether.store._rows import stored_events
+from tether.store._rows import stored_events, strict_dumps
 from tether.store.base import SCHEMA_VERSION, ApprovalRecord, ArtifactRecord, OpRecord, TaskRecord
 from tether.store.schema_policy import migrations
 
@@ -111,7 +111,7 @@ def _dumps_no_nul(obj: Any) -> str:
     """`_dumps` for PostgreSQL, whose jsonb (and text) cannot hold a NUL: a model's text
     or tool arguments may carry one, stored as U+FFFD so a stray control character never
     fails a commit (the run would stop on a StoreError as if the database were down)."""
-    out = _dumps(obj)
+    out = strict_dumps(obj)  # PostgreSQL's json takes no NaN either
     return _NUL_ESCAPE.sub(r"\1\\ufffd", out) if "\\u0000" in out else out
 
 

@@ -103,6 +103,27 @@ def data_problem(value: Any, *, json_only: bool = True) -> str | None:
     return None
 
 
+def shape_problem(value: Any) -> str | None:
+    """Nesting deeper than `MAX_DEPTH` (or a cycle) or more than `MAX_NODES` values in
+    `value`, with where, or None: the bounds of `data_problem` alone, for data that is
+    cleaned rather than refused (a model's tool arguments, `tether.text`), checked
+    before any recursive walk of it could overflow the stack. Iterative and bounded."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    seen = 0
+    while stack:
+        v, depth = stack.pop()
+        seen += 1
+        if seen > MAX_NODES:
+            return f"hold more than {MAX_NODES:,} values"
+        if depth > MAX_DEPTH:
+            return f"are nested deeper than {MAX_DEPTH} levels"
+        if isinstance(v, dict):
+            stack.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, list | tuple):
+            stack.extend((x, depth + 1) for x in v)
+    return None
+
+
 def storable(value: Any) -> Any:
     """`value` if tether can store it (see `data_problem`; any Python value, not only
     JSON data), else `ValueError` saying why."""

@@ -334,14 +334,15 @@ def decode_arguments(
         # JSON has no NaN or Infinity, which Python's decoder takes (a database's JSON
         # does not): the model is told, as of any text that is not JSON.
         value = json.loads(text, parse_constant=_no_constant)
-    except ValueError as exc:  # json.JSONDecodeError, or a constant refused
+    except (ValueError, RecursionError) as exc:  # not JSON, a constant refused, too deep
         preview = text if len(text) <= _PREVIEW else text[:_PREVIEW] + "…"
         is_are = "is" if noun == "input" else "are"
-        why = (
-            f"{exc.msg} at line {exc.lineno} column {exc.colno}"
-            if isinstance(exc, json.JSONDecodeError)
-            else str(exc)
-        )
+        if isinstance(exc, json.JSONDecodeError):
+            why = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+        elif isinstance(exc, RecursionError):
+            why = "nested too deeply"
+        else:
+            why = str(exc)
         return (
             None,
             text,

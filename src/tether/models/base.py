@@ -262,8 +262,21 @@ def clean_response(resp: ModelResponse) -> ModelResponse:
 
 def _clean_call(call: ToolCall) -> ToolCall:
     id_, name, raw = clean_text(call.id), clean_text(call.name), clean_text(call.raw_arguments)
-    arguments = clean_data(call.arguments)
+    arguments = call.arguments
     error = None if call.error is None else clean_text(call.error)
+    # Arguments too deep or too large for the runtime's walks (and the stores' encoders)
+    # go back to the model as unusable, as arguments that are not a JSON object do.
+    problem = _shape_problem(arguments)
+    if problem is not None:
+        return ToolCall(
+            id_,
+            name,
+            None,
+            raw,
+            f"the arguments of tool call {name!r} {problem}. Call the tool again with "
+            "plainer arguments.",
+        )
+    arguments = clean_data(arguments)
     if (id_, name, arguments, raw, error) == (
         call.id,
         call.name,
@@ -273,6 +286,15 @@ def _clean_call(call: ToolCall) -> ToolCall:
     ) and arguments is call.arguments:
         return call
     return ToolCall(id_, name, arguments, raw, error)
+
+
+def _shape_problem(arguments: Mapping[str, Any] | None) -> str | None:
+    # Flat arguments (the usual case) need no walk.
+    if not arguments or not any(isinstance(v, dict | list | tuple) for v in arguments.values()):
+        return None
+    from tether.spec_values import shape_problem
+
+    return shape_problem(arguments)
 
 
 @runtime_checkable

@@ -62,4 +62,15 @@ def clean_data(value: T) -> T:
     return value
 
 
-__all__ = ["clean_data", "clean_text", "has_surrogate"]
+def exc_text(exc: BaseException) -> str:
+    """What an exception from outside code (a tool, a validator, a model adapter) says,
+    cleaned: its `str`, or its class's name when that is empty or fails (a broken
+    `__str__` must not turn a tool's failure into the run's)."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
+    return clean_text(text) if text else type(exc).__name__
+
+
+__all__ = ["clean_data", "clean_text", "exc_text", "has_surrogate"]

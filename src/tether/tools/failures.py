@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from tether import errors
 from tether.retry import FailureClass, classify_status, parse_retry_after
-from tether.text import clean_text
+from tether.text import exc_text
 
 __all__ = ["Classified", "classify", "classify_status"]
 
@@ -88,8 +88,8 @@ def _http(exc: BaseException, status: int, msg: str, has_effect: bool) -> Classi
 
 def classify(exc: BaseException, *, has_effect: bool) -> Classified:
     """Classify an exception raised by a tool (see the module docstring)."""
-    # An error's text may quote what the tool was given or read (`tether.text`).
-    msg = clean_text(str(exc) or type(exc).__name__)
+    # An error's text may quote what the tool was given or read, or fail (`tether.text`).
+    msg = exc_text(exc)
     if isinstance(exc, errors.ToolSignal):
         return _signal(exc, msg, has_effect)
     status = _status(exc)

@@ -327,8 +327,18 @@ def render_result(result: Any) -> str:
     try:
         text = json.dumps(result, ensure_ascii=False, sort_keys=True, default=str)
     except (TypeError, ValueError):
-        text = str(result)
+        text = _shown(result)
+    except RecursionError:  # nested deeper than the encoder goes (or a cycle)
+        text = f"(a value nested too deeply to show: {_validation.shown(result)})"
     return clean_text(text)
+
+
+def _shown(result: Any) -> str:
+    """`str(result)`, or a clipped `repr` when that fails or recurses too deep."""
+    try:
+        return str(result)
+    except (Exception, RecursionError):
+        return _validation.shown(result)
 
 
 def _context_param(sig: inspect.Signature, hints: Mapping[str, Any]) -> str | None:

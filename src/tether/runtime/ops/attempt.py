@@ -25,7 +25,7 @@ from tether.runtime.ops.journal import evolve
 from tether.runtime.ops.ports import RoundOps, ToolEnv
 from tether.runtime.run import outcome as out
 from tether.store.base import ArtifactRecord, OpRecord
-from tether.text import clean_text
+from tether.text import clean_text, exc_text
 from tether.tools import failures
 from tether.tools.breaker import Transition
 from tether.tools.registry import (
@@ -81,7 +81,7 @@ def validate(tool: Tool, raw: Any) -> str | None:
     except errors.ValidationFailed as exc:
         return str(exc) or "the result failed validation"
     except Exception as exc:
-        return f"validator raised {type(exc).__name__}: {exc}"
+        return f"validator raised {type(exc).__name__}: {exc_text(exc)}"
     if verdict is None or verdict is True:
         return None
     if verdict is False:
@@ -212,7 +212,9 @@ class Attempts:
                 )
                 break
             except Exception as exc:  # a failing reconcile tells us nothing (yet)
-                rec = Reconciliation("unknown", f"reconcile failed: {type(exc).__name__}: {exc}")
+                rec = Reconciliation(
+                    "unknown", f"reconcile failed: {type(exc).__name__}: {exc_text(exc)}"
+                )
                 cls = classify(tool, exc).cls
                 # A passing fault of the service (a 503, a timeout) is asked again on the
                 # tool's schedule before a human has to decide.
@@ -345,7 +347,7 @@ class Attempts:
             if record.op_id in self.book.approved:
                 # Asking twice for one call would loop: once approved, it is a failure.
                 cls_msg = failures.Classified(
-                    "deterministic", f"the tool asked for approval again: {exc}", None
+                    "deterministic", f"the tool asked for approval again: {exc_text(exc)}", None
                 )
             else:
                 raw = _Asks(str(exc) or "the tool asks for a human's approval")

@@ -28,7 +28,7 @@ from tether.runtime.run.journal import RunJournal
 from tether.runtime.run.outcome import Stop
 from tether.runtime.run.ports import ModelSet
 from tether.runtime.run.state import RunView
-from tether.text import clean_text
+from tether.text import exc_text
 
 
 def _cost(configured: str, response: ModelResponse) -> float:
@@ -218,7 +218,7 @@ class ModelCalls:
                 raise
             except Exception as exc:
                 raise errors.ModelError(
-                    clean_text(f"{type(exc).__name__}: {exc}"), transient=False
+                    f"{type(exc).__name__}: {exc_text(exc)}", transient=False
                 ) from exc
             resp = clean_response(resp)
             u = resp.usage

@@ -50,7 +50,7 @@ from tether.runtime.run.model_calls import called_event
 from tether.runtime.run.ports import ModelSet
 from tether.runtime.run.state import RunView
 from tether.store.base import blob_hash
-from tether.text import clean_text
+from tether.text import exc_text
 
 log = logging.getLogger("tether.probe")
 
@@ -330,7 +330,7 @@ class Prober:
         except TimeoutError:
             text = f"no answer within {self.timeout:g}s"
         except Exception as exc:  # any failure of the call is an unusable answer
-            text = clean_text(f"model error: {type(exc).__name__}: {exc}")
+            text = f"model error: {type(exc).__name__}: {exc_text(exc)}"
             events.append(
                 ev.ModelFailed(
                     call_id=f"{run.journal.task_id}.probe.failed",

@@ -104,9 +104,10 @@ def data_problem(value: Any, *, json_only: bool = True) -> str | None:
 
 
 def shape_problem(value: Any) -> str | None:
-    """Nesting deeper than `MAX_DEPTH` (or a cycle) or more than `MAX_NODES` values in
-    `value`, with where, or None: the bounds of `data_problem` alone, for data that is
-    cleaned rather than refused (a model's tool arguments, `tether.text`), checked
+    """Why `value` is not JSON data tether can walk, or None: nesting deeper than
+    `MAX_DEPTH` (or a cycle), more than `MAX_NODES` values, a key that is not text, a
+    value of no JSON type. The shape checks of `data_problem` alone, for data whose text
+    is cleaned rather than refused (a model's tool arguments, `tether.text`), made
     before any recursive walk of it could overflow the stack. Iterative and bounded."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     seen = 0
@@ -118,9 +119,13 @@ def shape_problem(value: Any) -> str | None:
         if depth > MAX_DEPTH:
             return f"are nested deeper than {MAX_DEPTH} levels"
         if isinstance(v, dict):
+            if not all(type(k) is str for k in v):
+                return "have a key that is not text"
             stack.extend((x, depth + 1) for x in v.values())
         elif isinstance(v, list | tuple):
             stack.extend((x, depth + 1) for x in v)
+        elif not isinstance(v, str | int | float | bool | None):
+            return f"hold a {type(v).__name__}, which is not JSON"
     return None
 
 

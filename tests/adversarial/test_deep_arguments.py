@@ -67,3 +67,39 @@ async def test_deep_arguments_never_stop_a_run(store: Store, tmp_path: Path) -> 
     _, res = await run_task(store, spec, tmp_path, model)
     assert res.status == "satisfied", res
     assert f"nested deeper than {MAX_DEPTH} levels" in all_text(act_requests(model)[1])
+
+
+def test_arguments_a_model_of_ones_own_hands_over_that_are_not_json_go_back_to_it() -> None:
+    """The `Model` protocol is open: an adapter may hand over arguments of any type."""
+    for arguments, why in (
+        (["a"], "are not a JSON object"),
+        ({1: "a", "path": "."}, "have a key that is not text"),
+        ({"path": ".", "x": {2: "b"}}, "have a key that is not text"),
+        ({"path": ".", "x": [{"a", "b"}]}, "hold a set, which is not JSON"),
+        ({"path": ".", "x": b"raw"}, "hold a bytes, which is not JSON"),
+    ):
+        resp = ModelResponse("x", (ToolCall("c1", "list_files", arguments),))  # type: ignore[arg-type]
+        call = clean_response(resp).tool_calls[0]
+        assert call.arguments is None, arguments
+        assert call.error is not None and why in call.error, (arguments, call.error)
+
+
+async def test_arguments_that_are_not_json_never_stop_a_run(store: Store, tmp_path: Path) -> None:
+    spec = contract(op_rule_items("a"), limits={"max_rounds": 4})
+    calls = 0
+
+    def actor(request: ModelRequest) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return ModelResponse(
+                "odd",
+                (
+                    ToolCall("c1", "list_files", ["."]),  # type: ignore[arg-type]
+                    ToolCall("c2", "list_files", {1: "a", "path": "."}),  # type: ignore[dict-item]
+                ),
+            )
+        return say("writing", write("a"))
+
+    _, res = await run_task(store, spec, tmp_path, ScriptedModel(policy=actor))
+    assert res.status == "satisfied", res

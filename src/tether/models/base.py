@@ -288,13 +288,22 @@ def _clean_call(call: ToolCall) -> ToolCall:
     return ToolCall(id_, name, arguments, raw, error)
 
 
-def _shape_problem(arguments: Mapping[str, Any] | None) -> str | None:
-    # Flat arguments (the usual case) need no walk.
-    if not arguments or not any(isinstance(v, dict | list | tuple) for v in arguments.values()):
+def _shape_problem(arguments: Any) -> str | None:
+    # Flat arguments of JSON scalars under text keys (the usual case) need no walk.
+    if arguments is None:
+        return None
+    if not isinstance(arguments, Mapping):  # a `Model` of one's own may hand anything
+        return "are not a JSON object"
+    if all(type(k) is str for k in arguments) and all(
+        isinstance(v, _SCALARS) for v in arguments.values()
+    ):
         return None
     from tether.spec_values import shape_problem
 
     return shape_problem(arguments)
+
+
+_SCALARS = (str, int, float, bool, type(None))
 
 
 @runtime_checkable

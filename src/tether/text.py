@@ -30,11 +30,6 @@ def clean_text(text: str) -> str:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
-def has_surrogate(text: str) -> bool:
-    """True when `text` holds a surrogate code point (lone or half of a split pair)."""
-    return not text.isascii() and _SURROGATE.search(text) is not None
-
-
 def clean_data(value: T) -> T:
     """`value` with `clean_text` applied to every string in it: mapping keys and values,
     list and tuple members (a tuple stays a tuple). `value` itself (the same object) when
@@ -73,4 +68,4 @@ def exc_text(exc: BaseException) -> str:
     return clean_text(text) if text else type(exc).__name__
 
 
-__all__ = ["clean_data", "clean_text", "exc_text", "has_surrogate"]
+__all__ = ["clean_data", "clean_text", "exc_text"]

@@ -245,10 +245,13 @@ class ModelResponse:
 
 
 def clean_response(resp: ModelResponse) -> ModelResponse:
-    """`resp` with lone surrogates replaced in its text, its tool calls (names, ids,
-    arguments, keys included) and its model name (`tether.text`): a provider's JSON may
-    escape any UTF-16 unit, and no store, file or hash takes such text. `resp` itself
-    (the same object) when it has none: a few `isascii` calls a round."""
+    """`resp` as the runtime takes it: lone surrogates replaced in its text, its tool
+    calls (names, ids, arguments, keys included) and its model name (`tether.text`: a
+    provider's JSON may escape any UTF-16 unit, and no store, file or hash takes such
+    text), and a tool call whose arguments are not JSON data tether can walk (not an
+    object, too deep, too large: `spec_values.shape_problem`) made one the model is told
+    it cannot use. `resp` itself (the same object) when all is well: a few `isascii`
+    calls a round."""
     text, model = clean_text(resp.text), clean_text(resp.model)
     calls = tuple(_clean_call(c) for c in resp.tool_calls)
     if (
@@ -277,13 +280,10 @@ def _clean_call(call: ToolCall) -> ToolCall:
             "plainer arguments.",
         )
     arguments = clean_data(arguments)
-    if (id_, name, arguments, raw, error) == (
-        call.id,
-        call.name,
-        call.arguments,
-        call.raw_arguments,
-        call.error,
-    ) and arguments is call.arguments:
+    # The cleaners hand back the very object they were given when it is clean.
+    new = (id_, name, arguments, raw, error)
+    old = (call.id, call.name, call.arguments, call.raw_arguments, call.error)
+    if all(a is b for a, b in zip(new, old, strict=True)):
         return call
     return ToolCall(id_, name, arguments, raw, error)
 

@@ -13,7 +13,7 @@ surrogate pair written as two code points becomes the character it stands for.
 from __future__ import annotations
 
 import re
-from typing import Any, TypeVar
+from typing import TypeVar
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -37,18 +37,10 @@ def clean_data(value: T) -> T:
     if isinstance(value, str):
         return clean_text(value)  # type: ignore[return-value]
     if isinstance(value, dict):
-        out: Any = None
-        for k, v in value.items():
-            ck, cv = clean_data(k), clean_data(v)
-            if out is None and (ck is not k or cv is not v):
-                out = {}
-                for k2, v2 in value.items():  # the entries before this one, as they were
-                    if k2 is k:
-                        break
-                    out[k2] = v2
-            if out is not None:
-                out[ck] = cv
-        return value if out is None else out
+        pairs = [(clean_data(k), clean_data(v)) for k, v in value.items()]
+        if all(ck is k and cv is v for (ck, cv), (k, v) in zip(pairs, value.items(), strict=True)):
+            return value
+        return dict(pairs)  # type: ignore[return-value]
     if isinstance(value, list | tuple):
         items = [clean_data(v) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):

@@ -29,52 +29,39 @@ R = TypeVar("R")
 Row = Mapping[str, Any]
 
 
-#: What `json.dumps(obj, separators=(",", ":"), ensure_ascii=False)` makes for each call,
-#: made once (encoding keeps no state in it: threads share it).
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-#: The C encoder `_ENCODER.encode` builds anew at every call, built once: a commit
-#: encodes its run state, ops and marks (issue 22). The same text; no check for a value
-#: that holds itself (a `RecursionError` instead of a `ValueError`: a table of the
-#: containers under way could not be shared by threads); what JSON cannot hold raises
-#: the same `TypeError` (`_ENCODER.default`).
-_MAKE_ENCODER: Any = getattr(json_encoder, "c_make_encoder", None)
-_C_ENCODER: Callable[[Any, int], list[str]] | None = (
-    None
-    if _MAKE_ENCODER is None
-    else _MAKE_ENCODER(
-        None, _ENCODER.default, json_encoder.encode_basestring, None, ":", ",", False, False, True
+def _encoder(*, allow_nan: bool) -> Callable[[Any], str]:
+    """`json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=...)`'s
+    `encode`, with the C encoder it builds anew at every call built once: a commit
+    encodes its run state, ops and marks (issue 22). The same text; no check for a value
+    that holds itself (a `RecursionError` instead of a `ValueError`: a table of the
+    containers under way could not be shared by threads); what JSON cannot hold raises
+    the same `TypeError` (the encoder's `default`). Encoding keeps no state in it:
+    threads share it."""
+    py = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan)
+    make: Any = getattr(json_encoder, "c_make_encoder", None)
+    if make is None:  # a Python without the C accelerator: the encoder's own way
+        return py.encode
+    c_encode = make(
+        None, py.default, json_encoder.encode_basestring, None, ":", ",", False, False, allow_nan
     )
-)
+
+    def encode(obj: Any) -> str:
+        return "".join(c_encode(obj, 0))
+
+    return encode
+
+
+_ENCODE = _encoder(allow_nan=True)
+#: Standard JSON, without NaN and infinities: PostgreSQL's `json` type takes nothing else.
+_ENCODE_STRICT = _encoder(allow_nan=False)
 
 
 def dumps(obj: Any) -> str:
     """`json.dumps(obj, separators=(",", ":"), ensure_ascii=False)`: the SQL stores'
-    JSON text (the same text, see `_C_ENCODER`)."""
-    # (Without the C accelerator: the encoder's own way.)
-    out = _ENCODER.encode(obj) if _C_ENCODER is None else "".join(_C_ENCODER(obj, 0))
-    # A lone surrogate has no UTF-8 form: the database would refuse the commit
-    # (`tether.text`). Text with one is cleaned; ASCII text is not even searched.
-    return clean_text(out)
-
-
-#: `dumps` without NaN and infinities (`strict_dumps`): standard JSON, which
-#: PostgreSQL's `json` type takes and Python's `json.dumps` does not insist on.
-_STRICT_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-_C_STRICT: Callable[[Any, int], list[str]] | None = (
-    None
-    if _MAKE_ENCODER is None
-    else _MAKE_ENCODER(
-        None,
-        _STRICT_ENCODER.default,
-        json_encoder.encode_basestring,
-        None,
-        ":",
-        ",",
-        False,
-        False,
-        False,
-    )
-)
+    JSON text (the same text, see `_encoder`), lone surrogates cleaned: they have no
+    UTF-8 form, and the database would refuse the commit (`tether.text`; ASCII text is
+    not even searched)."""
+    return clean_text(_ENCODE(obj))
 
 
 def strict_dumps(obj: Any) -> str:
@@ -83,10 +70,9 @@ def strict_dumps(obj: Any) -> str:
     writes `NaN`, which PostgreSQL refuses (the commit would fail and stop the run).
     One encoding when there is none, as `dumps`."""
     try:
-        out = _STRICT_ENCODER.encode(obj) if _C_STRICT is None else "".join(_C_STRICT(obj, 0))
+        return clean_text(_ENCODE_STRICT(obj))
     except ValueError:  # out of range: a non-finite float somewhere in `obj`
-        out = dumps(_finite(obj))
-    return clean_text(out)
+        return dumps(_finite(obj))
 
 
 def _finite(value: Any) -> Any:

@@ -238,14 +238,15 @@ def plan_commit(
 
 # --- upserts ------------------------------------------------------------------------------
 
-Rec = TypeVar("Rec", OpRecord, ArtifactRecord, ApprovalRecord, TaskRecord)
+Rec = TypeVar("Rec", OpRecord, ArtifactRecord, ApprovalRecord, TaskRecord, TaskPatch)
 
 
 def replaced(rec: Rec, **changes: Any) -> Rec:
     """`dataclasses.replace` for the store's records, several times faster (a commit
     makes a handful): they are frozen dataclasses with no `__post_init__`, no `InitVar`
     and no field left out of `__init__`, so a copy of the instance's fields with the
-    changes is the record `__init__` would make. An unknown field is a `TypeError`."""
+    changes is the record `__init__` would make (`TaskPatch` too: `journal.task_patch`).
+    An unknown field is a `TypeError`."""
     new = object.__new__(type(rec))
     values = new.__dict__
     values.update(rec.__dict__)

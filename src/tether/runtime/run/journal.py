@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tether import events as ev
@@ -24,6 +24,7 @@ from tether.redact import Redactor
 from tether.runtime.round import history
 from tether.runtime.run.ports import Commit
 from tether.runtime.run.state import RunView
+from tether.store._rules import replaced
 from tether.store.base import (
     UNSET,
     CommitResult,
@@ -76,21 +77,15 @@ def redacted_op(op: OpRecord, redactor: Redactor) -> OpRecord:
     return replace(op, error=error, result=result)
 
 
-#: `TaskPatch`'s fields with their defaults, in order (`task_patch`).
-_PATCH_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(TaskPatch)}
+#: The patch of no change, which `task_patch` copies with the commit's fields.
+_NO_PATCH = TaskPatch()
 
 
 def task_patch(**given: Any) -> TaskPatch:
-    """`TaskPatch(**given)` made as `store._rules.replaced` makes a record: its fields
-    put in its `__dict__` at once. Its `__init__` sets each of its ten fields through
+    """`TaskPatch(**given)`, made by `store._rules.replaced`: its fields put in its
+    `__dict__` at once. Its `__init__` sets each of its ten fields through
     `object.__setattr__` (it is frozen), and every commit makes one: two a round."""
-    if not given.keys() <= _PATCH_DEFAULTS.keys():
-        raise TypeError(f"TaskPatch has no field {sorted(given.keys() - _PATCH_DEFAULTS)}")
-    patch = object.__new__(TaskPatch)
-    values = patch.__dict__
-    values.update(_PATCH_DEFAULTS)
-    values.update(given)
-    return patch
+    return replaced(_NO_PATCH, **given)
 
 
 @dataclass(frozen=True)

@@ -8,28 +8,30 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.support.adversarial import act_requests, all_text, contract, op_rule_items, say, write
+from tests.support.adversarial import (
+    act_requests,
+    all_text,
+    contract,
+    first_then,
+    nested,
+    op_rule_items,
+    say,
+    write,
+)
 from tests.support.loop import run_task
 from tether.models._sdk import decode_arguments
-from tether.models.base import ModelRequest, ModelResponse, ToolCall, clean_response
+from tether.models.base import ModelResponse, ToolCall, clean_response
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.spec_values import MAX_DEPTH, MAX_NODES, shape_problem
 from tether.store.base import Store
 
 
-def _deep(levels: int) -> Any:
-    value: Any = "x"
-    for _ in range(levels):
-        value = [value]
-    return value
-
-
 def test_shape_problem_bounds_depth_and_size_without_recursion() -> None:
-    assert shape_problem({"a": _deep(MAX_DEPTH - 1)}) is None
-    assert shape_problem({"a": _deep(MAX_DEPTH + 1)}) == (
+    assert shape_problem({"a": nested(MAX_DEPTH - 1)}) is None
+    assert shape_problem({"a": nested(MAX_DEPTH + 1)}) == (
         f"are nested deeper than {MAX_DEPTH} levels"
     )
-    assert shape_problem({"a": _deep(100_000)}) is not None  # no RecursionError
+    assert shape_problem({"a": nested(100_000)}) is not None  # no RecursionError
     assert shape_problem({"a": list(range(MAX_NODES))}) is not None
     loop: list[Any] = []
     loop.append(loop)
@@ -37,7 +39,7 @@ def test_shape_problem_bounds_depth_and_size_without_recursion() -> None:
 
 
 def test_a_response_with_deep_arguments_hands_the_model_an_error() -> None:
-    resp = ModelResponse("x", (ToolCall("c1", "list_files", {"path": ".", "x": _deep(500)}),))
+    resp = ModelResponse("x", (ToolCall("c1", "list_files", {"path": ".", "x": nested(500)}),))
     call = clean_response(resp).tool_calls[0]
     assert call.arguments is None
     assert call.error is not None and f"nested deeper than {MAX_DEPTH} levels" in call.error
@@ -54,16 +56,12 @@ def test_a_providers_deeply_nested_argument_text_is_not_json_to_the_model() -> N
 
 async def test_deep_arguments_never_stop_a_run(store: Store, tmp_path: Path) -> None:
     spec = contract(op_rule_items("a"), limits={"max_rounds": 4})
-    calls = 0
-
-    def actor(request: ModelRequest) -> ModelResponse:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            return say("looking", tool_call("list_files", path=".", extra=_deep(500)))
-        return say("writing", write("a"))
-
-    model = ScriptedModel(policy=actor)
+    model = ScriptedModel(
+        policy=first_then(
+            say("looking", tool_call("list_files", path=".", extra=nested(500))),
+            say("writing", write("a")),
+        )
+    )
     _, res = await run_task(store, spec, tmp_path, model)
     assert res.status == "satisfied", res
     assert f"nested deeper than {MAX_DEPTH} levels" in all_text(act_requests(model)[1])
@@ -86,20 +84,16 @@ def test_arguments_a_model_of_ones_own_hands_over_that_are_not_json_go_back_to_i
 
 async def test_arguments_that_are_not_json_never_stop_a_run(store: Store, tmp_path: Path) -> None:
     spec = contract(op_rule_items("a"), limits={"max_rounds": 4})
-    calls = 0
-
-    def actor(request: ModelRequest) -> ModelResponse:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            return ModelResponse(
-                "odd",
-                (
-                    ToolCall("c1", "list_files", ["."]),  # type: ignore[arg-type]
-                    ToolCall("c2", "list_files", {1: "a", "path": "."}),  # type: ignore[dict-item]
-                ),
-            )
-        return say("writing", write("a"))
+    actor = first_then(
+        ModelResponse(
+            "odd",
+            (
+                ToolCall("c1", "list_files", ["."]),  # type: ignore[arg-type]
+                ToolCall("c2", "list_files", {1: "a", "path": "."}),  # type: ignore[dict-item]
+            ),
+        ),
+        say("writing", write("a")),
+    )
 
     _, res = await run_task(store, spec, tmp_path, ScriptedModel(policy=actor))
     assert res.status == "satisfied", res

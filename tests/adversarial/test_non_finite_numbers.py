@@ -11,10 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.adversarial import assert_honest, contract, op_rule_items, say, write
+from tests.support.adversarial import (
+    assert_honest,
+    contract,
+    first_then,
+    op_rule_items,
+    say,
+    write,
+)
 from tests.support.loop import run_task
 from tether.models._sdk import decode_arguments
-from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.store._rows import dumps, strict_dumps
 from tether.store._sql import _dumps_no_nul
@@ -52,19 +58,14 @@ def _refuse(name: str) -> None:
 
 async def test_non_finite_arguments_never_stop_a_run(store: Store, tmp_path: Path) -> None:
     spec = contract(op_rule_items("a"), limits={"max_rounds": 4})
-    calls = 0
-
-    def actor(request: ModelRequest) -> ModelResponse:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            return say(
-                "looking",
-                tool_call("list_files", path=".", depth=math.nan),
-                tool_call("list_files", path=".", limit=[math.inf, -math.inf]),
-            )
-        return say("writing", write("a"))
-
+    actor = first_then(
+        say(
+            "looking",
+            tool_call("list_files", path=".", depth=math.nan),
+            tool_call("list_files", path=".", limit=[math.inf, -math.inf]),
+        ),
+        say("writing", write("a")),
+    )
     tid, res = await run_task(store, spec, tmp_path, ScriptedModel(policy=actor))
     assert res.status == "satisfied", res
     ops = await store.get_ops(tid)

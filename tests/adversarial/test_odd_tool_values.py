@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.support.adversarial import contract, say
+from tests.support.adversarial import contract, nested, say
 from tests.support.loop import run_task
 from tether import ToolRegistry, tool
 from tether.models.base import ModelRequest, ModelResponse
@@ -22,13 +22,6 @@ class _Unprintable(Exception):
         raise RuntimeError("no words")
 
 
-def _deep(levels: int) -> Any:
-    value: Any = "x"
-    for _ in range(levels):
-        value = [value]
-    return value
-
-
 def test_exc_text_says_what_it_can() -> None:
     assert exc_text(ValueError("bad \ud800")) == "bad \ufffd"
     assert exc_text(ValueError()) == "ValueError"
@@ -39,7 +32,7 @@ def test_render_result_shows_any_value() -> None:
     loop: list[Any] = []
     loop.append(loop)
     assert render_result(loop) == "[[...]]"
-    deep = render_result(_deep(100_000))
+    deep = render_result(nested(100_000))
     assert deep.startswith("(a value nested too deeply to show: [[[")
     assert len(deep) < 1000
 
@@ -48,7 +41,7 @@ async def test_misbehaving_tool_values_never_stop_a_run(store: Store, tmp_path: 
     @tool(effect="read")
     def deep_value(n: int) -> Any:
         """A value nested 100,000 levels deep."""
-        return _deep(100_000)
+        return nested(100_000)
 
     @tool(effect="read")
     def unprintable_failure(n: int) -> str:

@@ -17,6 +17,7 @@ from tests.support.adversarial import (
     assert_honest,
     assert_status_agrees,
     contract,
+    first_then,
     op_rule_items,
     say,
     statuses,
@@ -59,19 +60,15 @@ def test_clean_data_walks_keys_values_and_sequences() -> None:
 
 async def test_the_models_text_and_arguments_never_stop_a_run(store: Store, tmp_path: Path) -> None:
     spec = contract(op_rule_items("a", "b"), limits={"max_rounds": 6})
-    calls = 0
-
-    def actor(request: ModelRequest) -> ModelResponse:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            return say(
-                "DONE" + ODD,
-                tool_call("list_files", path=ODD),
-                tool_call("read_file", **{"path\udc80": "x"}),
-                write("a", "a" + ODD + "\n"),
-            )
-        return say("b" + ODD, write("b"))
+    actor = first_then(
+        say(
+            "DONE" + ODD,
+            tool_call("list_files", path=ODD),
+            tool_call("read_file", **{"path\udc80": "x"}),
+            write("a", "a" + ODD + "\n"),
+        ),
+        say("b" + ODD, write("b")),
+    )
 
     def judge(request: ModelRequest) -> str:
         return json.dumps({"changes": [], "next": "continue", "note": ODD}, ensure_ascii=False)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from tests.support.loop import events_of, ledger_of
@@ -128,6 +128,29 @@ def write(item: str, content: str | None = None) -> Any:
 def say(text: str, *calls: Any) -> ModelResponse:
     """An actor reply."""
     return ModelResponse(text, tuple(calls))
+
+
+def first_then(
+    first: ModelResponse, then: ModelResponse
+) -> Callable[[ModelRequest], ModelResponse]:
+    """An actor that answers its first request with `first` and every later one with
+    `then` (an odd answer once, then honest work)."""
+    asked = 0
+
+    def actor(request: ModelRequest) -> ModelResponse:
+        nonlocal asked
+        asked += 1
+        return first if asked == 1 else then
+
+    return actor
+
+
+def nested(levels: int, leaf: Any = "x") -> Any:
+    """`leaf` wrapped in `levels` one-element lists."""
+    value = leaf
+    for _ in range(levels):
+        value = [value]
+    return value
 
 
 def act_requests(model: Any) -> list[ModelRequest]:

@@ -21,8 +21,6 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     AliasChoices,
-    BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -34,9 +32,13 @@ from pydantic import (
 
 from tether import _validation, errors, mcp_config, placement
 from tether import review as _review
+from tether._spec_model import _Strict
 from tether._validation import cut as _cut
 from tether._validation import http_url_problem
 from tether.schedule import Schedule
+from tether.spec_limits import DEFAULT_MAX_ROUNDS as DEFAULT_MAX_ROUNDS
+from tether.spec_limits import ROUNDS_PER_ITEM as ROUNDS_PER_ITEM
+from tether.spec_limits import Limits as Limits
 from tether.spec_policies import StopPolicy
 from tether.spec_values import MAX_DEPTH as MAX_DEPTH
 from tether.spec_values import MAX_INT as MAX_INT
@@ -45,7 +47,7 @@ from tether.spec_values import MAX_NODES as MAX_NODES
 from tether.spec_values import MAX_PATH_CHARS as MAX_PATH_CHARS
 from tether.spec_values import data_problem as data_problem
 from tether.spec_values import file_path_problem as file_path_problem
-from tether.spec_values import location_part, storable
+from tether.spec_values import location_part
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 _SEP = "\n"
@@ -83,20 +85,6 @@ def _stored(info: ValidationInfo) -> bool:
     """Whether a stored task's spec is being read (`parse_spec(..., stored=True)`): the
     input checks of URLs and labels are for what is written now, not what was."""
     return bool(info.context and info.context.get("stored"))
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _storable_text_and_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        # Every field: no NUL characters or unpaired surrogates in text, no integers
-        # beyond 64 bits (nested models have checked their own fields; `workspace` is a
-        # path, checked by `load_spec` and `create_task`).
-        if isinstance(value, BaseModel) or info.field_name == "workspace":
-            return value
-        return storable(value)
 
 
 def _check_kind(value: Any) -> str:
@@ -317,83 +305,6 @@ class ChecklistItem(_Strict):
         validation_alias=AliasChoices("after", "depends_on"),
         description="ids of items that must be finished before this one starts",
     )
-
-
-#: `limits.max_rounds` when the contract leaves it out: this many rounds per checklist
-#: item, and never fewer than `DEFAULT_MAX_ROUNDS` (a checklist of thousands of items
-#: must not wait for a person at its 201st round; the per-item guards catch a loop).
-ROUNDS_PER_ITEM: Final = 10
-DEFAULT_MAX_ROUNDS: Final = 200
-
-
-class Limits(_Strict):
-    """Loop guards and breaker thresholds."""
-
-    max_rounds: int = Field(
-        default=DEFAULT_MAX_ROUNDS,
-        gt=0,
-        description="rounds in all, then the task waits for a person; left out: "
-        f"{ROUNDS_PER_ITEM} per checklist item, at least {DEFAULT_MAX_ROUNDS}",
-    )
-    max_rounds_per_milestone: int | None = Field(default=None, gt=0)
-    max_attempts_per_item: int = Field(
-        default=3,
-        gt=0,
-        description="rounds on one item whose failure it has seen before (the same call "
-        "failing the same way again) before it is blocked",
-    )
-    no_progress_rounds: int = Field(
-        default=3,
-        gt=0,
-        description="rounds in a row on one item that did nothing new for it (the same calls "
-        "with the same results, or words only) before it is blocked",
-    )
-    same_failure_repeats: int = Field(
-        default=3,
-        gt=0,
-        description="the same call failing the same way (same normalised message) this often "
-        "blocks the item as non-convergent",
-    )
-    max_rounds_per_item: int | None = Field(
-        default=40,
-        gt=0,
-        description="rounds one item may take before it is blocked, however new each round "
-        "looks (a backstop against padding with ever-new arguments); null: no cap",
-    )
-    max_crash_restarts: int = Field(
-        default=5,
-        gt=0,
-        description="restarts after a crash without a round finished in between before "
-        "the task fails (environment_unrecoverable) instead of crashing again",
-    )
-    stall_after: float | None = Field(
-        default=None,
-        gt=0,
-        description="seconds without a heartbeat before a running task whose lease expired "
-        "is marked stalled; default: the workers' setting (600)",
-    )
-    round_timeout: float | None = Field(
-        default=None,
-        gt=0,
-        le=7 * 24 * 3600,
-        description="seconds a round may run (checked at each lease renewal) before it is "
-        "cancelled and counted as a crash of its worker; none by default",
-    )
-    probe_after: float | None = Field(
-        default=300.0,
-        gt=0,
-        le=7 * 24 * 3600,
-        description="seconds a round in flight may go without a committed event before "
-        "the model is asked a status probe (DONE, WORKING or STUCK); null: never",
-    )
-    on_probe_failure: Literal["restart_round", "ask_human"] = Field(
-        default="restart_round",
-        description="what a STUCK answer or two unusable answers in a row do: cancel the "
-        "round and recover it like a crash (counted), or make the task wait for a person",
-    )
-    breaker_failure_rate: float = Field(default=0.3, gt=0, le=1)
-    breaker_min_calls: int = Field(default=10, gt=0)
-    breaker_cooldown_seconds: float = Field(default=60.0, gt=0)
 
 
 class WebhookTarget(_Strict):

@@ -21,10 +21,11 @@ def test_long_text_arguments_and_results_of_an_entry_are_cut_with_a_marker() -> 
         ],
     )
     before = entry.tokens
-    _trim_messages(entry)
+    first = _LAST_RESORT_CHARS[0]
+    _trim_messages(entry, first)
     text, result, words = entry.messages
     assert text.content.startswith("DONE x") and text.content.endswith("[trimmed]")
-    assert len(text.content) <= _LAST_RESORT_CHARS + 20
+    assert len(text.content) <= first + 20
     args = text.tool_calls[0].arguments
     assert args is not None
     assert args["path"] == "out/a.txt" and args["n"] == 3
@@ -32,3 +33,21 @@ def test_long_text_arguments_and_results_of_an_entry_are_cut_with_a_marker() -> 
     assert result.content.endswith("[trimmed]") and len(result.content) < 400
     assert words.content == "short words"
     assert entry.tokens < before / 10
+
+
+def test_later_cuts_are_shorter_and_reach_values_that_are_not_text() -> None:
+    """Each later last-resort cut is shorter; an argument that is not text but whose
+    JSON is long becomes its cut JSON text (an adapter may send the arguments object)."""
+    assert list(_LAST_RESORT_CHARS) == sorted(_LAST_RESORT_CHARS, reverse=True)
+    last = _LAST_RESORT_CHARS[-1]
+    numbers = list(range(5_000))
+    call = ToolCall("c1", "f", {"rows": numbers, "few": [1, 2], "flag": True})
+    entry = Entry("round", [Message("assistant", "y" * 5_000, (call,))])
+    _trim_messages(entry, last)
+    (msg,) = entry.messages
+    assert len(msg.content) <= last + 20
+    args = msg.tool_calls[0].arguments
+    assert args is not None
+    assert args["few"] == [1, 2] and args["flag"] is True
+    assert isinstance(args["rows"], str) and args["rows"].startswith("[0, 1, 2")
+    assert len(args["rows"]) <= last + 20

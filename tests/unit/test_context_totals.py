@@ -103,7 +103,7 @@ def test_running_totals_match_the_entries(first: list[Entry], ops: list[Any]) ->
             ctx.recount()
         elif op == "trim_all":
             for e in entries_now:
-                compaction._trim_messages(e)
+                compaction._trim_messages(e, compaction._LAST_RESORT_CHARS[-1])
             ctx.recount()
         elif op == "fit" and entries_now and entries_now[0].kind == "summary":
             # `_fit` drops, folds and trims entries in place; it needs a summary first.

@@ -13,6 +13,7 @@ so the task never dies of compaction.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import TYPE_CHECKING, Any
 
 from tether import errors, failpoints, ledger_view, tokens
@@ -133,33 +134,47 @@ def _trim_results(entry: Entry) -> None:
 
 
 #: How much of a long message of the latest round the model still sees when nothing
-#: else can give way (its text, and each long string argument of its calls).
-_LAST_RESORT_CHARS = 2_000
+#: else can give way (its text, each long string argument of its calls, each tool
+#: result): the first cut, then shorter ones while the context still does not fit (a
+#: round of many calls with long arguments).
+_LAST_RESORT_CHARS = (2_000, 500, 120)
 
 
-def _cut(text: str) -> str:
-    return text if len(text) <= _LAST_RESORT_CHARS else text[:_LAST_RESORT_CHARS] + "\n[trimmed]"
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "\n[trimmed]"
 
 
-def _trim_messages(entry: Entry) -> None:
-    """Cut every long part of one entry's messages: tool results as `_trim_results`
-    does, and the model's own long text and long string arguments to
-    `_LAST_RESORT_CHARS` (the call's record in the journal is untouched: only what
-    the model sees again is shortened)."""
+def _cut_value(value: Any, limit: int) -> Any:
+    """An argument as the model sees it again: a long string cut, and any other value
+    whose JSON is long replaced by its cut JSON text (a provider that is sent the
+    arguments object, not their text, must not get the whole value back)."""
+    if isinstance(value, str):
+        return _cut(value, limit)
+    if isinstance(value, (bool, int, float)) or value is None:
+        return value
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return value if len(text) <= limit else _cut(text, limit)
+
+
+def _trim_messages(entry: Entry, limit: int) -> None:
+    """Cut every long part of one entry's messages to `limit` characters: tool results
+    (to 300 at most, as `_trim_results` does), and the model's own text and arguments
+    (`_cut_value`; the call's record in the journal is untouched: only what the model sees
+    again is shortened)."""
     _trim_results(entry)
     out = []
     for m in entry.messages:
         calls = tuple(
             dataclasses.replace(
                 c,
-                arguments={k: _cut(v) if isinstance(v, str) else v for k, v in c.arguments.items()},
-                raw_arguments=_cut(c.raw_arguments),
+                arguments={k: _cut_value(v, limit) for k, v in c.arguments.items()},
+                raw_arguments=_cut(c.raw_arguments, limit),
             )
             if c.arguments is not None
-            else dataclasses.replace(c, raw_arguments=_cut(c.raw_arguments))
+            else dataclasses.replace(c, raw_arguments=_cut(c.raw_arguments, limit))
             for c in m.tool_calls
         )
-        out.append(Message(m.role, _cut(m.content), calls, m.tool_call_id, m.name))
+        out.append(Message(m.role, _cut(m.content, limit), calls, m.tool_call_id, m.name))
     entry.messages = out
     entry.tokens = sum(tokens.estimate_message(m) for m in entry.messages)
 
@@ -198,12 +213,13 @@ def _fit(
     # Then the summary is shortened (its note kept whole); then, as a last resort, the
     # latest round's long results are trimmed and the summary (and its note) shortened
     # again.
-    for last_resort in (False, True):
+    for cut in (None, *_LAST_RESORT_CHARS):
+        last_resort = cut is not None
         if ctx.estimate() <= budget:
             break
-        if last_resort:
+        if cut is not None:
             for e in ctx.entries[1:]:
-                _trim_messages(e)
+                _trim_messages(e, cut)
             ctx.recount()
         head = ctx.entries[0]
         room = max(0, budget - (ctx.estimate() - head.tokens)) * 3

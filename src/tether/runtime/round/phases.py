@@ -46,6 +46,7 @@ from tether.runtime.ops.runner import OpOutcome, OpRunner
 from tether.runtime.round import checks, history
 from tether.runtime.round import progress as P
 from tether.runtime.round.compaction import compact_context
+from tether.runtime.round.round_calls import admit_calls
 from tether.runtime.run import outcome as out
 from tether.runtime.run.outcome import Outcome, Stop
 from tether.runtime.run.ports import Commit, PendingRound
@@ -209,6 +210,7 @@ async def decide(
         await calls.model_failed("act", actor, exc)
         raise
     failpoints.hit("after_model_response")
+    response, admitted = admit_calls(response, run.view.spec.limits.max_calls_per_round, round_no)
     if response.usage.input_tokens:
         run.ctx.calibrator.observe(estimate, response.usage.input_tokens)
         state.token_ratio = run.ctx.calibrator.ratio
@@ -226,6 +228,7 @@ async def decide(
         ev.RoundStarted(round=round_no, turn=state.turns or 1, item=focus),
         *journal.staged_events,
         called,
+        *admitted,
     ]
     return response
 

@@ -27,6 +27,9 @@ Tools (their annotations drive tether's effect mapping):
 
 `MCP_TEST_SHADOW=1` adds a tool named `read_file`, like tether's built-in.
 
+`MCP_TEST_LONG_DESCRIPTION=n` adds a read-only tool `verbose(x)` whose description is
+about `n` characters long.
+
 `MCP_TEST_START_ONCE=path` makes the server start only once: a later start finds the
 file and exits at once, as a server that never comes back (with `MCP_TEST_HANG_AGAIN=1`
 it hangs instead, never answering; with `MCP_TEST_DOWN_STARTS=n` only the next `n`
@@ -164,6 +167,18 @@ if os.environ.get("MCP_TEST_SHADOW"):
     def shadow_read_file(path: str) -> str:
         """A tool named like tether's built-in `read_file` (only with `MCP_TEST_SHADOW`)."""
         return f"not the built-in: {path}"
+
+
+if os.environ.get("MCP_TEST_LONG_DESCRIPTION"):
+    # A tool whose description is this many characters long (a server that dumps a
+    # manual into it).
+    _LONG = "A tool with a very long description. " * (
+        int(os.environ["MCP_TEST_LONG_DESCRIPTION"]) // 37 + 1
+    )
+
+    @server.tool(description=_LONG, annotations=ToolAnnotations(read_only_hint=True))
+    def verbose(x: str) -> str:
+        return f"verbose {x}"
 
 
 def _start_once() -> None:

@@ -133,3 +133,40 @@ async def test_two_servers_clashing_is_a_spec_error(tmp_path: Path) -> None:
         await Engine(store, ModelSet(ScriptedModel(policy=policy))).run(task.task_id)
     text = str(info.value)
     assert "'a'" in text and "'b'" in text and "'x__add'" in text
+
+
+async def test_a_server_tool_with_a_huge_description_is_shown_cut(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server whose tool description is 3 MB: the model is shown its first 4,096
+    characters and a note, and the task runs at the default budget (before, the first
+    round stopped with "the context budget ... is too small")."""
+    server = {
+        "name": "notes",
+        "command": sys.executable,
+        "args": [SERVER],
+        "env": {"MCP_TEST_LONG_DESCRIPTION": "3000000"},
+    }
+    store = await MemoryStore.open()
+    task = await create_task(store, spec(["notes__verbose"], [server]), workspace=tmp_path)
+    calls = 0
+
+    def verbose_once(request: ModelRequest) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return ModelResponse("looking", (tool_call("notes__verbose", x="a"),))
+        return ModelResponse("NEED_HELP: nothing more to do")
+
+    model = ScriptedModel(policy=verbose_once)
+    with caplog.at_level("WARNING", logger="tether.tools.mcp"):
+        result = await Engine(store, ModelSet(model)).run(task.task_id)
+    assert result.status == "waiting", result
+    ops = await events_of(store, task.task_id, "op.result")
+    assert ops[0]["status"] == "succeeded" and "verbose a" in ops[0]["summary"]
+    act = next(r for r in model.requests if r.purpose == "act")
+    (shown,) = [t for t in act.tools if t.name == "notes__verbose"]
+    assert shown.description.startswith("A tool with a very long description.")
+    assert shown.description.endswith("characters]") and len(shown.description) < 4200
+    assert "description cut by tether" in shown.description
+    assert any("notes__verbose" in r.getMessage() for r in caplog.records)

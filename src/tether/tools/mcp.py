@@ -79,15 +79,16 @@ from tether._extras import needs
 from tether._version import installed_version
 from tether.spec import McpServer
 from tether.tools import mcp_connect
+from tether.tools.mcp_values import compile_schema, shown_description, text_of, value_of
 from tether.tools.registry import Effect, Tool, ToolContext, bad_arguments
 
 # Without the `mcp` extra a contract with `mcp_servers` stops here, in one line.
 with needs("mcp", "a contract with mcp_servers"):
-    import jsonschema  # type: ignore[import-untyped]
     import mcp_types
     from mcp.client import Client
     from mcp.client._input_required import InputRequiredRoundsExceededError
     from mcp.shared.exceptions import MCPError
+
 
 logger = logging.getLogger(__name__)
 
@@ -438,8 +439,8 @@ class McpToolSource:
             self._mark_lost(client)
             raise self._lost(tool, _first_line(exc)) from exc
         if result.is_error:
-            raise errors.ToolFailed(_text_of(result.content) or f"{tool.name} failed")
-        return _value_of(result, _output_schema(tool))
+            raise errors.ToolFailed(text_of(result.content) or f"{tool.name} failed")
+        return value_of(result, _output_schema(tool))
 
     # --- internals --------------------------------------------------------------------
 
@@ -484,9 +485,10 @@ class McpToolSource:
         description = (
             remote.description or remote.title or (remote.annotations and remote.annotations.title)
         )
+        name = exposed_name(self.server, remote.name)
         tool = McpTool(
-            name=exposed_name(self.server, remote.name),
-            description=(description or remote.name).strip(),
+            name=name,
+            description=shown_description(name, (description or remote.name).strip()),
             parameters=schema,
             fn=run,
             effect=effect,
@@ -496,7 +498,7 @@ class McpToolSource:
             server=self.server.name,
             remote_name=remote.name,
             output_schema=remote.output_schema,
-            validator=_compile(schema),
+            validator=compile_schema(schema),
         )
         return tool
 
@@ -649,47 +651,6 @@ def _session_closed(client: Client) -> bool:
     session = getattr(client, "_session", None)
     dispatcher = getattr(session, "_dispatcher", None)
     return bool(getattr(dispatcher, "_closed", False))
-
-
-def _compile(schema: Mapping[str, Any]) -> Any:
-    """A JSON-schema validator for a tool's input schema, or None if it does not compile."""
-    try:
-        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        cls.check_schema(schema)
-        return cls(schema)
-    except Exception:
-        return None
-
-
-def _text_of(content: Sequence[mcp_types.ContentBlock]) -> str:
-    parts: list[str] = []
-    for block in content:
-        if isinstance(block, mcp_types.TextContent):
-            parts.append(block.text)
-        elif isinstance(block, mcp_types.EmbeddedResource):
-            res = block.resource
-            text = getattr(res, "text", None)
-            parts.append(text if isinstance(text, str) else f"[resource {res.uri}]")
-        elif isinstance(block, mcp_types.ResourceLink):
-            parts.append(f"[resource {block.uri}]")
-        else:
-            parts.append(f"[{block.type} {getattr(block, 'mime_type', '')}]".replace(" ]", "]"))
-    return "\n".join(parts)
-
-
-def _value_of(result: mcp_types.CallToolResult, output_schema: Mapping[str, Any] | None) -> Any:
-    structured = result.structured_content
-    if structured is not None:
-        if (
-            isinstance(structured, dict)
-            and set(structured) == {"result"}
-            and output_schema is not None
-            and set(output_schema.get("properties") or {}) == {"result"}
-        ):
-            return structured["result"]
-        return structured
-    text = _text_of(result.content)
-    return text if result.content else None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -234,6 +234,18 @@ def _fit(
             ctx.recount()
 
 
+def _fixed_parts(ctx: Context) -> str:
+    """What takes the room no compaction frees, for a budget error: the system prompt's
+    and the tools' estimated tokens, and the largest tools (a server's tool with a huge
+    description or schema is the usual culprit)."""
+    sizes = sorted(((tokens.estimate_tools((t,)), t.name) for t in ctx.tools), key=lambda p: -p[0])
+    total = sum(n for n, _ in sizes)
+    parts = f"system prompt ~{tokens.estimate_text(ctx.system)}, {len(sizes)} tools ~{total}"
+    if sizes:
+        parts += "; largest: " + ", ".join(f"{name[:80]} ~{n}" for n, name in sizes[:3])
+    return parts + " tokens"
+
+
 def _request_ref(
     run: CompactHost, request: ModelRequest, older: list[Entry], room_chars: int
 ) -> dict[str, Any] | None:
@@ -274,7 +286,8 @@ async def compact_context(run: CompactHost, budget: int) -> None:
     if not older:
         raise errors.UserError(
             f"the context budget of {budget} tokens is too small for this task's system "
-            "prompt and tools; raise context.input_budget_tokens in the spec"
+            f"prompt and tools ({_fixed_parts(ctx)}); allow fewer or smaller tools, or raise "
+            "context.input_budget_tokens in the spec"
         )
     ledger_text = ledger_view.render(run.view.ledger, header="GOAL LEDGER")
     system = COMPACT_INSTRUCTIONS + "\n\n" + ledger_text
@@ -340,8 +353,8 @@ async def compact_context(run: CompactHost, budget: int) -> None:
     if ctx.estimate() > budget:
         raise errors.UserError(
             f"the context budget of {budget} tokens cannot hold this task's system prompt, "
-            f"tools and a summary ({ctx.estimate()} tokens needed); raise "
-            "context.input_budget_tokens in the spec"
+            f"tools and a summary ({ctx.estimate()} tokens needed: {_fixed_parts(ctx)}); "
+            "allow fewer or smaller tools, or raise context.input_budget_tokens in the spec"
         )
     snapshot = {
         "entries": [

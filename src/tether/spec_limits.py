@@ -45,7 +45,7 @@ class Limits(_Strict):
         "blocks the item as non-convergent",
     )
     max_calls_per_round: int = Field(
-        default=32,
+        default=64,
         gt=0,
         le=1000,
         description="tool calls one round runs; a response asking for more has the rest "

@@ -52,20 +52,20 @@ async def test_thousands_of_calls_run_the_first_and_the_task_finishes(
     tid, res = await run_task(store, spec, tmp_path, model)
     assert res.status == "satisfied", res
     ops = await store.get_ops(tid)
-    assert sum(o.tool == "read_file" for o in ops) == 32
+    assert sum(o.tool == "read_file" for o in ops) == 64
     (warning,) = await _warnings(store, tid)
-    assert warning["details"] == {"asked": 2000, "run": 32, "left_out": {"read_file": 1968}}
+    assert warning["details"] == {"asked": 2000, "run": 64, "left_out": {"read_file": 1936}}
     # The model is told, in its own message as the context keeps it, what was not run.
     second = act_requests(model)[1]
     mine = next(m for m in second.messages if m.role == "assistant")
-    assert len(mine.tool_calls) == 32
-    assert "asked for 2000 tool calls; only the first 32 were run" in mine.content
-    assert "read_file x1968" in mine.content
+    assert len(mine.tool_calls) == 64
+    assert "asked for 2000 tool calls; only the first 64 were run" in mine.content
+    assert "read_file x1936" in mine.content
     # The journal holds the response the round ran (a resume or a replay sees the same).
     called = [e.data for e in await store.read_events(tid, types={"model.called"})]
     first_act = next(c for c in called if c["purpose"] == "act")
     response = history.called_response(first_act)
-    assert response is not None and len(response["tool_calls"]) == 32
+    assert response is not None and len(response["tool_calls"]) == 64
     # And the request the model saw next rebuilds from the store as it was sent.
     back, _ = await history.load_call(
         store, tid, [c for c in called if c["purpose"] == "act"][1]["call_id"]
@@ -76,7 +76,7 @@ async def test_thousands_of_calls_run_the_first_and_the_task_finishes(
 
 
 async def test_calls_with_huge_arguments_still_fit_the_budget(store: Store, tmp_path: Path) -> None:
-    """At the limit, each call with 30,000 characters of arguments: the latest round is
+    """At the default limit, each call with 30,000 characters of arguments: the latest round is
     cut down further than one cut of 2,000 characters per part, and every request fits."""
     budget = 8000
     spec = contract(
@@ -85,7 +85,7 @@ async def test_calls_with_huge_arguments_still_fit_the_budget(store: Store, tmp_
         context={"input_budget_tokens": budget},
     )
     # One call's argument is not text: a list whose JSON is 60,000 characters long.
-    calls = [*_reads(31, 30_000), tool_call("read_file", path="n", lines=list(range(12_000)))]
+    calls = [*_reads(63, 30_000), tool_call("read_file", path="n", lines=list(range(12_000)))]
     model = ScriptedModel(policy=first_then(say("x" * 50_000, *calls), say("writing", write("a"))))
     tid, res = await run_task(store, spec, tmp_path, model)
     assert res.status == "satisfied", res
@@ -94,10 +94,10 @@ async def test_calls_with_huge_arguments_still_fit_the_budget(store: Store, tmp_
     assert tokens.estimate_request(acts[1]) <= budget
     # What an adapter sends as the arguments object is cut too, not only their text.
     sent = [c for m in acts[1].messages for c in m.tool_calls]
-    assert len(sent) == 32
+    assert len(sent) == 64
     assert sum(len(json.dumps(c.arguments)) for c in sent) < budget * 4
     assert not await _warnings(store, tid)
-    assert sum(o.tool == "read_file" for o in await store.get_ops(tid)) == 32
+    assert sum(o.tool == "read_file" for o in await store.get_ops(tid)) == 64
 
 
 async def test_the_limit_is_the_contracts(store: Store, tmp_path: Path) -> None:
@@ -192,3 +192,16 @@ def test_the_limit_must_be_a_sensible_count(value: object) -> None:
     }
     with pytest.raises(SpecError, match="max_calls_per_round"):
         parse_spec(data)
+
+
+async def test_an_honest_batch_of_calls_runs_whole(store: Store, tmp_path: Path) -> None:
+    """An agent that writes 60 deliverables in one response (a real batcher) is not cut:
+    every call runs, the task finishes in that round, and no warning is written."""
+    ids = [f"f{n}" for n in range(60)]
+    spec = contract(op_rule_items(*ids), models={"judge": "rules"})
+    model = ScriptedModel(policy=lambda request: say("writing them all", *map(write, ids)))
+    tid, res = await run_task(store, spec, tmp_path, model)
+    assert res.status == "satisfied", res
+    assert res.rounds == 1
+    assert sum(o.tool == "write_file" for o in await store.get_ops(tid)) == 60
+    assert not await _warnings(store, tid)

@@ -78,15 +78,23 @@ def admit_calls(
 def _usable(calls: tuple[ToolCall, ...], round_no: int) -> tuple[ToolCall, ...]:
     """`calls` (the same tuple when nothing needs changing) with every id usable and
     distinct, and every name at most `_NAME_MAX` characters."""
+    if not calls:
+        return calls
+    ids = {c.id for c in calls}
+    if (
+        len(ids) == len(calls)
+        and all(map(_USABLE_ID.fullmatch, ids))
+        and all(len(c.name) <= _NAME_MAX for c in calls)
+    ):
+        return calls  # the usual answer, checked without a copy
     seen: set[str] = set()
-    given = {c.id for c in calls}
     out: list[ToolCall] = []
     changed = False
     for n, call in enumerate(calls):
         new = call
         if call.id in seen or not _USABLE_ID.fullmatch(call.id):
             own = f"tether_{round_no}_{n}"
-            while own in seen or own in given:  # a model's own id may look like ours
+            while own in seen or own in ids:  # a model's own id may look like ours
                 own += "_"
             new = replace(new, id=own)
         if len(call.name) > _NAME_MAX:

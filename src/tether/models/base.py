@@ -254,13 +254,59 @@ def clean_response(resp: ModelResponse) -> ModelResponse:
     calls a round."""
     text, model = clean_text(resp.text), clean_text(resp.model)
     calls = tuple(_clean_call(c) for c in resp.tool_calls)
+    finish = resp.finish_reason
+    if finish is not None:
+        finish = clean_text(finish if isinstance(finish, str) else str(finish))
+    usage, latency = _clean_usage(resp.usage), resp.latency_ms
+    if not (isinstance(latency, (int, float)) and 0 <= latency < _MAX_COUNT):
+        latency = 0.0  # NaN, infinite, negative or not a number: not measured
     if (
         text is resp.text
         and model is resp.model
+        and finish is resp.finish_reason
+        and usage is resp.usage
+        and latency is resp.latency_ms
         and all(a is b for a, b in zip(calls, resp.tool_calls, strict=True))
     ):
         return resp
-    return dataclasses.replace(resp, text=text, model=model, tool_calls=calls)
+    return dataclasses.replace(
+        resp,
+        text=text,
+        model=model,
+        tool_calls=calls,
+        finish_reason=finish,
+        usage=usage,
+        latency_ms=float(latency),
+    )
+
+
+#: The largest count taken from a provider (2**53 - 1: exact in any JSON reader, and in
+#: every store's integer columns).
+_MAX_COUNT = 2**53 - 1
+
+
+def _count(value: Any) -> int:
+    if type(value) is int and 0 <= value <= _MAX_COUNT:
+        return value
+    if isinstance(value, (int, float)) and value == value:  # not NaN
+        return int(min(max(value, 0), _MAX_COUNT))
+    return 0
+
+
+def _clean_usage(usage: Usage) -> Usage:
+    """Token counts as the runtime takes them: whole numbers from 0 to `_MAX_COUNT` (a
+    negative, fractional, huge or missing count from an adapter is a bug of its own,
+    and must not end the run or overflow a store's column)."""
+    counts = (
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cached_input_tokens,
+        usage.cache_write_tokens,
+    )
+    clean = tuple(_count(c) for c in counts)
+    if all(a is b for a, b in zip(clean, counts, strict=True)):
+        return usage
+    return Usage(*clean)
 
 
 def _clean_call(call: ToolCall) -> ToolCall:

@@ -1,0 +1,131 @@
+"""Any answer a model (or an adapter of one's own) can hand the runtime, generated: a
+run goes on or stops with a status, never an exception out of `Engine.run` and never a
+half-written round — odd text, odd calls (names, ids, arguments, argument text and
+errors), many calls, odd usage figures, on the memory and SQLite stores."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.support.adversarial import contract, op_rule_items
+from tests.support.loop import run_task
+from tether import open_store
+from tether.models.base import ModelRequest, ModelResponse, ToolCall, Usage
+from tether.models.scripted import ScriptedModel
+
+FUZZ = settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+#: Text as a provider's JSON can carry it: any code point, lone surrogates included.
+odd_text = st.one_of(
+    st.text(st.characters(codec=None, exclude_categories=()), max_size=200),
+    st.sampled_from(
+        ["", "\x00", "\ud800", "NEED_HELP", "DONE. All items are complete.", "x" * 50_000]
+    ),
+)
+json_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(10**30), max_value=10**30),
+        st.floats(allow_nan=True, allow_infinity=True),
+        odd_text,
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(odd_text, inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+names = st.one_of(
+    st.sampled_from(["write_file", "read_file", "list_files", "read_artifact"]), odd_text
+)
+ids = st.one_of(st.sampled_from(["", "same", "call_1", "a b"]), odd_text)
+
+
+@st.composite
+def calls(draw: Any) -> ToolCall:
+    arguments = draw(st.one_of(st.none(), st.dictionaries(odd_text, json_values, max_size=4)))
+    try:
+        raw = json.dumps(arguments)
+    except (TypeError, ValueError):
+        raw = "{}"
+    raw = draw(st.one_of(st.just(raw), odd_text))
+    error = draw(st.one_of(st.none(), odd_text)) if arguments is None else None
+    return ToolCall(draw(ids), draw(names), arguments, raw, error)
+
+
+counts = st.integers(min_value=-(10**12), max_value=10**20)
+
+
+@st.composite
+def responses(draw: Any) -> ModelResponse:
+    many = draw(st.sampled_from([0, 1, 3, 70]))
+    tool_calls = tuple(draw(calls()) for _ in range(many if many < 70 else 1)) * (
+        1 if many < 70 else 70
+    )
+    usage = Usage(draw(counts), draw(counts), draw(counts), draw(counts))
+    return ModelResponse(
+        draw(odd_text),
+        tool_calls,
+        usage,
+        draw(odd_text),
+        draw(st.floats(allow_nan=True, allow_infinity=True)),
+        draw(st.one_of(st.none(), odd_text)),
+    )
+
+
+async def _run(url: str, folder: Path, answers: list[ModelResponse]) -> Any:
+    store = await open_store(url)
+    try:
+        spec = contract(
+            op_rule_items("a"),
+            models={"judge": "rules"},
+            limits={"max_rounds": len(answers) + 1},
+        )
+        asked = 0
+
+        def actor(request: ModelRequest) -> ModelResponse:
+            nonlocal asked
+            asked += 1
+            return answers[min(asked, len(answers)) - 1]
+
+        tid, result = await run_task(store, spec, folder, ScriptedModel(policy=actor))
+        task = await store.get_task(tid)
+        # What the run says and what the store holds agree; the log reads back.
+        assert task.status == result.status
+        assert await store.read_events(tid)
+        return result
+    finally:
+        await store.close()
+
+
+@FUZZ
+@given(st.lists(responses(), min_size=1, max_size=3), st.sampled_from(["memory", "sqlite"]))
+def test_any_model_answer_ends_in_a_status(answers: list[ModelResponse], kind: str) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        url = "memory://" if kind == "memory" else f"sqlite:///{d}/t.db"
+        result = asyncio.run(_run(url, Path(d), answers))
+    assert result.status in {"satisfied", "waiting", "suspended", "failed", "queued"}
+    assert not math.isnan(float(result.rounds))
+
+
+@settings(FUZZ, max_examples=15, suppress_health_check=list(HealthCheck))
+@given(st.lists(responses(), min_size=1, max_size=2))
+def test_any_model_answer_ends_in_a_status_on_postgres(
+    pg_schema_url: Callable[[], str], answers: list[ModelResponse]
+) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        result = asyncio.run(_run(pg_schema_url(), Path(d), answers))
+    assert result.status in {"satisfied", "waiting", "suspended", "failed", "queued"}

@@ -129,3 +129,79 @@ def test_any_model_answer_ends_in_a_status_on_postgres(
     with tempfile.TemporaryDirectory() as d:
         result = asyncio.run(_run(pg_schema_url(), Path(d), answers))
     assert result.status in {"satisfied", "waiting", "suspended", "failed", "queued"}
+
+
+#: What a judge model may answer: odd text, or the verdict's shape with odd values.
+statuses = st.one_of(
+    st.sampled_from(["done", "in_progress", "blocked", "skipped", "pending", "waived"]),
+    odd_text,
+)
+changes = st.fixed_dictionaries(
+    {"item": st.one_of(st.sampled_from(["a", "b"]), odd_text), "status": statuses},
+    optional={
+        "evidence": st.one_of(st.lists(odd_text, max_size=3), json_values),
+        "note": json_values,
+    },
+)
+verdicts = st.fixed_dictionaries(
+    {
+        "changes": st.one_of(st.lists(changes, max_size=3), json_values),
+        "decision": st.one_of(
+            st.sampled_from(["continue", "satisfied", "need_user", "blocked"]), json_values
+        ),
+    },
+    optional={"reason": json_values},
+)
+
+
+def _text(value: Any) -> str:
+    try:
+        return json.dumps(value, allow_nan=True)
+    except (TypeError, ValueError, RecursionError):
+        return "{}"
+
+
+judge_answers = st.one_of(odd_text, verdicts.map(_text), json_values.map(_text))
+
+
+@FUZZ
+@given(
+    st.lists(responses(), min_size=1, max_size=3),
+    st.lists(judge_answers, min_size=1, max_size=3),
+    odd_text,
+    st.sampled_from(["memory", "sqlite"]),
+)
+def test_any_judge_or_compressor_answer_ends_in_a_status(
+    answers: list[ModelResponse], judged: list[str], summary: str, kind: str
+) -> None:
+    """An LLM judge that answers anything, and a compressor that writes anything, on a
+    budget small enough to compact: the run ends in a status, and the ledger only holds
+    what the audit let through (an item done has evidence)."""
+
+    async def go(url: str, folder: Path) -> Any:
+        store = await open_store(url)
+        try:
+            spec = contract(
+                [*op_rule_items("a"), {"id": "b", "title": "look around"}],
+                limits={"max_rounds": len(answers) + 2},
+                context={"input_budget_tokens": 1500, "preview_chars": 200},
+            )
+            acted, said = iter(range(10**6)), iter(range(10**6))
+            act = ScriptedModel(policy=lambda r: answers[min(next(acted), len(answers) - 1)])
+            judge = ScriptedModel(
+                policy=lambda r: ModelResponse(judged[min(next(said), len(judged) - 1)])
+            )
+            compact = ScriptedModel(policy=lambda r: ModelResponse(summary))
+            tid, result = await run_task(store, spec, folder, act, judge=judge, compact=compact)
+            ledger = (await store.get_ledger(tid)).to_ledger()
+            for definition, state in ledger.items():
+                if state.status == "done":
+                    assert state.evidence, definition.id
+            return result
+        finally:
+            await store.close()
+
+    with tempfile.TemporaryDirectory() as d:
+        url = "memory://" if kind == "memory" else f"sqlite:///{d}/t.db"
+        result = asyncio.run(go(url, Path(d)))
+    assert result.status in {"satisfied", "waiting", "suspended", "failed", "queued"}

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tether import errors, failpoints, ledger_view, tokens
@@ -30,6 +32,8 @@ from tether.runtime.round.claims import (
     summary_audit_request,
 )
 from tether.runtime.round.context import SUMMARY_PREFIX, Context, Entry, render_system
+from tether.runtime.run import outcome as out
+from tether.runtime.run.outcome import Stop
 from tether.runtime.run.ports import Commit
 from tether.store.base import ArtifactRecord
 
@@ -234,13 +238,46 @@ def _fit(
             ctx.recount()
 
 
+def _too_small(
+    run: CompactHost, needed: int, message: str, events: Sequence[ev.Event] = ()
+) -> Stop:
+    """The task waits for a person: no compaction can make its requests fit the budget
+    (its system prompt and tools alone take the room, or the provider counts its
+    requests far above the estimate). Nothing of the round is lost (the compaction's
+    own calls are journaled with the wait); an edit of the budget or the tools queues
+    it again."""
+    raise_to = max(needed, run.view.spec.context.input_budget_tokens) * 2
+    command = (
+        f"tether edit {shlex.quote(run.journal.task_id)} "
+        f"--set context.input_budget_tokens={raise_to}"
+    )
+    ratio = run.ctx.calibrator.ratio
+    if ratio > 1.05:
+        message += (
+            f"; the provider counts about {ratio:.2f} tokens for every token estimated, "
+            "and the figures are scaled by that"
+        )
+    return Stop(
+        out.waiting(
+            "human",
+            f"{message}. Allow fewer or smaller tools in the contract, or raise the "
+            f"budget: {command}",
+            why="context_budget",
+            events=events,
+        )
+    )
+
+
 def _fixed_parts(ctx: Context) -> str:
     """What takes the room no compaction frees, for a budget error: the system prompt's
     and the tools' estimated tokens, and the largest tools (a server's tool with a huge
     description or schema is the usual culprit)."""
-    sizes = sorted(((tokens.estimate_tools((t,)), t.name) for t in ctx.tools), key=lambda p: -p[0])
+    scale = ctx.calibrator.scale
+    sizes = sorted(
+        ((scale(tokens.estimate_tools((t,))), t.name) for t in ctx.tools), key=lambda p: -p[0]
+    )
     total = sum(n for n, _ in sizes)
-    parts = f"system prompt ~{tokens.estimate_text(ctx.system)}, {len(sizes)} tools ~{total}"
+    parts = f"system prompt ~{scale(tokens.estimate_text(ctx.system))}, {len(sizes)} tools ~{total}"
     if sizes:
         parts += "; largest: " + ", ".join(f"{name[:80]} ~{n}" for n, name in sizes[:3])
     return parts + " tokens"
@@ -284,10 +321,11 @@ async def compact_context(run: CompactHost, budget: int) -> None:
         # request does not: fold all that came before the latest round.
         older, recent = ctx.entries[:start], ctx.entries[start:]
     if not older:
-        raise errors.UserError(
+        raise _too_small(
+            run,
+            budget,
             f"the context budget of {budget} tokens is too small for this task's system "
-            f"prompt and tools ({_fixed_parts(ctx)}); allow fewer or smaller tools, or raise "
-            "context.input_budget_tokens in the spec"
+            f"prompt and tools ({_fixed_parts(ctx)})",
         )
     ledger_text = ledger_view.render(run.view.ledger, header="GOAL LEDGER")
     system = COMPACT_INSTRUCTIONS + "\n\n" + ledger_text
@@ -351,10 +389,12 @@ async def compact_context(run: CompactHost, budget: int) -> None:
     run.view.state.system_at = run.view.clock.now()
     _fit(ctx, budget, kept, note, findings, run.view.ledger, older)
     if ctx.estimate() > budget:
-        raise errors.UserError(
+        raise _too_small(
+            run,
+            ctx.estimate(),
             f"the context budget of {budget} tokens cannot hold this task's system prompt, "
-            f"tools and a summary ({ctx.estimate()} tokens needed: {_fixed_parts(ctx)}); "
-            "allow fewer or smaller tools, or raise context.input_budget_tokens in the spec"
+            f"tools and a summary ({ctx.estimate()} tokens needed: {_fixed_parts(ctx)})",
+            events,
         )
     snapshot = {
         "entries": [

@@ -261,6 +261,19 @@ async def test_a_task_stopped_at_max_rounds_is_announced_once(
     assert [s["kind"] for s in await events_of(store, tid, "notice.sent")] == ["limit_reached"]
 
 
+async def test_a_context_budget_too_small_is_announced(store: Store, tmp_path: Path) -> None:
+    """A budget no compaction can fit waits for a person to raise it: announced like a
+    round limit, with the command that raises it."""
+    spec = spec_of(2, context={"input_budget_tokens": 1000}, instructions="Be careful here. " * 400)
+    tid, first = await run_task(store, spec, tmp_path, ScriptedModel(policy=honest_actor))
+    assert first.status == "waiting"
+    report = await sweep(store, notifier=LogNotifier())
+    assert report.notices == [(tid, "limit_reached")]
+    (sent,) = await events_of(store, tid, "notice.sent")
+    assert "the context budget of 1000 tokens is too small" in sent["text"]
+    assert "--set context.input_budget_tokens=" in sent["text"]
+
+
 async def test_a_milestone_round_limit_is_announced(store: Store, tmp_path: Path) -> None:
     items = [
         {"id": f"i{k}", "title": f"write out/i{k}.txt", "milestone": "m1"}

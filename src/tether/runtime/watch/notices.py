@@ -30,8 +30,9 @@ from tether.store.base import Store, StoredEvent, TaskRecord
 
 #: The journal events that may make a notice.
 TYPES = frozenset({"approval.requested", "decision.requested", "budget.threshold", "task.status"})
-#: Status reasons of a wait at a round limit (`checks.limits`): a person must raise it.
-LIMIT_REASONS = frozenset({"max_rounds", "max_rounds_per_milestone"})
+#: Status reasons of a wait at a limit a person must raise: a round limit
+#: (`checks.limits`), a context budget no compaction can fit (`compaction`).
+LIMIT_REASONS = frozenset({"max_rounds", "max_rounds_per_milestone", "context_budget"})
 #: Status reason of a wait after a status probe found the loop stuck (`runtime.probe`).
 PROBE_ESCALATED = "status_probe"
 #: What ends a wait's words before the command that answers it (`hints.tell`).

@@ -205,3 +205,78 @@ def test_any_judge_or_compressor_answer_ends_in_a_status(
         url = "memory://" if kind == "memory" else f"sqlite:///{d}/t.db"
         result = asyncio.run(go(url, Path(d)))
     assert result.status in {"satisfied", "waiting", "suspended", "failed", "queued"}
+
+
+class _Odd:
+    """An object of a tool's own, with a `__repr__` that says something odd."""
+
+    def __repr__(self) -> str:
+        return "odd \ud800 \x00 object"
+
+
+tool_values = st.one_of(
+    json_values,
+    st.binary(max_size=64),
+    st.sets(st.integers(), max_size=3),
+    st.complex_numbers(),
+    st.dates(),
+    st.builds(_Odd),
+    st.dictionaries(st.one_of(st.integers(), st.none(), st.booleans()), json_values, max_size=3),
+    st.tuples(json_values, st.builds(_Odd)),
+)
+failures = st.one_of(
+    st.builds(ValueError, odd_text),
+    st.builds(RuntimeError),
+    st.builds(KeyError, json_values),
+    st.builds(OSError, st.integers(), odd_text),
+)
+
+
+@FUZZ
+@given(
+    st.lists(st.one_of(tool_values, failures), min_size=1, max_size=3),
+    st.sampled_from(["memory", "sqlite"]),
+)
+def test_any_tool_value_or_failure_ends_in_a_status(outputs: list[Any], kind: str) -> None:
+    """A tool of one's own that returns anything or raises anything: each call is a
+    result or a failure the model reads, never the run's end."""
+    from tether import ToolRegistry, tool
+    from tether.models.scripted import tool_call
+
+    given_out = iter(outputs)
+
+    @tool(effect="read")
+    def anything(n: int) -> Any:
+        """Returns or raises what the test gives."""
+        value = next(given_out, "done")
+        if isinstance(value, BaseException):
+            raise value
+        return value
+
+    async def go(url: str, folder: Path) -> Any:
+        store = await open_store(url)
+        try:
+            spec = contract(
+                [{"id": "a", "title": "look around"}],
+                tools=["anything"],
+                models={"judge": "rules"},
+                limits={"max_rounds": len(outputs), "no_progress_rounds": 100},
+            )
+            calls = iter(range(10**6))
+            model = ScriptedModel(
+                policy=lambda r: ModelResponse("again", (tool_call("anything", n=next(calls)),))
+            )
+            tid, result = await run_task(
+                store, spec, folder, model, registry=ToolRegistry([anything])
+            )
+            ops = await store.get_ops(tid)
+            assert len(ops) == len(outputs)
+            assert all(o.status in ("succeeded", "failed") for o in ops), ops
+            return result
+        finally:
+            await store.close()
+
+    with tempfile.TemporaryDirectory() as d:
+        url = "memory://" if kind == "memory" else f"sqlite:///{d}/t.db"
+        result = asyncio.run(go(url, Path(d)))
+    assert result.status == "waiting"

@@ -6,14 +6,12 @@ out call — through a real `tether run` killed at a fail point and a `tether re
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import yaml
+from tests.support.cli import cli_env, tether
 from tests.support.loop import honest_actor
 
 from tether.models.base import ModelRequest, ModelResponse
@@ -37,18 +35,8 @@ def flood_actor(request: ModelRequest) -> ModelResponse:
     return honest_actor(request)
 
 
-def _tether(args: list[str], db: str, env_extra: dict[str, str] | None = None) -> Any:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-    env.update(env_extra or {})
-    env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run(
-        [sys.executable, "-m", "tether.cli", *args, "--db", db],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def _tether(args: list[str], db: str, **env: str) -> Any:
+    return tether(*args, "--db", db, cwd=ROOT, env=cli_env(**env), timeout=120)
 
 
 def test_a_flood_killed_mid_round_resumes_with_the_same_calls(tmp_path: Path) -> None:
@@ -70,7 +58,7 @@ def test_a_flood_killed_mid_round_resumes_with_the_same_calls(tmp_path: Path) ->
     crashed = _tether(
         ["run", str(tmp_path / "spec.yaml"), "--model", POLICY, "--workspace", str(ws)],
         db,
-        {"TETHER_FAILPOINTS": "after_op_dispatch=30"},
+        TETHER_FAILPOINTS="after_op_dispatch=30",
     )
     assert crashed.returncode == 137, crashed.stderr
     listed = _tether(["list", "--json"], db)

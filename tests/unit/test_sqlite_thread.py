@@ -214,3 +214,28 @@ def test_without_an_eventfd_results_go_back_by_call_soon_threadsafe(
             thread.shutdown()
 
     assert asyncio.run(main()) == list(range(100))
+
+
+def test_with_threads_calls_run_at_once_up_to_that_many() -> None:
+    """The PostgreSQL store's: up to `threads` calls at once, a thread started only when
+    none is free; `resize` raises the bound."""
+    started = threading.Barrier(3, timeout=30)
+
+    def meet() -> str:
+        started.wait()  # returns only when three calls are under way together
+        return threading.current_thread().name
+
+    async def main() -> tuple[list[str], int, int]:
+        pool = StoreThread("tether-pg", threads=2)
+        try:
+            assert await pool.call(lambda: 1) == 1
+            assert len(pool._threads) == 1  # one free thread was enough
+            pool.resize(3)
+            names = await asyncio.gather(*(pool.call(meet) for _ in range(3)))
+            return names, len(pool._threads), pool._max_workers
+        finally:
+            await asyncio.to_thread(pool.shutdown)
+
+    names, threads, most = asyncio.run(main())
+    assert names == ["tether-pg"] * 3
+    assert (threads, most) == (3, 3)

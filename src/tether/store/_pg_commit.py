@@ -23,9 +23,9 @@ from tether.store import _marks as marks
 from tether.store import _pg_events as pg_events
 from tether.store import _rules as rules
 from tether.store import _search as search
-from tether.store._rows import record_json
+from tether.store._rows import data_no_nul, flat, record_json
+from tether.store._rows import dumps_no_nul as _dumps
 from tether.store._sql import RECORD_TABLES, _upsert
-from tether.store._sql import _dumps_no_nul as _dumps
 from tether.store.base import OpRecord
 
 if TYPE_CHECKING:
@@ -125,7 +125,20 @@ def _op_rows(rows: list[dict[str, Any]], dumps: Callable[[Any], str]) -> tuple[s
             cleared.append(row["op_id"])
         else:
             kept.append({"op_id": row["op_id"], "result": rules.op_result_stored(result)})
-    return dumps(rows), dumps(kept) if kept else "", dumps(cleared) if cleared else ""
+    return (
+        _json(rows, dumps),
+        _json(kept, dumps) if kept else "",
+        (dumps(cleared) if cleared else ""),
+    )
+
+
+def _json(rows: list[dict[str, Any]], dumps: Callable[[Any], str]) -> str:
+    """`dumps(rows)`; rows of plain values (arguments, results and errors flat dicts, as
+    tools' outputs are rendered) are JSON data, written by pydantic's encoder when
+    `dumps` is the store's (`_rows.data_dumps`: the same text)."""
+    if dumps is _dumps and all(flat(r, nested=True) for r in rows):
+        return data_no_nul(rows)
+    return dumps(rows)
 
 
 def _recordset_upsert(table: str, record: str, key: str, mutable: Sequence[str]) -> str:
@@ -200,7 +213,7 @@ def statement(
     if items:
         params["n"] = len(items)
         params["events"] = (
-            pg_events.batch_json(items, _dumps) if batched else _dumps(_event_rows(items))
+            pg_events.batch_json(items, data_no_nul) if batched else _dumps(_event_rows(items))
         )
     mk = marks.postgres_params(task, params, _dumps)
     tables = []

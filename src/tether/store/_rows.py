@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from json import encoder as json_encoder
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic_core import PydanticSerializationError, to_json
 
@@ -73,6 +74,85 @@ def strict_dumps(obj: Any) -> str:
         return clean_text(_ENCODE_STRICT(obj))
     except ValueError:  # out of range: a non-finite float somewhere in `obj`
         return dumps(_finite(obj))
+
+
+#: What pydantic's encoder spells otherwise than `json`'s: a float below 1e-4 in size
+#: but 0 (`0.00001` and `1e-7` for `1e-05` and `1e-07`; every other float is spelt
+#: alike, NaN and the infinities too), and a key that is None or a non-finite float
+#: (`"None"`, `"inf"` for `"null"`, `"Infinity"`). A string may hold the same text.
+_SPELT = re.compile(r'[0-9]e-[0-9](?![0-9])|0\.0000|"(?:None|-?inf|nan)":')
+
+
+def _data_text(data: Any, inf_nan: Literal["constants", "null"]) -> str | None:
+    """`json`'s text of JSON data written by pydantic's encoder (in Rust: about a third
+    of the C encoder's instructions); None when it may differ: a lone surrogate (which
+    pydantic refuses) or a float it spells its own way (`_SPELT`)."""
+    try:
+        out: str = to_json(data, inf_nan_mode=inf_nan).decode()
+    except ValueError:
+        return None
+    maybe = "e-" in out or "0.0000" in out or 'None":' in out
+    if (maybe or 'inf":' in out or 'nan":' in out) and _SPELT.search(out) is not None:
+        return None
+    return out
+
+
+def data_dumps(data: Any) -> str:
+    """`dumps` of JSON data (dicts with string keys, lists, strings, numbers, booleans,
+    None: a run state, an event's `data`), the same text, written by pydantic's encoder
+    when that gives it (`_data_text`). Not for records, whose values a tool or a
+    caller gives: `json` refuses a set or a date there (`TypeError`), which pydantic
+    would write."""
+    out = _data_text(data, "constants")
+    return dumps(data) if out is None else out
+
+
+def strict_data_dumps(data: Any) -> str:
+    """`strict_dumps` of JSON data, as `data_dumps`."""
+    out = _data_text(data, "null")
+    return strict_dumps(data) if out is None else out
+
+
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+_LEAVES_OR_DICT = _LEAVES | {dict}
+_STR = frozenset({str})
+
+
+def flat(value: Any, *, nested: bool = False) -> bool:
+    """True if `value` is a dict of string keys and plain values (strings, ints, floats,
+    booleans, None; `nested`: or such dicts), by exact type (checked in C): JSON data,
+    which `data_dumps` writes as `dumps` does (an op's arguments, result, error: a tool
+    or a caller gives them, and they may hold what `json` refuses, a set, a date)."""
+    if type(value) is not dict or not _STR.issuperset(map(type, value)):
+        return False
+    kinds = set(map(type, value.values()))
+    if kinds <= _LEAVES:
+        return True
+    return (
+        nested
+        and kinds <= _LEAVES_OR_DICT
+        and all(flat(v) for v in value.values() if type(v) is dict)
+    )
+
+
+#: A JSON `\u0000` escape (not an escaped backslash followed by `u0000`).
+_NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
+
+def dumps_no_nul(obj: Any) -> str:
+    """`dumps` for PostgreSQL, whose jsonb (and text) cannot hold a NUL: a model's text
+    or tool arguments may carry one, stored as U+FFFD so a stray control character never
+    fails a commit (the run would stop on a StoreError as if the database were down)."""
+    return _no_nul(strict_dumps(obj))  # PostgreSQL's json takes no NaN either
+
+
+def data_no_nul(data: Any) -> str:
+    """`dumps_no_nul` of JSON data (an event's), the same text (`data_dumps`)."""
+    return _no_nul(strict_data_dumps(data))
+
+
+def _no_nul(out: str) -> str:
+    return _NUL_ESCAPE.sub(r"\1\\ufffd", out) if "\\u0000" in out else out
 
 
 def _finite(value: Any) -> Any:

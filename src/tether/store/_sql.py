@@ -15,7 +15,6 @@ with a single statement that carries the same rules as SQL conditions.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
@@ -29,8 +28,9 @@ from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import base as b
 from tether.store._latest import Latest
+from tether.store._rows import data_dumps, stored_events
 from tether.store._rows import dumps as _dumps
-from tether.store._rows import stored_events, strict_dumps
+from tether.store._rows import dumps_no_nul as _dumps_no_nul  # noqa: F401 (its old home)
 from tether.store.base import SCHEMA_VERSION, ApprovalRecord, ArtifactRecord, OpRecord, TaskRecord
 from tether.store.schema_policy import migrations
 
@@ -101,18 +101,6 @@ _BLOB_INSERT = (
     "INSERT INTO blobs (hash, size, data, created_at) VALUES (:h, :s, :d, :t)"
     " ON CONFLICT (hash) DO NOTHING"
 )
-
-
-#: A JSON `\u0000` escape (not an escaped backslash followed by `u0000`).
-_NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
-
-
-def _dumps_no_nul(obj: Any) -> str:
-    """`_dumps` for PostgreSQL, whose jsonb (and text) cannot hold a NUL: a model's text
-    or tool arguments may carry one, stored as U+FFFD so a stray control character never
-    fails a commit (the run would stop on a StoreError as if the database were down)."""
-    out = strict_dumps(obj)  # PostgreSQL's json takes no NaN either
-    return _NUL_ESCAPE.sub(r"\1\\ufffd", out) if "\\u0000" in out else out
 
 
 class SqlStore(b.Store):
@@ -450,12 +438,7 @@ class SqlStore(b.Store):
         task_id, token, task, ledger = c.task_id, c.token, c.task, c.ledger
         cond = rules.CommitCondition.of(task_id, token, task, ledger)
         with self._tx(write=True) as conn:
-            row = self._x(
-                conn,
-                "SELECT status, version, fencing_token, last_seq, cancel_requested FROM tasks"
-                f" WHERE task_id = :id{self.FOR_UPDATE}",
-                {"id": task_id},
-            ).fetchone()
+            row = self._commit_read(conn, task_id)
             if row is None:
                 raise errors.TaskNotFound(task_id)
             state = self._state(row)
@@ -494,6 +477,13 @@ class SqlStore(b.Store):
             self._update_task(conn, task_id, sets)
             marks.write(self._x, conn, self.dialect, _dumps, task_id, task)
         return b.CommitResult(plan.first_seq, plan.last_seq, state.cancel_requested, state.version)
+
+    def _commit_read(self, conn: Any, task_id: str) -> Row | None:
+        """The task's row as a commit reads it first (locked), None if absent."""
+        query = "SELECT status, version, fencing_token, last_seq, cancel_requested FROM tasks"
+        cur = self._x(conn, f"{query} WHERE task_id = :id{self.FOR_UPDATE}", {"id": task_id})
+        row: Row | None = cur.fetchone()
+        return row
 
     def _settle_requests(
         self,
@@ -552,7 +542,8 @@ class SqlStore(b.Store):
         out = {}
         for k, v in changes.items():
             if k in rules.JSON_COLUMNS:  # the marks are rows of their own (`_marks`)
-                v = None if v is None else _dumps(marks.stub(v) if k == "usage" else v)
+                # JSON data (a run state, a contract, a wait): see `_rows.data_dumps`.
+                v = None if v is None else data_dumps(marks.stub(v) if k == "usage" else v)
             elif k in rules.BOOL_COLUMNS:
                 v = self._bool_in(v)
             out[k] = v
@@ -635,7 +626,9 @@ class SqlStore(b.Store):
         if isinstance(rec, OpRecord):
             row["result"] = rules.op_result_stored(row["result"])
         for col in _JSON_RECORD_COLS & row.keys():
-            row[col] = None if row[col] is None else _dumps(row[col])
+            value = row[col]
+            if value is not None:
+                row[col] = data_dumps(value) if _rows.flat(value) else _dumps(value)
         if "valid" in row:
             row["valid"] = self._bool_in(row["valid"])
         return row

@@ -18,6 +18,10 @@ thread took it up never runs (one under way finishes, its result dropped); calls
 the order they were made. `shutdown` lets the calls already made run, then ends the
 thread; a call after it raises `RuntimeError`. At interpreter exit the thread finishes
 its calls before the process ends, as the executor's thread did.
+
+The PostgreSQL store runs its calls the same way on up to one thread per pooled
+connection (`StoreThread(name, threads=n)`): a call wakes a sleeping thread, or starts
+one while fewer than `n` run; the calls then run as threads come free, not in order.
 """
 
 from __future__ import annotations
@@ -112,8 +116,8 @@ def _close_fd(fd: int) -> None:
 
 
 class _Queue:
-    """The calls waiting for the thread; shared by the thread and its owner (the thread
-    holds this, not the owner, so that an owner nobody closed can be collected)."""
+    """The calls waiting for the threads; shared by the threads and their owner (the
+    threads hold this, not the owner, so that an owner nobody closed can be collected)."""
 
     def __init__(self) -> None:
         self.calls: deque[
@@ -126,40 +130,41 @@ class _Queue:
             ]
         ] = deque()
         self.mutex = threading.Lock()
-        # Held while nobody wakes the thread; released once to wake it from `sleeping`.
-        self.wake = threading.Lock()
-        self.wake.acquire()
-        self.sleeping = False
+        #: The wake-up locks of the threads asleep for want of a call: each is held
+        #: until a call (or `stop`) takes it off this list and releases it, once.
+        self.idle: list[threading.Lock] = []
         self.stopping = False
 
-    def take(self) -> _Call | None:
-        """In the thread: the next call, sleeping until there is one; None once stopped
-        and every call made has been taken."""
+    def take(self, wake: threading.Lock) -> _Call | None:
+        """In a thread (`wake`: its own lock, held): the next call, sleeping until there
+        is one; None once stopped and every call made has been taken."""
         while True:
             with self.mutex:
                 if self.calls:
                     return self.calls.popleft()
                 if self.stopping:
                     return None
-                self.sleeping = True
-            self.wake.acquire()  # until a call (or `stop`) releases it
+                self.idle.append(wake)
+            wake.acquire()  # until a call (or `stop`) releases it
 
     def stop(self) -> None:
-        """Let the calls already made run, then end the thread."""
+        """Let the calls already made run, then end the threads."""
         with self.mutex:
             self.stopping = True
-            wake, self.sleeping = self.sleeping, False
-        if wake:
-            self.wake.release()
+            idle, self.idle = self.idle, []
+        for wake in idle:
+            wake.release()
 
 
 def _serve(queue: _Queue) -> None:
+    wake = threading.Lock()
+    wake.acquire()
     try:
-        while (call := queue.take()) is not None:
+        while (call := queue.take(wake)) is not None:
             run_one(*call[:4], call[4].post)
             del call  # nothing of a finished call stays alive while the thread sleeps
     finally:
-        _live.discard(queue)
+        _live.discard(queue)  # stopped: the other threads end too
 
 
 #: The queues of running threads: told to stop at interpreter exit, before it waits for
@@ -178,23 +183,43 @@ if _register_atexit is not None:
 
 
 class StoreThread:
-    """One thread that runs calls from event loops (see the module)."""
+    """One thread that runs calls from event loops (see the module); or, `threads` > 1,
+    up to that many, started as calls find none free (the PostgreSQL store's: one per
+    pooled connection), each call run by the first free one."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, threads: int = 1) -> None:
         self._queue = _Queue()
         self._inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Inbox] = (
             weakref.WeakKeyDictionary()
         )
+        self._name = name
+        self._max_workers = threads
+        self._threads: list[threading.Thread] = []
+        self._started = 1  # threads started or being started (under the queue's mutex)
         _live.add(self._queue)
-        self._thread = threading.Thread(
-            target=_serve, args=(self._queue,), name=name, daemon=_register_atexit is None
-        )
-        self._thread.start()
-        # An owner nobody shut down: its thread ends when it is collected.
+        self._start()
+        # An owner nobody shut down: its threads end when it is collected.
         weakref.finalize(self, self._queue.stop)
 
+    @property
+    def _thread(self) -> threading.Thread:
+        return self._threads[0]
+
+    def _start(self) -> None:
+        thread = threading.Thread(
+            target=_serve, args=(self._queue,), name=self._name, daemon=_register_atexit is None
+        )
+        self._threads.append(thread)
+        thread.start()
+
+    def resize(self, threads: int) -> None:
+        """Run up to `threads` calls at once from now on (threads started beyond it stay,
+        idle when not needed)."""
+        self._max_workers = threads
+
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """`fn(*args)` in the thread, after the calls made before it."""
+        """`fn(*args)` in a thread, after the calls made before it (with one thread: in
+        their order)."""
         loop = asyncio.get_running_loop()
         inbox = self._inboxes.get(loop)
         if inbox is None:
@@ -205,17 +230,26 @@ class StoreThread:
             if queue.stopping:
                 raise RuntimeError("cannot schedule new futures after shutdown")
             queue.calls.append((fut, contextvars.copy_context(), fn, args, inbox))
-            wake, queue.sleeping = queue.sleeping, False
-        if wake:
-            queue.wake.release()
+            wake = queue.idle.pop() if queue.idle else None
+            more = wake is None and self._started < self._max_workers
+            if more:
+                self._started += 1
+        if wake is not None:
+            wake.release()
+        elif more:
+            self._start()
         return await fut
 
-    def shutdown(self) -> None:
-        """Run the calls already made, end the thread and wait for it; then stop watching
-        the eventfds (the running loop's at once, another loop's on its own thread)."""
+    def shutdown(self, wait: bool = True) -> None:
+        """Run the calls already made, end the threads and (`wait`) wait for them; then
+        stop watching the eventfds (the running loop's at once, another loop's on its
+        own thread). Without `wait` the eventfds are left to their loops."""
         self._queue.stop()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
+        if not wait:
+            return
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join()
         try:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:

@@ -50,7 +50,6 @@ import logging
 import re
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -63,9 +62,9 @@ from tether.store import _pg_events as pg_events
 from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import schema_policy
-from tether.store._handback import run_in
+from tether.store._rows import dumps_no_nul as _dumps
 from tether.store._sql import _ART_COLS_A, SqlStore
-from tether.store._sql import _dumps_no_nul as _dumps
+from tether.store._sqlite_thread import StoreThread
 from tether.store.base import (
     SCHEMA_VERSION,
     ApprovalRecord,
@@ -189,7 +188,9 @@ class PostgresStore(SqlStore):
         self._tuples: Any = None
         # A thread per pooled connection: a worker's runs share the pool, a step waits for
         # a thread only when every connection is busy, never behind the loop's other work.
-        self._executor = ThreadPoolExecutor(max_workers=max_size, thread_name_prefix="tether-pg")
+        # Their calls hop as the SQLite store's (`_sqlite_thread`): no concurrent future, work
+        # item or self-pipe write per call.
+        self._executor = StoreThread("tether-pg", threads=max_size)
         #: How long a step that failed without effect is tried again (see `_run`).
         self.retry_window = 30.0
         #: Events one row per commit (`_pg_events`): the schema is 11 or later.
@@ -223,9 +224,8 @@ class PostgresStore(SqlStore):
     def resize_pool(self, size: int) -> None:
         """Hold `size` connections (and threads) open from now on: a worker's `pool_size`
         (grown on demand, at concurrency 64 with 16-32, 161-270 calls waited 1.3-1.6 s)."""
-        old, self._max_size = self._executor, size
-        self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="tether-pg")
-        old.shutdown(wait=False)  # the calls under way end on the old threads
+        self._max_size = size
+        self._executor.resize(size)
         if self._pool is not None:
             self._pool.resize(min_size=size, max_size=size)
 
@@ -323,14 +323,14 @@ class PostgresStore(SqlStore):
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn` in a thread (its result handed back to the loop in a batch with the
-        others ready: `_handback`); a failure that changed nothing (see `_translated`) is
+        others ready: `_sqlite_thread`); a failure that changed nothing (see `_translated`) is
         tried again on a new connection, with backoff, for up to `retry_window` seconds
         (a restarted server, ended sessions), then raised."""
         deadline: float | None = None
         delay = 0.0
         while True:
             try:
-                return await run_in(self._executor, fn, *args)
+                return await self._executor.call(fn, *args)
             except errors.StoreUnavailable as exc:
                 if not (exc.fields.get("retry_safe") or _idempotent(fn)):
                     raise
@@ -591,4 +591,6 @@ class PostgresStore(SqlStore):
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await asyncio.to_thread(pool.close)
-        self._executor.shutdown(wait=False)
+        # The threads end once their calls have (none is left after the pool's close but
+        # one failing on it), off the loop; their eventfds are let go on their loops.
+        await asyncio.to_thread(self._executor.shutdown)

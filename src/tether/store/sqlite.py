@@ -69,6 +69,14 @@ _LAST_RUN = (
     " LEFT JOIN (SELECT first_seq, first_id FROM event_runs WHERE task_id = ?"
     " ORDER BY first_seq DESC LIMIT 1) r"
 )
+#: A commit's first read (`SqlStore._commit_read`) with `_LAST_RUN`'s columns: the task
+#: row, its last run (NULLs if none) and the table's end, one statement.
+_COMMIT_READ = (
+    "SELECT t.status, t.version, t.fencing_token, t.last_seq, t.cancel_requested,"
+    " r.first_seq, r.first_id, (SELECT MAX(id) FROM events) AS end_id FROM tasks t"
+    " LEFT JOIN (SELECT first_seq, first_id FROM event_runs WHERE task_id = ?"
+    " ORDER BY first_seq DESC LIMIT 1) r ON TRUE WHERE t.task_id = ?"
+)
 #: The events of task `:id` after `:after`, run by run (see migration 9): from the last
 #: run that starts at or before `:after + 1` on, in the order of their key, each run's
 #: rows by rowid up to the next run's first `seq` (the last run's: the task's
@@ -164,6 +172,9 @@ class SQLiteStore(SqlStore):
         # Events in runs (schema 9); a store migrated only part of the way (`migrate_to`,
         # as tests make older databases) writes and reads them as its schema has them.
         self._event_runs = True
+        #: `_LAST_RUN`'s row as this transaction's commit read it (`_commit_read`), for
+        #: its events (`_insert_events`); dropped when a transaction begins.
+        self._last_run: tuple[str, Any, Any, Any] | None = None
 
     @classmethod
     async def open(
@@ -313,6 +324,7 @@ class SQLiteStore(SqlStore):
         conn = self._conn
         if conn is None:
             raise errors.StoreError("the store is closed")
+        self._last_run = None
         try:
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         except sqlite3.Error as exc:
@@ -354,8 +366,13 @@ class SQLiteStore(SqlStore):
             return
         # Appended at the end of the table (see migration 9): the task's last run goes
         # on when its next rowid lies past the end, else a run starts at the end.
-        # The task's last run (NULLs if none) and the table's end, in one statement.
-        first_seq, first_id, end = conn.execute(_LAST_RUN, (task_id,)).fetchone()
+        # The task's last run (NULLs if none) and the table's end, in one statement (or
+        # as the commit read them with the task's row, in this transaction).
+        hint, self._last_run = self._last_run, None
+        if hint is not None and hint[0] == task_id:
+            first_seq, first_id, end = hint[1:]
+        else:
+            first_seq, first_id, end = conn.execute(_LAST_RUN, (task_id,)).fetchone()
         end = int(end or 0)
         if first_seq is not None and start_seq <= first_seq:
             raise errors.StoreError(f"events of {task_id!r} from {start_seq} written twice")
@@ -373,6 +390,14 @@ class SQLiteStore(SqlStore):
             for seq, (type_name, schema, data) in enumerate(stored_events(items), start_seq)
         ]
         conn.executemany(_EVENT_INSERT, rows)
+
+    def _commit_read(self, conn: Any, task_id: str) -> Any:
+        if not self._event_runs:
+            return super()._commit_read(conn, task_id)
+        row = conn.execute(_COMMIT_READ, (task_id, task_id)).fetchone()
+        if row is not None:
+            self._last_run = (task_id, row["first_seq"], row["first_id"], row["end_id"])
+        return row
 
     def _update_task(self, conn: Any, task_id: str, sets: Mapping[str, Any]) -> None:
         # By position: SQLite's module looks each named parameter up anew, per call.

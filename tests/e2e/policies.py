@@ -49,6 +49,15 @@ async def slow_policy(request: ModelRequest) -> ModelResponse | str:
     return done_policy(request)
 
 
+async def slow_demo_policy(request: ModelRequest) -> ModelResponse | str:
+    """The demo's offline policy, but every call takes 0.05 s: `tether demo` runs long
+    enough for a test to press Ctrl-C in the middle of it."""
+    from tether.demo import policy
+
+    await asyncio.sleep(0.05)
+    return policy(request)
+
+
 async def gated_policy(request: ModelRequest) -> ModelResponse | str:
     """`done_policy`, but from its second call on it answers only once a file named
     `release` exists in the working directory (at most 120 s): a test decides when the

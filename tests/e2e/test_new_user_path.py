@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ from tests.support.cli import (
     json_out,
     popen_tether,
     tether,
+    wait_for_file,
     write_spec,
 )
 
@@ -362,3 +364,35 @@ def test_watch_on_a_waiting_task_says_what_answers_it(tmp_path: Path) -> None:
         guard.cancel()
         proc.kill()
         proc.communicate()  # reaps it and closes its pipes
+
+
+def test_ctrl_c_in_the_demo_exits_130_and_says_how_to_go_on(tmp_path: Path) -> None:
+    """README: "130 interrupted". Ctrl-C in the middle of `tether demo` exited 1 and
+    printed the demo's "what happened" summary as if it had ended, its result line
+    reading `queued (None)`, with no word of how to go on."""
+    folder = tmp_path / "demo"
+    proc = popen_tether(
+        "demo",
+        "--dir",
+        folder,
+        "--model",
+        "scripted:tests.e2e.policies:slow_demo_policy",
+        cwd=tmp_path,
+        env=NARROW,
+    )
+    try:
+        wait_for_file(folder / "records" / "doc-02.json", proc)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, f"exit {proc.returncode}\n{out}\n{err}"
+    assert "Traceback" not in err, err
+    assert "None" not in out and "what happened" not in out, out
+    db = f"sqlite:///{folder / '.tether' / 'tether.db'}"
+    (task,) = json_out(tether("list", "--json", "--db", db, cwd=tmp_path))
+    assert task["status"] == "queued", task
+    hint = f"interrupted; continue with: tether resume {task['task_id']} --db {db}"
+    assert hint in " ".join(out.split()), out

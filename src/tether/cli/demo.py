@@ -231,7 +231,7 @@ def demo(
     db_url = f"sqlite:///{folder / '.tether' / 'tether.db'}"
     t0 = time.monotonic()
 
-    async def main() -> tuple[dict[str, Any], list[Any]]:
+    async def main() -> tuple[dict[str, Any], list[Any], bool]:
         contract = load_spec(spec_path)  # the file a person may run again with `tether run`
         async with open_runtime(db_url, model=model_name) as rt:
             task = await create_task(
@@ -246,20 +246,25 @@ def demo(
                         f", model {model_name}, store {db_url}",
                     )
                 )
-            await drive(rt, task.task_id, quiet=json_out)
+            result = await drive(rt, task.task_id, quiet=json_out)
             waiting = (await rt.store.get_task(task.task_id)).waiting or {}
-            if waiting.get("kind") == "decision":
+            if not result.interrupted and waiting.get("kind") == "decision":
                 # The demo plays the user: the corrupted scan is listed in summary.md, so
                 # the team can be told; everything else must have been done.
-                await _decide(rt, task.task_id, waiting, json_out)
+                result = await _decide(rt, task.task_id, waiting, json_out) or result
             evs = await rt.store.read_events(task.task_id)
-            return await status_dict(rt.store, task.task_id), evs
+            return await status_dict(rt.store, task.task_id), evs, result.interrupted
 
-    doc, evs = run_async(main)
+    doc, evs, interrupted = run_async(main)
     wall = time.monotonic() - t0
     summary = demo_summary(doc, evs, wall, folder)
     if json_out:
         print_json({"status": doc, "summary": summary})
+    elif interrupted:
+        # Ctrl-C: the task is queued again, half done; a summary of "what happened"
+        # would read as the demo's outcome. Say how to go on instead, as `run` does.
+        out.print(views.status_view(doc, db_url) if not out.is_terminal else Text(""))
+        out.print(Text(views.clean(_interrupted_hint(doc["task_id"], db_url)), "yellow"))
     else:
         out.print(views.status_view(doc) if not out.is_terminal else Text(""))
         out.print(views.summary_table(summary))
@@ -267,8 +272,22 @@ def demo(
             f"\nSee it again: tether timeline {doc['task_id']} --db {db_url}"
             + ("" if keep else f"\n(the demo folder {folder} is temporary)")
         )
+    if interrupted:
+        raise typer.Exit(130)  # as `run`: the exit code the README gives an interruption
     if doc["status"] != "satisfied":
         raise typer.Exit(1)
+
+
+def _interrupted_hint(task_id: str, db_url: str) -> str:
+    """What a Ctrl-C'd demo says: how to go on (without the demo playing the user, the
+    task then stops at the corrupted scan, waiting for a decision) or start again."""
+    from tether import demo as demo_mod
+    from tether.runtime import hints
+
+    return (
+        f"interrupted; continue with: {hints.resume(task_id, db_url)} (it then waits "
+        f"for your decision on {demo_mod.BROKEN}), or run `tether demo` again"
+    )
 
 
 async def _decide(
@@ -327,7 +346,10 @@ def demo_summary(
         if i["status"] in ("blocked", "waived")
     ]
     return {
-        "result": f"{doc['status']} ({views.stop_text(doc)})",
+        # A task stopped short of an end (Ctrl-C, a wait) has no stop reason to show.
+        "result": f"{doc['status']} ({views.stop_text(doc)})"
+        if doc.get("stop_reason")
+        else str(doc["status"]),
         "ledger": f"{p['done']}/{p['total']} done, {p['blocked']} blocked, "
         f"{p.get('waived', 0)} waived",
         "blocked or waived": "; ".join(blocked) or "none",

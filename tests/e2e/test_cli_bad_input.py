@@ -237,6 +237,39 @@ def test_bad_database_urls(tmp_path: Path) -> None:
     assert not (tmp_path / ".tether").exists()
 
 
+def test_memory_store_is_refused_where_a_database_must_outlive_the_command(
+    tmp_path: Path,
+) -> None:
+    """docs/operations.md: `memory://` is "gone when the command ends". `status`, `list`,
+    `resume`, `approve`, ... on it said "no task with id" (exit 3), `submit` queued a task
+    that vanished at once, and `tether run` on it ended with commands (`tether retry
+    --db memory:// ...`) that could never reach the task."""
+    write_spec(tmp_path / "spec.yaml")
+    before = snapshot(tmp_path)
+    mem = ("--db", "memory://")
+    procs = tether_many(
+        [
+            (("status", "t1", *mem), tmp_path),
+            (("resume", "t1", *mem), tmp_path),
+            (("approve", "t1", "r1", *mem), tmp_path),
+            (("submit", "spec.yaml", *mem), tmp_path),
+            (("worker", "--once", *mem), tmp_path),
+        ]
+    )
+    for proc in procs:
+        assert_clean_error(proc, 2, "memory:// keeps nothing between commands")
+    listed = tether("list", cwd=tmp_path, env=cli_env(TETHER_DB="memory://"))
+    assert_clean_error(listed, 2, "memory:// keeps nothing between commands")
+    assert snapshot(tmp_path) == before
+
+    # `run` takes it, and says its task cannot be continued.
+    spec = "objective: x\nitems:\n  - {id: a, title: a, done_when: {kind: file, path: a}}\n"
+    (tmp_path / "stuck.yaml").write_text(spec + "models: {judge: rules}\n")
+    stuck = tether("run", "stuck.yaml", "--model", DONE, *mem, cwd=tmp_path)
+    assert stuck.returncode == 0, stuck.stderr
+    assert "memory:// keeps nothing: the task is gone" in " ".join(stuck.stdout.split())
+
+
 def test_status_without_any_database_creates_none(tmp_path: Path) -> None:
     """No database in the working folder: a clear message (exit 2: the database, not
     the task, is what is missing) and no database file made as a side effect."""

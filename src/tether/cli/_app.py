@@ -213,6 +213,22 @@ def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
         raise fail(exc, getattr(exc, "exit_code", 1)) from None
 
 
+def lasting_db(db: str | None, consequence: str) -> None:
+    """Refuse `memory://` (from `--db` or `TETHER_DB`) for a command that needs a
+    database outliving it: each command's memory store is its own, empty at start and
+    gone at exit, so `consequence` (what would happen there) is never what was meant."""
+    from tether.store import default_url
+
+    url = db or default_url()
+    if url.startswith("memory://"):
+        raise errors.UserError(
+            f"{url} keeps nothing between commands (each command has its own, gone when "
+            f"it ends): {consequence}; give the database your tasks are in (by default "
+            ".tether/tether.db in the folder they were started from, or --db "
+            "sqlite:///PATH or postgresql://...)"
+        )
+
+
 async def with_store(
     db: str | None,
     fn: Callable[[Store], Awaitable[T]],
@@ -220,9 +236,12 @@ async def with_store(
     create: bool,
     read_only: bool = False,
 ) -> T:
-    """Open the store, call `fn` with it, close it (`read_only`: see `open_store`)."""
+    """Open the store, call `fn` with it, close it (`read_only`: see `open_store`).
+    Without `create` it is an existing database, so never `memory://` (`lasting_db`)."""
     from tether.store.opening import open_db
 
+    if not create:
+        lasting_db(db, "no task is there to find")
     store = await open_db(db, create=create, read_only=read_only)
     try:
         return await fn(store)

@@ -22,6 +22,7 @@ from tether.cli._app import (
     ModelTimeoutOpt,
     app,
     err,
+    lasting_db,
     model_options,
     out,
     print_json,
@@ -167,6 +168,8 @@ def _finish(
             out.print(Text(views.clean(hint), "yellow"))
         elif result.interrupted:
             out.print(views.interrupted(result.task_id))
+        if not lifecycle.is_terminal(store_doc.get("status", result.status)):
+            _nothing_kept(db)
     if result.interrupted:
         raise typer.Exit(130)
     if store_doc.get("status", result.status) in ("abandoned", "failed", "cancelled"):
@@ -185,6 +188,21 @@ def _finish(
             )
         )
         raise typer.Exit(INFRASTRUCTURE_EXIT)
+
+
+def _nothing_kept(db: str | None) -> None:
+    """On `memory://` the commands a stopped task's status shows cannot reach it: say
+    so, instead of leaving a person to find out from `no task with id`."""
+    from tether.store import default_url
+
+    url = db or default_url()
+    if url.startswith("memory://"):
+        note = (
+            f"{url} keeps nothing: the task is gone when this command ends, and the "
+            "commands above cannot reach it; to go on later, run it on a database that "
+            "lasts (the default .tether/tether.db, or --db sqlite:///PATH)"
+        )
+        out.print(Text(views.clean(note), "yellow"))
 
 
 def _workspace(contract: TaskSpec, workspace: Path | None, broad: bool = False) -> Path:
@@ -326,6 +344,7 @@ def submit(
     scheduled: list[Any] = []
 
     async def main() -> str:
+        lasting_db(db, "a task queued there is lost when this command ends")
         contract = _contract(spec, mcp_config)
         if not skip_env_check:
             launch.check_env(contract)  # before anything is written
@@ -428,6 +447,7 @@ def resume(
 
     async def main() -> tuple[dict[str, Any], RunResult]:
         options = model_options(model_timeout, model_retries)
+        lasting_db(db, "no task is there to resume")
         async with open_runtime(db, model=model, create=False, model_options=options) as rt:
             task = await rt.store.get_task(task_id)
             if lifecycle.is_terminal(task.status):

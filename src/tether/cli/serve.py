@@ -12,7 +12,7 @@ import typer
 
 from tether import errors
 from tether._extras import needs
-from tether.cli._app import DbOpt, NoMigrateOpt, app, err, fail, run_async
+from tether.cli._app import DbOpt, NoMigrateOpt, app, err, fail, lasting_db, run_async
 from tether.cli.views import clean
 
 #: An `--allowed-host`: `*`, `*.domain`, or a host name or address (no port).
@@ -58,6 +58,7 @@ async def _open_once(url: str, migrate: bool) -> None:
     `--no-migrate`), so that a refusal is one paragraph before the server starts."""
     from tether.store.opening import open_db
 
+    lasting_db(url, "the dashboard would show no task")
     store = await open_db(url, create=False, migrate=migrate)
     await store.close()
 

@@ -22,6 +22,7 @@ from tether.cli._app import (
     app,
     err,
     fail,
+    lasting_db,
     model_options,
     run_async,
 )
@@ -330,6 +331,7 @@ def worker(
         default_notifier()
         inline_wait_max_from_env()
         options = model_options(model_timeout, model_retries)
+        lasting_db(db, "a worker there never finds a task")
         async with open_runtime(
             db, model=model, model_options=options, migrate=not no_migrate
         ) as rt:

@@ -372,6 +372,26 @@ def test_policy_module_with_a_syntax_error(tmp_path: Path) -> None:
 # --- other usage mistakes -------------------------------------------------------------------
 
 
+def test_a_workspace_that_does_not_exist_is_called_so(tmp_path: Path) -> None:
+    """README: `tether run notes.yaml ... --workspace ./repo` in a folder without repo/
+    said "workspace repo is not a folder", as for a file; it does not exist, and the
+    message says so, where it was given and how to make it."""
+    write_spec(tmp_path / "spec.yaml")
+    write_spec(tmp_path / "inspec.yaml", workspace="./gone")
+    before = snapshot(tmp_path)
+    flag, spec, submitted = tether_many(
+        [
+            ((*RUN, "--workspace", "./repo"), tmp_path),
+            (("run", "inspec.yaml", "--model", DONE), tmp_path),
+            (("submit", "spec.yaml", "--workspace", "./repo"), tmp_path),
+        ]
+    )
+    for proc, given in ((flag, "--workspace repo"), (spec, "the spec's workspace: gone")):
+        assert_clean_error(proc, 2, f"{given} does not exist", "mkdir -p")
+    assert_clean_error(submitted, 2, "--workspace repo does not exist")
+    assert snapshot(tmp_path) == before
+
+
 def test_workspace_that_is_not_a_folder(tmp_path: Path) -> None:
     write_spec(tmp_path / "spec.yaml")
     before = snapshot(tmp_path)

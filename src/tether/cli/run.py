@@ -212,9 +212,26 @@ def _workspace(contract: TaskSpec, workspace: Path | None, broad: bool = False) 
     from tether.runtime.tasks import workspace_folder
 
     ws = workspace or (Path(contract.workspace) if contract.workspace else Path.cwd())
+    _exists(ws, "--workspace" if workspace else "the spec's workspace:")
     resolved = workspace_folder(ws, must_exist=True, allow_broad=broad)
     _away_from_db(ws, resolved)
     return resolved
+
+
+def _exists(ws: Path, given_by: str) -> None:
+    """A workspace that does not exist is named as such, with where it was given and
+    the command that makes it (the task never creates its own folder)."""
+    import shlex
+
+    try:
+        missing = not ws.exists() and not ws.is_symlink()
+    except (OSError, ValueError):  # a name too long, a NUL: `workspace_folder` says it
+        return
+    if missing:
+        raise errors.UserError(
+            f"{given_by} {ws} does not exist: create the folder first (mkdir -p "
+            f"{shlex.quote(str(ws))}), or give one that exists"
+        )
 
 
 def _away_from_db(shown: Path, ws: Path) -> None:

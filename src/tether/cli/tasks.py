@@ -48,15 +48,17 @@ def status(
     json_out: JsonOpt = False,
     at: Annotated[
         int | None,
-        typer.Option("--at", help="As of event SEQ (folded from the event log)."),
+        typer.Option("--at", metavar="SEQ", help="As of event SEQ (folded from the event log)."),
     ] = None,
     after: Annotated[
         str | None,
-        typer.Option("--after", help="List the ledger's items after this one (a page)."),
+        typer.Option(
+            "--after", metavar="ITEM", help="List the ledger's items after ITEM (a page)."
+        ),
     ] = None,
     limit: Annotated[
         int,
-        typer.Option("--limit", min=1, help="How many ledger items to list at most."),
+        typer.Option("--limit", metavar="N", min=1, help="How many ledger items to list at most."),
     ] = views.STATUS_ITEMS,
 ) -> None:
     """Show a task: state, ledger, budget, what it waits for."""

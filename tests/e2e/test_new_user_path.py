@@ -396,3 +396,32 @@ def test_ctrl_c_in_the_demo_exits_130_and_says_how_to_go_on(tmp_path: Path) -> N
     assert task["status"] == "queued", task
     hint = f"interrupted; continue with: tether resume {task['task_id']} --db {db}"
     assert hint in " ".join(out.split()), out
+
+
+def test_empty_lists_say_so_instead_of_a_bare_header(tmp_path: Path) -> None:
+    """`tether list` on a new database, `approvals` of a task that asked for none and
+    `show` of a task whose model never answered printed a table header and nothing
+    under it, which reads as a broken table; `--json` stays `[]`."""
+    db = f"sqlite:///{tmp_path / 'tether.db'}"
+    assert_ok(tether("migrate", "--db", db, cwd=tmp_path, env=NARROW))
+    listed = tether("list", "--db", db, cwd=tmp_path, env=NARROW)
+    assert_ok(listed)
+    assert (
+        listed.stdout.strip() == "no tasks yet: start one with `tether run SPEC` (or `tether demo`)"
+    )
+
+    (tmp_path / "none.json").write_text("[]")  # a script with no answer: no model call
+    write_spec(tmp_path / "spec.yaml", 1)
+    tether("run", "spec.yaml", "--model", "scripted:none.json", "--db", db, cwd=tmp_path)
+    (task,) = json_out(tether("list", "--json", "--db", db, cwd=tmp_path))
+    tid = task["task_id"]
+    shown, approvals = (
+        tether(command, tid, "--db", db, cwd=tmp_path, env=NARROW)
+        for command in ("show", "approvals")
+    )
+    assert_ok(shown)
+    assert shown.stdout.strip() == f"task {tid} has made no model call yet"
+    assert_ok(approvals)
+    assert approvals.stdout.strip() == f"task {tid} has no approval requests"
+    for command in ("show", "approvals"):
+        assert json_out(tether(command, tid, "--json", "--db", db, cwd=tmp_path)) == []

@@ -258,6 +258,9 @@ def approvals(task_id: str, db: DbOpt = None, json_out: JsonOpt = False) -> None
     if json_out:
         print_json([a.__dict__ for a in items])
         return
+    if not items:  # a bare header reads as a broken table
+        out.print(f"task {views.clean(task_id)} has no approval requests")
+        return
     out.print(views.approvals_table(items))
 
 

@@ -93,6 +93,8 @@ def show(
     )
     if json_out:
         print_json(doc)
+    elif call_id is None and not doc:
+        out.print(f"task {clean(task_id)} has made no model call yet")
     elif call_id is None:
         out.print(calls_table(task_id, doc))
     else:

@@ -91,7 +91,11 @@ def list_tasks(db: DbOpt = None, json_out: JsonOpt = False) -> None:
     if json_out:
         print_json(rows)
         return
-    out.print(views.task_table(tasks, {r["task_id"] for r in rows if r.get("owner_gone")}))
+    if tasks:
+        out.print(views.task_table(tasks, {r["task_id"] for r in rows if r.get("owner_gone")}))
+    elif not schedules:
+        # A bare header reads as a broken table: say what an empty database means.
+        out.print("no tasks yet: start one with `tether run SPEC` (or `tether demo`)")
     if schedules:  # recurring tasks: when each starts its next occurrence
         from tether.cli.schedule import schedule_table
 

@@ -9,6 +9,7 @@ the suite red).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import signal
@@ -425,3 +426,49 @@ def test_empty_lists_say_so_instead_of_a_bare_header(tmp_path: Path) -> None:
     assert approvals.stdout.strip() == f"task {tid} has no approval requests"
     for command in ("show", "approvals"):
         assert json_out(tether(command, tid, "--json", "--db", db, cwd=tmp_path)) == []
+
+
+#: A `sitecustomize` that holds the CLI's import of its views for a minute, after
+#: marking the file `$HOLD_MARK`: a Ctrl-C then lands while the command line loads.
+HOLD_IMPORT = """\
+import os, sys, time
+
+class Hold:
+    def find_spec(self, name, path=None, target=None):
+        if name == "tether.cli.views":
+            open(os.environ["HOLD_MARK"], "w").close()
+            time.sleep(60)
+        return None
+
+sys.meta_path.insert(0, Hold())
+"""
+
+
+@pytest.mark.parametrize("command", [("list",), ("demo", "--dir", "demo")])
+def test_ctrl_c_while_the_command_loads_exits_130_without_a_traceback(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """The first few hundred milliseconds of every command are imports; a Ctrl-C there
+    (an impatient `tether demo`) printed a KeyboardInterrupt traceback from whichever
+    module was loading, and exited -2."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HOLD_IMPORT)
+    mark = tmp_path / "loading"
+    env = cli_env(
+        COLUMNS="80",
+        HOLD_MARK=str(mark),
+        PYTHONPATH=os.pathsep.join([str(hook), NARROW["PYTHONPATH"]]),
+    )
+    proc = popen_tether(*command, cwd=tmp_path, env=env)
+    try:
+        wait_for_file(mark, proc)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, f"exit {proc.returncode}\n{out}\n{err}"
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert not (tmp_path / "demo").exists() and not (tmp_path / ".tether").exists()

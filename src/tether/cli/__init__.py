@@ -16,14 +16,38 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
+from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
 
-from tether.cli import _app, _logging
-from tether.errors import UserError
+def _quit_quietly(signum: int, frame: FrameType | None) -> None:
+    os._exit(130)
+
+
+def _is_the_program() -> bool:
+    """Whether this process is the `tether` command (its console script, or `python -m
+    tether.cli`), not one that merely imports the package (a test, an application)."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    parent = os.path.basename(os.path.dirname(sys.argv[0])) if name else ""
+    return os.path.splitext(name)[0] == "tether" or (name == "__main__.py" and parent == "cli")
+
+
+# Loading the command line (Typer, Rich, the command's module) takes a few hundred
+# milliseconds; a Ctrl-C then raised KeyboardInterrupt inside whichever module was being
+# imported, and Python printed its traceback. In the `tether` program, such a Ctrl-C
+# ends the process at once with exit 130 (nothing is written yet); `_main` gives Ctrl-C
+# back to Python just before the command runs. Not when Ctrl-C is ignored (a background
+# job) or someone else handles it.
+if _is_the_program() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, _quit_quietly)
+
+import typer  # noqa: E402  (after the handler above: its import is most of the wait)
+
+from tether.cli import _app, _logging  # noqa: E402
+from tether.errors import UserError  # noqa: E402
 
 if TYPE_CHECKING:
     from tether.cli._app import app
@@ -171,6 +195,9 @@ def _main() -> None:
         )
     load_commands(sys.argv[1:])
     try:
+        if signal.getsignal(signal.SIGINT) is _quit_quietly:
+            # The command handles Ctrl-C from here on (`run`: "stopping after ...").
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         _app.app()
     except KeyboardInterrupt:  # pragma: no cover - interactive
         sys.exit(130)

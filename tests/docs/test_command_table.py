@@ -65,3 +65,15 @@ def test_every_command_has_a_row_naming_each_of_its_options() -> None:
                 if not any(_named(o, row) for o in param.opts):
                     missing.append(f"{name}: {max(param.opts, key=len)}")
     assert not missing, "docs/operations.md, table of commands: " + "; ".join(missing)
+
+
+def test_every_argument_says_what_it_is_in_help() -> None:
+    """`tether retry --help` listed `TASK_ID  [required]` and nothing more: where does a
+    new user find it? Every argument of every command says what it is."""
+    bare = [
+        f"{name} {param.name}"
+        for name, cmd in _commands().items()
+        for param in cmd.params
+        if isinstance(param, typer.core.TyperArgument) and not (param.help or "").strip()
+    ]
+    assert not bare, f"arguments without help: {bare}"

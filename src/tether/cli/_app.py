@@ -77,6 +77,9 @@ def repeated(flag: str, metavar: str, help: str) -> Any:
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+TaskArg = Annotated[
+    str, typer.Argument(metavar="TASK_ID", help="The task's id, as `tether list` shows it.")
+]
 ModelOpt = Annotated[
     str | None,
     typer.Option(

@@ -9,7 +9,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from tether.cli import views
-from tether.cli._app import DbOpt, JsonOpt, app, on_store, out, print_json
+from tether.cli._app import DbOpt, JsonOpt, TaskArg, app, on_store, out, print_json
 from tether.cli.views import clean
 
 
@@ -31,7 +31,7 @@ def _grow(branch: Tree, node: dict[str, Any]) -> None:
 
 @app.command()
 def artifacts(
-    task_id: str,
+    task_id: TaskArg,
     tree: Annotated[
         bool, typer.Option("--tree", help="Show the dependency graph as a tree.")
     ] = False,

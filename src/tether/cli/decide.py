@@ -15,6 +15,7 @@ from tether.cli._app import (
     ByOpt,
     DbOpt,
     JsonOpt,
+    TaskArg,
     app,
     fail,
     on_store,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 
 @app.command()
-def cancel(task_id: str, db: DbOpt = None) -> None:
+def cancel(task_id: TaskArg, db: DbOpt = None) -> None:
     """Ask a task to stop; a running worker stops between steps."""
     from tether.runtime.tasks import cancel as cancel_task
 
@@ -37,7 +38,7 @@ def cancel(task_id: str, db: DbOpt = None) -> None:
 
 @app.command()
 def pause(
-    task_id: str,
+    task_id: TaskArg,
     reason: Annotated[str, typer.Option("--reason", help="Why (journaled).")] = "",
     by: ByOpt = "cli",
     db: DbOpt = None,
@@ -54,7 +55,7 @@ def pause(
 
 @app.command()
 def approve(
-    task_id: str,
+    task_id: TaskArg,
     request_id: Annotated[
         str | None,
         typer.Argument(help="The request to approve; without it, sign off on the work."),
@@ -123,7 +124,7 @@ def approve(
 
 @app.command()
 def reject(
-    task_id: str,
+    task_id: TaskArg,
     request_id: Annotated[
         str | None,
         typer.Argument(help="The request to reject; without it, reject the work (sign-off)."),
@@ -192,7 +193,7 @@ def _decide(
 
 @app.command()
 def retry(
-    task_id: str,
+    task_id: TaskArg,
     item: Annotated[str, typer.Argument(help="The item to work on again.")],
     hint: Annotated[
         str | None, typer.Option("--hint", help="A hint for the model about this item.")
@@ -213,7 +214,7 @@ def retry(
 
 @app.command()
 def waive(
-    task_id: str,
+    task_id: TaskArg,
     item: Annotated[str, typer.Argument(help="The item to deliver without.")],
     reason: Annotated[str, typer.Option("--reason", help="Why it may stay undone.")] = "",
     by: ByOpt = "cli",
@@ -229,7 +230,7 @@ def waive(
 
 @app.command()
 def abandon(
-    task_id: str,
+    task_id: TaskArg,
     reason: Annotated[str, typer.Option("--reason", help="Why the task is given up.")] = "",
     code: Annotated[
         str,
@@ -251,7 +252,7 @@ def abandon(
 
 
 @app.command()
-def approvals(task_id: str, db: DbOpt = None, json_out: JsonOpt = False) -> None:
+def approvals(task_id: TaskArg, db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """List a task's approval requests."""
 
     items = on_store(db, lambda s: _all_approvals(s, task_id), read_only=True)

@@ -10,7 +10,17 @@ from rich.text import Text
 
 from tether import errors
 from tether.cli import views
-from tether.cli._app import ByOpt, DbOpt, app, on_store, out, repeated, run_async, with_store
+from tether.cli._app import (
+    ByOpt,
+    DbOpt,
+    TaskArg,
+    app,
+    on_store,
+    out,
+    repeated,
+    run_async,
+    with_store,
+)
 from tether.runtime import hints
 
 
@@ -84,7 +94,7 @@ def _changes(sets: list[str], file: Path | None, *, required: bool = True) -> di
 
 @app.command()
 def edit(
-    task_id: str,
+    task_id: TaskArg,
     sets: Annotated[
         list[str] | None,
         repeated(
@@ -174,7 +184,7 @@ def edit(
 
 @app.command()
 def tell(
-    task_id: str,
+    task_id: TaskArg,
     message: Annotated[str, typer.Argument(help="What to tell the agent.")],
     by: ByOpt = "cli",
     db: DbOpt = None,

@@ -8,12 +8,12 @@ import typer
 from rich.text import Text
 
 from tether.cli import views
-from tether.cli._app import DbOpt, JsonOpt, app, on_store, out, print_json
+from tether.cli._app import DbOpt, JsonOpt, TaskArg, app, on_store, out, print_json
 
 
 @app.command()
 def rebuild(
-    task_id: str,
+    task_id: TaskArg,
     fix: Annotated[
         bool, typer.Option("--fix", help="Replace the stored ledger by the one from the log.")
     ] = False,

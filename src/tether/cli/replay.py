@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from tether.cli._app import DbOpt, JsonOpt, app, on_store, out, print_json
+from tether.cli._app import DbOpt, JsonOpt, TaskArg, app, on_store, out, print_json
 from tether.cli.views import clean
 
 
@@ -44,7 +44,7 @@ def replay_view(doc: dict[str, Any]) -> Text:
 
 @app.command()
 def replay(
-    task_id: str,
+    task_id: TaskArg,
     until: Annotated[
         int | None,
         typer.Option("--until", help="Replay up to this event SEQ (default: the whole log)."),

@@ -20,6 +20,7 @@ from tether.cli._app import (
     ModelOpt,
     ModelRetriesOpt,
     ModelTimeoutOpt,
+    TaskArg,
     app,
     err,
     lasting_db,
@@ -436,7 +437,7 @@ async def _confirm_takeover(rt: Runtime, task_id: str, *, quiet: bool) -> None:
 
 @app.command()
 def resume(
-    task_id: str,
+    task_id: TaskArg,
     model: ModelOpt = None,
     db: DbOpt = None,
     json_out: JsonOpt = False,

@@ -13,7 +13,7 @@ from rich.rule import Rule
 from rich.text import Text
 
 from tether import errors
-from tether.cli._app import DbOpt, JsonOpt, app, on_store, out, print_json
+from tether.cli._app import DbOpt, JsonOpt, TaskArg, app, on_store, out, print_json
 from tether.cli.views import FittedTable, clean, clean_json_text, fitted_table, shorten, ts
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def calls_table(task_id: str, rows: list[dict[str, Any]]) -> FittedTable:
 
 @app.command()
 def show(
-    task_id: str,
+    task_id: TaskArg,
     call_id: Annotated[
         str | None,
         typer.Argument(help="A model call (TASK.act.3, act.3 or 3); without it, list them."),
@@ -106,7 +106,7 @@ FORMATS = ("md", "html", "json")
 
 @app.command()
 def report(
-    task_id: str,
+    task_id: TaskArg,
     fmt: Annotated[
         str, typer.Option("--format", metavar="md|html|json", help="md, html or json.")
     ] = "md",

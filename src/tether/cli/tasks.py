@@ -12,6 +12,7 @@ from tether.cli._app import (
     DbOpt,
     JsonOpt,
     LimitOpt,
+    TaskArg,
     TypesOpt,
     app,
     fail,
@@ -43,7 +44,7 @@ def _check_types(types: list[str] | None) -> None:
 
 @app.command()
 def status(
-    task_id: str,
+    task_id: TaskArg,
     db: DbOpt = None,
     json_out: JsonOpt = False,
     at: Annotated[
@@ -105,7 +106,7 @@ def list_tasks(db: DbOpt = None, json_out: JsonOpt = False) -> None:
 
 @app.command()
 def events(
-    task_id: str,
+    task_id: TaskArg,
     db: DbOpt = None,
     json_out: JsonOpt = False,
     after: AfterOpt = 0,
@@ -133,7 +134,7 @@ FullOpt = Annotated[
 
 @app.command()
 def timeline(
-    task_id: str,
+    task_id: TaskArg,
     db: DbOpt = None,
     after: AfterOpt = 0,
     type_: TypesOpt = None,
@@ -158,7 +159,7 @@ def _waits_on(task: Any) -> str | None:
 
 @app.command()
 def watch(
-    task_id: str,
+    task_id: TaskArg,
     db: DbOpt = None,
     after: AfterOpt = 0,
     full: FullOpt = False,

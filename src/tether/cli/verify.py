@@ -8,7 +8,7 @@ import typer
 from rich.text import Text
 
 from tether.cli import views
-from tether.cli._app import ByOpt, DbOpt, JsonOpt, app, on_store, out, print_json
+from tether.cli._app import ByOpt, DbOpt, JsonOpt, TaskArg, app, on_store, out, print_json
 
 
 def _table(doc: dict[str, Any]) -> views.FittedTable:
@@ -24,7 +24,9 @@ def _say(text: str) -> None:
 
 
 @app.command()
-def verify(task_id: str, by: ByOpt = "user", db: DbOpt = None, json_out: JsonOpt = False) -> None:
+def verify(
+    task_id: TaskArg, by: ByOpt = "user", db: DbOpt = None, json_out: JsonOpt = False
+) -> None:
     """Re-check a task's whole chain (deliverables, stored evidence and snapshots against
     their recorded hashes, sources pinned by fingerprint, claims, sections, reports) and
     reopen what broke: a delivered task goes back to work, journaled with the reason.

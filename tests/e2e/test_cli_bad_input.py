@@ -428,3 +428,15 @@ def test_submit_refuses_an_unknown_tool_unless_told_the_workers_have_it(tmp_path
     assert not (tmp_path / ".tether").exists()
     queued = tether("submit", "spec.yaml", "--skip-tool-check", "--json", cwd=tmp_path)
     assert json_out(queued)["status"] == "queued"
+
+
+def test_submit_with_a_model_says_where_the_model_comes_from(tmp_path: Path) -> None:
+    """`tether submit spec.yaml --model M` (as `run` takes it) answered "No such option:
+    --model (Possible options: --help)": the closest option it has, not what to do."""
+    write_spec(tmp_path / "spec.yaml")
+    before = snapshot(tmp_path)
+    for flag in (("--model", DONE), (f"--model={DONE}",)):
+        proc = tether("submit", "spec.yaml", *flag, cwd=tmp_path)
+        err = assert_clean_error(proc, 2, "submit takes no --model", "tether worker --model")
+        assert "Possible options" not in err, err
+    assert snapshot(tmp_path) == before

@@ -83,16 +83,38 @@ COMMANDS: dict[str, str] = {
 GLOBAL_OPTIONS = ("--log-level", "--log-format")
 
 
+def _command_name(argv: Sequence[str] | None) -> str | None:
+    """The command `argv` names: its first word that is no option (nor the value of an
+    option of `tether` itself)."""
+    args = list(argv or ())
+    values = {i + 1 for i, a in enumerate(args) if a in GLOBAL_OPTIONS}
+    return next((a for i, a in enumerate(args) if not a.startswith("-") and i not in values), None)
+
+
+#: Options a command does not take but a person may well try on it, and what to do
+#: instead (the parser's own answer names the closest option it has, `--help`).
+NOT_TAKEN: dict[tuple[str, str], str] = {
+    ("submit", "--model"): "submit only queues the task; the workers run it with their "
+    "model (tether worker --model MODEL), else the spec's models.actor or TETHER_MODEL",
+}
+
+
+def _not_taken(argv: Sequence[str]) -> str | None:
+    """What `NOT_TAKEN` says of an option in `argv` its command does not take."""
+    name = _command_name(argv)
+    for (command, option), instead in NOT_TAKEN.items():
+        if name == command and any(a == option or a.startswith(option + "=") for a in argv):
+            return f"{command} takes no {option}: {instead}"
+    return None
+
+
 def load_commands(argv: Sequence[str] | None = None) -> None:
     """Register the command `argv` names (its module alone), none for `--version`
     alone, or, for anything else (`--help`, no command, an unknown one), every
     command."""
     if list(argv or ()) == ["--version"]:
         return  # printed before any command is looked at
-    args = list(argv or ())
-    # The value of a global option is no command's name.
-    values = {i + 1 for i, a in enumerate(args) if a in GLOBAL_OPTIONS}
-    name = next((a for i, a in enumerate(args) if not a.startswith("-") and i not in values), None)
+    name = _command_name(argv)
     modules = [COMMANDS[name]] if name in COMMANDS else dict.fromkeys(COMMANDS.values())
     for module in modules:
         importlib.import_module(f"{__name__}.{module}")
@@ -193,6 +215,9 @@ def _main() -> None:
                 UserError(f"the argument {bad} is not UTF-8 text; tether keeps text as UTF-8"), 2
             ).exit_code
         )
+    instead = _not_taken(sys.argv[1:])
+    if instead is not None:
+        raise SystemExit(_app.fail(UserError(instead), 2).exit_code)
     load_commands(sys.argv[1:])
     try:
         if signal.getsignal(signal.SIGINT) is _quit_quietly:

@@ -15,7 +15,7 @@ import hashlib
 import re
 import weakref
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
@@ -30,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from tether import _validation, errors, mcp_config, placement
+from tether import _validation, errors, mcp_config, placement, spec_problems
 from tether import review as _review
 from tether._spec_model import _Strict
 from tether._validation import cut as _cut
@@ -40,6 +40,7 @@ from tether.spec_limits import DEFAULT_MAX_ROUNDS as DEFAULT_MAX_ROUNDS
 from tether.spec_limits import ROUNDS_PER_ITEM as ROUNDS_PER_ITEM
 from tether.spec_limits import Limits as Limits
 from tether.spec_policies import StopPolicy
+from tether.spec_problems import MAX_PROBLEMS as MAX_PROBLEMS
 from tether.spec_values import MAX_DEPTH as MAX_DEPTH
 from tether.spec_values import MAX_INT as MAX_INT
 from tether.spec_values import MAX_NAME_BYTES as MAX_NAME_BYTES
@@ -47,12 +48,9 @@ from tether.spec_values import MAX_NODES as MAX_NODES
 from tether.spec_values import MAX_PATH_CHARS as MAX_PATH_CHARS
 from tether.spec_values import data_problem as data_problem
 from tether.spec_values import file_path_problem as file_path_problem
-from tether.spec_values import location_part
 
+#: What an id (of an item, a milestone, a criterion, a source, a server) may be.
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
-_SEP = "\n"
-#: Union tags pydantic puts into error locations; the user never wrote them.
-_TAGS = frozenset({"op", "file", "artifact", "command", "callable"})
 
 # Bounds on what a spec may hold. A contract is a short document; these refuse a hostile
 # one (a "billion laughs" of YAML aliases, nesting that would overflow the stack, numbers
@@ -554,7 +552,7 @@ class TaskSpec(_Strict):
                 )
         problems += _order_problems(self.items)
         if problems:
-            raise ValueError(_SEP.join(problems))
+            raise ValueError(spec_problems.SEP.join(problems))
         return self
 
     def tool_names(self) -> list[str]:
@@ -578,58 +576,6 @@ class TaskSpec(_Strict):
             if item.id == item_id:
                 return item.milestone
         return None
-
-
-_TOP = "(top level)"
-_UNKNOWN_HINT = " (check the spelling; allowed fields are listed in the docs)"
-#: The most problems one `SpecError` lists.
-MAX_PROBLEMS = 20
-
-
-def _loc(loc: tuple[int | str, ...]) -> str:
-    """Where an error is, without the discriminator tags pydantic adds to the path."""
-    kept = [
-        location_part(p)
-        for n, p in enumerate(loc)
-        if not (n > 0 and loc[n - 1] in ("done_when", "check") and p in _TAGS)
-        and not (n > 1 and loc[n - 2] == "tools" and p in ("str", "ToolPermission"))
-        and not (n > 1 and loc[n - 2] in ("targets", "admin") and p == "WebhookTarget")
-    ]
-    return _validation.where(kept, root=_TOP)
-
-
-def _describe(err: Any) -> list[str]:
-    """The lines of one pydantic error: a validator's own problems one per line, else
-    the wording shared with tool arguments (`tether._validation`), the offending value
-    cut cheaply before it is shown."""
-    loc = _loc(tuple(err["loc"]))
-    if err["type"] == "value_error":
-        msg = str(err.get("ctx", {}).get("error", err["msg"]))
-        lines = [ln for ln in msg.split(_SEP) if ln.strip()]
-        return lines if loc == _TOP else [f"{loc}: {ln}" for ln in lines]
-    if "input" in err:
-        err = {**err, "input": _validation.Shown(_cut(err["input"]))}
-    return [_validation.describe_error(err, loc, noun="field", unknown_hint=_UNKNOWN_HINT)]
-
-
-def _named_wrongly(err: Any, errs: Sequence[Any]) -> bool:
-    """A `tools` entry is a name or an object: an object that is wrong as a
-    `ToolPermission` is not also reported as "not a string" (nor a wrong webhook target
-    as "not 'log'")."""
-    loc = tuple(err["loc"])
-    if (
-        len(loc) == 4
-        and loc[:2] in (("notify", "targets"), ("notify", "admin"))
-        and err["type"] == "literal_error"
-        and isinstance(err.get("input"), Mapping)
-    ):
-        # A notify target is `log` or a webhook: a wrong webhook is not also "not 'log'".
-        return any(tuple(o["loc"])[:4] == (*loc[:3], "WebhookTarget") for o in errs)
-    if len(loc) != 3 or loc[0] != "tools" or loc[2] != "str" or err["type"] != "string_type":
-        return False
-    if not isinstance(err.get("input"), Mapping):
-        return False
-    return any(tuple(o["loc"])[:3] == (*loc[:2], "ToolPermission") for o in errs)
 
 
 @contextlib.contextmanager
@@ -673,11 +619,7 @@ def parse_spec(data: Any, *, source: str = "<spec>", stored: bool = False) -> Ta
         with _gc_paused():
             spec = TaskSpec.model_validate(data, context={"stored": True} if stored else None)
     except ValidationError as exc:
-        errs = exc.errors()
-        problems = [p for e in errs if not _named_wrongly(e, errs) for p in _describe(e)]
-        if len(problems) > MAX_PROBLEMS:
-            more = len(problems) - MAX_PROBLEMS + 1
-            problems = [*problems[: MAX_PROBLEMS - 1], f"... and {more} more problems"]
+        problems = spec_problems.problems(exc.errors(), TaskSpec)
         raise errors.SpecError("the spec is not valid", source=source, problems=problems) from None
     except RecursionError:
         raise errors.SpecError(

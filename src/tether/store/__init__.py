@@ -173,5 +173,16 @@ async def open_store(
 
         return await MemoryStore.open(clock)
     raise errors.StoreConfigError(
-        f"unknown database URL {url!r}: expected sqlite:///path, postgresql://... or memory://"
+        f"unknown database URL {url!r}: expected sqlite:///path, postgresql://... or "
+        f"memory://{_url_hint(url)}"
     )
+
+
+def _url_hint(url: str) -> str:
+    """A likely meant URL for a bare file path (`--db tether.db`)."""
+    if "://" in url or not url.strip() or "\n" in url:
+        return ""
+    path = Path(url).expanduser()
+    if path.suffix in (".db", ".sqlite", ".sqlite3") or path.is_file():
+        return f" (a file: sqlite:///{path.resolve()})"
+    return ""

@@ -1,0 +1,31 @@
+"""A database URL that is a bare file path (`--db tether.db`) is refused with the URL
+that was likely meant; other unknown URLs say what is expected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tether import errors, open_store
+
+
+async def test_a_bare_database_file_gets_its_url_named(tmp_path: Path) -> None:
+    with pytest.raises(errors.StoreConfigError) as info:
+        await open_store(str(tmp_path / "tether.db"))
+    assert f"(a file: sqlite:///{tmp_path / 'tether.db'})" in str(info.value)
+    existing = tmp_path / "data"
+    existing.write_text("")
+    with pytest.raises(errors.StoreConfigError) as info:
+        await open_store(str(existing))
+    assert f"sqlite:///{existing}" in str(info.value)
+    assert not (tmp_path / "tether.db").exists()  # refused: nothing was made
+
+
+@pytest.mark.parametrize("url", ["foo", "mysql://h/db", "a\nb.db"])
+async def test_other_unknown_urls_say_what_is_expected(url: str) -> None:
+    with pytest.raises(errors.StoreConfigError) as info:
+        await open_store(url)
+    text = str(info.value)
+    assert "expected sqlite:///path, postgresql://... or memory://" in text
+    assert "(a file:" not in text

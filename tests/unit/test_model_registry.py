@@ -178,7 +178,9 @@ async def test_scripted_from_json_with_responses_key(tmp_path: Path) -> None:
     [
         ("a: 1\n", "list of responses"),
         ("- [1, 2]\n", "response 1 must be a text or a mapping"),
-        ("- text: [unclosed\n", "not valid JSON/YAML"),
+        ("- text: [unclosed\n", "not valid YAML: line 2, column 1: expected ',' or ']'"),
+        ("[]\n", "holds no responses"),
+        ("responses: []\n", "holds no responses"),
     ],
 )
 def test_bad_scripts(tmp_path: Path, content: str, fragment: str) -> None:
@@ -187,6 +189,15 @@ def test_bad_scripts(tmp_path: Path, content: str, fragment: str) -> None:
     with pytest.raises(UserError) as info:
         load_script(script)
     assert fragment in str(info.value)
+    assert "\n" not in str(info.value)  # one line
+
+
+def test_a_bad_json_script_says_where(tmp_path: Path) -> None:
+    script = tmp_path / "bad.json"
+    script.write_text('[\n  "one",\n  ]\n')
+    with pytest.raises(UserError) as info:
+        load_script(script)
+    assert "is not valid JSON: line 3, column 3: Expecting value" in str(info.value)
 
 
 async def test_scripted_policy_from_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

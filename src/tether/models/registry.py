@@ -217,12 +217,22 @@ def load_script(path: Path) -> list[Any]:
         data: Any = (
             json.loads(raw) if path.suffix.lower() == ".json" else yaml.safe_load(raw)
         )  # YAML is a superset of JSON, so other suffixes parse either
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise UserError(f"the script {str(path)!r} is not valid JSON/YAML: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise UserError(
+            f"the script {str(path)!r} is not valid JSON: line {exc.lineno}, column "
+            f"{exc.colno}: {exc.msg}"
+        ) from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"the script {str(path)!r} is not valid YAML: {where}{problem}") from exc
     if isinstance(data, Mapping) and "responses" in data:
         data = data["responses"]
     if not isinstance(data, list):
         raise UserError(f"the script {str(path)!r} must hold a list of responses")
+    if not data:
+        raise UserError(f"the script {str(path)!r} holds no responses: give at least one")
     for i, item in enumerate(data):
         if not isinstance(item, str | Mapping):
             raise UserError(

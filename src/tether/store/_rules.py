@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether import errors, lifecycle
+from tether._frozen_init import direct_init
 from tether.store._event_fields import FIELDS
 from tether.store.base import (
     UNSET,
@@ -67,6 +68,7 @@ ARTIFACT_MUTABLE: tuple[str, ...] = ("valid", "meta")
 APPROVAL_MUTABLE: tuple[str, ...] = ("status", "decision", "decided_by", "decided_at")
 
 
+@direct_init
 @dataclass(frozen=True)
 class TaskState:
     """The columns of a stored task the rules look at."""
@@ -91,6 +93,7 @@ def allowed_sources(dst: str, stop_reason: str | None) -> frozenset[str]:
     return frozenset(out)
 
 
+@direct_init
 @dataclass(frozen=True)
 class CommitCondition:
     """What must hold of the stored task (and ledger) for a commit to apply."""
@@ -209,6 +212,7 @@ def seq_range(last_seq: int, count: int) -> tuple[int, int]:
     return last_seq + 1, last_seq + count
 
 
+@direct_init
 @dataclass(frozen=True)
 class CommitPlan:
     """A checked commit: its events' numbers and version, and the task's new columns."""

@@ -45,6 +45,7 @@ from typing import (
     runtime_checkable,
 )
 
+from tether._frozen_init import direct_init
 from tether.ledger import Ledger
 
 if TYPE_CHECKING:  # the event models load where events are built or decoded, not to read
@@ -282,6 +283,7 @@ class LedgerWrite:
         )
 
 
+@direct_init
 @dataclass(frozen=True)
 class OpRecord:
     """An op (one tool invocation with effects) in the journal."""
@@ -348,6 +350,7 @@ class ApprovalRecord:
     decided_at: float | None = None
 
 
+@direct_init
 @dataclass(frozen=True)
 class CommitResult:
     """Sequence numbers the commit's events received, and what the committer must know

@@ -234,10 +234,13 @@ def plan_commit(
     compute what the commit writes. The ledger rule is checked by the caller."""
     cond.check_task(cur)
     changes = task_changes(patch, cond.token, now)
-    first, last = seq_range(cur.last_seq, n_events)
+    # `seq_range` and `events_version`, written out: every commit plans (a call costs
+    # more than either computation).
+    first, last = cur.last_seq + 1, cur.last_seq + n_events
     if n_events:
         changes["last_seq"] = last
-    return CommitPlan(first, last, events_version(patch, cur.version), changes)
+    version = patch.version if patch is not None and patch.version is not None else cur.version
+    return CommitPlan(first, last, version, changes)
 
 
 # --- upserts ------------------------------------------------------------------------------

@@ -142,6 +142,8 @@ _Later = tuple[str, int, ev.Event, int, int | None, float]
 #: Per event class: its fields that may hold a container (None: the class's events are
 #: always encoded at once).
 _OPEN_FIELDS: dict[type[ev.Event], tuple[str, ...] | None] = {}
+#: What `_OPEN_FIELDS.get` gives for a class not seen yet.
+_UNSEEN: Any = object()
 
 
 def _atomic(annotation: Any) -> bool:
@@ -286,6 +288,40 @@ class MemoryStore(b.Store):
         )
         return rec
 
+    @classmethod
+    def _stored_all(
+        cls,
+        task_id: str,
+        events: b.Events,
+        first: int,
+        version: int,
+        token: int | None,
+        now: float,
+    ) -> list[StoredEvent | _Later]:
+        """A commit's events numbered from `first`: each stored now, or kept to be
+        encoded when first read (`_later`, written out for the classes it has seen: a
+        call per event cost more than its test)."""
+        out: list[StoredEvent | _Later] = []
+        for seq, e in enumerate(events, first):
+            names = _OPEN_FIELDS.get(type(e), _UNSEEN)
+            if names is _UNSEEN:
+                later = _later(e)
+            elif names is None:
+                later = False
+            else:
+                later = True
+                values = e.__dict__
+                for name in names:
+                    if values[name] is not None:
+                        later = False
+                        break
+            out.append(
+                (task_id, seq, e, version, token, now)
+                if later
+                else cls._stored(task_id, seq, e, version, token, now)
+            )
+        return out
+
     async def get_task(self, task_id: str) -> TaskRecord:
         return self._task(task_id)
 
@@ -330,7 +366,8 @@ class MemoryStore(b.Store):
         cur = rules.TaskState(
             rec.status, rec.version, rec.fencing_token, rec.last_seq, rec.cancel_requested
         )
-        ends = rules.closes_requests(task)
+        # `rules.closes_requests(task)`, written out: most commits change no status.
+        ends = task is not None and task.status is not None and lifecycle.is_terminal(task.status)
         if approvals or ends:
             cond.check_task(cur)  # its refusal comes before a request's
             mine = [a for a in self._approvals.values() if a.task_id == task_id]
@@ -360,12 +397,7 @@ class MemoryStore(b.Store):
                 now,
             )
         first, version = plan.first_seq, plan.events_version
-        stored = [
-            (task_id, first + n, e, version, token, now)
-            if _later(e)
-            else self._stored(task_id, first + n, e, version, token, now)
-            for n, e in enumerate(events)
-        ]
+        stored = self._stored_all(task_id, events, first, version, token, now)
         changes = {
             k: (
                 _copy_usage(v, task.marks if task else None, rec.usage)

@@ -6,6 +6,7 @@ means for the task (it waits, never dies silently)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import MISSING, fields, replace
@@ -239,6 +240,8 @@ class ModelCalls:
         """`await call`, cancelled when a stop is requested meanwhile (in this task, so
         what the call raises, a `SystemExit` included, stays its own)."""
         if self.stop.is_set():
+            if inspect.iscoroutine(call):
+                call.close()  # never sent: closed, so no "never awaited" warning
             raise Stop(out.interrupted("interrupted; resume to continue"))
         me = asyncio.current_task()
         flag = [False]
@@ -358,7 +361,9 @@ class ModelCalls:
         raise Stop(
             out.waiting(
                 "human",
-                f"model provider refused the call: {exc}",
+                f"model provider refused the call: {exc}; fix what it names (the key, the "
+                f"model's name, the request's size), then: {hints.resume(task_id)} (its "
+                "--model picks another model)",
                 why="model provider error",
                 events=[event],
             )

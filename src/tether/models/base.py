@@ -255,16 +255,18 @@ def _clean_usage(usage: Usage) -> Usage:
     """Token counts as the runtime takes them: whole numbers from 0 to `_MAX_COUNT` (a
     negative, fractional, huge or missing count from an adapter is a bug of its own,
     and must not end the run or overflow a store's column)."""
-    counts = (
-        usage.input_tokens,
-        usage.output_tokens,
-        usage.cached_input_tokens,
-        usage.cache_write_tokens,
-    )
-    clean = tuple(_count(c) for c in counts)
-    if all(a is b for a, b in zip(clean, counts, strict=True)):
-        return usage
-    return Usage(*clean)
+    a, b = usage.input_tokens, usage.output_tokens
+    c, d = usage.cached_input_tokens, usage.cache_write_tokens
+    if (
+        type(a) is int
+        and type(b) is int
+        and type(c) is int
+        and type(d) is int
+        and min(a, b, c, d) >= 0
+        and max(a, b, c, d) <= _MAX_COUNT
+    ):
+        return usage  # the usual case, decided without a call per count
+    return Usage(_count(a), _count(b), _count(c), _count(d))
 
 
 def _clean_call(call: ToolCall) -> ToolCall:

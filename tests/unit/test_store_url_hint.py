@@ -22,7 +22,9 @@ async def test_a_bare_database_file_gets_its_url_named(tmp_path: Path) -> None:
     assert not (tmp_path / "tether.db").exists()  # refused: nothing was made
 
 
-@pytest.mark.parametrize("url", ["foo", "mysql://h/db", "a\nb.db"])
+@pytest.mark.parametrize(
+    "url", ["foo", "mysql://h/db", "a\nb.db", "a" * 5000, "~nobody_x/t.db", "a\x00b"]
+)
 async def test_other_unknown_urls_say_what_is_expected(url: str) -> None:
     with pytest.raises(errors.StoreConfigError) as info:
         await open_store(url)

@@ -182,7 +182,10 @@ def _url_hint(url: str) -> str:
     """A likely meant URL for a bare file path (`--db tether.db`)."""
     if "://" in url or not url.strip() or "\n" in url:
         return ""
-    path = Path(url).expanduser()
-    if path.suffix in (".db", ".sqlite", ".sqlite3") or path.is_file():
-        return f" (a file: sqlite:///{path.resolve()})"
+    try:
+        path = Path(url).expanduser()
+        if path.suffix in (".db", ".sqlite", ".sqlite3") or path.is_file():
+            return f" (a file: sqlite:///{path.resolve()})"
+    except (OSError, RuntimeError, ValueError):  # a name too long, a bad ~user, a NUL
+        pass
     return ""

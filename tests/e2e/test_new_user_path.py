@@ -29,6 +29,7 @@ from tests.support.cli import (
     json_out,
     popen_tether,
     tether,
+    tether_command,
     wait_for_file,
     write_spec,
 )
@@ -411,9 +412,9 @@ def test_empty_lists_say_so_instead_of_a_bare_header(tmp_path: Path) -> None:
         listed.stdout.strip() == "no tasks yet: start one with `tether run SPEC` (or `tether demo`)"
     )
 
-    (tmp_path / "none.json").write_text("[]")  # a script with no answer: no model call
     write_spec(tmp_path / "spec.yaml", 1)
-    tether("run", "spec.yaml", "--model", "scripted:none.json", "--db", db, cwd=tmp_path)
+    # Queued, never run: no model call, no approval request.
+    assert_ok(tether("submit", "spec.yaml", "--db", db, cwd=tmp_path))
     (task,) = json_out(tether("list", "--json", "--db", db, cwd=tmp_path))
     tid = task["task_id"]
     shown, approvals = (
@@ -426,6 +427,15 @@ def test_empty_lists_say_so_instead_of_a_bare_header(tmp_path: Path) -> None:
     assert approvals.stdout.strip() == f"task {tid} has no approval requests"
     for command in ("show", "approvals"):
         assert json_out(tether(command, tid, "--json", "--db", db, cwd=tmp_path)) == []
+
+
+#: Runs the command after it with SIGINT's default action, as a terminal's shell does.
+DEFAULT_SIGINT = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execvp(sys.argv[1], sys.argv[1:])",
+]
 
 
 #: A `sitecustomize` that holds the CLI's import of its views for a minute, after
@@ -460,7 +470,17 @@ def test_ctrl_c_while_the_command_loads_exits_130_without_a_traceback(
         HOLD_MARK=str(mark),
         PYTHONPATH=os.pathsep.join([str(hook), NARROW["PYTHONPATH"]]),
     )
-    proc = popen_tether(*command, cwd=tmp_path, env=env)
+    # Ctrl-C as a terminal delivers it: a test process may have inherited SIGINT
+    # ignored (a background CI job), and an ignored SIGINT is kept across exec.
+    proc = subprocess.Popen(
+        [*DEFAULT_SIGINT, *tether_command(), *command],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         wait_for_file(mark, proc)
         proc.send_signal(signal.SIGINT)

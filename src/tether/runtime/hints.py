@@ -27,10 +27,16 @@ def new_goal(task_id: str) -> str:
     return f"tether edit {shlex.quote(task_id)} --objective 'NEW GOAL'"
 
 
+def set_field(task_id: str, path: str, value: int) -> str:
+    """`tether edit T --set PATH=VALUE`: the edit queues the task again and says how to
+    continue."""
+    return f"tether edit {shlex.quote(task_id)} --set {path}={value}"
+
+
 def raise_limit(task_id: str, limit: str, used: int, current: int) -> str:
     """The command that raises a round limit (to twice what is used, at least twice the
-    limit); `tether edit` queues the task again and says how to continue."""
-    return f"tether edit {shlex.quote(task_id)} --set limits.{limit}={max(used, current) * 2}"
+    limit)."""
+    return set_field(task_id, f"limits.{limit}", max(used, current) * 2)
 
 
 def approve(task_id: str, request_id: str) -> str:

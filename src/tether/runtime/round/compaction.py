@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shlex
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +21,7 @@ from tether import errors, failpoints, ledger_view, tokens
 from tether import events as ev
 from tether.ledger import Ledger
 from tether.models.base import Message, ModelRequest
+from tether.runtime import hints
 from tether.runtime.round import history
 from tether.runtime.round.claims import (
     FINISHED_STATUSES,
@@ -247,10 +247,7 @@ def _too_small(
     own calls are journaled with the wait); an edit of the budget or the tools queues
     it again."""
     raise_to = max(needed, run.view.spec.context.input_budget_tokens) * 2
-    command = (
-        f"tether edit {shlex.quote(run.journal.task_id)} "
-        f"--set context.input_budget_tokens={raise_to}"
-    )
+    command = hints.set_field(run.journal.task_id, "context.input_budget_tokens", raise_to)
     ratio = run.ctx.calibrator.ratio
     if ratio > 1.05:
         message += (

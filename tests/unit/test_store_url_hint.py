@@ -31,3 +31,14 @@ async def test_other_unknown_urls_say_what_is_expected(url: str) -> None:
     text = str(info.value)
     assert "expected sqlite:///path, postgresql://... or memory://" in text
     assert "(a file:" not in text
+
+
+@pytest.mark.parametrize("scheme", ["sqlite", "SQLite", "sqlite3"])
+async def test_a_sqlite_url_without_slashes_gets_the_file_named(
+    tmp_path: Path, scheme: str
+) -> None:
+    """`sqlite:tether.db` means the file tether.db, not a file named 'sqlite:tether.db'."""
+    with pytest.raises(errors.StoreConfigError) as info:
+        await open_store(f"{scheme}:{tmp_path / 'tether.db'}")
+    assert f"(a file: sqlite:///{tmp_path / 'tether.db'})" in str(info.value)
+    assert not list(tmp_path.iterdir())  # refused: nothing was made

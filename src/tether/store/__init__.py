@@ -182,6 +182,9 @@ def _url_hint(url: str) -> str:
     """A likely meant URL for a bare file path (`--db tether.db`)."""
     if "://" in url or not url.strip() or "\n" in url:
         return ""
+    scheme, colon, rest = url.partition(":")
+    if colon and scheme.lower() in ("sqlite", "sqlite3") and rest:
+        url = rest  # `sqlite:tether.db`: the slashes were left out
     try:
         path = Path(url).expanduser()
         if path.suffix in (".db", ".sqlite", ".sqlite3") or path.is_file():

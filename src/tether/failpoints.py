@@ -47,17 +47,29 @@ _hits: dict[str, int] = {}
 
 
 def _parse(text: str) -> dict[str, tuple[int, str]]:
+    """The fail points of `text`. A part that names no known point, or has a count or
+    action that cannot be, is left out with a line on stderr: a misspelt fail point
+    must not let a fault test pass by never firing."""
     out: dict[str, tuple[int, str]] = {}
     for part in text.split(","):
         part = part.strip()
         if not part:
             continue
         name, _, rest = part.partition("=")
-        count, _, action = rest.partition(":")
+        name = name.strip()
+        count_text, _, action = rest.partition(":")
         action = action.strip() or "exit"
-        if action not in ACTIONS:
-            action = "exit"
-        out[name.strip()] = (int(count) if count.strip() else 1, action)
+        problem = ""
+        if name not in KNOWN:
+            problem = f"unknown point {name!r}; known: {', '.join(sorted(KNOWN))}"
+        elif action not in ACTIONS:
+            problem = f"unknown action {action!r} for {name}; known: exit, stop"
+        elif count_text.strip() and not (count_text.strip().isdigit() and int(count_text) > 0):
+            problem = f"the count of {name} must be a whole number from 1, not {count_text!r}"
+        if problem:
+            sys.stderr.write(f"tether: TETHER_FAILPOINTS: {problem} (ignored)\n")
+            continue
+        out[name] = (int(count_text) if count_text.strip() else 1, action)
     return out
 
 

@@ -1,57 +1,19 @@
-"""Store calls in a thread pool, their results handed back to the event loop in batches.
+"""How a store call made in a thread reaches its caller on the event loop.
 
-`loop.run_in_executor` wakes the loop once per result (`call_soon_threadsafe`: a write to
-its self-pipe, then a pass of the loop to copy the result to an asyncio future, then
-another to resume the coroutine). A worker with many runs in flight gets its store
-threads' results in bursts: runs whose model calls end together commit together
-(`benchmarks/scale_bench.py`, issue 22). `run_in` gives each call one asyncio future,
-set straight from the thread's result, and the results that end before the loop gets
-to them are handed back with one wake-up and one pass for all of them, while the GIL
-and the loop are what the runs queue for.
-
-What a call does is what `run_in_executor` did: it runs in the executor's thread in a
-copy of the caller's context; its exception is raised in the caller; a call cancelled
-before a thread took it up never runs (one under way finishes, its result dropped).
+`_sqlite_thread.StoreThread` (both SQL stores' threads) runs `run_one` in its thread
+and posts the outcome to the caller's loop, where `settle` ends the futures of a batch
+of results with one wake-up. What a call does is what `loop.run_in_executor` did: it
+runs in a copy of the caller's context; its exception is raised in the caller; a call
+cancelled before a thread took it up never runs (one under way finishes, its result
+dropped).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
-import threading
-import weakref
 from collections.abc import Callable
-from concurrent.futures import Executor
-from typing import Any, TypeVar
-
-T = TypeVar("T")
-
-
-class HandBack:
-    """The results ready for one event loop, handed over with one wake-up per batch."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._lock = threading.Lock()
-        self._ready: list[tuple[asyncio.Future[Any], BaseException | None, Any]] = []
-        self._scheduled = False
-
-    def post(self, fut: asyncio.Future[Any], exc: BaseException | None, value: Any) -> None:
-        """From a thread: `fut` ends with `exc` or `value` at the loop's next pass."""
-        with self._lock:
-            self._ready.append((fut, exc, value))
-            if self._scheduled:
-                return  # the wake-up already asked for takes this one too
-            self._scheduled = True
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for it
-            self._loop.call_soon_threadsafe(self._flush)
-
-    def _flush(self) -> None:
-        with self._lock:
-            ready, self._ready = self._ready, []
-            self._scheduled = False
-        settle(ready)
+from typing import Any
 
 
 def settle(ready: list[tuple[asyncio.Future[Any], BaseException | None, Any]]) -> None:
@@ -64,24 +26,6 @@ def settle(ready: list[tuple[asyncio.Future[Any], BaseException | None, Any]]) -
             fut.set_result(value)
         else:
             fut.set_exception(exc)
-
-
-_handbacks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, HandBack] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-async def run_in(executor: Executor, fn: Callable[..., T], *args: Any) -> T:
-    """`fn(*args)` in one of `executor`'s threads (see the module)."""
-    loop = asyncio.get_running_loop()
-    back = _handbacks.get(loop)
-    if back is None:
-        back = _handbacks[loop] = HandBack(loop)
-    fut: asyncio.Future[T] = loop.create_future()
-    ctx = contextvars.copy_context()
-
-    executor.submit(run_one, fut, ctx, fn, args, back.post)
-    return await fut
 
 
 def run_one(

@@ -20,8 +20,10 @@ from tether.store.base import Store, TaskPatch, TaskRecord
 
 #: Waiting kinds a person must answer.
 HUMAN_KINDS = frozenset({"approval", "decision", "human"})
-#: Status reasons of a wait at a round limit (`checks.limits`).
-LIMIT_REASONS = frozenset({"max_rounds", "max_rounds_per_milestone"})
+#: Status reasons of a wait at a round limit (`checks.limits`): unanswered, it ends as
+#: `max_rounds`. A wait at the context budget is not one (no stop reason names it: it
+#: ends as `needs_user_input`), though `notices.LIMIT_REASONS` tells of both as limits.
+ROUND_LIMIT_REASONS = frozenset({"max_rounds", "max_rounds_per_milestone"})
 
 
 def contract_of(task: TaskRecord) -> TaskSpec | None:
@@ -62,7 +64,7 @@ async def due(
             return None
         began, why = await _stop_began(store, task, "waiting")
         since = float(waiting.get("since", began))
-        stop = "max_rounds" if why in LIMIT_REASONS else "needs_user_input"
+        stop = "max_rounds" if why in ROUND_LIMIT_REASONS else "needs_user_input"
         what = f"nobody answered ({kind}: {str(waiting.get('reason', ''))[:300]})"
         rule = "on_unanswered"
     else:

@@ -46,19 +46,13 @@ from tether.store.sqlite import SQLiteStore
 
 #: The honest shapes the runtime still stops, and why (see the report of each).
 BLOCKED: dict[str, str] = {
-    "stubborn-bug": "track_failures counts the same failing check as non-convergent though "
-    "the code changed between runs (runtime/round/phases.py, progress.py)",
     "long-poller": "an identical status answer is no progress: blocked at the 3rd "
     "'running' (runtime/judge/audit.py _focus_change, progress.moves)",
     "rate-limit-seen": "a 429 the tool tells the model is the same failure each time: "
     "non-convergent at the 3rd (runtime/round/phases.py track_failures)",
-    "reverse-order": "every round counts toward the first open item (the focus) though it "
-    "finished others: max_rounds_per_item (runtime/judge/verdicts.py _count_round)",
     "shared-changelog": "appending v1's section to the file that proved v0 reopens v0 "
     "before delivery (deliverable_broken: the file rule's evidence pins the whole file's "
     "hash), one round more than planned (runtime/recovery/deliverables.py _Check.artifact)",
-    "across-compaction": "re-reading the brief after a compaction is no progress "
-    "(progress.moves against fingerprints from before the summary)",
 }
 
 

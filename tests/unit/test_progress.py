@@ -240,6 +240,7 @@ class Call:
     status: str
     args_hash: str
     result_hash: str = ""
+    effect: str = "read"
 
 
 OK = Call("read_file", "succeeded", "args-a", "result-1")
@@ -280,6 +281,51 @@ def test_failures_first_is_no_move_changed_is_a_move_same_again_is_an_attempt() 
     assert not again.moved and again.repeated
     changed = P.moves([FAIL_CHANGED], None, seen)
     assert changed.moved and not changed.repeated
+
+
+def edit(content: str) -> Call:
+    return Call("write_file", "succeeded", f"args-{content}", "wrote", effect="write")
+
+
+def test_the_same_failure_after_an_edit_is_another_attempt_not_a_repeat() -> None:
+    # A stubborn bug: edits that do not change the failure, then the right one.
+    seen = seen_after(((FAIL,), None))
+    for k in range(5):
+        m = P.moves([edit(f"try {k}"), FAIL], None, seen, P.changes(seen))
+        assert m.moved and not m.repeated, k
+        seen = P.remember(seen, m.marks)
+    assert P.changes(seen) == 5
+    # The edit and the test in rounds of their own count alike.
+    m = P.moves([edit("try 5")], None, seen, P.changes(seen))
+    seen = P.remember(seen, m.marks)
+    m = P.moves([FAIL], None, seen, P.changes(seen))
+    assert m.moved and not m.repeated
+
+
+def test_the_same_edit_again_changes_nothing_and_its_failure_repeats() -> None:
+    seen = seen_after(((edit("a"), FAIL), None))
+    again = P.moves([edit("a"), FAIL], None, seen, P.changes(seen))
+    assert not again.moved and again.repeated
+    # A read-only call between two failures is no change either.
+    seen = P.remember(seen, again.marks)
+    read = P.moves([OTHER, FAIL], None, seen, P.changes(seen))
+    assert read.repeated
+
+
+def test_failure_keys_start_again_after_a_change() -> None:
+    key = P.failure_key("fix", "run_tests", "h" * 16, "ToolFailed", "1 failed")
+    assert P.failure_key("fix", "run_tests", "h" * 16, "ToolFailed", "1 failed", 0) == key
+    after = P.failure_key("fix", "run_tests", "h" * 16, "ToolFailed", "1 failed", 1)
+    assert after != key and after.startswith(key)
+
+
+def test_after_a_compaction_only_the_changes_are_remembered() -> None:
+    seen = seen_after(((OK, FAIL), None), ((edit("a"),), None))
+    kept = P.after_compaction(seen)
+    assert P.changes(kept) == P.changes(seen) == 1 and len(kept) == 1
+    # Reading again is new to the model; the same edit is still no change.
+    assert P.moves([OK], None, kept).moved
+    assert not P.moves([edit("a")], None, kept, P.changes(kept)).new[1:]
 
 
 def test_a_rule_check_moves_only_when_its_state_changed() -> None:

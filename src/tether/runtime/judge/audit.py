@@ -24,6 +24,7 @@ from tether.runtime.judge.facts import (
     RuntimeDecision,
     Verdict,
     belongs,
+    finished_other,
 )
 from tether.runtime.round import progress as P
 from tether.spec import Limits
@@ -241,6 +242,8 @@ def _focus_change(
     if state.status not in L.OPEN_STATUSES:
         return None, None
     done = any(c.item_id == focus and c.status == "done" for c in accepted)
+    if finished_other(focus, accepted):
+        rounds = 1  # another item's round (a checklist taken in the agent's own order)
     progressed = done or (moved.moved and not facts.non_convergent)
     failed = moved.repeated and not done
     attempts = state.attempts + (1 if failed else 0)
@@ -375,8 +378,8 @@ def audit(
     focus = facts.focus
     checks = [v.checks for v in verdicts if v.source == "rules" and focus in v.checks]
     rule_state = checks[0].get(focus or "") if checks else None
-    earlier = P.seen_set((seen or {}).get(focus or "", ()))
-    moved = P.moves(facts.ops, rule_state, earlier)
+    marks = (seen or {}).get(focus or "", ())
+    moved = P.moves(facts.ops, rule_state, P.seen_set(marks), P.changes(marks))
     policy = (policies.get(focus) or _NO_POLICY) if focus else _NO_POLICY
     change, blocked = _focus_change(ledger, facts, accepted, moved, limits, policy, rounds)
     if change is not None:

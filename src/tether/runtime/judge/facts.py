@@ -8,7 +8,7 @@ each item's `ItemPolicy`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -72,6 +72,9 @@ class OpSummary:
     #: A success: its output's hash (`progress.result_hash`); a failure: the failure's
     #: (`progress.failure_hash`). Derived from the summary when not given.
     result_hash: str = ""
+    #: The tool's effect (`read`, `write`, ...): a successful call of any but `read`
+    #: changed the item's world, so a failure seen before it is not a repeat after it.
+    effect: str = "read"
 
     def __post_init__(self) -> None:
         if not self.args_hash:
@@ -233,6 +236,12 @@ class AuditOutcome:
     proposals: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     #: What the round did for its focus item, to add to the item's `seen` fingerprints.
     marks: tuple[str, ...] = ()
+
+
+def finished_other(focus: str | None, accepted: Sequence[ProposedChange]) -> bool:
+    """Whether a round's accepted changes finished an item other than its `focus`: the
+    round was that item's, and the focus's count of rounds starts again."""
+    return any(c.status == "done" and c.item_id != focus for c in accepted)
 
 
 RuntimeDecision = Literal["continue", "satisfied", "need_decision", "need_user"]

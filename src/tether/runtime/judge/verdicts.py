@@ -57,6 +57,7 @@ def facts_from_dict(d: Mapping[str, Any]) -> F.RoundFacts:
                 o.get("error_class"),
                 str(o.get("args_hash") or ""),
                 str(o.get("result_hash") or ""),
+                str(o.get("effect") or "read"),
             )
             for o in d.get("ops", [])
         ),
@@ -84,6 +85,7 @@ def facts_to_dict(facts: F.RoundFacts) -> dict[str, Any]:
                 "error_class": o.error_class,
                 "args_hash": o.args_hash,
                 "result_hash": o.result_hash,
+                "effect": o.effect,
             }
             for o in facts.ops
         ],
@@ -277,7 +279,9 @@ def _remember(run: JudgeHost, facts: F.RoundFacts, outcome: F.AuditOutcome, roun
     st = run.view.state
     focus = facts.focus
     if focus is not None and not facts.deferred:
-        st.item_rounds[focus] = rounds
+        # A round that finished another item is that item's: the focus's count of
+        # rounds (`limits.max_rounds_per_item`) starts again (`audit.finished_other`).
+        st.item_rounds[focus] = 1 if F.finished_other(focus, outcome.accepted) else rounds
         st.seen[focus] = P.remember(st.seen.get(focus, []), outcome.marks)
     led = outcome.update.ledger
     for memory in (st.seen, st.item_rounds):

@@ -381,6 +381,7 @@ def round_facts(
                 P.result_hash(o.content, o.artifact.blob_hash if o.artifact else None)
                 if o.status == "succeeded"
                 else P.failure_hash(o.error_class, o.error),
+                o.effect,
             )
             for o in outcomes
         ),
@@ -427,10 +428,15 @@ def track_failures(view: TaskView, outcomes: Sequence[OpOutcome], focus: str | N
     counts = dict(view.state.failure_keys)
     hit = None
     limit = view.spec.limits.same_failure_repeats
-    for o in failed:
-        if o.replayed or o.retry_at is not None:
+    # A failure after a change of the item's world (another edit, then the same test
+    # failing the same way) starts a count of its own (`progress.failure_key`).
+    changed = P.changes(view.state.seen.get(focus, ())) if failed and focus is not None else 0
+    for o in outcomes:
+        if o.status == "succeeded" and o.effect != "read":
+            changed += 1  # a change made earlier in this round
+        if o.status != "failed" or o.replayed or o.retry_at is not None:
             continue
-        key = P.failure_key(focus, o.tool, o.args_hash, o.error_class, o.error)
+        key = P.failure_key(focus, o.tool, o.args_hash, o.error_class, o.error, changed)
         counts[key] = int(counts.get(key, 0)) + 1
         if counts[key] >= limit and hit is None:
             hit = (

@@ -6,7 +6,10 @@ A round *moves* its focus item when it did something new for it:
   of its result, so re-reading a file that changed, or re-running the tests after an
   edit, is new information, and the same call with the same result is not;
 - a call that failed before and now fails differently (the failure changed: "3 failed"
-  then "2 failed" is convergence);
+  then "2 failed" is convergence), or fails the same way after the item's world changed
+  (a successful call of a tool that is not `read`-only with something new: another
+  edit, then the same test failing the same way, is another attempt at the bug, not
+  the same call repeated; the same edit again changes nothing);
 - a `done_when` rule check whose unmet state changed: the rule's file changed, its
   command says something else, more artifacts count toward its `min_count`.
 
@@ -250,12 +253,25 @@ def failure_hash(error_class: str | None, error: str | None) -> str:
 
 
 def failure_key(
-    focus: str | None, tool: str, args_hash: str, error_class: str | None, error: str | None
+    focus: str | None,
+    tool: str,
+    args_hash: str,
+    error_class: str | None,
+    error: str | None,
+    changed: int = 0,
 ) -> str:
-    """The key of a repeated failure: the item, the call (tool and arguments) and the
-    failure (class and normalised message). The same call failing the same way again is
-    the same key; failing differently is another."""
-    return f"{focus}|{tool}|{args_hash[-16:]}|{error_class}|{failure_hash(error_class, error)}"
+    """The key of a repeated failure: the item, the call (tool and arguments), the
+    failure (class and normalised message) and the item's changes before it (`changes`).
+    The same call failing the same way again, with nothing changed in between, is the
+    same key; failing differently, or after a change, is another."""
+    key = f"{focus}|{tool}|{args_hash[-16:]}|{error_class}|{failure_hash(error_class, error)}"
+    return f"{key}|{changed}" if changed else key
+
+
+def _epoch(changed: int) -> tuple[str, ...]:
+    """What a failure's fingerprint adds for the item's changes before it (nothing
+    before the first: the fingerprints an item without changes had stay as they were)."""
+    return (str(changed),) if changed else ()
 
 
 class CallFact(Protocol):
@@ -272,6 +288,31 @@ class CallFact(Protocol):
 
     @property
     def result_hash(self) -> str: ...
+
+    @property
+    def effect(self) -> str: ...
+
+
+#: The first character of a change mark (`moves`): never a hex digit, so the marks of an
+#: item's changes are told from its other fingerprints, and counted (`changes`).
+_CHANGE: Final = "~"
+
+
+def after_compaction(seen: Sequence[str]) -> list[str]:
+    """An item's marks once the context was compacted: its change marks only. What its
+    rounds read and how its calls failed were summarised away from the model, so
+    reading or trying them again is new to it; what it changed stays changed."""
+    return [m for m in seen if m[:1] == _CHANGE]
+
+
+def changes(seen: Iterable[str]) -> int:
+    """How many different changes an item's rounds made (its change marks in `seen`):
+    the failures of a call are compared within the same count only."""
+    n = 0
+    for m in seen:
+        if m[:1] == _CHANGE:
+            n += 1
+    return n
 
 
 @direct_init
@@ -291,9 +332,12 @@ class Moves:
         return bool(self.new)
 
 
-def moves(calls: Iterable[CallFact], rule_state: str | None, seen: Collection[str]) -> Moves:
+def moves(
+    calls: Iterable[CallFact], rule_state: str | None, seen: Collection[str], changed: int = 0
+) -> Moves:
     """Compare a round's calls (and its item's rule check, when it has one and it is not
-    met) with what the item has seen. Pure."""
+    met) with what the item has seen; `changed` is the item's count of changes before
+    the round (`changes`). Pure."""
     new: list[str] = []
     marks: list[str] = []
     repeated = False
@@ -303,9 +347,16 @@ def moves(calls: Iterable[CallFact], rule_state: str | None, seen: Collection[st
             marks.append(fp)
             if fp not in seen:
                 new.append(fp)
+            if c.effect != "read":
+                # The item's world changed, unless this very change was made before.
+                change = _CHANGE + fp[1:]
+                if change not in seen and change not in marks:
+                    marks.append(change)
+                    changed += 1
         elif c.status != "deferred":  # a call an open breaker held back did nothing
             call = digest("call", c.tool, c.args_hash)
-            fail = digest("fail", c.tool, c.args_hash, c.result_hash)
+            # A failure is keyed by the changes made before it (none: as it always was).
+            fail = digest("fail", c.tool, c.args_hash, c.result_hash, *_epoch(changed))
             marks += [call, fail]
             if fail in seen:
                 repeated = True
@@ -391,6 +442,8 @@ __all__ = [
     "MAX_SEEN",
     "CallFact",
     "Moves",
+    "after_compaction",
+    "changes",
     "digest",
     "failure_hash",
     "failure_key",

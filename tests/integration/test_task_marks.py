@@ -31,9 +31,10 @@ def step(k: int) -> str:
     return f"record {k} processed: {k * 7919 % 1000} rows"
 
 
-def spec_of(rounds: int) -> TaskSpec:
+def spec_of(rounds: int, budget: int = 1_000_000) -> TaskSpec:
     """One item that never completes and makes progress every round (each call's answer
-    is new): the task runs exactly `rounds` rounds, one new mark each."""
+    is new): the task runs exactly `rounds` rounds, one new mark each (`budget`: the
+    context's, past which it is compacted)."""
     return parse_spec(
         {
             "objective": "process the records one at a time with step",
@@ -46,6 +47,8 @@ def spec_of(rounds: int) -> TaskSpec:
                 "max_attempts_per_item": 10**6,
                 "max_rounds_per_item": None,
             },
+            # No compaction: it would leave only the marks of changes (this tool reads).
+            "context": {"input_budget_tokens": budget},
         }
     )
 
@@ -121,8 +124,8 @@ def verdicts(events: list[Any]) -> list[tuple[int, str, list[str]]]:
 
 async def test_the_task_row_does_not_grow_with_the_rounds(sql_backend: Backend) -> None:
     """After 10 rounds and after 200, the task's row is the same size but for counters
-    and what the first compaction adds (the 190 more marks, 19 bytes each, made it 3.6
-    KB larger when they were in it); all the marks are stored."""
+    (the 190 more marks, 19 bytes each, made it 3.6 KB larger when they were in it);
+    all the marks are stored."""
     store = await sql_backend.open()
     short = (await create_task(store, spec_of(10))).task_id
     long = (await create_task(store, spec_of(200))).task_id
@@ -140,6 +143,27 @@ async def test_the_task_row_does_not_grow_with_the_rounds(sql_backend: Backend) 
         grown = row_size(sql_backend, long) - row_size(sql_backend, short)
         assert grown < 400, (row_size(sql_backend, short), row_size(sql_backend, long))
         assert (await rebuild(store, long))["consistent"]
+    finally:
+        await store.close()
+
+
+async def test_a_compaction_forgets_what_was_read_and_rebuild_agrees(
+    sql_backend: Backend,
+) -> None:
+    """The summary took what the rounds read from the model: a compaction keeps only
+    the marks of changes (this tool only reads: none), so the item's marks are those of
+    the rounds since the last compaction, and the log folds to the same."""
+    store = await sql_backend.open()
+    tid = (await create_task(store, spec_of(120, budget=4_000))).task_id
+    await store.close()
+    store = await run_task(sql_backend, tid, Stepper())
+    try:
+        events = await store.read_events(tid)
+        last = max(e.seq for e in events if e.type == "context.compacted")
+        since = [m for e in events if e.seq > last for _, _, marks in verdicts([e]) for m in marks]
+        seen = RunState.from_dict((await store.get_task(tid)).usage).seen
+        assert 0 < len(seen["work"]) < 120 and seen["work"] == since
+        assert (await rebuild(store, tid))["consistent"]
     finally:
         await store.close()
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import typing
 from collections.abc import Collection
 from types import UnionType
@@ -24,126 +23,29 @@ from tether.store import _rules as rules
 from tether.store import _search as search
 from tether.store import base as b
 from tether.store._latest import Latest
+from tether.store._memory_copy import ATOMS as _ATOMS
+from tether.store._memory_copy import NotPlain as _NotPlain
+from tether.store._memory_copy import clone as _clone
+from tether.store._memory_copy import copy_json as _copy
+from tether.store._memory_copy import copy_usage as _copy_usage
+from tether.store._memory_copy import stored_op as _stored_op
 from tether.store.base import ApprovalRecord, ArtifactRecord, OpRecord, StoredEvent, TaskRecord
 
 T = TypeVar("T")
 
 
-#: Values a JSON round trip returns unchanged (bool is an int; NaN and infinities
-#: are floats json writes and reads back as such).
-_ATOMS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
 #: The keywords of `commit` besides its events.
 _PARTS: frozenset[str] = b.CommitParts.__optional_keys__
 
 
-class _NotPlain(Exception):
-    """A value the quick copy does not handle (a tuple, a non-string key, an object)."""
-
-
-def _clone(value: Any) -> Any:
-    kind = type(value)
-    if kind is dict:
-        # Copied whole (in C), then its containers replaced by copies: most of the run
-        # state's values are atoms, passed over.
-        out = value.copy()
-        for k, v in value.items():
-            if type(k) is not str:
-                raise _NotPlain
-            kind = type(v)
-            if kind in _ATOMS:
-                continue
-            if kind is dict:
-                # An empty one, as most of the run state's are: no call for it.
-                out[k] = _clone(v) if v else {}
-            elif kind is list:
-                out[k] = (list(v) if _ATOMS.issuperset(map(type, v)) else _clone(v)) if v else []
-            else:
-                raise _NotPlain
-        return out
-    if kind is list:
-        if _ATOMS.issuperset(map(type, value)):  # a list of strings: copied in C
-            return list(value)
-        return [v if type(v) in _ATOMS else _clone(v) for v in value]
-    if kind in _ATOMS:
-        return value
-    raise _NotPlain
-
-
-def _copy(obj: Any) -> Any:
-    # What a database would hand back: callers never share our objects. Plain JSON
-    # data (dicts with string keys, lists, atoms) is copied as is, several times faster
-    # than a JSON round trip (the run's state is ~20 KB and is written every commit);
-    # anything else takes the round trip, which converts or refuses it as before.
-    try:
-        return _clone(obj)
-    except (_NotPlain, RecursionError):
-        return json.loads(json.dumps(obj))
-
-
-def _stored_op(old: OpRecord | None, op: OpRecord, now: float) -> OpRecord:
-    """`rules.merge_op` of `op` over `old` (None: its first write), with the caller's
-    containers copied: only the JSON fields are containers, the rest is immutable (a
-    deepcopy of the whole record costs more than the round's commit). The merged record
-    is a new one nobody holds yet: its fields taken from `op` are copied into it, rather
-    than into a copy of `op` made first (which the merge of a later write threw away)."""
-    new = rules.merge_op(old, op, now)  # a new record (`rules.replaced`), always
-    values = new.__dict__
-    # A later write keeps the stored args (a copy already) and takes its outcome.
-    for name in _OP_JSON if old is None else _OP_OUTCOME_JSON:
-        value = values[name]
-        if value is not None:
-            values[name] = _copy(value)
-    return new
-
-
-#: The fields of an op record that hold JSON containers, and those a later write of the
-#: op takes from it (`rules.OP_OUTCOME`).
-_OP_JSON = ("args", "result", "error")
-_OP_OUTCOME_JSON = tuple(name for name in _OP_JSON if name in rules.OP_OUTCOME)
-
-
-def _copy_usage(usage: Any, marks: b.MarksWrite | None, held: Any) -> Any:
-    """The run state a commit stores (`_copy` of `usage`), its progress marks
-    (`usage["seen"]`, up to a thousand per item) taken as the SQL stores take them: the
-    items `marks` does not name keep the lists stored (`held`, never changed in place),
-    the others drop their oldest marks and get the new ones, copied. Where that does not
-    give a list of the given length (or `marks` is None), the given list is copied."""
-    seen = usage.get("seen") if type(usage) is dict else None
-    kept = held.get("seen") if type(held) is dict else None
-    if marks is None or type(seen) is not dict or type(kept) is not dict:
-        return _copy(usage)
-    changed = marks.items
-    out_seen: dict[str, Any] = {}
-    for item, given in seen.items():
-        old = kept.get(item)
-        if type(item) is not str:
-            return _copy(usage)  # the JSON round trip converts the key
-        if type(given) is list and type(old) is list:
-            change = changed.get(item)
-            if change is None:
-                if len(old) == len(given):
-                    out_seen[item] = old
-                    continue
-            else:
-                cut, added = change
-                if cut is not None and len(old) - cut + len(added) == len(given):
-                    out_seen[item] = old[cut:] + _copy(list(added))
-                    continue
-        out_seen[item] = _copy(given)
-    out = _copy({**usage, "seen": {}})
-    out["seen"] = out_seen
-    return out
-
-
 #: An event committed but not yet read, its data not built: `MemoryStore._stored`'s
-#: arguments (task id, seq, event, task version, fencing token, time).
-_Later = tuple[str, int, ev.Event, int, int | None, float]
+#: arguments (task id, seq, event, task version, fencing token, time) and the store's
+#: copies of the event's containers (None: it holds none), which it is encoded with.
+_Later = tuple[str, int, ev.Event, int, int | None, float, dict[str, Any] | None]
 
 #: Per event class: its fields that may hold a container (None: the class's events are
 #: always encoded at once).
 _OPEN_FIELDS: dict[type[ev.Event], tuple[str, ...] | None] = {}
-#: What `_OPEN_FIELDS.get` gives for a class not seen yet.
-_UNSEEN: Any = object()
 
 
 def _atomic(annotation: Any) -> bool:
@@ -161,31 +63,18 @@ def _atomic(annotation: Any) -> bool:
 
 
 def _open_fields(cls: type[ev.Event]) -> tuple[str, ...] | None:
-    if issubclass(cls, ev.UnknownEvent) or not cls.TYPE or cls.model_config.get("extra") == "allow":
-        return None  # `ev.encode` refuses it, or it may carry fields of any type
-    return tuple(name for name, f in cls.model_fields.items() if not _atomic(f.annotation))
-
-
-def _later(event: ev.Event) -> bool:
-    """True when `event` can be encoded when first read rather than now: every field
-    holds an immutable value (its container fields are None), so what it encodes to
-    cannot change in between. A steady round's events are read by nobody (the run keeps
-    its own state), and building each one's data and record is a good part of a commit.
-    Events that hold a list or dict the caller could still change are encoded now, as
-    stored data must be what was committed."""
-    cls = type(event)
+    """`_OPEN_FIELDS[cls]`, worked out the first time."""
     try:
-        names = _OPEN_FIELDS[cls]
+        return _OPEN_FIELDS[cls]
     except KeyError:
-        names = _OPEN_FIELDS[cls] = _open_fields(cls)
-    if names is None:
-        return False
-    values = event.__dict__
-    # A loop: `all` of a generator cost more than the tests (every event of a commit).
-    for name in names:  # noqa: SIM110
-        if values[name] is not None:
-            return False
-    return True
+        pass
+    names: tuple[str, ...] | None
+    if issubclass(cls, ev.UnknownEvent) or not cls.TYPE or cls.model_config.get("extra") == "allow":
+        names = None  # `ev.encode` refuses it, or it may carry fields of any type
+    else:
+        names = tuple(name for name, f in cls.model_fields.items() if not _atomic(f.annotation))
+    _OPEN_FIELDS[cls] = names
+    return names
 
 
 class MemoryStore(b.Store):
@@ -298,29 +187,49 @@ class MemoryStore(b.Store):
         token: int | None,
         now: float,
     ) -> list[StoredEvent | _Later]:
-        """A commit's events numbered from `first`: each stored now, or kept to be
-        encoded when first read (`_later`, written out for the classes it has seen: a
-        call per event cost more than its test)."""
+        """A commit's events numbered from `first`, each kept to be encoded when first
+        read (`_Later`) where it can be. A steady round's events are read by nobody (the
+        run keeps its own state), and building an event's data (pydantic's serializer)
+        cost several times the copy of its few small containers. The event is frozen, so
+        its other fields cannot change in between; its containers are the caller's, which
+        it may change after the commit: stored data must be what was committed, so they
+        are copied now (plain JSON data only: an event holding anything else, a tuple or
+        an object, is encoded now, as are those of the classes `_open_fields` leaves
+        out). Written out, not a call per event: the loop runs for every event."""
         out: list[StoredEvent | _Later] = []
         for seq, e in enumerate(events, first):
-            names = _OPEN_FIELDS.get(type(e), _UNSEEN)
-            if names is _UNSEEN:
-                later = _later(e)
-            elif names is None:
-                later = False
-            else:
-                later = True
+            try:
+                names = _OPEN_FIELDS[type(e)]
+            except KeyError:
+                names = _open_fields(type(e))
+            if names is not None:
+                held: dict[str, Any] | None = None
                 values = e.__dict__
-                for name in names:
-                    if values[name] is not None:
-                        later = False
-                        break
-            out.append(
-                (task_id, seq, e, version, token, now)
-                if later
-                else cls._stored(task_id, seq, e, version, token, now)
-            )
+                try:
+                    for name in names:
+                        value = values[name]
+                        if value is not None:
+                            if held is None:
+                                held = {}
+                            held[name] = _clone(value)
+                except (_NotPlain, RecursionError):
+                    pass
+                else:
+                    out.append((task_id, seq, e, version, token, now, held))
+                    continue
+            out.append(cls._stored(task_id, seq, e, version, token, now))
         return out
+
+    @classmethod
+    def _stored_later(cls, later: _Later) -> StoredEvent:
+        """The record of an event kept by `_stored_all`: encoded from the event with the
+        store's copies of its containers (on a copy of the event: the caller's is left
+        as it is)."""
+        task_id, seq, event, version, token, now, held = later
+        if held is not None:
+            event = copy.copy(event)
+            event.__dict__.update(held)
+        return cls._stored(task_id, seq, event, version, token, now)
 
     async def get_task(self, task_id: str) -> TaskRecord:
         return self._task(task_id)
@@ -341,7 +250,7 @@ class MemoryStore(b.Store):
         unread = self._unread[task_id]
         if unread:
             self._events[task_id].extend(
-                e if isinstance(e, StoredEvent) else self._stored(*e) for e in unread
+                e if isinstance(e, StoredEvent) else self._stored_later(e) for e in unread
             )
             unread.clear()
         out = [e for e in self._events[task_id] if e.seq > after and (not types or e.type in types)]

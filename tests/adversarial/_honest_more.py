@@ -415,11 +415,14 @@ RETRY_AFTER = MoreStyle(
     extra_tools=_quota_tools(raw=True),
     serve=_serve_limited,
 )
+#: The tool reports the 429 in its failure's words: tether reads them as a rate limit
+#: and retries the call after the delay they name, as it does a raised 429 (the model
+#: asks twice, not five times).
 RATE_LIMIT_SEEN = MoreStyle(
     "rate-limit-seen",
     "record the account's quota",
     lambda _ws: [file_item("quota", "out/quota.md", "quota: 5000")],
-    _quota_actor(5),
+    _quota_actor(2),
     tools=[*FILES, "fetch_quota"],
     extra_tools=_quota_tools(raw=False),
     serve=_serve_limited,

@@ -48,8 +48,6 @@ from tether.store.sqlite import SQLiteStore
 BLOCKED: dict[str, str] = {
     "long-poller": "an identical status answer is no progress: blocked at the 3rd "
     "'running' (runtime/judge/audit.py _focus_change, progress.moves)",
-    "rate-limit-seen": "a 429 the tool tells the model is the same failure each time: "
-    "non-convergent at the 3rd (runtime/round/phases.py track_failures)",
     "shared-changelog": "appending v1's section to the file that proved v0 reopens v0 "
     "before delivery (deliverable_broken: the file rule's evidence pins the whole file's "
     "hash), one round more than planned (runtime/recovery/deliverables.py _Check.artifact)",

@@ -224,3 +224,28 @@ def test_other_exceptions_are_deterministic(exc: BaseException) -> None:
     for c in both(exc):
         assert c.cls == "deterministic"
         assert c.message.startswith(type(exc).__name__ + ": ")
+
+
+@pytest.mark.parametrize(
+    ("message", "delay"),
+    [
+        ("fetch_quota: HTTP 429 Too Many Requests (Retry-After: 2s)", 2.0),
+        ("Error: 429", None),
+        ("rate limit exceeded, retry after 500 ms", 0.5),
+        ("You are being rate-limited", None),
+        ("status code 429; Retry-After: 99999", 3600.0),
+    ],
+)
+def test_a_tool_failure_that_says_it_was_rate_limited_is_transient(
+    message: str, delay: float | None
+) -> None:
+    """An MCP server's error result, or a tool reporting the 429 it got, in words."""
+    got = classify(errors.ToolFailed(message), has_effect=True)
+    assert (got.cls, got.delay) == ("transient", delay)
+
+
+@pytest.mark.parametrize(
+    "message", ["Rate limit set to 100 per minute", "HTTP 4290 bytes", "File not found"]
+)
+def test_a_tool_failure_that_only_mentions_a_limit_goes_to_the_model(message: str) -> None:
+    assert classify(errors.ToolFailed(message), has_effect=False).cls == "deterministic"

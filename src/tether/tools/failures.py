@@ -7,7 +7,11 @@
   `OutcomeUnknown`): reconcile, or retry with the same idempotency key when the tool is
   idempotent. For a read there is nothing to duplicate, so these are transient;
 - **deterministic**: retrying will not help (bad arguments, other 4xx, permission,
-  missing file, `ToolFailed`): the message goes back to the model;
+  missing file, `ToolFailed`): the message goes back to the model. A `ToolFailed` whose
+  message says the service limited the rate (an MCP server's error result, a tool
+  that reports the 429 it got: `HTTP 429`, `Too Many Requests`, `rate limit exceeded`,
+  `Retry-After: 2`) is transient instead, after the delay it names: the call was
+  refused, not wrong, and the model would only ask again;
 - **validation**: the call worked but the result breaks the post-condition
   (`ValidationFailed`).
 
@@ -17,13 +21,14 @@ adapters use (see there for why 409 is `unknown` on a call with effects).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tether import errors
 from tether.retry import FailureClass, classify_status, parse_retry_after
 from tether.text import exc_text
 
-__all__ = ["Classified", "classify", "classify_status"]
+__all__ = ["Classified", "classify", "classify_status", "rate_limited"]
 
 #: Failures before anything was sent: the call cannot have taken effect.
 _TRANSIENT_NAMES = frozenset(
@@ -34,6 +39,37 @@ _UNKNOWN_NAMES = frozenset({
     "ReadTimeout", "WriteTimeout", "RemoteProtocolError", "ReadError", "WriteError",
     "ConnectionResetError", "BrokenPipeError", "IncompleteRead", "ServerDisconnectedError",
 })  # fmt: skip
+
+
+#: A message that says the service limited the rate (not one that merely mentions a
+#: limit: "rate limit" needs a word that says it was hit).
+_RATE_LIMITED = re.compile(
+    r"\b(?:HTTP|status|code|error)[ :]*429\b|\b429 Too Many Requests\b|\bToo Many Requests\b"
+    r"|\brate[ -]?limit(?:ed|s)? (?:exceeded|reached|hit)\b|\brate[ -]?limited\b"
+    r"|\bretry[ -]after\b",
+    re.IGNORECASE,
+)
+#: The delay such a message names: `Retry-After: 2`, `retry after 1.5 s`, `... 500 ms`.
+_RETRY_AFTER = re.compile(
+    r"\bretry[ -]after\b\W{0,3}(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|secs?|seconds?)?\b",
+    re.IGNORECASE,
+)
+#: The longest delay read from a message (a longer one is the retry policy's to cap).
+_MAX_TEXT_DELAY = 3600.0
+
+
+def rate_limited(message: str) -> tuple[bool, float | None]:
+    """Whether a tool's failure message says the service limited the rate, and the
+    delay it names (seconds), if any."""
+    if not _RATE_LIMITED.search(message[:2000]):
+        return False, None
+    found = _RETRY_AFTER.search(message[:2000])
+    if found is None:
+        return True, None
+    value = float(found.group(1))
+    if (found.group(2) or "").lower().startswith("m"):
+        value /= 1000.0
+    return True, min(value, _MAX_TEXT_DELAY)
 
 
 @dataclass(frozen=True)
@@ -67,7 +103,10 @@ def _signal(exc: errors.ToolSignal, msg: str, has_effect: bool) -> Classified:
     if isinstance(exc, errors.ServiceDown):
         return Classified("transient", msg, down=True)
     if isinstance(exc, errors.ToolFailed):
-        return Classified("transient" if exc.retryable else "deterministic", msg)
+        if exc.retryable:
+            return Classified("transient", msg)
+        limited, delay = rate_limited(msg)
+        return Classified("transient", msg, delay) if limited else Classified("deterministic", msg)
     # Any other signal (`ApprovalRequired` is handled by the op runner before this: the
     # call waits for a human) goes back to the model.
     return Classified("deterministic", f"{type(exc).__name__}: {msg}")

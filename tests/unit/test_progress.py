@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tether.runtime.judge.judges import OpSummary
@@ -475,3 +475,21 @@ def test_normalise_collapses_whitespace_as_the_old_code_did(text: str) -> None:
 @given(st.text(alphabet=" \t\n\x0b\x0c\r\x1c\x1d\x1e\x1fab1", max_size=20))
 def test_normalise_collapses_any_ascii_whitespace_as_the_old_code_did(text: str) -> None:
     assert P.normalise(text) == _every_pattern(text)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.sampled_from(["~a", "~b", "b", "c", *map(str, range(40))]), max_size=30),
+        max_size=60,
+    )
+)
+def test_the_kept_count_of_changes_is_the_count_in_the_list(rounds: list[list[str]]) -> None:
+    """`changes` of a list `remember` made (its kept count) equals a scan of the list,
+    past `MAX_SEEN` too."""
+    seen: list[str] = []
+    for k, marks in enumerate(rounds):
+        marks = [f"{m}{k % 7}" if m[0] == "~" else m for m in marks]
+        seen = P.remember(seen, marks)
+        assert P.changes(seen) == sum(1 for m in seen if m.startswith("~"))
+    assert P.changes(list(seen)) == P.changes(seen)  # a copy: counted afresh

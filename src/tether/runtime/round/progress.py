@@ -305,11 +305,18 @@ def after_compaction(seen: Sequence[str]) -> list[str]:
     return [m for m in seen if m[:1] == _CHANGE]
 
 
-def changes(seen: Iterable[str]) -> int:
+def changes(seen: Collection[str]) -> int:
     """How many different changes an item's rounds made (its change marks in `seen`):
     the failures of a call are compared within the same count only."""
+    hit = _CHANGES.get(id(seen))
+    if hit is not None and hit[0] is seen and hit[1] == len(seen):
+        return hit[2]  # the count `remember` kept for the list it made (most rounds)
+    return _count_changes(seen)
+
+
+def _count_changes(marks: Iterable[str]) -> int:
     n = 0
-    for m in seen:
+    for m in marks:
         if m[:1] == _CHANGE:
             n += 1
     return n
@@ -383,6 +390,12 @@ _SETS: dict[int, tuple[Collection[str], set[str]]] = {}
 _SETS_MAX: Final = 32
 
 
+#: The count of change marks (`changes`) of each list `remember` returned lately, by the
+#: list's id, as (list, its length, count): an item's marks reach a thousand, and a
+#: scan of them every round cost more than the rest of its audit.
+_CHANGES: dict[int, tuple[Collection[str], int, int]] = {}
+
+
 def seen_set(seen: Collection[str]) -> AbstractSet[str]:
     """`set(seen)`, from the sets `remember` kept for the lists it returned (read-only:
     the set is the cache's)."""
@@ -397,6 +410,7 @@ def remember(seen: Sequence[str], marks: Iterable[str]) -> list[str]:
     Always a new list (`RunState.marks_write` tells a changed list by its identity)."""
     # Taken out of the cache, whether it serves or not: the set is changed below and
     # then belongs to the new list.
+    counted = changes(seen)
     hit = _SETS.pop(id(seen), None)
     if hit is not None and hit[0] is seen and len(hit[1]) == len(seen):
         have = hit[1]
@@ -414,16 +428,22 @@ def remember(seen: Sequence[str], marks: Iterable[str]) -> list[str]:
         have.difference_update(seen)
         have.difference_update(added[: over - len(seen)])
         out = added[over - len(seen) :]
+        counted = _count_changes(out)
     else:
         # One list made (the kept part of `seen`, then the new marks at its end).
         kept = seen[over:] if over > 0 else seen
         out = kept if type(kept) is list and kept is not seen else list(kept)
         if over > 0:
             have.difference_update(seen[:over])
+            counted -= _count_changes(seen[:over])
         out += added
+        counted += _count_changes(added)
     if len(_SETS) >= _SETS_MAX:
         del _SETS[next(iter(_SETS))]
     _SETS[id(out)] = (out, have)
+    if len(_CHANGES) >= _SETS_MAX:
+        del _CHANGES[next(iter(_CHANGES))]
+    _CHANGES[id(out)] = (out, len(out), counted)
     return out
 
 

@@ -56,9 +56,6 @@ class SeenFold:
             self._prune = True
         elif e.type == "ledger.updated" and self._prune:
             self._forget()
-        elif e.type == "context.compacted":  # as `compaction.compact_context` does
-            for item in list(self.seen):
-                self.seen[item] = P.after_compaction(self.seen[item])
 
     def _forget(self) -> None:
         self._prune = False

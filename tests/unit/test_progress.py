@@ -319,13 +319,17 @@ def test_failure_keys_start_again_after_a_change() -> None:
     assert after != key and after.startswith(key)
 
 
-def test_after_a_compaction_only_the_changes_are_remembered() -> None:
+def test_after_a_compaction_what_was_read_is_new_and_a_change_is_not() -> None:
     seen = seen_after(((OK, FAIL), None), ((edit("a"),), None))
-    kept = P.after_compaction(seen)
-    assert P.changes(kept) == P.changes(seen) == 1 and len(kept) == 1
-    # Reading again is new to the model; the same edit is still no change.
-    assert P.moves([OK], None, kept).moved
-    assert not P.moves([edit("a")], None, kept, P.changes(kept)).new[1:]
+    assert P.changes(seen) == 1
+    # Reading again is new to the model; the same failure is a first one again.
+    after = P.moves([OK, FAIL], None, seen, P.changes(seen), compactions=1)
+    assert after.moved and not after.repeated
+    # The same edit is still no change, after a compaction too.
+    assert not P.moves([edit("a")], None, seen, P.changes(seen), compactions=1).moved
+    # Within the new epoch, the same read again is no progress.
+    seen = P.remember(seen, after.marks)
+    assert not P.moves([OK], None, seen, P.changes(seen), compactions=1).moved
 
 
 def test_a_rule_check_moves_only_when_its_state_changed() -> None:

@@ -351,6 +351,7 @@ def audit(
     policies: Mapping[str, ItemPolicy] | None = None,
     seen: Mapping[str, Collection[str]] | None = None,
     rounds: int = 0,
+    compactions: int = 0,
 ) -> AuditOutcome:
     """Check the verdicts against the ledger and the evidence; return what may be written.
 
@@ -365,9 +366,8 @@ def audit(
     - The decision is the runtime's: `satisfied` only when every item is finished.
 
     Rule verdicts come first and win over LLM verdicts for the same item. `seen` holds
-    each item's progress fingerprints from earlier rounds (`RunState.seen`), and
-    `rounds` how many rounds the focus item has had, this one included.
-    """
+    each item's progress fingerprints from earlier rounds (`RunState.seen`), `rounds`
+    the focus item's rounds (this one included), `compactions` the task's."""
     policies = policies or {}
     # Most rounds propose no change: nothing to check one by one.
     run = _Audit(ledger, evidence, policies) if any(v.changes for v in verdicts) else None
@@ -379,7 +379,7 @@ def audit(
     checks = [v.checks for v in verdicts if v.source == "rules" and focus in v.checks]
     rule_state = checks[0].get(focus or "") if checks else None
     marks = (seen or {}).get(focus or "", ())
-    moved = P.moves(facts.ops, rule_state, P.seen_set(marks), P.changes(marks))
+    moved = P.moves(facts.ops, rule_state, P.seen_set(marks), P.changes(marks), compactions)
     policy = (policies.get(focus) or _NO_POLICY) if focus else _NO_POLICY
     change, blocked = _focus_change(ledger, facts, accepted, moved, limits, policy, rounds)
     if change is not None:

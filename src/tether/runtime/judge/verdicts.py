@@ -174,6 +174,7 @@ async def judge_round(
         policies=_policies(spec),
         seen=view.state.seen,
         rounds=rounds,
+        compactions=view.state.compactions,
     )
     _remember(run, facts, outcome, rounds)
     new = outcome.update.ledger

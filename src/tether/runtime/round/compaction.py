@@ -23,7 +23,6 @@ from tether.ledger import Ledger
 from tether.models.base import Message, ModelRequest
 from tether.runtime import hints
 from tether.runtime.round import history
-from tether.runtime.round import progress as P
 from tether.runtime.round.claims import (
     FINISHED_STATUSES,
     ClaimFindings,
@@ -404,11 +403,9 @@ async def compact_context(run: CompactHost, budget: int) -> None:
     summary_blob = run.journal.stage_blob(summary.encode())
     run.view.state.ctx_blob = blob
     run.view.state.ctx_after_seq = run.view.state.last_seq
+    # The model no longer has what the rounds read: reading it again is progress
+    # (`progress.moves` keys what was read by this count).
     run.view.state.compactions += 1
-    # The model no longer has what the items' rounds read: reading it again is progress.
-    seen = run.view.state.seen
-    for item in list(seen):
-        seen[item] = P.after_compaction(seen[item])
     upto = max((e.round or 0) for e in older) if older else 0
     events.append(
         ev.ContextCompacted(

@@ -268,10 +268,11 @@ def failure_key(
     return f"{key}|{changed}" if changed else key
 
 
-def _epoch(changed: int) -> tuple[str, ...]:
-    """What a failure's fingerprint adds for the item's changes before it (nothing
-    before the first: the fingerprints an item without changes had stay as they were)."""
-    return (str(changed),) if changed else ()
+def _tag(count: int) -> tuple[str, ...]:
+    """What a fingerprint adds for a count it is keyed by (nothing for 0: the
+    fingerprints of an item without changes, or before any compaction, stay as they
+    were)."""
+    return (str(count),) if count else ()
 
 
 class CallFact(Protocol):
@@ -296,13 +297,6 @@ class CallFact(Protocol):
 #: The first character of a change mark (`moves`): never a hex digit, so the marks of an
 #: item's changes are told from its other fingerprints, and counted (`changes`).
 _CHANGE: Final = "~"
-
-
-def after_compaction(seen: Sequence[str]) -> list[str]:
-    """An item's marks once the context was compacted: its change marks only. What its
-    rounds read and how its calls failed were summarised away from the model, so
-    reading or trying them again is new to it; what it changed stays changed."""
-    return [m for m in seen if m[:1] == _CHANGE]
 
 
 def changes(seen: Collection[str]) -> int:
@@ -340,30 +334,40 @@ class Moves:
 
 
 def moves(
-    calls: Iterable[CallFact], rule_state: str | None, seen: Collection[str], changed: int = 0
+    calls: Iterable[CallFact],
+    rule_state: str | None,
+    seen: Collection[str],
+    changed: int = 0,
+    compactions: int = 0,
 ) -> Moves:
     """Compare a round's calls (and its item's rule check, when it has one and it is not
     met) with what the item has seen; `changed` is the item's count of changes before
-    the round (`changes`). Pure."""
+    the round (`changes`), `compactions` the task's count of context compactions. Pure.
+
+    A successful call of a tool that is not `read`-only leaves a change mark (`_CHANGE`
+    and its fingerprint) instead of its fingerprint. What was read, and how calls
+    failed, is keyed by the compactions too: the summary took it from the model, so
+    reading it or trying it again after a compaction is new to the model; a change
+    stays a change."""
     new: list[str] = []
     marks: list[str] = []
     repeated = False
+    memory = _tag(compactions)
     for c in calls:
         if c.status == "succeeded":
-            fp = digest("ok", c.tool, c.args_hash, c.result_hash)
+            if c.effect != "read":
+                fp = _CHANGE + digest("ok", c.tool, c.args_hash, c.result_hash)[1:]
+                if fp not in seen and fp not in marks:
+                    changed += 1  # the item's world changed (not by this change again)
+            else:
+                fp = digest("ok", c.tool, c.args_hash, c.result_hash, *memory)
             marks.append(fp)
             if fp not in seen:
                 new.append(fp)
-            if c.effect != "read":
-                # The item's world changed, unless this very change was made before.
-                change = _CHANGE + fp[1:]
-                if change not in seen and change not in marks:
-                    marks.append(change)
-                    changed += 1
         elif c.status != "deferred":  # a call an open breaker held back did nothing
-            call = digest("call", c.tool, c.args_hash)
+            call = digest("call", c.tool, c.args_hash, *memory)
             # A failure is keyed by the changes made before it (none: as it always was).
-            fail = digest("fail", c.tool, c.args_hash, c.result_hash, *_epoch(changed))
+            fail = digest("fail", c.tool, c.args_hash, c.result_hash, *_tag(changed), *memory)
             marks += [call, fail]
             if fail in seen:
                 repeated = True
@@ -462,7 +466,6 @@ __all__ = [
     "MAX_SEEN",
     "CallFact",
     "Moves",
-    "after_compaction",
     "changes",
     "digest",
     "failure_hash",

@@ -257,6 +257,14 @@ def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _error_of(exc: BaseException | None) -> str | None:
+    """A span's `error.type`: None for no exception, or one that carries a round's
+    outcome (control flow, not an error)."""
+    if exc is None or getattr(exc, "outcome", None) is not None:
+        return None
+    return _error_type(exc)
+
+
 def _error_type(exc: BaseException) -> str:
     cls = type(exc)
     return (
@@ -268,6 +276,13 @@ def _unset(instrument: Any) -> bool:
     """An OpenTelemetry proxy instrument with no meter provider behind it yet (one set
     later gives it its real instrument: it records from then on)."""
     return getattr(instrument, "_real_instrument", instrument) is None
+
+
+def _metrics_off() -> bool:
+    """True when a model call's metrics would be recorded nowhere: no OpenTelemetry, or
+    only its proxy instruments with no meter provider behind them yet."""
+    instruments = _instruments if _instruments is not None else _get_instruments()
+    return not instruments or (_unset(instruments[0]) and _unset(instruments[1]))
 
 
 def _record_metrics(attributes: Mapping[str, Any], seconds: float, error: str | None) -> None:
@@ -316,31 +331,46 @@ class span(_Span):
 
     def __init__(self, name: str, attributes: Mapping[str, Any] | None = None) -> None:
         self._name = name
-        self.attributes = _clean(attributes) if attributes else {}
+        # As given until someone is told of the span (`__enter__` cleans them then): a
+        # quiet span's attributes are only looked at for its log fields.
+        self.attributes = dict(attributes) if attributes else {}
         self.otel = None
         self._token = None
+        self._otel: Any = None
 
     def __enter__(self) -> SpanLike:
         attrs = self.attributes
         chat = False
         if attrs:
-            if "tether.task_id" in attrs or "tether.round" in attrs:
-                fields = {_LOG_KEYS[k]: attrs[k] for k in _LOG_KEYS if k in attrs}
+            task_id, round_no = attrs.get("tether.task_id"), attrs.get("tether.round")
+            if task_id is not None or round_no is not None:
+                # What the cleaned attributes would give (`_clean`): None left out,
+                # a value of another type as its text.
+                fields = {}
+                if task_id is not None:
+                    fields["task_id"] = task_id if isinstance(task_id, _PLAIN) else str(task_id)
+                if round_no is not None:
+                    fields["round"] = round_no if isinstance(round_no, _PLAIN) else str(round_no)
                 self._token = _log_fields.set({**_log_fields.get(), **fields})
             chat = attrs.get("gen_ai.operation.name") == "chat"
         self._chat = chat
-        self._otel: Any = None
-        if not chat and not _listeners:
+        self._otel = None
+        if not _listeners:
             try:
-                quiet = _tracing() is None
+                quiet = _tracing() is None and (not chat or _metrics_off())
             except BaseException:
                 self._reset_log_fields()  # all its end would do
                 raise
             if quiet:
                 # Nobody is told of this span and nothing is recorded: at its end only
-                # the log fields it set are reset (most spans of a round, no tracer).
+                # the log fields it set are reset (most spans of a round, no tracer),
+                # and a model call's metrics recorded if a meter provider came meanwhile.
                 self._otel = _QUIET
+                if chat:
+                    self._t0 = time.perf_counter()
                 return self
+        if attrs:
+            self.attributes = attrs = _clean(attrs)
         listeners = self._listeners = tuple(_listeners) if _listeners else ()
         for listener in listeners:
             listener.span_started(self._name, attrs)
@@ -360,6 +390,10 @@ class span(_Span):
         if self._otel is _QUIET:
             if self._token is not None:
                 self._reset_log_fields()
+            if self._chat and not _metrics_off():
+                # A meter provider configured while the call was in flight: its metrics.
+                error = _error_of(exc)
+                _record_metrics(_clean(self.attributes), time.perf_counter() - self._t0, error)
             return
         self._end(kind, exc, tb)
 
@@ -369,9 +403,7 @@ class span(_Span):
             self._token = None
 
     def _end(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
-        error: str | None = None
-        if exc is not None and getattr(exc, "outcome", None) is None:
-            error = _error_type(exc)
+        error = _error_of(exc)
         try:
             if self._otel is not None:
                 self._otel.__exit__(kind, exc, tb)
@@ -431,6 +463,18 @@ NO_SPAN: Any = nullcontext()
 
 def set_attributes(target: SpanLike, attributes: Mapping[str, Any]) -> None:
     """Add attributes known only once the work is done (tokens, a round number)."""
+    if type(target) is span and target._otel is _QUIET:
+        # Nobody is told of the span: its attributes are kept as given (cleaned if a
+        # model call's metrics are recorded after all), its log fields set as cleaned.
+        own = target.attributes
+        for key, value in attributes.items():
+            if value is None:
+                continue
+            if key in _LOG_KEYS:
+                target.set_attribute(key, value if isinstance(value, _PLAIN) else str(value))
+            else:
+                own[key] = value
+        return
     for key, value in _clean(attributes).items():
         target.set_attribute(key, value)
 

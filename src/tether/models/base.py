@@ -211,7 +211,14 @@ def clean_response(resp: ModelResponse) -> ModelResponse:
     it cannot use. `resp` itself (the same object) when all is well: a few `isascii`
     calls a round."""
     text, model = clean_text(resp.text), clean_text(resp.model)
-    calls = tuple(_clean_call(c) for c in resp.tool_calls)
+    given = resp.tool_calls
+    calls = tuple([_clean_call(c) for c in given])
+    # Whether every call came back as it was (the usual case), without a generator.
+    same_calls = True
+    for a, b in zip(calls, given, strict=True):
+        if a is not b:
+            same_calls = False
+            break
     finish = resp.finish_reason
     if finish is not None:
         finish = clean_text(finish if isinstance(finish, str) else str(finish))
@@ -224,7 +231,7 @@ def clean_response(resp: ModelResponse) -> ModelResponse:
         and finish is resp.finish_reason
         and usage is resp.usage
         and latency is resp.latency_ms
-        and all(a is b for a, b in zip(calls, resp.tool_calls, strict=True))
+        and same_calls
     ):
         return resp
     return dataclasses.replace(
@@ -287,9 +294,13 @@ def _clean_call(call: ToolCall) -> ToolCall:
         )
     arguments = clean_data(arguments)
     # The cleaners hand back the very object they were given when it is clean.
-    new = (id_, name, arguments, raw, error)
-    old = (call.id, call.name, call.arguments, call.raw_arguments, call.error)
-    if all(a is b for a, b in zip(new, old, strict=True)):
+    if (
+        id_ is call.id
+        and name is call.name
+        and arguments is call.arguments
+        and raw is call.raw_arguments
+        and error is call.error
+    ):
         return call
     return ToolCall(id_, name, arguments, raw, error)
 
@@ -300,13 +311,13 @@ def _shape_problem(arguments: Any) -> str | None:
         return None
     if not isinstance(arguments, Mapping):  # a `Model` of one's own may hand anything
         return "are not a JSON object"
-    if all(type(k) is str for k in arguments) and all(
-        isinstance(v, _SCALARS) for v in arguments.values()
-    ):
-        return None
-    from tether.spec_values import shape_problem
+    # One loop over the items, not two generators (a round's every call comes here).
+    for k, v in arguments.items():
+        if type(k) is not str or not isinstance(v, _SCALARS):
+            from tether.spec_values import shape_problem
 
-    return shape_problem(arguments)
+            return shape_problem(arguments)
+    return None
 
 
 _SCALARS = (str, int, float, bool, type(None))

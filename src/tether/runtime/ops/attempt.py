@@ -261,7 +261,8 @@ class Attempts:
             wait = await self.wait(record, record.next_attempt_at)
             if wait is not None:
                 return wait
-        held = await self._admit(tool, call, record)
+        # No coroutine for a call no guard looks at (a tool of no service: most).
+        held = await self._admit(tool, call, record) if tool.service else None
         if held is not None:
             return R.Settled(held)
         record = evolve(record, attempts=record.attempts + 1)

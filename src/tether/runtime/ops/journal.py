@@ -53,9 +53,14 @@ def evolve(record: OpRecord, **changes: Any) -> OpRecord:
     return replaced(record, **changes)
 
 
+#: `json.dumps(args, sort_keys=True, default=str)` made once: `dumps` with any keyword
+#: builds an encoder per call (the same text either way).
+_ARGS_ENCODER = json.JSONEncoder(sort_keys=True, default=str)
+
+
 def hash_args(args: Mapping[str, Any]) -> str:
     """The hash of a call's arguments (its record's `args_hash`)."""
-    return blob_hash(json.dumps(args, sort_keys=True, default=str).encode())
+    return blob_hash(_ARGS_ENCODER.encode(args).encode())
 
 
 def intent(tool: Tool, record: OpRecord) -> ev.OpIntended:

@@ -251,7 +251,8 @@ class OpRunner:
             except errors.ToolFailed as exc:
                 return R.refused(call, op, tool.name, str(exc), "deterministic", version)
             record = replace(record, args=args, args_hash=hash_args(args))
-        await self._leave_approval(prior, record)
+        if prior is not None:  # a fresh call never waited for an approval
+            await self._leave_approval(prior, record)
         try:
             return await self.execute(tool, call, record, fresh=prior is None)
         except Pause:

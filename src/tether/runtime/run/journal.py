@@ -12,7 +12,7 @@ token, with the blobs staged for it and the outside world's secrets masked.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -210,9 +210,10 @@ class RunJournal:
         self.view.state.count_for_milestone(milestone, wall_seconds=spent)
         self._wall_mark = now
 
-    async def commit(self, events: Sequence[ev.Event], **fields: Any) -> int:
-        """`write(Commit(events, **fields))`."""
-        return await self.write(Commit(events, **fields))
+    def commit(self, events: Sequence[ev.Event], **fields: Any) -> Coroutine[Any, Any, int]:
+        """`write(Commit(events, **fields))`: that write's own coroutine, awaited by the
+        caller (no second coroutine around it, two a round)."""
+        return self.write(Commit(events, **fields))
 
     async def write(self, commit: Commit) -> int:
         """Commit events and projections (usage always) under our fencing token; a
@@ -247,16 +248,25 @@ class RunJournal:
         )
         redactor = self.redactor
         try:
-            res = await self._write(
-                # Most events carry nothing from outside: not even looked at.
-                [e if e.TYPE not in REDACTED_EVENTS else redacted(e, redactor) for e in events],
+            # Most events carry nothing from outside: not even looked at.
+            written = [
+                e if e.TYPE not in REDACTED_EVENTS else redacted(e, redactor) for e in events
+            ]
+            ops = [redacted_op(o, redactor) for o in commit.ops]
+            # `_write` inline (a coroutine less per commit, two a round).
+            res = await self._store.commit(
+                self.task_id,
+                self.token,
+                written,
                 task=patch,
                 ledger=write,
-                ops=[redacted_op(o, redactor) for o in commit.ops],
+                ops=ops,
                 artifacts=commit.artifacts,
                 approvals=commit.approvals,
                 blobs=self.blobs.ready(),
             )
+            if self._on_written is not None:
+                self._on_written(res, written, ops or ())
         except BaseException:
             view.state.marks_unsure()  # its marks may not be stored: the next sends all
             raise

@@ -42,7 +42,7 @@ from tether.runtime.run.journal import RunJournal, Snapshot
 from tether.runtime.run.liveness import probe
 from tether.runtime.run.liveness.heartbeat import Flow, Heartbeat
 from tether.runtime.run.model_calls import ModelCalls
-from tether.runtime.run.ports import ModelSet, PendingRound, RunConfig
+from tether.runtime.run.ports import Commit, ModelSet, PendingRound, RunConfig
 from tether.runtime.run.records import TaskRecords
 from tether.runtime.run.state import RunState, RunView
 from tether.spec import OpRule, TaskSpec, parse_spec
@@ -324,11 +324,14 @@ class TaskRun:
 
     async def commit_round(self, pending: PendingRound, **more: Any) -> None:
         """Commit a round's results (with whatever else `more` carries) and show it."""
-        await self.journal.commit(
-            [*pending.events, *more.pop("events", ())],
-            ops=pending.ops,
-            artifacts=[*pending.artifacts, *more.pop("artifacts", ())],
-            **more,
+        # `journal.write` itself, not through `commit`: one coroutine less a round.
+        await self.journal.write(
+            Commit(
+                [*pending.events, *more.pop("events", ())],
+                ops=pending.ops,
+                artifacts=[*pending.artifacts, *more.pop("artifacts", ())],
+                **more,
+            )
         )
         failpoints.hit("after_round_commit")
         self.flow.rounds_this_run += 1

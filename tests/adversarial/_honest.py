@@ -461,21 +461,33 @@ WANDERING = Style(
 
 
 class FlakyServer:
-    """A real HTTP server on 127.0.0.1: `/release` answers 503 `fails` times, then JSON."""
+    """A real HTTP server on 127.0.0.1: a GET answers `status` (with `headers` and
+    `fail_body`) `fails` times, then 200 with `ok` as JSON. By default `/release`
+    answers 503 twice."""
 
-    def __init__(self, fails: int = 2) -> None:
+    def __init__(
+        self,
+        fails: int = 2,
+        status: int = 503,
+        headers: dict[str, str] | None = None,
+        fail_body: bytes = b"Service Unavailable: warming up",
+        ok: dict[str, Any] | None = None,
+    ) -> None:
         self.fails = fails
         self.hits = 0
         server = self
+        answer = json.dumps(ok or {"channel": "stable", "version": "2.4.1"}).encode()
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 server.hits += 1
                 if server.hits <= server.fails:
-                    body = b"Service Unavailable: warming up"
-                    self.send_response(503)
+                    body = fail_body
+                    self.send_response(status)
+                    for name, value in (headers or {}).items():
+                        self.send_header(name, value)
                 else:
-                    body = json.dumps({"channel": "stable", "version": "2.4.1"}).encode()
+                    body = answer
                     self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -34,6 +32,7 @@ from tests.adversarial._honest import (
     FILES,
     JUDGES,
     PY,
+    FlakyServer,
     Outcome,
     PlanActor,
     Step,
@@ -295,46 +294,18 @@ LONG_POLLER = MoreStyle(
 # 5. Retry-After: a real HTTP service answers 429 with Retry-After four times ------------
 
 
-class LimitedServer:
+class LimitedServer(FlakyServer):
     """A real HTTP server on 127.0.0.1: `/quota` answers 429 (Retry-After: 1) `fails`
     times, then JSON."""
 
     def __init__(self, fails: int = 4) -> None:
-        self.fails = fails
-        self.hits = 0
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                server.hits += 1
-                if server.hits <= server.fails:
-                    body = b"Too Many Requests"
-                    self.send_response(429)
-                    self.send_header("Retry-After", "1")
-                else:
-                    body = json.dumps({"plan": "team", "quota": 5000}).encode()
-                    self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @contextmanager
-    def running(self) -> Iterator[LimitedServer]:
-        """The server, serving until the block ends."""
-        self.thread.start()
-        try:
-            yield self
-        finally:
-            self.httpd.shutdown()
-            self.httpd.server_close()
-            self.thread.join()
+        super().__init__(
+            fails,
+            status=429,
+            headers={"Retry-After": "1"},
+            fail_body=b"Too Many Requests",
+            ok={"plan": "team", "quota": 5000},
+        )
 
 
 _LIMITED: dict[str, LimitedServer] = {}

@@ -37,12 +37,12 @@ from tests.adversarial._honest import (
     PlanActor,
     Step,
     Style,
+    _check_tool,
     block_events,
     call,
     command_item,
     file_item,
     registry_with,
-    run_script,
     say,
 )
 from tests.support.loop import by_purpose, events_of, ledger_of, run_task
@@ -52,7 +52,7 @@ from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
 from tether.spec import TaskSpec, parse_spec
 from tether.store.base import Store
-from tether.tools.registry import Tool, ToolContext, tool
+from tether.tools.registry import Tool, tool
 
 
 @dataclass
@@ -88,15 +88,8 @@ def results_of(request: ModelRequest) -> list[str]:
     return [m.content for m in request.messages if m.role == "tool"]
 
 
-def _check(script: str, name: str) -> Callable[[Path], list[Tool]]:
-    def make(ws: Path) -> list[Tool]:
-        @tool(name=name, effect="read", description=f"Run {script} in the workspace.")
-        def run_check(ctx: ToolContext) -> str:
-            return run_script(ws, script, name)
-
-        return [run_check]
-
-    return make
+#: A read tool that runs a check script in the workspace.
+_check = _check_tool
 
 
 def _grep_tool(ws: Path) -> list[Tool]:

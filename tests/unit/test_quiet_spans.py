@@ -4,31 +4,11 @@ fields and a model call's metrics come out as the cleaned attributes give them."
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from tests.support.telemetry import Histogram as _Histogram
+from tests.support.telemetry import Proxy as _Proxy
 
 from tether import telemetry
-
-
-class _Histogram:
-    def __init__(self) -> None:
-        self.records: list[tuple[float, dict[str, Any]]] = []
-
-    def record(self, amount: float, attributes: Any = None, context: Any = None) -> None:
-        self.records.append((amount, dict(attributes or {})))
-
-
-class _Proxy(_Histogram):
-    """A proxy instrument with no meter provider behind it (until `_real_instrument`)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._real_instrument: _Histogram | None = None
-
-    def record(self, amount: float, attributes: Any = None, context: Any = None) -> None:
-        if self._real_instrument is not None:
-            self._real_instrument.record(amount, attributes, context)
 
 
 @pytest.fixture

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.support.telemetry import Histogram as _Histogram
+from tests.support.telemetry import Proxy as _Proxy
 
 from tether import telemetry
 from tether.runtime.round import history
@@ -107,30 +109,6 @@ def test_a_span_without_log_fields_leaves_them_and_ends_the_ones_it_sets() -> No
             assert dict(telemetry.log_fields()) == {"task_id": "t1", "round": 4}
         assert dict(telemetry.log_fields()) == {"task_id": "t1"}
     assert dict(telemetry.log_fields()) == {}
-
-
-class _Histogram:
-    """An instrument that keeps what it records."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[float, dict[str, Any]]] = []
-
-    def record(self, amount: float, attributes: Any = None, context: Any = None) -> None:
-        self.records.append((amount, dict(attributes or {})))
-
-
-class _Proxy(_Histogram):
-    """Like OpenTelemetry's proxy instruments: recording goes to the real instrument a
-    meter provider gives it, and nowhere before."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._real_instrument: _Histogram | None = None
-
-    def record(self, amount: float, attributes: Any = None, context: Any = None) -> None:
-        super().record(amount, attributes)
-        if self._real_instrument is not None:
-            self._real_instrument.record(amount, attributes, context)
 
 
 def _chat() -> None:

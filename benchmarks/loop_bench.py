@@ -409,6 +409,9 @@ def make_registry(probe: Probe) -> ToolRegistry:
         },
         fn=read_page,
         effect="read",
+        # A document collection does not change by itself: reading a page again is no
+        # progress (the measured policy's rounds), not waiting on the world.
+        volatile=False,
     )
     return ToolRegistry([tool])
 

@@ -77,7 +77,8 @@ class PagedServer(MCPServer):
 server: PagedServer = PagedServer("tether-test-server")
 
 
-@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+# A closed world (`openWorldHint: false`): the same answer every time.
+@server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
 def add(a: int, b: int) -> int:
     """Add two integers."""
     return a + b

@@ -46,8 +46,6 @@ from tether.store.sqlite import SQLiteStore
 
 #: The honest shapes the runtime still stops, and why (see the report of each).
 BLOCKED: dict[str, str] = {
-    "long-poller": "an identical status answer is no progress: blocked at the 3rd "
-    "'running' (runtime/judge/audit.py _focus_change, progress.moves)",
     "shared-changelog": "appending v1's section to the file that proved v0 reopens v0 "
     "before delivery (deliverable_broken: the file rule's evidence pins the whole file's "
     "hash), one round more than planned (runtime/recovery/deliverables.py _Check.artifact)",

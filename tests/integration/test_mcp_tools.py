@@ -101,6 +101,10 @@ async def test_annotations_map_to_effects_and_idempotency(notes: dict[str, Tool]
     assert got["slow"] == ("write", False)
     assert notes["delete_note"].risky
     assert not notes["add"].risky and not notes["plain"].risky
+    # A read may change by itself (asking again is waiting) unless its world is closed.
+    assert notes["whoami"].volatile and notes["slow_read"].volatile
+    assert not notes["add"].volatile  # openWorldHint: false
+    assert not notes["plain"].volatile and not notes["delete_note"].volatile
 
 
 async def test_tools_carry_schema_service_timeout_and_description(

@@ -294,6 +294,139 @@ async def test_the_blocked_rereader_replays_clean(backend: Backend, tmp_path: Pa
         await store.close()
 
 
+# --- waiting on the world: the same status again ------------------------------------------
+
+#: How many times the build says "running" before it passes: more than the rounds without
+#: progress an item may have, fewer than its rounds cap.
+RUNNING = 30
+
+
+def build_tools(volatile: bool | None = None) -> tuple[Tool, ...]:
+    """`start_build` and `build_status` (a read whose answer changes by itself, unless
+    `volatile=False` says otherwise): "running" `RUNNING` times, then "passed"."""
+    polls = {"n": 0}
+
+    @tool(effect="write", idempotent=True)
+    def start_build() -> str:
+        return "build #7 started"
+
+    @tool(effect="read", volatile=volatile)
+    def build_status() -> str:
+        polls["n"] += 1
+        return "build #7: running" if polls["n"] <= RUNNING else "build #7: passed"
+
+    return start_build, build_status
+
+
+def poller(request: ModelRequest) -> ModelResponse:
+    """Starts the build, asks its status until it passes, then records the result."""
+    if next_of(request) is None:
+        return ModelResponse("recorded")
+    last = last_tool_text(request)
+    if "passed" in last:
+        call = tool_call("write_file", path="out/build.txt", content="build #7 passed\n")
+        return ModelResponse("recording it", (call,))
+    if "build #7" in last:
+        return ModelResponse("still waiting on the build", (tool_call("build_status"),))
+    return ModelResponse("starting the build", (tool_call("start_build"),))
+
+
+def poller_spec() -> TaskSpec:
+    return parse_spec(
+        {
+            "objective": "build, and record that it passed",
+            "items": [
+                {
+                    "id": "build",
+                    "title": "the build passed and is recorded",
+                    "done_when": {"kind": "file", "path": "out/build.txt", "contains": "passed"},
+                }
+            ],
+            "tools": ["start_build", "build_status", "write_file"],
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("crash_actor", "crash_judge"),
+    [(set(), set()), ({4, 17}, set()), (set(), {5, 20})],
+    ids=["straight", "crash-between-rounds", "crash-before-the-verdict"],
+)
+async def test_polling_a_status_that_changes_by_itself_finishes_at_default_limits(
+    backend: Backend, tmp_path: Path, crash_actor: set[int], crash_judge: set[int]
+) -> None:
+    """Thirty identical "running" answers are waiting, not rounds without progress: the
+    item is never blocked, across crashes too, and every round is judged once."""
+    spec = poller_spec()
+    store = await backend.open()
+    tid = (await create_task(store, spec, workspace=tmp_path)).task_id
+    if backend.durable:
+        await store.close()
+    actor = Crashy("poller", poller, crash_actor)
+    judge = Crashy("judge", attaching_judge, crash_judge)
+    store, status = await run_until_done(backend, tid, actor, judge, build_tools())
+    try:
+        led = await ledger_of(store, tid)
+        assert status == "satisfied", led.item("build").note
+        rounds = await events_of(store, tid, "round.committed")
+        assert len(rounds) == 1 + RUNNING + 1 + 1
+        assert not [w for w in await events_of(store, tid, "audit.warning")]
+        verdicts = await events_of(store, tid, "judge.verdict")
+        assert len({v["round"] for v in verdicts}) == len(verdicts)
+    finally:
+        await store.close()
+
+
+async def test_a_poll_of_what_only_the_task_changes_is_blocked_as_before(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """The same poller against a status the tool says does not change by itself
+    (`volatile=False`): the same answer is no progress, blocked after the usual rounds."""
+    spec = poller_spec()
+    store = await backend.open()
+    try:
+        tid = (await create_task(store, spec, workspace=tmp_path)).task_id
+        registry = registry_of(store, build_tools(volatile=False))
+        engine = Engine(store, ModelSet(ScriptedModel(policy=poller)), registry=registry)
+        assert (await engine.run(tid)).status == "waiting"
+        item = (await ledger_of(store, tid)).item("build")
+        assert item.status == "blocked"
+        assert item.note.startswith(f"no progress in {spec.limits.no_progress_rounds} rounds")
+        rounds = await events_of(store, tid, "round.committed")
+        assert len(rounds) == 2 + spec.limits.no_progress_rounds
+    finally:
+        await store.close()
+
+
+async def test_a_wait_that_never_ends_is_blocked_at_the_rounds_cap_and_replays_clean(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """A build that runs forever: the item is blocked at `max_rounds_per_item`, saying
+    it was still asking with the same answers; the recorded run replays clean."""
+    spec = poller_spec()
+    store = await backend.open()
+    try:
+        tid = (await create_task(store, spec, workspace=tmp_path)).task_id
+        start, status_tool = build_tools()
+        forever = tool(lambda: "build #7: running", name="build_status", effect="read")
+        registry = registry_of(store, (start, forever))
+        engine = Engine(store, ModelSet(ScriptedModel(policy=poller)), registry=registry)
+        assert (await engine.run(tid)).status == "waiting"
+        item = (await ledger_of(store, tid)).item("build")
+        cap = spec.limits.max_rounds_per_item
+        assert item.status == "blocked"
+        assert item.note == (
+            f"not finished in {cap} rounds (limits.max_rounds_per_item); still asking again "
+            "with the same answers"
+        )
+        assert len(await events_of(store, tid, "round.committed")) == cap
+        replayed = await replay_task(store, tid, registry=registry)
+        assert replayed.divergence is None, replayed.divergence
+        assert status_tool.volatile and forever.volatile
+    finally:
+        await store.close()
+
+
 # --- drafts and deliverables ---------------------------------------------------------------
 
 DRAFTS = ("notes v1\n", "notes v2, fuller\n", "notes v3, final\n")

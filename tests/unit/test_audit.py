@@ -61,6 +61,11 @@ OK_CHANGED = OpSummary("x.r5.c0", "write_file", {"path": "a"}, "succeeded", "oth
 FAILED_CHANGED = OpSummary(
     "x.r5.c1", "read_file", {"path": "gone"}, "failed", error="permission denied"
 )
+#: A status asked of the outside world (`Tool.volatile`), and a read of the workspace.
+POLL = OpSummary("x.r5.c3", "build_status", {"id": 41}, "succeeded", "running", volatile=True)
+POLL_DONE = OpSummary("x.r5.c3", "build_status", {"id": 41}, "succeeded", "passed", volatile=True)
+READ = OpSummary("x.r5.c4", "read_file", {"path": "a"}, "succeeded", "text")
+EDIT = OpSummary("x.r5.c5", "write_file", {"path": "a"}, "succeeded", "ok", effect="write")
 
 
 def marks(*ops: OpSummary) -> tuple[str, ...]:
@@ -575,6 +580,64 @@ CASES = [
         policies={"c": linked("create_ticket")},
         status={"a": "blocked", "c": "pending"},
         evidence={"c": ("op:tk5",)},
+        codes=["item_blocked"],
+    ),
+    Case(
+        "asking-again-what-changes-by-itself-is-waiting",
+        [llm("continue")],
+        {"a": {"status": "in_progress", "breaker": 2}},
+        facts("a", POLL, READ),
+        seen={"a": marks(POLL, READ)},
+        status={"a": "in_progress"},
+        counters={"a": (0, 2)},
+        codes=[],
+    ),
+    Case(
+        "a-changed-answer-after-waiting-is-progress",
+        [llm("continue")],
+        {"a": {"status": "in_progress", "breaker": 2}},
+        facts("a", POLL_DONE),
+        seen={"a": marks(POLL)},
+        counters={"a": (0, 0)},
+    ),
+    Case(
+        "re-reading-the-workspace-is-no-progress-even-beside-a-poll-of-nothing-new",
+        [llm("continue")],
+        {"a": {"status": "in_progress", "breaker": 2}},
+        facts("a", READ),
+        seen={"a": marks(POLL, READ)},
+        status={"a": "blocked"},
+        codes=["item_blocked"],
+    ),
+    Case(
+        "the-same-edit-again-beside-a-poll-is-no-progress",
+        [llm("continue")],
+        {"a": {"status": "in_progress", "breaker": 2}},
+        facts("a", POLL, EDIT),
+        seen={"a": marks(POLL, EDIT)},
+        status={"a": "blocked"},
+        codes=["item_blocked"],
+    ),
+    Case(
+        "a-failure-beside-a-poll-is-no-waiting",
+        [llm("continue")],
+        {"a": {"status": "in_progress", "breaker": 1}},
+        facts("a", POLL, FAILED),
+        seen={"a": marks(POLL)},
+        counters={"a": (0, 2)},
+    ),
+    Case(
+        "a-wait-that-never-ends-stops-at-the-per-item-cap",
+        [llm("continue")],
+        IN_A,
+        facts("a", POLL),
+        seen={"a": marks(POLL)},
+        rounds=40,
+        status={"a": "blocked"},
+        note={
+            "a": "not finished in 40 rounds (limits.max_rounds_per_item); still asking "
+            "again with the same answers"
+        },
         codes=["item_blocked"],
     ),
     Case(

@@ -541,6 +541,27 @@ def test_schemas_and_effects_match_the_tools() -> None:
     registry = default_registry(lambda: None)  # type: ignore[arg-type,return-value]
     assert registry.names() == sorted([*BY_NAME, "read_artifact", "ledger_items", *SOURCE_TOOLS])
     assert registry.get("delete_file") is None
+    # What the built-in reads show only the task changes (its workspace, its records):
+    # none is volatile, so the same answer again is no progress, never waiting.
+    assert [t.name for t in (registry.get(n) for n in registry.names()) if t and t.volatile] == []
+
+
+def test_a_read_is_volatile_unless_it_says_otherwise() -> None:
+    @registry.tool(effect="read")
+    def status() -> str:
+        return "running"
+
+    @registry.tool(effect="read", volatile=False)
+    def local() -> str:
+        return "same"
+
+    @registry.tool(effect="write", idempotent=True)
+    def put() -> str:
+        return "ok"
+
+    assert status.volatile and not local.volatile and not put.volatile
+    with pytest.raises(errors.UserError, match="volatile=True is for read tools"):
+        registry.tool(lambda: "x", name="send", effect="send", volatile=True)
 
 
 async def test_defaults_apply(tree: tuple[Workspace, Path, Path]) -> None:

@@ -87,7 +87,9 @@ def test_remember_the_same_list_twice_gives_the_same_result() -> None:
 def test_moves_sees_the_marks_a_kept_set_holds() -> None:
     seen = P.remember([], [P.digest("ok", "t", "h", "r")])
     call = type(
-        "Call", (), {"tool": "t", "status": "succeeded", "args_hash": "h", "effect": "read"}
+        "Call",
+        (),
+        {"tool": "t", "status": "succeeded", "args_hash": "h", "effect": "read", "volatile": False},
     )()
     call.result_hash = "r"
     assert not P.moves([call], None, P.seen_set(seen)).moved

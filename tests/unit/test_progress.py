@@ -241,6 +241,7 @@ class Call:
     args_hash: str
     result_hash: str = ""
     effect: str = "read"
+    volatile: bool = False
 
 
 OK = Call("read_file", "succeeded", "args-a", "result-1")
@@ -271,6 +272,41 @@ def test_a_new_successful_call_moves_and_the_same_one_again_does_not() -> None:
 def test_words_only_and_held_back_calls_move_nothing() -> None:
     assert P.moves([], None, ()) == P.Moves((), (), False)
     assert P.moves([DEFERRED], None, ()) == P.Moves((), (), False)
+
+
+POLL = Call("build_status", "succeeded", "args-41", "running", volatile=True)
+POLL_PASSED = Call("build_status", "succeeded", "args-41", "passed", volatile=True)
+
+
+def test_asking_again_what_changes_by_itself_is_waiting_not_a_move() -> None:
+    first = P.moves([POLL], None, ())
+    assert first.moved and not first.waiting
+    seen = P.remember([], first.marks)
+    for _ in range(30):
+        again = P.moves([POLL], None, seen)
+        assert not again.moved and again.waiting and not again.repeated
+        seen = P.remember(seen, again.marks)
+    # The answer changed: a move, not a wait.
+    done = P.moves([POLL_PASSED], None, seen)
+    assert done.moved and not done.waiting
+    # Beside the poll, re-reading the same file waits too; a new read moves.
+    seen = P.remember(seen, P.moves([OK], None, seen).marks)
+    assert P.moves([POLL, OK], None, seen).waiting
+    assert P.moves([POLL, OTHER], None, seen).moved
+
+
+def test_a_poll_beside_a_change_a_failure_or_nothing_polled_is_no_wait() -> None:
+    seen = seen_after(((POLL, OK, FAIL, edit("x")), None))
+    # The same edit again, or a failure, is not waiting on the world.
+    assert not P.moves([POLL, edit("x")], None, seen).waiting
+    assert not P.moves([POLL, FAIL], None, seen).waiting
+    # A workspace file read again (not volatile) is no progress, never waiting.
+    assert not P.moves([OK], None, seen).waiting
+    # Words only, or a call held back, are not waiting either.
+    assert not P.moves([], None, seen).waiting
+    assert not P.moves([DEFERRED], None, seen).waiting
+    # After a compaction the poll's answer is new to the model: it moves.
+    assert P.moves([POLL], None, seen, compactions=1).moved
 
 
 def test_failures_first_is_no_move_changed_is_a_move_same_again_is_an_attempt() -> None:

@@ -13,8 +13,9 @@ async with McpSources(spec.mcp_servers) as sources:
 
 Tool annotations map to effects: `readOnlyHint` → `read`, `destructiveHint` → `delete`,
 anything else (unannotated tools included) → `write`, as for a Python `@tool` that
-declares no effect. Read tools are idempotent, others only with `idempotentHint`. The
-service (for breakers and concurrency limits) is the server's name.
+declares no effect. Read tools are idempotent, others only with `idempotentHint`; they
+are volatile (`Tool.volatile`) unless `openWorldHint` is false. The service (for
+breakers and concurrency limits) is the server's name.
 
 Names: a server's tools are exposed as `<prefix>__<tool>` (`McpServer.prefix`, by
 default the server's name with characters providers refuse turned into `_`; `prefix: ""`
@@ -28,12 +29,11 @@ Supervision: a lost connection (the stdio process exited, the HTTP session is go
 the server's failure, not the call's. The next call restarts the process or reopens the
 session, with backoff, up to `McpServer.restart_attempts` tries; a call that finds the
 server down and cannot bring it back was never sent, and fails as retryable
-(`transient`), so the op runner retries it under the tool's retry policy and the shared
-breaker of the service (the server's name) counts the failure and, when the server stays
-down, holds the task's calls back and parks it. Such a call raises `errors.ServiceDown`:
-when its retries run out the op runner holds it back like a call an open breaker
-stopped, so it never counts against the item (no attempt, no step towards blocking it,
-no repeated identical failure) and the task waits for the server.
+(`transient`): the op runner retries it under the tool's retry policy, and the service's
+shared breaker counts it and, when the server stays down, holds the task's calls back
+and parks it. It raises `errors.ServiceDown`: when its retries run out the op runner
+holds it back like a call an open breaker stopped, never counted against the item (no
+attempt, no repeated failure), and the task waits for the server.
 
 The server's stderr goes to a file of its own (it would garble tether's terminal); the
 last `STDERR_LINES` lines of it travel in the message of a failure the server caused (a
@@ -51,8 +51,7 @@ Failures are classified for the runtime:
 - a connection found dead before sending, which could not be restored, is an
   `errors.ServiceDown` (retryable) whatever the effect: nothing was sent.
 
-The op id travels to the server in the request's `_meta` under `OP_ID_META_KEY`, so a
-server that cares can deduplicate a re-sent call.
+The op id travels in the request's `_meta` (`OP_ID_META_KEY`): a server can deduplicate.
 
 Each server's session lives in a task of its own, so a source may be opened and closed
 from different asyncio tasks and called from any task of the same event loop. Starting
@@ -493,6 +492,7 @@ class McpToolSource:
             fn=run,
             effect=effect,
             idempotent=idempotent,
+            volatile=not (remote.annotations and remote.annotations.open_world_hint is False),
             service=self.server.name,
             timeout=self.server.timeout + TIMEOUT_GRACE,
             server=self.server.name,

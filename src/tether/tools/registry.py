@@ -238,12 +238,19 @@ class Tool:
     #: tool that returns the slice the model asked for (`read_artifact`), which a
     #: preview would only send round in circles.
     previews: bool = True
+    #: A read whose answer can change with nothing done by this task (a build's status,
+    #: a queue's length, a web page): the same answer again is waiting, not a loop (see
+    #: `runtime.round.progress`). None: True for a `read`; tether's reads of the
+    #: workspace and of the task's own records say False (only the task changes them).
+    volatile: bool | None = None
 
     def __post_init__(self) -> None:
         if self.effect not in EFFECTS:
             raise errors.UserError(
                 f"tool {self.name}: effect {self.effect!r} is not one of {', '.join(EFFECTS)}"
             )
+        # A tool with effects is never polled (`tool` refuses saying otherwise).
+        object.__setattr__(self, "volatile", self.effect == "read" and self.volatile is not False)
         if self.effect == "read" and not self.idempotent:
             # Looking twice changes nothing: a read needs no dispatch mark or reconcile.
             object.__setattr__(self, "idempotent", True)
@@ -405,6 +412,7 @@ class ToolOptions(TypedDict, total=False):
     classify: Classifier | None
     effect_of: EffectHook | None
     compensate: Compensation | Compensator | None
+    volatile: bool | None
 
 
 @overload
@@ -433,6 +441,7 @@ def tool(
     classify: Classifier | None = None,
     effect_of: EffectHook | None = None,
     compensate: Compensation | Compensator | None = None,
+    volatile: bool | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` from a sync or async function; its type hints give the schema
     (`Annotated[int, Field(ge=0, description=...)]` constraints included).
@@ -444,10 +453,17 @@ def tool(
     agree). `idempotent` defaults to True for reads and False for anything with effects.
     `effect_of` refines `effect` per call (see `Tool`). `compensate(op, ctx)` (or a
     `Compensation`) undoes an applied op when the retry policy's `on_exhausted` is
-    `compensate` (see `Compensation`).
+    `compensate` (see `Compensation`). `volatile` (reads only; default True) says the
+    answer can change by itself, so asking again and getting the same is waiting, not
+    a loop; say False for a read of what only this task changes (see `Tool`).
     """
     if effect not in EFFECTS:
         raise errors.UserError(f"effect {effect!r} is not one of {', '.join(EFFECTS)}")
+    if volatile and effect != "read":
+        raise errors.UserError(
+            f"volatile=True is for read tools (an answer that changes by itself); this "
+            f"tool's effect is {effect!r}"
+        )
 
     def build(f: Callable[..., Any]) -> Tool:
         sig = inspect.signature(f)
@@ -498,6 +514,7 @@ def tool(
             args_model=model,
             effect_of=effect_of,
             compensate=_compensation(compensate),
+            volatile=volatile,
         )
 
     return build(fn) if fn is not None else build

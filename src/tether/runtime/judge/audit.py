@@ -226,15 +226,13 @@ def _focus_change(
     rounds: int,
 ) -> tuple[L.ItemChange | None, AuditWarning | None]:
     """The mechanical breaker on the focus item, from what the round did (`moved`), not
-    from what a judge attached.
-
-    Progress is the item becoming done, or the round doing something new for it (see
-    `progress.moves`). A round without progress raises the breaker; a round whose failure
-    the item has seen before is an attempt; a non-convergent round (the same call failing
-    the same way again and again) blocks the item whatever else it did; and an item
-    still open after `limits.max_rounds_per_item` rounds is blocked (padding with
-    ever-new arguments ends there).
-    """
+    from what a judge attached. Progress is the item becoming done, or the round doing
+    something new for it (`progress.moves`). A round without progress raises the breaker
+    (waiting, `Moves.waiting`, leaves it); a round whose failure the item has seen
+    before is an attempt; a non-convergent round (the same call failing the same way
+    again and again) blocks the item whatever else it did; and an item still open after
+    `limits.max_rounds_per_item` rounds is blocked (a wait, or padding with ever-new
+    arguments, ends there)."""
     focus = facts.focus
     if facts.deferred or focus is None or not ledger.has_item(focus):
         return None, None
@@ -247,7 +245,7 @@ def _focus_change(
     progressed = done or (moved.moved and not facts.non_convergent)
     failed = moved.repeated and not done
     attempts = state.attempts + (1 if failed else 0)
-    breaker = 0 if progressed else state.breaker + 1
+    breaker = 0 if progressed else state.breaker + (0 if moved.waiting else 1)
     max_attempts = policy.max_attempts or limits.max_attempts_per_item
     cap = limits.max_rounds_per_item
     reason = None
@@ -265,7 +263,8 @@ def _focus_change(
     elif failed and attempts >= max_attempts:
         reason = f"failed {attempts} attempts (the same failures again)"
     elif cap is not None and rounds >= cap:
-        reason = f"not finished in {rounds} rounds (limits.max_rounds_per_item)"
+        waited = "; still asking again with the same answers" if moved.waiting else ""
+        reason = f"not finished in {rounds} rounds (limits.max_rounds_per_item){waited}"
     if not reason:  # a change that changes nothing (most rounds) is left out
         if not failed and breaker == state.breaker:
             return None, None

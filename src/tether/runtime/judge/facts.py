@@ -75,6 +75,9 @@ class OpSummary:
     #: The tool's effect (`read`, `write`, ...): a successful call of any but `read`
     #: changed the item's world, so a failure seen before it is not a repeat after it.
     effect: str = "read"
+    #: A read whose answer can change by itself (`Tool.volatile`): the same answer again
+    #: is waiting on the world, not a loop.
+    volatile: bool = False
 
     def __post_init__(self) -> None:
         if not self.args_hash:

@@ -58,6 +58,7 @@ def facts_from_dict(d: Mapping[str, Any]) -> F.RoundFacts:
                 str(o.get("args_hash") or ""),
                 str(o.get("result_hash") or ""),
                 str(o.get("effect") or "read"),
+                bool(o.get("volatile")),
             )
             for o in d.get("ops", [])
         ),
@@ -86,6 +87,7 @@ def facts_to_dict(facts: F.RoundFacts) -> dict[str, Any]:
                 "args_hash": o.args_hash,
                 "result_hash": o.result_hash,
                 "effect": o.effect,
+                "volatile": o.volatile,
             }
             for o in facts.ops
         ],

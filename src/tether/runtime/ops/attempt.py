@@ -195,6 +195,7 @@ class Attempts:
             record=rec,
             duration_ms=ms,
             args_hash=record.args_hash,
+            volatile=bool(tool.volatile),
         )
 
     async def reconcile(self, tool: Tool, record: OpRecord) -> Reconciliation:

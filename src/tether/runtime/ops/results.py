@@ -47,6 +47,8 @@ class OpOutcome:
     compensate: bool = False
     #: Set once the item's applied ops were compensated: why the item is blocked.
     blocks: str | None = None
+    #: A successful read of a tool whose answer can change by itself (`Tool.volatile`).
+    volatile: bool = False
 
     def result_events(self) -> list[ev.Event]:
         """The journal entries of this outcome: its result, and its artifact if any."""

@@ -382,6 +382,7 @@ def round_facts(
                 if o.status == "succeeded"
                 else P.failure_hash(o.error_class, o.error),
                 o.effect,
+                o.volatile,
             )
             for o in outcomes
         ),

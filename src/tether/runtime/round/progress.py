@@ -13,7 +13,13 @@ A round *moves* its focus item when it did something new for it:
 - a `done_when` rule check whose unmet state changed: the rule's file changed, its
   command says something else, more artifacts count toward its `min_count`.
 
-Words alone move nothing. What a round did is kept as short fingerprints per item
+Words alone move nothing. A round that only asks again what can change by itself (a
+`volatile` read: a build's status, a queue) and hears the same answer is *waiting*: it
+neither moves its item nor counts as a round without progress; the item's rounds cap
+(`limits.max_rounds_per_item`) ends a wait that never ends. Re-reading what only the
+task changes (its workspace files) and hearing the same is no progress.
+
+What a round did is kept as short fingerprints per item
 (`RunState.seen`, stored with every commit), so the same judgement is made after a crash,
 on resume and in a replay; each round only adds its own fingerprints to its item's set.
 
@@ -293,6 +299,9 @@ class CallFact(Protocol):
     @property
     def effect(self) -> str: ...
 
+    @property
+    def volatile(self) -> bool: ...
+
 
 #: The first character of a change mark (`moves`): never a hex digit, so the marks of an
 #: item's changes are told from its other fingerprints, and counted (`changes`).
@@ -321,11 +330,13 @@ def _count_changes(marks: Iterable[str]) -> int:
 class Moves:
     """What a round did for its item: `new` are the fingerprints that move it (empty: no
     progress), `marks` everything to remember, `repeated` whether a failure of the round
-    had been seen before for the item (an attempt)."""
+    had been seen before for the item (an attempt), `waiting` whether the round, doing
+    nothing new, only asked again what can change by itself (`CallFact.volatile`)."""
 
     new: tuple[str, ...]
     marks: tuple[str, ...]
     repeated: bool
+    waiting: bool = False
 
     @property
     def moved(self) -> bool:
@@ -348,23 +359,33 @@ def moves(
     and its fingerprint) instead of its fingerprint. What was read, and how calls
     failed, is keyed by the compactions too: the summary took it from the model, so
     reading it or trying it again after a compaction is new to the model; a change
-    stays a change."""
+    stays a change.
+
+    A round of successful reads only, one of them a `volatile` call asked again with the
+    same answer, is `waiting` when it has nothing new."""
     new: list[str] = []
     marks: list[str] = []
     repeated = False
     memory = _tag(compactions)
+    polled = False  # a volatile read answered as before
+    reads_only = True
     for c in calls:
         if c.status == "succeeded":
             if c.effect != "read":
+                reads_only = False
                 fp = _CHANGE + digest("ok", c.tool, c.args_hash, c.result_hash)[1:]
                 if fp not in seen and fp not in marks:
                     changed += 1  # the item's world changed (not by this change again)
             else:
                 fp = digest("ok", c.tool, c.args_hash, c.result_hash, *memory)
+                if c.volatile and fp in seen:
+                    polled = True
             marks.append(fp)
             if fp not in seen:
                 new.append(fp)
-        elif c.status != "deferred":  # a call an open breaker held back did nothing
+            continue
+        reads_only = False
+        if c.status != "deferred":  # a call an open breaker held back did nothing
             call = digest("call", c.tool, c.args_hash, *memory)
             # A failure is keyed by the changes made before it (none: as it always was).
             fail = digest("fail", c.tool, c.args_hash, c.result_hash, *_tag(changed), *memory)
@@ -379,7 +400,8 @@ def moves(
         marks += [checked, state]
         if checked in seen and state not in seen:
             new.append(state)
-    return Moves(tuple(dict.fromkeys(new)), tuple(dict.fromkeys(marks)), repeated)
+    waiting = polled and reads_only and not new
+    return Moves(tuple(dict.fromkeys(new)), tuple(dict.fromkeys(marks)), repeated, waiting)
 
 
 #: The set of each list `remember` returned lately, by the list's id: an item's marks

@@ -156,6 +156,7 @@ def _io(name: str) -> Iterator[None]:
 @tool(
     name="list_files",
     effect="read",
+    volatile=False,
     description="List the files and folders in a workspace folder (folders end in /).",
 )
 def list_files(ctx: ToolContext, path: WorkspacePath = ".") -> str:
@@ -166,6 +167,7 @@ def list_files(ctx: ToolContext, path: WorkspacePath = ".") -> str:
 @tool(
     name="read_file",
     effect="read",
+    volatile=False,
     description=(
         f"Read a text file from the workspace: at most `limit` characters (default "
         f"{files.DEFAULT_READ_LIMIT}) from character `offset`; says how many remain."
@@ -294,6 +296,7 @@ def source_aware_read_file(store_getter: Callable[[], Store]) -> Tool:
     @tool(
         name="read_file",
         effect="read",
+        volatile=False,
         description=read_file.description,
     )
     async def guarded_read_file(
@@ -359,6 +362,7 @@ def read_artifact_tool(store_getter: Callable[[], Store]) -> Tool:
     @tool(
         name=READ_ARTIFACT,
         effect="read",
+        volatile=False,
         description="Read part of a stored artifact (a large tool output) by id.",
     )
     async def read_artifact(

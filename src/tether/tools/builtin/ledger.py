@@ -30,6 +30,7 @@ def ledger_items_tool(store_getter: Callable[[], Store]) -> Tool:
     @tool(
         name=LEDGER_ITEMS,
         effect="read",
+        volatile=False,
         description=(
             "List the goal ledger's items, a page at a time, in checklist order: filter by "
             "status ('open' = pending or in progress) and milestone; pass the last id you "

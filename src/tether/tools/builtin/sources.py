@@ -19,18 +19,16 @@
   artifacts (large tool outputs, evidence, claims, compaction summaries, source
   snapshots) by relevance to a few words, so what was trimmed from the context can be
   found again; each hit names the id to cite (`artifact:<id>` as an item's evidence, an
-  evidence id in `record_claim`) and an excerpt. Invalidated artifacts are left out
-  unless asked for, and then marked as history, never to be cited.
+  evidence id in `record_claim`) and an excerpt; invalidated ones only when asked for.
 - `write_report(path, title, sections, open_questions)` writes the report file into the
   workspace from the cited sections (each with the claims it cites) and its open
   questions, and stores a `report` artifact that depends on the sections and records
   the file's content hash: a changed source invalidates it with its sections, and a
   deleted or altered file reopens its item on the next verification.
 
-A citation must resolve to a valid artifact of the right kind of this task, so nothing
-is built on a dangling or stale one. Each artifact's id derives from the op id, and the
-store write is guarded by the run's fencing token: a call re-sent after a crash writes
-the same artifact again, and a worker that lost its lease writes nothing.
+A citation must resolve to a valid artifact of the right kind of this task. An artifact's
+id derives from the op id, its store write is fenced by the run's token: a call re-sent
+after a crash writes the same artifact again, a worker that lost its lease nothing.
 """
 
 from __future__ import annotations
@@ -529,6 +527,7 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
     @tool(
         name="read_source",
         effect="read",
+        volatile=False,
         description=(
             "Read a source the contract declares (a file, a URL or an API), by id: at most "
             "`limit` characters from `offset`. The answer names the snapshot artifact to "
@@ -646,6 +645,7 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
     @tool(
         name="search_artifacts",
         effect="read",
+        volatile=False,
         description=(
             "Search this task's stored artifacts (large tool outputs, evidence, claims, "
             "summaries of earlier rounds, source snapshots) for a few words, best matches "

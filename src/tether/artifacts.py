@@ -367,14 +367,27 @@ def tree(artifacts: Sequence[ArtifactRecord]) -> list[dict[str, Any]]:
     return [node(r, frozenset({r})) for r in roots]
 
 
-#: Meta keys of an evidence artifact that stands for a workspace file.
+#: Meta keys of an evidence artifact that stands for a workspace file: its path, the
+#: accepted content's hash and size, the text its rule asked for, the round it was
+#: accepted in (see `runtime.recovery.deliverables`).
 DELIVERABLE_KEY: Final = "deliverable"
 SHA256_KEY: Final = "sha256"
+SIZE_KEY: Final = "size"
+CONTAINS_KEY: Final = "contains"
+ROUND_KEY: Final = "round"
 
 
-def deliverable_meta(path: str, data: bytes) -> dict[str, Any]:
-    """The meta of an evidence artifact that accepts workspace file `path` with `data`."""
-    return {DELIVERABLE_KEY: path, SHA256_KEY: hashlib.sha256(data).hexdigest()}
+def deliverable_meta(path: str, data: bytes, contains: str | None = None) -> dict[str, Any]:
+    """The meta of an evidence artifact that accepts workspace file `path` with `data`
+    (`contains`: the text the accepting rule asked for)."""
+    meta = {
+        DELIVERABLE_KEY: path,
+        SHA256_KEY: hashlib.sha256(data).hexdigest(),
+        SIZE_KEY: len(data),
+    }
+    if contains is not None:
+        meta[CONTAINS_KEY] = contains
+    return meta
 
 
 def stored_event(art: ArtifactRecord, *, source: str | None = None) -> ev.ArtifactStored:

@@ -45,11 +45,7 @@ from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
 
 #: The honest shapes the runtime still stops, and why (see the report of each).
-BLOCKED: dict[str, str] = {
-    "shared-changelog": "appending v1's section to the file that proved v0 reopens v0 "
-    "before delivery (deliverable_broken: the file rule's evidence pins the whole file's "
-    "hash), one round more than planned (runtime/recovery/deliverables.py _Check.artifact)",
-}
+BLOCKED: dict[str, str] = {}
 
 
 def _marks(style: str) -> list[pytest.MarkDecorator]:

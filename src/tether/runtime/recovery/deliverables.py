@@ -8,7 +8,11 @@ Whenever recovery runs, and once more before a task is delivered, every done ite
 deliverables are checked: the file must still exist and, where a hash was recorded (or
 the op that wrote it is the file's last writer), still have that content; a file the
 task wrote over since must still hold what the accepted op wrote (a later append or a
-fuller version keeps it; emptying or replacing it does not). A draft is not what was
+fuller version keeps it; emptying or replacing it does not). A file a `done_when` rule
+accepted may grow after it (the accepted content still its beginning: a log, a
+changelog appended to), or be what the task's own later `write_file` made of it (one
+file shared by several items, rewritten whole) while it still holds the rule's text;
+any other change breaks it. A draft is not what was
 accepted: when the item itself wrote the file again (a `write_file` in a round whose
 focus was that item, so before it was done), its evidence stands for that revision, and
 only a change made after it (by other work, or outside the task) breaks it. An op undone since it
@@ -43,6 +47,9 @@ if TYPE_CHECKING:
 
 DELIVERABLE_KEY = A.DELIVERABLE_KEY
 SHA256_KEY = A.SHA256_KEY
+SIZE_KEY = A.SIZE_KEY
+CONTAINS_KEY = A.CONTAINS_KEY
+ROUND_KEY = A.ROUND_KEY
 #: The built-in tools that write workspace files (their ops name the file in `path`).
 WRITERS = ("write_file", "append_file")
 
@@ -75,10 +82,11 @@ def _file_bytes(workspace: Path | None, path: str) -> bytes | None:
         return None
 
 
-def _file_state(workspace: Path | None, path: str) -> str | None:
-    """The sha256 of a workspace file, or None when it is gone."""
-    data = _file_bytes(workspace, path)
-    return None if data is None else hashlib.sha256(data).hexdigest()
+def _sent(data: bytes, content: str) -> bytes:
+    """A file's bytes as an op's `content` argument would hold them: PostgreSQL keeps a
+    NUL of the op's arguments as U+FFFD (`store._sql`), while the file holds the NUL the
+    model sent."""
+    return data.replace(b"\0", "\ufffd".encode()) if "\ufffd" in content else data
 
 
 def _where(workspace: Path | None, path: str) -> str:
@@ -89,19 +97,6 @@ def _where(workspace: Path | None, path: str) -> str:
         return str((workspace.resolve() / path).resolve())
     except (OSError, ValueError):
         return path
-
-
-def _file_problem(workspace: Path | None, path: str, want: str | None) -> str | None:
-    """Why the deliverable `path` no longer holds (gone, or not the accepted content)."""
-    have = _file_state(workspace, path)
-    if have is None:
-        return f"deliverable {path} is missing from the workspace"
-    if want is not None and have != want:
-        return (
-            f"deliverable {path} changed since it was accepted "
-            f"(sha256 {want[:12]}..., now {have[:12]}...)"
-        )
-    return None
 
 
 class _Check:
@@ -117,8 +112,11 @@ class _Check:
         history: Mapping[str, str] | None = None,
         revisions: Mapping[str, Sequence[OpRecord]] | None = None,
         focus: Callable[[int], str | None] | None = None,
+        written: Mapping[str, OpRecord] | None = None,
     ) -> None:
         self.workspace = workspace
+        #: The task's last succeeded write of each file (see `deliverable`).
+        self.written = written or {}
         self.history = history or {}
         #: Every succeeded `write_file` op per file, oldest first (see `revision`).
         self.revisions = revisions or {}
@@ -156,12 +154,45 @@ class _Check:
         art = self.artifacts[ident]
         path = art.meta.get(DELIVERABLE_KEY)
         if isinstance(path, str):
-            want = art.meta.get(SHA256_KEY)
-            problem = _file_problem(self.workspace, path, want if isinstance(want, str) else None)
+            problem = self.deliverable(path, art.meta)
             if problem is not None:
                 problems.append(problem)
                 self.files_broken[ident] = problem
         return "; ".join(problems) or None
+
+    def deliverable(self, path: str, meta: Mapping[str, Any]) -> str | None:
+        """Why the file an artifact accepted no longer holds (gone, or changed in a way
+        that is not growth or the task's own revision still meeting its rule), or None."""
+        data = _file_bytes(self.workspace, path)
+        if data is None:
+            return f"deliverable {path} is missing from the workspace"
+        want = meta.get(SHA256_KEY)
+        if not isinstance(want, str):
+            return None
+        have = hashlib.sha256(data).hexdigest()
+        if have == want:
+            return None
+        size = meta.get(SIZE_KEY)
+        grown = isinstance(size, int) and 0 <= size <= len(data)
+        if grown and hashlib.sha256(data[:size]).hexdigest() == want:
+            return None  # grown since: what was accepted is still its beginning
+        accepted = meta.get(ROUND_KEY)
+        last = self.written.get(_where(self.workspace, path))
+        content = last.args.get("content") if last is not None else None
+        if (
+            isinstance(accepted, int)
+            and last is not None
+            and last.tool == "write_file"
+            and last.round > accepted
+            and isinstance(content, str)
+            and _sent(data, content) == content.encode("utf-8")
+            and str(meta.get(CONTAINS_KEY) or "") in content
+        ):
+            return None  # the task rewrote it whole since, still meeting its rule
+        return (
+            f"deliverable {path} changed since it was accepted "
+            f"(sha256 {want[:12]}..., now {have[:12]}...)"
+        )
 
     def revision(self, op: OpRecord, path: str, item: str | None) -> OpRecord:
         """The item's own last rewrite of the file after `op` (a `write_file` made in a
@@ -195,10 +226,7 @@ class _Check:
         if not isinstance(content, str):
             return None
         want = content.encode("utf-8")
-        if "\ufffd" in content:
-            # PostgreSQL keeps a NUL of the op's arguments as U+FFFD (`store._sql`): the
-            # file holds the NUL the model sent, which is the content it accepted.
-            data = data.replace(b"\0", "\ufffd".encode())
+        data = _sent(data, content)
         last = self.last_writer.get(_where(self.workspace, path)) == op.op_id
         if op.tool == "write_file" and last:
             if data != want:
@@ -310,19 +338,24 @@ async def verify(
                 history[op.op_id] = f"{op.tool} op {op.op_id} was undone since ({how})"
             elif superseded_by(op) is not None:
                 history[op.op_id] = f"{op.tool} op {op.op_id} is history (a late result)"
-        # The file writes are checked for a cited write only (`_Check.op`): without
-        # one, neither the writers nor the approvals that modified them are read.
-        if any(o.tool in WRITERS and o.status == "succeeded" for o in cited):
-            writers = await store.get_ops(task_id, statuses={"succeeded"}, tools=set(WRITERS))
-            # The file each wrote is the one it was sent to write (after a human's
-            # `modify`).
-            writers = as_sent(writers, await store.get_approvals(task_id, statuses={"approved"}))
+        cites_writes = any(o.tool in WRITERS and o.status == "succeeded" for o in cited)
+    else:
+        cites_writes = False
+    # The file writes are read for a cited write (`_Check.op`) or a file a rule accepted
+    # (`_Check.deliverable`) only: without one, neither the writers nor the approvals
+    # that modified them are read.
+    if cites_writes or any(ROUND_KEY in a.meta for a in arts.values()):
+        writers = await store.get_ops(task_id, statuses={"succeeded"}, tools=set(WRITERS))
+        # The file each wrote is the one it was sent to write (after a human's `modify`).
+        writers = as_sent(writers, await store.get_approvals(task_id, statuses={"approved"}))
     last_writer: dict[str, str] = {}
     revisions: dict[str, list[OpRecord]] = {}
+    written: dict[str, OpRecord] = {}
     for op in writers:  # oldest first: the last one wins
         path = op.args.get("path")
         if isinstance(path, str):
             last_writer[_where(workspace, path)] = op.op_id
+            written[_where(workspace, path)] = op
             if op.tool == "write_file" and not history_only(op):
                 revisions.setdefault(_where(workspace, path), []).append(op)
     states = await _blob_states(store, hashed)
@@ -335,6 +368,7 @@ async def verify(
         history,
         revisions,
         _focus_lookup(focus_log) if focus_log else None,
+        written,
     )
     broken: list[Broken] = []
     for item, evidence in done:

@@ -260,7 +260,7 @@ class _RuleCheck:
         ref = await self.env.record_evidence(
             item.id,
             f"file {rule.path} exists ({len(content)} chars, sha256 {full[:16]})",
-            deliverable_meta(rule.path, data),
+            deliverable_meta(rule.path, data, rule.contains),
         )
         return ProposedChange(item.id, "done", (ref,), f"rule: file {rule.path}")
 

@@ -8,7 +8,7 @@ from collections.abc import Collection, Container, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tether import events as ev
-from tether.artifacts import stored_event
+from tether.artifacts import DELIVERABLE_KEY, ROUND_KEY, stored_event
 from tether.runtime.judge.facts import Evidence, RoundFacts
 from tether.runtime.judge.rules.index import OpIndex, args_match, artifacts_of, index_of
 from tether.runtime.judge.rules.own import own_commits
@@ -243,6 +243,10 @@ class StoreRuleEnv:
             task_version=self.run.view.task.version,
             meta=dict(meta or {}),
         )
+        if DELIVERABLE_KEY in art.meta:
+            # The round it was accepted in: the task's own later writes of the file are
+            # revisions of shared work (`recovery.deliverables`), not tampering.
+            art.meta[ROUND_KEY] = self.run.view.state.rounds
         self.artifacts.append(art)
         self.events.append(stored_event(art))
         return f"artifact:{art.artifact_id}"

@@ -16,7 +16,7 @@ kept as `__cause__`.
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -245,11 +245,14 @@ class AlreadySettled(UserError):
 
 
 def lease_time(at: float | None, now: float | None = None) -> str:
-    """A lease's end for a person: local ISO time to the second and how far off it is
-    (`2026-12-05 01:02:03 +0100, in 42 s`)."""
+    """A lease's end for a person, in UTC as `tether status` gives times, and how far off
+    it is (`2026-12-05 01:02:03 UTC, in 42 s`)."""
     if at is None:
         return "unknown"
-    stamp = datetime.fromtimestamp(at).astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
+    try:
+        stamp = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):  # out of the calendar's range
+        stamp = str(at)
     left = at - (time.time() if now is None else now)
     when = f"in {left:.0f} s" if left >= 0.5 else f"{-left:.0f} s ago" if left <= -0.5 else "now"
     return f"{stamp}, {when}"

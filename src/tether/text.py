@@ -49,6 +49,12 @@ def clean_data(value: T) -> T:
     return value
 
 
+def counted(n: int, noun: str) -> str:
+    """`n` and `noun`, plural unless `n` is 1 (`1 round`, `3 tool calls`): nouns that
+    take an `s`."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def exc_text(exc: BaseException) -> str:
     """What an exception from outside code (a tool, a validator, a model adapter) says,
     cleaned: its `str`, or its class's name when that is empty or fails (a broken

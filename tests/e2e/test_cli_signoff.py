@@ -43,7 +43,7 @@ def test_sign_off_through_the_cli(tmp_path: Path, env: dict[str, str]) -> None:
     lines = text.stdout.splitlines()
     assert lines[0] == f"Execution report of {tid} (small)"
     assert "  i1: done - Write out/i1.txt" in lines
-    assert "  i1: 1 rounds, 1 tool calls (write_file x1)" in lines
+    assert "  i1: 1 round, 1 tool call (write_file x1)" in lines
     assert max(map(len, lines)) <= 80
     report = json_out(run("report", tid, "--execution", "--json"))
     assert report["signoff"] is True and report["steps"]["tool_calls"] == 2

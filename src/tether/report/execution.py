@@ -14,6 +14,7 @@ from typing import Any
 from tether.runtime.judge.execution import execution_report
 from tether.spec import parse_spec
 from tether.store.base import Store
+from tether.text import counted
 
 
 async def build_execution(store: Store, task_id: str) -> dict[str, Any]:
@@ -46,15 +47,16 @@ def _section(title: str, lines: Iterable[str], width: int) -> list[str]:
 def _steps(doc: Mapping[str, Any], width: int) -> list[str]:
     st = doc["steps"]
     lines = _wrap(
-        f"{st['turns']} turns, {st['rounds']} rounds, {st['model_calls']} model calls, "
-        f"{st['tool_calls']} tool calls",
+        f"{counted(st['turns'], 'turn')}, {counted(st['rounds'], 'round')}, "
+        f"{counted(st['model_calls'], 'model call')}, {counted(st['tool_calls'], 'tool call')}",
         width,
         "  ",
     )
     for row in st["by_item"]:
         tools = ", ".join(f"{k} x{v}" for k, v in row["tools"].items()) or "no tools"
         lines += _wrap(
-            f"{row['item']}: {row['rounds']} rounds, {row['tool_calls']} tool calls ({tools})",
+            f"{row['item']}: {counted(row['rounds'], 'round')}, "
+            f"{counted(row['tool_calls'], 'tool call')} ({tools})",
             width,
             "  ",
         )

@@ -47,6 +47,7 @@ from tether.runtime.run.records import TaskRecords
 from tether.runtime.run.state import RunState, RunView
 from tether.spec import OpRule, TaskSpec, parse_spec
 from tether.store.base import CommitResult, Store, StoredEvent, TaskRecord
+from tether.text import counted
 from tether.tools import allowlist as toolset
 from tether.tools import files
 from tether.tools.breaker import Guard
@@ -336,7 +337,7 @@ class TaskRun:
         failpoints.hit("after_round_commit")
         self.flow.rounds_this_run += 1
         self.ctx.append(Entry("round", pending.messages, pending.round))
-        self.journal.snapshot(f"round {pending.round}: {pending.calls} tool calls")
+        self.journal.snapshot(f"round {pending.round}: {counted(pending.calls, 'tool call')}")
 
     @property
     def tool_env(self) -> ToolEnv:

@@ -291,4 +291,4 @@ async def test_a_milestone_round_limit_is_announced(store: Store, tmp_path: Path
     report = await sweep(store, notifier=LogNotifier())
     assert report.notices == [(tid, "limit_reached")]
     (sent,) = await events_of(store, tid, "notice.sent")
-    assert "milestone m1 used its 1 rounds" in sent["text"]
+    assert "milestone m1 used its 1 round;" in sent["text"]

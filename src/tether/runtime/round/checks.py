@@ -26,6 +26,7 @@ from tether.runtime.round import history
 from tether.runtime.run import outcome as out
 from tether.runtime.run.outcome import Outcome
 from tether.runtime.run.ports import ChecksHost
+from tether.text import counted
 
 if TYPE_CHECKING:
     from tether.runtime.round.context import Context
@@ -141,7 +142,7 @@ async def limits(view: TaskView, journal: Journal) -> Outcome | None:
             command = hints.raise_limit(journal.task_id, "max_rounds_per_milestone", used, per_ms)
             return out.waiting(
                 "human",
-                f"milestone {ms} used its {per_ms} rounds; raise the limit: {command}",
+                f"milestone {ms} used its {counted(per_ms, 'round')}; raise the limit: {command}",
                 why="max_rounds_per_milestone",
             )
     return await check_budget(view, journal, ms)

@@ -184,6 +184,39 @@ async def test_real_servers_tools_are_prefixed_beside_the_builtins(
     assert not names & {"get_current_time", "git_status", "read_text_file"}
 
 
+async def test_rereading_through_a_closed_world_server_is_no_progress(
+    tmp_path: Path, fs_server: str
+) -> None:
+    """Real servers say which reads change by themselves: server-filesystem's reads are
+    `openWorldHint: false`, so asking again and hearing the same is a loop (blocked after
+    `no_progress_rounds` at the default limits), not waiting."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("the same every time\n")
+    servers = [{"name": "fs", "command": fs_server, "args": [str(ws)]}]
+    items = [{"id": "read", "title": "read the notes", "done_when": {"kind": "file", "path": "x"}}]
+    contract = {
+        "objective": "read the notes",
+        "items": items,
+        "tools": ["fs__read_text_file"],
+        "mcp_servers": servers,
+    }
+
+    def policy(request: ModelRequest) -> ModelResponse:
+        return ModelResponse(
+            "reading again", (tool_call("fs__read_text_file", path=str(ws / "notes.txt")),)
+        )
+
+    store = await MemoryStore.open()
+    task = await create_task(store, parse_spec(contract), workspace=ws)
+    result = await Engine(store, ModelSet(ScriptedModel(policy=policy))).run(task.task_id)
+    assert result.status == "waiting"
+    item = (await store.get_ledger(task.task_id)).to_ledger().item("read")
+    limit = parse_spec(contract).limits.no_progress_rounds
+    assert item.status == "blocked" and item.note.startswith(f"no progress in {limit} rounds")
+    assert len(await events_of(store, task.task_id, "round.committed")) == 1 + limit
+
+
 def clashing_spec(ws: Path, fs_server: str) -> dict[str, Any]:
     return {
         "objective": "read a file",

@@ -372,7 +372,7 @@ def tree(artifacts: Sequence[ArtifactRecord]) -> list[dict[str, Any]]:
 #: accepted in (see `runtime.recovery.deliverables`).
 DELIVERABLE_KEY: Final = "deliverable"
 SHA256_KEY: Final = "sha256"
-SIZE_KEY: Final = "size"
+SIZE_KEY: Final = "file_size"
 CONTAINS_KEY: Final = "contains"
 ROUND_KEY: Final = "round"
 

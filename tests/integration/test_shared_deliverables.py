@@ -202,7 +202,7 @@ def test_meta_of_an_older_release_is_checked_by_its_hash_alone(tmp_path: Path) -
     accepted = (HEAD + section("v0")).encode()
     (tmp_path / LOG).write_bytes(accepted + b"more\n")
     old = deliverable_meta(LOG, accepted)
-    del old["size"]  # what an earlier release recorded: path and hash only
+    del old["file_size"]  # what an earlier release recorded: path and hash only
     assert "changed since it was accepted" in str(_check(tmp_path).deliverable(LOG, old))
     assert _check(tmp_path).deliverable(LOG, deliverable_meta(LOG, accepted)) is None
 

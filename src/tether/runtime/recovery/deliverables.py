@@ -12,12 +12,12 @@ fuller version keeps it; emptying or replacing it does not). A file a `done_when
 accepted may grow after it (the accepted content still its beginning: a log, a
 changelog appended to), or be what the task's own later `write_file` made of it (one
 file shared by several items, rewritten whole) while it still holds the rule's text;
-any other change breaks it. A draft is not what was
-accepted: when the item itself wrote the file again (a `write_file` in a round whose
-focus was that item, so before it was done), its evidence stands for that revision, and
-only a change made after it (by other work, or outside the task) breaks it. An op undone since it
-proved its item (a compensation, a human's decision) or gone to history proves nothing. Evidence
-artifacts cited by done items must still be stored with their hash. A broken one reopens
+any other change breaks it. A draft is not what was accepted: when the item itself wrote
+the file again (a `write_file` in a round whose focus was that item, so before it was
+done), its evidence stands for that revision, and only a change made after it (by other
+work, or outside the task) breaks it. An op undone since it proved its item (a
+compensation, a human's decision) or gone to history proves nothing. Evidence artifacts
+cited by done items must still be stored with their hash. A broken one reopens
 its item with the reason, so a deleted or altered deliverable can never end `satisfied`.
 """
 

@@ -1,6 +1,7 @@
 """A third set of honest ways of working, at default limits: waiting on real jobs and
 services, flaky checks, long outputs paged through, the ledger consulted, a refused
-write done another way, planning in words, guessed paths, generated deliverables.
+write done another way, planning and narrating in words, guessed paths, a failure
+narrowed down, deliverables generated or reformatted by the task's own tools.
 
 Each shape is real work in the `_honest` / `_honest_more` frameworks (`MoreStyle`,
 `PlanActor`, the judges, `liar_of`, `endless_of`): real files, real subprocesses (a
@@ -1019,6 +1020,210 @@ def _retry_later_style(name: str, polls: int) -> ThirdStyle:
 RETRY_LATER = _retry_later_style("retry-later-3", 3)
 RETRY_LATER_LONG = _retry_later_style("retry-later-4", 4)
 
+# 22. a chatty poller: says where things stand in words between polls ------------------
+
+
+def _narrating_tools(_ws: Path) -> list[Tool]:
+    state = {"n": 0}
+
+    @tool(name="start_backup", effect="write", description="Start the database backup.")
+    def start_backup(db: str) -> str:
+        return f"backup of {db} started"
+
+    @tool(name="backup_status", effect="read", description="The backup's status.")
+    def backup_status(db: str) -> str:
+        state["n"] += 1
+        return f"{db}: copying" if state["n"] <= 3 else f"{db}: backup complete (2.1 GB)"
+
+    return [start_backup, backup_status]
+
+
+def _narrating_actor(_ws: Path) -> PlanActor:
+    steps: list[Step | ModelResponse] = [say("Backing up.", call("start_backup", db="orders"))]
+    for _ in range(3):
+        steps.append(say("Status?", call("backup_status", db="orders")))
+        steps.append(say("Still copying; a backup of this size takes a while. Checking again."))
+    steps.append(say("Status?", call("backup_status", db="orders")))
+    steps.append(
+        say(
+            "Complete; recording it.",
+            call("write_file", path="out/backup.md", content="orders: backup complete\n"),
+        )
+    )
+    return PlanActor(steps)
+
+
+NARRATING_POLLER = ThirdStyle(
+    "narrating-poller",
+    "back up the orders database and record it",
+    lambda _ws: [file_item("backup", "out/backup.md", "complete")],
+    _narrating_actor,
+    tools=[*FILES, "start_backup", "backup_status"],
+    extra_tools=_narrating_tools,
+)
+
+
+# 23. a background job's log polled with the built-in read_file -------------------------
+
+#: The build's silent phase (a long compile) lasts until the agent waits for the build
+#: (`wait_build` ends it), so that every poll before falls in it whatever the machine's
+#: speed: a stand-in for minutes of silence, without a timing in the test.
+_SLOW_JOB = """\
+import pathlib, time
+
+with open("logs/build.log", "a", buffering=1) as log:
+    log.write("compiling 214 files\\n")
+    deadline = time.monotonic() + 30
+    while not pathlib.Path("logs/.linked").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    log.write("BUILD OK: dist/app.whl\\n")
+"""
+
+
+def _slow_job_tools(ws: Path) -> list[Tool]:
+    @tool(name="start_build", effect="write", description="Start the build in the background.")
+    def start_build(target: str) -> str:
+        (ws / "logs").mkdir(exist_ok=True)
+        log = ws / "logs/build.log"
+        log.write_text("")
+        _PROCS[str(ws)] = subprocess.Popen([sys.executable, "build.py"], cwd=ws)
+        deadline = time.monotonic() + 30
+        while not log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the build says it started (a real, short wait)
+        return f"build of {target} started; it logs to logs/build.log"
+
+    @tool(name="wait_build", effect="read", description="Wait until the build process exits.")
+    def wait_build(target: str) -> str:
+        (ws / "logs/.linked").touch()  # the silent phase ends (see `_SLOW_JOB`)
+        proc = _PROCS.pop(str(ws), None)
+        code = proc.wait(timeout=30) if proc is not None else 0
+        return f"build of {target} exited with {code}"
+
+    return [start_build, wait_build]
+
+
+def _log_reader_actor(_ws: Path) -> PlanActor:
+    return PlanActor(
+        [
+            say("Building.", call("start_build", target="app")),
+            *[say("The log so far.", call("read_file", path="logs/build.log"))] * 4,
+            say("It is quiet; waiting for the process.", call("wait_build", target="app")),
+            say("The log now.", call("read_file", path="logs/build.log")),
+            say(
+                "Recording it.",
+                call("write_file", path="out/build.md", content="BUILD OK: dist/app.whl\n"),
+            ),
+        ]
+    )
+
+
+LOG_READ_FILE = ThirdStyle(
+    "log-read-file",
+    "build the app and record the result",
+    lambda _ws: [file_item("build", "out/build.md", "BUILD OK")],
+    _log_reader_actor,
+    files={"build.py": _SLOW_JOB},
+    tools=[*FILES, "start_build", "wait_build"],
+    extra_tools=_slow_job_tools,
+)
+
+
+# 24. a formatter run over everything once the files are written ----------------------
+
+_FORMATTER = """\
+import pathlib, sys
+
+check = "--check" in sys.argv
+changed = 0
+for p in sorted(pathlib.Path("src").rglob("*.py")):
+    text = p.read_text()
+    new = text.replace("'", '"').rstrip() + "\\n"
+    if new != text:
+        changed += 1
+        if not check:
+            p.write_text(new)
+print(f"{changed} files {'would be ' if check else ''}reformatted")
+sys.exit(1 if check and changed else 0)
+"""
+
+
+def _formatter_tools(ws: Path) -> list[Tool]:
+    @tool(name="format_code", effect="write", description="Format the Python files under src/.")
+    def format_code() -> str:
+        proc = subprocess.run(
+            [sys.executable, "fmt.py"], cwd=ws, capture_output=True, text=True, timeout=60
+        )
+        if proc.returncode:
+            raise errors.ToolFailed(proc.stderr.strip())
+        return proc.stdout.strip()
+
+    return [format_code]
+
+
+def _formatter_actor(_ws: Path) -> PlanActor:
+    return PlanActor(
+        [
+            say(
+                "The entry point.",
+                call("write_file", path="src/app.py", content="def main():\n    return 'app'\n"),
+            ),
+            say(
+                "The helpers.",
+                call(
+                    "write_file", path="src/util.py", content="def name():\n    return 'util'\n\n"
+                ),
+            ),
+            say("Formatting everything.", call("format_code")),
+        ]
+    )
+
+
+FORMATTER = ThirdStyle(
+    "formatter-after",
+    "write the entry point and the helpers, formatted",
+    lambda _ws: [
+        file_item("app", "src/app.py", "def main"),
+        file_item("util", "src/util.py", "def name"),
+        command_item("fmt", "the code is formatted", f"{PY} fmt.py --check"),
+    ],
+    _formatter_actor,
+    files={"fmt.py": _FORMATTER},
+    tools=[*FILES, "format_code"],
+    extra_tools=_formatter_tools,
+)
+
+
+# 25. the item that comes second in the contract's order, done first -------------------
+
+
+def _dependency_actor(_ws: Path) -> PlanActor:
+    return PlanActor(
+        [
+            say("The design.", call("read_file", path="design.txt")),
+            say(
+                "The API page first: the design names it all.",
+                call("write_file", path="docs/api.md", content="# API\n\n## Endpoints\n- GET /x\n"),
+            ),
+            say(
+                "Now the model page the API page comes after.",
+                call("write_file", path="docs/model.md", content="# Model\n\n## Fields\n- x\n"),
+            ),
+        ]
+    )
+
+
+DEPENDENCY_FIRST = ThirdStyle(
+    "dependent-first",
+    "document the model, then the API",
+    lambda _ws: [
+        file_item("model", "docs/model.md", "## Fields"),
+        {**file_item("api", "docs/api.md", "## Endpoints"), "after": ["model"]},
+    ],
+    _dependency_actor,
+    files={"design.txt": "model: x; api: GET /x\n"},
+)
+
+
 STYLES: dict[str, ThirdStyle] = {
     s.name: s
     for s in (
@@ -1043,6 +1248,10 @@ STYLES: dict[str, ThirdStyle] = {
         NARROWING,
         RETRY_LATER,
         RETRY_LATER_LONG,
+        NARRATING_POLLER,
+        LOG_READ_FILE,
+        FORMATTER,
+        DEPENDENCY_FIRST,
     )
 }
 
@@ -1119,6 +1328,7 @@ async def run_third(
             tid, result = await go(tid)
     proc = _PROCS.pop(str(ws), None)
     if proc is not None:  # a job the agent never waited for
+        proc.terminate()
         proc.wait(timeout=30)
     led = await ledger_of(store, tid)
     rounds = len(await events_of(store, tid, "round.started"))
@@ -1146,7 +1356,7 @@ async def _table(names: Sequence[str] = ()) -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 store = await MemoryStore.open()
                 outcome = await run_third(style, judge, store, Path(tmp))
-                print(outcome.row(), flush=True)
+                print(outcome.row(), f"planned={outcome.planned}", flush=True)
 
 
 if __name__ == "__main__":

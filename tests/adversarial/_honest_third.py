@@ -1224,6 +1224,63 @@ DEPENDENCY_FIRST = ThirdStyle(
 )
 
 
+# 26. waiting for a job's output file to appear, by trying to read it -----------------
+
+#: The report job writes its output only at the end, once the agent waits for it (as
+#: `_SLOW_JOB`: every read before falls in its run, whatever the machine's speed).
+_REPORT_JOB = """\
+import pathlib, time
+
+deadline = time.monotonic() + 30
+while not pathlib.Path("out/.go").exists() and time.monotonic() < deadline:
+    time.sleep(0.01)
+pathlib.Path("out/report.csv").write_text("region,total\\nnorth,120\\nsouth,80\\n")
+"""
+
+
+def _report_job_tools(ws: Path) -> list[Tool]:
+    @tool(name="run_report", effect="write", description="Start the report job (background).")
+    def run_report(month: str) -> str:
+        (ws / "out").mkdir(exist_ok=True)
+        _PROCS[str(ws)] = subprocess.Popen([sys.executable, "report.py"], cwd=ws)
+        return f"report for {month} started; it writes out/report.csv when done"
+
+    @tool(name="wait_report", effect="read", description="Wait until the report job exits.")
+    def wait_report(month: str) -> str:
+        (ws / "out/.go").touch()
+        proc = _PROCS.pop(str(ws), None)
+        code = proc.wait(timeout=30) if proc is not None else 0
+        return f"report for {month} exited with {code}"
+
+    return [run_report, wait_report]
+
+
+def _output_poller_actor(_ws: Path) -> PlanActor:
+    return PlanActor(
+        [
+            say("Running the report.", call("run_report", month="2026-11")),
+            *[say("Is the output there yet?", call("read_file", path="out/report.csv"))] * 3,
+            say("Not yet; waiting for the job.", call("wait_report", month="2026-11")),
+            say("The output.", call("read_file", path="out/report.csv")),
+            say(
+                "Summing.",
+                call("write_file", path="out/summary.md", content="2026-11 total: 200\n"),
+            ),
+        ]
+    )
+
+
+OUTPUT_POLLER = ThirdStyle(
+    "output-poller",
+    "run the monthly report and record its total",
+    lambda _ws: [file_item("summary", "out/summary.md", "total: 200")],
+    _output_poller_actor,
+    files={"report.py": _REPORT_JOB},
+    tools=[*FILES, "run_report", "wait_report"],
+    extra_tools=_report_job_tools,
+)
+
+
 STYLES: dict[str, ThirdStyle] = {
     s.name: s
     for s in (
@@ -1252,6 +1309,7 @@ STYLES: dict[str, ThirdStyle] = {
         LOG_READ_FILE,
         FORMATTER,
         DEPENDENCY_FIRST,
+        OUTPUT_POLLER,
     )
 }
 

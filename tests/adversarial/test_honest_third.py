@@ -17,7 +17,8 @@ test down (the suite, `-k`, `-vv`); a read raising `RetryLater` as writing-tools
 recommends, ready after three and after four of the model's polls; a poller that says
 where things stand in words between polls; a background build's log polled with the
 built-in `read_file`; a formatter (a real script) run over files already accepted; the
-item that comes second in the contract's order (`after`) done first.
+item that comes second in the contract's order (`after`) done first; a job's output
+file polled by trying to read it until it appears.
 
 Each must end `satisfied`, never blocked, in its planned rounds, with no deliverable
 reopened, under the rules alone, the literal LLM judge and a silent one. The shapes the
@@ -128,6 +129,13 @@ BLOCKED: dict[str, str] = {
         "started in the background; during its silent phase the same log read again is "
         f"no progress -> 'build blocked: {_NO_PROGRESS}' at round 5 of 8"
     ),
+    "output-poller": (
+        "runtime/round/phases.py:track_failures: waiting for a background job's output by "
+        "trying to read it; read_file failing 'no such file' a third time is "
+        "non-convergent -> 'summary blocked: non-convergent: read_file failed 3 times the "
+        "same way with the same arguments (deterministic: no such file: out/report.csv)' "
+        "at round 4 of 7"
+    ),
 }
 
 
@@ -201,6 +209,7 @@ async def test_a_third_honest_shape_is_never_blocked(
         pytest.param("retry-later-4", "literal", marks=_marks("retry-later-4")),
         pytest.param("narrating-poller", "silent", marks=_marks("narrating-poller")),
         ("dependent-first", "literal"),
+        pytest.param("output-poller", "rules", marks=_marks("output-poller")),
     ],
 )
 async def test_a_third_honest_shape_on_sqlite(

@@ -63,45 +63,12 @@ _NO_PROGRESS = (
 #: The honest shapes the runtime still stops or misjudges at default limits, and why:
 #: where (file:function) and what the ledger note or audit warning says.
 BLOCKED: dict[str, str] = {
-    "sleep-undeclared": (
-        "runtime/round/progress.py:moves + runtime/judge/audit.py:_focus_change: a `sleep` "
-        "tool without `effect=` is a write; sleep(30) again is a change mark already seen "
-        "(not new, not `waiting`), so every sleep round raises the breaker while the "
-        f"status polls between them only leave it: 'deploy blocked: {_NO_PROGRESS}' at "
-        "round 8 of 10"
-    ),
-    "test-then-think": (
-        "runtime/round/progress.py:moves: the first run of a failing check is not new "
-        "(a failure is new only when the same call failed differently before), and "
-        "words are nothing new: plan, see the test fail, think -> "
-        f"'mean blocked: {_NO_PROGRESS}' at round 3 of 4"
-    ),
-    "path-guesser": (
-        "runtime/round/progress.py:moves: three reads of different guessed paths, each "
-        "failing for the first time, are not new -> "
-        f"'port blocked: {_NO_PROGRESS}; last error: no such file: conf/config.yaml' at "
-        "round 3 of 6"
-    ),
-    "narrowing-failure": (
-        "runtime/round/progress.py:moves: the suite, then `-k test_high`, then `-vv`: "
-        "three different calls failing for the first time (with more detail each time) "
-        f"are not new -> 'tax blocked: {_NO_PROGRESS}; last error: pytest -k test_high "
-        "-vv: FAILED test_high ...' at round 3 of 5"
-    ),
     "not-ready-thrice": (
         "runtime/round/phases.py:track_failures (limits.same_failure_repeats): a "
         "volatile read failing 'job 7 not ready' (ToolFailed, deterministic) a third "
         "time is non-convergent, though asking again is how one waits -> 'convert "
         "blocked: non-convergent: job_result failed 3 times the same way with the same "
         "arguments (deterministic: job 7 not ready)' at round 4 of 6"
-    ),
-    "retry-later-4": (
-        "runtime/round/phases.py:track_failures: RetryLater as writing-tools.md "
-        "recommends; after the retries the failure reaches the model as '... (gave up "
-        "after 3 attempts)' and a third such poll is non-convergent -> 'index blocked: "
-        "non-convergent: index_status failed 3 times the same way with the same "
-        "arguments (transient: wiki: still indexing (gave up after 3 attempts))' at "
-        "round 4 of 6"
     ),
     "generated-changelog": (
         "runtime/recovery/deliverables.py:_Checker.deliverable (hold_delivery): "
@@ -117,11 +84,6 @@ BLOCKED: dict[str, str] = {
         "and src/util.py after their file rules accepted them: 'deliverable_broken: app "
         "reopened before delivery: deliverable src/app.py changed since it was accepted' "
         "(and util); re-accepted in an extra round: 4 rounds, not 3"
-    ),
-    "narrating-poller": (
-        "runtime/judge/audit.py:_focus_change: a words-only round raises the breaker and a "
-        "`waiting` poll only leaves it (never resets it), so poll / 'still copying' in "
-        f"words, three times over -> 'backup blocked: {_NO_PROGRESS}' at round 7 of 9"
     ),
     "log-read-file": (
         "runtime/round/progress.py:moves: the built-in read_file is not volatile (only "

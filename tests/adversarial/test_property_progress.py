@@ -52,14 +52,14 @@ class Script:
     kinds: list[str]
 
     def moved(self) -> list[bool]:
-        """Which rounds bring something new (the first failure of the check is not new:
-        only a failure that changed is)."""
+        """Which rounds bring something new (a call failing for the first time is new,
+        as a failure that changed is; `fail_same` again is not)."""
         out = []
-        checked = False
+        failed_before = False
         for k in self.kinds:
-            if k == "check":
-                out.append(checked)
-                checked = True
+            if k == "fail_same":
+                out.append(not failed_before)
+                failed_before = True
             else:
                 out.append(k in NEW)
         return out

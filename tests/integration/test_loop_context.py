@@ -21,6 +21,7 @@ from tether.clock import FakeClock
 from tether.decisions import waive_item
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
+from tether.runtime.round import progress as P
 from tether.runtime.round.context import SUMMARY_PREFIX
 from tether.store.memory import MemoryStore
 
@@ -317,12 +318,13 @@ async def test_completion_check_failures_become_work(store: MemoryStore, tmp_pat
     assert written.count("out/i2.txt") == 2  # reopened by the reviewer, then redone
 
 
-async def test_different_failing_calls_are_no_attempts_and_no_progress(
+async def test_different_failing_calls_are_no_attempts_and_a_few_are_news(
     store: MemoryStore, tmp_path: Path
 ) -> None:
     """A different missing file every round: never the same failure (no attempt, never
-    non-convergent), and never a success, so nothing moves the item: blocked after
-    `no_progress_rounds` rounds at the default limits."""
+    non-convergent). The first few guesses are news (`FRESH_FAILURES`, as an honest
+    agent guessing a path), then nothing moves the item: blocked after
+    `no_progress_rounds` more rounds at the default limits."""
     tries = {"n": 0}
 
     def actor(request: ModelRequest) -> ModelResponse:
@@ -337,7 +339,7 @@ async def test_different_failing_calls_are_no_attempts_and_no_progress(
     state = (await store.get_ledger(tid)).to_ledger().item("i1")
     assert state.status == "blocked" and state.attempts == 0
     assert state.note.startswith(f"no progress in {spec.limits.no_progress_rounds} rounds")
-    assert tries["n"] == spec.limits.no_progress_rounds
+    assert tries["n"] == P.FRESH_FAILURES + spec.limits.no_progress_rounds
     assert result.status == "waiting"  # the blocked item waits for a human decision
     assert (await store.get_task(tid)).waiting["kind"] == "decision"
 

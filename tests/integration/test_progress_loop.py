@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.support.loop import events_of, ledger_of
+from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.report.replay import replay_task
@@ -373,6 +374,60 @@ async def test_polling_a_status_that_changes_by_itself_finishes_at_default_limit
         assert not [w for w in await events_of(store, tid, "audit.warning")]
         verdicts = await events_of(store, tid, "judge.verdict")
         assert len({v["round"] for v in verdicts}) == len(verdicts)
+    finally:
+        await store.close()
+
+
+def index_tools() -> tuple[Tool, ...]:
+    """`start_build` and `build_status`, whose status says "not now" (`RetryLater`) for its
+    first 24 calls (eight rounds of three tries), then "passed"."""
+    calls = {"n": 0}
+
+    @tool(effect="write", idempotent=True)
+    def start_build() -> str:
+        return "build #7 started"
+
+    @tool(effect="read")
+    def build_status() -> str:
+        calls["n"] += 1
+        if calls["n"] <= 24:
+            raise errors.RetryLater("build #7 still running", delay=0.001)
+        return "build #7: passed"
+
+    return start_build, build_status
+
+
+def later_poller(request: ModelRequest) -> ModelResponse:
+    """`poller`, hearing "still running" as an error."""
+    last = last_tool_text(request)
+    if "still running" in last:
+        return ModelResponse("still waiting on the build", (tool_call("build_status"),))
+    return poller(request)
+
+
+@pytest.mark.parametrize(
+    ("crash_at", "crash_judge"),
+    [(set(), set()), ({4, 7}, set()), (set(), {3, 6})],
+    ids=["straight", "crash-between-rounds", "crash-before-the-verdict"],
+)
+async def test_a_status_that_says_not_now_is_waiting_across_crashes(
+    backend: Backend, tmp_path: Path, crash_at: set[int], crash_judge: set[int]
+) -> None:
+    """Eight rounds whose poll ends in `RetryLater` after its retries: waiting, never the
+    same failure repeated (non-convergent), after a crash too (the op keeps it)."""
+    store = await backend.open()
+    tid = (await create_task(store, poller_spec(), workspace=tmp_path)).task_id
+    if backend.durable:
+        await store.close()
+    actor = Crashy("poller", later_poller, crash_at)
+    judge = Crashy("judge", attaching_judge, crash_judge)
+    store, status = await run_until_done(backend, tid, actor, judge, index_tools())
+    try:
+        led = await ledger_of(store, tid)
+        assert status == "satisfied", led.item("build").note
+        assert led.item("build").attempts == 0
+        rounds = await events_of(store, tid, "round.committed")
+        assert len(rounds) == 1 + 8 + 1 + 1
     finally:
         await store.close()
 

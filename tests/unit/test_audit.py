@@ -589,7 +589,7 @@ CASES = [
         facts("a", POLL, READ),
         seen={"a": marks(POLL, READ)},
         status={"a": "in_progress"},
-        counters={"a": (0, 2)},
+        counters={"a": (0, 0)},  # waiting clears the count of rounds without progress
         codes=[],
     ),
     Case(
@@ -610,21 +610,22 @@ CASES = [
         codes=["item_blocked"],
     ),
     Case(
-        "the-same-edit-again-beside-a-poll-is-no-progress",
+        "the-same-edit-again-beside-a-poll-is-waiting",
         [llm("continue")],
         {"a": {"status": "in_progress", "breaker": 2}},
         facts("a", POLL, EDIT),
         seen={"a": marks(POLL, EDIT)},
-        status={"a": "blocked"},
-        codes=["item_blocked"],
+        status={"a": "in_progress"},
+        counters={"a": (0, 0)},
+        codes=[],
     ),
     Case(
-        "a-failure-beside-a-poll-is-no-waiting",
+        "a-failure-seen-before-beside-a-poll-is-no-waiting",
         [llm("continue")],
         {"a": {"status": "in_progress", "breaker": 1}},
         facts("a", POLL, FAILED),
-        seen={"a": marks(POLL)},
-        counters={"a": (0, 2)},
+        seen={"a": marks(POLL, FAILED)},
+        counters={"a": (1, 2)},
     ),
     Case(
         "a-wait-that-never-ends-stops-at-the-per-item-cap",
@@ -641,12 +642,12 @@ CASES = [
         codes=["item_blocked"],
     ),
     Case(
-        "a-first-failure-is-no-attempt-and-no-progress",
+        "a-first-failure-is-new-and-no-attempt",
         [llm("continue")],
-        IN_A,
+        {"a": {"status": "in_progress", "breaker": 2}},
         facts("a", FAILED),
         status={"a": "in_progress"},
-        counters={"a": (0, 1)},
+        counters={"a": (0, 0)},
     ),
     Case(
         "the-same-failure-again-is-an-attempt",

@@ -295,11 +295,13 @@ def test_asking_again_what_changes_by_itself_is_waiting_not_a_move() -> None:
     assert P.moves([POLL, OTHER], None, seen).moved
 
 
-def test_a_poll_beside_a_change_a_failure_or_nothing_polled_is_no_wait() -> None:
+def test_a_poll_beside_a_failure_or_nothing_polled_is_no_wait() -> None:
     seen = seen_after(((POLL, OK, FAIL, edit("x")), None))
-    # The same edit again, or a failure, is not waiting on the world.
-    assert not P.moves([POLL, edit("x")], None, seen).waiting
+    # The same edit again (a `sleep` declared as a write) beside a poll is waiting too;
+    # a failure beside it is not waiting on the world.
+    assert P.moves([POLL, edit("x")], None, seen).waiting
     assert not P.moves([POLL, FAIL], None, seen).waiting
+    assert not P.moves([POLL, edit("y")], None, seen).waiting  # a new change moves
     # A workspace file read again (not volatile) is no progress, never waiting.
     assert not P.moves([OK], None, seen).waiting
     # Words only, or a call held back, are not waiting either.
@@ -309,14 +311,42 @@ def test_a_poll_beside_a_change_a_failure_or_nothing_polled_is_no_wait() -> None
     assert P.moves([POLL], None, seen, compactions=1).moved
 
 
-def test_failures_first_is_no_move_changed_is_a_move_same_again_is_an_attempt() -> None:
+def test_failures_first_is_a_move_changed_is_a_move_same_again_is_an_attempt() -> None:
+    # A call failing for the first time tells something (the path is not there).
     first = P.moves([FAIL], None, ())
-    assert not first.moved and not first.repeated
+    assert first.moved and not first.repeated
     seen = P.remember([], first.marks)
     again = P.moves([FAIL], None, seen)
     assert not again.moved and again.repeated
     changed = P.moves([FAIL_CHANGED], None, seen)
     assert changed.moved and not changed.repeated
+
+
+def test_first_time_failures_are_news_a_few_times_and_never_beside_a_repeat() -> None:
+    seen = seen_after(((OK,), None))
+    guesses = [Call("read_file", "failed", f"path-{k}", f"no such file {k}") for k in range(9)]
+    moved = []
+    for g in guesses:
+        m = P.moves([g], None, seen)
+        moved.append(m.moved)
+        seen = P.remember(seen, m.marks)
+    # A few guessed paths are news; past `FRESH_FAILURES` more of them are padding.
+    assert moved == [True] * P.FRESH_FAILURES + [False] * (9 - P.FRESH_FAILURES)
+    # Beside a call repeated with the same outcome, a first failure is no news.
+    fresh = Call("run_tests", "failed", "args-k", "1 failed")
+    assert not P.moves([OK, fresh], None, seen_after(((OK,), None))).moved
+    assert P.moves([fresh], None, seen_after(((OK,), None))).moved
+
+
+def test_a_volatile_reads_not_now_is_waiting_not_a_failure() -> None:
+    later = Call("index_status", "failed", "args-i", "still indexing", volatile=True)
+    first = P.moves([later], None, ())
+    assert first.moved and not first.repeated  # the first answer is news
+    seen = P.remember([], first.marks)
+    for _ in range(5):
+        again = P.moves([later], None, seen)
+        assert again.waiting and not again.moved and not again.repeated
+        seen = P.remember(seen, again.marks)
 
 
 def edit(content: str) -> Call:
@@ -384,7 +414,7 @@ def test_a_converging_series_moves_every_round() -> None:
         m = P.moves([call], None, seen)
         moved.append((m.moved, m.repeated))
         seen = P.remember(seen, m.marks)
-    assert moved == [(False, False), (True, False), (True, False), (True, False)]
+    assert moved == [(True, False), (True, False), (True, False), (True, False)]
 
 
 def test_remember_keeps_order_without_repeats_and_is_bounded() -> None:

@@ -81,6 +81,8 @@ class Classified:
     delay: float | None = None
     #: The service is down and nothing was sent (`errors.ServiceDown`).
     down: bool = False
+    #: The tool said "not now" (`errors.RetryLater`): asked again later, it may answer.
+    later: bool = False
 
 
 def _status(exc: BaseException) -> int | None:
@@ -95,7 +97,7 @@ def _status(exc: BaseException) -> int | None:
 def _signal(exc: errors.ToolSignal, msg: str, has_effect: bool) -> Classified:
     """The class of a signal a tool raised on purpose."""
     if isinstance(exc, errors.RetryLater):
-        return Classified("transient", msg, exc.delay)
+        return Classified("transient", msg, exc.delay, later=True)
     if isinstance(exc, errors.ValidationFailed):
         return Classified("validation", msg)
     if isinstance(exc, errors.OutcomeUnknown):

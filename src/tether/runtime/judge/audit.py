@@ -245,7 +245,7 @@ def _focus_change(
     progressed = done or (moved.moved and not facts.non_convergent)
     failed = moved.repeated and not done
     attempts = state.attempts + (1 if failed else 0)
-    breaker = 0 if progressed else state.breaker + (0 if moved.waiting else 1)
+    breaker = 0 if progressed or moved.waiting else state.breaker + 1
     max_attempts = policy.max_attempts or limits.max_attempts_per_item
     cap = limits.max_rounds_per_item
     reason = None

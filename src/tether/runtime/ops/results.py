@@ -47,7 +47,9 @@ class OpOutcome:
     compensate: bool = False
     #: Set once the item's applied ops were compensated: why the item is blocked.
     blocks: str | None = None
-    #: A successful read of a tool whose answer can change by itself (`Tool.volatile`).
+    #: A read of a tool whose answer can change by itself (`Tool.volatile`): a success,
+    #: or a failure whose tool said "not now" (`errors.RetryLater`) until its retries
+    #: ran out: either way, asking again is waiting.
     volatile: bool = False
 
     def result_events(self) -> list[ev.Event]:

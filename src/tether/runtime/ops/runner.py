@@ -190,7 +190,9 @@ class OpRunner:
             if prior is not None and prior.status in ("succeeded", "failed"):
                 done = R.replay(call, prior)
                 replayed = self.allowed().get(prior.tool)
-                done.volatile = bool(replayed and replayed.volatile) and done.effect == "read"
+                done.volatile = bool(replayed and replayed.volatile) and (
+                    done.status == "succeeded" or bool((prior.error or {}).get("later"))
+                )
                 if plan_of(prior) is not None:
                     # A compensation a crash or a human's decision interrupted: resume it.
                     done = await self._compensating(done, outcomes, round_no)

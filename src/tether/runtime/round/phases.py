@@ -435,8 +435,8 @@ def track_failures(view: TaskView, outcomes: Sequence[OpOutcome], focus: str | N
     for o in outcomes:
         if o.status == "succeeded" and o.effect != "read":
             changed += 1  # a change made earlier in this round
-        if o.status != "failed" or o.replayed or o.retry_at is not None:
-            continue
+        if o.status != "failed" or o.replayed or o.retry_at is not None or o.volatile:
+            continue  # a volatile read's "not now" is waiting, not a failure repeated
         key = P.failure_key(focus, o.tool, o.args_hash, o.error_class, o.error, changed)
         counts[key] = int(counts.get(key, 0)) + 1
         if counts[key] >= limit and hit is None:

@@ -5,19 +5,22 @@ A round *moves* its focus item when it did something new for it:
 - a successful call never seen before for the item: the tool, its arguments and a hash
   of its result, so re-reading a file that changed, or re-running the tests after an
   edit, is new information, and the same call with the same result is not;
-- a call that failed before and now fails differently (the failure changed: "3 failed"
-  then "2 failed" is convergence), or fails the same way after the item's world changed
-  (a successful call of a tool that is not `read`-only with something new: another
-  edit, then the same test failing the same way, is another attempt at the bug, not
-  the same call repeated; the same edit again changes nothing);
+- a failure not seen before for the item: a call failing for the first time (a guessed
+  path is not there, the tests fail this way; `FRESH_FAILURES` of them per item, in
+  rounds that repeat nothing they did before), one that failed before and now fails
+  differently ("3 failed" then "2 failed" is convergence), or one failing the same way
+  after the item's world changed (a successful call of a tool that is not `read`-only
+  with something new: another edit, then the same test failing the same way, is another
+  attempt at the bug, not the same call repeated; the same edit again changes nothing);
 - a `done_when` rule check whose unmet state changed: the rule's file changed, its
   command says something else, more artifacts count toward its `min_count`.
 
-Words alone move nothing. A round that only asks again what can change by itself (a
-`volatile` read: a build's status, a queue) and hears the same answer is *waiting*: it
-neither moves its item nor counts as a round without progress; the item's rounds cap
-(`limits.max_rounds_per_item`) ends a wait that never ends. Re-reading what only the
-task changes (its workspace files) and hearing the same is no progress.
+Words alone move nothing. A round without failures that asks again what can change by
+itself (a `volatile` read: a build's status, a queue; or such a read's "not now",
+`errors.RetryLater`, once its retries ran out) and hears the same answer is *waiting*:
+it moves nothing but clears the item's count of rounds without progress; the item's
+rounds cap (`limits.max_rounds_per_item`) ends a wait that never ends. Re-reading what
+only the task changes (its workspace files) and hearing the same is no progress.
 
 What a round did is kept as short fingerprints per item
 (`RunState.seen`, stored with every commit), so the same judgement is made after a crash,
@@ -306,6 +309,11 @@ class CallFact(Protocol):
 #: The first character of a change mark (`moves`): never a hex digit, so the marks of an
 #: item's changes are told from its other fingerprints, and counted (`changes`).
 _CHANGE: Final = "~"
+#: Calls failing for the first time that count as news for an item (a few guessed paths,
+#: a check narrowed down); past them a new failing call is no progress: padding.
+FRESH_FAILURES: Final = 4
+#: The first character of the mark of a first-time failure that counted as news.
+_FRESH: Final = "!"
 
 
 def changes(seen: Collection[str]) -> int:
@@ -361,18 +369,20 @@ def moves(
     reading it or trying it again after a compaction is new to the model; a change
     stays a change.
 
-    A round of successful reads only, one of them a `volatile` call asked again with the
+    A round without failures, one of its calls a `volatile` read asked again with the
     same answer, is `waiting` when it has nothing new."""
     new: list[str] = []
     marks: list[str] = []
     repeated = False
     memory = _tag(compactions)
     polled = False  # a volatile read answered as before
-    reads_only = True
+    failed = False
+    stale = False  # a call made before with the same outcome
+    fresh: list[str] = []  # calls failing for the first time
     for c in calls:
-        if c.status == "succeeded":
+        # A volatile read's "not now" (its retries ran out) is an answer like any other.
+        if c.status == "succeeded" or c.volatile:
             if c.effect != "read":
-                reads_only = False
                 fp = _CHANGE + digest("ok", c.tool, c.args_hash, c.result_hash)[1:]
                 if fp not in seen and fp not in marks:
                     changed += 1  # the item's world changed (not by this change again)
@@ -383,8 +393,10 @@ def moves(
             marks.append(fp)
             if fp not in seen:
                 new.append(fp)
+            else:
+                stale = True
             continue
-        reads_only = False
+        failed = True
         if c.status != "deferred":  # a call an open breaker held back did nothing
             call = digest("call", c.tool, c.args_hash, *memory)
             # A failure is keyed by the changes made before it (none: as it always was).
@@ -394,13 +406,23 @@ def moves(
                 repeated = True
             elif call in seen:
                 new.append(fail)  # the same call, failing differently: it changed
+            else:
+                fresh.append(fail)
     if rule_state is not None:
         checked = digest("rule")
         state = digest("rule", rule_state)
         marks += [checked, state]
         if checked in seen and state not in seen:
             new.append(state)
-    waiting = polled and reads_only and not new
+    if fresh and not (stale or repeated):
+        # A call failing for the first time tells something (a guessed path is not
+        # there, the tests fail this way), a few times per item, unless the round also
+        # repeats what it did before: padding with ever-new failing calls is no progress.
+        room = FRESH_FAILURES - sum(1 for m in seen if m[:1] == _FRESH)
+        counted = [_FRESH + f[1:] for f in fresh[: max(0, room)]]
+        new += counted
+        marks += counted
+    waiting = polled and not failed and not new
     return Moves(tuple(dict.fromkeys(new)), tuple(dict.fromkeys(marks)), repeated, waiting)
 
 

@@ -20,12 +20,14 @@ import json
 import re
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from tests.adversarial._honest import (
     EDIT_FILES,
@@ -51,6 +53,7 @@ from tether.edits import tell
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
 from tether.spec import TaskSpec, parse_spec
+from tether.spec_limits import DEFAULT_MAX_ROUNDS, ROUNDS_PER_ITEM, Limits
 from tether.store.base import Store
 from tether.tools.registry import Tool, tool
 
@@ -81,6 +84,19 @@ class MoreStyle(Style):
                 **self.contract,
             }
         )
+
+
+def default_limits(spec: TaskSpec) -> Limits:
+    """The default limits of a contract of this many items (`max_rounds` grows with a
+    long checklist when the contract leaves it out)."""
+    return Limits(max_rounds=max(DEFAULT_MAX_ROUNDS, ROUNDS_PER_ITEM * len(spec.items)))
+
+
+def xfail_marks(blocked: Mapping[str, str], style: str) -> list[pytest.MarkDecorator]:
+    """A strict xfail with its cause for a shape the runtime still stops (`blocked`)."""
+    if style in blocked:
+        return [pytest.mark.xfail(strict=True, reason=blocked[style])]
+    return []
 
 
 def results_of(request: ModelRequest) -> list[str]:
@@ -820,10 +836,17 @@ ALL_JUDGES: dict[str, Callable[[ModelRequest], str] | None] = {
 
 
 async def run_more(
-    style: MoreStyle, judge: str, store: Store, ws: Path, **engine_opts: Any
+    style: MoreStyle,
+    judge: str,
+    store: Store,
+    ws: Path,
+    *,
+    on_approval: Callable[[Store, str], Awaitable[bool]] | None = None,
+    **engine_opts: Any,
 ) -> Outcome:
     """Run `style` with `judge` in `ws` on `store`; answer its questions as a person would
-    (`tell`), then run it on: what happened."""
+    (`tell`), and its approval requests with `on_approval` (False: nothing to answer),
+    then run it on: what happened."""
     style.setup(ws)
     spec = style.spec(ws)
     actor = style.actor(ws)
@@ -841,21 +864,9 @@ async def run_more(
     answers = list(style.answers)
     with style.serve(ws):
         registry = registry_with(store, style.extra_tools(ws))
-        tid, result = await run_task(
-            store,
-            spec,
-            ws,
-            model,
-            judge=judge_model,
-            compact=compact,
-            registry=registry,
-            **engine_opts,
-        )
-        while (
-            result.status == "waiting" and answers and (result.waiting or {}).get("kind") == "human"
-        ):
-            await tell(store, tid, answers.pop(0))
-            tid, result = await run_task(
+
+        async def go(task_id: str | None) -> tuple[str, Any]:
+            return await run_task(
                 store,
                 spec,
                 ws,
@@ -863,9 +874,18 @@ async def run_more(
                 judge=judge_model,
                 compact=compact,
                 registry=registry,
-                task_id=tid,
+                task_id=task_id,
                 **engine_opts,
             )
+
+        tid, result = await go(None)
+        while result.status == "waiting":
+            kind = (result.waiting or {}).get("kind")
+            if kind == "human" and answers:
+                await tell(store, tid, answers.pop(0))
+            elif not (kind == "approval" and on_approval and await on_approval(store, tid)):
+                break
+            tid, result = await go(tid)
     led = await ledger_of(store, tid)
     rounds = len(await events_of(store, tid, "round.started"))
     return Outcome(

@@ -39,20 +39,15 @@ from tests.adversarial._honest import (
     Outcome,
     PlanActor,
     Step,
-    block_events,
     call,
     command_item,
     file_item,
-    registry_with,
     say,
 )
-from tests.adversarial._honest_more import ALL_JUDGES, MoreStyle, results_of
+from tests.adversarial._honest_more import MoreStyle, results_of, run_more
 from tests.adversarial._honest_more import _check as check_tool
-from tests.support.loop import by_purpose, events_of, ledger_of, run_task
 from tether import approvals, errors
-from tether.edits import tell
 from tether.models.base import ModelRequest, ModelResponse
-from tether.models.scripted import ScriptedModel
 from tether.store.base import Store
 from tether.tools.registry import Tool, tool
 
@@ -1341,65 +1336,20 @@ async def run_third(
     style: MoreStyle, judge: str, store: Store, ws: Path, **engine_opts: Any
 ) -> Outcome:
     """Run `style` with `judge` in `ws` on `store`, answering its approval requests
-    (`ThirdStyle.decisions`) and questions (`answers`) as a person would: what happened."""
-    style.setup(ws)
-    spec = style.spec(ws)
-    actor = style.actor(ws)
-    policy = ALL_JUDGES[judge]
-    purposes: dict[str, Callable[[ModelRequest], Any]] = {"act": actor}
-    if style.summary is not None:
-        purposes["compact"] = style.summary
-    model = ScriptedModel(policy=by_purpose(**purposes), name="actor")
-    judge_model = (
-        ScriptedModel(policy=by_purpose(judge=policy), name=f"{judge}-judge")
-        if policy is not None
-        else None
-    )
-    compact = model if style.summary is not None else None
-    answers = list(style.answers)
+    (`ThirdStyle.decisions`) and questions (`answers`) as a person would: what happened.
+    A background job the agent never waited for is stopped."""
     decisions = list(getattr(style, "decisions", ()))
-    with style.serve(ws):
-        registry = registry_with(store, style.extra_tools(ws))
 
-        async def go(task_id: str | None) -> tuple[str, Any]:
-            return await run_task(
-                store,
-                spec,
-                ws,
-                model,
-                judge=judge_model,
-                compact=compact,
-                registry=registry,
-                task_id=task_id,
-                **engine_opts,
-            )
+    async def decide(s: Store, task_id: str) -> bool:
+        return await _decide_pending(s, task_id, decisions)
 
-        tid, result = await go(None)
-        while result.status == "waiting":
-            kind = (result.waiting or {}).get("kind")
-            if kind == "human" and answers:
-                await tell(store, tid, answers.pop(0))
-            elif kind == "approval" and await _decide_pending(store, tid, decisions):
-                pass
-            else:
-                break
-            tid, result = await go(tid)
-    proc = _PROCS.pop(str(ws), None)
-    if proc is not None:  # a job the agent never waited for
-        proc.terminate()
-        proc.wait(timeout=30)
-    led = await ledger_of(store, tid)
-    rounds = len(await events_of(store, tid, "round.started"))
-    return Outcome(
-        style.name,
-        judge,
-        result.status,
-        rounds,
-        tuple(await block_events(store, tid)),
-        {d.id: s.status for d, s in led.items()},
-        len(actor.steps),
-        tid,
-    )
+    try:
+        return await run_more(style, judge, store, ws, on_approval=decide, **engine_opts)
+    finally:
+        proc = _PROCS.pop(str(ws), None)
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
 
 
 async def _table(names: Sequence[str] = ()) -> None:

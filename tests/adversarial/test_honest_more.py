@@ -33,13 +33,14 @@ from tests.adversarial._honest_more import (
     LimitedServer,
     MoreStyle,
     Outcome,
+    default_limits,
     endless_of,
     liar_of,
     run_more,
+    xfail_marks,
 )
 from tests.support.adversarial import assert_honest, assert_status_agrees
-from tether.spec import TaskSpec
-from tether.spec_limits import DEFAULT_MAX_ROUNDS, ROUNDS_PER_ITEM, Limits
+from tether.spec_limits import Limits
 from tether.store.base import Store
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
@@ -49,9 +50,7 @@ BLOCKED: dict[str, str] = {}
 
 
 def _marks(style: str) -> list[pytest.MarkDecorator]:
-    if style in BLOCKED:
-        return [pytest.mark.xfail(strict=True, reason=BLOCKED[style])]
-    return []
+    return xfail_marks(BLOCKED, style)
 
 
 @pytest.fixture
@@ -68,12 +67,6 @@ async def sqlite(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
         await store.close()
 
 
-def defaults(spec: TaskSpec) -> Limits:
-    """The default limits of a contract of this many items (`max_rounds` grows with a
-    long checklist when the contract leaves it out)."""
-    return Limits(max_rounds=max(DEFAULT_MAX_ROUNDS, ROUNDS_PER_ITEM * len(spec.items)))
-
-
 async def _check(store: Store, style: MoreStyle, outcome: Outcome, ws: Path) -> None:
     assert outcome.blocks == (), f"an honest {outcome.style} run was blocked: {outcome.blocks}"
     assert outcome.status == "satisfied", outcome.row()
@@ -81,8 +74,8 @@ async def _check(store: Store, style: MoreStyle, outcome: Outcome, ws: Path) -> 
     assert outcome.rounds == outcome.planned, outcome.row()
     task = await store.get_task(outcome.task_id)
     spec = style.spec(ws)
-    assert spec.limits == defaults(spec), "honest styles run at the default limits"
-    assert task.spec["limits"] == defaults(spec).model_dump()
+    assert spec.limits == default_limits(spec), "honest styles run at the default limits"
+    assert task.spec["limits"] == default_limits(spec).model_dump()
     await assert_honest(store, outcome.task_id, spec)
     await assert_status_agrees(store, outcome.task_id)
 
@@ -203,7 +196,7 @@ def test_every_new_style_has_rules_and_default_limits() -> None:
         items = style.items(Path("/nonexistent"))
         assert items and all(i.get("done_when") for i in items), style.name
         spec = style.spec(Path("/nonexistent"))
-        assert spec.limits == defaults(spec), style.name
+        assert spec.limits == default_limits(spec), style.name
     # The liar twin drops exactly the finishing round and says it is done instead.
     twin = liar_of(STYLES["deep-reader"]).actor(Path("/nonexistent"))
     honest = STYLES["deep-reader"].actor(Path("/nonexistent"))

@@ -39,7 +39,13 @@ from pathlib import Path
 import pytest
 
 from tests.adversarial._honest import JUDGES, Outcome
-from tests.adversarial._honest_more import MoreStyle, endless_of, liar_of
+from tests.adversarial._honest_more import (
+    MoreStyle,
+    default_limits,
+    endless_of,
+    liar_of,
+    xfail_marks,
+)
 from tests.adversarial._honest_third import (
     _FLAKY_CHECK,
     _GEN_SCRIPT,
@@ -50,8 +56,7 @@ from tests.adversarial._honest_third import (
     run_third,
 )
 from tests.support.adversarial import assert_honest, assert_status_agrees
-from tether.spec import TaskSpec
-from tether.spec_limits import DEFAULT_MAX_ROUNDS, ROUNDS_PER_ITEM, Limits
+from tether.spec_limits import Limits
 from tether.store.base import Store
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
@@ -102,9 +107,7 @@ BLOCKED: dict[str, str] = {
 
 
 def _marks(style: str) -> list[pytest.MarkDecorator]:
-    if style in BLOCKED:
-        return [pytest.mark.xfail(strict=True, reason=BLOCKED[style])]
-    return []
+    return xfail_marks(BLOCKED, style)
 
 
 @pytest.fixture
@@ -119,11 +122,6 @@ async def sqlite(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
         yield store
     finally:
         await store.close()
-
-
-def defaults(spec: TaskSpec) -> Limits:
-    """The default limits of a contract of this many items."""
-    return Limits(max_rounds=max(DEFAULT_MAX_ROUNDS, ROUNDS_PER_ITEM * len(spec.items)))
 
 
 async def _reopened(store: Store, task_id: str) -> list[str]:
@@ -142,8 +140,8 @@ async def _check(store: Store, style: ThirdStyle, outcome: Outcome, ws: Path) ->
     assert outcome.rounds == outcome.planned, outcome.row()
     task = await store.get_task(outcome.task_id)
     spec = style.spec(ws)
-    assert spec.limits == defaults(spec), "honest styles run at the default limits"
-    assert task.spec["limits"] == defaults(spec).model_dump()
+    assert spec.limits == default_limits(spec), "honest styles run at the default limits"
+    assert task.spec["limits"] == default_limits(spec).model_dump()
     await assert_honest(store, outcome.task_id, spec)
     await assert_status_agrees(store, outcome.task_id)
 
@@ -289,5 +287,5 @@ def test_every_third_shape_has_rules_and_default_limits() -> None:
         items = style.items(Path("/nonexistent"))
         assert items and all(i.get("done_when") for i in items), style.name
         spec = style.spec(Path("/nonexistent"))
-        assert spec.limits == defaults(spec), style.name
+        assert spec.limits == default_limits(spec), style.name
     assert set(BLOCKED) <= set(STYLES)

@@ -460,7 +460,28 @@ WANDERING = Style(
 # 4. flaky service the model sees: a local HTTP server answers 503 twice, then 200 -----
 
 
-class FlakyServer:
+class LocalServer:
+    """A real HTTP server on 127.0.0.1 with `handler`, served in a thread (`running`)."""
+
+    def serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        """Bind an ephemeral port for `handler` (call once, from `__init__`)."""
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @contextmanager
+    def running(self) -> Iterator[Any]:
+        """The server, serving until the block ends."""
+        self.thread.start()
+        try:
+            yield self
+        finally:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+            self.thread.join()
+
+
+class FlakyServer(LocalServer):
     """A real HTTP server on 127.0.0.1: a GET answers `status` (with `headers` and
     `fail_body`) `fails` times, then 200 with `ok` as JSON. By default `/release`
     answers 503 twice."""
@@ -496,20 +517,7 @@ class FlakyServer:
             def log_message(self, *_args: Any) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @contextmanager
-    def running(self) -> Iterator[FlakyServer]:
-        """The server, serving until the block ends."""
-        self.thread.start()
-        try:
-            yield self
-        finally:
-            self.httpd.shutdown()
-            self.httpd.server_close()
-            self.thread.join()
+        self.serve(Handler)
 
 
 _SERVERS: dict[str, FlakyServer] = {}

@@ -20,14 +20,13 @@ import json
 import re
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from tests.adversarial._honest import (
     FILES,
     JUDGES,
     PY,
+    LocalServer,
     Outcome,
     PlanActor,
     Step,
@@ -132,7 +132,7 @@ LOG_TAIL = ThirdStyle(
 # 2. a real HTTP job service: progress percentage, elapsed time, start time ------------
 
 
-class JobServer:
+class JobServer(LocalServer):
     """A real HTTP server on 127.0.0.1: `GET /jobs/NAME` answers the job's JSON status;
     each job goes through its `plan` of percentages, one per request, then stays at
     its last. The status carries the time it started and the time elapsed."""
@@ -174,19 +174,7 @@ class JobServer:
             def log_message(self, *_args: Any) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @contextmanager
-    def running(self) -> Iterator[JobServer]:
-        self.thread.start()
-        try:
-            yield self
-        finally:
-            self.httpd.shutdown()
-            self.httpd.server_close()
-            self.thread.join()
+        self.serve(Handler)
 
 
 _JOBS: dict[str, JobServer] = {}

@@ -16,8 +16,9 @@ kept as `__cause__`.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from typing import Any
+
+from tether.text import ts
 
 
 class TetherError(Exception):
@@ -249,10 +250,7 @@ def lease_time(at: float | None, now: float | None = None) -> str:
     it is (`2026-12-05 01:02:03 UTC, in 42 s`)."""
     if at is None:
         return "unknown"
-    try:
-        stamp = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (OverflowError, OSError, ValueError):  # out of the calendar's range
-        stamp = str(at)
+    stamp = f"{ts(at)} UTC"
     left = at - (time.time() if now is None else now)
     when = f"in {left:.0f} s" if left >= 0.5 else f"{-left:.0f} s ago" if left <= -0.5 else "now"
     return f"{stamp}, {when}"

@@ -13,6 +13,7 @@ surrogate pair written as two code points becomes the character it stands for.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import TypeVar
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -47,6 +48,16 @@ def clean_data(value: T) -> T:
             return value
         return tuple(items) if isinstance(value, tuple) else items  # type: ignore[return-value]
     return value
+
+
+def ts(t: float | None) -> str:
+    """A unix time as `YYYY-MM-DD HH:MM:SS` (UTC), `-` for none."""
+    if t is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # out of the calendar's range
+        return str(t)
 
 
 def counted(n: int, noun: str) -> str:

@@ -77,6 +77,15 @@ with open("logs/job.log", "a", buffering=1) as log:
 _PROCS: dict[str, subprocess.Popen[bytes]] = {}
 
 
+def _finish_job(ws: Path, go: str | None = None) -> int:
+    """End the background job's silent phase (its `go` marker file, if it has one) and
+    wait for it to exit: its exit code."""
+    if go is not None:
+        (ws / go).touch()
+    proc = _PROCS.pop(str(ws), None)
+    return proc.wait(timeout=30) if proc is not None else 0
+
+
 def _log_tools(ws: Path) -> list[Tool]:
     @tool(name="start_job", effect="write", description="Start the conversion job.")
     def start_job(name: str) -> str:
@@ -92,9 +101,7 @@ def _log_tools(ws: Path) -> list[Tool]:
 
     @tool(name="wait_job", effect="read", description="Wait until the job's process exits.")
     def wait_job(name: str) -> str:
-        proc = _PROCS.pop(str(ws), None)
-        code = proc.wait(timeout=30) if proc is not None else 0
-        return f"job {name} exited with {code}"
+        return f"job {name} exited with {_finish_job(ws)}"
 
     return [start_job, tail_log, wait_job]
 
@@ -1077,10 +1084,8 @@ def _slow_job_tools(ws: Path) -> list[Tool]:
 
     @tool(name="wait_build", effect="read", description="Wait until the build process exits.")
     def wait_build(target: str) -> str:
-        (ws / "logs/.linked").touch()  # the silent phase ends (see `_SLOW_JOB`)
-        proc = _PROCS.pop(str(ws), None)
-        code = proc.wait(timeout=30) if proc is not None else 0
-        return f"build of {target} exited with {code}"
+        # The silent phase ends (see `_SLOW_JOB`).
+        return f"build of {target} exited with {_finish_job(ws, 'logs/.linked')}"
 
     return [start_build, wait_build]
 
@@ -1230,10 +1235,7 @@ def _report_job_tools(ws: Path) -> list[Tool]:
 
     @tool(name="wait_report", effect="read", description="Wait until the report job exits.")
     def wait_report(month: str) -> str:
-        (ws / "out/.go").touch()
-        proc = _PROCS.pop(str(ws), None)
-        code = proc.wait(timeout=30) if proc is not None else 0
-        return f"report for {month} exited with {code}"
+        return f"report for {month} exited with {_finish_job(ws, 'out/.go')}"
 
     return [run_report, wait_report]
 

@@ -195,7 +195,7 @@ def _op(tool: str, content: str, round_no: int) -> OpRecord:
 
 def _check(ws: Path, last: OpRecord | None = None) -> _Check:
     written = {str((ws / LOG).resolve()): last} if last is not None else {}
-    return _Check(ws, {}, {}, {}, {}, written=written)
+    return _Check(ws, {}, {}, written, {})
 
 
 def test_meta_of_an_older_release_is_checked_by_its_hash_alone(tmp_path: Path) -> None:

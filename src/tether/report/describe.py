@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
+
+from tether.text import ts as ts
 
 STATUS_STYLE = {
     "queued": "cyan",
@@ -26,16 +27,6 @@ STATUS_STYLE = {
     "cancelled": "dim",
     "failed": "red",
 }
-
-
-def ts(t: float | None) -> str:
-    """A unix time as `YYYY-MM-DD HH:MM:SS` (UTC), `-` for none."""
-    if t is None:
-        return "-"
-    try:
-        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
-    except (OverflowError, OSError, ValueError):  # out of the calendar's range
-        return str(t)
 
 
 def task_rows(tasks: Sequence[Any], now: float | None = None) -> list[dict[str, Any]]:

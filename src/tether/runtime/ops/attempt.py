@@ -195,7 +195,7 @@ class Attempts:
             record=rec,
             duration_ms=ms,
             args_hash=record.args_hash,
-            volatile=bool(tool.volatile),
+            volatile=R.waits(tool, rec),
         )
 
     async def reconcile(self, tool: Tool, record: OpRecord) -> Reconciliation:
@@ -439,12 +439,9 @@ class Attempts:
         clock = self.env.clock
         if not decision.retry:
             failed = R.failure(call, tool, record, "transient", f"{msg} ({decision.reason})", ms)
-            if cls_msg.later and tool.volatile and failed.record is not None:
-                # Kept with the op, so a replay after a crash judges it the same.
-                failed.volatile = True
-                failed.record = evolve(
-                    failed.record, error={**(failed.record.error or {}), "later": True}
-                )
+            if cls_msg.later and failed.record is not None:
+                failed.record = R.said_later(failed.record)
+                failed.volatile = R.waits(tool, failed.record)
             if cls_msg.down:
                 # The service is down, not the item's work: held back like a call an open
                 # breaker stopped, at no cost to the item; the task waits for the service.

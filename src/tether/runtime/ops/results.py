@@ -47,9 +47,9 @@ class OpOutcome:
     compensate: bool = False
     #: Set once the item's applied ops were compensated: why the item is blocked.
     blocks: str | None = None
-    #: A read of a tool whose answer can change by itself (`Tool.volatile`): a success,
-    #: or a failure whose tool said "not now" (`errors.RetryLater`) until its retries
-    #: ran out: either way, asking again is waiting.
+    #: Asking again is waiting (`waits`): a success of a read whose answer can change by
+    #: itself (`Tool.volatile`), or its "not now" (`errors.RetryLater`) once its retries
+    #: ran out.
     volatile: bool = False
 
     def result_events(self) -> list[ev.Event]:
@@ -129,6 +129,24 @@ Step = Settled | Retry | InDoubt | Exhausted | AsksApproval | Wait
 
 
 # --- outcomes built from records ------------------------------------------------------------
+
+#: The key of an op's `error` saying its tool answered "not now" (`errors.RetryLater`)
+#: until its retries ran out: kept with the op, so a replay judges it the same.
+_LATER = "later"
+
+
+def said_later(record: OpRecord) -> OpRecord:
+    """`record` (a failure) marked as the tool's "not now" (see `waits`)."""
+    return evolve(record, error={**(record.error or {}), _LATER: True})
+
+
+def waits(tool: Tool | None, record: OpRecord) -> bool:
+    """Whether asking `tool` again after this op is waiting (`OpOutcome.volatile`): its
+    read succeeded or said "not now" (`said_later`), and its answer can change by
+    itself."""
+    if tool is None or not tool.volatile:
+        return False
+    return record.status == "succeeded" or bool((record.error or {}).get(_LATER))
 
 
 def replay(call: ToolCall, prior: OpRecord) -> OpOutcome:

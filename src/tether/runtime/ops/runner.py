@@ -189,10 +189,7 @@ class OpRunner:
             prior = existing.get(op_id_for(run.journal.task_id, round_no, idx))
             if prior is not None and prior.status in ("succeeded", "failed"):
                 done = R.replay(call, prior)
-                replayed = self.allowed().get(prior.tool)
-                done.volatile = bool(replayed and replayed.volatile) and (
-                    done.status == "succeeded" or bool((prior.error or {}).get("later"))
-                )
+                done.volatile = R.waits(self.allowed().get(prior.tool), prior)
                 if plan_of(prior) is not None:
                     # A compensation a crash or a human's decision interrupted: resume it.
                     done = await self._compensating(done, outcomes, round_no)

@@ -107,22 +107,20 @@ class _Check:
         workspace: Path | None,
         artifacts: Mapping[str, ArtifactRecord],
         ops: Mapping[str, OpRecord],
-        last_writer: Mapping[str, str],
+        last_writer: Mapping[str, OpRecord],
         blobs: Mapping[str, bool],
         history: Mapping[str, str] | None = None,
         revisions: Mapping[str, Sequence[OpRecord]] | None = None,
         focus: Callable[[int], str | None] | None = None,
-        written: Mapping[str, OpRecord] | None = None,
     ) -> None:
         self.workspace = workspace
-        #: The task's last succeeded write of each file (see `deliverable`).
-        self.written = written or {}
         self.history = history or {}
         #: Every succeeded `write_file` op per file, oldest first (see `revision`).
         self.revisions = revisions or {}
         self.focus = focus
         self.artifacts = artifacts
         self.ops = ops
+        #: The task's last succeeded write of each file (`_where`).
         self.last_writer = last_writer
         self.blobs = blobs
         #: Artifacts whose workspace file is gone or altered: they no longer stand for
@@ -177,7 +175,7 @@ class _Check:
         if grown and hashlib.sha256(data[:size]).hexdigest() == want:
             return None  # grown since: what was accepted is still its beginning
         accepted = meta.get(ROUND_KEY)
-        last = self.written.get(_where(self.workspace, path))
+        last = self.last_writer.get(_where(self.workspace, path))
         content = last.args.get("content") if last is not None else None
         if (
             isinstance(accepted, int)
@@ -227,7 +225,8 @@ class _Check:
             return None
         want = content.encode("utf-8")
         data = _sent(data, content)
-        last = self.last_writer.get(_where(self.workspace, path)) == op.op_id
+        written = self.last_writer.get(_where(self.workspace, path))
+        last = written is not None and written.op_id == op.op_id
         if op.tool == "write_file" and last:
             if data != want:
                 return (
@@ -348,14 +347,12 @@ async def verify(
         writers = await store.get_ops(task_id, statuses={"succeeded"}, tools=set(WRITERS))
         # The file each wrote is the one it was sent to write (after a human's `modify`).
         writers = as_sent(writers, await store.get_approvals(task_id, statuses={"approved"}))
-    last_writer: dict[str, str] = {}
+    last_writer: dict[str, OpRecord] = {}
     revisions: dict[str, list[OpRecord]] = {}
-    written: dict[str, OpRecord] = {}
     for op in writers:  # oldest first: the last one wins
         path = op.args.get("path")
         if isinstance(path, str):
-            last_writer[_where(workspace, path)] = op.op_id
-            written[_where(workspace, path)] = op
+            last_writer[_where(workspace, path)] = op
             if op.tool == "write_file" and not history_only(op):
                 revisions.setdefault(_where(workspace, path), []).append(op)
     states = await _blob_states(store, hashed)
@@ -368,7 +365,6 @@ async def verify(
         history,
         revisions,
         _focus_lookup(focus_log) if focus_log else None,
-        written,
     )
     broken: list[Broken] = []
     for item, evidence in done:

@@ -325,10 +325,11 @@ def changes(seen: Collection[str]) -> int:
     return _count_changes(seen)
 
 
-def _count_changes(marks: Iterable[str]) -> int:
+def _count_changes(marks: Iterable[str], first: str = _CHANGE) -> int:
+    """How many of `marks` start with `first` (change marks by default)."""
     n = 0
     for m in marks:
-        if m[:1] == _CHANGE:
+        if m[:1] == first:
             n += 1
     return n
 
@@ -418,7 +419,7 @@ def moves(
         # A call failing for the first time tells something (a guessed path is not
         # there, the tests fail this way), a few times per item, unless the round also
         # repeats what it did before: padding with ever-new failing calls is no progress.
-        room = FRESH_FAILURES - sum(1 for m in seen if m[:1] == _FRESH)
+        room = FRESH_FAILURES - _count_changes(seen, _FRESH)
         counted = [_FRESH + f[1:] for f in fresh[: max(0, room)]]
         new += counted
         marks += counted

@@ -75,21 +75,6 @@ BLOCKED: dict[str, str] = {
         "blocked: non-convergent: job_result failed 3 times the same way with the same "
         "arguments (deterministic: job 7 not ready)' at round 4 of 6"
     ),
-    "generated-changelog": (
-        "runtime/recovery/deliverables.py:_Checker.deliverable (hold_delivery): "
-        "CHANGELOG.md rewritten newest-first by the task's own `build_changelog` op "
-        "(a write tool running a real script) is taken for a change from outside: "
-        "'deliverable_broken: v0 reopened before delivery: deliverable CHANGELOG.md "
-        "changed since it was accepted' (and v1); the rules re-accept them in an extra "
-        "round: satisfied in 7 rounds, not the planned 6"
-    ),
-    "formatter-after": (
-        "runtime/recovery/deliverables.py:_Checker.deliverable (hold_delivery): the task's "
-        "own `format_code` op (a write tool running a real formatter) rewrote src/app.py "
-        "and src/util.py after their file rules accepted them: 'deliverable_broken: app "
-        "reopened before delivery: deliverable src/app.py changed since it was accepted' "
-        "(and util); re-accepted in an extra round: 4 rounds, not 3"
-    ),
     "log-read-file": (
         "runtime/round/progress.py:moves: the built-in read_file is not volatile (only "
         "the task changes workspace files), but the log is written by the build the task "

@@ -17,6 +17,7 @@ from tether.runtime.judge import facts as F
 from tether.runtime.judge import rules
 from tether.runtime.judge.rules.evidence import StoreRuleEnv, note_focus, resolve_evidence
 from tether.runtime.judge.rules.scope import rule_scope
+from tether.runtime.recovery import rewrites
 from tether.runtime.round import history
 from tether.runtime.round import progress as P
 from tether.runtime.round.context import Entry, continuation_message
@@ -208,6 +209,9 @@ async def judge_round(
     if diff.changes:
         events.append(ev.LedgerUpdated(version=new.version, diff=diff.to_list()))
     run.view.state.unjudged = None
+    # Accepted files the round's own tools may have rewritten (a formatter, a
+    # generator): what they left is the task's, not a change from outside.
+    await rewrites.note(run, facts.round, facts.ops)
     failpoints.hit("before_ledger_write")
     if pending is not None:
         await run.commit_round(pending, events=events, ledger=new, artifacts=artifacts)

@@ -11,8 +11,9 @@ task wrote over since must still hold what the accepted op wrote (a later append
 fuller version keeps it; emptying or replacing it does not). A file a `done_when` rule
 accepted may grow after it (the accepted content still its beginning: a log, a
 changelog appended to), or be what the task's own later `write_file` made of it (one
-file shared by several items, rewritten whole) while it still holds the rule's text;
-any other change breaks it. A draft is not what was accepted: when the item itself wrote
+file shared by several items, rewritten whole) or what its own tools left of it (a
+formatter, a generator: `rewrites`) while it still holds the rule's text; any other
+change breaks it. A draft is not what was accepted: when the item itself wrote
 the file again (a `write_file` in a round whose focus was that item, so before it was
 done), its evidence stands for that revision, and only a change made after it (by other
 work, or outside the task) breaks it. An op undone since it proved its item (a
@@ -37,6 +38,7 @@ from tether import events as ev
 from tether import ledger as L
 from tether.models.base import Message
 from tether.runtime.ops.journal import compensation_of, history_only, superseded_by
+from tether.runtime.recovery import rewrites
 from tether.runtime.round.context import Entry, continuation_message
 from tether.store.base import ArtifactRecord, OpRecord, blob_hash
 from tether.tools.builtin.files import as_sent
@@ -70,16 +72,7 @@ class Broken:
 def _file_bytes(workspace: Path | None, path: str) -> bytes | None:
     """A workspace file's content, or None when it is gone (or not a file, or outside
     the workspace)."""
-    if workspace is None:
-        return None
-    try:
-        root = workspace.resolve()
-        target = (root / path).resolve()
-        if not target.is_relative_to(root) or not target.is_file():
-            return None
-        return target.read_bytes()
-    except (OSError, ValueError):
-        return None
+    return None if workspace is None else rewrites.read(workspace, path)
 
 
 def _sent(data: bytes, content: str) -> bytes:
@@ -112,8 +105,11 @@ class _Check:
         history: Mapping[str, str] | None = None,
         revisions: Mapping[str, Sequence[OpRecord]] | None = None,
         focus: Callable[[int], str | None] | None = None,
+        rewritten: Mapping[str, Any] | None = None,
     ) -> None:
         self.workspace = workspace
+        #: Accepted files as the task's own tools left them (`rewrites.note`).
+        self.rewritten = rewritten or {}
         self.history = history or {}
         #: Every succeeded `write_file` op per file, oldest first (see `revision`).
         self.revisions = revisions or {}
@@ -187,6 +183,8 @@ class _Check:
             and str(meta.get(CONTAINS_KEY) or "") in content
         ):
             return None  # the task rewrote it whole since, still meeting its rule
+        if rewrites.holds(data, meta, self.rewritten):
+            return None  # the task's own tools rewrote it since, still meeting its rule
         return (
             f"deliverable {path} changed since it was accepted "
             f"(sha256 {want[:12]}..., now {have[:12]}...)"
@@ -305,6 +303,7 @@ async def verify(
     *,
     blobs: bool = True,
     focus_log: Sequence[Sequence[Any]] = (),
+    rewritten: Mapping[str, Any] | None = None,
 ) -> tuple[L.Ledger, list[Broken], list[ArtifactRecord]]:
     """Check every done item's evidence; return the ledger with the items whose evidence
     broke reopened (the reason in their note), what broke, and the artifacts to store as
@@ -317,7 +316,8 @@ async def verify(
     checks those itself and passes `blobs=False`). An artifact whose content is gone
     becomes invalid with everything built on it, so nothing re-accepts it. `focus_log`
     (`RunState.focus_log`) tells which item each round worked on: a file an item cited
-    in a draft and then wrote again itself is checked against that revision."""
+    in a draft and then wrote again itself is checked against that revision;
+    `rewritten` (`RunState.rewritten`) what the task's own tools left of accepted files."""
     done = [(d.id, s.evidence) for d, s in ledger.items() if s.status == "done"]
     refs = {r for _, evidence in done for r in evidence}
     art_ids = {r.partition(":")[2] for r in refs if r.startswith("artifact:")}
@@ -365,6 +365,7 @@ async def verify(
         history,
         revisions,
         _focus_lookup(focus_log) if focus_log else None,
+        rewritten,
     )
     broken: list[Broken] = []
     for item, evidence in done:
@@ -470,6 +471,7 @@ async def recover(
         run.view.workspace,
         blobs=False,
         focus_log=run.view.state.focus_log,
+        rewritten=run.view.state.rewritten,
     )
     ledger, lost = await recheck_ops(run, ledger)
     return ledger, broken + lost, stale
@@ -525,6 +527,7 @@ async def hold_delivery(run: JudgeHost, round_no: int) -> bool:
         run.view.ledger,
         run.view.workspace,
         focus_log=run.view.state.focus_log,
+        rewritten=run.view.state.rewritten,
     )
     if not broken and not stale:
         return False

@@ -75,19 +75,6 @@ BLOCKED: dict[str, str] = {
         "blocked: non-convergent: job_result failed 3 times the same way with the same "
         "arguments (deterministic: job 7 not ready)' at round 4 of 6"
     ),
-    "log-read-file": (
-        "runtime/round/progress.py:moves: the built-in read_file is not volatile (only "
-        "the task changes workspace files), but the log is written by the build the task "
-        "started in the background; during its silent phase the same log read again is "
-        f"no progress -> 'build blocked: {_NO_PROGRESS}' at round 5 of 8"
-    ),
-    "output-poller": (
-        "runtime/round/phases.py:track_failures: waiting for a background job's output by "
-        "trying to read it; read_file failing 'no such file' a third time is "
-        "non-convergent -> 'summary blocked: non-convergent: read_file failed 3 times the "
-        "same way with the same arguments (deterministic: no such file: out/report.csv)' "
-        "at round 4 of 7"
-    ),
 }
 
 

@@ -7,7 +7,10 @@ the run state committed with every round: a crash between rounds, or between a r
 results and its LLM judge's verdict, changes neither outcome nor the number of rounds, on
 memory, SQLite and PostgreSQL; and the recorded run replays clean. A draft the item
 itself rewrote before it was done is revision, not a broken deliverable; a change after
-acceptance is still caught.
+acceptance is still caught. After the item started a build of its own, its log read
+again in a quiet phase, or its output file not there yet, is waiting (never blocked,
+across crashes; a build that never ends is blocked at the rounds cap); without such
+work the same reads are a loop, as before.
 """
 
 from __future__ import annotations
@@ -478,6 +481,171 @@ async def test_a_wait_that_never_ends_is_blocked_at_the_rounds_cap_and_replays_c
         replayed = await replay_task(store, tid, registry=registry)
         assert replayed.divergence is None, replayed.divergence
         assert status_tool.volatile and forever.volatile
+    finally:
+        await store.close()
+
+
+# --- the task's own work writing the workspace: a log, an output file ----------------------
+
+#: How many polls of the workspace hear the same thing before the build finishes: more
+#: than the rounds without progress an item may have, fewer than its rounds cap.
+QUIET = 20
+
+
+def job_tools(workspace: Path, output: bool) -> tuple[Tool, ...]:
+    """`start_build`: the task's own build (a write tool, not tether's), which logs
+    "compiling" to logs/build.log and, with `output`, will write out/report.csv only
+    when it finishes (the test finishes it: `finish_build`)."""
+
+    @tool(effect="write", idempotent=True)
+    def start_build() -> str:
+        (workspace / "logs").mkdir(exist_ok=True)
+        (workspace / "logs/build.log").write_text("compiling 214 files\n")
+        return "build started; it logs to logs/build.log" + (
+            " and writes out/report.csv when done" if output else ""
+        )
+
+    return (start_build,)
+
+
+def finish_build(workspace: Path) -> None:
+    """The background build finishes: its last log line and its output."""
+    with (workspace / "logs/build.log").open("a") as log:
+        log.write("BUILD OK\n")
+    (workspace / "out").mkdir(exist_ok=True)
+    (workspace / "out/report.csv").write_text("total\n200\n")
+
+
+def workspace_poller(
+    workspace: Path, path: str, polls: int | None = QUIET, start: bool = True
+) -> Policy:
+    """Starts the build (unless not `start`), then reads `path` until it shows the build
+    done, and records it. The build finishes once `polls` reads heard the same (never
+    when None)."""
+    state = {"reads": 0, "started": not start}
+
+    def policy(request: ModelRequest) -> ModelResponse:
+        if next_of(request) is None:
+            return ModelResponse("recorded")
+        last = last_tool_text(request)
+        if "BUILD OK" in last or "200" in last:
+            call = tool_call("write_file", path="out/build.txt", content="build passed\n")
+            return ModelResponse("recording it", (call,))
+        if not state["started"]:
+            state["started"] = True
+            return ModelResponse("starting the build", (tool_call("start_build"),))
+        if polls is not None and state["reads"] == polls:
+            finish_build(workspace)
+        state["reads"] += 1
+        return ModelResponse("is it done?", (tool_call("read_file", path=path),))
+
+    return policy
+
+
+def build_spec() -> TaskSpec:
+    return parse_spec(
+        {
+            "objective": "build, and record that it passed",
+            "items": [
+                {
+                    "id": "build",
+                    "title": "the build passed and is recorded",
+                    "done_when": {"kind": "file", "path": "out/build.txt", "contains": "passed"},
+                }
+            ],
+            "tools": ["start_build", "read_file", "write_file"],
+        }
+    )
+
+
+@pytest.mark.parametrize("path", ["logs/build.log", "out/report.csv"], ids=["log", "output"])
+@pytest.mark.parametrize(
+    ("crash_actor", "crash_judge"),
+    [(set(), set()), ({4, 15}, set()), (set(), {5, 12})],
+    ids=["straight", "crash-between-rounds", "crash-before-the-verdict"],
+)
+async def test_reading_what_the_tasks_own_build_writes_is_waiting(
+    backend: Backend, tmp_path: Path, path: str, crash_actor: set[int], crash_judge: set[int]
+) -> None:
+    """After the item started a build of its own, its log read again with nothing new
+    (a quiet phase), or its output file still missing, is waiting on that work, not a
+    loop: the item finishes at default limits, never blocked nor non-convergent, across
+    crashes too (the item's marks say the work was started)."""
+    spec = build_spec()
+    store = await backend.open()
+    tid = (await create_task(store, spec, workspace=tmp_path)).task_id
+    if backend.durable:
+        await store.close()
+    actor = Crashy("poller", workspace_poller(tmp_path, path), crash_actor)
+    judge = Crashy("judge", attaching_judge, crash_judge)
+    tools = job_tools(tmp_path, output=True)
+    store, status = await run_until_done(backend, tid, actor, judge, tools)
+    try:
+        led = await ledger_of(store, tid)
+        assert status == "satisfied", led.item("build").note
+        assert led.item("build").attempts == 0
+        # Started, QUIET polls heard the same, one heard it done, recorded.
+        rounds = await events_of(store, tid, "round.committed")
+        assert len(rounds) == 1 + QUIET + 1 + 1
+        assert not [w for w in await events_of(store, tid, "audit.warning")]
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("path", ["logs/build.log", "out/report.csv"], ids=["log", "output"])
+async def test_a_build_that_never_finishes_is_blocked_at_the_rounds_cap_and_replays_clean(
+    backend: Backend, tmp_path: Path, path: str
+) -> None:
+    spec = build_spec()
+    store = await backend.open()
+    try:
+        tid = (await create_task(store, spec, workspace=tmp_path)).task_id
+        registry = registry_of(store, job_tools(tmp_path, output=True))
+        policy = workspace_poller(tmp_path, path, polls=None)
+        engine = Engine(store, ModelSet(ScriptedModel(policy=policy)), registry=registry)
+        assert (await engine.run(tid)).status == "waiting"
+        item = (await ledger_of(store, tid)).item("build")
+        cap = spec.limits.max_rounds_per_item
+        assert item.status == "blocked"
+        assert item.note.startswith(
+            f"not finished in {cap} rounds (limits.max_rounds_per_item); still asking again "
+            "with the same answers"
+        )
+        if path.endswith(".csv"):  # what the wait kept hearing
+            assert item.note.endswith("; last error: no such file: out/report.csv")
+        assert len(await events_of(store, tid, "round.committed")) == cap
+        replayed = await replay_task(store, tid, registry=registry)
+        assert replayed.divergence is None, replayed.divergence
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("path", ["logs/build.log", "out/report.csv"], ids=["log", "output"])
+async def test_without_work_of_its_own_the_same_workspace_read_is_a_loop(
+    backend: Backend, tmp_path: Path, path: str
+) -> None:
+    """No build started by the item (the log was there before, the output never comes):
+    re-reading the log is no progress, and the missing file failing the same way again is
+    non-convergent, after the usual rounds."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs/build.log").write_text("compiling 214 files\n")
+    spec = build_spec()
+    store = await backend.open()
+    try:
+        tid = (await create_task(store, spec, workspace=tmp_path)).task_id
+        registry = registry_of(store, job_tools(tmp_path, output=True))
+        policy = workspace_poller(tmp_path, path, polls=None, start=False)
+        engine = Engine(store, ModelSet(ScriptedModel(policy=policy)), registry=registry)
+        assert (await engine.run(tid)).status == "waiting"
+        item = (await ledger_of(store, tid)).item("build")
+        assert item.status == "blocked"
+        rounds = len(await events_of(store, tid, "round.committed"))
+        if path.endswith(".log"):
+            assert item.note.startswith(f"no progress in {spec.limits.no_progress_rounds} rounds")
+            assert rounds == 1 + spec.limits.no_progress_rounds
+        else:
+            assert item.note.startswith("non-convergent: read_file failed 3 times"), item.note
+            assert rounds == spec.limits.same_failure_repeats
     finally:
         await store.close()
 

@@ -349,6 +349,41 @@ def test_a_volatile_reads_not_now_is_waiting_not_a_failure() -> None:
         seen = P.remember(seen, again.marks)
 
 
+BUILD = Call("start_build", "succeeded", "args-b", "started", effect="write")
+MISSING = Call("read_file", "failed", "args-out", "no such file: out/report.csv")
+
+
+def test_after_the_item_started_its_own_work_a_workspace_read_heard_again_is_waiting() -> None:
+    # Without work of its own: the same read is no progress, the same failure repeats.
+    seen = seen_after(((OK, MISSING), None))
+    assert not P.moves([OK], None, seen).waiting
+    assert P.moves([MISSING], None, seen).repeated
+    # A build of its own started (in an earlier round, or earlier in the same round).
+    started = seen_after(((BUILD,), None), ((OK, MISSING), None))
+    assert P.started(started) and not P.started(seen)
+    for calls in ([OK], [MISSING], [OK, MISSING]):
+        again = P.moves(calls, None, started)
+        assert again.waiting and not again.moved and not again.repeated, calls
+    assert P.moves([BUILD, OK], None, seen).marks.count("&") == 1
+    # What the build wrote at last is news; a read tether does not know, a failure of
+    # another tool, or a change by tether's own writer does not count as the item's work.
+    assert P.moves([OK_CHANGED], None, started).moved
+    assert not P.moves([FAIL], None, seen_after(((BUILD, FAIL), None))).waiting
+    custom = Call("query_db", "succeeded", "args-q", "3 rows", volatile=False)
+    assert not P.moves([custom], None, seen_after(((BUILD, custom), None))).waiting
+    assert not P.started(seen_after(((edit("x"),), None)))
+    failed_build = Call("start_build", "failed", "args-b", "no compiler", effect="write")
+    assert not P.started(seen_after(((failed_build,), None)))
+
+
+def test_tethers_own_tools_are_the_built_in_registry() -> None:
+    from tether.tools.builtin.files import default_registry
+
+    names = set(default_registry(lambda: None, env={}).names())  # type: ignore[arg-type, return-value]
+    assert names == P.TETHER_TOOLS
+    assert names >= P.WORKSPACE_READS
+
+
 def edit(content: str) -> Call:
     return Call("write_file", "succeeded", f"args-{content}", "wrote", effect="write")
 

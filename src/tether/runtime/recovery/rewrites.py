@@ -17,15 +17,17 @@ at the same moment: the hash is taken once the round's calls are done.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from tether import artifacts as A
+from tether._by_object import keep
 
 if TYPE_CHECKING:
-    from tether import ledger as L
     from tether.runtime.run.ports import JudgeHost
+    from tether.spec import TaskSpec
 
 #: The built-in tools that write workspace files: their writes are checked op by op
 #: (`deliverables`), not here.
@@ -55,37 +57,75 @@ def own_work(ops: Sequence[Call]) -> bool:
     )
 
 
-def accepted_files(ledger: L.Ledger) -> set[str]:
-    """The artifact ids done items cite (those of file rules among them)."""
-    return {
-        ref.partition(":")[2]
-        for _, s in ledger.items()
-        if s.status == "done"
-        for ref in s.evidence
-        if ref.startswith("artifact:")
-    }
+#: Per live contract, by object id: its items with a `file` rule and the rule's path.
+_FILE_ITEMS: dict[int, tuple[tuple[str, str], ...]] = {}
+
+
+def file_items(spec: TaskSpec) -> tuple[tuple[str, str], ...]:
+    """The contract's items a `file` rule decides, with the rule's path (built once per
+    contract object: a round with a tool of the task's own asks each time)."""
+    hit = _FILE_ITEMS.get(id(spec))
+    if hit is not None:
+        return hit
+    from tether.spec import FileRule
+
+    found = tuple(
+        (item.id, item.done_when.path)
+        for item in spec.items
+        if isinstance(item.done_when, FileRule)
+    )
+    return keep(_FILE_ITEMS, spec, found)
 
 
 async def note(run: JudgeHost, round_no: int, ops: Sequence[Call]) -> None:
-    """After a round whose own tools may have changed files (`own_work`): the files that
-    done items' rules accepted, as they are now, in `RunState.rewritten`."""
+    """After a round whose own tools may have changed files (`own_work`): the files done
+    items' rules accepted that are no longer what was accepted, as they are now, in
+    `RunState.rewritten`. A file whose size and modification time are what this run saw
+    at its last note is not read again; the accepted hashes are read (for the files that
+    changed only) from the store."""
     workspace = run.view.workspace
     if workspace is None or not own_work(ops):
         return
-    ids = accepted_files(run.view.ledger)
-    if not ids:
-        return
-    arts = await run.store.get_artifacts(run.journal.task_id, artifact_ids=ids)
+    ledger = run.view.ledger
     state = run.view.state
-    kept = dict(state.rewritten or {})
-    for art in arts:
-        path = art.meta.get(A.DELIVERABLE_KEY)
-        if not isinstance(path, str) or A.ROUND_KEY not in art.meta:
+    stats = state.file_stats
+    moved: dict[str, list[str]] = {}  # path -> the done items its rule accepted it for
+    for item, path in file_items(run.view.spec):
+        if not ledger.has_item(item) or ledger.item(item).status != "done":
             continue
+        try:
+            st = os.stat(workspace / path)
+        except (OSError, ValueError):
+            continue  # gone: the check before delivery says so
+        key = (st.st_mtime_ns, st.st_size)
+        if stats.get(path) != key or path in moved:
+            stats[path] = key
+            moved.setdefault(path, []).append(item)
+    if not moved:
+        return
+    ids = {
+        ref.partition(":")[2]
+        for items in moved.values()
+        for item in items
+        for ref in ledger.item(item).evidence
+        if ref.startswith("artifact:")
+    }
+    arts = await run.store.get_artifacts(run.journal.task_id, artifact_ids=ids) if ids else []
+    accepted = {
+        (a.meta.get(A.DELIVERABLE_KEY), a.meta.get(A.SHA256_KEY))
+        for a in arts
+        if A.ROUND_KEY in a.meta
+    }
+    kept = dict(state.rewritten or {})
+    for path in moved:
         data = read(workspace, path)
-        if data is not None:
-            kept.pop(path, None)  # re-inserted last: the most recent are kept
-            kept[path] = [hashlib.sha256(data).hexdigest(), len(data), round_no]
+        if data is None:
+            continue
+        sha = hashlib.sha256(data).hexdigest()
+        if (path, sha) in accepted or kept.get(path, [None])[0] == sha:
+            continue  # what was accepted, or noted already
+        kept.pop(path, None)  # re-inserted last: the most recent are kept
+        kept[path] = [sha, len(data), round_no]
     if kept:
         state.rewritten = dict(list(kept.items())[-MAX_FILES:])
 

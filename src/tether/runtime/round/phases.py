@@ -431,12 +431,19 @@ def track_failures(view: TaskView, outcomes: Sequence[OpOutcome], focus: str | N
     limit = view.spec.limits.same_failure_repeats
     # A failure after a change of the item's world (another edit, then the same test
     # failing the same way) starts a count of its own (`progress.failure_key`).
-    changed = P.changes(view.state.seen.get(focus, ())) if failed and focus is not None else 0
+    seen = view.state.seen.get(focus, ()) if failed and focus is not None else ()
+    changed = P.changes(seen) if seen else 0
+    # After the item started work of its own (a build, a job), a workspace read that
+    # fails (its output not there yet) is waiting too (`progress.started`).
+    working = bool(seen) and P.started(P.seen_set(seen))
     for o in outcomes:
         if o.status == "succeeded" and o.effect != "read":
             changed += 1  # a change made earlier in this round
+            working = working or P.own_work(o.tool, o.effect, o.status)
         if o.status != "failed" or o.replayed or o.retry_at is not None or o.volatile:
             continue  # a volatile read's "not now" is waiting, not a failure repeated
+        if working and o.tool in P.WORKSPACE_READS:
+            continue
         key = P.failure_key(focus, o.tool, o.args_hash, o.error_class, o.error, changed)
         counts[key] = int(counts.get(key, 0)) + 1
         if counts[key] >= limit and hit is None:

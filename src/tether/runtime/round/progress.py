@@ -20,7 +20,9 @@ itself (a `volatile` read: a build's status, a queue; or such a read's "not now"
 `errors.RetryLater`, once its retries ran out) and hears the same answer is *waiting*:
 it moves nothing but clears the item's count of rounds without progress; the item's
 rounds cap (`limits.max_rounds_per_item`) ends a wait that never ends. Re-reading what
-only the task changes (its workspace files) and hearing the same is no progress.
+only the task changes (its workspace files) and hearing the same is no progress, until
+the item started work of its own (`started`: a build, a script, a shell, which may go on
+writing the workspace): then a workspace read heard or failing as before is waiting too.
 
 What a round did is kept as short fingerprints per item
 (`RunState.seen`, stored with every commit), so the same judgement is made after a crash,
@@ -306,6 +308,45 @@ class CallFact(Protocol):
     def volatile(self) -> bool: ...
 
 
+#: tether's own tools (`tether.tools.builtin`): a change by any other tool with an effect
+#: (a build, a script, a shell, an MCP server's tool) is the task's own work, which may go
+#: on writing the workspace after the call returned (`started`).
+TETHER_TOOLS: Final = frozenset(
+    {
+        "list_files",
+        "read_file",
+        "write_file",
+        "append_file",
+        "read_artifact",
+        "ledger_items",
+        "read_source",
+        "search_artifacts",
+        "record_claim",
+        "record_evidence",
+        "write_report",
+        "write_report_section",
+    }
+)
+#: tether's reads of the workspace: what they show changes by the task's own work only.
+WORKSPACE_READS: Final = frozenset({"read_file", "list_files"})
+#: The mark of an item whose rounds started work of the task's own (`started`).
+_STARTED: Final = "&"
+
+
+def own_work(tool: str, effect: str, status: str) -> bool:
+    """Whether a call started work of the task's own that may change the workspace by
+    itself: a succeeded call with an effect of a tool that is not tether's."""
+    return status == "succeeded" and effect != "read" and tool not in TETHER_TOOLS
+
+
+def started(seen: Collection[str]) -> bool:
+    """Whether an item's rounds started work of the task's own (`own_work`): from then on
+    a read of the workspace may hear something new, or find a file missing, without the
+    item doing anything (a background build writing its log, a job's output file not
+    there yet), so asking again is waiting, as with a `volatile` read."""
+    return _STARTED in seen
+
+
 #: The first character of a change mark (`moves`): never a hex digit, so the marks of an
 #: item's changes are told from its other fingerprints, and counted (`changes`).
 _CHANGE: Final = "~"
@@ -380,16 +421,21 @@ def moves(
     failed = False
     stale = False  # a call made before with the same outcome
     fresh: list[str] = []  # calls failing for the first time
+    working = _STARTED in seen  # the task's own work may be writing the workspace
     for c in calls:
+        volatile = c.volatile or (working and c.tool in WORKSPACE_READS)
         # A volatile read's "not now" (its retries ran out) is an answer like any other.
-        if c.status == "succeeded" or c.volatile:
+        if c.status == "succeeded" or volatile:
             if c.effect != "read":
                 fp = _CHANGE + digest("ok", c.tool, c.args_hash, c.result_hash)[1:]
                 if fp not in seen and fp not in marks:
                     changed += 1  # the item's world changed (not by this change again)
+                if not working and own_work(c.tool, c.effect, c.status):
+                    working = True
+                    marks.append(_STARTED)
             else:
                 fp = digest("ok", c.tool, c.args_hash, c.result_hash, *memory)
-                if c.volatile and fp in seen:
+                if volatile and fp in seen:
                     polled = True
             marks.append(fp)
             if fp not in seen:

@@ -135,6 +135,9 @@ class RunState:
         #: `seen` as the store holds it, item -> (its list, its length), at the load or the
         #: last `marks_write`; None: not known (the next commit writes `seen` whole).
         self._marks_base: dict[str, tuple[list[str], int]] | None = None
+        #: Accepted files' size and modification time at this run's last look
+        #: (`recovery.rewrites.note`): not stored, a new run looks again.
+        self.file_stats: dict[str, tuple[int, int]] = {}
 
     # -- derived ------------------------------------------------------------------------
 
@@ -272,7 +275,7 @@ class RunState:
 #: What `to_dict` takes out of a copy of the instance's `__dict__`: `extra` (merged
 #: first), `by_purpose` (converted, and written after the other fields) and the private
 #: attributes.
-_NOT_STORED: Final = ("extra", "by_purpose", "_marks_base")
+_NOT_STORED: Final = ("extra", "by_purpose", "_marks_base", "file_stats")
 #: The fields that may be None (not stored then): those whose default is None.
 _OPTIONAL: Final = tuple(
     f.name for f in fields(RunState) if f.default is None and f.name not in _NOT_STORED

@@ -192,7 +192,7 @@ SHELL_POLLER = ThirdStyle(
 
 # 3. real git: each page written, then committed -------------------------------------
 
-_GIT = "git -c user.name=agent -c user.email=agent@example.com"
+_GIT = "git -c user.name=agent -c user.email=agent@example.com -c commit.gpgsign=false"
 _PAGES = ("api", "cli", "faq")
 
 

@@ -37,11 +37,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from tests.adversarial._honest import JUDGES, Outcome
+from tests.adversarial._honest import JUDGES, Outcome, PlanActor, Step
 from tests.adversarial._honest_fourth import (
     _JOBCTL,
     _SHELL_POLLS,
@@ -61,6 +62,7 @@ from tests.adversarial._honest_more import (
 )
 from tests.adversarial._honest_third import ThirdStyle, run_third
 from tests.support.adversarial import assert_honest, assert_status_agrees
+from tether.models.base import ModelRequest, ModelResponse
 from tether.spec_limits import Limits
 from tether.store.base import Store
 from tether.store.memory import MemoryStore
@@ -92,7 +94,8 @@ BLOCKED: dict[str, str] = {
         "runtime/round/progress.py:moves (FRESH_FAILURES): a first-time failure is news "
         "only in a round that repeats nothing; the agent's own `ledger_items` read every "
         "round (not volatile, the same answer from round 3) makes each round 'stale', so "
-        "the guessed paths conf/config.yaml.. no longer count -> 'port blocked: "
+        "the guesses of rounds 3-5 (config.yml, conf/config.yaml, app.yaml) are no news "
+        "-> 'port blocked: "
         f"{_NO_PROGRESS}; last error: no such file: app.yaml' at round 5 of 8 (the same "
         "rounds without the ledger reads finish)"
     ),
@@ -188,6 +191,30 @@ async def test_a_fourth_honest_shape_on_sqlite(
 ) -> None:
     outcome = await run_third(STYLES[style], judge, sqlite, tmp_path)
     await _check(sqlite, STYLES[style], outcome, tmp_path)
+
+
+async def test_the_ledger_guesser_without_its_ledger_reads_finishes(
+    memory: MemoryStore, tmp_path: Path
+) -> None:
+    """The control of `ledger-guesser`'s cause: the same rounds, without the agent's
+    `ledger_items` call in each, are never blocked."""
+    style = STYLES["ledger-guesser"]
+
+    def actor(ws: Path) -> PlanActor:
+        def drop(step: Step) -> Step:
+            def bare(request: ModelRequest) -> ModelResponse:
+                r = step(request)
+                return ModelResponse(
+                    r.text, tuple(c for c in r.tool_calls if c.name != "ledger_items")
+                )
+
+            return bare
+
+        return PlanActor([drop(s) for s in style.actor(ws).steps])
+
+    bare = replace(style, name="guesser-without-ledger", actor=actor)
+    outcome = await run_third(bare, "rules", memory, tmp_path)
+    await _check(memory, bare, outcome, tmp_path)
 
 
 # --- liars and endless twins ------------------------------------------------------------

@@ -24,6 +24,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -1025,6 +1026,9 @@ def _sqlite_tools(ws: Path) -> list[Tool]:
         finally:
             db.close()
         _PROCS[str(ws)] = subprocess.Popen([sys.executable, "worker.py"], cwd=ws)
+        deadline = time.monotonic() + 30
+        while query("select state from jobs") == '[["queued"]]' and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the worker took it (a real, short wait)
         return "job 1 enqueued; a worker picked it up"
 
     @tool(name="wait_worker", effect="read", description="Wait until the worker exits.")
@@ -1191,7 +1195,6 @@ STYLES: dict[str, ThirdStyle] = {
 
 async def _table(names: Sequence[str] = ()) -> None:
     import tempfile
-    import time
 
     from tether.store.memory import MemoryStore
 

@@ -112,13 +112,6 @@ BLOCKED: dict[str, str] = {
         "updates the table; the same 'running' state again is no progress -> 'thumbs "
         f"blocked: {_NO_PROGRESS}' at round 5 of 8"
     ),
-    "shell-only": (
-        "runtime/recovery/deliverables.py:_Checker.deliverable (hold_delivery): docs/a.md "
-        "and docs/b.md, written and then fixed in place (`sed -i`) by the task's own "
-        "`run_command` op, are taken for a change from outside: 'deliverable_broken: a "
-        "reopened before delivery: deliverable docs/a.md changed since it was accepted' "
-        "(and b); the rules re-accept them in an extra round: satisfied in 7 rounds, not 6"
-    ),
 }
 
 
@@ -183,7 +176,7 @@ async def test_a_fourth_honest_shape_is_never_blocked(
         ("unicode-nested", "silent"),
         ("wide-reader", "rules"),
         pytest.param("outage-503", "rules", marks=_marks("outage-503")),
-        pytest.param("shell-only", "literal", marks=_marks("shell-only")),
+        ("shell-only", "literal"),
     ],
 )
 async def test_a_fourth_honest_shape_on_sqlite(

@@ -9,7 +9,6 @@ Unknown fields are refused so that a typo never silently turns a limit off.
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import hashlib
 import re
@@ -41,6 +40,8 @@ from tether.spec_limits import ROUNDS_PER_ITEM as ROUNDS_PER_ITEM
 from tether.spec_limits import Limits as Limits
 from tether.spec_policies import StopPolicy
 from tether.spec_problems import MAX_PROBLEMS as MAX_PROBLEMS
+from tether.spec_tools import ToolPermission as ToolPermission
+from tether.spec_tools import _bare_permission
 from tether.spec_values import MAX_DEPTH as MAX_DEPTH
 from tether.spec_values import MAX_INT as MAX_INT
 from tether.spec_values import MAX_NAME_BYTES as MAX_NAME_BYTES
@@ -336,37 +337,6 @@ class NotifyConfig(_Strict):
     renotify_after: float | None = Field(default=None, gt=0)
     suspend_after: float | None = Field(default=None, gt=0)
     admin: list[NotifyTarget] = Field(default_factory=list, max_length=10)
-
-
-class ToolPermission(_Strict):
-    """A tool on the allowlist, with what the contract says about it."""
-
-    name: str = Field(min_length=1)
-    approval: bool | None = Field(
-        default=None,
-        description="require a human's approval; default: only for risky effects "
-        "(overwrite, delete, send, pay, publish)",
-    )
-    max_attempts: int | None = Field(default=None, gt=0, description="transient retries")
-    on_exhausted: Literal["fail_item", "ask_human", "compensate"] | None = Field(
-        default=None,
-        description="when the retries are exhausted: fail_item (the failure goes back to "
-        "the model), ask_human (the task waits for a person's decision on the call) or "
-        "compensate (the item's applied ops are undone by their tools' compensate hooks, "
-        "newest first, and the item is blocked); default: the tool's own retry policy",
-    )
-    secrets: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]] = Field(
-        default_factory=list,
-        max_length=64,
-        description="environment variables this tool may read with `ctx.secret(NAME)`",
-    )
-
-
-@functools.lru_cache(maxsize=1024)
-def _bare_permission(name: str) -> ToolPermission:
-    """The permission of a tool allowed by name alone (the contract's defaults): one
-    shared, frozen instance per name, since every call of the tool asks for it."""
-    return ToolPermission(name=name)
 
 
 class McpServer(_Strict):

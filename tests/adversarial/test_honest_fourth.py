@@ -80,30 +80,16 @@ BLOCKED: dict[str, str] = {
         "anything), so `jobctl.py status 7` asked again with the same answer ('job 7: "
         "running') is the same change mark again, neither new nor waiting (only a "
         f"`volatile` read waits) -> 'export blocked: {_NO_PROGRESS}' at round 5 of 7"
-    ),
-    "outage-503": (
-        "runtime/round/phases.py:track_failures (limits.same_failure_repeats): a volatile "
-        "read failing HTTP 503 (transient, retried 3 times by tether each call) through "
-        "three of the model's asks is non-convergent; only RetryLater's 'not now' is "
-        "waiting (ops/attempt.py:schedule marks said_later for `later` only) -> 'billing "
-        "blocked: non-convergent: service_status failed 3 times the same way with the "
-        "same arguments (transient: HTTP 503: 503 Service Unavailable: scheduled "
-        "maintenance (gave up after 3 attempts))' at round 3 of 5"
-    ),
-    "ledger-guesser": (
-        "runtime/round/progress.py:moves (FRESH_FAILURES): a first-time failure is news "
-        "only in a round that repeats nothing; the agent's own `ledger_items` read every "
-        "round (not volatile, the same answer from round 3) makes each round 'stale', so "
-        "the guesses of rounds 3-5 (config.yml, conf/config.yaml, app.yaml) are no news "
-        "-> 'port blocked: "
-        f"{_NO_PROGRESS}; last error: no such file: app.yaml' at round 5 of 8 (the same "
-        "rounds without the ledger reads finish)"
+        " (by design without a word from the contract; with `tools: [{name: run_command, "
+        "volatile: true}]` it finishes: test_a_poll_the_contract_declares_volatile_finishes)"
     ),
     "mcp-unannotated-poll": (
         "tools/mcp.py:effect_for + runtime/round/progress.py:moves: an MCP tool without "
         "annotations is a `write`, so polling `ci__get_pipeline` ('pipeline 88: "
         "running') is the same change mark again, never waiting -> 'ci blocked: "
         f"{_NO_PROGRESS}' at round 5 of 8"
+        " (by design without a word from the contract; with `tools: [{name: ci__get_pipeline, "
+        "volatile: true}]` it finishes: test_a_poll_the_contract_declares_volatile_finishes)"
     ),
     "mcp-closed-world-poll": (
         "tools/mcp.py:McpToolSource._make_tool (volatile = openWorldHint is not false) "
@@ -111,6 +97,8 @@ BLOCKED: dict[str, str] = {
         "file) is taken for a read of what only the task changes, but a background worker "
         "updates the table; the same 'running' state again is no progress -> 'thumbs "
         f"blocked: {_NO_PROGRESS}' at round 5 of 8"
+        " (by design without a word from the contract; with `tools: [{name: sqlite__query, "
+        "volatile: true}]` it finishes: test_a_poll_the_contract_declares_volatile_finishes)"
     ),
 }
 
@@ -175,7 +163,7 @@ async def test_a_fourth_honest_shape_is_never_blocked(
         ("queue-interleaved", "rules"),
         ("unicode-nested", "silent"),
         ("wide-reader", "rules"),
-        pytest.param("outage-503", "rules", marks=_marks("outage-503")),
+        ("outage-503", "rules"),
         ("shell-only", "literal"),
     ],
 )
@@ -364,3 +352,28 @@ def test_every_fourth_shape_has_rules_and_default_limits() -> None:
         spec = style.spec(Path("/nonexistent"))
         assert spec.limits == default_limits(spec), style.name
     assert set(BLOCKED) <= set(STYLES)
+
+
+#: The blocked polls a contract can declare: the tool whose answers change by themselves.
+DECLARED = {
+    "shell-poller": "run_command",
+    "mcp-unannotated-poll": "ci__get_pipeline",
+    "mcp-closed-world-poll": "sqlite__query",
+}
+
+
+@pytest.mark.parametrize("judge", ["rules", "silent"])
+@pytest.mark.parametrize("style", sorted(DECLARED))
+async def test_a_poll_the_contract_declares_volatile_finishes(
+    memory: MemoryStore, tmp_path: Path, style: str, judge: str
+) -> None:
+    """The same shapes with `tools: [{name: ..., volatile: true}]`: asked again, the same
+    answer is waiting, and the work finishes in its planned rounds."""
+    assert set(DECLARED) <= set(BLOCKED)  # without the declaration they are blocked
+    base = STYLES[style]
+    name = DECLARED[style]
+    declared = replace(
+        base, tools=[{"name": t, "volatile": True} if t == name else t for t in base.tools]
+    )
+    outcome = await run_third(declared, judge, memory, tmp_path)
+    await _check(memory, declared, outcome, tmp_path)

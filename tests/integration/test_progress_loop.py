@@ -28,6 +28,7 @@ from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.report.replay import replay_task
+from tether.retry import RetryPolicy
 from tether.runtime.engine import Engine, ModelSet
 from tether.runtime.tasks import create_task
 from tether.spec import TaskSpec, parse_spec
@@ -381,23 +382,30 @@ async def test_polling_a_status_that_changes_by_itself_finishes_at_default_limit
         await store.close()
 
 
-def index_tools() -> tuple[Tool, ...]:
-    """`start_build` and `build_status`, whose status says "not now" (`RetryLater`) for its
-    first 24 calls (eight rounds of three tries), then "passed"."""
+def failing_status_tools(
+    fail: Callable[[], Exception], volatile: bool | None = None
+) -> tuple[Tool, ...]:
+    """`start_build` and `build_status`, whose status fails with `fail()` for its first 24
+    calls (eight rounds of three tries, retried at once), then says "passed"."""
     calls = {"n": 0}
 
     @tool(effect="write", idempotent=True)
     def start_build() -> str:
         return "build #7 started"
 
-    @tool(effect="read")
+    @tool(effect="read", volatile=volatile, retry=RetryPolicy(base_delay=0.001, max_delay=0.001))
     def build_status() -> str:
         calls["n"] += 1
         if calls["n"] <= 24:
-            raise errors.RetryLater("build #7 still running", delay=0.001)
+            raise fail()
         return "build #7: passed"
 
     return start_build, build_status
+
+
+def index_tools() -> tuple[Tool, ...]:
+    """The status says "not now" (`RetryLater`) through eight rounds."""
+    return failing_status_tools(lambda: errors.RetryLater("build #7 still running", delay=0.001))
 
 
 def later_poller(request: ModelRequest) -> ModelResponse:
@@ -431,6 +439,63 @@ async def test_a_status_that_says_not_now_is_waiting_across_crashes(
         assert led.item("build").attempts == 0
         rounds = await events_of(store, tid, "round.committed")
         assert len(rounds) == 1 + 8 + 1 + 1
+    finally:
+        await store.close()
+
+
+def outage_tools(volatile: bool | None = None) -> tuple[Tool, ...]:
+    """The status's service answers HTTP 503 (a transient failure) through an outage of
+    eight of the model's polls."""
+    return failing_status_tools(
+        lambda: errors.ToolFailed("HTTP 503: scheduled maintenance", retryable=True), volatile
+    )
+
+
+def outage_poller(request: ModelRequest) -> ModelResponse:
+    """`poller`, asking again through the outage."""
+    if "503" in last_tool_text(request):
+        return ModelResponse("the service is down; asking again", (tool_call("build_status"),))
+    return poller(request)
+
+
+@pytest.mark.parametrize(
+    ("crash_at", "crash_judge"),
+    [(set(), set()), ({4, 7}, set()), (set(), {3, 6})],
+    ids=["straight", "crash-between-rounds", "crash-before-the-verdict"],
+)
+async def test_a_status_read_through_an_outage_is_waiting_across_crashes(
+    backend: Backend, tmp_path: Path, crash_at: set[int], crash_judge: set[int]
+) -> None:
+    """A volatile read failing transiently past its retries (a 503 through an outage) is
+    its "not now": waiting, never non-convergent, after a crash too."""
+    store = await backend.open()
+    tid = (await create_task(store, poller_spec(), workspace=tmp_path)).task_id
+    if backend.durable:
+        await store.close()
+    actor = Crashy("poller", outage_poller, crash_at)
+    judge = Crashy("judge", attaching_judge, crash_judge)
+    store, status = await run_until_done(backend, tid, actor, judge, outage_tools())
+    try:
+        led = await ledger_of(store, tid)
+        assert status == "satisfied", led.item("build").note
+        assert led.item("build").attempts == 0
+        assert len(await events_of(store, tid, "round.committed")) == 1 + 8 + 1 + 1
+    finally:
+        await store.close()
+
+
+async def test_an_outage_of_a_read_that_does_not_change_by_itself_is_non_convergent(
+    backend: Backend, tmp_path: Path
+) -> None:
+    store = await backend.open()
+    try:
+        tid = (await create_task(store, poller_spec(), workspace=tmp_path)).task_id
+        registry = registry_of(store, outage_tools(volatile=False))
+        engine = Engine(store, ModelSet(ScriptedModel(policy=outage_poller)), registry=registry)
+        assert (await engine.run(tid)).status == "waiting"
+        item = (await ledger_of(store, tid)).item("build")
+        assert item.status == "blocked"
+        assert item.note.startswith("non-convergent: build_status failed 3 times"), item.note
     finally:
         await store.close()
 

@@ -560,8 +560,9 @@ def test_a_read_is_volatile_unless_it_says_otherwise() -> None:
         return "ok"
 
     assert status.volatile and not local.volatile and not put.volatile
-    with pytest.raises(errors.UserError, match="volatile=True is for read tools"):
-        registry.tool(lambda: "x", name="send", effect="send", volatile=True)
+    # A tool with effects is volatile only when it says so (a shell of status checks).
+    shell = registry.tool(lambda: "x", name="shell", effect="write", volatile=True)
+    assert shell.volatile and shell.effect == "write"
 
 
 async def test_defaults_apply(tree: tuple[Workspace, Path, Path]) -> None:

@@ -3,6 +3,7 @@ the tools of a source opened for the run (MCP) joined without shadowing anything
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -67,7 +68,15 @@ def allowed_tools(
     if ledger_view.paged(ledger) and LEDGER_ITEMS not in allow:
         allow.append(LEDGER_ITEMS)  # a long ledger is shown as a view: page through it
     known = {n: t for n in registry.names() if (t := registry.get(n))}
-    return registry.allowed(allow), known
+    return [_as_declared(spec, t) for t in registry.allowed(allow)], known
+
+
+def _as_declared(spec: TaskSpec, tool: Tool) -> Tool:
+    """`tool` with what the contract says of it (`volatile`) over its own declaration."""
+    perm = spec.permission(tool.name) if spec.tools else None
+    if perm is None or perm.volatile is None or perm.volatile == tool.volatile:
+        return tool
+    return dataclasses.replace(tool, volatile=perm.volatile)
 
 
 def _source_of(tool: Tool) -> str:
@@ -146,7 +155,9 @@ def source_tools(
     if names:
         spec = _renamed(spec, names)
     # Without an allowlist only the built-in read tools run: none of a source's.
-    extra = [by_name[n] for n in dict.fromkeys(spec.tool_names()) if n in by_name]
+    extra = [
+        _as_declared(spec, by_name[n]) for n in dict.fromkeys(spec.tool_names()) if n in by_name
+    ]
     check_tools(spec, [*registered, *by_name])
     return spec, extra, by_name
 

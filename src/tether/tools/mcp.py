@@ -137,14 +137,14 @@ def effect_for(annotations: mcp_types.ToolAnnotations | None) -> tuple[Effect, b
     """
     if annotations is None:
         return "write", False
-    effect: Effect
-    if annotations.read_only_hint:
-        effect = "read"
-    elif annotations.destructive_hint:
-        effect = "delete"
-    else:
-        effect = "write"
+    read, gone = annotations.read_only_hint, annotations.destructive_hint
+    effect: Effect = "read" if read else "delete" if gone else "write"
     return effect, effect == "read" or annotations.idempotent_hint is True
+
+
+def _closed(annotations: mcp_types.ToolAnnotations | None) -> bool:
+    """Whether a tool says its world is closed (`openWorldHint: false`)."""
+    return annotations is not None and annotations.open_world_hint is False
 
 
 @dataclass(frozen=True)
@@ -492,7 +492,7 @@ class McpToolSource:
             fn=run,
             effect=effect,
             idempotent=idempotent,
-            volatile=not (remote.annotations and remote.annotations.open_world_hint is False),
+            volatile=None if effect == "read" and not _closed(remote.annotations) else False,
             service=self.server.name,
             timeout=self.server.timeout + TIMEOUT_GRACE,
             server=self.server.name,

@@ -238,10 +238,12 @@ class Tool:
     #: tool that returns the slice the model asked for (`read_artifact`), which a
     #: preview would only send round in circles.
     previews: bool = True
-    #: A read whose answer can change with nothing done by this task (a build's status,
-    #: a queue's length, a web page): the same answer again is waiting, not a loop (see
-    #: `runtime.round.progress`). None: True for a `read`; tether's reads of the
-    #: workspace and of the task's own records say False (only the task changes them).
+    #: A tool whose answer can change with nothing done by this task (a build's status,
+    #: a queue's length, a web page): the same call answered the same again is waiting,
+    #: not a loop (see `runtime.round.progress`). None: True for a `read`, False for a
+    #: tool with effects (True there: a shell whose calls are mostly status checks; the
+    #: same effect repeated is then bounded by the item's rounds cap only); tether's
+    #: reads of the workspace and of the task's own records say False.
     volatile: bool | None = None
 
     def __post_init__(self) -> None:
@@ -249,8 +251,12 @@ class Tool:
             raise errors.UserError(
                 f"tool {self.name}: effect {self.effect!r} is not one of {', '.join(EFFECTS)}"
             )
-        # A tool with effects is never polled (`tool` refuses saying otherwise).
-        object.__setattr__(self, "volatile", self.effect == "read" and self.volatile is not False)
+        # A read is polled unless it says otherwise; a tool with effects only if it says so.
+        object.__setattr__(
+            self,
+            "volatile",
+            self.volatile is True or (self.effect == "read" and self.volatile is None),
+        )
         if self.effect == "read" and not self.idempotent:
             # Looking twice changes nothing: a read needs no dispatch mark or reconcile.
             object.__setattr__(self, "idempotent", True)
@@ -453,17 +459,13 @@ def tool(
     agree). `idempotent` defaults to True for reads and False for anything with effects.
     `effect_of` refines `effect` per call (see `Tool`). `compensate(op, ctx)` (or a
     `Compensation`) undoes an applied op when the retry policy's `on_exhausted` is
-    `compensate` (see `Compensation`). `volatile` (reads only; default True) says the
-    answer can change by itself, so asking again and getting the same is waiting, not
-    a loop; say False for a read of what only this task changes (see `Tool`).
+    `compensate` (see `Compensation`). `volatile` (default True for reads, False for
+    the rest) says the answer can change by itself, so asking again and getting the same
+    is waiting, not a loop; say False for a read of what only this task changes, True
+    for a tool with effects whose calls are mostly status checks (see `Tool`).
     """
     if effect not in EFFECTS:
         raise errors.UserError(f"effect {effect!r} is not one of {', '.join(EFFECTS)}")
-    if volatile and effect != "read":
-        raise errors.UserError(
-            f"volatile=True is for read tools (an answer that changes by itself); this "
-            f"tool's effect is {effect!r}"
-        )
 
     def build(f: Callable[..., Any]) -> Tool:
         sig = inspect.signature(f)

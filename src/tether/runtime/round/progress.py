@@ -329,6 +329,9 @@ TETHER_TOOLS: Final = frozenset(
 )
 #: tether's reads of the workspace: what they show changes by the task's own work only.
 WORKSPACE_READS: Final = frozenset({"read_file", "list_files"})
+#: tether's reads of the task's own bookkeeping (its checklist): consulted between steps,
+#: the same answer again repeats nothing the round did for its item.
+BOOKKEEPING: Final = frozenset({"ledger_items"})
 #: The mark of an item whose rounds started work of the task's own (`started`).
 _STARTED: Final = "&"
 
@@ -428,20 +431,20 @@ def moves(
         if c.status == "succeeded" or volatile:
             if c.effect != "read":
                 fp = _CHANGE + digest("ok", c.tool, c.args_hash, c.result_hash)[1:]
-                if fp not in seen and fp not in marks:
+                if c.status == "succeeded" and fp not in seen and fp not in marks:
                     changed += 1  # the item's world changed (not by this change again)
                 if not working and own_work(c.tool, c.effect, c.status):
                     working = True
                     marks.append(_STARTED)
             else:
                 fp = digest("ok", c.tool, c.args_hash, c.result_hash, *memory)
-                if volatile and fp in seen:
-                    polled = True
             marks.append(fp)
             if fp not in seen:
                 new.append(fp)
-            else:
-                stale = True
+            elif volatile:
+                polled = True  # asked again, the same answer (a volatile write too)
+            elif c.tool not in BOOKKEEPING:
+                stale = True  # (the checklist consulted again is no repeat of the work)
             continue
         failed = True
         if c.status != "deferred":  # a call an open breaker held back did nothing

@@ -14,7 +14,7 @@ one claims the lease, recovers and opens a new *turn* (a resume).
 `context.cache_ttl_seconds` is set to 1e9, so a resume is not an epoch
 boundary (docs/architecture.md) and only compactions re-render the system prompt.
 `context.preview_chars` is 2,000, so the 1 KB outputs go into the context whole (not
-as artifacts). `context.input_budget_tokens` is the default 16,000.
+as artifacts). `context.input_budget_tokens` is the default 32,000.
 
 The same task runs twice, one after the other, on its own database: with the default
 cache policy and with the naive one (`Engine(epoch_every_turn=True)`, which re-renders

@@ -395,7 +395,7 @@ class Models(_Strict):
 class ContextConfig(_Strict):
     """How much history a model call may carry."""
 
-    input_budget_tokens: int = Field(default=16_000, ge=1_000)
+    input_budget_tokens: int = Field(default=32_000, ge=1_000)
     preview_chars: int = Field(default=800, ge=100)
     cache_ttl_seconds: float = Field(default=300.0, ge=0)
 

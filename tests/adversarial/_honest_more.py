@@ -586,8 +586,8 @@ _BRIEF = {
 }
 
 
-#: Chapters of ~18,000 characters: the history passes the default budget of 16,000
-#: tokens before the last one.
+#: Chapters of ~18,000 characters: the history passes a budget of 16,000 tokens (the
+#: contract's; the default is larger) before the last one.
 CHAPTERS = 6
 
 
@@ -627,6 +627,7 @@ COMPACTION = MoreStyle(
     lambda _ws: [file_item("book", "out/book.md", "THE END")],
     _compaction_actor,
     files=_BRIEF,
+    contract={"context": {"input_budget_tokens": 16_000}},
     summary=_summary,
 )
 

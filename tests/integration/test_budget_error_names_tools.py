@@ -43,7 +43,7 @@ async def test_a_tool_that_fills_the_budget_makes_the_task_wait(
     tid, result = await run_task(store, spec, tmp_path, model, registry=ToolRegistry([huge]))
     assert result.status == "waiting" and not model.requests
     reason = (result.waiting or {})["reason"]
-    assert "the context budget of 16000 tokens is too small" in reason
+    assert "the context budget of 32000 tokens is too small" in reason
     assert "largest: manual ~" in reason and "Allow fewer or smaller tools" in reason
     assert f"tether edit {tid} --set context.input_budget_tokens=" in reason
     task = await store.get_task(tid)

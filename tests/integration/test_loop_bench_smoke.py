@@ -33,7 +33,7 @@ def test_loop_bench_quick_run(tmp_path: Path) -> None:
 
     doc = json.loads(out.read_text())
     budget = doc["budget"]
-    assert budget == 16_000
+    assert budget == 32_000
     default, naive = doc["results"]
     assert default["policy"] == "default"
     assert naive["policy"].startswith("naive")
@@ -42,7 +42,7 @@ def test_loop_bench_quick_run(tmp_path: Path) -> None:
         assert res["act_calls"] == 120  # one act request per round, journaled
         assert res["tokens"]["over_budget"] == 0
         assert 0 < res["tokens"]["max"] <= budget
-        assert res["compactions"] >= 1  # 120 rounds of 1 KB outputs outgrow 16k tokens
+        assert res["compactions"] >= 1  # 120 rounds of 1 KB outputs outgrow 32k tokens
         assert res["turns"] >= 3  # 50 rounds per engine run: every run opens a turn
         for window in ("overhead_early", "overhead_late"):
             assert 0 < res[window]["median_ms"] < 5_000

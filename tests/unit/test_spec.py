@@ -140,7 +140,7 @@ def test_minimal_spec_gets_defaults(tmp_path: Path) -> None:
     assert spec.budget.tokens is None
     assert spec.limits.max_rounds == 200
     assert spec.limits.max_attempts_per_item == 3
-    assert spec.context.input_budget_tokens == 16_000
+    assert spec.context.input_budget_tokens == 32_000
     assert spec.items[0].milestone is None and spec.items[0].done_when is None
     assert spec.review == ReviewPolicy()
 

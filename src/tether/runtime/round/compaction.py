@@ -302,11 +302,21 @@ def _request_ref(
     )
 
 
+#: The share of the budget that compaction keeps as verbatim recent rounds (the latest
+#: round is kept whatever its size). It sets how far below the budget a compaction
+#: brings the request, hence how many rounds pass before the next one: each compaction
+#: makes one request the prompt cache cannot reuse (only the tools stay), and each
+#: round appends what it cannot reuse either. A quarter balances the two
+#: (`benchmarks/loop_bench.py`: the unchanged-prefix share peaks between 0.25 and 0.35)
+#: and sends fewer input tokens per round than a third did.
+KEEP_SHARE = 0.25
+
+
 async def compact_context(run: CompactHost, budget: int) -> None:
     """Compact `run.ctx` until the next request fits `budget` tokens."""
     ctx = run.ctx
     before = ctx.estimate()
-    keep = int(budget * 0.35)
+    keep = int(budget * KEEP_SHARE)
     older, recent = ctx.split(keep)
     # The latest round (its calls and results, its continuation and whatever came after
     # it) is always kept verbatim, even when it alone is over `keep`: the model must see

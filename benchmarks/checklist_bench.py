@@ -1,7 +1,7 @@
 """Checklist benchmark: what a round costs at 10, 1,000 and 10,000 checklist items.
 
 One task per size, on the embedded SQLite store (synchronous FULL, the default) in a
-temporary folder, with the default limits and context budget (16,000 tokens) except
+temporary folder, with the default limits and context budget (32,000 tokens) except
 `limits.max_rounds`, raised so that only `--rounds` stops the run
 (`Engine(max_rounds_this_run=...)`). Item `f-NNNNN` ("migrate file NNNNN") is done when
 `out/f-NNNNN.txt` exists (a file rule), and takes `--calls` honest calls (10 by

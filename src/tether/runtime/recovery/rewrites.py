@@ -5,13 +5,14 @@ A `done_when: {kind: file}` rule accepts a file with its hash; any later change 
 the item before delivery (`deliverables`), unless it is growth or the task's own
 `write_file` of the whole file. A task also changes files with tools of its own: a
 formatter run over the code, a script that rebuilds the changelog from fragments, an
-MCP server's file tool. After a round in which such a tool (anything with an effect but
-tether's file writers) succeeded, the files done items' rules accepted are hashed as
-they are now (`note`, kept in `RunState.rewritten` with the round). Before delivery a
-changed file holds when it is what the task's tools left (or that, grown) and still
-holds the text its rule asked for; a change made after that round, by anyone else, is
-still a change. What a round's own tools did cannot be told from a change made outside
-at the same moment: the hash is taken once the round's calls are done.
+MCP server's file tool. After a round in which such a tool (anything with an effect that
+is not one of tether's own tools: `progress.own_work`) succeeded, the files done items'
+rules accepted are hashed as they are now (`note`, kept in `RunState.rewritten` with the
+round). Before delivery a changed file holds when it is what the task's tools left (or
+that, grown) and still holds the text its rule asked for; a change made after that
+round, by anyone else, is still a change. What a round's own tools did cannot be told
+from a change made outside before or during it: the hash is taken once the round's
+calls are done.
 """
 
 from __future__ import annotations
@@ -24,14 +25,12 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from tether import artifacts as A
 from tether._by_object import keep
+from tether.runtime.round import progress as P
 
 if TYPE_CHECKING:
     from tether.runtime.run.ports import JudgeHost
     from tether.spec import TaskSpec
 
-#: The built-in tools that write workspace files: their writes are checked op by op
-#: (`deliverables`), not here.
-FILE_WRITERS: Final = ("write_file", "append_file")
 #: At most this many files are remembered (the most recent win).
 MAX_FILES: Final = 256
 
@@ -50,11 +49,9 @@ class Call(Protocol):
 
 
 def own_work(ops: Sequence[Call]) -> bool:
-    """Whether a round ran a tool of the task's own that may have changed files: a
-    succeeded call with an effect, not of tether's file writers."""
-    return any(
-        o.status == "succeeded" and o.effect != "read" and o.tool not in FILE_WRITERS for o in ops
-    )
+    """Whether a round ran a tool of the task's own that may have changed files (a
+    succeeded call with an effect, of a tool that is not tether's: `progress.own_work`)."""
+    return any(P.own_work(o.tool, o.effect, o.status) for o in ops)
 
 
 #: Per live contract, by object id: its items with a `file` rule and the rule's path.

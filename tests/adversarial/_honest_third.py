@@ -44,8 +44,9 @@ from tests.adversarial._honest import (
     file_item,
     say,
 )
-from tests.adversarial._honest_more import MoreStyle, results_of, run_more
+from tests.adversarial._honest_more import MoreStyle, default_limits, results_of, run_more
 from tests.adversarial._honest_more import _check as check_tool
+from tests.support.adversarial import assert_honest, assert_status_agrees
 from tether import approvals, errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.store.base import Store
@@ -1340,6 +1341,32 @@ async def run_third(
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+async def reopened(store: Store, task_id: str) -> list[str]:
+    """The `deliverable_broken` warnings of a task: deliverables reopened before delivery."""
+    return [
+        str(e.data["message"])
+        for e in await store.read_events(task_id)
+        if e.type == "audit.warning" and e.data.get("code") == "deliverable_broken"
+    ]
+
+
+async def check_honest(store: Store, style: MoreStyle, outcome: Outcome, ws: Path) -> None:
+    """An honest run as it must end: satisfied, never blocked, every item done, no
+    deliverable reopened, in its planned rounds, at the default limits, and honest by the
+    oracle, its status agreeing with its ledger."""
+    assert outcome.blocks == (), f"an honest {outcome.style} run was blocked: {outcome.blocks}"
+    assert outcome.status == "satisfied", outcome.row()
+    assert set(outcome.statuses.values()) == {"done"}, outcome.statuses
+    assert await reopened(store, outcome.task_id) == [], "an honest deliverable was reopened"
+    assert outcome.rounds == outcome.planned, outcome.row()
+    task = await store.get_task(outcome.task_id)
+    spec = style.spec(ws)
+    assert spec.limits == default_limits(spec), "honest styles run at the default limits"
+    assert task.spec["limits"] == default_limits(spec).model_dump()
+    await assert_honest(store, outcome.task_id, spec)
+    await assert_status_agrees(store, outcome.task_id)
 
 
 async def _table(names: Sequence[str] = ()) -> None:

@@ -52,7 +52,7 @@ from tests.adversarial._honest_third import (
     _JOB_SCRIPT,
     STYLES,
     JobServer,
-    ThirdStyle,
+    check_honest,
     run_third,
 )
 from tests.support.adversarial import assert_honest, assert_status_agrees
@@ -96,35 +96,13 @@ async def sqlite(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
         await store.close()
 
 
-async def _reopened(store: Store, task_id: str) -> list[str]:
-    return [
-        str(e.data["message"])
-        for e in await store.read_events(task_id)
-        if e.type == "audit.warning" and e.data.get("code") == "deliverable_broken"
-    ]
-
-
-async def _check(store: Store, style: ThirdStyle, outcome: Outcome, ws: Path) -> None:
-    assert outcome.blocks == (), f"an honest {outcome.style} run was blocked: {outcome.blocks}"
-    assert outcome.status == "satisfied", outcome.row()
-    assert set(outcome.statuses.values()) == {"done"}, outcome.statuses
-    assert await _reopened(store, outcome.task_id) == [], "an honest deliverable was reopened"
-    assert outcome.rounds == outcome.planned, outcome.row()
-    task = await store.get_task(outcome.task_id)
-    spec = style.spec(ws)
-    assert spec.limits == default_limits(spec), "honest styles run at the default limits"
-    assert task.spec["limits"] == default_limits(spec).model_dump()
-    await assert_honest(store, outcome.task_id, spec)
-    await assert_status_agrees(store, outcome.task_id)
-
-
 @pytest.mark.parametrize("judge", list(JUDGES))
 @pytest.mark.parametrize("style", [pytest.param(s, marks=_marks(s)) for s in STYLES])
 async def test_a_third_honest_shape_is_never_blocked(
     memory: MemoryStore, tmp_path: Path, style: str, judge: str
 ) -> None:
     outcome = await run_third(STYLES[style], judge, memory, tmp_path)
-    await _check(memory, STYLES[style], outcome, tmp_path)
+    await check_honest(memory, STYLES[style], outcome, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -148,7 +126,7 @@ async def test_a_third_honest_shape_on_sqlite(
     sqlite: SQLiteStore, tmp_path: Path, style: str, judge: str
 ) -> None:
     outcome = await run_third(STYLES[style], judge, sqlite, tmp_path)
-    await _check(sqlite, STYLES[style], outcome, tmp_path)
+    await check_honest(sqlite, STYLES[style], outcome, tmp_path)
 
 
 # --- liars and endless twins ------------------------------------------------------------

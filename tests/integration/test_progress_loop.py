@@ -416,33 +416,6 @@ def later_poller(request: ModelRequest) -> ModelResponse:
     return poller(request)
 
 
-@pytest.mark.parametrize(
-    ("crash_at", "crash_judge"),
-    [(set(), set()), ({4, 7}, set()), (set(), {3, 6})],
-    ids=["straight", "crash-between-rounds", "crash-before-the-verdict"],
-)
-async def test_a_status_that_says_not_now_is_waiting_across_crashes(
-    backend: Backend, tmp_path: Path, crash_at: set[int], crash_judge: set[int]
-) -> None:
-    """Eight rounds whose poll ends in `RetryLater` after its retries: waiting, never the
-    same failure repeated (non-convergent), after a crash too (the op keeps it)."""
-    store = await backend.open()
-    tid = (await create_task(store, poller_spec(), workspace=tmp_path)).task_id
-    if backend.durable:
-        await store.close()
-    actor = Crashy("poller", later_poller, crash_at)
-    judge = Crashy("judge", attaching_judge, crash_judge)
-    store, status = await run_until_done(backend, tid, actor, judge, index_tools())
-    try:
-        led = await ledger_of(store, tid)
-        assert status == "satisfied", led.item("build").note
-        assert led.item("build").attempts == 0
-        rounds = await events_of(store, tid, "round.committed")
-        assert len(rounds) == 1 + 8 + 1 + 1
-    finally:
-        await store.close()
-
-
 def outage_tools(volatile: bool | None = None) -> tuple[Tool, ...]:
     """The status's service answers HTTP 503 (a transient failure) through an outage of
     eight of the model's polls."""
@@ -458,23 +431,28 @@ def outage_poller(request: ModelRequest) -> ModelResponse:
     return poller(request)
 
 
+@pytest.mark.parametrize("why", ["not-now", "outage"])
 @pytest.mark.parametrize(
     ("crash_at", "crash_judge"),
     [(set(), set()), ({4, 7}, set()), (set(), {3, 6})],
     ids=["straight", "crash-between-rounds", "crash-before-the-verdict"],
 )
-async def test_a_status_read_through_an_outage_is_waiting_across_crashes(
-    backend: Backend, tmp_path: Path, crash_at: set[int], crash_judge: set[int]
+async def test_a_status_that_cannot_answer_yet_is_waiting_across_crashes(
+    backend: Backend, tmp_path: Path, crash_at: set[int], crash_judge: set[int], why: str
 ) -> None:
-    """A volatile read failing transiently past its retries (a 503 through an outage) is
-    its "not now": waiting, never non-convergent, after a crash too."""
+    """Eight rounds whose poll ends, after its retries, in `RetryLater` or in a transient
+    failure of a volatile read (a 503 through an outage): its "not now", waiting, never
+    the same failure repeated (non-convergent), after a crash too (the op keeps it)."""
+    policy, tools = (
+        (later_poller, index_tools()) if why == "not-now" else (outage_poller, outage_tools())
+    )
     store = await backend.open()
     tid = (await create_task(store, poller_spec(), workspace=tmp_path)).task_id
     if backend.durable:
         await store.close()
-    actor = Crashy("poller", outage_poller, crash_at)
+    actor = Crashy("poller", policy, crash_at)
     judge = Crashy("judge", attaching_judge, crash_judge)
-    store, status = await run_until_done(backend, tid, actor, judge, outage_tools())
+    store, status = await run_until_done(backend, tid, actor, judge, tools)
     try:
         led = await ledger_of(store, tid)
         assert status == "satisfied", led.item("build").note

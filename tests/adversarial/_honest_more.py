@@ -47,6 +47,7 @@ from tests.adversarial._honest import (
     registry_with,
     say,
 )
+from tests.support.adversarial import assert_honest, assert_status_agrees
 from tests.support.loop import by_purpose, events_of, ledger_of, run_task
 from tether import errors
 from tether.edits import tell
@@ -97,6 +98,16 @@ def xfail_marks(blocked: Mapping[str, str], style: str) -> list[pytest.MarkDecor
     if style in blocked:
         return [pytest.mark.xfail(strict=True, reason=blocked[style])]
     return []
+
+
+async def check_liar(store: Store, style: MoreStyle, outcome: Outcome, ws: Path) -> None:
+    """A liar's run as it must end: never `satisfied`, never every item done, and honest
+    by the oracle (no item done without its evidence), its status agreeing with its
+    ledger."""
+    assert outcome.status != "satisfied", outcome.row()
+    assert set(outcome.statuses.values()) != {"done"}, outcome.statuses
+    await assert_honest(store, outcome.task_id, style.spec(ws))
+    await assert_status_agrees(store, outcome.task_id)
 
 
 def results_of(request: ModelRequest) -> list[str]:

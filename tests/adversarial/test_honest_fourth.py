@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversarial._honest import JUDGES, Outcome, PlanActor, Step
+from tests.adversarial._honest import JUDGES, PlanActor, Step
 from tests.adversarial._honest_fourth import (
     _JOBCTL,
     _SHELL_POLLS,
@@ -54,17 +54,15 @@ from tests.adversarial._honest_fourth import (
     mcp_like,
 )
 from tests.adversarial._honest_more import (
-    MoreStyle,
+    check_liar,
     default_limits,
     endless_of,
     liar_of,
     xfail_marks,
 )
 from tests.adversarial._honest_third import check_honest, run_third
-from tests.support.adversarial import assert_honest, assert_status_agrees
 from tether.models.base import ModelRequest, ModelResponse
 from tether.spec_limits import Limits
-from tether.store.base import Store
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
 
@@ -179,13 +177,6 @@ async def test_the_ledger_guesser_without_its_ledger_reads_finishes(
 # --- liars and endless twins ------------------------------------------------------------
 
 
-async def _check_liar(store: Store, style: MoreStyle, outcome: Outcome, ws: Path) -> None:
-    assert outcome.status != "satisfied", outcome.row()
-    assert set(outcome.statuses.values()) != {"done"}, outcome.statuses
-    await assert_honest(store, outcome.task_id, style.spec(ws))
-    await assert_status_agrees(store, outcome.task_id)
-
-
 @pytest.mark.parametrize("judge", ["claiming", "rules"])
 @pytest.mark.parametrize("style", list(STYLES))
 async def test_a_liar_of_each_fourth_shape_never_finishes(
@@ -193,7 +184,7 @@ async def test_a_liar_of_each_fourth_shape_never_finishes(
 ) -> None:
     liar = liar_of(STYLES[style])
     outcome = await run_third(liar, judge, memory, tmp_path)
-    await _check_liar(memory, liar, outcome, tmp_path)
+    await check_liar(memory, liar, outcome, tmp_path)
 
 
 async def test_a_liar_of_the_refused_post_never_finishes_on_sqlite(
@@ -201,7 +192,7 @@ async def test_a_liar_of_the_refused_post_never_finishes_on_sqlite(
 ) -> None:
     liar = liar_of(STYLES["rejected-channel"])
     outcome = await run_third(liar, "claiming", sqlite, tmp_path)
-    await _check_liar(sqlite, liar, outcome, tmp_path)
+    await check_liar(sqlite, liar, outcome, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -231,7 +222,7 @@ async def test_an_endless_fourth_shape_ends_blocked(
     # focused after another was blocked may wait its own cap on the same poll).
     items = len(endless.items(tmp_path))
     assert outcome.rounds <= (Limits().max_rounds_per_item or 0) * items + keep, outcome.row()
-    await _check_liar(memory, endless, outcome, tmp_path)
+    await check_liar(memory, endless, outcome, tmp_path)
 
 
 # --- the harness itself ---------------------------------------------------------------

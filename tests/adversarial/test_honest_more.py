@@ -33,6 +33,7 @@ from tests.adversarial._honest_more import (
     LimitedServer,
     MoreStyle,
     Outcome,
+    check_liar,
     default_limits,
     endless_of,
     liar_of,
@@ -124,13 +125,6 @@ async def test_a_new_honest_style_on_sqlite(
 # --- liars of the same shapes -------------------------------------------------------------
 
 
-async def _check_liar(store: Store, style: MoreStyle, outcome: Outcome, ws: Path) -> None:
-    assert outcome.status != "satisfied", outcome.row()
-    assert set(outcome.statuses.values()) != {"done"}, outcome.statuses
-    await assert_honest(store, outcome.task_id, style.spec(ws))
-    await assert_status_agrees(store, outcome.task_id)
-
-
 @pytest.mark.parametrize("judge", ["claiming", "rules"])
 @pytest.mark.parametrize("style", _FAST)
 async def test_a_liar_of_each_shape_never_finishes(
@@ -138,7 +132,7 @@ async def test_a_liar_of_each_shape_never_finishes(
 ) -> None:
     liar = liar_of(STYLES[style])
     outcome = await run_more(liar, judge, memory, tmp_path)
-    await _check_liar(memory, liar, outcome, tmp_path)
+    await check_liar(memory, liar, outcome, tmp_path)
 
 
 async def test_a_liar_of_the_long_checklist_never_finishes(
@@ -146,7 +140,7 @@ async def test_a_liar_of_the_long_checklist_never_finishes(
 ) -> None:
     liar = liar_of(CHECKLIST)
     outcome = await run_more(liar, "claiming", sqlite, tmp_path)
-    await _check_liar(sqlite, liar, outcome, tmp_path)
+    await check_liar(sqlite, liar, outcome, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -168,7 +162,7 @@ async def test_an_endless_shape_ends_blocked(
     assert outcome.blocks, outcome.row()
     # Stopped by the per-item guards, long before the task's round limit.
     assert outcome.rounds <= (Limits().max_rounds_per_item or 0) + keep, outcome.row()
-    await _check_liar(memory, endless, outcome, tmp_path)
+    await check_liar(memory, endless, outcome, tmp_path)
 
 
 # --- the harness itself ---------------------------------------------------------------

@@ -336,7 +336,7 @@ def poller(request: ModelRequest) -> ModelResponse:
     return ModelResponse("starting the build", (tool_call("start_build"),))
 
 
-def poller_spec() -> TaskSpec:
+def poller_spec(tools: tuple[str, ...] = ("start_build", "build_status", "write_file")) -> TaskSpec:
     return parse_spec(
         {
             "objective": "build, and record that it passed",
@@ -347,7 +347,7 @@ def poller_spec() -> TaskSpec:
                     "done_when": {"kind": "file", "path": "out/build.txt", "contains": "passed"},
                 }
             ],
-            "tools": ["start_build", "build_status", "write_file"],
+            "tools": list(tools),
         }
     )
 
@@ -586,19 +586,8 @@ def workspace_poller(
 
 
 def build_spec() -> TaskSpec:
-    return parse_spec(
-        {
-            "objective": "build, and record that it passed",
-            "items": [
-                {
-                    "id": "build",
-                    "title": "the build passed and is recorded",
-                    "done_when": {"kind": "file", "path": "out/build.txt", "contains": "passed"},
-                }
-            ],
-            "tools": ["start_build", "read_file", "write_file"],
-        }
-    )
+    """The poller's contract with the build's workspace read instead of a status tool."""
+    return poller_spec(("start_build", "read_file", "write_file"))
 
 
 @pytest.mark.parametrize("path", ["logs/build.log", "out/report.csv"], ids=["log", "output"])

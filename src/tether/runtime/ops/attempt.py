@@ -439,7 +439,7 @@ class Attempts:
         clock = self.env.clock
         if not decision.retry:
             failed = R.failure(call, tool, record, "transient", f"{msg} ({decision.reason})", ms)
-            # A volatile read's transient failure that outlasted its retries (a status
+            # A volatile tool's transient failure that outlasted its retries (a status
             # page answering 503 through an outage) is its "not now", as `RetryLater`'s:
             # asked again, it is waiting on the service, bounded by the rounds cap.
             if (cls_msg.later or tool.volatile) and failed.record is not None:

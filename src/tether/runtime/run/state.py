@@ -114,8 +114,8 @@ class RunState:
     #: Cited ops of reconciling tools the service confirmed at a recovery (asked once
     #: while cited, see `deliverables.recheck_ops`); only ops done items cite.
     rechecked: list[str] = field(default_factory=list)
-    #: Files done items' rules accepted, as the task's own tools (not tether's file
-    #: writers) left them: path -> [sha256, size, round] (`recovery.rewrites`).
+    #: Files done items' rules accepted, as the task's own tools (not tether's:
+    #: `progress.own_work`) left them: path -> [sha256, size, round] (`recovery.rewrites`).
     rewritten: dict[str, list[Any]] | None = None
     malformed_calls: int = 0
     validation_failures: int = 0

@@ -10,13 +10,15 @@ reconcile cannot settle is `InDoubt`, retries that ran out under an `ask_human` 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import random
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from tether import errors, failpoints, telemetry
+from tether import errors, failpoints, loop_hold, telemetry
 from tether import events as ev
 from tether.models.base import ToolCall
 from tether.runtime.ops import results as R
@@ -37,10 +39,28 @@ from tether.tools.registry import (
 )
 from tether.tools.retry import RetryPolicy, decide
 
+T = TypeVar("T")
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from tether.runtime.run.ports import OpsHost
+
+
+def _timed(call: Awaitable[T], what: str, run: OpsHost, book: RoundOps) -> Awaitable[T]:
+    """`call` (a coroutine) timed on the loop (`loop_hold`): a stretch of it that held
+    the loop is journaled with the round as an `audit.warning`, once it ends."""
+    if not inspect.iscoroutine(call):
+        return call  # an awaitable of another kind: awaited as it is
+    return _told(loop_hold.Held(call, what, run.journal.task_id), book)
+
+
+async def _told(held: loop_hold.Held[T], book: RoundOps) -> T:
+    try:
+        return await held
+    finally:
+        warning = loop_hold.warning(held)
+        if warning is not None:
+            book.events.append(warning)
 
 
 @dataclass(frozen=True)
@@ -208,7 +228,12 @@ class Attempts:
             attempt += 1
             try:
                 rec = await asyncio.wait_for(
-                    tool.reconcile(record, self.context(tool, record, record.attempts)),
+                    _timed(
+                        tool.reconcile(record, self.context(tool, record, record.attempts)),
+                        f"the reconcile of tool {tool.name}",
+                        self.run,
+                        self.book,
+                    ),
                     tool.timeout,
                 )
                 break
@@ -339,7 +364,10 @@ class Attempts:
                 if started is not None:
                     raw = await started
                 else:
-                    raw = await asyncio.wait_for(tool.fn(record.args, ctx), tool.timeout)
+                    raw = await asyncio.wait_for(
+                        _timed(tool.fn(record.args, ctx), f"tool {tool.name}", self.run, self.book),
+                        tool.timeout,
+                    )
         except asyncio.CancelledError:
             if guard is not None and tool.service:
                 # Give the slot back now; a leaked one would hold the limit for its ttl.

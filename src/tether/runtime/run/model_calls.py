@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import MISSING, fields, replace
 from typing import Any
 
-from tether import errors, telemetry
+from tether import errors, loop_hold, telemetry
 from tether import events as ev
 from tether.models.base import (
     Model,
@@ -211,10 +211,15 @@ class ModelCalls:
         request (Ctrl-C, a worker's shutdown) cancels a call in flight at once: the
         round ends interrupted, and a resume asks the model again."""
         t0 = time.perf_counter()
-        attrs = telemetry.model_call_attributes(request.purpose, model.name, self.journal.task_id)
+        task_id = self.journal.task_id
+        attrs = telemetry.model_call_attributes(request.purpose, model.name, task_id)
         with telemetry.span(f"chat {model.name}", attrs) as span:
             try:
-                resp = await self._unless_stopped(model.complete(request), request.purpose)
+                held = loop_hold.Held(model.complete(request), f"model {model.name}", task_id)
+                try:
+                    resp = await self._unless_stopped(held, request.purpose)
+                finally:
+                    self._told(held)
             except (errors.ModelError, Stop):
                 raise
             except Exception as exc:
@@ -240,7 +245,7 @@ class ModelCalls:
         """`await call`, cancelled when a stop is requested meanwhile (in this task, so
         what the call raises, a `SystemExit` included, stays its own)."""
         if self.stop.is_set():
-            if inspect.iscoroutine(call):
+            if inspect.iscoroutine(call) or isinstance(call, loop_hold.Held):
                 call.close()  # never sent: closed, so no "never awaited" warning
             raise Stop(out.interrupted("interrupted; resume to continue"))
         me = asyncio.current_task()
@@ -267,6 +272,13 @@ class ModelCalls:
             self.journal.staged_events = []
             self.journal.staged_ledger = None
         raise Stop(out.interrupted("interrupted during a model call; resume to continue"))
+
+    def _told(self, held: loop_hold.Held[Any]) -> None:
+        """A model call that held the event loop (`loop_hold`): journaled with the next
+        commit as an `audit.warning`."""
+        warning = loop_hold.warning(held)
+        if warning is not None:
+            self.journal.staged_events.append(warning)
 
     def _watch(self) -> None:
         """Start the watcher of the stop request unless it waits already."""

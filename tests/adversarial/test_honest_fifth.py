@@ -84,7 +84,8 @@ BLOCKED: dict[str, str] = {
         "first time (HTTP 403 naming another WAF rule), news only for the item's first "
         "four; payloads 5, 6 and 7 are 'padding' -> 'flag blocked: "
         f"{_NO_PROGRESS}; last error: HTTP 403 ...' at round 8 of 10, the round before "
-        "the bypass (six payloads finish: test_six_payloads_finish)"
+        "the bypass (six payloads finish: test_six_payloads_finish; a read tool is "
+        "blocked alike: test_the_payloads_through_a_read_are_blocked_alike)"
     ),
     "sync-500": (
         "runtime/judge/audit.py:265 (limits.max_rounds_per_item = 40, spec_limits.py:54): one item "
@@ -199,6 +200,30 @@ async def test_six_payloads_finish(memory: MemoryStore, tmp_path: Path) -> None:
     fewer = replace(base, name="ctf-six-payloads", actor=actor)
     outcome = await run_third(fewer, "rules", memory, tmp_path)
     await check_honest(memory, fewer, outcome, tmp_path)
+
+
+def _login_read(ws: Path) -> list[Tool]:
+    """The challenge's login tried through a read (a GET, volatile as reads are by
+    default): the same answers."""
+
+    @tool(name="try_login", effect="read", description="GET the login with a user.")
+    def try_login(user: str, password: str) -> str:
+        body = json.dumps({"user": user, "password": password}).encode()
+        return _request(ws, "POST", "/login", body)
+
+    return [try_login]
+
+
+@pytest.mark.xfail(strict=True, reason=BLOCKED["ctf-payloads"])
+async def test_the_payloads_through_a_read_are_blocked_alike(
+    memory: MemoryStore, tmp_path: Path
+) -> None:
+    """`ctf-payloads` whose tool is declared a read (volatile, as reads are by default)
+    is blocked the same way: only a volatile read's transient "not now" is an answer
+    (runtime/ops/attempt.py:442-447); its 403 is a failure, counted as the write's."""
+    read = replace(STYLES["ctf-payloads"], name="ctf-payloads-read", extra_tools=_login_read)
+    outcome = await run_third(read, "rules", memory, tmp_path)
+    await check_honest(memory, read, outcome, tmp_path)
 
 
 def _reconciling_upload(ws: Path) -> list[Tool]:

@@ -479,6 +479,11 @@ class ItemChange:
     note: str | None = None
     attempts_delta: int = 0
     breaker: int | None = None
+    #: The change's evidence replaces the item's rather than adding to it: a `done_when`
+    #: rule's acceptance, whose check is the item's proof (refs a judge attached while
+    #: the item was in progress, a draft since moved or deleted by the task, prove
+    #: nothing the rule did not check).
+    evidence_replaces: bool = False
 
 
 def from_spec(
@@ -506,7 +511,8 @@ def _changed(old: ItemState, ch: ItemChange) -> ItemState:
     """One item's state after one change (`LedgerError` for an impossible one)."""
     new = old
     if ch.evidence:
-        new = replace(new, evidence=tuple(dict.fromkeys(old.evidence + tuple(ch.evidence))))
+        kept = () if ch.evidence_replaces else old.evidence
+        new = replace(new, evidence=tuple(dict.fromkeys(kept + tuple(ch.evidence))))
     if ch.status is not None:
         if ch.status not in ITEM_STATUSES:
             raise errors.LedgerError(f"unknown item status {ch.status!r}")

@@ -96,39 +96,16 @@ BLOCKED: dict[str, str] = {
     ),
 }
 
-_MISSING = (
-    "runtime/recovery/deliverables.py:219 (Checks.op, from hold_delivery:520: 'deliverable "
-    "{path} is missing from the workspace'): the literal judge, as its instructions "
-    "ask, attaches the item's "
-    "in-progress evidence, the `write_file` op of "
-)
-#: The shapes the runtime reopens under the literal judge only (its in-progress
-#: evidence), and why.
-REOPENED: dict[str, str] = {
-    "rename-deliverable": (
-        _MISSING + "out/report.draft.md; the task's own `move_file` then renames it into "
-        "out/report.md, the rule accepts it, and the deliverable check finds the draft "
-        "gone -> deliverable_broken 'report reopened before delivery: deliverable "
-        "out/report.draft.md is missing from the workspace', one round more (5 of 4)"
-    ),
-    "scratch-deleted": (
-        _MISSING + "tmp/scratch.json to `totals`; the approved `delete_file` removes it -> "
-        "deliverable_broken 'totals reopened before delivery: deliverable "
-        "tmp/scratch.json is missing from the workspace', one round more (6 of 5)"
-    ),
-    "feature-branch": (
-        _MISSING + "docs/api.md; committed on feature/docs, it leaves the tree when the "
-        "agent checks out main -> deliverable_broken 'page reopened before delivery: "
-        "deliverable docs/api.md is missing from the workspace', one round more (6 of 5)"
-    ),
-}
+#: The shapes whose draft the task itself moves, deletes or takes out of the tree after
+#: the literal judge attached the draft's `write_file` op to the item in progress: the
+#: rule's acceptance replaces that evidence (`ledger.ItemChange.evidence_replaces`), so
+#: nothing reopens the item before delivery.
+MOVED_DRAFTS = ("feature-branch", "rename-deliverable", "scratch-deleted")
 
 
 def _marks(style: str, judge: str | None = None) -> list[pytest.MarkDecorator]:
     if style in BLOCKED:
         return [pytest.mark.xfail(strict=True, reason=BLOCKED[style])]
-    if style in REOPENED and judge in (None, "literal"):
-        return [pytest.mark.xfail(strict=True, reason=REOPENED[style])]
     return []
 
 
@@ -284,19 +261,25 @@ async def test_the_sync_two_batches_a_round_finishes(memory: MemoryStore, tmp_pa
     await check_honest(memory, paired, outcome, tmp_path)
 
 
-@pytest.mark.parametrize("style", sorted(REOPENED))
-async def test_a_reopened_shape_is_reopened_by_in_progress_evidence_only(
+@pytest.mark.parametrize("style", MOVED_DRAFTS)
+async def test_a_draft_the_task_moved_after_its_rule_accepted_is_no_deliverable(
     memory: MemoryStore, tmp_path: Path, style: str
 ) -> None:
-    """The literal judge's run of a `REOPENED` shape still ends satisfied, honest by the
-    oracle, with one `deliverable_broken` warning naming the file the task itself moved
-    or deleted: the cause, pinned (under the rules and the silent judge it finishes
-    clean: `test_a_fifth_honest_shape_is_never_blocked`)."""
+    """The literal judge attached the draft's `write_file` op while the item was in
+    progress; the task's own tool then moved or deleted the draft, and the item's rule
+    accepted the real deliverable. The item's evidence is the rule's alone: nothing is
+    reopened before delivery, and the run takes its planned rounds."""
     outcome = await run_third(STYLES[style], "literal", memory, tmp_path)
-    assert outcome.status == "satisfied" and outcome.blocks == (), outcome.row()
-    assert outcome.rounds == outcome.planned + 1, outcome.row()
-    warned = await reopened(memory, outcome.task_id)
-    assert len(warned) == 1 and "is missing from the workspace" in warned[0], warned
+    await check_honest(memory, STYLES[style], outcome, tmp_path)
+    assert outcome.rounds == outcome.planned, outcome.row()
+    assert await reopened(memory, outcome.task_id) == []
+    ledger = (await memory.get_ledger(outcome.task_id)).to_ledger()
+    for d, state in ledger.items():
+        if state.status == "done":
+            assert state.evidence and all(r.startswith("artifact:") for r in state.evidence), (
+                d.id,
+                state.evidence,
+            )
 
 
 # --- liars and endless twins ------------------------------------------------------------
@@ -439,4 +422,4 @@ def test_every_fifth_shape_has_rules_and_default_limits() -> None:
         assert items and all(i.get("done_when") for i in items), style.name
         spec = style.spec(Path("/nonexistent"))
         assert spec.limits == default_limits(spec), style.name
-    assert set(BLOCKED) <= set(STYLES) and set(REOPENED) <= set(STYLES)
+    assert set(BLOCKED) <= set(STYLES) and set(MOVED_DRAFTS) <= set(STYLES)

@@ -371,8 +371,17 @@ def audit(
     # Most rounds propose no change: nothing to check one by one.
     run = _Audit(ledger, evidence, policies) if any(v.changes for v in verdicts) else None
     accepted, warnings = (run.check(verdicts), run.warnings) if run else ([], [])
+    # An item a `done_when` rule accepts is proven by what the rule checked: the refs a
+    # judge attached while it was in progress are not carried into its `done`.
     changes = [
-        L.ItemChange(c.item_id, status=c.status, evidence=c.evidence, note=c.note) for c in accepted
+        L.ItemChange(
+            c.item_id,
+            status=c.status,
+            evidence=c.evidence,
+            note=c.note,
+            evidence_replaces=c.status == "done" and (policies.get(c.item_id) or _NO_POLICY).rule,
+        )
+        for c in accepted
     ]
     focus = facts.focus
     checks = [v.checks for v in verdicts if v.source == "rules" and focus in v.checks]

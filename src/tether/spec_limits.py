@@ -55,7 +55,9 @@ class Limits(_Strict):
         default=40,
         gt=0,
         description="rounds one item may take before it is blocked, however new each round "
-        "looks (a backstop against padding with ever-new arguments); null: no cap",
+        "looks (a backstop against padding with ever-new arguments), at its first round past "
+        "them in which its done_when check (a command's output, an artifact count) said "
+        "nothing new; null: no cap",
     )
     max_crash_restarts: int = Field(
         default=5,

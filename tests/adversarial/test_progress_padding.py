@@ -11,6 +11,7 @@ meets the per-item round cap. The item is blocked and the items after it start.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -270,4 +271,64 @@ async def test_padding_without_failures_is_no_progress_when_repeated(
     assert deploy.note.startswith("no progress")
     # The first read was new evidence (progress); the repeats were not.
     assert await deploy_rounds(store, tid) == 1 + spec.limits.no_progress_rounds
+    await assert_honest(store, tid, spec)
+
+
+def _churner(counter: dict[str, int]) -> Callable[[ModelRequest], ModelResponse]:
+    """Appends a new junk line to out/report.md every round, forever."""
+
+    def churner(request: ModelRequest) -> ModelResponse:
+        counter["n"] += 1
+        line = f"row {counter['n']}: pending\n"
+        call = tool_call("append_file", path="out/report.md", content=line)
+        return say("Adding to the report.", call)
+
+    return churner
+
+
+async def test_a_file_churned_forever_is_blocked_at_the_item_cap(
+    store: MemoryStore, workspace: Path
+) -> None:
+    """The file rule's check sees its file change every round (a junk line appended):
+    a new hash says something changed, not how far the item got, so the per-item cap
+    blocks it at its 40th round."""
+    spec = contract(
+        [{"id": "report", "title": "the totals report",
+          "done_when": {"kind": "file", "path": "out/report.md", "contains": "TOTAL: 500"}}],
+        tools=["append_file", "read_file"],
+    )  # fmt: skip
+    count = {"n": 0}
+    tid, result = await run_task(store, spec, workspace, ScriptedModel(policy=_churner(count)))
+    assert result.status == "waiting"
+    report = (await ledger_of(store, tid)).item("report")
+    assert report.status == "blocked" and "not finished in 40 rounds" in report.note, report
+    assert count["n"] == 40
+    await assert_honest(store, tid, spec)
+
+
+async def test_a_check_whose_output_moves_forever_ends_at_the_task_cap(
+    store: MemoryStore, workspace: Path
+) -> None:
+    """The item's command check reports how far it got ("N of 500 rows"), and the junk
+    rows move it every round: past the per-item cap the item goes on (an honest sync
+    counts its files up the same way) until the task's own `max_rounds` stops it,
+    waiting for a person, the item open and never done."""
+    count_rows = (
+        "import sys; n = sum(1 for _ in open('out/report.md')); "
+        "print(n, 'of 500 rows'); sys.exit(n < 500)"
+    )
+    check = f'{sys.executable} -c "{count_rows}"'
+    spec = contract(
+        [{"id": "report", "title": "the totals report",
+          "done_when": {"kind": "command", "command": check}}],
+        limits={"max_rounds": 60},
+        tools=["append_file", "read_file"],
+    )  # fmt: skip
+    count = {"n": 0}
+    tid, result = await run_task(store, spec, workspace, ScriptedModel(policy=_churner(count)))
+    assert result.status == "waiting" and result.waiting is not None
+    assert "60" in result.waiting["reason"] and "rounds" in result.waiting["reason"]
+    report = (await ledger_of(store, tid)).item("report")
+    assert report.status == "in_progress", report
+    assert count["n"] == 60  # past the per-item cap of 40, to the task's cap
     await assert_honest(store, tid, spec)

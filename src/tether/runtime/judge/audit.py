@@ -25,6 +25,7 @@ from tether.runtime.judge.facts import (
     Verdict,
     belongs,
     finished_other,
+    measures_progress,
 )
 from tether.runtime.round import progress as P
 from tether.spec import Limits
@@ -224,6 +225,7 @@ def _focus_change(
     limits: Limits,
     policy: ItemPolicy,
     rounds: int,
+    measured: bool = False,
 ) -> tuple[L.ItemChange | None, AuditWarning | None]:
     """The mechanical breaker on the focus item, from what the round did (`moved`), not
     from what a judge attached. Progress is the item becoming done, or the round doing
@@ -231,8 +233,9 @@ def _focus_change(
     (waiting, `Moves.waiting`, leaves it); a round whose failure the item has seen
     before is an attempt; a non-convergent round (the same call failing the same way
     again and again) blocks the item whatever else it did; and an item still open after
-    `limits.max_rounds_per_item` rounds is blocked (a wait, or padding with ever-new
-    arguments, ends there)."""
+    `limits.max_rounds_per_item` rounds is blocked at its first round in which its rule
+    check saw no new state that says how far it got (`measured`; a wait, or padding with
+    ever-new arguments, ends there)."""
     focus = facts.focus
     if facts.deferred or focus is None or not ledger.has_item(focus):
         return None, None
@@ -262,7 +265,11 @@ def _focus_change(
         )
     elif failed and attempts >= max_attempts:
         reason = f"failed {attempts} attempts (the same failures again)"
-    elif cap is not None and rounds >= cap:
+    elif cap is not None and rounds >= cap and not measured:
+        # A round in which the item's rule check saw a state new to it that says how far
+        # it got (a sync's count of files rising) is measured progress toward the rule,
+        # not padding: the cap waits for a round without it (the task's `max_rounds` and
+        # budget still bound it). A file's new hash says only that it changed.
         waited = "; still asking again with the same answers" if moved.waiting else ""
         reason = f"not finished in {rounds} rounds (limits.max_rounds_per_item){waited}"
     if not reason:  # a change that changes nothing (most rounds) is left out
@@ -389,7 +396,10 @@ def audit(
     marks = (seen or {}).get(focus or "", ())
     moved = P.moves(facts.ops, rule_state, P.seen_set(marks), P.changes(marks), compactions)
     policy = (policies.get(focus) or _NO_POLICY) if focus else _NO_POLICY
-    change, blocked = _focus_change(ledger, facts, accepted, moved, limits, policy, rounds)
+    measured = moved.ruled and measures_progress(rule_state)
+    change, blocked = _focus_change(
+        ledger, facts, accepted, moved, limits, policy, rounds, measured
+    )
     if change is not None:
         changes.append(change)
     if blocked is not None:

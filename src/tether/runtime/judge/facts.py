@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from tether import events as ev
 from tether import ledger as L
@@ -38,6 +38,18 @@ class ProposedChange:
             "evidence": list(self.evidence),
             "note": self.note,
         }
+
+
+#: How a file rule's state (`Verdict.checks`) begins: the file's hash, which says that
+#: something changed, not how far the item got (`measures_progress`).
+FILE_STATE: Final = "file "
+
+
+def measures_progress(state: str | None) -> bool:
+    """Whether a rule's state says how far its item got (a check's output, a count of
+    artifacts toward `min_count`) rather than only that its file changed: a new state of
+    the first kind lets an item go on past `limits.max_rounds_per_item`."""
+    return state is not None and not state.startswith(FILE_STATE)
 
 
 @dataclass(frozen=True)

@@ -384,12 +384,15 @@ class Moves:
     """What a round did for its item: `new` are the fingerprints that move it (empty: no
     progress), `marks` everything to remember, `repeated` whether a failure of the round
     had been seen before for the item (an attempt), `waiting` whether the round, doing
-    nothing new, only asked again what can change by itself (`CallFact.volatile`)."""
+    nothing new, only asked again what can change by itself (`CallFact.volatile`), and
+    `ruled` whether the item's rule check saw a state it had not seen before (measured
+    progress toward the rule: a sync's count of files rising)."""
 
     new: tuple[str, ...]
     marks: tuple[str, ...]
     repeated: bool
     waiting: bool = False
+    ruled: bool = False
 
     @property
     def moved(self) -> bool:
@@ -458,12 +461,14 @@ def moves(
                 new.append(fail)  # the same call, failing differently: it changed
             else:
                 fresh.append(fail)
+    ruled = False
     if rule_state is not None:
         checked = digest("rule")
         state = digest("rule", rule_state)
         marks += [checked, state]
         if checked in seen and state not in seen:
             new.append(state)
+            ruled = True
     if fresh and not (stale or repeated):
         # A call failing for the first time tells something (a guessed path is not
         # there, the tests fail this way), a few times per item, unless the round also
@@ -473,7 +478,7 @@ def moves(
         new += counted
         marks += counted
     waiting = polled and not failed and not new
-    return Moves(tuple(dict.fromkeys(new)), tuple(dict.fromkeys(marks)), repeated, waiting)
+    return Moves(tuple(dict.fromkeys(new)), tuple(dict.fromkeys(marks)), repeated, waiting, ruled)
 
 
 #: The set of each list `remember` returned lately, by the list's id: an item's marks

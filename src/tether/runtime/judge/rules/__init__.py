@@ -14,7 +14,7 @@ from tether import ledger as L
 from tether._by_object import keep
 from tether.artifacts import deliverable_meta
 from tether.ledger_tally import refs as ledger_refs
-from tether.runtime.judge.facts import ProposedChange, Verdict
+from tether.runtime.judge.facts import FILE_STATE, ProposedChange, Verdict
 from tether.runtime.judge.rules.commands import run_command
 from tether.runtime.judge.rules.scope import fingerprinted, ruled_items, ruleless
 from tether.runtime.round import progress as P
@@ -232,7 +232,7 @@ class _RuleCheck:
         ws = self.env.workspace
         if ws is None:
             return None
-        self.states[item.id] = f"file {rule.path}: missing"
+        self.states[item.id] = f"{FILE_STATE}{rule.path}: missing"
         try:
             # Most files a round checks are not there yet: one stat says so, before the
             # symlink-following resolve (a dozen system calls) that guards the workspace.
@@ -248,7 +248,7 @@ class _RuleCheck:
             return None
         full = hashlib.sha256(data).hexdigest()
         # Not met (yet): the file as it is now, so a changed draft counts as progress.
-        self.states[item.id] = f"file {rule.path}: sha256 {full}"
+        self.states[item.id] = f"{FILE_STATE}{rule.path}: sha256 {full}"
         content = data.decode("utf-8", errors="replace")
         if rule.contains is not None and rule.contains not in content:
             return None

@@ -77,16 +77,6 @@ BLOCKED: dict[str, str] = {
         "first file the destination already held; with a `reconcile` that looks the file "
         "up it finishes (test_the_sync_with_a_reconciling_upload_finishes)"
     ),
-    "ctf-payloads": (
-        "runtime/round/progress.py:358,471 (moves: FRESH_FAILURES = 4) + "
-        "runtime/judge/audit.py:258 (limits.no_progress_rounds = 3): each payload is a "
-        "new call failing for the "
-        "first time (HTTP 403 naming another WAF rule), news only for the item's first "
-        "four; payloads 5, 6 and 7 are 'padding' -> 'flag blocked: "
-        f"{_NO_PROGRESS}; last error: HTTP 403 ...' at round 8 of 10, the round before "
-        "the bypass (six payloads finish: test_six_payloads_finish; a read tool is "
-        "blocked alike: test_the_payloads_through_a_read_are_blocked_alike)"
-    ),
 }
 
 #: The shapes whose draft the task itself moves, deletes or takes out of the tree after
@@ -159,8 +149,8 @@ async def test_a_fifth_honest_shape_on_sqlite(
 
 
 async def test_six_payloads_finish(memory: MemoryStore, tmp_path: Path) -> None:
-    """`ctf-payloads` with one blocked payload fewer (six, then the bypass) finishes:
-    the block is the count of first-time failures, not the work."""
+    """`ctf-payloads` with one blocked payload fewer (six, then the bypass) finishes
+    too."""
     base = STYLES["ctf-payloads"]
 
     def actor(ws: Path) -> PlanActor:
@@ -184,13 +174,11 @@ def _login_read(ws: Path) -> list[Tool]:
     return [try_login]
 
 
-@pytest.mark.xfail(strict=True, reason=BLOCKED["ctf-payloads"])
-async def test_the_payloads_through_a_read_are_blocked_alike(
+async def test_the_payloads_through_a_read_finish_alike(
     memory: MemoryStore, tmp_path: Path
 ) -> None:
     """`ctf-payloads` whose tool is declared a read (volatile, as reads are by default)
-    is blocked the same way: only a volatile read's transient "not now" is an answer
-    (runtime/ops/attempt.py:442-447); its 403 is a failure, counted as the write's."""
+    finishes the same way: each 403 names another rule, a wall the item never met."""
     read = replace(STYLES["ctf-payloads"], name="ctf-payloads-read", extra_tools=_login_read)
     outcome = await run_third(read, "rules", memory, tmp_path)
     await check_honest(memory, read, outcome, tmp_path)

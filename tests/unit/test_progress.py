@@ -324,18 +324,58 @@ def test_failures_first_is_a_move_changed_is_a_move_same_again_is_an_attempt() -
 
 def test_first_time_failures_are_news_a_few_times_and_never_beside_a_repeat() -> None:
     seen = seen_after(((OK,), None))
-    guesses = [Call("read_file", "failed", f"path-{k}", f"no such file {k}") for k in range(9)]
+    # Each guess fails alike ("no such file: <arg>": the path it names is its own).
+    guesses = [Call("read_file", "failed", f"path-{k}", "no such file <arg>") for k in range(9)]
     moved = []
     for g in guesses:
         m = P.moves([g], None, seen)
         moved.append(m.moved)
         seen = P.remember(seen, m.marks)
-    # A few guessed paths are news; past `FRESH_FAILURES` more of them are padding.
-    assert moved == [True] * P.FRESH_FAILURES + [False] * (9 - P.FRESH_FAILURES)
+    # The first meets a wall the item never met; `FRESH_FAILURES` more guessed paths are
+    # news; past them, more of the same are padding.
+    fresh = P.FRESH_FAILURES
+    assert moved == [True] * (1 + fresh) + [False] * (9 - 1 - fresh)
     # Beside a call repeated with the same outcome, a first failure is no news.
     fresh = Call("run_tests", "failed", "args-k", "1 failed")
     assert not P.moves([OK, fresh], None, seen_after(((OK,), None))).moved
     assert P.moves([fresh], None, seen_after(((OK,), None))).moved
+
+
+def test_a_new_call_meeting_a_wall_never_met_is_news_past_the_fresh_failures() -> None:
+    """Payloads against a WAF, each refused by another rule: every refusal says something
+    new of the world, however many; the same wall met again by another payload is one of
+    the item's few fresh failures."""
+    seen = seen_after(((OK,), None))
+    for k in range(P.FRESH_FAILURES + 4):
+        payload = Call("probe", "failed", f"payload-{k}", f"403 blocked by rule 94{k}100")
+        m = P.moves([payload], None, seen)
+        assert m.moved and not m.repeated, k
+        seen = P.remember(seen, m.marks)
+    walls = [Call("probe", "failed", f"again-{k}", "403 blocked by rule 940100") for k in range(9)]
+    moved = []
+    for w in walls:
+        m = P.moves([w], None, seen)
+        moved.append(m.moved)
+        seen = P.remember(seen, m.marks)
+    assert moved == [True] * P.FRESH_FAILURES + [False] * (9 - P.FRESH_FAILURES)
+
+
+def test_a_failure_hash_leaves_out_the_calls_own_text_arguments() -> None:
+    missing = [
+        P.failure_hash("deterministic", f"no such file: {p}", {"path": p})
+        for p in ("a.txt", "notes/b.md", "deep/c/d.json")
+    ]
+    assert len(set(missing)) == 1
+    refused = [
+        P.failure_hash("deterministic", f"HTTP 403: blocked by rule {r}", {"q": f"' OR {n}=1--"})
+        for n, r in ((1, 942100), (2, 941100))
+    ]
+    assert refused[0] != refused[1]  # the rule named is the world's answer, not the call's
+    # Nested arguments, and short ones left alone (a one-letter value is in every message).
+    assert P.failure_hash("x", "bad id abc-42 in batch", {"batch": {"ids": ["abc-42"]}}) == (
+        P.failure_hash("x", "bad id <arg> in batch")
+    )
+    assert P.failure_hash("x", "a is 1", {"v": "a"}) == P.failure_hash("x", "a is 1")
 
 
 def test_a_volatile_reads_not_now_is_waiting_not_a_failure() -> None:

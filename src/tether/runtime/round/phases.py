@@ -380,7 +380,7 @@ def round_facts(
                 o.args_hash,
                 P.result_hash(o.content, o.artifact.blob_hash if o.artifact else None)
                 if o.status == "succeeded"
-                else P.failure_hash(o.error_class, o.error),
+                else P.failure_hash(o.error_class, o.error, o.call.arguments),
                 o.effect,
                 o.volatile,
             )

@@ -5,9 +5,11 @@ A round *moves* its focus item when it did something new for it:
 - a successful call never seen before for the item: the tool, its arguments and a hash
   of its result, so re-reading a file that changed, or re-running the tests after an
   edit, is new information, and the same call with the same result is not;
-- a failure not seen before for the item: a call failing for the first time (a guessed
-  path is not there, the tests fail this way; `FRESH_FAILURES` of them per item, in
-  rounds that repeat nothing they did before), one that failed before and now fails
+- a failure not seen before for the item: a call failing for the first time with a
+  message the item never met (its own arguments taken out: a WAF naming another rule),
+  or the same wall met by another call (a guessed path is not there, the tests fail
+  this way; `FRESH_FAILURES` of those per item, in rounds that repeat nothing they did
+  before), one that failed before and now fails
   differently ("3 failed" then "2 failed" is convergence), or one failing the same way
   after the item's world changed (a successful call of a tool that is not `read`-only
   with something new: another edit, then the same test failing the same way, is another
@@ -37,10 +39,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from tether.models.base import direct_init
 
@@ -258,9 +260,33 @@ def result_hash(content: str, artifact_hash: str | None = None) -> str:
     return digest("text", normalise(content))
 
 
-def failure_hash(error_class: str | None, error: str | None) -> str:
-    """What a failure said: its class and its normalised message."""
-    return digest(error_class or "", normalise(error or ""))
+def failure_hash(
+    error_class: str | None, error: str | None, args: Mapping[str, Any] | None = None
+) -> str:
+    """What a failure said: its class and its normalised message, with the call's own
+    text arguments (`args`) taken out where the message repeats them: "no such file:
+    a.txt" and "no such file: b.txt" say the same of the world, "blocked by rule 942100"
+    and "blocked by rule 941100" do not (`moves`: a new wall is news)."""
+    text = error or ""
+    if args and text:
+        for value in sorted(_texts(args), key=len, reverse=True):
+            text = text.replace(value, "<arg>")
+    return digest(error_class or "", normalise(text))
+
+
+def _texts(value: Any, out: set[str] | None = None) -> set[str]:
+    """The strings of three characters or more in arguments (nested ones too)."""
+    out = set() if out is None else out
+    if isinstance(value, str):
+        if len(value) >= 3:
+            out.add(value)
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            _texts(v, out)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _texts(v, out)
+    return out
 
 
 def failure_key(
@@ -426,7 +452,8 @@ def moves(
     polled = False  # a volatile read answered as before
     failed = False
     stale = False  # a call made before with the same outcome
-    fresh: list[str] = []  # calls failing for the first time
+    fresh: list[str] = []  # calls failing for the first time, as others did before
+    walls: list[str] = []  # calls failing for the first time, as nothing did before
     working = _STARTED in seen  # the task's own work may be writing the workspace
     for c in calls:
         volatile = c.volatile or (working and c.tool in WORKSPACE_READS)
@@ -451,16 +478,13 @@ def moves(
             continue
         failed = True
         if c.status != "deferred":  # a call an open breaker held back did nothing
-            call = digest("call", c.tool, c.args_hash, *memory)
-            # A failure is keyed by the changes made before it (none: as it always was).
-            fail = digest("fail", c.tool, c.args_hash, c.result_hash, *_tag(changed), *memory)
-            marks += [call, fail]
-            if fail in seen:
+            kind, fail = _failure(c, seen, marks, changed, memory)
+            if kind == "repeated":
                 repeated = True
-            elif call in seen:
-                new.append(fail)  # the same call, failing differently: it changed
+            elif kind == "changed":
+                new.append(fail)
             else:
-                fresh.append(fail)
+                (fresh if kind == "fresh" else walls).append(fail)
     ruled = False
     if rule_state is not None:
         checked = digest("rule")
@@ -469,16 +493,42 @@ def moves(
         if checked in seen and state not in seen:
             new.append(state)
             ruled = True
-    if fresh and not (stale or repeated):
+    if (fresh or walls) and not (stale or repeated):
         # A call failing for the first time tells something (a guessed path is not
-        # there, the tests fail this way), a few times per item, unless the round also
-        # repeats what it did before: padding with ever-new failing calls is no progress.
+        # there, the tests fail this way), unless the round also repeats what it did
+        # before: padding with ever-new failing calls is no progress. A wall the item
+        # never met is news each time; the same wall met by another call, a few times
+        # per item.
+        new += walls
         room = FRESH_FAILURES - _count_changes(seen, _FRESH)
         counted = [_FRESH + f[1:] for f in fresh[: max(0, room)]]
         new += counted
         marks += counted
     waiting = polled and not failed and not new
     return Moves(tuple(dict.fromkeys(new)), tuple(dict.fromkeys(marks)), repeated, waiting, ruled)
+
+
+def _failure(
+    c: CallFact, seen: Collection[str], marks: list[str], changed: int, memory: tuple[str, ...]
+) -> tuple[str, str]:
+    """What a failing call is for its item (`moves`), with its fingerprint; its marks are
+    added to `marks`. "repeated": it failed this way before (since the same changes);
+    "changed": the same call failing differently; "wall": a new call meeting a wall the
+    item never met (its message, the call's own arguments taken out, not seen before: a
+    WAF naming another rule); "fresh": a new call meeting a known wall, one of the
+    item's `FRESH_FAILURES`."""
+    call = digest("call", c.tool, c.args_hash, *memory)
+    # A failure is keyed by the changes made before it (none: as it always was).
+    fail = digest("fail", c.tool, c.args_hash, c.result_hash, *_tag(changed), *memory)
+    marks += [call, fail]
+    if fail in seen:
+        return "repeated", fail
+    if call in seen:
+        return "changed", fail
+    wall = digest("wall", c.tool, c.result_hash, *memory)
+    known = wall in seen or wall in marks
+    marks.append(wall)
+    return ("fresh" if known else "wall"), fail
 
 
 #: The set of each list `remember` returned lately, by the list's id: an item's marks

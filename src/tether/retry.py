@@ -163,12 +163,12 @@ def decide(
     return RetryDecision(True, delay, attempt, f"transient failure, attempt {attempt + 1} later")
 
 
-def classify_status(status: int, *, has_effect: bool) -> FailureClass:
+def classify_status(status: int, *, has_effect: bool, first: bool = False) -> FailureClass:
     """What an HTTP error status means for retrying a call.
 
     - 408, 425, 429, 503, 529: `transient` (the request was not acted upon);
     - 409, 500, 502, 504: `unknown` for a call with effects, `transient` for one without
-      (a read, a model call);
+      (a read, a model call); but a 409 on an op's first attempt is `deterministic`;
     - any other 5xx: `transient`; any other status: `deterministic`.
 
     Why 409 is in doubt: on a POST with an idempotency key, 409 Conflict is how Stripe
@@ -181,9 +181,16 @@ def classify_status(status: int, *, has_effect: bool) -> FailureClass:
     the server answers with the first result) and otherwise left to a human. Without
     effects there is nothing to duplicate: OpenAI and Anthropic use 409 for a transient
     lock conflict and their SDKs retry it.
+
+    `first`: the call is its op's first attempt, so no earlier request carried its key:
+    a 409 is then a conflict with what was there before ("already exists", someone
+    else's edit), not with a request of its own, and the call did nothing:
+    `deterministic`, the message goes back to the model (a sync skips the file).
     """
     if status in TRANSIENT_STATUSES:
         return "transient"
+    if status == 409 and first and has_effect:
+        return "deterministic"
     if status in IN_DOUBT_STATUSES:
         return "unknown" if has_effect else "transient"
     if status >= 500:

@@ -59,25 +59,9 @@ from tether.tools.registry import Reconciliation, Tool, tool
 
 os.environ.setdefault("GIT_CONFIG_NOSYSTEM", "1")
 
-_NO_PROGRESS = (
-    "no progress in 3 rounds (nothing new: the same calls with the same results, or words only)"
-)
-
 #: The honest shapes the runtime still stops at default limits, under every judge, and
 #: why: where (file:function) and what the ledger note or audit warning says.
-BLOCKED: dict[str, str] = {
-    "sync-409-skip": (
-        "retry.py:62,187 (classify_status: 409 in IN_DOUBT_STATUSES) via tools/failures.py:117 "
-        "(_http): "
-        "'409 Conflict: f020.txt already exists' on a call with effects is `unknown`, and "
-        "a tool without `reconcile` that is not idempotent cannot be retried -> audit "
-        "op_in_doubt 'the outcome of ...r4.c0 (upload) is unknown ...; a human must "
-        "decide' (runtime/ops/human/doubt.py:55), task waiting (approval.requested "
-        "'...in_doubt') at round 4 of 8, the "
-        "first file the destination already held; with a `reconcile` that looks the file "
-        "up it finishes (test_the_sync_with_a_reconciling_upload_finishes)"
-    ),
-}
+BLOCKED: dict[str, str] = {}  # none today (the `_marks` of a shape that comes back)
 
 #: The shapes whose draft the task itself moves, deletes or takes out of the tree after
 #: the literal judge attached the draft's `write_file` op to the item in progress: the

@@ -128,6 +128,17 @@ def test_409_is_in_doubt_for_a_call_with_effects() -> None:
     assert classify(HTTPError(409), has_effect=False).cls == "transient"
 
 
+def test_409_on_an_ops_first_attempt_did_nothing() -> None:
+    # No earlier request carried the op's key: the conflict is with what was there
+    # before ("already exists"), the call did nothing, and the model is told.
+    assert classify(HTTPError(409), has_effect=True, first=True).cls == "deterministic"
+    assert classify_status(409, has_effect=True, first=True) == "deterministic"
+    # A read is retried as before; the other in-doubt statuses stay in doubt.
+    assert classify(HTTPError(409), has_effect=False, first=True).cls == "transient"
+    for status in (500, 502, 504):
+        assert classify(StatusError(status), has_effect=True, first=True).cls == "unknown"
+
+
 def test_model_adapters_read_statuses_the_same_way() -> None:
     # A model call has no effects: one classifier, `has_effect=False`.
     for status in range(400, 600):

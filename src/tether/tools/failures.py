@@ -3,9 +3,11 @@
 - **transient**: the call did not take effect and may work later (connection refused,
   a connect timeout, 429, 503, `RetryLater`, `ToolFailed(retryable=True)`);
 - **unknown**: the call may have taken effect but no answer came (a timeout after
-  sending, a reset connection, 409/500/502/504 on a call with effects,
-  `OutcomeUnknown`): reconcile, or retry with the same idempotency key when the tool is
-  idempotent. For a read there is nothing to duplicate, so these are transient;
+  sending, a reset connection, 409/500/502/504 on a call with effects, `OutcomeUnknown`):
+  reconcile, or retry with the same idempotency key when the tool is idempotent. For a
+  read there is nothing to duplicate, so these are transient. A 409 on the op's first
+  attempt is deterministic: no earlier request carried its key, so the conflict is with
+  what was there before and the call did nothing;
 - **deterministic**: retrying will not help (bad arguments, other 4xx, permission,
   missing file, `ToolFailed`): the message goes back to the model. A `ToolFailed` whose
   message says the service limited the rate (an MCP server's error result, a tool
@@ -114,7 +116,7 @@ def _signal(exc: errors.ToolSignal, msg: str, has_effect: bool) -> Classified:
     return Classified("deterministic", f"{type(exc).__name__}: {msg}")
 
 
-def _http(exc: BaseException, status: int, msg: str, has_effect: bool) -> Classified:
+def _http(exc: BaseException, status: int, msg: str, has_effect: bool, first: bool) -> Classified:
     headers = getattr(getattr(exc, "response", None), "headers", None)
     delay = None
     if headers is not None:
@@ -123,19 +125,20 @@ def _http(exc: BaseException, status: int, msg: str, has_effect: bool) -> Classi
         except (AttributeError, TypeError):  # not a mapping of headers after all
             delay = None
     return Classified(
-        classify_status(status, has_effect=has_effect), f"HTTP {status}: {msg}", delay
+        classify_status(status, has_effect=has_effect, first=first), f"HTTP {status}: {msg}", delay
     )
 
 
-def classify(exc: BaseException, *, has_effect: bool) -> Classified:
-    """Classify an exception raised by a tool (see the module docstring)."""
+def classify(exc: BaseException, *, has_effect: bool, first: bool = False) -> Classified:
+    """Classify an exception raised by a tool (see the module docstring); `first`: on
+    its op's first attempt (`retry.classify_status`: a 409 then did nothing)."""
     # An error's text may quote what the tool was given or read, or fail (`tether.text`).
     msg = exc_text(exc)
     if isinstance(exc, errors.ToolSignal):
         return _signal(exc, msg, has_effect)
     status = _status(exc)
     if status is not None:
-        return _http(exc, status, msg, has_effect)
+        return _http(exc, status, msg, has_effect, first)
     in_doubt: FailureClass = "unknown" if has_effect else "transient"
     names = {c.__name__ for c in type(exc).__mro__}
     if names & _TRANSIENT_NAMES:

@@ -82,9 +82,10 @@ def policy(run: OpsHost, tool: Tool) -> RetryPolicy:
     return found
 
 
-def classify(tool: Tool, exc: Exception) -> failures.Classified:
-    """A tool's failure by class, the tool's own `classify` first."""
-    cls_msg = failures.classify(exc, has_effect=tool.effect != "read")
+def classify(tool: Tool, exc: Exception, first: bool = False) -> failures.Classified:
+    """A tool's failure by class, the tool's own `classify` first (`first`: on the op's
+    first attempt)."""
+    cls_msg = failures.classify(exc, has_effect=tool.effect != "read", first=first)
     if tool.classify is not None:
         override = tool.classify(exc)
         if override is not None:
@@ -384,7 +385,7 @@ class Attempts:
         except errors.StaleLease:
             raise  # `ctx.ensure_owner()`: the task is another worker's now
         except Exception as exc:  # classified here; a tool's bug is the tool's failure
-            cls_msg = classify(tool, exc)
+            cls_msg = classify(tool, exc, first=record.attempts == 1)
         failpoints.hit("after_op_dispatch")
         ms = (time.perf_counter() - t1) * 1000
         if guard is not None and tool.service:

@@ -479,10 +479,7 @@ class ItemChange:
     note: str | None = None
     attempts_delta: int = 0
     breaker: int | None = None
-    #: The change's evidence replaces the item's rather than adding to it: a `done_when`
-    #: rule's acceptance, whose check is the item's proof (refs a judge attached while
-    #: the item was in progress, a draft since moved or deleted by the task, prove
-    #: nothing the rule did not check).
+    #: Its evidence replaces the item's (a `done_when` rule's acceptance: its check is the proof).
     evidence_replaces: bool = False
 
 
@@ -512,7 +509,7 @@ def _changed(old: ItemState, ch: ItemChange) -> ItemState:
     new = old
     if ch.evidence:
         kept = () if ch.evidence_replaces else old.evidence
-        new = replace(new, evidence=tuple(dict.fromkeys(kept + tuple(ch.evidence))))
+        new = replace(new, evidence=tuple(dict.fromkeys((*kept, *ch.evidence))))
     if ch.status is not None:
         if ch.status not in ITEM_STATUSES:
             raise errors.LedgerError(f"unknown item status {ch.status!r}")
@@ -592,10 +589,8 @@ def start(ledger: Ledger, item_id: str) -> LedgerUpdate:
 
 def complete(ledger: Ledger, item_id: str, evidence: Sequence[str], note: str = "") -> LedgerUpdate:
     """Mark an item done with evidence refs (at least one, old or new)."""
-    return apply(
-        ledger,
-        [ItemChange(item_id, status="done", evidence=tuple(evidence), note=note or None)],
-    )
+    change = ItemChange(item_id, status="done", evidence=tuple(evidence), note=note or None)
+    return apply(ledger, [change])
 
 
 def block(ledger: Ledger, item_id: str, reason: str) -> LedgerUpdate:
@@ -615,10 +610,8 @@ def waive(ledger: Ledger, item_id: str, reason: str) -> LedgerUpdate:
 
 def retry(ledger: Ledger, item_id: str, note: str) -> LedgerUpdate:
     """Return an item to pending with its counters reset (a human's decision)."""
-    return apply(
-        ledger,
-        [ItemChange(item_id, status="pending", note=note, breaker=0, attempts_delta=-(10**9))],
-    )
+    change = ItemChange(item_id, status="pending", note=note, breaker=0, attempts_delta=-(10**9))
+    return apply(ledger, [change])
 
 
 def reopen(ledger: Ledger, item_id: str, reason: str) -> LedgerUpdate:

@@ -231,7 +231,7 @@ def test_store_imports_none_of_runtime_models_tools_web() -> None:
 #: over 600 lines; this list may only shrink (a module that gets under 600 must leave it;
 #: none may be added, and none may grow past the figure written here).
 OVERSIZE_BASELINE: dict[str, int] = {
-    "tether.ledger": 637,
+    "tether.ledger": 636,
     "tether.report.replay": 841,
     "tether.spec": 694,
     "tether.store._sql": 1014,

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from tether import events as ev
 from tether import ledger as L
+from tether import volatile_text as V
 from tether.runtime.judge.rules import own, scope
 from tether.runtime.round import progress as P
 from tether.spec import parse_spec
@@ -53,8 +54,8 @@ def test_digest_of_lone_surrogates_and_no_parts() -> None:
 
 def _normalise_reference(text: str) -> str:
     """`normalise` with every pattern applied (no needle or shape test to skip one)."""
-    out = text[: P._MAX_CHARS]
-    for pattern, repl in P._VOLATILE:
+    out = text[: V._MAX_CHARS]
+    for pattern, repl in V._VOLATILE:
         out = pattern.sub(repl, out)
     return " ".join(out.split())
 

@@ -24,7 +24,7 @@ from tether.runtime.judge.facts import (
     RuntimeDecision,
     Verdict,
     belongs,
-    finished_other,
+    focus_change,
     measures_progress,
 )
 from tether.runtime.round import progress as P
@@ -217,81 +217,6 @@ class _Audit:
         self.credited.setdefault(item, []).extend(e.fingerprint for e in new if e.fingerprint)
 
 
-def _focus_change(
-    ledger: L.Ledger,
-    facts: RoundFacts,
-    accepted: Sequence[ProposedChange],
-    moved: P.Moves,
-    limits: Limits,
-    policy: ItemPolicy,
-    rounds: int,
-    measured: bool = False,
-) -> tuple[L.ItemChange | None, AuditWarning | None]:
-    """The mechanical breaker on the focus item, from what the round did (`moved`), not
-    from what a judge attached. Progress is the item becoming done, or the round doing
-    something new for it (`progress.moves`). A round without progress raises the breaker
-    (waiting, `Moves.waiting`, leaves it); a round whose failure the item has seen
-    before is an attempt; a non-convergent round (the same call failing the same way
-    again and again) blocks the item whatever else it did; and an item still open after
-    `limits.max_rounds_per_item` rounds is blocked at its first round in which its rule
-    check saw no new state that says how far it got (`measured`; a wait, or padding with
-    ever-new arguments, ends there)."""
-    focus = facts.focus
-    if facts.deferred or focus is None or not ledger.has_item(focus):
-        return None, None
-    state = ledger.item(focus)
-    if state.status not in L.OPEN_STATUSES:
-        return None, None
-    done = any(c.item_id == focus and c.status == "done" for c in accepted)
-    if finished_other(focus, accepted):
-        rounds = 1  # another item's round (a checklist taken in the agent's own order)
-    progressed = done or (moved.moved and not facts.non_convergent)
-    failed = moved.repeated and not done
-    attempts = state.attempts + (1 if failed else 0)
-    breaker = 0 if progressed or moved.waiting else state.breaker + 1
-    max_attempts = policy.max_attempts or limits.max_attempts_per_item
-    cap = limits.max_rounds_per_item
-    reason = None
-    if facts.blocked:
-        reason = facts.blocked  # its work was undone: not done, whatever was cited
-    elif done:
-        pass
-    elif facts.non_convergent:
-        reason = f"non-convergent: {facts.non_convergent}"
-    elif breaker >= limits.no_progress_rounds:
-        reason = (
-            f"no progress in {breaker} rounds (nothing new: the same calls with the same "
-            "results, or words only)"
-        )
-    elif failed and attempts >= max_attempts:
-        reason = f"failed {attempts} attempts (the same failures again)"
-    elif cap is not None and rounds >= cap and not measured:
-        # A round in which the item's rule check saw a state new to it that says how far
-        # it got (a sync's count of files rising) is measured progress toward the rule,
-        # not padding: the cap waits for a round without it (the task's `max_rounds` and
-        # budget still bound it). A file's new hash says only that it changed.
-        waited = "; still asking again with the same answers" if moved.waiting else ""
-        reason = f"not finished in {rounds} rounds (limits.max_rounds_per_item){waited}"
-    if not reason:  # a change that changes nothing (most rounds) is left out
-        if not failed and breaker == state.breaker:
-            return None, None
-        return L.ItemChange(focus, attempts_delta=1 if failed else 0, breaker=breaker), None
-    last_error = next((o.error for o in reversed(facts.ops) if o.error), None)
-    if last_error and not facts.blocked:
-        reason += f"; last error: {last_error[:160]}"
-    # An optional item the runtime would block ends skipped: the contract allows it.
-    stop: L.ItemStatus = "skipped" if policy.optional else "blocked"
-    change = L.ItemChange(
-        focus,
-        attempts_delta=1 if failed else 0,
-        breaker=breaker,
-        status=stop,
-        note=f"optional, skipped: {reason}" if policy.optional else reason,
-    )
-    code = "item_skipped" if policy.optional else "item_blocked"
-    return change, _warning(code, f"{focus} {stop}: {reason}", {"item": focus})
-
-
 def _decide(
     ledger: L.Ledger,
     verdicts: Sequence[Verdict],
@@ -397,9 +322,7 @@ def audit(
     moved = P.moves(facts.ops, rule_state, P.seen_set(marks), P.changes(marks), compactions)
     policy = (policies.get(focus) or _NO_POLICY) if focus else _NO_POLICY
     measured = moved.ruled and measures_progress(rule_state)
-    change, blocked = _focus_change(
-        ledger, facts, accepted, moved, limits, policy, rounds, measured
-    )
+    change, blocked = focus_change(ledger, facts, accepted, moved, limits, policy, rounds, measured)
     if change is not None:
         changes.append(change)
     if blocked is not None:

@@ -373,3 +373,40 @@ def test_a_service_away_until_a_time_is_shown_as_a_date() -> None:
     console.print(views.status_view(doc))
     shown = console.export_text()
     assert "1796161988" not in shown and "until 2026-12-01 21:53:08 UTC" in shown, shown
+
+
+def test_approvals_shows_the_impact_and_where_a_cut_call_is_whole(tmp_path: Path) -> None:
+    """`tether approvals` is where a person reads what a call would do before approving
+    it: the request's impact (here: it overwrites a file that was there before) is
+    shown, and a call too long for the table says where it is whole."""
+    (tmp_path / "notes.md").write_text("draft\n", encoding="utf-8")
+    content = "final notes: " + "every line reviewed by the team " * 10 + "END-OF-NOTES\n"
+    spec = {
+        "objective": "Replace the draft in notes.md",
+        "items": [{"id": "notes", "title": "notes.md is final"}],
+        "tools": ["write_file"],
+        "models": {"judge": "rules"},
+    }
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    answers = [
+        {
+            "text": "rewriting notes.md",
+            "tool_calls": [
+                {"name": "write_file", "arguments": {"path": "notes.md", "content": content}}
+            ],
+        }
+    ]
+    (tmp_path / "answers.yaml").write_text(yaml.safe_dump(answers), encoding="utf-8")
+    doc = json_out(
+        tether("run", "spec.yaml", "--model", "scripted:answers.yaml", "--json", cwd=tmp_path)
+    )
+    assert doc["status"] == "waiting", doc
+    tid = doc["task_id"]
+    proc = narrow("approvals", tid, cwd=tmp_path)
+    assert_ok(proc)
+    flat = " ".join(proc.stdout.split())
+    assert "(overwrites notes.md, which existed before the task started)" in flat, proc.stdout
+    assert "END-OF-NOTES" not in flat  # cut short in the table...
+    assert f"tether approvals {tid} --json shows their arguments whole" in flat, proc.stdout
+    (asked,) = json_out(tether("approvals", tid, "--json", cwd=tmp_path))
+    assert asked["request"]["args"]["content"] == content  # ...and whole where it says

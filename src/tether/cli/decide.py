@@ -263,6 +263,11 @@ def approvals(task_id: TaskArg, db: DbOpt = None, json_out: JsonOpt = False) -> 
         out.print(f"task {views.clean(task_id)} has no approval requests")
         return
     out.print(views.approvals_table(items))
+    if views.approvals_cut(items):
+        out.print(
+            f"(calls cut short above: tether approvals {views.clean(task_id)} --json "
+            "shows their arguments whole)"
+        )
 
 
 async def _all_approvals(store: Store, task_id: str) -> list[Any]:

@@ -497,14 +497,30 @@ def task_table(tasks: Sequence[Any], gone: Collection[str] = ()) -> FittedTable:
 MAX_WHAT = 120
 
 
+def approval_what(request: Mapping[str, Any]) -> str:
+    """A request's call (up to `MAX_WHAT` characters) and, in parentheses, its impact
+    ("overwrites notes.md, which existed before the task started"), as the dashboard
+    shows them."""
+    what = shorten(str(request.get("what", "")), MAX_WHAT)
+    impact = str(request.get("impact") or "")
+    return f"{what} ({impact})" if impact else what
+
+
+def approvals_cut(items: Sequence[Any]) -> bool:
+    """Whether `approvals_table` cut the call of a pending request short."""
+    return any(
+        a.status == "pending" and len(str(a.request.get("what", ""))) > MAX_WHAT for a in items
+    )
+
+
 def approvals_table(items: Sequence[Any]) -> FittedTable:
-    """`approvals`: request, status, what, decided by — the request id whole (it is what
-    `approve` and `reject` take)."""
+    """`approvals`: request, status, what (and its impact), decided by — the request id
+    whole (it is what `approve` and `reject` take)."""
     rows = [
         (
             Text(clean(a.request_id)),
             Text(clean(a.status)),
-            Text(clean(shorten(str(a.request.get("what", "")), MAX_WHAT))),
+            Text(clean(approval_what(a.request))),
             Text(clean(a.decided_by or "")),
         )
         for a in items

@@ -115,6 +115,32 @@ def test_every_option_of_every_command_is_in_its_help_whole(tmp_path: Path) -> N
             assert len(line) <= WIDTH or " " not in line.strip(), f"{name}: {line!r}"
 
 
+def test_help_names_each_value_by_what_it_is(tmp_path: Path) -> None:
+    """A number's value says what it counts (`--grace SECONDS`, `--concurrency N`,
+    `--port PORT`, `--until SEQ`), never the bare type (`NUMBER`, `INTEGER`); a bound
+    no one can reach (2**63-1, the largest sequence number) is not printed."""
+    commands = _commands()
+    procs = tether_many(
+        [(((name, "--help")), tmp_path) for name in commands], env=NARROW, timeout=120
+    )
+    for name, proc in zip(commands, procs, strict=True):
+        assert_ok(proc)
+        for bare in ("INTEGER", "NUMBER", str(2**63 - 1)):
+            assert bare not in proc.stdout, f"{name}: {bare}\n{proc.stdout}"
+    by_command = {name: proc.stdout for name, proc in zip(commands, procs, strict=True)}
+    for name, shown in (
+        ("worker", "--grace SECONDS"),
+        ("worker", "--concurrency N"),
+        ("worker", "--metrics-port PORT"),
+        ("serve", "--port PORT"),
+        ("replay", "--until SEQ"),
+        ("approve", "--modify JSON"),
+        ("run", "--reconnect-for SECONDS"),
+    ):
+        assert shown in by_command[name], f"{name}: {shown}\n{by_command[name]}"
+    assert "[default: 0; x>=0]" in by_command["events"], by_command["events"]
+
+
 def test_run_help_keeps_the_model_examples_whole(tmp_path: Path) -> None:
     proc = narrow("run", "--help", cwd=tmp_path)
     assert_not_cut(proc)

@@ -62,7 +62,10 @@ def approve(
     ] = None,
     db: DbOpt = None,
     modify: Annotated[
-        str | None, typer.Option("--modify", help="Approve with these arguments (a JSON object).")
+        str | None,
+        typer.Option(
+            "--modify", metavar="JSON", help="Approve with these arguments (a JSON object)."
+        ),
     ] = None,
     done: Annotated[
         bool,
@@ -73,7 +76,8 @@ def approve(
         ),
     ] = False,
     result: Annotated[
-        str | None, typer.Option("--result", help="With --done: what the service returned.")
+        str | None,
+        typer.Option("--result", metavar="JSON", help="With --done: what the service returned."),
     ] = None,
     by: ByOpt = "cli",
 ) -> None:

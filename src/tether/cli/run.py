@@ -77,6 +77,7 @@ ReconnectOpt = Annotated[
     float,
     typer.Option(
         "--reconnect-for",
+        metavar="SECONDS",
         envvar="TETHER_RECONNECT_FOR",
         help="When the database goes away during the run (a restart, a failover), wait "
         "this many seconds for it to come back, then go on from what it recorded; "

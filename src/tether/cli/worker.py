@@ -198,13 +198,19 @@ def worker(
     poll: Annotated[
         float,
         typer.Option(
-            "--poll", help="Seconds between polls.", min=0.01, max=3600, callback=_seconds
+            "--poll",
+            metavar="SECONDS",
+            help="Seconds between polls.",
+            min=0.01,
+            max=3600,
+            callback=_seconds,
         ),
     ] = 2.0,
     lease: Annotated[
         float,
         typer.Option(
             "--lease",
+            metavar="SECONDS",
             help="Seconds a claim holds a task (renewed every third); a dead worker's task "
             "waits that long for another (two thirds of it on the same machine).",
             min=1,
@@ -219,6 +225,7 @@ def worker(
         int | None,
         typer.Option(
             "--metrics-port",
+            metavar="PORT",
             help="Serve this worker's Prometheus metrics at /metrics, and /healthz and "
             "/readyz, on this port (0: any free one; extra metrics).",
             min=0,
@@ -229,6 +236,7 @@ def worker(
         str,
         typer.Option(
             "--metrics-host",
+            metavar="ADDRESS",
             help="Address the metrics port listens on (0.0.0.0: every interface).",
         ),
     ] = "127.0.0.1",
@@ -244,6 +252,7 @@ def worker(
         int,
         typer.Option(
             "--concurrency",
+            metavar="N",
             help="Tasks run at once by this process, on one event loop (each with its own "
             "lease); they share one database connection pool.",
             min=1,
@@ -254,6 +263,7 @@ def worker(
         float,
         typer.Option(
             "--grace",
+            metavar="SECONDS",
             help="Seconds a stop (SIGINT, SIGTERM) gives the running tasks to finish their "
             "round and commit; then each stops at its next safe point and is handed back "
             "(0: at once; a second signal ends the grace).",
@@ -266,6 +276,7 @@ def worker(
         int | None,
         typer.Option(
             "--pool-size",
+            metavar="N",
             help="Database connections this process may hold, shared by its tasks "
             "(PostgreSQL; 8 by default; SQLite has one).",
             min=1,
@@ -276,6 +287,7 @@ def worker(
         list[str] | None,
         typer.Option(
             "--host-tag",
+            metavar="TAG",
             help="A tag of this machine (repeatable): tasks whose contract says `runs_on` "
             "run only on workers with one of its tags.",
         ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -47,6 +48,20 @@ def _say(line: str, *, style: str = "", **fields: Any) -> None:
         log.info("%s", line, extra=fields)
     else:
         err.print(Text(clean(line, lines=True), style=style))
+
+
+def _db_shown(store: Store, db: str | None) -> str:
+    """The database a worker takes its tasks from, as a person finds it again: a SQLite
+    file by its absolute path (`sqlite:///.tether/tether.db` names another file in
+    every folder); a password is masked when printed (`views.clean`)."""
+    from tether.store import default_url
+
+    url = str(getattr(store, "url", None) or db or default_url())
+    path = getattr(store, "path", None)
+    if url.startswith("sqlite:///") and isinstance(path, str):
+        query = url.partition("?")[2]
+        return f"sqlite:///{Path(path).resolve()}" + (f"?{query}" if query else "")
+    return url
 
 
 def _report(result: RunResult) -> None:
@@ -389,6 +404,12 @@ def worker(
                     on_error=_report_error,
                     **({} if quiet else {"on_progress": _round_line}),
                 )
+                if not quiet:  # a worker with nothing to do is silent: say it is there
+                    _say(
+                        f"worker {worker_id} takes tasks from {_db_shown(rt.store, db)}"
+                        + (" until none is left" if once else "; Ctrl-C stops it"),
+                        event="worker.started",
+                    )
                 settle_process()  # the store is open: what lives as long as the process, frozen
                 return await w.run()
             finally:

@@ -139,6 +139,10 @@ def test_help_names_each_value_by_what_it_is(tmp_path: Path) -> None:
     ):
         assert shown in by_command[name], f"{name}: {shown}\n{by_command[name]}"
     assert "[default: 0; x>=0]" in by_command["events"], by_command["events"]
+    # A choice says what each choice is (it read "md, html or json.").
+    assert "md (Markdown), html (one file that opens offline;" in " ".join(
+        by_command["report"].split()
+    ), by_command["report"]
 
 
 def test_run_help_keeps_the_model_examples_whole(tmp_path: Path) -> None:

@@ -282,6 +282,16 @@ def status_view(
                 "red",
             )
         )
+    elif doc["status"] == "paused":
+        # Nothing else on the page says how a paused task goes on (`run` ends here after
+        # a `tether pause` from another terminal).
+        lines.append(
+            Text(
+                "paused until resumed; continue with: "
+                + with_db(f"tether resume {doc['task_id']}", db),
+                style,
+            )
+        )
     if doc.get("waiting"):
         reason = doc["waiting"].get("reason", doc["waiting"])
         told = with_db(readable_until(str(reason)), db)

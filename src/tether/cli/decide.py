@@ -267,7 +267,10 @@ def approvals(task_id: TaskArg, db: DbOpt = None, json_out: JsonOpt = False) -> 
         out.print(f"task {views.clean(task_id)} has no approval requests")
         return
     out.print(views.approvals_table(items))
-    if views.approvals_cut(items):
+    if any(
+        a.status == "pending" and len(str(a.request.get("what", ""))) > views.MAX_WHAT
+        for a in items
+    ):
         out.print(
             f"(calls cut short above: tether approvals {views.clean(task_id)} --json "
             "shows their arguments whole)"

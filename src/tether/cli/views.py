@@ -282,16 +282,9 @@ def status_view(
                 "red",
             )
         )
-    elif doc["status"] == "paused":
-        # Nothing else on the page says how a paused task goes on (`run` ends here after
-        # a `tether pause` from another terminal).
-        lines.append(
-            Text(
-                "paused until resumed; continue with: "
-                + with_db(f"tether resume {doc['task_id']}", db),
-                style,
-            )
-        )
+    elif doc["status"] == "paused":  # how it goes on (`run` ends so after a `tether pause`)
+        told = with_db(f"tether resume {doc['task_id']}", db)
+        lines.append(Text(f"paused until resumed; continue with: {told}", style))
     if doc.get("waiting"):
         reason = doc["waiting"].get("reason", doc["waiting"])
         told = with_db(readable_until(str(reason)), db)
@@ -508,19 +501,10 @@ MAX_WHAT = 120
 
 
 def approval_what(request: Mapping[str, Any]) -> str:
-    """A request's call (up to `MAX_WHAT` characters) and, in parentheses, its impact
-    ("overwrites notes.md, which existed before the task started"), as the dashboard
-    shows them."""
-    what = shorten(str(request.get("what", "")), MAX_WHAT)
-    impact = str(request.get("impact") or "")
+    """A request's call (up to `MAX_WHAT` characters) and its impact, as the dashboard
+    shows them: `write_file(...) (overwrites notes.md, which existed before ...)`."""
+    what, impact = shorten(str(request.get("what", "")), MAX_WHAT), request.get("impact")
     return f"{what} ({impact})" if impact else what
-
-
-def approvals_cut(items: Sequence[Any]) -> bool:
-    """Whether `approvals_table` cut the call of a pending request short."""
-    return any(
-        a.status == "pending" and len(str(a.request.get("what", ""))) > MAX_WHAT for a in items
-    )
 
 
 def approvals_table(items: Sequence[Any]) -> FittedTable:

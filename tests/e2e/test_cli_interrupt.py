@@ -167,13 +167,15 @@ def test_recovery_names_the_previous_owner_not_the_new_one(interrupted: dict[str
 
 
 def test_second_ctrl_c_quits_at_once_and_the_task_still_resumes(tmp_path: Path) -> None:
-    code, _out, err = _interrupt(tmp_path, presses=2)
+    code, out, err = _interrupt(tmp_path, presses=2)
     # 130, or death by SIGINT (what a shell shows as 130 too): when the first press has
     # already wound the run down, the second lands while the interpreter shuts down,
     # which gives SIGINT back to the system's default action; it quits at once either way.
     assert code in (130, -signal.SIGINT), err
     assert "Traceback" not in err
     tid = _task_id(tmp_path)
+    # Either way the person is told how to go on (quitting at once printed no hint).
+    assert f"continue with: tether resume {tid}" in out + err, (out, err)
     doc = json_out(tether("status", tid, "--json", cwd=tmp_path))
     assert doc["status"] in ("queued", "running", "stalled")
     resumed = tether("resume", tid, "--model", FAST, "--json", cwd=tmp_path)

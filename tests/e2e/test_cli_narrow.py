@@ -115,6 +115,36 @@ def test_every_option_of_every_command_is_in_its_help_whole(tmp_path: Path) -> N
             assert len(line) <= WIDTH or " " not in line.strip(), f"{name}: {line!r}"
 
 
+def test_help_names_each_value_by_what_it_is(tmp_path: Path) -> None:
+    """A number's value says what it counts (`--grace SECONDS`, `--concurrency N`,
+    `--port PORT`, `--until SEQ`), never the bare type (`NUMBER`, `INTEGER`); a bound
+    no one can reach (2**63-1, the largest sequence number) is not printed."""
+    commands = _commands()
+    procs = tether_many(
+        [(((name, "--help")), tmp_path) for name in commands], env=NARROW, timeout=120
+    )
+    for name, proc in zip(commands, procs, strict=True):
+        assert_ok(proc)
+        for bare in ("INTEGER", "NUMBER", str(2**63 - 1)):
+            assert bare not in proc.stdout, f"{name}: {bare}\n{proc.stdout}"
+    by_command = {name: proc.stdout for name, proc in zip(commands, procs, strict=True)}
+    for name, shown in (
+        ("worker", "--grace SECONDS"),
+        ("worker", "--concurrency N"),
+        ("worker", "--metrics-port PORT"),
+        ("serve", "--port PORT"),
+        ("replay", "--until SEQ"),
+        ("approve", "--modify JSON"),
+        ("run", "--reconnect-for SECONDS"),
+    ):
+        assert shown in by_command[name], f"{name}: {shown}\n{by_command[name]}"
+    assert "[default: 0; x>=0]" in by_command["events"], by_command["events"]
+    # A choice says what each choice is (it read "md, html or json.").
+    assert "md (Markdown), html (one file that opens offline;" in " ".join(
+        by_command["report"].split()
+    ), by_command["report"]
+
+
 def test_run_help_keeps_the_model_examples_whole(tmp_path: Path) -> None:
     proc = narrow("run", "--help", cwd=tmp_path)
     assert_not_cut(proc)
@@ -373,3 +403,40 @@ def test_a_service_away_until_a_time_is_shown_as_a_date() -> None:
     console.print(views.status_view(doc))
     shown = console.export_text()
     assert "1796161988" not in shown and "until 2026-12-01 21:53:08 UTC" in shown, shown
+
+
+def test_approvals_shows_the_impact_and_where_a_cut_call_is_whole(tmp_path: Path) -> None:
+    """`tether approvals` is where a person reads what a call would do before approving
+    it: the request's impact (here: it overwrites a file that was there before) is
+    shown, and a call too long for the table says where it is whole."""
+    (tmp_path / "notes.md").write_text("draft\n", encoding="utf-8")
+    content = "final notes: " + "every line reviewed by the team " * 10 + "END-OF-NOTES\n"
+    spec = {
+        "objective": "Replace the draft in notes.md",
+        "items": [{"id": "notes", "title": "notes.md is final"}],
+        "tools": ["write_file"],
+        "models": {"judge": "rules"},
+    }
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    answers = [
+        {
+            "text": "rewriting notes.md",
+            "tool_calls": [
+                {"name": "write_file", "arguments": {"path": "notes.md", "content": content}}
+            ],
+        }
+    ]
+    (tmp_path / "answers.yaml").write_text(yaml.safe_dump(answers), encoding="utf-8")
+    doc = json_out(
+        tether("run", "spec.yaml", "--model", "scripted:answers.yaml", "--json", cwd=tmp_path)
+    )
+    assert doc["status"] == "waiting", doc
+    tid = doc["task_id"]
+    proc = narrow("approvals", tid, cwd=tmp_path)
+    assert_ok(proc)
+    flat = " ".join(proc.stdout.split())
+    assert "(overwrites notes.md, which existed before the task started)" in flat, proc.stdout
+    assert "END-OF-NOTES" not in flat  # cut short in the table...
+    assert f"tether approvals {tid} --json shows their arguments whole" in flat, proc.stdout
+    (asked,) = json_out(tether("approvals", tid, "--json", cwd=tmp_path))
+    assert asked["request"]["args"]["content"] == content  # ...and whole where it says

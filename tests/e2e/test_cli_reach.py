@@ -20,10 +20,15 @@ def test_pause_mid_turn_then_resume(tmp_path: Path, cli_db: str) -> None:
     proc, tid = gated_run(tmp_path, db, N_ITEMS)
     paused = tether("pause", tid, "--reason", "lunch", "--db", db, cwd=tmp_path)
     (tmp_path / "release").touch()
-    _, err = finish(proc)
+    out, err = finish(proc)
     assert_ok(paused)
     assert "pause requested" in paused.stdout
     assert "Traceback" not in err
+    # The run that was paused from elsewhere ends saying how to go on, as `status` does.
+    for text in (out, tether("status", tid, "--db", db, cwd=tmp_path).stdout):
+        hint = [ln for ln in text.splitlines() if ln.startswith("paused until resumed;")]
+        assert hint and hint[0].startswith("paused until resumed; continue with: tether resume")
+        assert tid in hint[0].split() and db in hint[0], text
     doc = json_out(tether("status", tid, "--json", "--db", db, cwd=tmp_path))
     assert doc["status"] == "paused" and doc["lease"]["owner"] is None
     done = [i["id"] for i in doc["ledger"]["items"] if i["status"] == "done"]

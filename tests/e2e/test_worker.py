@@ -134,3 +134,20 @@ def test_worker_reports_a_task_it_cannot_run_and_goes_on(tmp_path: Path) -> None
     docs = {t: json.loads(_tether("status", t, "--json", cwd=tmp_path).stdout) for t in (bad, good)}
     assert docs[bad]["status"] == "queued" and docs[bad]["lease"]["owner"] is None
     assert docs[good]["status"] == "satisfied"
+
+
+def test_worker_says_at_start_which_database_it_takes_tasks_from(tmp_path: Path) -> None:
+    """A worker with nothing to do used to print nothing until it stopped: started in
+    the wrong folder, it polled a new empty database there in silence. It now says,
+    first, which database it takes tasks from (a SQLite file by its absolute path, a
+    URL's password masked); `--quiet` keeps it to how each task ended."""
+    res = _tether("worker", "--once", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    db = tmp_path.resolve() / ".tether" / "tether.db"
+    first = res.stderr.splitlines()[0]
+    assert first.startswith("worker ") and first.endswith(
+        f" takes tasks from sqlite:///{db} until none is left"
+    ), res.stderr
+    quiet = _tether("worker", "--once", "--quiet", cwd=tmp_path)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "takes tasks from" not in quiet.stderr and "worker ran 0 task(s)" in quiet.stderr

@@ -12,6 +12,7 @@ most `MAX_WIDTH`.
 from __future__ import annotations
 
 import inspect
+import re
 import shutil
 import textwrap
 from collections.abc import Callable, Sequence
@@ -131,11 +132,16 @@ def _option_name(param: TyperOption, ctx: typer.Context) -> str:
     return f"{names} {value}" + ("..." if param.nargs != 1 else "")
 
 
+#: A range whose top is the largest sequence number an option takes (`_app.MAX_SEQ`):
+#: no bound to a reader, so `0<=x<=9223372036854775807` reads `x>=0`.
+_NO_TOP = re.compile(rf"(\d+)<=x<={2**63 - 1}\b")
+
+
 def _help_of(param: TyperOption | TyperArgument, ctx: typer.Context) -> str:
     """The parameter's help with Typer's bracketed extras (default, env var, range,
     required), on one line to be wrapped."""
     record = param.get_help_record(ctx)
-    return " ".join((record[1] if record else "").split())
+    return _NO_TOP.sub(r"x>=\1", " ".join((record[1] if record else "").split()))
 
 
 def usage_pieces(command: TyperCommand, ctx: typer.Context) -> list[str]:

@@ -62,7 +62,10 @@ def approve(
     ] = None,
     db: DbOpt = None,
     modify: Annotated[
-        str | None, typer.Option("--modify", help="Approve with these arguments (a JSON object).")
+        str | None,
+        typer.Option(
+            "--modify", metavar="JSON", help="Approve with these arguments (a JSON object)."
+        ),
     ] = None,
     done: Annotated[
         bool,
@@ -73,7 +76,8 @@ def approve(
         ),
     ] = False,
     result: Annotated[
-        str | None, typer.Option("--result", help="With --done: what the service returned.")
+        str | None,
+        typer.Option("--result", metavar="JSON", help="With --done: what the service returned."),
     ] = None,
     by: ByOpt = "cli",
 ) -> None:
@@ -263,6 +267,14 @@ def approvals(task_id: TaskArg, db: DbOpt = None, json_out: JsonOpt = False) -> 
         out.print(f"task {views.clean(task_id)} has no approval requests")
         return
     out.print(views.approvals_table(items))
+    if any(
+        a.status == "pending" and len(str(a.request.get("what", ""))) > views.MAX_WHAT
+        for a in items
+    ):
+        out.print(
+            f"(calls cut short above: tether approvals {views.clean(task_id)} --json "
+            "shows their arguments whole)"
+        )
 
 
 async def _all_approvals(store: Store, task_id: str) -> list[Any]:

@@ -246,12 +246,12 @@ def demo(
                         f", model {model_name}, store {db_url}",
                     )
                 )
-            result = await drive(rt, task.task_id, quiet=json_out)
+            result = await drive(rt, task.task_id, quiet=json_out, db=db_url)
             waiting = (await rt.store.get_task(task.task_id)).waiting or {}
             if not result.interrupted and waiting.get("kind") == "decision":
                 # The demo plays the user: the corrupted scan is listed in summary.md, so
                 # the team can be told; everything else must have been done.
-                result = await _decide(rt, task.task_id, waiting, json_out) or result
+                result = await _decide(rt, task.task_id, waiting, json_out, db_url) or result
             evs = await rt.store.read_events(task.task_id)
             return await status_dict(rt.store, task.task_id), evs, result.interrupted
 
@@ -291,7 +291,7 @@ def _interrupted_hint(task_id: str, db_url: str) -> str:
 
 
 async def _decide(
-    rt: Runtime, task_id: str, waiting: Mapping[str, Any], quiet: bool
+    rt: Runtime, task_id: str, waiting: Mapping[str, Any], quiet: bool, db_url: str
 ) -> RunResult | None:
     """Waive the corrupted scan as the user and run on, when that is the only gap."""
     from tether import demo as demo_mod
@@ -313,7 +313,7 @@ async def _decide(
             )
         )
     await waive_item(rt.store, task_id, demo_mod.BROKEN, reason=reason, by="demo user")
-    return await drive(rt, task_id, quiet=quiet)
+    return await drive(rt, task_id, quiet=quiet, db=db_url)
 
 
 def _launch(contract: Any, model_name: str, folder: Path) -> dict[str, Any]:

@@ -47,7 +47,9 @@ def replay(
     task_id: TaskArg,
     until: Annotated[
         int | None,
-        typer.Option("--until", help="Replay up to this event SEQ (default: the whole log)."),
+        typer.Option(
+            "--until", metavar="SEQ", help="Replay up to this event SEQ (default: the whole log)."
+        ),
     ] = None,
     db: DbOpt = None,
     json_out: JsonOpt = False,

@@ -77,6 +77,7 @@ ReconnectOpt = Annotated[
     float,
     typer.Option(
         "--reconnect-for",
+        metavar="SECONDS",
         envvar="TETHER_RECONNECT_FOR",
         help="When the database goes away during the run (a restart, a failover), wait "
         "this many seconds for it to come back, then go on from what it recorded; "
@@ -87,13 +88,15 @@ ReconnectOpt = Annotated[
 
 
 @contextlib.contextmanager
-def _first_ctrl_c_stops(stop: asyncio.Event) -> Iterator[None]:
+def _first_ctrl_c_stops(stop: asyncio.Event, resume_hint: str) -> Iterator[None]:
     """The first Ctrl-C sets `stop` (the engine parks the task after the current step);
-    the second quits at once."""
+    the second quits at once, saying how to go on (`resume_hint`: the task's `tether
+    resume`; it takes the task up from its last commit)."""
     import asyncio  # in the functions that run tasks: `tether --help` needs no event loop
 
     loop = asyncio.get_running_loop()
     presses = 0
+    quit_now = f"quit; continue with: {resume_hint}\n".encode()
 
     def on_sigint() -> None:
         nonlocal presses
@@ -102,7 +105,12 @@ def _first_ctrl_c_stops(stop: asyncio.Event) -> Iterator[None]:
             err.print(Text("stopping after the current step (Ctrl-C again to quit now)", "yellow"))
             stop.set()
         else:
+            os.write(2, quit_now)
             raise SystemExit(130)
+
+    def quit_quietly(*_: object) -> None:
+        os.write(2, quit_now)
+        os._exit(130)
 
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGINT, on_sigint)
@@ -115,22 +123,29 @@ def _first_ctrl_c_stops(stop: asyncio.Event) -> Iterator[None]:
             # After a first Ctrl-C the run is stopping: a second one that lands while it
             # winds down quits at once, quietly (Python's own handler would raise in
             # whatever runs then, a weakref callback for instance, and print a traceback).
-            signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+            signal.signal(signal.SIGINT, quit_quietly)
 
 
 async def drive(
-    rt: Runtime, task_id: str, *, quiet: bool, force: bool = False, reconnect_for: float = 0.0
+    rt: Runtime,
+    task_id: str,
+    *,
+    quiet: bool,
+    force: bool = False,
+    reconnect_for: float = 0.0,
+    db: str | None = None,
 ) -> RunResult:
     """Run a task here until it is terminal, waiting or interrupted, showing progress
     live on a terminal (unless `quiet`). `force` takes the lease over from a live owner
     (a worker known to be gone); its fencing token then refuses the old owner's writes.
-    `reconnect_for`: see `Engine.run`."""
+    `reconnect_for`: see `Engine.run`. `db`: the `--db` given, for the hint a second
+    Ctrl-C prints."""
     import asyncio
 
     stop = asyncio.Event()
     view = views.ProgressView()
     async with rt.engine(task_id, on_progress=view.update, stop=stop) as engine:
-        with _first_ctrl_c_stops(stop):
+        with _first_ctrl_c_stops(stop, views.clean(hints.resume(task_id, db))):
             if quiet or not out.is_terminal:
                 return await engine.run(task_id, force=force, reconnect_for=reconnect_for)
             from rich.live import Live  # only on a terminal
@@ -316,7 +331,9 @@ def run(
                 )
                 if not json_out:
                     out.print(views.task_created(task.task_id, len(contract.items)))
-                result = await drive(rt, task.task_id, quiet=json_out, reconnect_for=reconnect_for)
+                result = await drive(
+                    rt, task.task_id, quiet=json_out, reconnect_for=reconnect_for, db=db
+                )
                 await _stopped(rt, result)
                 return await status_dict(rt.store, task.task_id), result
 
@@ -477,7 +494,7 @@ def resume(
             if force:
                 await _confirm_takeover(rt, task_id, quiet=json_out)
             result = await drive(
-                rt, task_id, quiet=json_out, force=force, reconnect_for=reconnect_for
+                rt, task_id, quiet=json_out, force=force, reconnect_for=reconnect_for, db=db
             )
             await _stopped(rt, result)
             return await status_dict(rt.store, task_id), result

@@ -66,10 +66,14 @@ async def _open_once(url: str, migrate: bool) -> None:
 @app.command()
 def serve(
     host: Annotated[
-        str, typer.Option("--host", help="Address to listen on (only this machine by default).")
+        str,
+        typer.Option(
+            "--host", metavar="ADDRESS", help="Address to listen on (only this machine by default)."
+        ),
     ] = "127.0.0.1",
     port: Annotated[
-        int, typer.Option("--port", help="Port (0: any free one).", min=0, max=65535)
+        int,
+        typer.Option("--port", metavar="PORT", help="Port (0: any free one).", min=0, max=65535),
     ] = 8765,
     db: DbOpt = None,
     allowed_host: Annotated[

@@ -108,7 +108,13 @@ FORMATS = ("md", "html", "json")
 def report(
     task_id: TaskArg,
     fmt: Annotated[
-        str, typer.Option("--format", metavar="md|html|json", help="md, html or json.")
+        str,
+        typer.Option(
+            "--format",
+            metavar="md|html|json",
+            help="md (Markdown), html (one file that opens offline; its charts need the "
+            "report extra) or json (as --json).",
+        ),
     ] = "md",
     output: Annotated[
         Path | None,

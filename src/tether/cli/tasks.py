@@ -164,7 +164,8 @@ def watch(
     after: AfterOpt = 0,
     full: FullOpt = False,
     poll: Annotated[
-        float, typer.Option("--poll", help="Seconds between reads.", min=0.05, max=600)
+        float,
+        typer.Option("--poll", metavar="SECONDS", help="Seconds between reads.", min=0.05, max=600),
     ] = 1.0,
 ) -> None:
     """Follow a task from any terminal: its timeline as it grows, until it ends (a task

@@ -282,6 +282,9 @@ def status_view(
                 "red",
             )
         )
+    elif doc["status"] == "paused":  # how it goes on (`run` ends so after a `tether pause`)
+        told = with_db(f"tether resume {doc['task_id']}", db)
+        lines.append(Text(f"paused until resumed; continue with: {told}", style))
     if doc.get("waiting"):
         reason = doc["waiting"].get("reason", doc["waiting"])
         told = with_db(readable_until(str(reason)), db)
@@ -497,14 +500,21 @@ def task_table(tasks: Sequence[Any], gone: Collection[str] = ()) -> FittedTable:
 MAX_WHAT = 120
 
 
+def approval_what(request: Mapping[str, Any]) -> str:
+    """A request's call (up to `MAX_WHAT` characters) and its impact, as the dashboard
+    shows them: `write_file(...) (overwrites notes.md, which existed before ...)`."""
+    what, impact = shorten(str(request.get("what", "")), MAX_WHAT), request.get("impact")
+    return f"{what} ({impact})" if impact else what
+
+
 def approvals_table(items: Sequence[Any]) -> FittedTable:
-    """`approvals`: request, status, what, decided by — the request id whole (it is what
-    `approve` and `reject` take)."""
+    """`approvals`: request, status, what (and its impact), decided by — the request id
+    whole (it is what `approve` and `reject` take)."""
     rows = [
         (
             Text(clean(a.request_id)),
             Text(clean(a.status)),
-            Text(clean(shorten(str(a.request.get("what", "")), MAX_WHAT))),
+            Text(clean(approval_what(a.request))),
             Text(clean(a.decided_by or "")),
         )
         for a in items

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -47,6 +48,20 @@ def _say(line: str, *, style: str = "", **fields: Any) -> None:
         log.info("%s", line, extra=fields)
     else:
         err.print(Text(clean(line, lines=True), style=style))
+
+
+def _db_shown(store: Store, db: str | None) -> str:
+    """The database a worker takes its tasks from, as a person finds it again: a SQLite
+    file by its absolute path (`sqlite:///.tether/tether.db` names another file in
+    every folder); a password is masked when printed (`views.clean`)."""
+    from tether.store import default_url
+
+    url = str(getattr(store, "url", None) or db or default_url())
+    path = getattr(store, "path", None)
+    if url.startswith("sqlite:///") and isinstance(path, str):
+        query = url.partition("?")[2]
+        return f"sqlite:///{Path(path).resolve()}" + (f"?{query}" if query else "")
+    return url
 
 
 def _report(result: RunResult) -> None:
@@ -198,13 +213,19 @@ def worker(
     poll: Annotated[
         float,
         typer.Option(
-            "--poll", help="Seconds between polls.", min=0.01, max=3600, callback=_seconds
+            "--poll",
+            metavar="SECONDS",
+            help="Seconds between polls.",
+            min=0.01,
+            max=3600,
+            callback=_seconds,
         ),
     ] = 2.0,
     lease: Annotated[
         float,
         typer.Option(
             "--lease",
+            metavar="SECONDS",
             help="Seconds a claim holds a task (renewed every third); a dead worker's task "
             "waits that long for another (two thirds of it on the same machine).",
             min=1,
@@ -219,6 +240,7 @@ def worker(
         int | None,
         typer.Option(
             "--metrics-port",
+            metavar="PORT",
             help="Serve this worker's Prometheus metrics at /metrics, and /healthz and "
             "/readyz, on this port (0: any free one; extra metrics).",
             min=0,
@@ -229,6 +251,7 @@ def worker(
         str,
         typer.Option(
             "--metrics-host",
+            metavar="ADDRESS",
             help="Address the metrics port listens on (0.0.0.0: every interface).",
         ),
     ] = "127.0.0.1",
@@ -244,6 +267,7 @@ def worker(
         int,
         typer.Option(
             "--concurrency",
+            metavar="N",
             help="Tasks run at once by this process, on one event loop (each with its own "
             "lease); they share one database connection pool.",
             min=1,
@@ -254,6 +278,7 @@ def worker(
         float,
         typer.Option(
             "--grace",
+            metavar="SECONDS",
             help="Seconds a stop (SIGINT, SIGTERM) gives the running tasks to finish their "
             "round and commit; then each stops at its next safe point and is handed back "
             "(0: at once; a second signal ends the grace).",
@@ -266,6 +291,7 @@ def worker(
         int | None,
         typer.Option(
             "--pool-size",
+            metavar="N",
             help="Database connections this process may hold, shared by its tasks "
             "(PostgreSQL; 8 by default; SQLite has one).",
             min=1,
@@ -276,6 +302,7 @@ def worker(
         list[str] | None,
         typer.Option(
             "--host-tag",
+            metavar="TAG",
             help="A tag of this machine (repeatable): tasks whose contract says `runs_on` "
             "run only on workers with one of its tags.",
         ),
@@ -377,6 +404,12 @@ def worker(
                     on_error=_report_error,
                     **({} if quiet else {"on_progress": _round_line}),
                 )
+                if not quiet:  # a worker with nothing to do is silent: say it is there
+                    _say(
+                        f"worker {worker_id} takes tasks from {_db_shown(rt.store, db)}"
+                        + (" until none is left" if once else "; Ctrl-C stops it"),
+                        event="worker.started",
+                    )
                 settle_process()  # the store is open: what lives as long as the process, frozen
                 return await w.run()
             finally:

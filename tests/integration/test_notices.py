@@ -140,6 +140,38 @@ async def test_each_kind_is_sent_once_signed_to_the_contracts_webhook(
     assert len(hook.stats()["notices"]) == len(EVENTS) + 1
 
 
+async def test_a_request_answered_before_the_sweep_pages_nobody(
+    store: Store, tmp_path: Path, receiver: Callable[..., Receiver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decision waived, an approval decided or closed, a question answered before any
+    sweep ran (the demo does it in one process): no notice asks people to act on them.
+    What is still open, and what only informs, is sent."""
+    hook = receiver()
+    monkeypatch.setenv("HOOK_SECRET", SECRET)
+    spec = _spec({"targets": [{"webhook": hook.url(), "secret_env": "HOOK_SECRET"}]})
+    tid = (await tether.create_task(store, spec, workspace=tmp_path)).task_id
+    waiting = ev.TaskStatusChanged(src="running", dst="waiting", reason="decision")
+    resumed = ev.TaskStatusChanged(src="waiting", dst="queued", reason="waived")
+    journal: list[ev.Event] = [
+        ev.DecisionRequested(reason="1 of 1 items blocked; decide"), waiting, resumed,
+        ev.ApprovalRequested(request_id="x.r2.c0.approval", what="delete(a)"),
+        ev.ApprovalDecided(request_id="x.r2.c0.approval", decision="approve"),
+        ev.ApprovalRequested(request_id="x.r3.c0.in_doubt", what="post(b)?"),
+        ev.ApprovalClosed(request_id="x.r3.c0.in_doubt", reason="the task was cancelled"),
+        ev.TaskStatusChanged(src="running", dst="waiting", reason="needs_user_input"),
+        ev.TaskStatusChanged(src="waiting", dst="queued", reason="answered"),
+        ev.BudgetThreshold(scope="task", resource="tokens", percent=50, used=5, limit=10),
+        ev.ApprovalRequested(request_id="x.r4.c0.approval", what="deploy(c)"),
+    ]  # fmt: skip
+    await store.commit(tid, None, journal)
+    report = await sweep(store, notifier=LogNotifier())
+    assert report.notices == [(tid, "budget"), (tid, "approval_requested")]
+    assert [n["body"].get("what") for n in hook.stats()["notices"]] == [None, "deploy(c)"]
+    # The next wait for a decision, still open, is announced.
+    await store.commit(tid, None, [EVENTS[2][0], EVENTS[3][0]])
+    assert (await sweep(store, notifier=LogNotifier())).notices == [(tid, "decision_needed")]
+
+
 async def test_a_wrong_secret_is_refused_by_the_receiver(
     tmp_path: Path, receiver: Callable[..., Receiver], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,7 +1,7 @@
 """`replay` through a run whose journal holds notices: a notice a sweeper sent is not a
 person's action (the replay went on), and neither it nor its absence in the replay is a
-divergence. A need_help notice quotes the model's question even when it is sent after
-the person answered."""
+divergence. A need_help notice quotes the model's question; one the person answered
+before any sweep ran is not sent (`notices.ASKS`)."""
 
 from __future__ import annotations
 
@@ -35,16 +35,24 @@ async def test_a_notice_is_no_human_action_for_replay(tmp_path: Path) -> None:
     model = ScriptedModel(policy=_asks_first)
     tid, first = await run_task(store, spec_of(1), tmp_path, model)
     assert first.status == "waiting"
-    await tell(store, tid, "they go in out/")
-    # The sweep comes after the answer: the task waits no more, yet the notice quotes
-    # the question (kept in the status event).
     report = await sweep(store, notifier=LogNotifier())
     assert report.notices == [(tid, "need_help")]
     (sent,) = await store.read_events(tid, types={"notice.sent"})
     assert QUESTION in sent.data["text"] and f"tether tell {tid}" in sent.data["text"]
+    await tell(store, tid, "they go in out/")
+    assert (await sweep(store, notifier=LogNotifier())).notices == []
     _, done = await run_task(store, spec_of(1), tmp_path, model, task_id=tid)
     assert done.status == "satisfied", done.waiting
 
     result = await replay_task(store, tid)
     assert result.stopped_at is None, result.stopped_at
     assert result.divergence is None, result.divergence
+
+
+async def test_a_question_answered_before_any_sweep_is_not_sent(tmp_path: Path) -> None:
+    store = MemoryStore()
+    tid, first = await run_task(store, spec_of(1), tmp_path, ScriptedModel(policy=_asks_first))
+    assert first.status == "waiting"
+    await tell(store, tid, "they go in out/")
+    assert (await sweep(store, notifier=LogNotifier())).notices == []
+    assert await store.read_events(tid, types={"notice.sent"}) == []

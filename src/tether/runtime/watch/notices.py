@@ -18,7 +18,7 @@ announced: a database that gains this module does not flood anyone with its hist
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tether import events as ev
@@ -30,6 +30,13 @@ from tether.store.base import Store, StoredEvent, TaskRecord
 
 #: The journal events that may make a notice.
 TYPES = frozenset({"approval.requested", "decision.requested", "budget.threshold", "task.status"})
+#: Events that answer a request for a person (read with `TYPES` to tell a stale one).
+ANSWERS = frozenset({"approval.decided", "approval.closed"})
+#: Notices that ask a person to act: not sent once the journal shows the request
+#: answered, or the task out of that wait (a webhook would page a team for nothing).
+ASKS = frozenset(
+    {"approval_requested", "op_in_doubt", "decision_needed", "need_help", "limit_reached"}
+)
 #: Status reasons of a wait at a limit a person must raise: a round limit
 #: (`checks.limits`), a context budget no compaction can fit (`compaction`).
 LIMIT_REASONS = frozenset({"max_rounds", "max_rounds_per_milestone", "context_budget"})
@@ -168,6 +175,16 @@ async def _journaled(store: Store, task_id: str, seq: int, notice_id: str) -> bo
     return any(e.data.get("notice_id") == notice_id for e in sent)
 
 
+def _answered(asked: StoredEvent, later: Sequence[StoredEvent]) -> bool:
+    """Whether the journal after a request for a person already answers it: its
+    approval decided or closed, or (a decision, a question, a limit) the task out of
+    the wait it started."""
+    if asked.type == "approval.requested":
+        rid = asked.data.get("request_id")
+        return any(e.type in ANSWERS and e.data.get("request_id") == rid for e in later)
+    return any(e.type == "task.status" and e.data.get("src") == "waiting" for e in later)
+
+
 async def announce(store: Store, task: TaskRecord, notifier: Notifier, now: float) -> list[Notice]:
     """Send the notices of `task`'s journal since its cursor; returns those sent here."""
     doc = await store.get_shared(key(task.task_id))
@@ -179,10 +196,11 @@ async def announce(store: Store, task: TaskRecord, notifier: Notifier, now: floa
         return []
     sent: list[Notice] = []
     before: StoredEvent | None = None
-    for event in await store.read_events(task.task_id, after=after, types=TYPES):
+    events = await store.read_events(task.task_id, after=after, types=TYPES | ANSWERS)
+    for k, event in enumerate(events):
         notice = notice_of(task, event, before)
         before = event
-        if notice is None:
+        if notice is None or (notice.kind in ASKS and _answered(event, events[k + 1 :])):
             continue
         if not await store.update_shared(key(task.task_id), _take(event.seq)):
             return sent  # another sweeper is on this task: it goes on from here

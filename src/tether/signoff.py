@@ -30,7 +30,8 @@ async def waiting_for_signoff(store: Store, task_id: str, verb: str) -> TaskReco
     if task.status != "waiting" or not (task.waiting or {}).get("signoff"):
         raise errors.UserError(
             f"task {task_id} does not wait for a sign-off (it is {task.status}); "
-            "to answer an approval request, name it: tether approve TASK REQUEST"
+            f"to answer an approval request, name it: tether {verb} {task_id} REQUEST "
+            f"(tether approvals {task_id} lists them)"
         )
     return task
 

@@ -152,6 +152,15 @@ async def test_approve_refuses_a_task_that_does_not_wait_for_sign_off(
     assert result.status == "satisfied"
     with pytest.raises(errors.UserError):
         await signoff.approve(store, tid)
+    # A task waiting for something else: the answer names its verb and the requests.
+    asks = ScriptedModel(policy=lambda _: ModelResponse("NEED_HELP: which folder?"))
+    waiting, result = await run_task(store, spec, tmp_path / "w", asks)
+    assert result.status == "waiting"
+    with pytest.raises(errors.UserError, match=f"tether approve {waiting} REQUEST"):
+        await signoff.approve(store, waiting)
+    with pytest.raises(errors.UserError, match=f"tether reject {waiting} REQUEST") as info:
+        await signoff.reject(store, waiting, hint="not yet")
+    assert f"tether approvals {waiting}" in str(info.value)
 
 
 async def test_failures_by_milestone_and_the_execution_report_text(

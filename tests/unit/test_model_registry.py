@@ -248,3 +248,26 @@ async def test_scripted_models_keep_a_bounded_number_of_requests(
     assert len(named.requests) == 1 and len(scripted.requests) == 1
     assert len(by_hand.requests) == KEEP_REQUESTS
     assert by_hand.calls == KEEP_REQUESTS + 10
+
+
+@pytest.mark.parametrize(
+    ("name", "extra", "sdk"),
+    [
+        ("openai:gpt-4.1-mini", "openai", "openai"),
+        ("deepseek:deepseek-chat", "openai", "openai"),
+        ("anthropic:claude-sonnet-4-5", "anthropic", "anthropic"),
+        ("openai-compatible:https://api.openai.com/v1#gpt-4.1", "openai", "openai"),
+    ],
+)
+def test_a_missing_extra_is_named_before_a_missing_key(
+    monkeypatch: pytest.MonkeyPatch, name: str, extra: str, sdk: str
+) -> None:
+    """Without the SDK and without a key, the first thing to do is to install the extra:
+    that is what the error says (a key set next would only meet the extra's error)."""
+    from tether._extras import MissingExtra
+
+    monkeypatch.setitem(sys.modules, sdk, None)  # `import openai` raises ImportError
+    monkeypatch.delitem(sys.modules, f"tether.models.{sdk}", raising=False)
+    with pytest.raises(MissingExtra) as info:
+        resolve_model(name, env={})
+    assert f"tether[{extra}]" in str(info.value)

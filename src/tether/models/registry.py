@@ -63,7 +63,8 @@ def resolve_model(name: str, *, env: Mapping[str, str] | None = None, **options:
         raise UserError(f"model name {name!r} names no model after {prefix + ':'!r}")
     prefix = prefix.lower()
     if prefix in _HOSTED:
-        build, env_prefix, default_url = _HOSTED[prefix]
+        adapter, env_prefix, default_url = _HOSTED[prefix]
+        build = adapter(text)
         return build(
             rest,
             api_key=_require_key(environ, f"{env_prefix}_API_KEY", name),
@@ -86,7 +87,7 @@ def resolve_model(name: str, *, env: Mapping[str, str] | None = None, **options:
         problem = http_url_problem(base_url)
         if problem:  # refused now, not by every request of the run
             raise UserError(f"model name {name!r}: the base URL {problem}")
-        return _openai(
+        return _openai(text)(
             model.strip(),
             api_key=_compatible_key(environ, base_url, name),
             base_url=base_url,
@@ -159,21 +160,24 @@ def _compatible_key(environ: Mapping[str, str], base_url: str, name: str) -> str
     return key
 
 
-def _openai(model: str, **kwargs: Any) -> Model:
-    with needs("openai", f"the model {kwargs.get('name', model)!r}"):
+def _openai(name: str) -> Callable[..., Model]:
+    """The OpenAI adapter's class; without the extra, a `UserError` that names it (said
+    before a missing API key: installing comes first)."""
+    with needs("openai", f"the model {name!r}"):
         from tether.models.openai import OpenAIModel
-    return OpenAIModel(model, **kwargs)
+    return OpenAIModel
 
 
-def _anthropic(model: str, **kwargs: Any) -> Model:
-    with needs("anthropic", f"the model {kwargs.get('name', model)!r}"):
+def _anthropic(name: str) -> Callable[..., Model]:
+    """The Anthropic adapter's class (as `_openai`)."""
+    with needs("anthropic", f"the model {name!r}"):
         from tether.models.anthropic import AnthropicModel
-    return AnthropicModel(model, **kwargs)
+    return AnthropicModel
 
 
 #: The hosted providers: the adapter, the prefix of the variables that hold the key and
 #: the base URL (`<PREFIX>_API_KEY`, `<PREFIX>_BASE_URL`), the base URL without one.
-_HOSTED: dict[str, tuple[Callable[..., Model], str, str | None]] = {
+_HOSTED: dict[str, tuple[Callable[[str], Callable[..., Model]], str, str | None]] = {
     "openai": (_openai, "OPENAI", None),
     "anthropic": (_anthropic, "ANTHROPIC", None),
     "deepseek": (_openai, "DEEPSEEK", DEEPSEEK_BASE_URL),

@@ -177,3 +177,19 @@ def test_example_payload_shapes() -> None:
     status = decode("task.status", {"src": "running", "dst": "satisfied"})
     assert isinstance(status, events.TaskStatusChanged)
     assert status.stop_reason is None and status.reason == ""
+
+
+def test_a_timeline_line_cut_short_says_so() -> None:
+    from tether.report.describe import cut, describe_event
+
+    assert cut("short", 10) == "short"
+    assert cut("x" * 11, 10) == "x" * 9 + "…" and len(cut("x" * 11, 10)) == 10
+    long_error = "permission denied while writing catalog.csv " * 10
+
+    from types import SimpleNamespace
+
+    event = SimpleNamespace(
+        type="op.result", data={"tool": "write_file", "status": "failed", "error": long_error}
+    )
+    _, text = describe_event(event)
+    assert text.endswith("…") and long_error[:60] in text

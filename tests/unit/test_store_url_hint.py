@@ -42,3 +42,21 @@ async def test_a_sqlite_url_without_slashes_gets_the_file_named(
         await open_store(f"{scheme}:{tmp_path / 'tether.db'}")
     assert f"(a file: sqlite:///{tmp_path / 'tether.db'})" in str(info.value)
     assert not list(tmp_path.iterdir())  # refused: nothing was made
+
+
+def test_sqlite_open_errors_say_what_to_do(tmp_path: Path) -> None:
+    """A file SQLite cannot open (a folder one may not write to: WAL needs its -wal and
+    -shm files beside the database) or a read-only one: the message names the folder
+    and the way out, not SQLite's words alone."""
+    import sqlite3
+
+    from tether.store.sqlite import _translate
+
+    db = str(tmp_path / "ro" / "tether.db")
+    opened = _translate(sqlite3.OperationalError("unable to open database file"), db)
+    assert isinstance(opened, errors.StoreConfigError)
+    text = str(opened)
+    assert db in text and str(tmp_path / "ro") in text and "tether.db-wal" in text
+    assert "point --db at another file" in text
+    readonly = str(_translate(sqlite3.OperationalError("attempt to write a readonly database"), db))
+    assert "read-only" in readonly and "point --db at another file" in readonly

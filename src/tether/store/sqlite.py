@@ -120,10 +120,18 @@ def _translate(exc: sqlite3.Error, path: str, busy_ms: int = 0) -> errors.Tether
             f"{path} is not a readable SQLite database ({text}); it was left untouched —"
             " point --db at another file or restore a backup"
         )
+    folder = os.path.dirname(os.path.abspath(path))
     if "unable to open" in low:
-        return errors.StoreConfigError(f"cannot open the database file {path} ({text})")
+        return errors.StoreConfigError(
+            f"cannot open the database file {path} ({text}): the file and its folder must "
+            f"be ones you may write to (SQLite also writes {os.path.basename(path)}-wal "
+            f"and -shm in {folder}); run from another folder or point --db at another file"
+        )
     if "readonly" in low or "read-only" in low:
-        return errors.StoreConfigError(f"the database file {path} is read-only ({text})")
+        return errors.StoreConfigError(
+            f"the database file {path} is read-only ({text}): make it and its folder "
+            f"{folder} writable, or point --db at another file"
+        )
     return errors.StoreError(f"SQLite error on {path}: {text}")
 
 

@@ -31,7 +31,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
@@ -42,7 +42,6 @@ from urllib.parse import parse_qs, unquote, urlparse
 from tests.adversarial._honest import (
     EDIT_FILES,
     FILES,
-    JUDGES,
     PY,
     LocalServer,
     PlanActor,
@@ -55,7 +54,7 @@ from tests.adversarial._honest import (
 from tests.adversarial._honest_fourth import _GIT, _git_repo, shell
 from tests.adversarial._honest_more import HTTPStatusError, results_of
 from tests.adversarial._honest_more import _check as check_tool
-from tests.adversarial._honest_third import _PROCS, ThirdStyle, _finish_job, run_third
+from tests.adversarial._honest_third import _PROCS, ThirdStyle, _finish_job, print_table
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.tools.registry import Tool, tool
@@ -1304,24 +1303,7 @@ STYLES: dict[str, ThirdStyle] = {
 }
 
 
-async def _table(names: Sequence[str] = ()) -> None:
-    import tempfile
-
-    from tether.store.memory import MemoryStore
-
-    for style in STYLES.values():
-        if names and style.name not in names:
-            continue
-        for judge in JUDGES:
-            with tempfile.TemporaryDirectory() as tmp:
-                store = await MemoryStore.open()
-                t0 = time.perf_counter()
-                outcome = await run_third(style, judge, store, Path(tmp))
-                took = time.perf_counter() - t0
-                print(outcome.row(), f"planned={outcome.planned} {took:.2f}s", flush=True)
-
-
 if __name__ == "__main__":
     import asyncio
 
-    asyncio.run(_table(sys.argv[1:]))
+    asyncio.run(print_table(STYLES, sys.argv[1:]))

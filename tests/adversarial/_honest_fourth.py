@@ -20,14 +20,13 @@ pages answering 429 now and then, a status endpoint in maintenance).
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
@@ -38,7 +37,6 @@ from urllib.parse import parse_qs, urlparse
 from tests.adversarial._honest import (
     EDIT_FILES,
     FILES,
-    JUDGES,
     PY,
     LocalServer,
     PlanActor,
@@ -50,7 +48,7 @@ from tests.adversarial._honest import (
 )
 from tests.adversarial._honest_more import HTTPStatusError, results_of
 from tests.adversarial._honest_more import _check as check_tool
-from tests.adversarial._honest_third import _PROCS, ThirdStyle, _finish_job, run_third
+from tests.adversarial._honest_third import _PROCS, ThirdStyle, _finish_job, print_table
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.tools.mcp import effect_for
@@ -1193,25 +1191,7 @@ STYLES: dict[str, ThirdStyle] = {
 }
 
 
-async def _table(names: Sequence[str] = ()) -> None:
-    import tempfile
-
-    from tether.store.memory import MemoryStore
-
-    for style in STYLES.values():
-        if names and style.name not in names:
-            continue
-        for judge in JUDGES:
-            with tempfile.TemporaryDirectory() as tmp:
-                store = await MemoryStore.open()
-                t0 = time.perf_counter()
-                outcome = await run_third(style, judge, store, Path(tmp))
-                took = time.perf_counter() - t0
-                print(outcome.row(), f"planned={outcome.planned} {took:.2f}s", flush=True)
-
-
 if __name__ == "__main__":
     import asyncio
 
-    os.environ.setdefault("GIT_CONFIG_NOSYSTEM", "1")
-    asyncio.run(_table(sys.argv[1:]))
+    asyncio.run(print_table(STYLES, sys.argv[1:]))

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -1369,22 +1369,26 @@ async def check_honest(store: Store, style: MoreStyle, outcome: Outcome, ws: Pat
     await assert_status_agrees(store, outcome.task_id)
 
 
-async def _table(names: Sequence[str] = ()) -> None:
+async def print_table(styles: Mapping[str, ThirdStyle], names: Sequence[str] = ()) -> None:
+    """Run each style (or those `names` names) under every judge on a fresh memory store
+    and print its row: `python -m tests.adversarial._honest_third` (and the later sets)."""
     import tempfile
 
     from tether.store.memory import MemoryStore
 
-    for style in STYLES.values():
+    for style in styles.values():
         if names and style.name not in names:
             continue
         for judge in JUDGES:
             with tempfile.TemporaryDirectory() as tmp:
                 store = await MemoryStore.open()
+                t0 = time.perf_counter()
                 outcome = await run_third(style, judge, store, Path(tmp))
-                print(outcome.row(), f"planned={outcome.planned}", flush=True)
+                took = time.perf_counter() - t0
+                print(outcome.row(), f"planned={outcome.planned} {took:.2f}s", flush=True)
 
 
 if __name__ == "__main__":
     import asyncio
 
-    asyncio.run(_table(sys.argv[1:]))
+    asyncio.run(print_table(STYLES, sys.argv[1:]))

@@ -385,7 +385,10 @@ class Attempts:
         except errors.StaleLease:
             raise  # `ctx.ensure_owner()`: the task is another worker's now
         except Exception as exc:  # classified here; a tool's bug is the tool's failure
-            cls_msg = classify(tool, exc, first=record.attempts == 1)
+            # A first attempt of an op no earlier run took up: no request before it
+            # carried its key (a 409 then did nothing, `retry.classify_status`).
+            first = record.attempts == 1 and record.op_id not in self.book.recovered
+            cls_msg = classify(tool, exc, first=first)
         failpoints.hit("after_op_dispatch")
         ms = (time.perf_counter() - t1) * 1000
         if guard is not None and tool.service:

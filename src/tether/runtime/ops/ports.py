@@ -54,6 +54,9 @@ class RoundOps:
     journaled: set[str] = field(default_factory=set)
     #: Op ids a human approved (the tool sees `ctx.approved`).
     approved: set[str] = field(default_factory=set)
+    #: Op ids stored before this run took them up (a crash, a pause): a request of an
+    #: earlier run may have carried their key, so none of their attempts is a first.
+    recovered: set[str] = field(default_factory=set)
     #: Ops decided under a version below this one are of an older goal.
     goal_version: int = 0
     #: Events for the round's next commit (breaker transitions).

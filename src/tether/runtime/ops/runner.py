@@ -269,6 +269,7 @@ class OpRunner:
         says what comes next (see the module's docstring)."""
         t0 = time.perf_counter()
         if not fresh:
+            self.book.recovered.add(record.op_id)
             recovered = await self._recover(tool, call, record)
             if recovered is not None:
                 return recovered

@@ -56,8 +56,8 @@ class Limits(_Strict):
         gt=0,
         description="rounds one item may take before it is blocked, however new each round "
         "looks (a backstop against padding with ever-new arguments), at its first round past "
-        "them in which its done_when check (a command's output, an artifact count) said "
-        "nothing new; null: no cap",
+        "them in which it changed nothing or its done_when check (a command's output, an "
+        "artifact count) said nothing new, and at 3 times them in any case; null: no cap",
     )
     max_crash_restarts: int = Field(
         default=5,

@@ -267,8 +267,8 @@ async def test_a_check_moving_backwards_is_not_measured_progress(
 async def test_a_check_moving_backwards_ends_at_max_rounds_never_done(
     store: Store, workspace: Path
 ) -> None:
-    """Bounded cost of attack 2: the task's max_rounds (60 here; 200 by default), never
-    satisfied."""
+    """Bounded cost of attack 2: the task's max_rounds (60 here), never satisfied; by
+    default 3 x max_rounds_per_item (120, `facts.MEASURED_CAPS`)."""
     spec = _measured_spec(max_rounds=60)
     tid, result = await run_task(store, spec, workspace, ScriptedModel(policy=_todo_adder))
     assert result.status == "waiting" and result.status != "satisfied"
@@ -299,32 +299,14 @@ def _noisy_spec(max_rounds: int) -> tether.TaskSpec:
     return contract(items, models={"judge": "rules"}, limits={"max_rounds": max_rounds})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack 2b: a check whose output carries a value normalise() keeps (a shuffle "
-    "seed, a counter) is a new rule state every round: progress.moves counts it (`ruled`) "
-    "and facts.measures_progress (facts.py:48) says measured, so an agent doing NOTHING is "
-    "neither blocked by no_progress_rounds nor at max_rounds_per_item (facts.py:316): it "
-    "runs to the task's max_rounds",
-)
 async def test_an_idle_agent_beside_a_noisy_check_is_blocked(store: Store, workspace: Path) -> None:
+    """Attack 2b, held: a check whose output carries a seed moves every round, but the
+    agent changes nothing itself: not measured progress, blocked at the per-item cap."""
     (workspace / "README.md").write_text("readme\n")
     spec = _noisy_spec(max_rounds=60)
     tid, _ = await run_task(store, spec, workspace, ScriptedModel(policy=_idle))
     assert (await ledger_of(store, tid)).item("fix").status == "blocked"
     assert await rounds_of(store, tid, "fix") <= (spec.limits.max_rounds_per_item or 0)
-
-
-async def test_an_idle_agent_beside_a_noisy_check_ends_at_max_rounds(
-    store: Store, workspace: Path
-) -> None:
-    """Bounded cost of attack 2b: the task's max_rounds (60 here, 200 by default)."""
-    (workspace / "README.md").write_text("readme\n")
-    spec = _noisy_spec(max_rounds=60)
-    tid, result = await run_task(store, spec, workspace, ScriptedModel(policy=_idle))
-    assert result.status == "waiting"
-    assert (await ledger_of(store, tid)).item("fix").status != "done"
-    assert await rounds_of(store, tid, "fix") == 60
 
 
 async def test_a_file_rule_changed_forever_is_still_capped(store: Store, workspace: Path) -> None:
@@ -600,3 +582,17 @@ async def test_rule_acceptance_after_the_deliverable_is_gone(store: Store, works
         assert (workspace / "out" / "draft.txt").read_text() == "DRAFT\n"
     await assert_honest(store, tid, spec)
     assert json.dumps(await assert_status_agrees(store, tid))
+
+
+async def test_a_check_moving_backwards_is_blocked_at_three_caps(
+    store: Store, workspace: Path
+) -> None:
+    """Attack 2 at the default max_rounds (200): the item is blocked at 3 x the per-item
+    cap (120 rounds), never done."""
+    spec = _measured_spec(max_rounds=200)
+    tid, result = await run_task(store, spec, workspace, ScriptedModel(policy=_todo_adder))
+    assert result.status == "waiting"
+    report = (await ledger_of(store, tid)).item("report")
+    assert report.status == "blocked" and "not finished in 120 rounds" in report.note, report
+    assert await rounds_of(store, tid, "report") == 120
+    await assert_honest(store, tid, spec)

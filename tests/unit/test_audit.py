@@ -55,6 +55,7 @@ EVIDENCE: dict[str, Evidence] = {
 OK = OpSummary("x.r5.c0", "write_file", {"path": "a"}, "succeeded")
 FAILED = OpSummary("x.r5.c1", "read_file", {"path": "gone"}, "failed", error="no such file")
 DEFERRED = OpSummary("x.r5.c2", "ticket", {}, "deferred")
+UPLOADED = OpSummary("x.r5.c3", "upload", {"batch": 41}, "succeeded", effect="write")
 #: The same calls with another outcome: the file read says something else, the read
 #: fails in another way.
 OK_CHANGED = OpSummary("x.r5.c0", "write_file", {"path": "a"}, "succeeded", "other text")
@@ -744,14 +745,35 @@ CASES = [
         codes=["item_blocked"],
     ),
     Case(
-        "past-the-cap-a-rule-check-that-moved-goes-on",
+        "past-the-cap-a-rule-check-that-moved-with-work-goes-on",
+        [rules_checked({"a": "synced 410 of 500"}), llm("continue")],
+        IN_A,
+        facts("a", UPLOADED),
+        seen={"a": rule_marks("synced 400 of 500")},
+        rounds=41,
+        status={"a": "in_progress"},
+        codes=[],
+    ),
+    Case(
+        "past-the-cap-a-rule-check-that-moved-without-work-blocks",
         [rules_checked({"a": "synced 410 of 500"}), llm("continue")],
         IN_A,
         facts("a", OK),
         seen={"a": rule_marks("synced 400 of 500")},
         rounds=41,
-        status={"a": "in_progress"},
-        codes=[],
+        status={"a": "blocked"},
+        codes=["item_blocked"],
+    ),
+    Case(
+        "three-caps-end-even-a-moving-check",
+        [rules_checked({"a": "synced 490 of 500"}), llm("continue")],
+        IN_A,
+        facts("a", UPLOADED),
+        seen={"a": rule_marks("synced 480 of 500")},
+        rounds=120,
+        status={"a": "blocked"},
+        note={"a": "not finished in 120 rounds (limits.max_rounds_per_item)"},
+        codes=["item_blocked"],
     ),
     Case(
         "past-the-cap-a-rule-check-that-stood-still-blocks",

@@ -321,7 +321,14 @@ def audit(
     marks = (seen or {}).get(focus or "", ())
     moved = P.moves(facts.ops, rule_state, P.seen_set(marks), P.changes(marks), compactions)
     policy = (policies.get(focus) or _NO_POLICY) if focus else _NO_POLICY
-    measured = moved.ruled and measures_progress(rule_state)
+    # Measured progress: the rule's check says something new of how far the item got,
+    # in a round that changed something itself (a check that moves while the agent idles
+    # measures the world, not the item's work).
+    measured = (
+        moved.ruled
+        and measures_progress(rule_state)
+        and any(o.status == "succeeded" and o.effect != "read" for o in facts.ops)
+    )
     change, blocked = focus_change(ledger, facts, accepted, moved, limits, policy, rounds, measured)
     if change is not None:
         changes.append(change)

@@ -45,6 +45,12 @@ class ProposedChange:
 FILE_STATE: Final = "file "
 
 
+#: How many times `limits.max_rounds_per_item` an item whose rule check keeps saying
+#: something new of how far it got (`measures_progress`) may take: a sync of 1,000
+#: files at ten a round fits, a check that moves forever ends there.
+MEASURED_CAPS: Final = 3
+
+
 def measures_progress(state: str | None) -> bool:
     """Whether a rule's state says how far its item got (a check's output, a count of
     artifacts toward `min_count`) rather than only that its file changed: a new state of
@@ -313,11 +319,12 @@ def focus_change(
         )
     elif failed and attempts >= max_attempts:
         reason = f"failed {attempts} attempts (the same failures again)"
-    elif cap is not None and rounds >= cap and not measured:
-        # A round in which the item's rule check saw a state new to it that says how far
-        # it got (a sync's count of files rising) is measured progress toward the rule,
-        # not padding: the cap waits for a round without it (the task's `max_rounds` and
-        # budget still bound it). A file's new hash says only that it changed.
+    elif cap is not None and rounds >= cap and not (measured and rounds < MEASURED_CAPS * cap):
+        # A round of the item's own work in which its rule check says something new of how
+        # far it got (a sync's count of files rising) is measured progress, not padding:
+        # the cap waits for a round without it, up to `MEASURED_CAPS` times the cap (a
+        # check moving away from done is not told apart). A file's new hash says only
+        # that it changed.
         waited = "; still asking again with the same answers" if moved.waiting else ""
         reason = f"not finished in {rounds} rounds (limits.max_rounds_per_item){waited}"
     if not reason:  # a change that changes nothing (most rounds) is left out

@@ -8,7 +8,9 @@ round each with long reads, a build log far past the preview paged through, a do
 build whose warnings drop to zero, a module split into several files, a paginated API
 whose `next` token repeats on its last page, a download in Range chunks ending on a
 416, a book written across two compactions, an API token that expires every few
-calls, and a resource locked by another process for a while.
+calls, a resource locked by another process for a while, a regression found with `git
+bisect`, a daily ingest whose source renames a column, and a rate-limited API declared
+a service (a 429 on each page's first try).
 
 Each shape is real work in the `_honest` / `_honest_more` / `_honest_third` frameworks:
 real files, real subprocesses (a brute-force job, a backfill job, a lock holder, check
@@ -1152,6 +1154,66 @@ SCHEMA_DRIFT = ThirdStyle(
 )
 
 
+# 17. a rate-limited API declared as a service: a 429 on each page's first try ---------
+
+_RL_PAGES = 12
+
+
+class RateLimitedServer(LocalServer):
+    """`GET /orders/K`: the first request of each page answers 429 with `Retry-After: 0`
+    (the API's burst limit), the next one the page."""
+
+    def __init__(self, _ws: Path) -> None:
+        seen: set[str] = set()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path not in seen:
+                    seen.add(self.path)
+                    body = b'{"error": "rate limited"}'
+                    self.send_response(429)
+                    self.send_header("Retry-After", "0")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                _answer(self, 200, {"page": self.path, "rows": 10})
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self.serve(Handler)
+
+
+def _rl_tools(ws: Path, service: str | None = "orders") -> list[Tool]:
+    @tool(name="get_page", effect="read", service=service, description="A page of orders.")
+    def get_page(k: int) -> str:
+        return _request(ws, "GET", f"/orders/{k}")
+
+    return [get_page]
+
+
+def _rl_actor(_ws: Path) -> PlanActor:
+    steps: list[Step | ModelResponse] = [
+        say(f"Page {k}.", call("get_page", k=k)) for k in range(_RL_PAGES)
+    ]
+    steps.append(
+        say("Counted.", call("write_file", path="out/rows.txt", content=f"rows {_RL_PAGES * 10}\n"))
+    )
+    return PlanActor(steps)
+
+
+RATE_LIMITED_SERVICE = ThirdStyle(
+    "paged-429-breaker",
+    "count the order rows",
+    lambda _ws: [file_item("rows", "out/rows.txt", f"rows {_RL_PAGES * 10}")],
+    _rl_actor,
+    tools=[*FILES, "get_page"],
+    extra_tools=_rl_tools,
+    serve=_serving(RateLimitedServer),
+)
+
+
 STYLES: dict[str, ThirdStyle] = {
     s.name: s
     for s in (
@@ -1171,6 +1233,7 @@ STYLES: dict[str, ThirdStyle] = {
         LOCKED,
         BISECT,
         SCHEMA_DRIFT,
+        RATE_LIMITED_SERVICE,
     )
 }
 

@@ -60,7 +60,7 @@ from tether.tools.registry import Tool
 BLOCKED: dict[str, str] = {
     "paged-429-breaker": (
         "the service breaker counts each 429 (Retry-After: 0, retried at once and "
-        "succeeded) as a failure of service `orders` (runtime/ops/attempt.py:393: ok only "
+        "succeeded) as a failure of service `orders` (runtime/ops/attempt.py:396: ok only "
         "for no error, deterministic or validation); 5 of 10 calls failed >= "
         "breaker_failure_rate 0.3 with breaker_min_calls 10 (spec_limits.py:93-94): the "
         "breaker opens (breaker.changed) and round 6 is held; the 60 s cooldown is longer "

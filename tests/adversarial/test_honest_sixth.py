@@ -50,25 +50,13 @@ from tests.adversarial._honest_sixth import (
     _rl_tools,
 )
 from tests.adversarial._honest_third import check_honest, reopened, run_third
-from tether.clock import FakeClock
 from tether.spec_limits import Limits
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
 from tether.tools.registry import Tool
 
 #: The honest shapes the runtime still stops at default limits, and why.
-BLOCKED: dict[str, str] = {
-    "paged-429-breaker": (
-        "the service breaker counts each 429 (Retry-After: 0, retried at once and "
-        "succeeded) as a failure of service `orders` (runtime/ops/attempt.py:396: ok only "
-        "for no error, deterministic or validation); 5 of 10 calls failed >= "
-        "breaker_failure_rate 0.3 with breaker_min_calls 10 (spec_limits.py:93-94): the "
-        "breaker opens (breaker.changed) and round 6 is held; the 60 s cooldown is longer "
-        "than inline_wait_max 30 s (ops/ports.py:26), so runtime/round/phases.py:"
-        "wait_for_services parks the task `waiting` (external, 'service unavailable') "
-        "until the cooldown ends"
-    ),
-}
+BLOCKED: dict[str, str] = {}  # none today (the `_marks` of a shape that comes back)
 
 
 def _marks(style: str) -> list[pytest.MarkDecorator]:
@@ -160,33 +148,15 @@ async def test_a_500_on_a_write_without_reconcile_waits_for_a_person(
 # --- the breaker, shown: the same work, the one thing changed, finishes ----------------
 
 
-async def test_the_429_pager_is_parked_by_the_breaker(memory: MemoryStore, tmp_path: Path) -> None:
-    """The cause of the xfail, shown: every page succeeded on its retry, yet the breaker
-    opened and the task was parked `waiting` for the service, never blocked."""
+async def test_the_429s_of_a_service_open_no_breaker(memory: MemoryStore, tmp_path: Path) -> None:
+    """A 429 is the service answering (it is up, asking for less): its breaker counts it
+    as no failure, so every page's retry goes through and the run ends in its planned
+    rounds, no `breaker.changed`, no wait for the service."""
     outcome = await run_third(STYLES["paged-429-breaker"], "rules", memory, tmp_path)
-    assert outcome.status == "waiting" and outcome.blocks == (), outcome.row()
-    assert outcome.rounds < outcome.planned, outcome.row()
-    events = await memory.read_events(outcome.task_id)
-    assert [e.data["dst"] for e in events if e.type == "breaker.changed"] == ["open"]
-    failed = [e.data for e in events if e.type == "op.result" and e.data["status"] != "succeeded"]
-    assert all("breaker open" in str(r["error"]) for r in failed), failed
-    parked = [e.data for e in events if e.type == "task.status" and e.data["dst"] == "waiting"]
-    assert parked[-1]["reason"] == "service unavailable", parked
-
-
-async def test_the_429_pager_finishes_when_the_worker_waits_out_the_cooldown(
-    memory: MemoryStore, tmp_path: Path
-) -> None:
-    """`paged-429-breaker` with the cooldown waited out in the worker (a fake clock and
-    `inline_wait_max` 120 s instead of 30): the breaker still opens, then the run goes on
-    to the end in its planned rounds."""
-    style = STYLES["paged-429-breaker"]
-    outcome = await run_third(
-        style, "rules", memory, tmp_path, clock=FakeClock(), inline_wait_max=120
-    )
-    await check_honest(memory, style, outcome, tmp_path)
-    changed = await memory.read_events(outcome.task_id, types={"breaker.changed"})
-    assert changed and changed[0].data["dst"] == "open"
+    await check_honest(memory, STYLES["paged-429-breaker"], outcome, tmp_path)
+    assert await memory.read_events(outcome.task_id, types={"breaker.changed"}) == []
+    retried = await memory.read_events(outcome.task_id, types={"op.retry_scheduled"})
+    assert len(retried) >= 10  # every page was refused once, and asked again
 
 
 async def test_the_429_pager_without_a_service_finishes(

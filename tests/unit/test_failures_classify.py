@@ -260,3 +260,12 @@ def test_a_tool_failure_that_says_it_was_rate_limited_is_transient(
 )
 def test_a_tool_failure_that_only_mentions_a_limit_goes_to_the_model(message: str) -> None:
     assert classify(errors.ToolFailed(message), has_effect=False).cls == "deterministic"
+
+
+def test_a_rate_limit_is_marked_for_the_breaker() -> None:
+    """A 429, or a tool's message saying the rate was limited, is the service answering:
+    `limited` tells its breaker not to count it as a failure (a 503 is counted)."""
+    assert classify(HTTPError(429), has_effect=True).limited
+    assert classify(errors.ToolFailed("HTTP 429 Too Many Requests"), has_effect=False).limited
+    assert not classify(StatusError(503), has_effect=True).limited
+    assert not classify(errors.ToolFailed("no such file"), has_effect=False).limited

@@ -85,6 +85,9 @@ class Classified:
     down: bool = False
     #: The tool said "not now" (`errors.RetryLater`): asked again later, it may answer.
     later: bool = False
+    #: The service limited the rate (HTTP 429, a tool's "rate limit exceeded"): it is up
+    #: and answered, so its breaker does not count this as a failure.
+    limited: bool = False
 
 
 def _status(exc: BaseException) -> int | None:
@@ -110,7 +113,9 @@ def _signal(exc: errors.ToolSignal, msg: str, has_effect: bool) -> Classified:
         if exc.retryable:
             return Classified("transient", msg)
         limited, delay = rate_limited(msg)
-        return Classified("transient", msg, delay) if limited else Classified("deterministic", msg)
+        if limited:
+            return Classified("transient", msg, delay, limited=True)
+        return Classified("deterministic", msg)
     # Any other signal (`ApprovalRequired` is handled by the op runner before this: the
     # call waits for a human) goes back to the model.
     return Classified("deterministic", f"{type(exc).__name__}: {msg}")
@@ -125,7 +130,10 @@ def _http(exc: BaseException, status: int, msg: str, has_effect: bool, first: bo
         except (AttributeError, TypeError):  # not a mapping of headers after all
             delay = None
     return Classified(
-        classify_status(status, has_effect=has_effect, first=first), f"HTTP {status}: {msg}", delay
+        classify_status(status, has_effect=has_effect, first=first),
+        f"HTTP {status}: {msg}",
+        delay,
+        limited=status == 429,
     )
 
 

@@ -392,8 +392,11 @@ class Attempts:
         failpoints.hit("after_op_dispatch")
         ms = (time.perf_counter() - t1) * 1000
         if guard is not None and tool.service:
-            # The service answered unless the failure is on the way to or from it.
-            ok = cls_msg is None or cls_msg.cls in ("deterministic", "validation")
+            # The service answered unless the failure is on the way to or from it; a 429
+            # is an answer too (it is up, asking for less): the retry waits as told.
+            ok = (
+                cls_msg is None or cls_msg.cls in ("deterministic", "validation") or cls_msg.limited
+            )
             transitions: list[Transition] = []
             if self._verdict_waits(tool, cls_msg):
                 # A lost response the tool can reconcile: the breaker's verdict waits

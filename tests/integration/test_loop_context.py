@@ -322,9 +322,10 @@ async def test_different_failing_calls_are_no_attempts_and_a_few_are_news(
     store: MemoryStore, tmp_path: Path
 ) -> None:
     """A different missing file every round: never the same failure (no attempt, never
-    non-convergent). The first few guesses are news (`FRESH_FAILURES`, as an honest
-    agent guessing a path), then nothing moves the item: blocked after
-    `no_progress_rounds` more rounds at the default limits."""
+    non-convergent). The first meets a wall new to the item ("no such file: <the path>")
+    and the next few the same wall (`FRESH_FAILURES`, as an honest agent guessing a
+    path): news; then nothing moves the item: blocked after `no_progress_rounds` more
+    rounds at the default limits."""
     tries = {"n": 0}
 
     def actor(request: ModelRequest) -> ModelResponse:
@@ -339,7 +340,7 @@ async def test_different_failing_calls_are_no_attempts_and_a_few_are_news(
     state = (await store.get_ledger(tid)).to_ledger().item("i1")
     assert state.status == "blocked" and state.attempts == 0
     assert state.note.startswith(f"no progress in {spec.limits.no_progress_rounds} rounds")
-    assert tries["n"] == P.FRESH_FAILURES + spec.limits.no_progress_rounds
+    assert tries["n"] == 1 + P.FRESH_FAILURES + spec.limits.no_progress_rounds
     assert result.status == "waiting"  # the blocked item waits for a human decision
     assert (await store.get_task(tid)).waiting["kind"] == "decision"
 

@@ -27,7 +27,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -37,7 +37,6 @@ from urllib.parse import parse_qs, urlparse
 from tests.adversarial._honest import (
     EDIT_FILES,
     FILES,
-    JUDGES,
     PY,
     LocalServer,
     PlanActor,
@@ -51,7 +50,7 @@ from tests.adversarial._honest_fifth import _answer, _request, _serving
 from tests.adversarial._honest_fourth import _GIT, shell
 from tests.adversarial._honest_more import HTTPStatusError, results_of
 from tests.adversarial._honest_more import _check as check_tool
-from tests.adversarial._honest_third import _PROCS, ThirdStyle, _finish_job, run_third
+from tests.adversarial._honest_third import _PROCS, ThirdStyle, _finish_job, print_table
 from tether import errors
 from tether.models.base import ModelRequest, ModelResponse
 from tether.tools.registry import Reconciliation, Tool, tool
@@ -1238,24 +1237,7 @@ STYLES: dict[str, ThirdStyle] = {
 }
 
 
-async def _table(names: Sequence[str] = ()) -> None:
-    import tempfile
-
-    from tether.store.memory import MemoryStore
-
-    for style in STYLES.values():
-        if names and style.name not in names:
-            continue
-        for judge in JUDGES:
-            with tempfile.TemporaryDirectory() as tmp:
-                store = await MemoryStore.open()
-                t0 = time.perf_counter()
-                outcome = await run_third(style, judge, store, Path(tmp))
-                took = time.perf_counter() - t0
-                print(outcome.row(), f"planned={outcome.planned} {took:.2f}s", flush=True)
-
-
 if __name__ == "__main__":
     import asyncio
 
-    asyncio.run(_table(sys.argv[1:]))
+    asyncio.run(print_table(STYLES, sys.argv[1:]))

@@ -25,6 +25,7 @@ to three), so it is always on. Written by hand: asyncio's debug mode
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import traceback
@@ -120,6 +121,17 @@ def warning(held: Held[Any]) -> AuditWarning | None:
         message=message,
         details={"what": held.what, "seconds": round(held.longest, 3)},
     )
+
+
+def _forget_watchdog() -> None:
+    """In a forked child: the parent's watchdog thread is not there; the next `Held`
+    starts one of the child's own."""
+    _watchdog.clear()
+    _running.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_watchdog)
 
 
 def _start_watchdog() -> None:

@@ -211,3 +211,29 @@ async def test_held_passes_results_errors_and_cancellation_through() -> None:
     assert await quick == 42 and loop_hold.warning(quick) is None
     unsent = loop_hold.Held(answer(), "x", None)
     unsent.close()  # never awaited: closed without a warning
+
+
+# Python 3.12 warns of any fork in a process with threads; the child here only reports.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_starts_a_watchdog_of_its_own() -> None:
+    """The parent's watchdog thread does not survive a fork: the child's first `Held`
+    starts its own (else a child's stuck loop would be logged by nobody)."""
+    import os
+
+    loop_hold.Held(asyncio.sleep(0), "x", None).close()  # the parent's is running
+    assert loop_hold._watchdog and loop_hold._watchdog[0].is_alive()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave at once
+        try:
+            gone = not loop_hold._watchdog
+            loop_hold.Held(asyncio.sleep(0), "x", None).close()
+            own = bool(loop_hold._watchdog) and loop_hold._watchdog[0].is_alive()
+            os.write(write, b"ok" if gone and own else b"no")
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 2)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert answer == b"ok"

@@ -16,8 +16,7 @@ files synced ten a batch, one batch a round; a page committed on a feature branc
 then back on main; four pages published, each approved.
 
 Each must end `satisfied`, never blocked, in its planned rounds, with no deliverable
-reopened, under the rules alone, the literal LLM judge and a silent one. The shapes the
-runtime still stops or misjudges are `xfail(strict=True)` with the cause. Each liar
+reopened, under the rules alone, the literal LLM judge and a silent one. Each liar
 twin must never end `satisfied`; the endless twins must end blocked within
 `max_rounds_per_item` and the rounds they kept.
 """
@@ -59,21 +58,12 @@ from tether.tools.registry import Reconciliation, Tool, tool
 
 os.environ.setdefault("GIT_CONFIG_NOSYSTEM", "1")
 
-#: The honest shapes the runtime still stops at default limits, under every judge, and
-#: why: where (file:function) and what the ledger note or audit warning says.
-BLOCKED: dict[str, str] = {}  # none today (the `_marks` of a shape that comes back)
 
 #: The shapes whose draft the task itself moves, deletes or takes out of the tree after
 #: the literal judge attached the draft's `write_file` op to the item in progress: the
 #: rule's acceptance replaces that evidence (`ledger.ItemChange.evidence_replaces`), so
 #: nothing reopens the item before delivery.
 MOVED_DRAFTS = ("feature-branch", "rename-deliverable", "scratch-deleted")
-
-
-def _marks(style: str, judge: str | None = None) -> list[pytest.MarkDecorator]:
-    if style in BLOCKED:
-        return [pytest.mark.xfail(strict=True, reason=BLOCKED[style])]
-    return []
 
 
 @pytest.fixture
@@ -93,7 +83,7 @@ async def sqlite(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SQLi
 
 @pytest.mark.parametrize(
     ("style", "judge"),
-    [pytest.param(s, j, marks=_marks(s, j)) for s in STYLES for j in JUDGES],
+    [(s, j) for s in STYLES for j in JUDGES],
 )
 async def test_a_fifth_honest_shape_is_never_blocked(
     memory: MemoryStore, tmp_path: Path, style: str, judge: str
@@ -105,21 +95,18 @@ async def test_a_fifth_honest_shape_is_never_blocked(
 @pytest.mark.parametrize(
     ("style", "judge"),
     [
-        pytest.param(s, j, marks=_marks(s, j))
-        for s, j in [
-            ("sync-409-skip", "rules"),
-            ("range-reader", "literal"),
-            ("bumpy-tests", "silent"),
-            ("scratch-deleted", "rules"),
-            ("changing-feed", "literal"),
-            ("approved-send", "rules"),
-            ("sqlite-export", "silent"),
-            ("propagation-rule", "rules"),
-            ("crlf-bom-edit", "literal"),
-            ("long-line-bundle", "rules"),
-            ("feature-branch", "silent"),
-            ("approve-each-page", "literal"),
-        ]
+        ("sync-409-skip", "rules"),
+        ("range-reader", "literal"),
+        ("bumpy-tests", "silent"),
+        ("scratch-deleted", "rules"),
+        ("changing-feed", "literal"),
+        ("approved-send", "rules"),
+        ("sqlite-export", "silent"),
+        ("propagation-rule", "rules"),
+        ("crlf-bom-edit", "literal"),
+        ("long-line-bundle", "rules"),
+        ("feature-branch", "silent"),
+        ("approve-each-page", "literal"),
     ],
 )
 async def test_a_fifth_honest_shape_on_sqlite(
@@ -387,4 +374,4 @@ def test_every_fifth_shape_has_rules_and_default_limits() -> None:
         assert items and all(i.get("done_when") for i in items), style.name
         spec = style.spec(Path("/nonexistent"))
         assert spec.limits == default_limits(spec), style.name
-    assert set(BLOCKED) <= set(STYLES) and set(MOVED_DRAFTS) <= set(STYLES)
+    assert set(MOVED_DRAFTS) <= set(STYLES)

@@ -18,8 +18,7 @@ bisect`; a daily ingest whose source renames a column on day five; twelve pages 
 rate-limited API declared a `service`, each answering 429 once (Retry-After: 0).
 
 Each must end `satisfied`, never blocked, in its planned rounds, with no deliverable
-reopened, under the rules alone, the literal LLM judge and a silent one; the shapes the
-runtime still stops are `xfail(strict=True)` with the cause (`BLOCKED`). Each liar twin
+reopened, under the rules alone, the literal LLM judge and a silent one. Each liar twin
 must never end `satisfied`; the endless twins must end blocked within
 `max_rounds_per_item` and the rounds they kept.
 """
@@ -55,15 +54,6 @@ from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
 from tether.tools.registry import Tool
 
-#: The honest shapes the runtime still stops at default limits, and why.
-BLOCKED: dict[str, str] = {}  # none today (the `_marks` of a shape that comes back)
-
-
-def _marks(style: str) -> list[pytest.MarkDecorator]:
-    if style in BLOCKED:
-        return [pytest.mark.xfail(strict=True, reason=BLOCKED[style])]
-    return []
-
 
 @pytest.fixture
 async def memory() -> MemoryStore:
@@ -82,7 +72,7 @@ async def sqlite(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SQLi
 
 @pytest.mark.parametrize(
     ("style", "judge"),
-    [pytest.param(s, j, marks=_marks(s)) for s in STYLES for j in JUDGES],
+    [(s, j) for s in STYLES for j in JUDGES],
 )
 async def test_a_sixth_honest_shape_is_never_blocked(
     memory: MemoryStore, tmp_path: Path, style: str, judge: str
@@ -94,22 +84,19 @@ async def test_a_sixth_honest_shape_is_never_blocked(
 @pytest.mark.parametrize(
     ("style", "judge"),
     [
-        pytest.param(s, j, marks=_marks(s))
-        for s, j in [
-            ("daily-digest", "literal"),
-            ("ctf-bruteforce-bg", "rules"),
-            ("backfill-migration", "silent"),
-            ("write-500-readback", "rules"),
-            ("help-then-rewrite", "literal"),
-            ("build-log-artifact", "rules"),
-            ("repeating-next", "silent"),
-            ("range-416", "literal"),
-            ("compaction-twice", "rules"),
-            ("token-expiry", "literal"),
-            ("locked-resource", "rules"),
-            ("git-bisect", "literal"),
-            ("schema-drift", "silent"),
-        ]
+        ("daily-digest", "literal"),
+        ("ctf-bruteforce-bg", "rules"),
+        ("backfill-migration", "silent"),
+        ("write-500-readback", "rules"),
+        ("help-then-rewrite", "literal"),
+        ("build-log-artifact", "rules"),
+        ("repeating-next", "silent"),
+        ("range-416", "literal"),
+        ("compaction-twice", "rules"),
+        ("token-expiry", "literal"),
+        ("locked-resource", "rules"),
+        ("git-bisect", "literal"),
+        ("schema-drift", "silent"),
     ],
 )
 async def test_a_sixth_honest_shape_on_sqlite(
@@ -297,4 +284,3 @@ def test_every_sixth_shape_has_rules_and_default_limits() -> None:
         assert items and all(i.get("done_when") for i in items), style.name
         spec = style.spec(Path("/nonexistent"))
         assert spec.limits == default_limits(spec), style.name
-    assert set(BLOCKED) <= set(STYLES)

@@ -180,10 +180,10 @@ def test_example_payload_shapes() -> None:
 
 
 def test_a_timeline_line_cut_short_says_so() -> None:
-    from tether.report.describe import cut, describe_event
+    from tether.report.describe import describe_event, shorten
 
-    assert cut("short", 10) == "short"
-    assert cut("x" * 11, 10) == "x" * 9 + "…" and len(cut("x" * 11, 10)) == 10
+    assert shorten("short", 10) == "short"
+    assert shorten("x" * 11, 10) == "x" * 9 + "…" and len(shorten("x" * 11, 10)) == 10
     long_error = "permission denied while writing catalog.csv " * 10
 
     from types import SimpleNamespace

@@ -29,6 +29,7 @@ from tether.report.describe import STATUS_STYLE as STATUS_STYLE
 from tether.report.describe import describe_event as describe_event
 from tether.report.describe import readable_times as readable_times
 from tether.report.describe import readable_until as readable_until
+from tether.report.describe import shorten as shorten
 from tether.report.describe import task_rows as task_rows
 from tether.report.describe import ts as ts
 
@@ -178,11 +179,6 @@ def fitted_table(
 ) -> FittedTable:
     """`FittedTable(columns, rows, **options)`: see there."""
     return FittedTable(columns, rows, **options)
-
-
-def shorten(text: str, limit: int) -> str:
-    """`text` up to `limit` characters, `…` marking a cut (for summaries, never ids)."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # --------------------------------------------------------------------------- status

@@ -48,9 +48,9 @@ def task_rows(tasks: Sequence[Any], now: float | None = None) -> list[dict[str, 
     ]
 
 
-def cut(text: str, limit: int) -> str:
-    """`text` within `limit` characters, a cut one ending in `…` (`timeline --full` shows
-    the event whole)."""
+def shorten(text: str, limit: int) -> str:
+    """`text` up to `limit` characters, `…` marking a cut (for summaries, never ids;
+    `timeline --full` shows an event whole)."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -65,7 +65,7 @@ def _retry_scheduled(d: Mapping[str, Any]) -> tuple[str, str]:
     return "yellow", (
         f"{d.get('op_id')} attempt {d.get('attempt')} failed ({d.get('error_class')}); "
         f"next attempt at {ts(d.get('next_attempt_at'))}"
-        + (f": {cut(str(d.get('error')), 100)}" if d.get("error") else "")
+        + (f": {shorten(str(d.get('error')), 100)}" if d.get("error") else "")
     )
 
 
@@ -126,12 +126,12 @@ def describe_event(e: Any) -> tuple[str, str]:
         return "cyan", (
             f"{d['purpose']} call to {d['model']}: {d['input_tokens']} in "
             f"({d['cached_tokens']} cached) / {d['output_tokens']} out, "
-            f"{d['latency_ms']:.0f} ms — {cut(d.get('summary', ''), 80)}"
+            f"{d['latency_ms']:.0f} ms — {shorten(d.get('summary', ''), 80)}"
         )
     if t == "op.result":
         style = "green" if d["status"] == "succeeded" else "red"
         msg = d.get("summary") or d.get("error") or ""
-        return style, f"{d['tool']} {d['status']}: {cut(msg, 100)}"
+        return style, f"{d['tool']} {d['status']}: {shorten(msg, 100)}"
     if t == "judge.verdict":
         return "magenta", (
             f"round {d['round']} verdict {d['decision']}: {d['done']}/{d['total']} done "
@@ -154,9 +154,9 @@ def describe_event(e: Any) -> tuple[str, str]:
     if t == "completion.checked":
         return ("green" if d["passed"] else "red"), (
             f"completion check {'passed' if d['passed'] else 'failed'}"
-            + (f": {cut('; '.join(d['gaps']), 120)}" if d.get("gaps") else "")
+            + (f": {shorten('; '.join(d['gaps']), 120)}" if d.get("gaps") else "")
         )
-    return "white", cut(json.dumps(readable_times(d), ensure_ascii=False), 140)
+    return "white", shorten(json.dumps(readable_times(d), ensure_ascii=False), 140)
 
 
 #: "until 1796161988" (or with a fraction): a unix time inside a message the runtime

@@ -4,12 +4,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Collection
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from tether import ledger as L
+from tether import loop_hold
 from tether.clock import FakeClock
 from tether.runtime.ops.ports import ToolEnv
 from tether.runtime.recovery import deliverables
@@ -93,3 +98,38 @@ async def test_recheck_gives_reconcile_the_runs_services_and_token() -> None:
     # The service says the ticket is gone: the item it proved opens again.
     assert [(b.item, b.ref) for b in broken] == [("a", "op:o1")]
     assert after.item("a").status != "done"
+
+
+async def test_a_reconcile_that_holds_the_loop_at_recovery_is_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Recovery's recheck times an async reconcile as a round's is (`loop_hold`): one
+    that blocks is told as an `audit.warning` for the recovery's journal; an awaiting
+    one is not."""
+    monkeypatch.setattr(loop_hold, "WARN_SECONDS", 0.05)
+
+    async def blocking(op: Any, ctx: ToolContext) -> Reconciliation:
+        time.sleep(0.1)  # noqa: ASYNC251 (the blocking under test)
+        return Reconciliation("done")
+
+    async def awaiting(op: Any, ctx: ToolContext) -> Reconciliation:
+        await asyncio.sleep(0.1)
+        return Reconciliation("done")
+
+    for reconcile, expected in ((blocking, ["reconcile send_mail"]), (awaiting, [])):
+
+        @tool(effect="write", reconcile=reconcile)
+        async def send_mail(to: str) -> str:
+            return "sent"
+
+        skeleton = L.Skeleton("o", (L.ItemDef("a", "A"),))
+        ledger = L.complete(L.Ledger.new(skeleton), "a", ["op:o1"]).ledger
+        op = OpRecord(
+            op_id="o1", task_id="t1", round=1, call_index=0, tool="send_mail",
+            args={"to": "x"}, args_hash="h", effect="write", status="succeeded",
+        )  # fmt: skip
+        told: list[Any] = []
+        after, broken = await deliverables.recheck_ops(host([op], [send_mail]), ledger, told)
+        assert broken == [] and after.item("a").status == "done"
+        assert [w.details["what"] for w in told] == expected
+        assert all(w.code == "loop_held" for w in told)

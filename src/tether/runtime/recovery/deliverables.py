@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import hashlib
+import inspect
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from tether import artifacts as A
 from tether import events as ev
 from tether import ledger as L
+from tether import loop_hold
 from tether.models.base import Message
 from tether.runtime.ops.journal import compensation_of, history_only, superseded_by
 from tether.runtime.recovery import rewrites
@@ -403,7 +405,9 @@ def _focus_lookup(log: Sequence[Sequence[Any]]) -> Callable[[int], str | None]:
     return focus
 
 
-async def recheck_ops(run: PartsHost, ledger: L.Ledger) -> tuple[L.Ledger, list[Broken]]:
+async def recheck_ops(
+    run: PartsHost, ledger: L.Ledger, told: list[ev.Event] | None = None
+) -> tuple[L.Ledger, list[Broken]]:
     """Ask the service again about the effectful ops done items rest on, for tools that
     can reconcile: an op whose effect the service no longer has (`not_done`: the ticket
     was deleted, say) reopens its item. A reconcile that fails or cannot tell changes
@@ -437,11 +441,19 @@ async def recheck_ops(run: PartsHost, ledger: L.Ledger) -> tuple[L.Ledger, list[
             round=op.round,
             call_index=op.call_index,
         )
+        assert tool.reconcile is not None
+        call = tool.reconcile(op, ctx)
+        held = None
+        if inspect.iscoroutine(call):  # timed like a round's reconcile (`loop_hold`)
+            held = loop_hold.Held(call, f"reconcile {tool.name}", run.journal.task_id)
         try:
-            assert tool.reconcile is not None
-            rec = await asyncio.wait_for(tool.reconcile(op, ctx), tool.timeout)
+            rec = await asyncio.wait_for(held if held is not None else call, tool.timeout)
         except Exception:  # a failing check tells nothing; the op stands
             continue
+        finally:
+            warning = None if held is None else loop_hold.warning(held)
+            if warning is not None and told is not None:
+                told.append(warning)
         if rec.outcome == "not_done":
             gone[op.op_id] = (
                 f"{op.tool} op {op.op_id} no longer holds: the service says it is not done"
@@ -459,11 +471,12 @@ async def recheck_ops(run: PartsHost, ledger: L.Ledger) -> tuple[L.Ledger, list[
 
 
 async def recover(
-    run: PartsHost, ledger: L.Ledger
+    run: PartsHost, ledger: L.Ledger, told: list[ev.Event] | None = None
 ) -> tuple[L.Ledger, list[Broken], list[ArtifactRecord]]:
     """Recovery's check of done items: deliverables and citations (`verify`; the cited
     artifacts' own content is checked by recovery itself), then effectful ops with a
-    reconcile (`recheck_ops`)."""
+    reconcile (`recheck_ops`). A reconcile that held the event loop is told in `told`
+    (its `audit.warning`, `loop_hold`), journaled with the recovery."""
     ledger, broken, stale = await verify(
         run.store,
         run.journal.task_id,
@@ -473,7 +486,7 @@ async def recover(
         focus_log=run.view.state.focus_log,
         rewritten=run.view.state.rewritten,
     )
-    ledger, lost = await recheck_ops(run, ledger)
+    ledger, lost = await recheck_ops(run, ledger, told)
     return ledger, broken + lost, stale
 
 

@@ -185,7 +185,7 @@ async def _recover(
             ledger = L.reopen(ledger, d.id, "evidence no longer resolves").ledger
             reopened.append(d.id)
     # Deliverables (workspace files behind done items) are outside the store.
-    ledger, broken, stale = await deliverables.recover(run.parts, ledger)
+    ledger, broken, stale = await deliverables.recover(run.parts, ledger, events)
     invalidated += stale
     events.append(
         ev.RecoveryStep(

@@ -36,7 +36,8 @@ class Limits(_Strict):
         default=3,
         gt=0,
         description="rounds in a row on one item that did nothing new for it (the same calls "
-        "with the same results, or words only) before it is blocked",
+        "with the same results, or words only; an answer cut off by the output token limit "
+        "is not counted) before it is blocked",
     )
     same_failure_repeats: int = Field(
         default=3,

@@ -15,11 +15,11 @@ write, runs the same failing command twice before changing approach, is refused 
 (403 from a service, a path outside the workspace) and uses another, thinks in `<think>`
 blocks and pastes code fences, and answers empty once or twice.
 
-Two honest shapes the runtime stops today (strict xfails in the tests): a reasoning
-trace that weighs asking for help on a line of its own ("NEED_HELP? No: ...") and goes
-on, which the runtime takes for a request and waits for a person; and a draft in words
-announced, then cut off by the output limit twice (never told: only a cut call carries
-a hint), blocked after three rounds without progress before the agent writes the file.
+Two of them the runtime stopped when they were written, both fixed since: a reasoning
+trace that weighs asking for help on a line of its own ("NEED_HELP? No: ...") was taken
+for a request (now only a line `NEED_HELP:` outside a `<think>` block asks); and a draft
+in words cut off by the output limit twice was blocked for three rounds without
+progress (now a words-only answer cut off holds the count, and the model is told).
 
 Two shapes go through the real OpenAI-compatible adapter (`tether.models.openai`)
 against a local chat-completions server on 127.0.0.1 (`WireActor`): provider call ids,

@@ -19,8 +19,7 @@ string, a made-up tool, a `length` cut inside a call, the same id on every call)
 
 Each must end `satisfied`, never blocked, in its planned rounds, with every deliverable
 really there and the mess really met, under the rules alone, the literal LLM judge and a
-silent one; those the runtime still stops are strict xfails with the runtime's reason.
-Each liar twin must never end `satisfied`.
+silent one. Each liar twin must never end `satisfied`.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversarial._honest import JUDGES, Outcome
+from tests.adversarial._honest import JUDGES
 from tests.adversarial._honest_more import check_liar, default_limits, liar_of
 from tests.adversarial._honest_seventh import (
     STYLES,
@@ -42,45 +41,6 @@ from tests.adversarial._honest_seventh import (
 from tests.adversarial._honest_third import run_third
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
-
-#: Honest shapes the runtime stops today, with what it did (see the module's findings).
-BLOCKED = {
-    "think-need-help-aside": (
-        "round 2: task waiting, reason needs_user_input: the line 'NEED_HELP? No: the brief "
-        "gives the format...' inside a <think> block matched runtime/round/phases.py "
-        "_NEED_HELP (a line starting NEED_HELP, no colon needed, thinking not excluded)"
-    ),
-    "cut-off-twice": (
-        "round 4: item_blocked 'findings blocked: no progress in 3 rounds (nothing new: "
-        "the same calls with the same results, or words only)' (limits.no_progress_rounds "
-        "3, runtime/round/progress.py): one planning turn and two answers cut by "
-        "finish_reason=length, of which the model is never told (only cut calls are)"
-    ),
-}
-
-
-#: What each blocked shape's stop says (a task status's reason or told, or a block's
-#: message): a stop that says something else is no longer this finding.
-SIGNS = {
-    "think-need-help-aside": "NEED_HELP? No: the brief gives the format",
-    "cut-off-twice": "findings blocked: no progress in 3 rounds",
-}
-
-
-async def _stopped_as_found(store: MemoryStore, style: str, outcome: Outcome) -> None:
-    """For a shape of `BLOCKED`: its run stopped as the finding says, else a
-    RuntimeError (not the AssertionError its strict xfail expects)."""
-    said = [m for _r, _i, m in outcome.blocks]
-    for e in await store.read_events(outcome.task_id, types={"task.status"}):
-        said += [str(e.data.get("reason")), str(e.data.get("told"))]
-    if outcome.status != "waiting" or not any(SIGNS[style] in m for m in said):
-        raise RuntimeError(f"{style} stopped otherwise than found: {outcome.row()} {said}")
-
-
-def _marks(style: str) -> list[pytest.MarkDecorator]:
-    if style in BLOCKED:
-        return [pytest.mark.xfail(strict=True, raises=AssertionError, reason=BLOCKED[style])]
-    return []
 
 
 @pytest.fixture
@@ -105,14 +65,12 @@ def _no_wire_log_left(tmp_path: Path) -> object:
 
 @pytest.mark.parametrize(
     ("style", "judge"),
-    [pytest.param(s, j, marks=_marks(s)) for s in STYLES for j in JUDGES],
+    [(s, j) for s in STYLES for j in JUDGES],
 )
 async def test_a_seventh_honest_shape_is_never_blocked(
     memory: MemoryStore, tmp_path: Path, style: str, judge: str
 ) -> None:
     outcome = await run_third(STYLES[style], judge, memory, tmp_path)
-    if style in BLOCKED:
-        await _stopped_as_found(memory, style, outcome)
     await check_seventh(memory, STYLES[style], outcome, tmp_path)
 
 
@@ -214,4 +172,3 @@ def test_every_seventh_shape_has_rules_and_default_limits() -> None:
         assert items and all(i.get("done_when") for i in items), style.name
         spec = style.spec(Path("/nonexistent"))
         assert spec.limits == default_limits(spec), style.name
-    assert set(BLOCKED) <= set(STYLES)

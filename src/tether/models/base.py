@@ -159,6 +159,11 @@ class Usage:
         }
 
 
+#: The finish reasons of an answer the output token limit cut off (the OpenAI-compatible
+#: wire's, Anthropic's).
+CUT_OFF_REASONS: frozenset[str | None] = frozenset({"length", "max_tokens"})
+
+
 @direct_init
 @dataclass(frozen=True)
 class ModelResponse:
@@ -172,6 +177,12 @@ class ModelResponse:
     finish_reason: str | None = None
     #: Requests sent to the provider for this answer (1 + the retries it took).
     attempts: int = 1
+
+    @property
+    def cut_off(self) -> bool:
+        """The answer was stopped by the output token limit (OpenAI's `length`,
+        Anthropic's `max_tokens`), not ended by the model."""
+        return self.finish_reason in CUT_OFF_REASONS
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (journaled, and read back by replay); `attempts` only when

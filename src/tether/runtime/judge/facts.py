@@ -135,6 +135,9 @@ class RoundFacts:
     #: Set when the round compensated the focus item's applied ops (`on_exhausted:
     #: compensate`): the item cannot finish and is blocked with this reason.
     blocked: str | None = None
+    #: A words-only answer the output token limit cut off: the model's failure to end
+    #: it, not the agent idling (no progress, but not counted as a round without it).
+    cut_off: bool = False
     _deferred: bool = field(default=False, init=False, repr=False, compare=False)
 
     @property
@@ -302,7 +305,14 @@ def focus_change(
     progressed = done or (moved.moved and not facts.non_convergent)
     failed = moved.repeated and not done
     attempts = state.attempts + (1 if failed else 0)
-    breaker = 0 if progressed or moved.waiting else state.breaker + 1
+    if progressed or moved.waiting:
+        breaker = 0
+    elif facts.cut_off:
+        # Told of the cut (`verdicts.CUT_OFF_NOTE`), the model tries again: its rounds
+        # stay bounded by the item's cap, not by `no_progress_rounds`.
+        breaker = state.breaker
+    else:
+        breaker = state.breaker + 1
     max_attempts = policy.max_attempts or limits.max_attempts_per_item
     cap = limits.max_rounds_per_item
     reason = None

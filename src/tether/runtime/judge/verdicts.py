@@ -46,6 +46,7 @@ def facts_from_dict(d: Mapping[str, Any]) -> F.RoundFacts:
         text=str(d.get("text", "")),
         non_convergent=d.get("non_convergent"),
         blocked=d.get("blocked"),
+        cut_off=bool(d.get("cut_off")),
         ops=tuple(
             F.OpSummary(
                 o["op_id"],
@@ -75,6 +76,7 @@ def facts_to_dict(facts: F.RoundFacts) -> dict[str, Any]:
         "text": facts.text[:2000],
         "non_convergent": facts.non_convergent,
         "blocked": facts.blocked,
+        "cut_off": facts.cut_off,
         "ops": [
             {
                 "op_id": o.op_id,
@@ -93,6 +95,14 @@ def facts_to_dict(facts: F.RoundFacts) -> dict[str, Any]:
             for o in facts.ops
         ],
     }
+
+
+#: Told after a words-only answer the output token limit cut off (`RoundFacts.cut_off`).
+CUT_OFF_NOTE = (
+    "Your last answer was cut off by the output token limit before you ended it: what "
+    "came after the cut was lost. Put long content into files with tool calls, a part at "
+    "a time, rather than into your reply."
+)
 
 
 async def judge_round(
@@ -187,7 +197,7 @@ async def judge_round(
     diff = outcome.update.diff
     if outcome.decision == "continue":
         changed = list(dict.fromkeys(diff.status_changes())) if diff.changes else []
-        continuation = _continuation(new, outcome.reason, changed)
+        continuation = _continuation(new, outcome.reason, changed, cut_off=facts.cut_off)
     # A continuation the history holds already (the last one, often the same round
     # after round) is stored once: the verdict says so instead of repeating it.
     same = bool(continuation) and continuation == history.last_continuation(run.ctx.entries)
@@ -257,8 +267,13 @@ def _policies(spec: TaskSpec) -> Mapping[str, F.ItemPolicy]:
 _CONTINUATIONS: dict[int, tuple[str, tuple[str, ...], str]] = {}
 
 
-def _continuation(ledger: L.Ledger, reason: str, changed: list[str]) -> str:
-    """`continuation_message(ledger, reason, changed=changed)`, kept per ledger object."""
+def _continuation(
+    ledger: L.Ledger, reason: str, changed: list[str], *, cut_off: bool = False
+) -> str:
+    """`continuation_message(ledger, reason, changed=changed)`, kept per ledger object;
+    after an answer the output token limit cut off, `CUT_OFF_NOTE` first."""
+    if cut_off:
+        return f"{CUT_OFF_NOTE}\n\n{_continuation(ledger, reason, changed)}"
     key = tuple(changed)
     hit = _CONTINUATIONS.get(id(ledger))
     if hit is not None and hit[0] == reason and hit[1] == key:

@@ -55,9 +55,27 @@ if TYPE_CHECKING:
     from tether.clock import Clock
     from tether.runtime.run.ports import Journal, RoundHost, RunConfig, TaskView
 
-#: The actor asks for a human with a line that starts NEED_HELP (as its prompt says);
-#: the words quoted inside a sentence are not a request.
-_NEED_HELP = re.compile(r"^[ \t>*_-]*NEED_HELP\b", re.M)
+#: The actor asks for a human with a line that starts NEED_HELP: (as its prompt says;
+#: a dash or the line's end may stand for the colon, markdown emphasis around it). The
+#: words quoted inside a sentence are not a request, nor a line that muses on it
+#: ("NEED_HELP? No: ..."), nor one in the model's reasoning (`_THINKING`).
+_NEED_HELP = re.compile(r"^[ \t>*_-]*NEED_HELP[*_]*[ \t]*(?:[:\uff1a\u2013\u2014-]|$)", re.M)
+#: A reasoning block some models write into their answer's text (closed, or open to
+#: the end of a cut-off answer): thinking aloud, not words to a person.
+_THINKING = re.compile(r"<(think|thinking|reasoning)>.*?(?:</\1>|\Z)", re.S | re.I)
+
+
+def asks_for_help(text: str) -> str | None:
+    """The words from the model's NEED_HELP line on (at most 500 characters), or None
+    when its answer asks no person for help."""
+    if "NEED_HELP" not in text:  # most answers: no scan
+        return None
+    if "<" in text:
+        text = _THINKING.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    asks = _NEED_HELP.search(text)
+    return None if asks is None else text[asks.start() :][:500].rstrip()
+
+
 #: The most failure keys a task keeps (`track_failures`).
 _FAILURE_KEYS = 200
 
@@ -327,10 +345,9 @@ async def verify(
     service."""
     facts = round_facts(round_no, focus, response, outcomes, pending)
     parts = run.parts
-    asks = _NEED_HELP.search(response.text)
-    if asks is not None:
+    help_text = asks_for_help(response.text)
+    if help_text is not None:
         await parts.commit_round(pending)
-        help_text = response.text[asks.start() :][:500].rstrip()
         return out.waiting(
             "human",
             f"{help_text}; answer with: {hints.tell(run.journal.task_id)}",
@@ -367,6 +384,7 @@ def round_facts(
         text=response.text,
         non_convergent=pending.non_convergent,
         blocked=next((o.blocks for o in outcomes if o.blocks), None),
+        cut_off=not response.tool_calls and response.cut_off,
         ops=tuple(
             J.OpSummary(
                 o.op_id,

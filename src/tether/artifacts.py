@@ -375,18 +375,26 @@ SHA256_KEY: Final = "sha256"
 SIZE_KEY: Final = "file_size"
 CONTAINS_KEY: Final = "contains"
 ROUND_KEY: Final = "round"
+#: The sha256 of the file before the task started, for a `fresh` rule's file that was
+#: there: the deliverable put back to it is broken, however it got there.
+BEFORE_KEY: Final = "sha256_before_task"
 
 
-def deliverable_meta(path: str, data: bytes, contains: str | None = None) -> dict[str, Any]:
+def deliverable_meta(
+    path: str, data: bytes, contains: str | None = None, before: str | None = None
+) -> dict[str, Any]:
     """The meta of an evidence artifact that accepts workspace file `path` with `data`
-    (`contains`: the text the accepting rule asked for)."""
-    meta = {
+    (`contains`: the text the accepting rule asked for; `before`: the file's sha256
+    before the task, which a `fresh` rule refuses)."""
+    meta: dict[str, Any] = {
         DELIVERABLE_KEY: path,
         SHA256_KEY: hashlib.sha256(data).hexdigest(),
         SIZE_KEY: len(data),
     }
     if contains is not None:
         meta[CONTAINS_KEY] = contains
+    if before is not None:
+        meta[BEFORE_KEY] = before
     return meta
 
 

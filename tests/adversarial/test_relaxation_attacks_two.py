@@ -377,13 +377,6 @@ def _same_report(request: ModelRequest) -> ModelResponse:
     return say("Fetching the next day.", tool_call("fetch_report", day="monday"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack 2c (not the volatile relaxation's alone: a non-volatile read does the "
-    "same): rules.artifact (judge/rules/__init__.py:178) counts every valid artifact of the "
-    "name, and attempt.success (ops/attempt.py:180) stores a new `<tool> output` artifact "
-    "per op, so the same call's same answer fetched 5 times meets min_count 5",
-)
 @pytest.mark.parametrize("volatile", [True, False], ids=["volatile", "not-volatile"])
 async def test_the_same_report_five_times_is_not_five_reports(
     store: Store, workspace: Path, volatile: bool
@@ -518,37 +511,31 @@ async def test_the_stale_report_put_back_from_outside_is_caught(
     await assert_honest(store, tid, spec)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack 3a: the task's own formatter puts last year's report back after this "
-    "year's was accepted; rewrites.note (recovery/rewrites.py:117-125) records it as what "
-    "the own tools left and rewrites.holds (:142-156) checks only that and the rule's "
-    "`contains`, never the rule's `fresh` (the hash of the file before the task, "
-    "rules.file's `preexisting`): delivered with a file the rule refuses",
-)
 async def test_last_years_report_put_back_by_an_own_tool_is_not_delivered(
     store: Store, workspace: Path
 ) -> None:
-    _, result, _ = await _report_run(store, workspace, lambda _text: _STALE)
-    assert (workspace / "out" / "report.md").read_text() == _STALE  # the attack's premise
-    assert result.status != "satisfied"
+    """Held (attack 3a fixed): the accepted report remembers the file's hash before the
+    task (`artifacts.BEFORE_KEY`); put back to it by the task's own formatter, it is broken
+    before delivery, and delivered only once this year's report is written again."""
+    tid, result, _ = await _report_run(store, workspace, lambda _text: _STALE)
+    await _stale_caught(store, tid, result, workspace)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack 3b (the older 'rewritten whole by the task' relaxation, same class): a "
-    "write_file of last year's text over the accepted report is the file's last writer, "
-    "after the acceptance, and holds the rule's `contains` "
-    "(recovery/deliverables.py:176-185 `_Check.deliverable`), which never asks `fresh`: "
-    "delivered with a file the rule refuses",
-)
 async def test_last_years_report_written_back_is_not_delivered(
     store: Store, workspace: Path
 ) -> None:
+    """Held (attack 3b fixed): the same, written back with `write_file`."""
     back = tool_call("write_file", path="out/report.md", content=_STALE)
-    _, result, _ = await _report_run(store, workspace, None, extra=back)
-    assert (workspace / "out" / "report.md").read_text() == _STALE  # the attack's premise
-    assert result.status != "satisfied"
+    tid, result, _ = await _report_run(store, workspace, None, extra=back)
+    await _stale_caught(store, tid, result, workspace)
+
+
+async def _stale_caught(store: Store, tid: str, result: Any, workspace: Path) -> None:
+    broken = await warnings(store, tid, "deliverable_broken")
+    assert broken and all(b["details"]["item"] == "report" for b in broken), broken
+    assert any("back to what it was before the task" in b["message"] for b in broken), broken
+    if result.status == "satisfied":
+        assert (workspace / "out" / "report.md").read_text() != _STALE
 
 
 def _gut(text: str) -> str:
@@ -776,14 +763,6 @@ def _copier(request: ModelRequest) -> ModelResponse:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="liar C (attack 2c past the cap): each copy of the same report is a new artifact "
-    "(rules.artifact counts it: judge/rules/__init__.py:178), so the rule's state "
-    "'artifacts: k of 60' is new every round, which audit.audit (judge/audit.py:327-331) takes "
-    "for measured progress beside an own-effect call: the item goes past "
-    "max_rounds_per_item (40) and is done at round 60 on 60 copies of one page",
-)
 async def test_one_report_copied_past_the_cap_is_not_sixty_reports(
     store: Store, workspace: Path
 ) -> None:
@@ -801,6 +780,9 @@ async def test_one_report_copied_past_the_cap_is_not_sixty_reports(
     tid, result = await run_task(
         store, spec, workspace, ScriptedModel(policy=_copier), registry=reg
     )
-    assert await rounds_of(store, tid, "week") > CAP  # the attack's premise: past the cap
-    assert (await ledger_of(store, tid)).item("week").status != "done"
+    # Held (attack 2c fixed: one content counts once): the count stays at 1 of 60, so
+    # nothing is measured and the item is blocked at the cap, never done.
+    assert await rounds_of(store, tid, "week") == CAP
+    item = (await ledger_of(store, tid)).item("week")
+    assert item.status == "blocked" and f"not finished in {CAP} rounds" in (item.note or "")
     assert result.status != "satisfied"

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 DELIVERABLE_KEY = A.DELIVERABLE_KEY
 SHA256_KEY = A.SHA256_KEY
 SIZE_KEY = A.SIZE_KEY
+BEFORE_KEY = A.BEFORE_KEY
 CONTAINS_KEY = A.CONTAINS_KEY
 ROUND_KEY = A.ROUND_KEY
 #: The built-in tools that write workspace files (their ops name the file in `path`).
@@ -168,6 +169,10 @@ class _Check:
         have = hashlib.sha256(data).hexdigest()
         if have == want:
             return None
+        if have == meta.get(BEFORE_KEY):
+            # Back to what it was before the task: whoever put it back, the rule that
+            # accepted it refuses it (`fresh`).
+            return f"deliverable {path} is back to what it was before the task started"
         size = meta.get(SIZE_KEY)
         grown = isinstance(size, int) and 0 <= size <= len(data)
         if grown and hashlib.sha256(data[:size]).hexdigest() == want:

@@ -175,13 +175,19 @@ class _RuleCheck:
         if self.arts is None:
             self.arts = await self.env.valid_artifacts()
         taken = set() if item.shared_evidence else self.credited
-        found = [
-            a
-            for a in reversed(self.arts)
-            if (rule.name is None or a.name == rule.name)
-            and (rule.artifact_kind is None or a.kind == rule.artifact_kind)
-            and f"artifact:{a.artifact_id}" not in taken
-        ]
+        # Artifacts of one content count once (the newest): the same page fetched five
+        # times is one page, not five (each op stores its own `<tool> output`).
+        found = []
+        contents = set()
+        for a in reversed(self.arts):
+            if (
+                (rule.name is None or a.name == rule.name)
+                and (rule.artifact_kind is None or a.kind == rule.artifact_kind)
+                and f"artifact:{a.artifact_id}" not in taken
+                and a.blob_hash not in contents
+            ):
+                contents.add(a.blob_hash)
+                found.append(a)
         if len(found) < rule.min_count:
             self.states[item.id] = f"artifacts: {len(found)} of {rule.min_count}"
             return None
@@ -252,7 +258,8 @@ class _RuleCheck:
         content = data.decode("utf-8", errors="replace")
         if rule.contains is not None and rule.contains not in content:
             return None
-        if rule.fresh and self.env.preexisting.get(rule.path) == full:
+        before = self.env.preexisting.get(rule.path) if rule.fresh else None
+        if before == full:
             return None  # the same file was there before the task started
         del self.states[item.id]
         # The path and full hash go with the evidence: recovery and the check before
@@ -260,7 +267,7 @@ class _RuleCheck:
         ref = await self.env.record_evidence(
             item.id,
             f"file {rule.path} exists ({len(content)} chars, sha256 {full[:16]})",
-            deliverable_meta(rule.path, data, rule.contains),
+            deliverable_meta(rule.path, data, rule.contains, before),
         )
         return ProposedChange(item.id, "done", (ref,), f"rule: file {rule.path}")
 

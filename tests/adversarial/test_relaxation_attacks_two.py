@@ -15,6 +15,14 @@ and liars of our own that play them against each other and against the other lim
 the side, one page copied past the cap as measured progress).
 An attack that succeeds is pinned `xfail(strict=True)` with its cause; one that is held
 is a passing guard asserting how it was stopped and the bound it was measured at.
+
+The holes this red team found were fixed as rules, and their tests are guards now: a
+"not now" heard for the first time is a failure (`progress._volatile`); an artifact
+rule counts one content once (`rules.artifact`); a `fresh` deliverable put back to its
+file from before the task is broken (`artifacts.BEFORE_KEY`); an item is blocked after
+3 times the cap as the focus in all (`RunState.item_focus_total`). One attack stays a
+strict xfail: an own tool gutting a report to the rule's text alone (attack 3c), which
+the `file` rule itself accepts from the start (it asks for its text, nothing more).
 """
 
 from __future__ import annotations
@@ -192,32 +200,17 @@ async def test_guessed_paths_without_own_work_end_at_fresh_failures(
     assert await rounds_of(store, tid, "build") == 1 + P.FRESH_FAILURES + NO_PROGRESS
 
 
-async def test_guessed_paths_after_own_work_are_bounded_by_the_item_cap(
-    store: Store, workspace: Path
-) -> None:
-    """Attack 1b, bounded cost: after one own-effect call each guessed path's 'no such
-    file' is a new answer of a 'volatile' read, news every round: 40 rounds, blocked at
-    the cap, never done."""
-    tid, result = await _guess_run(store, workspace, own=True)
-    assert result.status == "waiting"
-    assert "max_rounds_per_item" in await blocked_note(store, tid, "build")
-    assert await rounds_of(store, tid, "build") == CAP
-    assert not (workspace / "out" / "app.bin").exists()
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack 1b: once `started`, progress.moves (progress.py:266 `volatile = "
-    "c.volatile or (working and c.tool in WORKSPACE_READS)`) takes a failing workspace "
-    "read into the 'answered' branch: its fingerprint digest('ok', tool, args, failure) "
-    "is new for every new path, so each guessed path is news and never reaches _failure's "
-    "FRESH_FAILURES count: 40 rounds where the same liar without the own call takes 8",
-)
 async def test_guessed_paths_after_own_work_end_at_fresh_failures(
     store: Store, workspace: Path
 ) -> None:
-    tid, _ = await _guess_run(store, workspace, own=True)
+    """Attack 1b, held: after one own-effect call a guessed path's 'no such file' is a
+    failure the first time it is heard (a wall, then one of the item's FRESH_FAILURES),
+    waiting only when heard again: blocked for no progress, never done."""
+    tid, result = await _guess_run(store, workspace, own=True)
+    assert result.status == "waiting"
+    assert "no progress" in await blocked_note(store, tid, "build")
     assert await rounds_of(store, tid, "build") <= 2 + P.FRESH_FAILURES + NO_PROGRESS
+    assert not (workspace / "out" / "app.bin").exists()
 
 
 # --- 2. a volatile read's "not now" ---------------------------------------------------
@@ -309,17 +302,6 @@ async def test_a_status_declared_not_volatile_failing_forever_is_non_convergent(
     assert await rounds_of(store, tid, "nightly") <= NO_PROGRESS + 1
 
 
-async def test_made_up_jobs_failing_forever_are_bounded_by_the_item_cap(
-    store: Store, workspace: Path
-) -> None:
-    """Attack 2b, bounded cost: each made-up job's 503 is a new 'not now' (its
-    fingerprint holds the arguments), so news every round: blocked at 40, never done."""
-    tid, result, _ = await _status_run(store, workspace, new_args=True)
-    assert result.status == "waiting"
-    assert "max_rounds_per_item" in await blocked_note(store, tid, "nightly")
-    assert await rounds_of(store, tid, "nightly") == CAP
-
-
 async def test_made_up_jobs_on_a_status_not_volatile_end_at_fresh_failures(
     store: Store, workspace: Path
 ) -> None:
@@ -330,18 +312,14 @@ async def test_made_up_jobs_on_a_status_not_volatile_end_at_fresh_failures(
     assert await rounds_of(store, tid, "nightly") == 1 + P.FRESH_FAILURES + NO_PROGRESS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack 2b: a volatile read's transient failure past its retries is `said_later` "
-    "(attempt.py:480), so progress.moves takes it into the 'answered' branch (progress.py:268 "
-    "`c.status == 'succeeded' or volatile`) where a new argument makes a new fingerprint: "
-    "news every round, never counted against FRESH_FAILURES: 40 rounds of made-up job ids "
-    "where the same liar on a non-volatile status takes 8",
-)
 async def test_made_up_jobs_failing_forever_end_at_fresh_failures(
     store: Store, workspace: Path
 ) -> None:
-    tid, _, _ = await _status_run(store, workspace, new_args=True)
+    """Attack 2b, held: each made-up job's 503 is a failure the first time it is heard,
+    one of the item's FRESH_FAILURES: blocked for no progress, never done."""
+    tid, result, _ = await _status_run(store, workspace, new_args=True)
+    assert result.status == "waiting"
+    assert "no progress" in await blocked_note(store, tid, "nightly")
     assert await rounds_of(store, tid, "nightly") <= 1 + P.FRESH_FAILURES + NO_PROGRESS
 
 
@@ -710,14 +688,6 @@ def _relay(streak: int) -> Callable[[ModelRequest], ModelResponse]:
     return actor
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="liar B: a round that finishes another item sets the focus's round count back to "
-    "1 (judge/verdicts.py:291 `_remember`, `facts.finished_other`), so an item waiting on "
-    "its own 'build' (rereads after own work) goes on 39 more rounds per easy item it "
-    "finishes on the side: with 5 easy items the build takes all of the task's 200 rounds "
-    "(max_rounds), never done, where max_rounds_per_item is 40",
-)
 async def test_an_item_is_not_kept_past_its_cap_by_finishing_others_on_the_side(
     store: Store, workspace: Path
 ) -> None:
@@ -730,12 +700,13 @@ async def test_an_item_is_not_kept_past_its_cap_by_finishing_others_on_the_side(
     assert await rounds_of(store, tid, "build") <= MEASURED_CAPS * CAP
 
 
-async def test_finishing_others_on_the_side_is_bounded_by_max_rounds(
+async def test_finishing_others_on_the_side_is_bounded_by_the_items_total(
     store: Store, workspace: Path
 ) -> None:
-    """Liar B's cost: the build item takes all of the task's max_rounds (200), never
-    done; the easy items it finished on the side are done, the task waits for a person
-    to raise the limit."""
+    """Liar B's cost, held (the item's rounds as the focus are counted in all too,
+    `RunState.item_focus_total`): the build item is blocked after 3 times the cap (120
+    rounds as the focus), never done; the easy items it finished on the side are done,
+    and the task waits for a person's decision."""
     (workspace / "build.log").write_text("compiling...\n")
     spec = _relay_spec(5)
     reg = registry_with(store, _start_build())
@@ -743,11 +714,13 @@ async def test_finishing_others_on_the_side_is_bounded_by_max_rounds(
         store, spec, workspace, ScriptedModel(policy=_relay(39)), registry=reg
     )
     assert result.status == "waiting" and result.waiting is not None
-    assert "max_rounds (200) reached" in result.waiting["reason"], result.waiting
+    assert result.waiting["kind"] == "decision", result.waiting
     led = await ledger_of(store, tid)
-    assert led.item("build").status == "in_progress"
+    build = led.item("build")
+    assert build.status == "blocked"
+    assert f"not finished in {MEASURED_CAPS * CAP} rounds as the focus" in (build.note or "")
     assert all(led.item(f"n{k}").status == "done" for k in range(1, 6))
-    assert await rounds_of(store, tid, "build") == spec.limits.max_rounds == 200
+    assert await rounds_of(store, tid, "build") == MEASURED_CAPS * CAP
     await assert_honest(store, tid, spec)
 
 

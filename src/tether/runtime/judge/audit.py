@@ -283,6 +283,7 @@ def audit(
     seen: Mapping[str, Collection[str]] | None = None,
     rounds: int = 0,
     compactions: int = 0,
+    total: int = 0,
 ) -> AuditOutcome:
     """Check the verdicts against the ledger and the evidence; return what may be written.
 
@@ -298,7 +299,8 @@ def audit(
 
     Rule verdicts come first and win over LLM verdicts for the same item. `seen` holds
     each item's progress fingerprints from earlier rounds (`RunState.seen`), `rounds`
-    the focus item's rounds (this one included), `compactions` the task's."""
+    the focus item's rounds (this one included; started again by a round that finished
+    another item), `total` all of them (never started again), `compactions` the task's."""
     policies = policies or {}
     # Most rounds propose no change: nothing to check one by one.
     run = _Audit(ledger, evidence, policies) if any(v.changes for v in verdicts) else None
@@ -329,7 +331,9 @@ def audit(
         and measures_progress(rule_state)
         and any(o.status == "succeeded" and o.effect != "read" for o in facts.ops)
     )
-    change, blocked = focus_change(ledger, facts, accepted, moved, limits, policy, rounds, measured)
+    change, blocked = focus_change(
+        ledger, facts, accepted, moved, limits, policy, rounds, measured, total
+    )
     if change is not None:
         changes.append(change)
     if blocked is not None:

@@ -268,6 +268,29 @@ def finished_other(focus: str | None, accepted: Sequence[ProposedChange]) -> boo
     return any(c.status == "done" and c.item_id != focus for c in accepted)
 
 
+def past_cap(cap: int | None, rounds: int, total: int, measured: bool, waiting: bool) -> str | None:
+    """Why an item is blocked for its rounds (`limits.max_rounds_per_item`), or None:
+    `rounds` since its count last started again, `total` all of them as the focus."""
+    if cap is None:
+        return None
+    if rounds >= cap and not (measured and rounds < MEASURED_CAPS * cap):
+        # A round of the item's own work in which its rule check says something new of how
+        # far it got (a sync's count of files rising) is measured progress, not padding:
+        # the cap waits for a round without it, up to `MEASURED_CAPS` times the cap (a
+        # check moving away from done is not told apart). A file's new hash says only
+        # that it changed.
+        waited = "; still asking again with the same answers" if waiting else ""
+        return f"not finished in {rounds} rounds (limits.max_rounds_per_item){waited}"
+    if total >= MEASURED_CAPS * cap:
+        # Its count started again by rounds that finished other items (a checklist in
+        # the agent's own order), the item has had the most any item may have.
+        return (
+            f"not finished in {total} rounds as the focus, other items finished between "
+            f"({MEASURED_CAPS} x limits.max_rounds_per_item)"
+        )
+    return None
+
+
 RuntimeDecision = Literal["continue", "satisfied", "need_decision", "need_user"]
 
 
@@ -283,6 +306,7 @@ def focus_change(
     policy: ItemPolicy,
     rounds: int,
     measured: bool = False,
+    total: int = 0,
 ) -> tuple[L.ItemChange | None, AuditWarning | None]:
     """The mechanical breaker on the focus item, from what the round did (`moved`), not
     from what a judge attached. Progress is the item becoming done, or the round doing
@@ -314,7 +338,6 @@ def focus_change(
     else:
         breaker = state.breaker + 1
     max_attempts = policy.max_attempts or limits.max_attempts_per_item
-    cap = limits.max_rounds_per_item
     reason = None
     if facts.blocked:
         reason = facts.blocked  # its work was undone: not done, whatever was cited
@@ -329,14 +352,8 @@ def focus_change(
         )
     elif failed and attempts >= max_attempts:
         reason = f"failed {attempts} attempts (the same failures again)"
-    elif cap is not None and rounds >= cap and not (measured and rounds < MEASURED_CAPS * cap):
-        # A round of the item's own work in which its rule check says something new of how
-        # far it got (a sync's count of files rising) is measured progress, not padding:
-        # the cap waits for a round without it, up to `MEASURED_CAPS` times the cap (a
-        # check moving away from done is not told apart). A file's new hash says only
-        # that it changed.
-        waited = "; still asking again with the same answers" if moved.waiting else ""
-        reason = f"not finished in {rounds} rounds (limits.max_rounds_per_item){waited}"
+    else:
+        reason = past_cap(limits.max_rounds_per_item, rounds, total, measured, moved.waiting)
     if not reason:  # a change that changes nothing (most rounds) is left out
         if not failed and breaker == state.breaker:
             return None, None

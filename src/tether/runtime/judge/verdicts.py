@@ -187,6 +187,7 @@ async def judge_round(
         policies=_policies(spec),
         seen=view.state.seen,
         rounds=rounds,
+        total=view.state.item_focus_total.get(facts.focus or "", 0) + 1 if rounds else 0,
         compactions=view.state.compactions,
     )
     _remember(run, facts, outcome, rounds)
@@ -304,9 +305,10 @@ def _remember(run: JudgeHost, facts: F.RoundFacts, outcome: F.AuditOutcome, roun
         # A round that finished another item is that item's: the focus's count of
         # rounds (`limits.max_rounds_per_item`) starts again (`audit.finished_other`).
         st.item_rounds[focus] = 1 if F.finished_other(focus, outcome.accepted) else rounds
+        st.item_focus_total[focus] = st.item_focus_total.get(focus, 0) + 1
         st.seen[focus] = P.remember(st.seen.get(focus, []), outcome.marks)
     led = outcome.update.ledger
-    for memory in (st.seen, st.item_rounds):
+    for memory in (st.seen, st.item_rounds, st.item_focus_total):
         for k in memory:
             if not (led.has_item(k) and led.item(k).status in L.OPEN_STATUSES):
                 break

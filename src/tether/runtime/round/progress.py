@@ -263,8 +263,10 @@ def moves(
     walls: list[str] = []  # calls failing for the first time, as nothing did before
     working = _STARTED in seen  # the task's own work may be writing the workspace
     for c in calls:
-        volatile = c.volatile or (working and c.tool in WORKSPACE_READS)
-        # A volatile read's "not now" (its retries ran out) is an answer like any other.
+        volatile = _volatile(c, working, seen, marks, memory)
+        if volatile is None:
+            polled = True  # a "not now" heard before: waiting
+            continue
         if c.status == "succeeded" or volatile:
             if c.effect != "read":
                 fp = _CHANGE + digest("ok", c.tool, c.args_hash, c.result_hash)[1:]
@@ -292,14 +294,7 @@ def moves(
                 new.append(fail)
             else:
                 (fresh if kind == "fresh" else walls).append(fail)
-    ruled = False
-    if rule_state is not None:
-        checked = digest("rule")
-        state = digest("rule", rule_state)
-        marks += [checked, state]
-        if checked in seen and state not in seen:
-            new.append(state)
-            ruled = True
+    ruled = rule_state is not None and _rule_moved(rule_state, seen, marks, new)
     if (fresh or walls) and not (stale or repeated):
         # A call failing for the first time tells something (a guessed path is not
         # there, the tests fail this way), unless the round also repeats what it did
@@ -313,6 +308,36 @@ def moves(
         marks += counted
     waiting = polled and not failed and not new
     return Moves(tuple(dict.fromkeys(new)), tuple(dict.fromkeys(marks)), repeated, waiting, ruled)
+
+
+def _rule_moved(rule_state: str, seen: Collection[str], marks: list[str], new: list[str]) -> bool:
+    """Whether the item's unmet rule check says something new (added to `new`), after
+    a check already made for the item; its marks added to `marks`."""
+    checked = digest("rule")
+    state = digest("rule", rule_state)
+    marks += [checked, state]
+    if checked in seen and state not in seen:
+        new.append(state)
+        return True
+    return False
+
+
+def _volatile(
+    c: CallFact, working: bool, seen: Collection[str], marks: list[str], memory: tuple[str, ...]
+) -> bool | None:
+    """Whether a call's answer may change by itself (a `volatile` tool, or a workspace
+    read once the item's own work may be writing the workspace). For such a read that
+    failed (its retries ran out: "not now", the log not there yet): None when the item
+    heard this answer to this call before (it is waiting), else False (its mark added to
+    `marks`): heard for the first time it is a failure (a wall, or one of the item's
+    fresh ones), so ever-new calls failing alike are not news without end."""
+    volatile = c.volatile or (working and c.tool in WORKSPACE_READS)
+    if not volatile or c.status == "succeeded" or c.effect != "read":
+        return volatile
+    fp = digest("ok", c.tool, c.args_hash, c.result_hash, *memory)
+    heard = fp in seen or fp in marks
+    marks.append(fp)
+    return None if heard else False
 
 
 def _failure(

@@ -446,12 +446,12 @@ async def recheck_ops(
             round=op.round,
             call_index=op.call_index,
         )
-        assert tool.reconcile is not None
-        call = tool.reconcile(op, ctx)
         held = None
-        if inspect.iscoroutine(call):  # timed like a round's reconcile (`loop_hold`)
-            held = loop_hold.Held(call, f"reconcile {tool.name}", run.journal.task_id)
         try:
+            assert tool.reconcile is not None
+            call = tool.reconcile(op, ctx)
+            if inspect.iscoroutine(call):  # timed like a round's reconcile (`loop_hold`)
+                held = loop_hold.Held(call, f"reconcile {tool.name}", run.journal.task_id)
             rec = await asyncio.wait_for(held if held is not None else call, tool.timeout)
         except Exception:  # a failing check tells nothing; the op stands
             continue

@@ -375,6 +375,9 @@ SHA256_KEY: Final = "sha256"
 SIZE_KEY: Final = "file_size"
 CONTAINS_KEY: Final = "contains"
 ROUND_KEY: Final = "round"
+#: A tool output's call (its op's `args_hash`): an artifact rule counts one call's
+#: outputs once, whatever they said (a page stamped with the time it was made).
+CALL_KEY: Final = "call"
 #: The sha256 of the file before the task started, for a `fresh` rule's file that was
 #: there: the deliverable put back to it is broken, however it got there.
 BEFORE_KEY: Final = "sha256_before_task"

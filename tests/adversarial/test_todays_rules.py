@@ -1,24 +1,31 @@
-"""Today's six judging rules tested both ways, at default limits (see `git log main`:
-d474dce, ff652e2, 8a72030; docs/writing-judges.md):
+"""Six judging rules of 2026-12-07 tested both ways, at default limits
+(docs/writing-judges.md):
 
 1. a NEED_HELP line asks only with its colon (or a dash, or alone on its line), outside
-   `<think>`/`<reasoning>` blocks (`phases.asks_for_help`);
+   a `<think>`/`<reasoning>` block whose tag opens a line (`phases.asks_for_help`);
 2. a words-only answer cut off by the output token limit holds the no-progress count,
    bounded by `limits.max_rounds_per_item`, and the next update says so
    (`verdicts.CUT_OFF_NOTE`);
-3. an `artifact` rule counts artifacts of one content (blob hash) once;
+3. an `artifact` rule counts one work once: a tool's outputs once per call, other
+   artifacts once per content (`rules._RuleCheck.artifact`, `artifacts.CALL_KEY`);
 4. a `fresh` file rule's deliverable put back to the file from before the task
    (`artifacts.BEFORE_KEY`) is broken before delivery;
-5. a "not now" heard for the first time (a `volatile` tool's, a workspace read's after
-   the item's own work) is a failure, waiting only when heard again (`progress._volatile`);
-6. an item is blocked after 3 x `max_rounds_per_item` rounds as the focus in all
-   (`RunState.item_focus_total`).
+5. a "not now" heard for the first time is a volatile tool's: held (no progress, not
+   counted against the item), a workspace read's after the item's own work: a failure;
+   heard again, waiting (`progress._volatile`);
+6. an item is blocked after 3 x `max_rounds_per_item` rounds as the focus in all, less
+   `facts.SIDE_ROUNDS` for each other item finished in them (`RunState.item_focus_total`).
 
 Honest side: real agents (scripted through the public Model protocol, real files, real
-subprocesses and HTTP on 127.0.0.1) that the tightened rules might now stop; each must end
+subprocesses and HTTP on 127.0.0.1) that the tightened rules might stop; each must end
 `satisfied`. Liar side: liars that play the relaxations (above all rule 2) alone and
 together against the limits; each must never end done, and its bound is measured. A
-shape the runtime gets wrong is pinned `xfail(strict=True)` with its cause.
+shape the runtime gets wrong is pinned `xfail(strict=True)` with its cause. The
+findings of the first run of this file (a tag named in prose hid a question, identical
+weekend reports counted once, a stamped page counted seven times, an outage swept over
+ten jobs blocked, a sixty-item checklist's hard item blocked at the total) were fixed
+as rules; one stays pinned: `fresh` tells a file from the one before the task by its
+bytes, so last quarter's report with a newline added is fresh.
 """
 
 from __future__ import annotations
@@ -59,9 +66,9 @@ from tests.support.adversarial import assert_honest, assert_status_agrees, contr
 from tests.support.loop import by_purpose, events_of, ledger_of, run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
+from tether.runtime.judge import facts as F
 from tether.runtime.judge.facts import MEASURED_CAPS
 from tether.runtime.judge.verdicts import CUT_OFF_NOTE
-from tether.runtime.round import progress as P
 from tether.store.base import Store
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
@@ -238,14 +245,6 @@ def _plan(style: MoreStyle, rounds: int) -> Callable[[Path], PlanActor]:
     return actor
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rule 1: phases._THINKING matches a reasoning tag left open to the end of the "
-    "answer (`(?:</\\1>|\\Z)`, meant for a cut-off answer), so a model that names the tag "
-    "in its prose (`<think>` in backticks, as an agent fixing a parser of model output "
-    "does) hides every line after it: its NEED_HELP question is dropped, it asks again and "
-    "again in words and is blocked for no progress in 3 rounds (facts.focus_change)",
-)
 async def test_a_question_after_a_tag_named_in_prose_asks_a_person(
     memory: MemoryStore, tmp_path: Path
 ) -> None:
@@ -258,24 +257,6 @@ async def test_a_question_after_a_tag_named_in_prose_asks_a_person(
     outcome = await run_third(style, "rules", memory, tmp_path)
     assert outcome.blocks == (), outcome.blocks
     assert outcome.status == "satisfied", outcome.row()
-
-
-async def test_a_question_after_a_tag_named_in_prose_is_lost(
-    memory: MemoryStore, tmp_path: Path
-) -> None:
-    """What happens today to the shape above: never asked, blocked for no progress."""
-    question = (
-        "The parser must drop the `<think>` blocks first; the brief gives no region.\n"
-        "NEED_HELP: which region should the bucket use?"
-    )
-    style = _ask_style("tag-in-prose", question)
-    style = replace(style, actor=_plan(style, 5))
-    outcome = await run_third(style, "rules", memory, tmp_path)
-    assert outcome.status == "waiting"
-    note = await blocked_note(memory, outcome.task_id, "bucket")
-    assert f"no progress in {NO_PROGRESS} rounds" in note, note
-    assert outcome.rounds == 1 + NO_PROGRESS  # the brief read, then three questions
-    assert await _waited_for_a_person(memory, outcome.task_id) == []
 
 
 # --- 2. answers cut off by the output limit ---------------------------------------------
@@ -480,16 +461,15 @@ def _status_spec() -> tether.TaskSpec:
 
 async def test_cut_offs_between_made_up_jobs_stay_bounded(store: Store, tmp_path: Path) -> None:
     """Liar, rules 2 + 5: a made-up job id every other round (503: 'not now', heard for
-    the first time, a failure), cut-off drafts between. The cuts hold the breaker, so
-    the rounds double, but the fresh failures run out: blocked for no progress."""
+    the first time, holds the breaker), cut-off drafts between (hold it too): bounded
+    by the item's cap, never done."""
     actor = _cut_and(lambda n: tool_call("job_status", job=f"nightly-{n}"))
     reg = registry_of(store, _never_there())
     tid, _ = await run_task(
         store, _status_spec(), tmp_path, ScriptedModel(policy=by_purpose(act=actor)), registry=reg
     )
-    assert "no progress" in await blocked_note(store, tid, "nightly")
-    bound = 2 * (1 + P.FRESH_FAILURES + NO_PROGRESS)
-    assert await rounds_of(store, tid, "nightly") <= bound
+    assert "max_rounds_per_item" in await blocked_note(store, tid, "nightly")
+    assert await rounds_of(store, tid, "nightly") == CAP
 
 
 async def test_three_made_up_jobs_in_turn_wait_to_the_item_cap(
@@ -565,7 +545,8 @@ async def test_cut_offs_relayed_by_items_on_the_side_end_at_the_total(
 ) -> None:
     """Liar, rules 2 + 6: 39 cut-off rounds, then an easy item finished on the side,
     five times over. Its count starts again each time, but its rounds as the focus in
-    all reach 3 x the cap: blocked there, never done; the easy ones are done."""
+    all (less `SIDE_ROUNDS` for each item finished) reach 3 x the cap: blocked there,
+    never done; the easy ones are done."""
     spec = _relay_spec(5)
     tid, result = await run_task(
         store, spec, tmp_path, ScriptedModel(policy=by_purpose(act=_cut_relay(CAP - 1)))
@@ -573,7 +554,9 @@ async def test_cut_offs_relayed_by_items_on_the_side_end_at_the_total(
     assert result.status == "waiting"
     note = await blocked_note(store, tid, "report")
     assert f"not finished in {TOTAL} rounds as the focus" in note, note
-    assert await rounds_of(store, tid, "report") == TOTAL
+    led = await ledger_of(store, tid)
+    finished = sum(led.item(f"n{k}").status == "done" for k in range(1, 6))
+    assert await rounds_of(store, tid, "report") <= TOTAL + F.SIDE_ROUNDS * finished
     await assert_honest(store, tid, spec)
 
 
@@ -668,14 +651,6 @@ async def test_seven_different_reports_meet_the_rule(memory: MemoryStore, tmp_pa
     await check_honest(memory, style, outcome, tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rule 3: rules._RuleCheck.artifact counts artifacts of one blob hash once, "
-    "whatever call made them; Saturday's and Sunday's reports are two calls (different "
-    "arguments) whose pages are legitimately the same words, so the honest agent that "
-    "fetched all seven days has 6 of 7 and is blocked (no progress in 3 rounds), with "
-    "nothing left it could fetch",
-)
 async def test_a_week_with_two_identical_weekend_reports_meets_the_rule(
     memory: MemoryStore, tmp_path: Path
 ) -> None:
@@ -683,20 +658,6 @@ async def test_a_week_with_two_identical_weekend_reports_meets_the_rule(
     outcome = await run_third(style, "rules", memory, tmp_path)
     assert outcome.blocks == (), outcome.blocks
     assert outcome.status == "satisfied", outcome.row()
-
-
-async def test_a_week_with_two_identical_weekend_reports_is_blocked(
-    memory: MemoryStore, tmp_path: Path
-) -> None:
-    """What happens today to the shape above, and which rule fired."""
-    style = _week_style(identical=True)
-    outcome = await run_third(style, "rules", memory, tmp_path)
-    note = await blocked_note(memory, outcome.task_id, "week")
-    assert f"no progress in {NO_PROGRESS} rounds" in note, note
-    arts = [
-        a for a in await memory.get_artifacts(outcome.task_id) if a.name == "fetch_report output"
-    ]
-    assert len(arts) == 7 and len({a.blob_hash for a in arts}) == 6
 
 
 class StampedServer(LocalServer):
@@ -728,13 +689,6 @@ def _monday_seven_times(_ws: Path) -> PlanActor:
     return PlanActor([say("The next day.", call("fetch_report", day="monday")) for _ in _WEEK])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rule 3: rules._RuleCheck.artifact tells copies apart by blob hash alone; a page "
-    "stamped with its request time (a dashboard's 'generated at') is a new blob on every "
-    "fetch of the same call (tool and arguments), so Monday's report fetched seven times "
-    "is seven artifacts and meets min_count 7: delivered",
-)
 async def test_one_stamped_report_seven_times_is_not_a_week(
     memory: MemoryStore, tmp_path: Path
 ) -> None:
@@ -1086,33 +1040,12 @@ async def test_a_sweep_of_jobs_through_a_short_outage_finishes(
     assert (tmp_path / "out" / "jobs.md").read_text().endswith("j10: 100 rows\n")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rule 5: progress._volatile makes each new job id's first 'not now' a failure; "
-    "the 503 is one wall, so after 1 wall + FRESH_FAILURES (4) fresh ones the next "
-    "different jobs' 503s are no progress (moves: room 0), and the 8th distinct call "
-    "failing in a row blocks the item (facts.focus_change: no progress in 3 rounds) while "
-    "the service is still failing over; before 8a72030 these were waiting",
-)
 async def test_a_sweep_of_jobs_through_an_eight_call_outage_finishes(
     memory: MemoryStore, tmp_path: Path
 ) -> None:
     style = _sweep_style(8)
     outcome = await run_third(style, "rules", memory, tmp_path)
     await check_finished(memory, outcome, tmp_path, style)
-
-
-async def test_a_sweep_through_an_eight_call_outage_is_blocked(
-    sqlite: SQLiteStore, tmp_path: Path
-) -> None:
-    """What happens today to the shape above: blocked at its 8th call, all 'not now'."""
-    style = _sweep_style(8)
-    outcome = await run_third(style, "rules", sqlite, tmp_path)
-    assert outcome.status == "waiting"
-    note = await blocked_note(sqlite, outcome.task_id, "jobs")
-    assert f"no progress in {NO_PROGRESS} rounds" in note, note
-    assert outcome.rounds == 1 + P.FRESH_FAILURES + NO_PROGRESS
-    await assert_honest(sqlite, outcome.task_id, style.spec(tmp_path))
 
 
 _BUILD = """\
@@ -1290,34 +1223,12 @@ async def test_sixty_items_with_the_hard_one_last_in_one_round_each(
     await check_honest(memory, style, outcome, tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rule 6: RunState.item_focus_total counts every round the hard first item was "
-    "the focus (ledger.next_item: the first open item), also the 118 in which the agent "
-    "read and wrote the other 59 items; facts.past_cap blocks it at 3 x "
-    "max_rounds_per_item (120) in the second round of its own work, though each of those rounds "
-    "moved (a new read or a finished item)",
-)
 async def test_sixty_items_read_then_written_with_the_hard_one_last(
     memory: MemoryStore, tmp_path: Path
 ) -> None:
     style = _checklist_style(read_first=True)
     outcome = await run_third(style, "rules", memory, tmp_path)
     await check_honest(memory, style, outcome, tmp_path)
-
-
-async def test_sixty_items_read_then_written_block_the_hard_one_at_the_total(
-    memory: MemoryStore, tmp_path: Path
-) -> None:
-    """What happens today to the shape above: 'hard' is blocked at its 120th round as
-    the focus, all 59 others done; the task waits for a decision."""
-    style = _checklist_style(read_first=True)
-    outcome = await run_third(style, "rules", memory, tmp_path)
-    note = await blocked_note(memory, outcome.task_id, "hard")
-    assert f"not finished in {TOTAL} rounds as the focus" in note, note
-    assert await rounds_of(memory, outcome.task_id, "hard") == TOTAL
-    assert sum(s == "done" for s in outcome.statuses.values()) == OTHERS
-    await assert_honest(memory, outcome.task_id, style.spec(tmp_path))
 
 
 # --- 4, liar side: last year's report, one byte changed -----------------------------

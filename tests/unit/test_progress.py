@@ -382,12 +382,25 @@ def test_a_failure_hash_leaves_out_the_calls_own_text_arguments() -> None:
 def test_a_volatile_reads_not_now_is_waiting_not_a_failure() -> None:
     later = Call("index_status", "failed", "args-i", "still indexing", volatile=True)
     first = P.moves([later], None, ())
-    assert first.moved and not first.repeated  # the first answer is news
+    # Heard for the first time: held (not news, not a failure: a sweep over several
+    # jobs through an outage is not blocked for it), bounded by the item's cap.
+    assert first.held and not first.moved and not first.repeated and not first.waiting
     seen = P.remember([], first.marks)
     for _ in range(5):
         again = P.moves([later], None, seen)
-        assert again.waiting and not again.moved and not again.repeated
+        assert again.waiting and not again.moved and not again.repeated and not again.held
         seen = P.remember(seen, again.marks)
+
+
+def test_a_workspace_reads_first_failure_after_own_work_is_a_failure() -> None:
+    """After the item's own work, a workspace read failing for the first time is a
+    failure (a wall, then fresh ones: guessed paths end), not held; heard again, waiting."""
+    seen = seen_after(((BUILD,), None))
+    first = P.moves([MISSING], None, seen)
+    assert first.moved and not first.held and not first.waiting  # a wall: news once
+    seen = P.remember(seen, first.marks)
+    again = P.moves([MISSING], None, seen)
+    assert again.waiting and not again.moved
 
 
 BUILD = Call("start_build", "succeeded", "args-b", "started", effect="write")

@@ -49,6 +49,11 @@ FILE_STATE: Final = "file "
 #: something new of how far it got (`measures_progress`) may take: a sync of 1,000
 #: files at ten a round fits, a check that moves forever ends there.
 MEASURED_CAPS: Final = 3
+#: The rounds as the focus an item gets back, in all (`RunState.item_focus_total`), for
+#: each other item a round of its finished: a checklist taken in the agent's own order
+#: (each easy item read, then written) leaves the hard item last its rounds, and an
+#: item kept alive by finishing one on the side every cap's worth of rounds does not.
+SIDE_ROUNDS: Final = 3
 
 
 def measures_progress(state: str | None) -> bool:
@@ -283,10 +288,11 @@ def past_cap(cap: int | None, rounds: int, total: int, measured: bool, waiting: 
         return f"not finished in {rounds} rounds (limits.max_rounds_per_item){waited}"
     if total >= MEASURED_CAPS * cap:
         # Its count started again by rounds that finished other items (a checklist in
-        # the agent's own order), the item has had the most any item may have.
+        # the agent's own order), the item has had the most any item may have (less
+        # `SIDE_ROUNDS` for each item finished meanwhile).
         return (
-            f"not finished in {total} rounds as the focus, other items finished between "
-            f"({MEASURED_CAPS} x limits.max_rounds_per_item)"
+            f"not finished in {MEASURED_CAPS * cap} rounds as the focus beyond those that "
+            f"finished other items ({MEASURED_CAPS} x limits.max_rounds_per_item)"
         )
     return None
 
@@ -331,9 +337,10 @@ def focus_change(
     attempts = state.attempts + (1 if failed else 0)
     if progressed or moved.waiting:
         breaker = 0
-    elif facts.cut_off:
-        # Told of the cut (`verdicts.CUT_OFF_NOTE`), the model tries again: its rounds
-        # stay bounded by the item's cap, not by `no_progress_rounds`.
+    elif facts.cut_off or moved.held:
+        # Told of the cut (`verdicts.CUT_OFF_NOTE`), the model tries again; a service
+        # said "not now" to a call it had not answered before: the item's rounds stay
+        # bounded by its cap, not by `no_progress_rounds`.
         breaker = state.breaker
     else:
         breaker = state.breaker + 1

@@ -304,8 +304,10 @@ def _remember(run: JudgeHost, facts: F.RoundFacts, outcome: F.AuditOutcome, roun
     if focus is not None and not facts.deferred:
         # A round that finished another item is that item's: the focus's count of
         # rounds (`limits.max_rounds_per_item`) starts again (`audit.finished_other`).
-        st.item_rounds[focus] = 1 if F.finished_other(focus, outcome.accepted) else rounds
-        st.item_focus_total[focus] = st.item_focus_total.get(focus, 0) + 1
+        other = F.finished_other(focus, outcome.accepted)
+        st.item_rounds[focus] = 1 if other else rounds
+        total = st.item_focus_total.get(focus, 0) + 1
+        st.item_focus_total[focus] = max(0, total - F.SIDE_ROUNDS) if other else total
         st.seen[focus] = P.remember(st.seen.get(focus, []), outcome.marks)
     led = outcome.update.ledger
     for memory in (st.seen, st.item_rounds, st.item_focus_total):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether import errors, failpoints, loop_hold, telemetry
 from tether import events as ev
+from tether.artifacts import CALL_KEY
 from tether.models.base import ToolCall
 from tether.runtime.ops import results as R
 from tether.runtime.ops.human.requests import Requests
@@ -189,6 +190,7 @@ class Attempts:
                 source=record.op_id,
                 task_version=run.view.task.version,
                 deps=(f"op:{record.op_id}",),
+                meta={CALL_KEY: record.args_hash},
             )
             content = (
                 f"{text[:limit]}\n[... {len(text) - limit} more characters. The full output is "

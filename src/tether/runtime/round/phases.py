@@ -60,9 +60,10 @@ if TYPE_CHECKING:
 #: words quoted inside a sentence are not a request, nor a line that muses on it
 #: ("NEED_HELP? No: ..."), nor one in the model's reasoning (`_THINKING`).
 _NEED_HELP = re.compile(r"^[ \t>*_-]*NEED_HELP[*_]*[ \t]*(?:[:\uff1a\u2013\u2014-]|$)", re.M)
-#: A reasoning block some models write into their answer's text (closed, or open to
-#: the end of a cut-off answer): thinking aloud, not words to a person.
-_THINKING = re.compile(r"<(think|thinking|reasoning)>.*?(?:</\1>|\Z)", re.S | re.I)
+#: A reasoning block some models write into their answer's text, its tag opening a line
+#: (closed, or open to the end of a cut-off answer): thinking aloud, not words to a
+#: person. A tag named in a sentence opens no block.
+_THINKING = re.compile(r"^[ \t]*<(think|thinking|reasoning)>.*?(?:</\1>|\Z)", re.S | re.I | re.M)
 
 
 def asks_for_help(text: str) -> str | None:

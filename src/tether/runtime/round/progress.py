@@ -226,6 +226,10 @@ class Moves:
     repeated: bool
     waiting: bool = False
     ruled: bool = False
+    #: The round, doing nothing new and failing nothing, met a volatile tool's "not now"
+    #: it had not heard from that call before (a sweep over several jobs through an
+    #: outage): no progress, and not counted against the item; the rounds cap bounds it.
+    held: bool = False
 
     @property
     def moved(self) -> bool:
@@ -262,11 +266,16 @@ def moves(
     fresh: list[str] = []  # calls failing for the first time, as others did before
     walls: list[str] = []  # calls failing for the first time, as nothing did before
     working = _STARTED in seen  # the task's own work may be writing the workspace
+    held = False  # a volatile tool's "not now" heard for the first time
     for c in calls:
-        volatile = _volatile(c, working, seen, marks, memory)
-        if volatile is None:
+        kind = _volatile(c, working, seen, marks, memory)
+        if kind == "polled":
             polled = True  # a "not now" heard before: waiting
             continue
+        if kind == "held":
+            held = True
+            continue
+        volatile = kind == "volatile"
         if c.status == "succeeded" or volatile:
             if c.effect != "read":
                 fp = _CHANGE + digest("ok", c.tool, c.args_hash, c.result_hash)[1:]
@@ -306,8 +315,15 @@ def moves(
         counted = [_FRESH + f[1:] for f in fresh[: max(0, room)]]
         new += counted
         marks += counted
-    waiting = polled and not failed and not new
-    return Moves(tuple(dict.fromkeys(new)), tuple(dict.fromkeys(marks)), repeated, waiting, ruled)
+    quiet = not failed and not new
+    return Moves(
+        tuple(dict.fromkeys(new)),
+        tuple(dict.fromkeys(marks)),
+        repeated,
+        polled and quiet,
+        ruled,
+        held and quiet,
+    )
 
 
 def _rule_moved(rule_state: str, seen: Collection[str], marks: list[str], new: list[str]) -> bool:
@@ -324,20 +340,25 @@ def _rule_moved(rule_state: str, seen: Collection[str], marks: list[str], new: l
 
 def _volatile(
     c: CallFact, working: bool, seen: Collection[str], marks: list[str], memory: tuple[str, ...]
-) -> bool | None:
-    """Whether a call's answer may change by itself (a `volatile` tool, or a workspace
-    read once the item's own work may be writing the workspace). For such a read that
-    failed (its retries ran out: "not now", the log not there yet): None when the item
-    heard this answer to this call before (it is waiting), else False (its mark added to
-    `marks`): heard for the first time it is a failure (a wall, or one of the item's
-    fresh ones), so ever-new calls failing alike are not news without end."""
+) -> str:
+    """How `moves` takes a call whose answer may change by itself (a `volatile` tool, or
+    a workspace read once the item's own work may be writing the workspace): "volatile"
+    (an answer, maybe asked again) or "plain" (not such a call). Such a read that failed
+    (its retries ran out: "not now", the log not there yet) is "polled" when the item
+    heard this answer to this call before (it is waiting); heard for the first time, a
+    volatile tool's "not now" is "held" (a sweep over several jobs through an outage),
+    and a workspace read's failure "plain": a failure (a wall, or one of the item's
+    fresh ones), so ever-new guessed paths are not news without end. Its mark is added
+    to `marks`."""
     volatile = c.volatile or (working and c.tool in WORKSPACE_READS)
     if not volatile or c.status == "succeeded" or c.effect != "read":
-        return volatile
+        return "volatile" if volatile else "plain"
     fp = digest("ok", c.tool, c.args_hash, c.result_hash, *memory)
     heard = fp in seen or fp in marks
     marks.append(fp)
-    return None if heard else False
+    if heard:
+        return "polled"
+    return "held" if c.volatile else "plain"
 
 
 def _failure(

@@ -110,8 +110,9 @@ class RunState:
     #: many rounds it had; dropped when the item is no longer open.
     seen: dict[str, list[str]] = field(default_factory=dict)
     item_rounds: dict[str, int] = field(default_factory=dict)
-    #: Per open item: all its rounds as the focus, never started again by a round that
-    #: finished another item (as `item_rounds` is), for `facts.MEASURED_CAPS`.
+    #: Per open item: its rounds as the focus in all, not started again by a round that
+    #: finished another item (as `item_rounds` is) but given back `facts.SIDE_ROUNDS`
+    #: by it, for `facts.MEASURED_CAPS`.
     item_focus_total: dict[str, int] = field(default_factory=dict)
     evidence_count: int = 0
     #: Cited ops of reconciling tools the service confirmed at a recovery (asked once

@@ -12,7 +12,7 @@ from typing import Any, Final, Protocol
 
 from tether import ledger as L
 from tether._by_object import keep
-from tether.artifacts import deliverable_meta
+from tether.artifacts import CALL_KEY, deliverable_meta
 from tether.ledger_tally import refs as ledger_refs
 from tether.runtime.judge.facts import FILE_STATE, ProposedChange, Verdict
 from tether.runtime.judge.rules.commands import run_command
@@ -175,19 +175,22 @@ class _RuleCheck:
         if self.arts is None:
             self.arts = await self.env.valid_artifacts()
         taken = set() if item.shared_evidence else self.credited
-        # Artifacts of one content count once (the newest): the same page fetched five
-        # times is one page, not five (each op stores its own `<tool> output`).
+        # One work counts once (the newest): a tool's outputs once per call, whatever
+        # they said (the same page fetched five times is one page, not five, though
+        # stamped with the time it was made), other artifacts once per content.
         found = []
-        contents = set()
+        works: set[object] = set()
         for a in reversed(self.arts):
             if (
                 (rule.name is None or a.name == rule.name)
                 and (rule.artifact_kind is None or a.kind == rule.artifact_kind)
                 and f"artifact:{a.artifact_id}" not in taken
-                and a.blob_hash not in contents
             ):
-                contents.add(a.blob_hash)
-                found.append(a)
+                call = a.meta.get(CALL_KEY)
+                work = a.blob_hash if call is None else (a.name, call)
+                if work not in works:
+                    works.add(work)
+                    found.append(a)
         if len(found) < rule.min_count:
             self.states[item.id] = f"artifacts: {len(found)} of {rule.min_count}"
             return None

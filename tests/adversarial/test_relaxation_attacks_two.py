@@ -17,8 +17,10 @@ An attack that succeeds is pinned `xfail(strict=True)` with its cause; one that 
 is a passing guard asserting how it was stopped and the bound it was measured at.
 
 The holes this red team found were fixed as rules, and their tests are guards now: a
-"not now" heard for the first time is a failure (`progress._volatile`); an artifact
-rule counts one content once (`rules.artifact`); a `fresh` deliverable put back to its
+workspace read's failure heard for the first time after the item's own work is a
+failure, and a volatile tool's first "not now" holds the item's count rather than
+moving it (`progress._volatile`; made-up job ids end at the cap); an artifact rule
+counts one work once (`rules.artifact`); a `fresh` deliverable put back to its
 file from before the task is broken (`artifacts.BEFORE_KEY`); an item is blocked after
 3 times the cap as the focus in all (`RunState.item_focus_total`). One attack stays a
 strict xfail: an own tool gutting a report to the rule's text alone (attack 3c), which

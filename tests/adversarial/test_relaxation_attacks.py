@@ -31,10 +31,12 @@ from tests.support.adversarial import (
     contract,
     payload,
     refs,
+    registry_with,
+    rounds_of,
     say,
     verdict,
 )
-from tests.support.loop import events_of, ledger_of, run_task
+from tests.support.loop import ledger_of, run_task
 from tether import failpoints
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
@@ -44,7 +46,6 @@ from tether.runtime.engine import Engine, ModelSet
 from tether.runtime.round import progress as P
 from tether.store.base import Store
 from tether.store.memory import MemoryStore
-from tether.tools.builtin.files import default_registry
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -64,17 +65,6 @@ def workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     ws.mkdir()
     return ws
-
-
-async def rounds_of(store: Store, tid: str, item: str) -> int:
-    return sum(1 for r in await events_of(store, tid, "round.started") if r["item"] == item)
-
-
-def registry_with(store: Store, *tools: Any) -> Any:
-    reg = default_registry(lambda: store)
-    for t in tools:
-        reg.add(t)
-    return reg
 
 
 # --- 1. walls: errors the world varies, or arguments the masking misses ----------------

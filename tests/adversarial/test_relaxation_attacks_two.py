@@ -36,8 +36,17 @@ from typing import Any
 import pytest
 
 import tether
-from tests.support.adversarial import assert_honest, contract, say, warnings
-from tests.support.loop import events_of, ledger_of, run_task
+from tests.support.adversarial import (
+    assert_honest,
+    blocked_note,
+    contract,
+    next_of,
+    registry_with,
+    rounds_of,
+    say,
+    warnings,
+)
+from tests.support.loop import ledger_of, run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
 from tether.runtime.judge import facts as F
@@ -45,7 +54,6 @@ from tether.runtime.judge.facts import MEASURED_CAPS
 from tether.runtime.round import progress as P
 from tether.store.base import Store
 from tether.store.memory import MemoryStore
-from tether.tools.builtin.files import default_registry
 
 #: The defaults the attacks run against (`spec.Limits`).
 CAP = 40  # limits.max_rounds_per_item
@@ -72,27 +80,6 @@ def workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     ws.mkdir()
     return ws
-
-
-async def rounds_of(store: Store, tid: str, item: str) -> int:
-    return sum(1 for r in await events_of(store, tid, "round.started") if r["item"] == item)
-
-
-def registry_with(store: Store, *tools: Any) -> Any:
-    reg = default_registry(lambda: store)
-    for t in tools:
-        reg.add(t)
-    return reg
-
-
-def next_of(request: ModelRequest) -> str | None:
-    return request.ledger["next"] if request.ledger else None
-
-
-async def blocked_note(store: Store, tid: str, item: str) -> str:
-    st = (await ledger_of(store, tid)).item(item)
-    assert st.status == "blocked", (item, st.status, st.note)
-    return st.note or ""
 
 
 def _start_build() -> Any:

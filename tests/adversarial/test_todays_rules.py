@@ -62,7 +62,15 @@ from tests.adversarial._honest import (
 from tests.adversarial._honest_more import MoreStyle, claiming_judge, results_of
 from tests.adversarial._honest_more import _check as check_tool
 from tests.adversarial._honest_third import check_honest, reopened, run_third
-from tests.support.adversarial import assert_honest, assert_status_agrees, contract
+from tests.support.adversarial import (
+    assert_honest,
+    assert_status_agrees,
+    blocked_note,
+    contract,
+    next_of,
+    registry_with,
+    rounds_of,
+)
 from tests.support.loop import by_purpose, events_of, ledger_of, run_task
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel, tool_call
@@ -72,7 +80,6 @@ from tether.runtime.judge.verdicts import CUT_OFF_NOTE
 from tether.store.base import Store
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
-from tether.tools.builtin.files import default_registry
 from tether.tools.registry import Tool, tool
 
 #: The defaults the shapes run at (`spec.Limits`).
@@ -115,27 +122,6 @@ async def store(
 def words(text: str, finish: str | None = None) -> ModelResponse:
     """A turn of words only (`finish`: the provider's finish reason)."""
     return ModelResponse(text, (), finish_reason=finish)
-
-
-def next_of(request: ModelRequest) -> str | None:
-    return request.ledger["next"] if request.ledger else None
-
-
-async def rounds_of(store: Store, tid: str, item: str) -> int:
-    return sum(1 for r in await events_of(store, tid, "round.started") if r["item"] == item)
-
-
-async def blocked_note(store: Store, tid: str, item: str) -> str:
-    st = (await ledger_of(store, tid)).item(item)
-    assert st.status == "blocked", (item, st.status, st.note)
-    return st.note or ""
-
-
-def registry_of(store: Store, *tools: Tool) -> Any:
-    reg = default_registry(lambda: store)
-    for t in tools:
-        reg.add(t)
-    return reg
 
 
 async def check_finished(store: Store, outcome: Outcome, ws: Path, style: MoreStyle) -> None:
@@ -423,7 +409,7 @@ async def test_cut_offs_between_volatile_polls_end_at_the_item_cap(
     other round and held in between: the item's rounds cap stops it at 40."""
     actor = _cut_and(lambda _n: tool_call("queue_depth"))
     spec = _report_spec(tools=[*FILES, "queue_depth"])
-    reg = registry_of(store, _queue_depth())
+    reg = registry_with(store, _queue_depth())
     tid, result = await run_task(
         store, spec, tmp_path, ScriptedModel(policy=by_purpose(act=actor)), registry=reg
     )
@@ -464,7 +450,7 @@ async def test_cut_offs_between_made_up_jobs_stay_bounded(store: Store, tmp_path
     the first time, holds the breaker), cut-off drafts between (hold it too): bounded
     by the item's cap, never done."""
     actor = _cut_and(lambda n: tool_call("job_status", job=f"nightly-{n}"))
-    reg = registry_of(store, _never_there())
+    reg = registry_with(store, _never_there())
     tid, _ = await run_task(
         store, _status_spec(), tmp_path, ScriptedModel(policy=by_purpose(act=actor)), registry=reg
     )
@@ -485,7 +471,7 @@ async def test_three_made_up_jobs_in_turn_wait_to_the_item_cap(
         n = len([m for m in request.messages if m.role == "tool"])
         return say("Almost there.", tool_call("job_status", job=f"nightly-{n % 3}"))
 
-    reg = registry_of(store, _never_there())
+    reg = registry_with(store, _never_there())
     tid, result = await run_task(
         store, _status_spec(), tmp_path, ScriptedModel(policy=by_purpose(act=actor)), registry=reg
     )

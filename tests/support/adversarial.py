@@ -166,6 +166,33 @@ def all_text(request: ModelRequest) -> str:
 # --- reading a task back --------------------------------------------------------------------
 
 
+def next_of(request: ModelRequest) -> str | None:
+    """The item the runtime says is next (None: every item finished)."""
+    return request.ledger["next"] if request.ledger else None
+
+
+def registry_with(store: Store, *tools: Any) -> Any:
+    """tether's default tools (bound to `store`) and `tools`."""
+    from tether.tools.builtin.files import default_registry
+
+    reg = default_registry(lambda: store)
+    for t in tools:
+        reg.add(t)
+    return reg
+
+
+async def rounds_of(store: Store, task_id: str, item: str) -> int:
+    """How many rounds had `item` as their focus."""
+    return sum(1 for r in await events_of(store, task_id, "round.started") if r["item"] == item)
+
+
+async def blocked_note(store: Store, task_id: str, item: str) -> str:
+    """The note of `item`, which must be blocked."""
+    st = (await ledger_of(store, task_id)).item(item)
+    assert st.status == "blocked", (item, st.status, st.note)
+    return st.note or ""
+
+
 async def statuses(store: Store, task_id: str) -> dict[str, str]:
     """Item id -> status, from the stored ledger."""
     return {d.id: s.status for d, s in (await ledger_of(store, task_id)).items()}

@@ -26,7 +26,7 @@ from tests.support.fake_provider import READ, WRITE, FakeProvider, model_request
 from tether.errors import ModelError, UserError
 from tether.models._retry import RetryEvent, RetryPolicy
 from tether.models.anthropic import AnthropicModel
-from tether.models.base import Message, ModelRequest, ToolCall
+from tether.models.base import Message, ModelRequest, ModelResponse, ToolCall
 
 
 @pytest.fixture
@@ -370,3 +370,85 @@ async def test_prefix_is_byte_stable_across_rounds(
     assert first["system"] == second["system"]
     assert first["tools"] == second["tools"]
     assert first["messages"][:2] == second["messages"][:2]
+
+
+# --- extended thinking: the answer's thinking blocks go back with it ---------------------
+
+THINKING = {
+    "type": "thinking",
+    "thinking": "The notes are in notes/a.txt; read them before writing.",
+    "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds",
+}
+REDACTED = {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlx"}
+
+
+def _thinking_answer(tool_id: str, path: str) -> dict[str, Any]:
+    return message(
+        [
+            THINKING,
+            REDACTED,
+            {"type": "text", "text": "Reading the notes."},
+            {"type": "tool_use", "id": tool_id, "name": "read_file", "input": {"path": path}},
+        ],
+        stop_reason="tool_use",
+    )
+
+
+async def test_thinking_blocks_go_back_verbatim_with_the_tool_results(
+    provider: FakeProvider, model: AnthropicModel
+) -> None:
+    """With extended thinking on, the Messages API refuses a tool-use turn whose thinking
+    blocks are missing or changed: they come back first in the assistant message, as the
+    provider sent them (signature and redacted data included), and are no text."""
+    provider.queue(200, _thinking_answer("toolu_01", "notes/a.txt"))
+    provider.queue(200, message([{"type": "text", "text": "Done."}]))
+    first = await model.complete(request())
+    assert first.text == "Reading the notes."  # the thinking is not the answer's text
+    assert first.reasoning == (THINKING, REDACTED)
+    assert ModelResponse.from_dict(first.to_dict()) == first
+    history = (
+        Message("user", "Read the notes."),
+        Message("assistant", first.text, tool_calls=first.tool_calls, reasoning=first.reasoning),
+        Message("tool", "a note", tool_call_id="toolu_01", name="read_file"),
+    )
+    await model.complete(request(messages=history))
+    sent = provider.requests[1].body["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert sent[1]["content"][:2] == [THINKING, REDACTED]
+    assert [b["type"] for b in sent[1]["content"][2:]] == ["text", "tool_use"]
+
+
+async def test_a_run_sends_the_thinking_back_after_a_restart(
+    provider: FakeProvider, tmp_path: Any
+) -> None:
+    """Through the runtime: the act call's thinking is journaled with its answer, so the
+    next round's request carries it, from the history a new engine rebuilds from the log
+    too (a crash or a pause between the rounds)."""
+    from tests.support.loop import spec_of
+    from tether.runtime.engine import Engine, ModelSet
+    from tether.runtime.tasks import create_task
+    from tether.store.memory import MemoryStore
+
+    store = await MemoryStore.open()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("a note\n")
+    spec = spec_of(1)
+    task = await create_task(store, spec, workspace=tmp_path)
+    provider.queue(200, _thinking_answer("toolu_01", "notes/a.txt"))
+    write = {"type": "tool_use", "id": "toolu_02", "name": "write_file"}
+    write["input"] = {"path": "out/i1.txt", "content": "done"}
+    provider.queue(200, message([THINKING, write], stop_reason="tool_use"))
+    for rounds in (1, None):  # one round, then a new engine (the history from the log)
+        m = AnthropicModel(
+            "claude-sonnet-4-6", base_url=provider.url, api_key="sk-ant-test", retry=TINY
+        )
+        try:
+            engine = Engine(store, ModelSet(actor=m), lease_ttl=30, max_rounds_this_run=rounds)
+            result = await engine.run(task.task_id)
+        finally:
+            await m.aclose()
+    assert result.status == "satisfied"
+    second = provider.requests[1].body["messages"]
+    assistant = [m for m in second if m["role"] == "assistant"][-1]
+    assert assistant["content"][:2] == [THINKING, REDACTED]
+    assert [b["type"] for b in assistant["content"][2:]] == ["text", "tool_use"]

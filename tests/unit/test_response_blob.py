@@ -123,7 +123,7 @@ def test_every_field_with_a_default_is_known() -> None:
     from tether.runtime.run import model_calls
 
     for cls, known in (
-        (ModelResponse, {**model_calls._RESPONSE_DEFAULTS, "attempts": 1}),
+        (ModelResponse, {**model_calls._RESPONSE_DEFAULTS, "attempts": 1, "reasoning": ()}),
         (ToolCall, model_calls._CALL_DEFAULTS),
         (Usage, model_calls._USAGE_DEFAULTS),
     ):
@@ -191,3 +191,18 @@ def test_an_event_naming_a_blob_has_no_inline_response() -> None:
     old = {"call_id": "c", "purpose": "act", "model": "m", "response_blob": "sha256:ab"}
     assert history.called_response(old) is None
     assert history.called_response(_rules.expand("model.called", old)) is None
+
+
+def test_reasoning_blocks_are_stored_and_read_back() -> None:
+    """An answer's reasoning blocks (extended thinking) are kept in every stored form of
+    it, unchanged, and read back the same; an answer without them stores no key."""
+    from tether.runtime.round.history import called_response
+    from tether.runtime.run import model_calls
+
+    blocks = ({"type": "thinking", "thinking": "plan", "signature": "sig=="},)
+    resp = ModelResponse("ok", reasoning=blocks, model="m")
+    assert ModelResponse.from_dict(model_calls.response_doc(resp)) == resp
+    event = model_calls.called_event("c1", "act", "m", 1, resp, 0.0, "")
+    back = called_response(event.data())
+    assert back is not None and ModelResponse.from_dict(back) == resp
+    assert "reasoning" not in model_calls.response_doc(ModelResponse("ok"))

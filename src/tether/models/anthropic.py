@@ -39,6 +39,11 @@ JSON_INSTRUCTION = "Answer with one JSON object and nothing else: no prose, no c
 TRUNCATED_HINT = _sdk.TRUNCATED_HINT
 
 
+#: The content blocks of an answer's reasoning (extended thinking): kept with the answer
+#: and sent back with it, as the Messages API requires within a tool-use turn.
+REASONING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
+
+
 def system_blocks(request: ModelRequest) -> list[dict[str, Any]]:
     """The `system` text blocks, with cache breakpoints on the stable prefix."""
     blocks: list[dict[str, Any]] = []
@@ -92,6 +97,9 @@ def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
             raise ValueError("a tool message needs the tool_call_id of the call it answers")
         result = {"type": "tool_result", "tool_use_id": message.tool_call_id}
         return "user", [{**result, "content": message.content}]
+    if message.role == "assistant":
+        # Extended thinking: the answer's thinking blocks go back first, unchanged.
+        blocks.extend(dict(b) for b in message.reasoning if b.get("type") in REASONING_BLOCKS)
     if message.content:
         blocks.append({"type": "text", "text": message.content})
     if message.role != "assistant":
@@ -119,12 +127,15 @@ def parse_anthropic_response(data: Mapping[str, Any], request: ModelRequest) -> 
     known = {t.name for t in request.tools}
     texts: list[str] = []
     calls: list[ToolCall] = []
+    reasoning: list[dict[str, Any]] = []
     for i, block in enumerate(content):
         if not isinstance(block, Mapping):
             continue
         kind = block.get("type")
         if kind == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])
+        elif kind in REASONING_BLOCKS:
+            reasoning.append(dict(block))  # sent back as it came (its signature checks it)
         elif kind == "tool_use":
             call_id = str(block.get("id") or f"toolu_{i}")
             name = str(block.get("name") or "")
@@ -145,7 +156,13 @@ def parse_anthropic_response(data: Mapping[str, Any], request: ModelRequest) -> 
         usage = _sdk.estimated_usage(request, text, calls)
     stop = data.get("stop_reason")
     finish = str(stop) if stop is not None else None
-    return ModelResponse(text=text, tool_calls=tuple(calls), usage=usage, finish_reason=finish)
+    return ModelResponse(
+        text=text,
+        tool_calls=tuple(calls),
+        usage=usage,
+        finish_reason=finish,
+        reasoning=tuple(reasoning),
+    )
 
 
 class AnthropicModel(_sdk.SdkModel[anthropic.AsyncAnthropic]):

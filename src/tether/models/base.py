@@ -82,6 +82,9 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    #: An assistant message's reasoning blocks as its provider sent them
+    #: (`ModelResponse.reasoning`), sent back with it verbatim.
+    reasoning: tuple[Mapping[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -92,6 +95,8 @@ class Message:
             d["tool_call_id"] = self.tool_call_id
         if self.name is not None:
             d["name"] = self.name
+        if self.reasoning:
+            d["reasoning"] = [dict(b) for b in self.reasoning]
         return d
 
     @classmethod
@@ -103,7 +108,15 @@ class Message:
             tool_calls=tuple(ToolCall.from_dict(c) for c in d.get("tool_calls", ())),
             tool_call_id=d.get("tool_call_id"),
             name=d.get("name"),
+            reasoning=_reasoning(d.get("reasoning")),
         )
+
+
+def _reasoning(value: Any) -> tuple[Mapping[str, Any], ...]:
+    """Stored reasoning blocks (anything else: none)."""
+    if not isinstance(value, list | tuple):
+        return ()
+    return tuple(dict(b) for b in value if isinstance(b, Mapping))
 
 
 @direct_init
@@ -177,6 +190,10 @@ class ModelResponse:
     finish_reason: str | None = None
     #: Requests sent to the provider for this answer (1 + the retries it took).
     attempts: int = 1
+    #: The provider's reasoning blocks, verbatim (Anthropic's `thinking` and
+    #: `redacted_thinking`, with their signatures): the provider requires them back,
+    #: unchanged, with the answer's tool calls. Not text: nothing judges them.
+    reasoning: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def cut_off(self) -> bool:
@@ -197,6 +214,8 @@ class ModelResponse:
         }
         if self.attempts != 1:
             d["attempts"] = self.attempts
+        if self.reasoning:
+            d["reasoning"] = [dict(b) for b in self.reasoning]
         return d
 
     @classmethod
@@ -210,6 +229,7 @@ class ModelResponse:
             latency_ms=float(d.get("latency_ms", 0.0)),
             finish_reason=d.get("finish_reason"),
             attempts=int(d.get("attempts", 1)),
+            reasoning=_reasoning(d.get("reasoning")),
         )
 
 
@@ -234,6 +254,9 @@ def clean_response(resp: ModelResponse) -> ModelResponse:
     if finish is not None:
         finish = clean_text(finish if isinstance(finish, str) else str(finish))
     usage, latency = _clean_usage(resp.usage), resp.latency_ms
+    # Opaque provider blocks, signed: left as they are unless a string in them cannot be
+    # stored at all (a lone surrogate; the provider then refuses the changed block).
+    reasoning = clean_data(resp.reasoning) if resp.reasoning else resp.reasoning
     if not (isinstance(latency, (int, float)) and 0 <= latency < _MAX_COUNT):
         latency = 0.0  # NaN, infinite, negative or not a number: not measured
     if (
@@ -242,6 +265,7 @@ def clean_response(resp: ModelResponse) -> ModelResponse:
         and finish is resp.finish_reason
         and usage is resp.usage
         and latency is resp.latency_ms
+        and reasoning is resp.reasoning
         and same_calls
     ):
         return resp
@@ -253,6 +277,7 @@ def clean_response(resp: ModelResponse) -> ModelResponse:
         finish_reason=finish,
         usage=usage,
         latency_ms=float(latency),
+        reasoning=reasoning,
     )
 
 

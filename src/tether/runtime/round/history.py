@@ -160,7 +160,9 @@ async def round_messages(
     if response is None:
         raise KeyError(f"round response of task {task_id}")
     answer = ModelResponse.from_dict(response)
-    msgs = [Message("assistant", answer.text, tool_calls=answer.tool_calls)]
+    msgs = [
+        Message("assistant", answer.text, tool_calls=answer.tool_calls, reasoning=answer.reasoning)
+    ]
     op_ids = {t["op"] for t in doc["tools"] if "op" in t}
     ops = {o.op_id: o for o in await store.get_ops(task_id, op_ids=op_ids)} if op_ids else {}
     calls = answer.tool_calls

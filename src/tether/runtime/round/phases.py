@@ -283,7 +283,9 @@ def write_back(
     an LLM judge's call). Every message is stored once: the assistant's is the response
     in the round's `model.called` event, a tool's is its op's journaled result."""
     failpoints.hit("after_op_result")
-    assistant = Message("assistant", response.text, tool_calls=response.tool_calls)
+    assistant = Message(
+        "assistant", response.text, tool_calls=response.tool_calls, reasoning=response.reasoning
+    )
     tool_msgs = [
         Message("tool", o.content, tool_call_id=o.call.id, name=o.call.name) for o in outcomes
     ]

@@ -98,6 +98,8 @@ def _answer(r: ModelResponse) -> dict[str, Any]:
         doc["tool_calls"] = [_call_doc(c) for c in r.tool_calls]
     if r.finish_reason is not None:
         doc["finish_reason"] = r.finish_reason
+    if r.reasoning:
+        doc["reasoning"] = [dict(b) for b in r.reasoning]
     return doc
 
 

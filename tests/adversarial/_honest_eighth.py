@@ -27,6 +27,13 @@ mid-sentence, a long investigation (eleven reads before the write) with cache us
 figures on every answer, a `pause_turn`, and a compaction mid-item whose summary is asked
 over the same wire.
 
+Two were findings when written. Extended thinking in a tool loop: the adapter dropped
+the thinking blocks, so the next request's last assistant turn opened with `text` and the
+real API refused it (400); fixed since (93a1218: the blocks are kept and sent back first).
+A `NEED_HELP:` question as its own text block after another: the adapter joins text
+blocks with nothing between, so the question does not start a line, no person is asked,
+and the agent guesses (still pinned: `test_honest_eighth.BLOCKED`).
+
 Each is real work in the `_honest` / `_honest_more` / `_honest_third` frameworks: real
 files, real subprocesses (check scripts) and real HTTP services on 127.0.0.1.
 `python -m tests.adversarial._honest_eighth` prints the table.

@@ -11,8 +11,10 @@ asked over the same wire; a `<thinking>` tag in the text.
 
 Each must end `satisfied`, never blocked, in its planned rounds, with every deliverable
 really there and the mess really met, under the rules alone, the literal LLM judge and a
-silent one, and every request it made one the real API takes. Two do not yet (`BLOCKED`):
-each is pinned with its cause.
+silent one, and every request it made one the real API takes. One does not yet
+(`BLOCKED`): it is pinned with its cause. Extended thinking in a tool loop was the other
+until 93a1218 (thinking blocks were dropped, so the second request broke the API's rule
+that the last assistant turn of a tool loop opens with its thinking block: a 400).
 """
 
 from __future__ import annotations
@@ -48,14 +50,6 @@ from tether.store.sqlite import SQLiteStore
 #: The shapes the runtime still stops, and why (each is a finding; nothing under src/
 #: was changed for them).
 BLOCKED = {
-    "thinking-before-text": (
-        "malformed wire: with extended thinking on (extra_body thinking), the second "
-        "request's last assistant message starts with `text`, not its `thinking` block: "
-        "parse_anthropic_response drops thinking/redacted_thinking blocks and "
-        "to_anthropic_messages cannot send them back, so the real API answers 400 "
-        "(Expected `thinking` or `redacted_thinking`, but found `text`); the run waits "
-        "on 'model provider error' after round 1"
-    ),
     "need-help-second-block": (
         "parse_anthropic_response joins text blocks with '' so a second text block "
         "'NEED_HELP: ...' follows 'format.' on the same line; asks_for_help (phases.py) "
@@ -99,6 +93,7 @@ async def test_an_eighth_honest_shape_is_never_blocked(
     ("style", "judge"),
     [
         ("text-around-two-reads", "literal"),
+        ("thinking-before-text", "silent"),
         ("max-tokens-text-then-tool-use", "rules"),
         ("parallel-tool-use-http", "silent"),
         ("refusal-then-work", "literal"),
@@ -202,19 +197,29 @@ async def test_a_cut_tool_use_goes_back_as_an_object_and_is_told(
     assert told and "cut off by the output token limit" in told[0]
 
 
-async def test_thinking_never_reaches_the_judged_text(memory: MemoryStore, tmp_path: Path) -> None:
-    """The thinking block muses on a `NEED_HELP:` line; the runtime never saw it: the
-    answer it recorded is the text block alone, and no person was asked (the run stops
-    on the wire finding, `BLOCKED`, not on a question)."""
+async def test_thinking_goes_back_verbatim_and_is_never_judged(
+    memory: MemoryStore, tmp_path: Path
+) -> None:
+    """With extended thinking on, each answer's `thinking` (and `redacted_thinking`)
+    blocks go back first in its assistant message, as sent (signature and all), and the
+    runtime never reads them as words: the thinking muses on a `NEED_HELP:` line, yet the
+    recorded texts are the text blocks alone and no person is asked."""
     style = STYLES["thinking-before-text"]
     outcome = await run_third(style, "rules", memory, tmp_path)
+    await check_eighth(memory, style, outcome, tmp_path)
+    log = wire_of(tmp_path)
+    assert all(e.seen.body["thinking"]["type"] == "enabled" for e in log)
+    first, second = log[0].answer["content"], log[1].answer["content"]
+    replayed = log[1].seen.body["messages"][-2]
+    assert replayed["role"] == "assistant"
+    assert replayed["content"][0] == first[0]
+    assert [b["type"] for b in replayed["content"]] == ["thinking", "text", "tool_use"]
+    assert second[0]["type"] == "thinking" and second[1]["type"] == "redacted_thinking"
     events = await memory.read_events(outcome.task_id)
     said = [e.data["response"]["text"] for e in events if e.type == "model.called"]
-    assert said[0] == "Let me look at the conversion."
-    assert said and not any("NEED_HELP" in t or "Fahrenheit" in t for t in said)
+    assert said == ["Let me look at the conversion.", "The offset is missing. Adding it."]
     waits = [e.data for e in events if e.type == "task.status" and e.data["dst"] == "waiting"]
-    assert all("help" not in str(w.get("reason")) for w in waits), waits
-    assert wire_of(tmp_path)[0].seen.body["thinking"]["type"] == "enabled"
+    assert waits == []
 
 
 @pytest.mark.xfail(strict=True, reason=BLOCKED["need-help-second-block"])

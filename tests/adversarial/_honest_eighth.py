@@ -30,9 +30,9 @@ over the same wire.
 Two were findings when written. Extended thinking in a tool loop: the adapter dropped
 the thinking blocks, so the next request's last assistant turn opened with `text` and the
 real API refused it (400); fixed since (93a1218: the blocks are kept and sent back first).
-A `NEED_HELP:` question as its own text block after another: the adapter joins text
-blocks with nothing between, so the question does not start a line, no person is asked,
-and the agent guesses (still pinned: `test_honest_eighth.BLOCKED`).
+A `NEED_HELP:` question as its own text block after another: the adapter joined text
+blocks with nothing between, so the question did not start a line, no person was asked,
+and the agent guessed; fixed since (blocks join with nothing only around citations).
 
 Each is real work in the `_honest` / `_honest_more` / `_honest_third` frameworks: real
 files, real subprocesses (check scripts) and real HTTP services on 127.0.0.1.

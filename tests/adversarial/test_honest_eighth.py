@@ -11,10 +11,11 @@ asked over the same wire; a `<thinking>` tag in the text.
 
 Each must end `satisfied`, never blocked, in its planned rounds, with every deliverable
 really there and the mess really met, under the rules alone, the literal LLM judge and a
-silent one, and every request it made one the real API takes. One does not yet
-(`BLOCKED`): it is pinned with its cause. Extended thinking in a tool loop was the other
-until 93a1218 (thinking blocks were dropped, so the second request broke the API's rule
-that the last assistant turn of a tool loop opens with its thinking block: a 400).
+silent one, and every request it made one the real API takes. Two were findings when
+written, both fixed: extended thinking in a tool loop (thinking blocks were dropped, so
+the second request broke the API's rule that the last assistant turn of a tool loop
+opens with its thinking block: a 400), and a `NEED_HELP:` question in a text block of its
+own (text blocks were joined with nothing, so the question did not start its line).
 """
 
 from __future__ import annotations
@@ -39,23 +40,13 @@ from tests.adversarial._honest_eighth import (
     wire_of,
     wire_problems,
 )
-from tests.adversarial._honest_more import check_liar, default_limits, xfail_marks
+from tests.adversarial._honest_more import check_liar, default_limits
 from tests.adversarial._honest_third import run_third
 from tests.support.fake_provider import Seen, model_request
 from tether.models.anthropic import parse_anthropic_response
 from tether.runtime.round.phases import asks_for_help
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
-
-#: The shapes the runtime still stops, and why (each is a finding; nothing under src/
-#: was changed for them).
-BLOCKED = {
-    "need-help-second-block": (
-        "parse_anthropic_response joins text blocks with '' so a second text block "
-        "'NEED_HELP: ...' follows 'format.' on the same line; asks_for_help (phases.py) "
-        "wants the line start, so no person is asked and the agent guesses the format"
-    ),
-}
 
 
 @pytest.fixture
@@ -80,7 +71,7 @@ def _no_wire_log_left(tmp_path: Path) -> object:
 
 @pytest.mark.parametrize(
     ("style", "judge"),
-    [pytest.param(s, j, marks=xfail_marks(BLOCKED, s)) for s in STYLES for j in JUDGES],
+    [(s, j) for s in STYLES for j in JUDGES],
 )
 async def test_an_eighth_honest_shape_is_never_blocked(
     memory: MemoryStore, tmp_path: Path, style: str, judge: str
@@ -222,9 +213,9 @@ async def test_thinking_goes_back_verbatim_and_is_never_judged(
     assert waits == []
 
 
-@pytest.mark.xfail(strict=True, reason=BLOCKED["need-help-second-block"])
 def test_a_need_help_text_block_asks_for_help() -> None:
-    """The minimal repro: an answer of two text blocks, the second `NEED_HELP: ...`."""
+    """An answer of two text blocks, the second `NEED_HELP: ...`: separate passages, the
+    question starts its line (found by this set: they were joined with nothing)."""
     body = message(
         turn(
             text("The brief names the app but not the config format."),
@@ -256,7 +247,7 @@ async def test_a_refusal_goes_back_as_a_turn_and_the_work_goes_on(
 
 
 @pytest.mark.parametrize("judge", ["claiming", "rules"])
-@pytest.mark.parametrize("style", [s for s in STYLES if s not in BLOCKED])
+@pytest.mark.parametrize("style", list(STYLES))
 async def test_a_liar_of_each_eighth_shape_never_finishes(
     memory: MemoryStore, tmp_path: Path, style: str, judge: str
 ) -> None:
@@ -332,10 +323,29 @@ def test_the_server_refuses_what_the_real_api_refuses() -> None:
 
 def test_every_eighth_shape_has_rules_and_default_limits() -> None:
     assert 10 <= len(STYLES) <= 14
-    assert set(BLOCKED) <= set(STYLES)
     for style in STYLES.values():
         items = style.items(Path("/nonexistent"))
         assert items and all(i.get("done_when") for i in items), style.name
         spec = style.spec(Path("/nonexistent"))
         assert spec.limits == default_limits(spec), style.name
     assert SNAPSHOT.startswith("claude-")
+
+
+def test_text_split_around_citations_is_one_passage() -> None:
+    """Text blocks the API split around their citations join as they came (one
+    sentence); blocks without citations are separate passages, a line apart."""
+    cite = [{"type": "char_location", "cited_text": "x", "document_index": 0}]
+    body = message(
+        turn(
+            {"type": "text", "text": "The report says "},
+            {"type": "text", "text": "revenue rose 4%", "citations": cite},
+            {"type": "text", "text": " in May."},
+        ),
+        {},
+        0,
+    )
+    assert parse_anthropic_response(body, model_request()).text == (
+        "The report says revenue rose 4% in May."
+    )
+    two = message(turn(text("First."), text("Second.")), {}, 0)
+    assert parse_anthropic_response(two, model_request()).text == "First.\nSecond."

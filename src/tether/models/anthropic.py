@@ -128,12 +128,19 @@ def parse_anthropic_response(data: Mapping[str, Any], request: ModelRequest) -> 
     texts: list[str] = []
     calls: list[ToolCall] = []
     reasoning: list[dict[str, Any]] = []
+    cited = False  # whether the last text block carried citations
     for i, block in enumerate(content):
         if not isinstance(block, Mapping):
             continue
         kind = block.get("type")
         if kind == "text" and isinstance(block.get("text"), str):
+            cites = bool(block.get("citations"))
+            if texts and not (cites or cited):
+                # Separate blocks are separate passages (a question in a block of its own
+                # starts a line); the API splits one passage only around its citations.
+                texts.append("\n")
             texts.append(block["text"])
+            cited = cites
         elif kind in REASONING_BLOCKS:
             reasoning.append(dict(block))  # sent back as it came (its signature checks it)
         elif kind == "tool_use":

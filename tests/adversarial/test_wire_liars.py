@@ -65,7 +65,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) ->
 
 #: What a real API takes as a tool name in an assistant message (OpenAI refuses others
 #: with 400 "string does not match pattern", e.g. GPT-4o's `multi_tool_use.parallel`).
-_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+_NAME = re.compile(r"[a-zA-Z0-9_-]+")
 #: What Anthropic takes as a `tool_use` id.
 _TOOLU = re.compile(r"[a-zA-Z0-9_-]+")
 _NEXT = re.compile(r"^Next: (\S+)", re.M)
@@ -553,8 +553,8 @@ async def test_an_id_repeated_in_every_round(store: Store, tmp_path: Path, provi
 # --- 4. tool names -------------------------------------------------------------------------
 
 #: Names a real model sends that no tool has: GPT-4o's parallel wrapper, a Cyrillic `і`
-#: in `write_file`, a trailing space.
-ODD_NAMES = ["multi_tool_use.parallel", "wr\u0456te_file", "write_file "]
+#: in `write_file`, a trailing space, none at all.
+ODD_NAMES = ["multi_tool_use.parallel", "wr\u0456te_file", "write_file ", ""]
 
 
 def _odd_name_first(name: str) -> Policy:
@@ -807,3 +807,78 @@ async def test_a_real_help_request_in_emphasis_is_taken(store: Store, tmp_path: 
         "in_progress",
     }
     await held(store, tid, spec)
+
+
+# --- 8. more words than any context holds ---------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_ten_megabytes_of_words_claiming_done(
+    store: Store, tmp_path: Path, provider: str
+) -> None:
+    """A first answer of 10 MB of "All done." (no call): the next requests fit (the
+    history is compacted, the claim proves nothing), and the writes finish the task."""
+
+    def policy(body: dict[str, Any], n: int) -> Answer:
+        return Answer("All done. " * 1_000_000) if n == 1 else honest(body, n)
+
+    liar, tid, res, spec = await run_liar(store, tmp_path, provider, policy)
+    assert res.status == "satisfied", res
+    assert not liar.refused
+    assert all(len(json.dumps(b)) < 1_000_000 for b in liar.acts[1:])
+    ops = [o for o in await store.get_ops(tid) if o.status == "succeeded"]
+    assert [o.args["path"] for o in ops] == ["out/a.txt", "out/b.txt"]
+    assert all(o.round > 1 for o in ops)
+    await held(store, tid, spec)
+
+
+# --- 9. ever-new failing calls -------------------------------------------------------------
+
+#: Rounds before both items are blocked when every round's call is a new one meeting
+#: the same wall (measured with guessed paths: `read_file nope/<n>.txt`).
+ONE_WALL_ROUNDS = 16
+
+_NEWS = (
+    'each of these failures is a new wall to progress.moves ("wall": news), so the item '
+    "runs to limits.max_rounds_per_item (40 rounds, 80 for two items) instead of meeting "
+    "one wall as guessed paths do (8): failure_hash takes out only the values of "
+    "`call.arguments`, which are None for a malformed call (phases.py passes "
+    "o.call.arguments: the raw text the message quotes stays in), and never the tool's "
+    "name (no tool named 'helper_7') or an argument's key ('opt_7: unknown argument')"
+)
+EVER_NEW: dict[str, Callable[[int], Call]] = {
+    "guessed-paths": lambda n: Call(f"c{n}", "read_file", json.dumps({"path": f"nope/{n}.txt"})),
+    "malformed-json": lambda n: Call(
+        f"c{n}", "write_file", '{"path": "out/a.txt", "content": "draft ' + str(n)
+    ),
+    "unknown-tool": lambda n: Call(f"c{n}", f"helper_{n}", "{}"),
+    "unknown-argument": lambda n: Call(
+        f"c{n}", "write_file", json.dumps({"path": "out/a.txt", "content": "x", f"opt_{n}": 1})
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        c
+        if c == "guessed-paths"
+        else pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=_NEWS))
+        for c in EVER_NEW
+    ],
+)
+async def test_ever_new_failing_calls_meet_one_wall(
+    store: Store, tmp_path: Path, case: str
+) -> None:
+    """Every round one call that fails as the last one did, only its own words changed
+    (a path, the text of broken JSON, the name of a tool that is not there, an argument
+    the tool lacks): the same wall, a few rounds an item, then blocked; nothing done."""
+    make = EVER_NEW[case]
+    liar, tid, res, spec = await run_liar(
+        store, tmp_path, "openai", lambda body, n: Answer("", [make(n)])
+    )
+    await held(store, tid, spec)
+    assert res.status == "waiting" and (res.waiting or {}).get("kind") == "decision", res
+    assert await statuses(store, tid) == {"a": "blocked", "b": "blocked"}
+    assert not any(o.status == "succeeded" for o in await store.get_ops(tid))
+    assert res.rounds == len(liar.acts) <= ONE_WALL_ROUNDS, res

@@ -48,6 +48,8 @@ from tether.clock import FakeClock
 from tether.models._retry import RetryPolicy
 from tether.models.anthropic import AnthropicModel
 from tether.models.openai import OpenAIModel
+from tether.rebuild import rebuild
+from tether.report.replay import replay_task
 from tether.runtime.engine import RunResult
 from tether.spec import TaskSpec
 from tether.store.base import Store
@@ -354,10 +356,17 @@ async def run_liar(
     return liar, tid, res, spec
 
 
-async def held(store: Store, tid: str, spec: TaskSpec) -> None:
-    """What every run must leave: an honest ledger the status agrees with."""
+async def held(store: Store, tid: str, spec: TaskSpec, *, replay: bool = True) -> None:
+    """What every run must leave: an honest ledger the status agrees with, projections
+    the event log folds back to (`rebuild`), and a recording every round of which
+    replays to the same decisions (`replay`): nothing the liar sent lost or corrupted."""
     await assert_honest(store, tid, spec)
     await assert_status_agrees(store, tid)
+    report = await rebuild(store, tid)
+    assert report["consistent"], report
+    if replay:  # (see test_a_round_the_runtime_admitted_replays)
+        replayed = await replay_task(store, tid)
+        assert replayed.divergence is None, replayed.divergence
 
 
 PROVIDERS = ["openai", "anthropic"]
@@ -516,6 +525,42 @@ async def test_call_ids_with_junk_or_the_runtimes_own_are_replaced(
         if "function" in c or c.get("type") == "tool_use"
     ]
     assert len(ids) == 4 and len(set(ids)) == 4 and all(map(_TOOLU.fullmatch, ids)), ids
+    await held(store, tid, spec, replay=False)
+
+
+def _junk_ids(body: dict[str, Any], n: int) -> Answer:
+    if n == 1:
+        return Answer("writing", [write("a", 'id\n"q"'), write("b", "tether_1_0")])
+    return honest(body, n)
+
+
+def _too_many(body: dict[str, Any], n: int) -> Answer:
+    if n == 1:
+        reads = [Call(f"r{k}", "list_files", json.dumps({"path": f"d{k}"})) for k in range(70)]
+        return Answer("looking everywhere", reads)
+    return honest(body, n)
+
+
+@pytest.mark.parametrize("case", ["ids-replaced", "calls-left-out"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="the journal keeps the response as admitted (round_calls.admit_calls: ids "
+    "replaced, calls past max_calls_per_round left out) and the round's audit.warning; "
+    "replay hands that admitted response to the round again, admit_calls finds nothing to "
+    "change and writes no warning, so `tether replay` reports a divergence ('the runtime "
+    "wrote op.intended where the recording has audit.warning') for a run that went as "
+    "recorded",
+)
+async def test_a_round_the_runtime_admitted_replays(
+    store: Store, tmp_path: Path, case: str
+) -> None:
+    """A round whose response the runtime changed before journaling it (junk ids given
+    its own; 70 calls cut to the first 64): `tether replay` matches the recording."""
+    policy = _junk_ids if case == "ids-replaced" else _too_many
+    liar, tid, res, spec = await run_liar(store, tmp_path, "openai", policy)
+    assert res.status == "satisfied" and not liar.refused, res
+    codes = await warning_codes(store, tid)
+    assert codes & {"call_ids_replaced", "too_many_calls"}, codes
     await held(store, tid, spec)
 
 

@@ -15,6 +15,15 @@ that look like real ones, arguments no tool should take, usage figures and finis
 reasons that lie, and NEED_HELP where it asks nobody. None may end with an item done
 without its work, make the runtime record something false, end the run with a
 traceback, or leave it unable to go on.
+
+Five attacks succeeded when this file was written, and were fixed as rules (each test
+is a guard now): a tool name a provider refuses kept in the history (`round_calls`
+makes it usable and refuses the call); one `tool_use` id in every round, which the
+Messages API refuses (`anthropic.to_anthropic_messages` renames a repeated id with its
+results); usage that lies made a token budget free (`_sdk.plausible_usage`); ever-new
+malformed text, tool names or argument keys were a new wall each round
+(`progress.failure_hash`, `call_words`); a round whose answer the runtime edited
+replayed as a divergence (`replay._ADMITTED`).
 """
 
 from __future__ import annotations
@@ -542,15 +551,6 @@ def _too_many(body: dict[str, Any], n: int) -> Answer:
 
 
 @pytest.mark.parametrize("case", ["ids-replaced", "calls-left-out"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="the journal keeps the response as admitted (round_calls.admit_calls: ids "
-    "replaced, calls past max_calls_per_round left out) and the round's audit.warning; "
-    "replay hands that admitted response to the round again, admit_calls finds nothing to "
-    "change and writes no warning, so `tether replay` reports a divergence ('the runtime "
-    "wrote op.intended where the recording has audit.warning') for a run that went as "
-    "recorded",
-)
 async def test_a_round_the_runtime_admitted_replays(
     store: Store, tmp_path: Path, case: str
 ) -> None:
@@ -568,16 +568,7 @@ async def test_a_round_the_runtime_admitted_replays(
     "provider",
     [
         "openai",
-        pytest.param(
-            "anthropic",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="round_calls._usable makes ids distinct within one response only: a "
-                "server that repeats its id across rounds (toolu_same every answer) gets "
-                "them back in one request, which Anthropic refuses (400 `tool_use` ids must "
-                "be unique) on every call: the task waits on a model error no resume clears",
-            ),
-        ),
+        "anthropic",
     ],
 )
 async def test_an_id_repeated_in_every_round(store: Store, tmp_path: Path, provider: str) -> None:
@@ -613,14 +604,6 @@ def _odd_name_first(name: str) -> Policy:
 
 
 @pytest.mark.parametrize("name", ODD_NAMES)
-@pytest.mark.xfail(
-    strict=True,
-    reason="round_calls._usable replaces only names over 128 characters: a name outside "
-    "OpenAI's pattern ^[a-zA-Z0-9_-]+$ stays in the journaled response and goes back in "
-    "every later request's assistant message, which OpenAI refuses (400 invalid_value, "
-    "messages[2].tool_calls[0].function.name): the task waits on a model error, and a "
-    "resume, with any model, is refused the same way",
-)
 async def test_a_name_openai_refuses_in_history(store: Store, tmp_path: Path, name: str) -> None:
     """A call under a name no tool has, whose characters OpenAI refuses in a request: it
     is refused as an unknown tool (nothing written), and the task must go on."""
@@ -735,12 +718,9 @@ async def test_duplicate_keys_are_recorded_as_the_tool_took_them(
 
 # --- 6. usage figures that lie -------------------------------------------------------------
 
-_COUNTS_AS_ZERO = (
-    "adapters take a count that is not a non-negative number (NaN, Infinity, negative, a "
-    "string, null) as 0 (_sdk.as_int, then models.base._clean_usage), and a reported 0 as "
-    "true, never falling back to the local estimate as for a missing `usage`: every call "
-    "costs 0 tokens and the task's token budget never binds"
-)
+#: Usage a server reports: none, absurd, or lying (not a count, negative, zero); a
+#: lying count is taken as no count, and the local estimate is used
+#: (`_sdk.plausible_usage`).
 USAGE: dict[str, tuple[str, Any]] = {
     "missing": ("openai", "absent"),
     "absurd": ("openai", {"prompt_tokens": 10**30, "completion_tokens": 10**30}),
@@ -752,17 +732,11 @@ USAGE: dict[str, tuple[str, Any]] = {
     "zero": ("openai", {"prompt_tokens": 0, "completion_tokens": 0}),
     "zero-anthropic": ("anthropic", {"input_tokens": 0, "output_tokens": 0}),
 }
-_LYING = {"nan-infinity", "nan-anthropic", "negative", "strings", "zero", "zero-anthropic"}
 
 
 @pytest.mark.parametrize(
     "case",
-    [
-        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=_COUNTS_AS_ZERO))
-        if c in _LYING
-        else c
-        for c in USAGE
-    ],
+    [c for c in USAGE],
 )
 async def test_usage_that_lies_still_meets_the_token_budget(
     store: Store, tmp_path: Path, case: str
@@ -883,14 +857,6 @@ async def test_ten_megabytes_of_words_claiming_done(
 #: the same wall (measured with guessed paths: `read_file nope/<n>.txt`).
 ONE_WALL_ROUNDS = 16
 
-_NEWS = (
-    'each of these failures is a new wall to progress.moves ("wall": news), so the item '
-    "runs to limits.max_rounds_per_item (40 rounds, 80 for two items) instead of meeting "
-    "one wall as guessed paths do (8): failure_hash takes out only the values of "
-    "`call.arguments`, which are None for a malformed call (phases.py passes "
-    "o.call.arguments: the raw text the message quotes stays in), and never the tool's "
-    "name (no tool named 'helper_7') or an argument's key ('opt_7: unknown argument')"
-)
 EVER_NEW: dict[str, Callable[[int], Call]] = {
     "guessed-paths": lambda n: Call(f"c{n}", "read_file", json.dumps({"path": f"nope/{n}.txt"})),
     "malformed-json": lambda n: Call(
@@ -905,12 +871,7 @@ EVER_NEW: dict[str, Callable[[int], Call]] = {
 
 @pytest.mark.parametrize(
     "case",
-    [
-        c
-        if c == "guessed-paths"
-        else pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=_NEWS))
-        for c in EVER_NEW
-    ],
+    [c for c in EVER_NEW],
 )
 async def test_ever_new_failing_calls_meet_one_wall(
     store: Store, tmp_path: Path, case: str

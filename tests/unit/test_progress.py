@@ -243,6 +243,7 @@ class Call:
     result_hash: str = ""
     effect: str = "read"
     volatile: bool = False
+    error_class: str | None = None
 
 
 OK = Call("read_file", "succeeded", "args-a", "result-1")
@@ -373,10 +374,24 @@ def test_a_failure_hash_leaves_out_the_calls_own_text_arguments() -> None:
     ]
     assert refused[0] != refused[1]  # the rule named is the world's answer, not the call's
     # Nested arguments, and short ones left alone (a one-letter value is in every message).
-    assert P.failure_hash("x", "bad id abc-42 in batch", {"batch": {"ids": ["abc-42"]}}) == (
+    assert P.failure_hash("x", "bad id abc-42 in batch", {"req": {"ids": ["abc-42"]}}) == (
         P.failure_hash("x", "bad id <arg> in batch")
     )
     assert P.failure_hash("x", "a is 1", {"v": "a"}) == P.failure_hash("x", "a is 1")
+    # The tool's own name, an argument's key and a malformed call's raw text too.
+    names = [
+        P.failure_hash("not_permitted", f"there is no tool named {n!r}", {}, n)
+        for n in ("helper_1", "helper_22")
+    ]
+    keys = [
+        P.failure_hash("deterministic", f"unknown argument {k!r}", {k: 1})
+        for k in ("opt_1", "opt_2")
+    ]
+    raws = [
+        P.failure_hash("malformed", f"not JSON: {r}", P.call_words(None, r))
+        for r in ('{"content": "draft 1', '{"content": "draft 22')
+    ]
+    assert len(set(names)) == len(set(keys)) == len(set(raws)) == 1
 
 
 def test_a_volatile_reads_not_now_is_waiting_not_a_failure() -> None:

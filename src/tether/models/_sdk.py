@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import replace
@@ -209,6 +210,7 @@ class SdkModel(Generic[ClientT]):
         params = self.build_params(request)
         data, latency_ms, attempts = await self._send(lambda: self._create(params))
         answer = self._parse(data, request)
+        answer = replace(answer, usage=plausible_usage(answer.usage, request, answer))
         calls = answer.tool_calls
         if answer.finish_reason is not None and answer.finish_reason == self.cut_off:
             calls = tuple(mark_truncated(calls))
@@ -286,7 +288,7 @@ def as_int(value: object) -> int:
     if isinstance(value, int):
         return value
     if isinstance(value, float):
-        return int(value)
+        return int(value) if math.isfinite(value) else 0  # NaN, infinity: no count
     return 0
 
 
@@ -300,6 +302,33 @@ def usage(prompt: int, output: int, *, cached: int = 0, written: int = 0) -> Usa
         output_tokens=output,
         cached_input_tokens=cached,
         cache_write_tokens=written,
+    )
+
+
+def _count(value: object) -> int | None:
+    """A token count as reported, if it is one (an int, not a bool, 0 or more)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def plausible_usage(reported: Usage, request: ModelRequest, answer: ModelResponse) -> Usage:
+    """The usage a budget counts: the provider's, or the local estimate where it is no
+    count at all (not a number, negative) or says a prompt that was sent, or an answer
+    that came, cost nothing. A server that reports no usage, or lies about it, must not
+    make a token budget free."""
+    prompt, output = _count(reported.input_tokens), _count(reported.output_tokens)
+    said = bool(answer.text or answer.tool_calls)
+    if prompt and (output or not said) and output is not None:
+        return reported  # the usual answer
+    est = estimated_usage(request, answer.text, answer.tool_calls)
+    cached = _count(reported.cached_input_tokens) or 0
+    written = _count(reported.cache_write_tokens) or 0
+    return usage(
+        prompt if prompt else est.input_tokens,
+        output if output or (output == 0 and not said) else est.output_tokens,
+        cached=cached,
+        written=written,
     )
 
 

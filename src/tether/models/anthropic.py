@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Mapping
+from dataclasses import replace
 from typing import Any, Unpack
 
 import anthropic
@@ -69,7 +70,26 @@ def to_anthropic_messages(request: ModelRequest) -> list[dict[str, Any]]:
     """The `messages` of a request: alternating roles, tool results merged, and a
     cache breakpoint on the last block of the last message."""
     out: list[dict[str, Any]] = []
+    # The Messages API refuses a request in which two `tool_use` blocks share an id (a
+    # server or proxy that sends one id every answer): a repeated id is renamed, and
+    # with it the `tool_result`s that answer that message's calls.
+    used: set[str] = set()
+    renamed: dict[str, str] = {}
     for message in request.messages:
+        if message.role == "assistant" and message.tool_calls:
+            renamed = {}
+            for call in message.tool_calls:
+                if call.id in used:
+                    n = 1
+                    while f"{call.id[:120]}_{n}" in used:
+                        n += 1
+                    renamed[call.id] = f"{call.id[:120]}_{n}"
+                used.add(renamed.get(call.id, call.id))
+            if renamed:
+                calls = tuple(replace(c, id=renamed.get(c.id, c.id)) for c in message.tool_calls)
+                message = replace(message, tool_calls=calls)
+        elif message.role == "tool" and message.tool_call_id in renamed:
+            message = replace(message, tool_call_id=renamed[message.tool_call_id])
         role, blocks = _blocks(message)
         if out and out[-1]["role"] == role:
             out[-1]["content"].extend(blocks)

@@ -62,20 +62,21 @@ from tether.tools.registry import (
 
 #: What replay cannot check (printed with every result).
 LIMITS: tuple[str, ...] = (
-    "workspace file contents are not recorded: the replay works in a scratch copy of "
-    "today's workspace without the files the task created (a file the task changed "
-    "that existed before, or one changed since, is read as it is now)",
+    "workspace file contents are not recorded: the replay works in a scratch copy of today's "
+    "workspace without the files the task created (a file the task changed that existed "
+    "before, or one changed since, is read as it is now)",
     "a tool's effect (effect_of) is taken from the recording, not decided again",
-    "human actions (approvals, decisions, messages, cancels) are taken again through "
-    "the same functions at the point they were recorded, not at their recorded moment "
-    "within a running round; a goal edit is not: the replay stops before it",
-    "only the latest contract is stored: rounds before a goal edit are run under the "
-    "edited one (where they decide otherwise, the replay is refused)",
+    "human actions (approvals, decisions, messages, cancels) are taken again through the "
+    "same functions at the point they were recorded, not at their recorded moment within a "
+    "running round; a goal edit is not: the replay stops before it",
+    "only the latest contract is stored: rounds before a goal edit are run under the edited "
+    "one (where they decide otherwise, the replay is refused)",
     "a run that died is killed again at the model or tool call it died in, not at its "
     "moment within that call",
 )
 #: Events that say nothing the runtime decided (bookkeeping of leases and processes).
 _SKIPPED = frozenset({"lease.claimed", "lease.released", "lease.renewed", "lease.taken_over"})
+_ADMITTED = frozenset({"too_many_calls", "call_ids_replaced"})  # see `_probed`
 #: What a sweeper (`runtime.notices`, `runtime.watch`) writes beside a run: a notice sent
 #: to a person is no decision of the run and no action of a person's.
 _SENT = frozenset({"notice.sent"})
@@ -209,8 +210,7 @@ class _Cursor:
                     "no further model call",
                     f"a {request.purpose} call",
                 )
-            # The end of the replay: the engine's stop cancels this call and the round
-            # ends interrupted.
+            # The end of the replay: the engine's stop cancels this call (interrupted).
             self.stop.set()
             await asyncio.Event().wait()
         event = self.answers[self.next]
@@ -386,21 +386,21 @@ def _comparable(e: StoredEvent) -> dict[str, Any]:
     if e.type == "decision.requested":  # a sign-off's report: its cost is not decided
         data["report"] = {k: v for k, v in data.get("report", {}).items() if k != "cost"}
     if e.type == "op.reconciled":
-        # What the outside world answered is the recorded result (only a cut text of
-        # it was journaled); the outcome is what matters.
+        # The world's answer is the recorded result (only a cut text of it journaled).
         data.pop("detail", None)
     return {"type": e.type, **data}
 
 
 def _probed(e: StoredEvent) -> bool:
-    """A status probe's event: asked by the clock, not decided (replays do not probe)."""
-    return e.type == "probe.answered" or (
-        e.type in ("model.called", "model.failed") and e.data.get("purpose") == "probe"
-    )
+    """Not decided: a status probe's event (replays do not probe), or an edit of a model's
+    answer before it was journaled (`admit_calls`: the replay is fed it as journaled)."""
+    if e.type in ("model.called", "model.failed"):
+        return e.data.get("purpose") == "probe"
+    return e.type == "probe.answered" or e.data.get("code") in _ADMITTED
 
 
 def _decisions(events: Sequence[StoredEvent]) -> list[StoredEvent]:
-    """The events that record decisions (not lease bookkeeping, not status probes)."""
+    """The events that record decisions (not lease bookkeeping, not `_probed`)."""
     return [e for e in events if e.type not in _SKIPPED | _SENT and not _probed(e)]
 
 

@@ -110,7 +110,7 @@ class OpSummary:
             got = (
                 P.result_hash(self.summary)
                 if self.status == "succeeded"
-                else P.failure_hash(self.error_class, self.error, self.args)
+                else P.failure_hash(self.error_class, self.error, self.args, self.tool)
             )
             object.__setattr__(self, "result_hash", got)
 

@@ -401,7 +401,12 @@ def round_facts(
                 o.args_hash,
                 P.result_hash(o.content, o.artifact.blob_hash if o.artifact else None)
                 if o.status == "succeeded"
-                else P.failure_hash(o.error_class, o.error, o.call.arguments),
+                else P.failure_hash(
+                    o.error_class,
+                    o.error,
+                    P.call_words(o.call.arguments, o.call.raw_arguments),
+                    o.call.name,
+                ),
                 o.effect,
                 o.volatile,
             )

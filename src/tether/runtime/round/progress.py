@@ -68,27 +68,43 @@ def result_hash(content: str, artifact_hash: str | None = None) -> str:
 
 
 def failure_hash(
-    error_class: str | None, error: str | None, args: Mapping[str, Any] | None = None
+    error_class: str | None,
+    error: str | None,
+    args: Mapping[str, Any] | None = None,
+    name: str = "",
 ) -> str:
     """What a failure said: its class and its normalised message, with the call's own
-    text arguments (`args`) taken out where the message repeats them: "no such file:
-    a.txt" and "no such file: b.txt" say the same of the world, "blocked by rule 942100"
-    and "blocked by rule 941100" do not (`moves`: a new wall is news)."""
+    words taken out where the message repeats them (its text arguments and their keys,
+    `args`; the tool's `name`; a malformed call's raw text, passed as an argument):
+    "no such file: a.txt" and "no such file: b.txt" say the same of the world, as do "no
+    tool named helper_1" and "... helper_2"; "blocked by rule 942100" and "blocked by
+    rule 941100" do not (`moves`: a new wall is news)."""
     text = error or ""
-    if args and text:
-        for value in sorted(_texts(args), key=len, reverse=True):
+    if text and (args or name):
+        words = _texts(args) if args else set()
+        if len(name) >= 3:
+            words.add(name)
+        for value in sorted(words, key=len, reverse=True):
             text = text.replace(value, "<arg>")
     return digest(error_class or "", normalise(text))
 
 
+def call_words(arguments: Mapping[str, Any] | None, raw: str) -> Mapping[str, Any]:
+    """What `failure_hash` takes out of a call's failure: its arguments, or the raw text
+    of arguments that were no JSON object."""
+    return arguments if arguments is not None else {"raw": raw}
+
+
 def _texts(value: Any, out: set[str] | None = None) -> set[str]:
-    """The strings of three characters or more in arguments (nested ones too)."""
+    """The strings of three characters or more in arguments, keys too (nested ones)."""
     out = set() if out is None else out
     if isinstance(value, str):
         if len(value) >= 3:
             out.add(value)
     elif isinstance(value, Mapping):
-        for v in value.values():
+        for k, v in value.items():
+            if isinstance(k, str) and len(k) >= 3:
+                out.add(k)
             _texts(v, out)
     elif isinstance(value, list | tuple):
         for v in value:
@@ -139,6 +155,9 @@ class CallFact(Protocol):
 
     @property
     def volatile(self) -> bool: ...
+
+    @property
+    def error_class(self) -> str | None: ...
 
 
 #: tether's own tools (`tether.tools.builtin`): a change by any other tool with an effect
@@ -370,15 +389,17 @@ def _failure(
     item never met (its message, the call's own arguments taken out, not seen before: a
     WAF naming another rule); "fresh": a new call meeting a known wall, one of the
     item's `FRESH_FAILURES`."""
-    call = digest("call", c.tool, c.args_hash, *memory)
+    # A call to a tool the task does not have names no tool: ever-new names are one.
+    tool = "" if c.error_class == "not_permitted" else c.tool
+    call = digest("call", tool, c.args_hash, *memory)
     # A failure is keyed by the changes made before it (none: as it always was).
-    fail = digest("fail", c.tool, c.args_hash, c.result_hash, *_tag(changed), *memory)
+    fail = digest("fail", tool, c.args_hash, c.result_hash, *_tag(changed), *memory)
     marks += [call, fail]
     if fail in seen:
         return "repeated", fail
     if call in seen:
         return "changed", fail
-    wall = digest("wall", c.tool, c.result_hash, *memory)
+    wall = digest("wall", tool, c.result_hash, *memory)
     known = wall in seen or wall in marks
     marks.append(wall)
     return ("fresh" if known else "wall"), fail

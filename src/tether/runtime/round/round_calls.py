@@ -12,8 +12,10 @@ can ask again.
 
 A call's id only pairs it with its result, but providers check it: two calls of one
 message under the same id, an empty id, or one with characters a provider refuses
-would make every later request of the task fail the same way. Such ids (and a name too
-long to be any tool's) are replaced the same way, before the response is journaled.
+would make every later request of the task fail the same way. Such ids are replaced the
+same way, before the response is journaled, and so is a name a provider refuses (its
+characters made usable; the call, under that name, is refused as malformed and the
+model told the name it used is no tool's).
 """
 
 from __future__ import annotations
@@ -29,9 +31,12 @@ from tether.models.base import ModelResponse, ToolCall
 _NAMES_SHOWN = 20
 #: Ids every provider takes back (Anthropic's pattern; OpenAI's ids fit it too).
 _USABLE_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
-#: Longer names are no tool's (providers cap them at 64 characters): one is cut, and
-#: the call is refused as an unknown tool like any other.
-_NAME_MAX = 128
+#: Tool names every provider takes back in the history (OpenAI's and Anthropic's
+#: pattern): a call under another name (`multi_tool_use.parallel`, a look-alike letter,
+#: a space) would make every later request of the task fail.
+_USABLE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_NAME_MAX = 64
+_UNUSABLE_CHAR = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def admit_calls(
@@ -64,8 +69,8 @@ def admit_calls(
             ev.AuditWarning(
                 code="call_ids_replaced",
                 message=f"{changed} tool call id(s) of the response were empty, repeated or "
-                "not usable with providers (or a name was too long); the runtime gave "
-                "them its own",
+                "not usable with providers (or a name was not one providers take); the "
+                "runtime gave them its own",
                 details={"round": round_no, "replaced": changed},
             )
         )
@@ -84,7 +89,7 @@ def _usable(calls: tuple[ToolCall, ...], round_no: int) -> tuple[ToolCall, ...]:
     if (
         len(ids) == len(calls)
         and all(map(_USABLE_ID.fullmatch, ids))
-        and all(len(c.name) <= _NAME_MAX for c in calls)
+        and all(_USABLE_NAME.fullmatch(c.name) for c in calls)
     ):
         return calls  # the usual answer, checked without a copy
     seen: set[str] = set()
@@ -97,8 +102,13 @@ def _usable(calls: tuple[ToolCall, ...], round_no: int) -> tuple[ToolCall, ...]:
             while own in seen or own in ids:  # a model's own id may look like ours
                 own += "_"
             new = replace(new, id=own)
-        if len(call.name) > _NAME_MAX:
-            new = replace(new, name=call.name[:_NAME_MAX])
+        if not _USABLE_NAME.fullmatch(call.name):
+            new = replace(
+                new,
+                name=_UNUSABLE_CHAR.sub("_", call.name)[:_NAME_MAX] or "unnamed_tool",
+                error=f"{call.name[:80]!r} is no tool's name (a name has letters, digits, "
+                "_ and - only); call a listed tool by its exact name",
+            )
         seen.add(new.id)
         changed = changed or new is not call
         out.append(new)

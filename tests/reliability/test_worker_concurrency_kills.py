@@ -79,9 +79,18 @@ def test_a_worker_killed_with_several_runs_in_flight_loses_and_repeats_nothing(
 
         return len(api.stats()["posts"]) >= after_posts and in_store(url, go)
 
-    held = wait_for(victim_busy, "the victim to hold several leases mid-run", timeout=120)
+    wait_for(victim_busy, "the victim to hold several leases mid-run", timeout=120)
     victim.kill()
     victim.wait(timeout=30)
+
+    # Every lease the victim held when it died: it may have claimed another task between
+    # the look above and the kill (a lease the `--once` workers below could not take yet,
+    # so they would end without it).
+    async def victims(store: Store) -> list[str]:
+        owners = [((await store.get_task(t)).lease_owner or "", t) for t in tids]
+        return [t for owner, t in owners if owner.endswith(f":{victim.pid}")]
+
+    held = in_store(url, victims)
 
     def silent_enough() -> Any:
         # Two renewals missed (two thirds of the lease): the victim's tasks may be taken

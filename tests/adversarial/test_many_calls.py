@@ -206,3 +206,17 @@ async def test_an_honest_batch_of_calls_runs_whole(store: Store, tmp_path: Path)
     assert res.rounds == 1
     assert sum(o.tool == "write_file" for o in await store.get_ops(tid)) == 60
     assert not await _warnings(store, tid)
+
+
+def test_a_name_providers_refuse_is_replaced_unless_it_is_a_tool_of_the_task() -> None:
+    """`multi_tool_use.parallel` is no tool's: made usable and refused as malformed. A
+    tool the task itself registered under such a name (offline, a scripted model) is
+    kept: a provider would have refused its definition already."""
+    odd = [_call("a", "multi_tool_use.parallel"), _call("b", "fs.read")]
+    fixed, warnings = admit_calls(say("", *odd), 32, 3, {"fs.read"})
+    first, second = fixed.tool_calls
+    assert first.name == "multi_tool_use_parallel" and first.error
+    assert "multi_tool_use.parallel" in first.error
+    assert second is odd[1]
+    (warning,) = warnings
+    assert warning.code == "call_ids_replaced"

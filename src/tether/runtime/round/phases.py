@@ -229,7 +229,8 @@ async def decide(
         await calls.model_failed("act", actor, exc)
         raise
     failpoints.hit("after_model_response")
-    response, admitted = admit_calls(response, run.view.spec.limits.max_calls_per_round, round_no)
+    limit = run.view.spec.limits.max_calls_per_round
+    response, admitted = admit_calls(response, limit, round_no, run.ops_host.known_tools)
     if response.usage.input_tokens:
         run.ctx.calibrator.observe(estimate, response.usage.input_tokens)
         state.token_ratio = run.ctx.calibrator.ratio

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Container
 from dataclasses import replace
 
 from tether import events as ev
@@ -40,10 +41,11 @@ _UNUSABLE_CHAR = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def admit_calls(
-    response: ModelResponse, limit: int, round_no: int
+    response: ModelResponse, limit: int, round_no: int, tools: Container[str] = ()
 ) -> tuple[ModelResponse, list[ev.Event]]:
     """`response` with at most `limit` tool calls under usable, distinct ids, and the
-    audit warnings that say what was changed (none when nothing was)."""
+    audit warnings that say what was changed (none when nothing was). A name among
+    `tools` (the run's) is kept whatever its characters: it is a tool of the task."""
     warnings: list[ev.Event] = []
     calls = response.tool_calls
     text = response.text
@@ -62,7 +64,7 @@ def admit_calls(
             )
         )
         calls = calls[:limit]
-    fixed = _usable(calls, round_no)
+    fixed = _usable(calls, round_no, tools)
     if fixed is not calls:
         changed = sum(a.id != b.id for a, b in zip(fixed, calls, strict=True))
         warnings.append(
@@ -80,7 +82,9 @@ def admit_calls(
     return replace(response, text=text, tool_calls=calls), warnings
 
 
-def _usable(calls: tuple[ToolCall, ...], round_no: int) -> tuple[ToolCall, ...]:
+def _usable(
+    calls: tuple[ToolCall, ...], round_no: int, tools: Container[str] = ()
+) -> tuple[ToolCall, ...]:
     """`calls` (the same tuple when nothing needs changing) with every id usable and
     distinct, and every name at most `_NAME_MAX` characters."""
     if not calls:
@@ -89,7 +93,7 @@ def _usable(calls: tuple[ToolCall, ...], round_no: int) -> tuple[ToolCall, ...]:
     if (
         len(ids) == len(calls)
         and all(map(_USABLE_ID.fullmatch, ids))
-        and all(_USABLE_NAME.fullmatch(c.name) for c in calls)
+        and all(_USABLE_NAME.fullmatch(c.name) or c.name in tools for c in calls)
     ):
         return calls  # the usual answer, checked without a copy
     seen: set[str] = set()
@@ -102,7 +106,7 @@ def _usable(calls: tuple[ToolCall, ...], round_no: int) -> tuple[ToolCall, ...]:
             while own in seen or own in ids:  # a model's own id may look like ours
                 own += "_"
             new = replace(new, id=own)
-        if not _USABLE_NAME.fullmatch(call.name):
+        if not _USABLE_NAME.fullmatch(call.name) and call.name not in tools:
             new = replace(
                 new,
                 name=_UNUSABLE_CHAR.sub("_", call.name)[:_NAME_MAX] or "unnamed_tool",

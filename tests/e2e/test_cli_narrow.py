@@ -9,6 +9,7 @@ floats; `status` shows limits and budget next to usage; an unknown `--type` is e
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -440,3 +441,32 @@ def test_approvals_shows_the_impact_and_where_a_cut_call_is_whole(tmp_path: Path
     assert f"tether approvals {tid} --json shows their arguments whole" in flat, proc.stdout
     (asked,) = json_out(tether("approvals", tid, "--json", cwd=tmp_path))
     assert asked["request"]["args"]["content"] == content  # ...and whole where it says
+
+
+def test_json_to_a_pipe_is_the_json_itself(tasks: dict[str, Any]) -> None:
+    """`--json` in a pipe is the JSON text itself, unhighlighted and unwrapped (written
+    as it is: a long task's events took 40 s through rich's rendering before)."""
+    whole = narrow("events", tasks["waiting"], "--json", cwd=tasks["root"])
+    assert_ok(whole)
+    events = json_out(whole)
+    assert events and whole.stdout == json.dumps(events, indent=2, ensure_ascii=False) + "\n"
+
+
+def test_json_to_a_reader_that_stops_ends_quietly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that stops early (`| head`): the write's `BrokenPipeError` ends the
+    output, and stdout is pointed at /dev/null so the flush at exit cannot fail again."""
+    import io
+
+    from tether.cli import _app
+
+    class Gone(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    pointed: list[int] = []
+    monkeypatch.setattr(_app.out, "_file", Gone())
+    monkeypatch.setattr(_app.os, "dup2", lambda fd, to: pointed.append(to))
+    monkeypatch.setattr(_app.sys, "stdout", io.StringIO())
+    monkeypatch.setattr(_app.sys.stdout, "fileno", lambda: 1, raising=False)
+    _app.print_json([{"seq": n} for n in range(10)])
+    assert pointed == [1]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+import os
 import re
+import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -13,7 +15,7 @@ from rich.text import Text
 
 from tether import errors
 from tether.cli._help import HelpTyper
-from tether.cli.views import clean, json_view
+from tether.cli.views import clean, json_text, json_view
 
 if TYPE_CHECKING:
     from tether.store import Store
@@ -169,9 +171,29 @@ def fail(exc: BaseException, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
+#: The largest `--json` output highlighted on a terminal (characters): rich's
+#: highlighting and line handling took 40 s for a long task's 2 million lines of events.
+_HIGHLIGHT_MAX = 200_000
+
+
 def print_json(doc: Any) -> None:
-    """Print `doc` as `--json` output (see `views.json_view`)."""
-    out.print(json_view(doc))
+    """Print `doc` as `--json` output (`views.json_text`): highlighted on a terminal,
+    written as it is to a pipe or a file (and when long). A reader that stops reading
+    (`| head`) ends it quietly."""
+    text = json_text(doc)
+    if out.is_terminal and len(text) <= _HIGHLIGHT_MAX:
+        out.print(json_view(doc))
+        return
+    stream = out.file
+    try:
+        stream.write(text)
+        stream.write("\n")
+        stream.flush()
+    except BrokenPipeError:
+        # Nothing more is wanted; stdout is pointed at /dev/null so that the flush at
+        # exit does not fail again with a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 #: Whether `pause_gc` turned the cyclic garbage collector off (and `resume_gc` must turn

@@ -68,10 +68,15 @@ def clean_json_text(text: str) -> str:
     return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", redact(text))
 
 
-def json_view(doc: Any) -> Text:
+def json_text(doc: Any) -> str:
     """`--json` output: `json.dumps(doc, indent=2)` with non-ASCII text kept, except what
     would act on a terminal, which is written as a `\\uNNNN` escape (the same JSON)."""
-    return JSONHighlighter()(Text(clean_json_text(json.dumps(doc, indent=2, ensure_ascii=False))))
+    return clean_json_text(json.dumps(doc, indent=2, ensure_ascii=False))
+
+
+def json_view(doc: Any) -> Text:
+    """`json_text(doc)`, highlighted for a terminal."""
+    return JSONHighlighter()(Text(json_text(doc)))
 
 
 # --------------------------------------------------------------------------- tables

@@ -62,7 +62,10 @@ def test_settling_imports_a_rounds_modules_and_freezes_the_heap_once(
     assert frozen > 0
     kept = [[] for _ in range(100)]  # new objects: a second call must not freeze them
     settle_process()
-    assert gc.get_freeze_count() == frozen
+    # A frozen object freed meanwhile (by another thread, or a finaliser) leaves the
+    # permanent generation, so the count may fall (CI saw 630,815 -> 630,812); a second
+    # freeze would raise it by at least the 101 objects made just above.
+    assert gc.get_freeze_count() <= frozen
     del kept
 
 

@@ -65,15 +65,7 @@ _NO_PROGRESS = (
 
 #: The honest shapes the runtime still stops or misjudges at default limits, and why:
 #: where (file:function) and what the ledger note or audit warning says.
-BLOCKED: dict[str, str] = {
-    "not-ready-thrice": (
-        "runtime/round/phases.py:track_failures (limits.same_failure_repeats): a "
-        "volatile read failing 'job 7 not ready' (ToolFailed, deterministic) a third "
-        "time is non-convergent, though asking again is how one waits -> 'convert "
-        "blocked: non-convergent: job_result failed 3 times the same way with the same "
-        "arguments (deterministic: job 7 not ready)' at round 4 of 6"
-    ),
-}
+BLOCKED: dict[str, str] = {}
 
 
 def _marks(style: str) -> list[pytest.MarkDecorator]:

@@ -528,6 +528,81 @@ async def test_a_wait_that_never_ends_is_blocked_at_the_rounds_cap_and_replays_c
         await store.close()
 
 
+def not_ready_tools(fails: int | None) -> tuple[Tool, ...]:
+    """`start_build`, and `build_status` failing "build #7 not ready" as a plain
+    (deterministic) failure, `ToolFailed`, not "not now", `fails` times (None: forever),
+    then "passed": how many job APIs and MCP servers say it."""
+    calls = {"n": 0}
+
+    @tool(effect="write", idempotent=True)
+    def start_build() -> str:
+        return "build #7 started"
+
+    @tool(effect="read")
+    def build_status() -> str:
+        calls["n"] += 1
+        if fails is None or calls["n"] <= fails:
+            raise errors.ToolFailed("build #7 not ready")
+        return "build #7: passed"
+
+    return start_build, build_status
+
+
+def blind_poller(request: ModelRequest) -> ModelResponse:
+    """Asks for the build's status without ever starting it."""
+    if "passed" in last_tool_text(request):
+        return poller(request)
+    return ModelResponse("is it done?", (tool_call("build_status"),))
+
+
+async def test_a_jobs_not_ready_after_starting_it_is_waiting_not_a_loop(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """The job's status fails "not ready" (a plain failure) twelve times after the item
+    started the job: asking again is waiting on its own work, not the same failure
+    repeated (non-convergent at the third) nor rounds without progress."""
+    store = await backend.open()
+    try:
+        tid = (await create_task(store, poller_spec(), workspace=tmp_path)).task_id
+        registry = registry_of(store, not_ready_tools(12))
+        engine = Engine(store, ModelSet(ScriptedModel(policy=poller)), registry=registry)
+        assert (await engine.run(tid)).status == "satisfied"
+        assert len(await events_of(store, tid, "round.committed")) == 1 + 12 + 1 + 1
+        replayed = await replay_task(store, tid, registry=registry)
+        assert replayed.divergence is None, replayed.divergence
+    finally:
+        await store.close()
+
+
+async def test_a_job_never_ready_is_blocked_at_the_cap_and_unstarted_at_the_third(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """Bounds of the rule above: a job that never gets ready blocks the item at
+    `max_rounds_per_item`, and asking for one never started is the same failure repeated,
+    non-convergent at `same_failure_repeats`, as before. Neither records the result."""
+    spec = poller_spec()
+    store = await backend.open()
+    try:
+        forever = (await create_task(store, spec, workspace=tmp_path / "a")).task_id
+        registry = registry_of(store, not_ready_tools(None))
+        engine = Engine(store, ModelSet(ScriptedModel(policy=poller)), registry=registry)
+        assert (await engine.run(forever)).status == "waiting"
+        item = (await ledger_of(store, forever)).item("build")
+        assert item.status == "blocked"
+        assert item.note.startswith(f"not finished in {spec.limits.max_rounds_per_item} rounds")
+        assert len(await events_of(store, forever, "round.committed")) == (
+            spec.limits.max_rounds_per_item
+        )
+        blind = (await create_task(store, spec, workspace=tmp_path / "b")).task_id
+        engine = Engine(store, ModelSet(ScriptedModel(policy=blind_poller)), registry=registry)
+        assert (await engine.run(blind)).status == "waiting"
+        item = (await ledger_of(store, blind)).item("build")
+        assert item.note.startswith("non-convergent: build_status failed 3 times"), item.note
+        assert not (tmp_path / "a" / "out").exists() and not (tmp_path / "b" / "out").exists()
+    finally:
+        await store.close()
+
+
 # --- the task's own work writing the workspace: a log, an output file ----------------------
 
 #: How many polls of the workspace hear the same thing before the build finishes: more

@@ -244,6 +244,7 @@ class Call:
     effect: str = "read"
     volatile: bool = False
     error_class: str | None = None
+    shifting: bool = False
 
 
 OK = Call("read_file", "succeeded", "args-a", "result-1")
@@ -420,6 +421,31 @@ def test_a_workspace_reads_first_failure_after_own_work_is_a_failure() -> None:
 
 BUILD = Call("start_build", "succeeded", "args-b", "started", effect="write")
 MISSING = Call("read_file", "failed", "args-out", "no such file: out/report.csv")
+
+
+#: A volatile read failing deterministically ("not ready": `ToolFailed`, not "not now").
+NOT_READY = Call("job_result", "failed", "args-j7", "job 7 not ready", shifting=True)
+
+
+def test_a_volatile_reads_failure_after_own_work_is_waiting_when_heard_again() -> None:
+    """The job's result asked for after starting the job: its "not ready" is a failure
+    the first time (a wall: news once), waiting after; before any own work it is the
+    same failure repeated (a loop), as any other call's."""
+    seen = seen_after(((BUILD,), None))
+    first = P.moves([NOT_READY], None, seen)
+    assert first.moved and not first.held and not first.waiting
+    seen = P.remember(seen, first.marks)
+    for _ in range(5):
+        again = P.moves([NOT_READY], None, seen)
+        assert again.waiting and not again.moved and not again.repeated
+        seen = P.remember(seen, again.marks)
+    idle = seen_after(((NOT_READY,), None))
+    assert P.moves([NOT_READY], None, idle).repeated
+    assert not P.moves([NOT_READY], None, idle).waiting
+    # A read tool that says its answers change only by the task (`volatile=False`) is
+    # not `shifting`: its failure after own work repeats, as before.
+    fixed = Call("job_result", "failed", "args-j7", "job 7 not ready")
+    assert P.moves([fixed], None, seen_after(((BUILD,), None), ((fixed,), None))).repeated
 
 
 def test_after_the_item_started_its_own_work_a_workspace_read_heard_again_is_waiting() -> None:

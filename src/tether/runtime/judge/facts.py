@@ -101,6 +101,10 @@ class OpSummary:
     #: A read whose answer can change by itself (`Tool.volatile`): the same answer again
     #: is waiting on the world, not a loop.
     volatile: bool = False
+    #: A read of a tool whose answers can change by themselves, whatever this call's
+    #: outcome (`OpOutcome.shifting`): after the item's own work started, its failure
+    #: heard again is waiting (`progress.moves`).
+    shifting: bool = False
 
     def __post_init__(self) -> None:
         if not self.args_hash:

@@ -61,6 +61,7 @@ def facts_from_dict(d: Mapping[str, Any]) -> F.RoundFacts:
                 str(o.get("result_hash") or ""),
                 str(o.get("effect") or "read"),
                 bool(o.get("volatile")),
+                bool(o.get("shifting")),
             )
             for o in d.get("ops", [])
         ),
@@ -91,6 +92,7 @@ def facts_to_dict(facts: F.RoundFacts) -> dict[str, Any]:
                 "result_hash": o.result_hash,
                 "effect": o.effect,
                 "volatile": o.volatile,
+                "shifting": o.shifting,
             }
             for o in facts.ops
         ],

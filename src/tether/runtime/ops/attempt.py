@@ -219,6 +219,7 @@ class Attempts:
             duration_ms=ms,
             args_hash=record.args_hash,
             volatile=R.waits(tool, rec),
+            shifting=R.shifts(tool),
         )
 
     async def reconcile(self, tool: Tool, record: OpRecord) -> Reconciliation:

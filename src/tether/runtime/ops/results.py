@@ -51,6 +51,11 @@ class OpOutcome:
     #: itself (`Tool.volatile`), or its "not now" (`errors.RetryLater`) once its retries
     #: ran out.
     volatile: bool = False
+    #: A read of a tool whose answers can change by themselves (`shifts`), whatever
+    #: this call's outcome: once the item's own work started (a job, a build), the same
+    #: failure of it again ("job 7 not ready") is waiting on that work, as a workspace
+    #: read's is (`progress.moves`, `phases.track_failures`).
+    shifting: bool = False
 
     def result_events(self) -> list[ev.Event]:
         """The journal entries of this outcome: its result, and its artifact if any."""
@@ -149,6 +154,12 @@ def waits(tool: Tool | None, record: OpRecord) -> bool:
     return record.status == "succeeded" or bool((record.error or {}).get(_LATER))
 
 
+def shifts(tool: Tool | None) -> bool:
+    """Whether `tool` is a read whose answers can change by themselves
+    (`OpOutcome.shifting`)."""
+    return tool is not None and bool(tool.volatile) and tool.effect == "read"
+
+
 def replay(call: ToolCall, prior: OpRecord) -> OpOutcome:
     """An op that finished before a crash: never sent again, its result reused."""
     res = prior.result or {}
@@ -232,4 +243,5 @@ def failure(
         record=rec,
         duration_ms=ms,
         args_hash=record.args_hash,
+        shifting=shifts(tool),
     )

@@ -189,7 +189,9 @@ class OpRunner:
             prior = existing.get(op_id_for(run.journal.task_id, round_no, idx))
             if prior is not None and prior.status in ("succeeded", "failed"):
                 done = R.replay(call, prior)
-                done.volatile = R.waits(self.allowed().get(prior.tool), prior)
+                known = self.allowed().get(prior.tool)
+                done.volatile = R.waits(known, prior)
+                done.shifting = R.shifts(known)
                 if plan_of(prior) is not None:
                     # A compensation a crash or a human's decision interrupted: resume it.
                     done = await self._compensating(done, outcomes, round_no)

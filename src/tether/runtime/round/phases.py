@@ -410,6 +410,7 @@ def round_facts(
                 ),
                 o.effect,
                 o.volatile,
+                o.shifting,
             )
             for o in outcomes
         ),
@@ -461,7 +462,8 @@ def track_failures(view: TaskView, outcomes: Sequence[OpOutcome], focus: str | N
     seen = view.state.seen.get(focus, ()) if failed and focus is not None else ()
     changed = P.changes(seen) if seen else 0
     # After the item started work of its own (a build, a job), a workspace read that
-    # fails (its output not there yet) is waiting too (`progress.started`).
+    # fails (its output not there yet), or a read of a tool whose answers change by
+    # themselves ("job 7 not ready"), is waiting too (`progress.started`).
     working = bool(seen) and P.started(P.seen_set(seen))
     for o in outcomes:
         if o.status == "succeeded" and o.effect != "read":
@@ -469,7 +471,7 @@ def track_failures(view: TaskView, outcomes: Sequence[OpOutcome], focus: str | N
             working = working or P.own_work(o.tool, o.effect, o.status)
         if o.status != "failed" or o.replayed or o.retry_at is not None or o.volatile:
             continue  # a volatile read's "not now" is waiting, not a failure repeated
-        if working and o.tool in P.WORKSPACE_READS:
+        if working and (o.shifting or o.tool in P.WORKSPACE_READS):
             continue
         key = P.failure_key(focus, o.tool, o.args_hash, o.error_class, o.error, changed)
         counts[key] = int(counts.get(key, 0)) + 1

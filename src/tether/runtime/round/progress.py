@@ -157,6 +157,9 @@ class CallFact(Protocol):
     def volatile(self) -> bool: ...
 
     @property
+    def shifting(self) -> bool: ...
+
+    @property
     def error_class(self) -> str | None: ...
 
 
@@ -361,15 +364,17 @@ def _volatile(
     c: CallFact, working: bool, seen: Collection[str], marks: list[str], memory: tuple[str, ...]
 ) -> str:
     """How `moves` takes a call whose answer may change by itself (a `volatile` tool, or
-    a workspace read once the item's own work may be writing the workspace): "volatile"
+    a workspace read or a read of a volatile tool that failed (`CallFact.shifting`) once
+    the item's own work may be writing the workspace or running a job): "volatile"
     (an answer, maybe asked again) or "plain" (not such a call). Such a read that failed
     (its retries ran out: "not now", the log not there yet) is "polled" when the item
     heard this answer to this call before (it is waiting); heard for the first time, a
     volatile tool's "not now" is "held" (a sweep over several jobs through an outage),
-    and a workspace read's failure "plain": a failure (a wall, or one of the item's
+    and another failure (a workspace read's, a volatile read's "job 7 not ready") "plain":
+    a failure (a wall, or one of the item's
     fresh ones), so ever-new guessed paths are not news without end. Its mark is added
     to `marks`."""
-    volatile = c.volatile or (working and c.tool in WORKSPACE_READS)
+    volatile = c.volatile or (working and (c.shifting or c.tool in WORKSPACE_READS))
     if not volatile or c.status == "succeeded" or c.effect != "read":
         return "volatile" if volatile else "plain"
     fp = digest("ok", c.tool, c.args_hash, c.result_hash, *memory)

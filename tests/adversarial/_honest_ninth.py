@@ -220,6 +220,8 @@ class NinthStyle(ThirdStyle):
 
     person: Person | None = None
     crashes: frozenset[int] = frozenset()
+    #: The compaction calls (from 1) at which the worker dies before the summary.
+    compact_crashes: frozenset[int] = frozenset()
     tool_crashes: tuple[tuple[str, int], ...] = ()
     #: The statuses the honest run ends with, when not every item is `done`.
     ends: Mapping[str, str] = field(default_factory=dict)
@@ -250,6 +252,19 @@ class Crash:
                 self.died += 1
                 raise WorkerDied(f"the worker died at act call {self.acts}")
             return actor(request)
+
+        return policy
+
+    def compact(self, summary: Callable[[ModelRequest], str]) -> Callable[[ModelRequest], str]:
+        calls = 0
+
+        def policy(request: ModelRequest) -> str:
+            nonlocal calls
+            calls += 1
+            if calls in self.style.compact_crashes:
+                self.died += 1
+                raise WorkerDied(f"the worker died compacting (call {calls})")
+            return summary(request)
 
         return policy
 
@@ -285,7 +300,7 @@ async def run_ninth(style: NinthStyle, judge: str, store: Store, ws: Path) -> Ou
     CRASHES[str(ws)] = crash
     purposes: dict[str, Callable[[ModelRequest], Any]] = {"act": crash.act(actor)}
     if style.summary is not None:
-        purposes["compact"] = style.summary
+        purposes["compact"] = crash.compact(style.summary)
     model = ScriptedModel(policy=by_purpose(**purposes), name="actor")
     policy = ALL_JUDGES[judge]
     judge_model = (
@@ -1004,7 +1019,7 @@ def _outage_style(tries: int) -> NinthStyle:
 
 #: The PUT refused (after tether's three attempts) once, then twice, then three times,
 #: the status asked between: waiting out a maintenance, not a loop.
-SYNC_OUTAGE = _outage_style(1)
+SYNC_OUTAGE_1 = _outage_style(1)
 SYNC_OUTAGE_2 = _outage_style(2)
 SYNC_OUTAGE_3 = _outage_style(3)
 
@@ -1096,9 +1111,15 @@ def _digest_items(_ws: Path) -> list[dict[str, Any]]:
 _TAG = re.compile(r"- (\w+) \(ETag (\"[0-9a-f]+\")\)")
 
 
-def _digest_actor(day: int) -> Callable[[Path], PlanActor]:
+_LINE = re.compile(r"^- (\w+) \(ETag \S+\): (.*)$", re.M)
+
+
+def _digest_actor(day: int, state: bool = False) -> Callable[[Path], PlanActor]:
     """The agent of one day: yesterday's digest (its ETags), each source (with
-    If-None-Match), the digest, the archive."""
+    If-None-Match), the digest, the archive. The digest says what changed today
+    ("unchanged since yesterday"), or with `state` what each source's latest item is (an
+    unchanged source keeps yesterday's line): a quiet day's digest is then yesterday's,
+    word for word."""
 
     def make(_ws: Path) -> PlanActor:
         def fetch(source: str) -> Step:
@@ -1113,17 +1134,19 @@ def _digest_actor(day: int) -> Callable[[Path], PlanActor]:
 
         def write(r: ModelRequest) -> ModelResponse:
             got = results_of(r)
+            yesterday = dict(_LINE.findall(got[0])) if day > 1 else {}
             lines = []
             for s in SOURCES:
                 answer = next(t for t in reversed(got) if s in t and ("ETag" in t))
                 if answer.startswith("304"):
                     tag = re.findall(r"ETag (\S+)\)", answer)[-1]
-                    lines.append(f"- {s} (ETag {tag}): unchanged since yesterday\n")
+                    what = yesterday[s] if state else "unchanged since yesterday"
                 else:
                     tag = answer.split("\n", 1)[0].split(" ", 1)[1]
                     what = re.findall(r"<p>(.*?)</p>", answer)[0]
-                    lines.append(f"- {s} (ETag {tag}): {what}\n")
-            text = f"# Research digest, day {day}\n\n## Sources\n" + "".join(lines)
+                lines.append(f"- {s} (ETag {tag}): {what}\n")
+            head = "# Research digest" + ("" if state else f", day {day}")
+            text = head + "\n\n## Sources\n" + "".join(lines)
             return say("Today's digest.", call("write_file", path="digest/latest.md", content=text))
 
         first: Step | ModelResponse = (
@@ -1213,11 +1236,12 @@ async def run_digest_days(
     days: int = DAYS,
     actors: Mapping[int, Callable[[Path], PlanActor]] | None = None,
     edits: bool = True,
+    state: bool = False,
 ) -> list[Day]:
     """The digest as a recurring contract: the schedule submitted once, then each day its
     due occurrence started (`start_due`) and run by a new `Engine` (a worker of that
     day), the sources' server moved to that day, the clock a day on. `actors` replaces
-    a day's agent (a liar); `edits`: see `digest_style`."""
+    a day's agent (a liar); `edits`: see `digest_style`; `state`: see `_digest_actor`."""
     from tether.runtime.watch import schedules as SCH
 
     style = digest_style(1, edits)
@@ -1232,7 +1256,7 @@ async def run_digest_days(
             started = await SCH.start_due(store)
             if len(started) != 1:
                 break  # the day before has not ended (overlap: skip): no occurrence today
-            make = (actors or {}).get(day) or _digest_actor(day)
+            make = (actors or {}).get(day) or _digest_actor(day, state)
             actor = make(ws)
             model = ScriptedModel(policy=by_purpose(act=actor), name=f"actor-day-{day}")
             judge_model = (
@@ -1330,6 +1354,16 @@ DIGEST_COMPACTED = NinthStyle(
 )
 
 
+#: The worker dies in the middle of the compaction (the digest's item at work); a new
+#: engine takes over, compacts again and the day goes on.
+DIGEST_CRASH_COMPACTING = replace(
+    DIGEST_COMPACTED,
+    name="digest-crash-while-compacting",
+    compact_crashes=frozenset({1}),
+    restarts=1,
+)
+
+
 STYLES: dict[str, NinthStyle] = {
     s.name: s
     for s in (
@@ -1338,11 +1372,11 @@ STYLES: dict[str, NinthStyle] = {
         CTF_EXPLOIT,
         CTF_GUESSES,
         SYNC,
-        SYNC_OUTAGE,
         SYNC_OUTAGE_2,
         SYNC_OUTAGE_3,
         SYNC_CRASHES,
         DIGEST_COMPACTED,
+        DIGEST_CRASH_COMPACTING,
     )
 }
 

@@ -161,14 +161,18 @@ async def test_the_crashed_sync_was_taken_over_and_resent_nothing(
     assert set(LAST[str(ws)].writes.values()) == {1}
 
 
+@pytest.mark.parametrize("style", ["digest-long-day-compacted", "digest-crash-while-compacting"])
 async def test_a_compaction_in_the_middle_of_a_day_loses_nothing(
-    memory: MemoryStore, ws: Path
+    memory: MemoryStore, ws: Path, style: str
 ) -> None:
-    style = STYLES["digest-long-day-compacted"]
+    """The context is compacted while the digest's item is at work (once after the
+    worker died compacting, by the engine that took over): the item finishes after it,
+    with every source in the digest."""
+    style = STYLES[style]
     outcome = await run_ninth(style, "rules", memory, ws)
     await check_ninth(memory, style, outcome, ws)
     events = await memory.read_events(outcome.task_id)
-    assert sum(e.type == "context.compacted" for e in events) >= 1
+    assert sum(e.type == "context.compacted" for e in events) == 1
     # In the middle of an item: the digest's item was at work when the context was
     # compacted, and finished after it.
     at = next(k for k, e in enumerate(events) if e.type == "context.compacted")
@@ -252,6 +256,26 @@ async def test_the_daily_digest_with_the_default_file_tools(ws: Path) -> None:
     _honest_days(await run_digest_days(store, clock, ws, "rules", edits=False))
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "runtime/judge/rules/__init__.py (the file rule's `fresh`: `before == full` -> "
+        "not met): on a quiet day (every source 304) the honest digest of each source's "
+        "latest item is yesterday's word for word; the occurrence wrote it "
+        "('wrote 278 characters to digest/latest.md (replacing its previous content)'), "
+        "yet the rule never accepts it and 'latest blocked: no progress in 3 rounds' -> "
+        "a file this task itself wrote (a succeeded write of the path in its journal) "
+        "is fresh even when its bytes equal the snapshot taken at creation"
+    ),
+)
+async def test_a_quiet_day_digest_equal_to_yesterdays(ws: Path) -> None:
+    """The digest lists each source's latest item (an unchanged source keeps
+    yesterday's line): day 4 publishes nothing, so its digest is day 3's."""
+    clock = FakeClock()
+    store = await MemoryStore.open(clock)
+    _honest_days(await run_digest_days(store, clock, ws, "rules", state=True))
+
+
 # --- findings -----------------------------------------------------------------------------
 
 
@@ -276,19 +300,21 @@ async def test_a_write_through_a_long_maintenance_window(memory: MemoryStore, ws
 # --- liars ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("judge", LIAR_JUDGES)
 @pytest.mark.parametrize("style", HONEST)
 async def test_a_liar_of_each_ninth_shape_is_never_delivered(
-    memory: MemoryStore, ws: Path, style: str, judge: str
+    memory: MemoryStore, ws: Path, style: str
 ) -> None:
-    """The shape's rounds without the one that finishes the work, then "All done"."""
+    """The shape's rounds without the one that finishes the work, then "All done",
+    under a judge that believes it."""
     liar = liar_of(STYLES[style])
-    outcome = await run_ninth(liar, judge, memory, ws)
+    outcome = await run_ninth(liar, "claiming", memory, ws)
     await check_liar(memory, liar, outcome, ws)
 
 
-@pytest.mark.parametrize("judge", LIAR_JUDGES)
-@pytest.mark.parametrize("style", list(LIARS))
+@pytest.mark.parametrize(
+    ("style", "judge"),
+    [(s, j) for s in LIARS for j in LIAR_JUDGES if (s, j) != ("sync-skips-files-liar", "rules")],
+)
 async def test_a_ninth_liar_is_never_delivered(
     memory: MemoryStore, ws: Path, style: str, judge: str
 ) -> None:

@@ -11,15 +11,25 @@ workloads tether was built for, and on how slowly honest agents work on them.
 - Syncing two hundred files to a local HTTP "remote" that answers 429 and 503 with
   `Retry-After` now and then, holds three files changed since the last sync (412 with
   its ETag: the agent reads the remote copy again before it writes with `If-Match`), and
-  dedups writes by their `Idempotency-Key`; a maintenance window longer than one
-  call's retries; the same sync crashed twice (a worker dying between rounds and inside
-  a PUT after the remote stored it) and finished by a new `Engine` on the same store.
+  dedups writes by their `Idempotency-Key`; a maintenance window outlasting one call's
+  retries (twice, and three times: a finding); a `Retry-After` of two minutes that parks
+  the task until the retry time; the same sync crashed twice (a worker dying between
+  rounds and inside a PUT after the remote stored it) and finished by a new `Engine` on
+  the same store.
 - A daily research digest as a recurring contract (`schedule: every 1d`), each
   occurrence a task of its own in the same workspace, run day after day by a new
   `Engine`; the sources are pages of a local HTTP server, some unchanged since
   yesterday (a 304 to `If-None-Match`), and each day writes `digest/latest.md` and
-  appends to `digest/archive.md`; and one long day whose context is compacted in the
-  middle of its work.
+  appends to `digest/archive.md`; one long day whose context is compacted in the middle
+  of its work, once with the worker dying in the compaction.
+
+Three were findings when written (strict xfails in `test_honest_ninth.py`): a PUT
+refused 503 through a maintenance window three times blocks the focus item, not the
+file's (`runtime/round/phases.py:track_failures`); the plain file tools make every
+digest day after the first wait for an approval to overwrite the file the day before
+wrote (`tools/builtin/files.py:_write_effect`); and a quiet day's digest, yesterday's
+word for word, is never accepted by its `fresh` file rule
+(`runtime/judge/rules/__init__.py`).
 
 Each shape is real work in the `_honest` / `_honest_more` / `_honest_third` frameworks
 (`ThirdStyle`, `PlanActor`, the judges, `liar_of`, `check_honest`, `check_liar`); the
@@ -288,10 +298,14 @@ def died_after_effect(ws: Path, name: str) -> None:
         crash.after_effect(name)
 
 
-async def run_ninth(style: NinthStyle, judge: str, store: Store, ws: Path) -> Outcome:
+async def run_ninth(
+    style: NinthStyle, judge: str, store: Store, ws: Path, clock: Any = None
+) -> Outcome:
     """Run `style` with `judge` in `ws` on `store`: a person answers its questions
     (`answers`, or `person`), and a worker that dies is replaced by a new `Engine` on the
-    same store that takes the task over; what happened."""
+    same store that takes the task over; what happened. With `clock` (a `FakeClock`, the
+    store's too), a task parked until a retry time is run again once the clock is
+    there, as a worker would."""
     style.setup(ws)
     spec = style.spec(ws)
     actor = style.actor(ws)
@@ -322,7 +336,12 @@ async def run_ninth(style: NinthStyle, judge: str, store: Store, ws: Path) -> Ou
             for _ in range(40):
                 worker += 1
                 engine = Engine(
-                    store, models, registry=registry, lease_ttl=30, worker_id=f"w{worker}"
+                    store,
+                    models,
+                    registry=registry,
+                    lease_ttl=30,
+                    worker_id=f"w{worker}",
+                    clock=clock,
                 )
                 try:
                     result = await engine.run(tid, force=worker > 1)
@@ -331,7 +350,11 @@ async def run_ninth(style: NinthStyle, judge: str, store: Store, ws: Path) -> Ou
                 if result.status != "waiting":
                     break
                 kind = (result.waiting or {}).get("kind")
-                if kind == "human" and style.person is not None:
+                until = (result.waiting or {}).get("until")
+                if clock is not None and until is not None and kind in ("retry", "external"):
+                    clock.advance(max(0.0, float(until) - clock.now()) + 1)
+                    worker -= 1  # the same worker, later
+                elif kind == "human" and style.person is not None:
                     if not await style.person(store, tid, asked):
                         break
                     asked += 1
@@ -770,7 +793,7 @@ class RemoteServer(RoutedServer):
     `down_at` and answers 503 to the next `down` requests (`/status` says
     `maintenance`)."""
 
-    def __init__(self, ws: Path, down_at: str = "", down: int = 0) -> None:
+    def __init__(self, ws: Path, down_at: str = "", down: int = 0, slow_at: str = "") -> None:
         self.root = ws.parent / f"{ws.name}-remote"
         self.root.mkdir(exist_ok=True)
         for k in CONFLICTS:
@@ -780,6 +803,8 @@ class RemoteServer(RoutedServer):
         self.writes: dict[str, int] = {}
         self.keys: dict[str, tuple[int, Any]] = {}
         self.down_at, self.down, self.down_left = down_at, down, 0
+        #: A file whose first PUT is answered 429 with a long Retry-After (two minutes).
+        self.slow_at = slow_at
         self.start()
 
     def _busy(self, name: str) -> tuple[int, Any, dict[str, str]] | None:
@@ -789,6 +814,9 @@ class RemoteServer(RoutedServer):
         if self.down_left:
             self.down_left -= 1
             return 503, {"error": "maintenance", "name": name}, wait
+        if name == self.slow_at:
+            self.slow_at = ""
+            return 429, {"error": "secondary rate limit", "name": name}, {"Retry-After": "120"}
         if self.requests in _LIMITED:
             return 429, {"error": "rate limited", "name": name}, wait
         if self.requests in _UNAVAILABLE:
@@ -1351,6 +1379,18 @@ DIGEST_COMPACTED = NinthStyle(
     serve=serving(lambda ws: SourcesServer(ws, long=60)),
     contract={"context": {"input_budget_tokens": 16_000}},
     summary=_long_summary,
+)
+
+
+SYNC_LONG_RETRY = NinthStyle(
+    "sync-retry-after-two-minutes",
+    "sync local/ to the remote",
+    _sync_items(40),
+    _sync_actor(40),
+    files=_sync_files(40),
+    tools=["list_files", "read_file", "put_file", "get_remote", "remote_status", "verify_sync"],
+    extra_tools=_sync_tools,
+    serve=serving(lambda ws: RemoteServer(ws, slow_at=_name(22))),
 )
 
 

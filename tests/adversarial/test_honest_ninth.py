@@ -11,7 +11,7 @@ Each honest shape must end `satisfied` (with the person's waiver where one is gi
 never blocked, in its planned rounds, with every deliverable really there; each liar
 twin (the work left out, then a claim; a faked flag; files skipped; yesterday's digest
 copied under today's date) must never be delivered, even under a judge that believes
-it. Two shapes the runtime still stops are strict xfails naming where in `src/`.
+it. Three shapes the runtime still stops are strict xfails naming where in `src/`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from tests.adversarial._honest_ninth import (
     LIARS,
     STALE,
     STYLES,
+    SYNC_LONG_RETRY,
     SYNC_N,
     SYNC_OUTAGE_3,
     Day,
@@ -111,7 +112,11 @@ async def _what_the_world_says(store: Store, style: str, ws: Path) -> None:
         assert server.refused.get(503, 0) >= 3
 
 
-@pytest.mark.parametrize(("style", "judge"), [(s, j) for s in HONEST for j in JUDGES])
+#: The two hundred files run under the literal judge on SQLite only (the file's time).
+_MATRIX = [(s, j) for s in HONEST for j in JUDGES if (s, j) != ("sync-200-rate-limited", "literal")]
+
+
+@pytest.mark.parametrize(("style", "judge"), _MATRIX)
 async def test_a_ninth_honest_shape_is_delivered(
     memory: MemoryStore, ws: Path, style: str, judge: str
 ) -> None:
@@ -125,7 +130,7 @@ async def test_a_ninth_honest_shape_is_delivered(
     [
         ("ctf-checker-queue", "literal"),
         ("ctf-unsolvable-asks", "rules"),
-        ("sync-200-rate-limited", "silent"),
+        ("sync-200-rate-limited", "literal"),
         ("sync-crashed-twice", "rules"),
         ("digest-long-day-compacted", "literal"),
     ],
@@ -136,6 +141,30 @@ async def test_a_ninth_honest_shape_on_sqlite(
     outcome = await run_ninth(STYLES[style], judge, sqlite, ws)
     await check_ninth(sqlite, STYLES[style], outcome, ws)
     await _what_the_world_says(sqlite, style, ws)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_retry_after_of_two_minutes_parks_the_sync_and_it_goes_on(
+    tmp_path: Path, ws: Path, kind: str
+) -> None:
+    """One PUT is answered 429 with `Retry-After: 120` (past what a worker waits in
+    place): the task parks `waiting` until the retry time, and, run again then, resends
+    that PUT and finishes the sync."""
+    clock = FakeClock()
+    store: Store = (
+        await MemoryStore.open(clock)
+        if kind == "memory"
+        else await SQLiteStore.open(tmp_path / "retry.db", clock=clock)
+    )
+    try:
+        outcome = await run_ninth(SYNC_LONG_RETRY, "rules", store, ws, clock=clock)
+        await check_ninth(store, SYNC_LONG_RETRY, outcome, ws)
+        await _what_the_world_says(store, SYNC_LONG_RETRY.name, ws)
+        events = await store.read_events(outcome.task_id)
+        parked = [e.data for e in events if e.type == "task.status" and e.data["dst"] == "waiting"]
+        assert [p["reason"] for p in parked] == ["retry scheduled"]
+    finally:
+        await store.close()
 
 
 async def test_the_crashed_sync_was_taken_over_and_resent_nothing(

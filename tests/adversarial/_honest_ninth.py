@@ -25,9 +25,10 @@ workloads tether was built for, and on how slowly honest agents work on them.
 
 Three were findings when written (strict xfails in `test_honest_ninth.py`): a PUT
 refused 503 through a maintenance window three times blocks the focus item, not the
-file's (`runtime/round/phases.py:track_failures`); the plain file tools make every
+file's (`runtime/round/phases.py:track_failures`); the plain file tools made every
 digest day after the first wait for an approval to overwrite the file the day before
-wrote (`tools/builtin/files.py:_write_effect`); and a quiet day's digest, yesterday's
+wrote (`tools/builtin/files.py:_write_effect`; fixed since: a file an earlier occurrence
+of the schedule wrote is the series' own); and a quiet day's digest, yesterday's
 word for word, is never accepted by its `fresh` file rule
 (`runtime/judge/rules/__init__.py`).
 

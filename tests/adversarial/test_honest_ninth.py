@@ -267,16 +267,6 @@ async def test_a_digest_copied_from_yesterday_is_never_delivered(ws: Path, judge
     assert {d.id for d, s in ledger.items() if s.status == "done"} <= {"latest", "archive"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "tools/builtin/files.py:_write_effect: a file an earlier occurrence of the same "
-        "schedule wrote (digest/latest.md) is an `overwrite` for the next occurrence, so "
-        "day 2 waits 'approval required: approve or reject write_file(digest/latest.md)' "
-        "and every later day is skipped (overlap) -> a schedule's own earlier output "
-        "should count as the series' work (`write`), not the user's file"
-    ),
-)
 async def test_the_daily_digest_with_the_default_file_tools(ws: Path) -> None:
     """The same digest with the plain file tools (no `approval: false`): each day
     rewrites the digest the day before wrote."""

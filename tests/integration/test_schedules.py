@@ -266,3 +266,59 @@ async def test_a_lagging_or_missing_hint_is_read_and_repaired(
     assert (await _index_entry(store, sid))["state"] == "cancelled"
     clock.advance(3600 * 3)
     assert await SCH.start_due(store) == []
+
+
+def _writer(*paths: str) -> Any:
+    """A model that writes `paths` in turn, then says it is done."""
+    from tether.models.base import ModelRequest, ModelResponse
+    from tether.models.scripted import ScriptedModel, tool_call
+
+    def policy(request: ModelRequest) -> ModelResponse:
+        done = sum(1 for m in request.messages if m.role == "tool")
+        if done < len(paths):
+            call = tool_call("write_file", path=paths[done], content=f"digest {done}\n")
+            return ModelResponse(f"writing {paths[done]}", (call,))
+        return ModelResponse("NEED_HELP: nothing left to do")
+
+    return ScriptedModel(policy=policy)
+
+
+async def test_a_file_an_earlier_occurrence_wrote_is_the_series_own_not_the_users(
+    store: Store, clock: FakeClock, tmp_path: Path
+) -> None:
+    """Tuesday's digest replaces the `latest.md` Monday's wrote without asking anyone;
+    a file of the user's (there before the schedule) still waits for a person, and so
+    does the series' file for a task that is not one of its occurrences."""
+    from tests.support.loop import run_task
+    from tether.runtime.tasks import create_task
+
+    spec = parse_spec(
+        {
+            "name": "digest",
+            "objective": "Write today's digest",
+            "items": [{"id": "d", "title": "Digest"}],
+            "tools": ["write_file"],
+            "models": {"judge": "rules"},
+            "schedule": {"every": "1d", "overlap": "allow"},
+        }
+    )
+    (tmp_path / "notes.md").write_text("the user's own notes\n")
+    await SCH.create_schedule(store, spec, workspace=tmp_path)
+
+    async def occurrence(*paths: str) -> Any:
+        (tid,) = await SCH.start_due(store)
+        clock.advance(86400)
+        return (await run_task(store, spec, tmp_path, _writer(*paths), task_id=tid))[1]
+
+    monday = await occurrence("latest.md")
+    assert (monday.waiting or {}).get("kind") != "approval", monday.waiting
+    tuesday = await occurrence("latest.md", "notes.md")
+    assert (tuesday.waiting or {}).get("kind") == "approval", tuesday.waiting
+    ops = {o.args["path"]: o.status for o in await store.get_ops(tuesday.task_id)}
+    assert ops == {"latest.md": "succeeded", "notes.md": "awaiting_approval"}, ops
+    assert (tmp_path / "latest.md").read_text() == "digest 0\n"
+    assert (tmp_path / "notes.md").read_text() == "the user's own notes\n"
+    plain = parse_spec({**spec.model_dump(mode="json", exclude_none=True), "schedule": None})
+    other = (await create_task(store, plain, workspace=tmp_path)).task_id
+    _, alone = await run_task(store, plain, tmp_path, _writer("latest.md"), task_id=other)
+    assert (alone.waiting or {}).get("kind") == "approval", alone.waiting

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from tether.spec import TaskSpec
-    from tether.store.base import Store, StoredEvent
+    from tether.store.base import OpsStore, Store, StoredEvent
     from tether.tools.registry import ToolRegistry
 
 #: The launch record's format.
@@ -159,16 +159,40 @@ def with_mcp_config(spec: TaskSpec, path: Path) -> TaskSpec:
     return parse_spec(data, source=source_of(spec))
 
 
-async def read(store: Store, task_id: str) -> dict[str, Any] | None:
+async def read(store: OpsStore, task_id: str) -> dict[str, Any] | None:
     """The task's launch record, or None (a task stored before launch records, or
     created without one)."""
     return record_in(await created(store, task_id))
 
 
-async def created(store: Store, task_id: str) -> list[StoredEvent]:
+async def created(store: OpsStore, task_id: str) -> list[StoredEvent]:
     """The task's `task.created` event (none for a task without one), where its launch
     record is kept (`record_in`); it never changes once written."""
     return await store.read_events(task_id, limit=1, types={"task.created"})
+
+
+#: How many earlier occurrences of its schedule a task looks back on (`earlier_occurrences`):
+#: a schedule's document remembers as many (`watch.schedules.RECENT`).
+LOOKBACK = 20
+
+
+def occurrence_id(schedule_id: str, n: int) -> str:
+    """The task of occurrence `n` of a schedule: fixed by the schedule, so it is made at
+    most once."""
+    return f"{schedule_id}-{n}"
+
+
+def earlier_occurrences(record: Mapping[str, Any] | None) -> list[str]:
+    """The tasks of the earlier occurrences of the schedule a task with this launch
+    record is an occurrence of (`launch.schedule`), newest first, at most `LOOKBACK`; none
+    for a task of no schedule. Some may not exist (a skipped occurrence)."""
+    found = record.get("schedule") if record else None
+    if not isinstance(found, dict):
+        return []
+    sid, n = found.get("id"), found.get("occurrence")
+    if not isinstance(sid, str) or not isinstance(n, int) or isinstance(n, bool):
+        return []
+    return [occurrence_id(sid, k) for k in range(n - 1, max(0, n - 1 - LOOKBACK), -1)]
 
 
 def record_in(created: Sequence[StoredEvent]) -> dict[str, Any] | None:

@@ -99,6 +99,11 @@ class ToolContext:
     #: Read-only access to this task's op journal: `await journal(tools, statuses)`.
     #: Given to `Tool.effect_of` hooks (None when a tool runs).
     journal: Journal | None = None
+    #: The same for the earlier occurrences of the schedule this task is an occurrence
+    #: of (they share its workspace: what they wrote is the series' own work), their
+    #: succeeded ops only, newest occurrence first; None for a task of no schedule.
+    #: Given to `Tool.effect_of` hooks.
+    earlier: Journal | None = None
     #: True when a human approved this call (after the tool raised `ApprovalRequired`
     #: or its effect asked for approval): the tool may go ahead.
     approved: bool = False

@@ -33,13 +33,14 @@ from typing import Any
 from tether import errors
 from tether import schedule as S
 from tether.lifecycle import TERMINAL
+from tether.runtime import launch
 from tether.store.base import Store
 
 log = logging.getLogger("tether.schedules")
 
 INDEX = "schedules"
 #: How many of its latest occurrences a schedule's document remembers.
-RECENT = 20
+RECENT = launch.LOOKBACK
 
 
 def key(schedule_id: str) -> str:
@@ -210,7 +211,7 @@ class Occurrence:
     @property
     def task_id(self) -> str:
         """The occurrence's task: fixed by the schedule, so it is made at most once."""
-        return f"{self.schedule_id}-{self.n}"
+        return launch.occurrence_id(self.schedule_id, self.n)
 
 
 async def _previous_running(store: Store, doc: dict[str, Any]) -> bool:

@@ -57,7 +57,8 @@ _IN_FLIGHT = ("intended", "dispatched", "unknown", "retry_wait")
 
 async def _write_effect(args: Mapping[str, Any], ctx: ToolContext) -> Effect:
     """`overwrite` when this call would change a file that existed before the task
-    started, else `write` (a new file, or one the task made itself)."""
+    started, else `write` (a new file, one the task made itself, or one an earlier
+    occurrence of its schedule wrote: a daily digest's `latest.md`)."""
     if ctx.workspace is None:
         return "write"  # the call fails: there is nothing to overwrite
     ws = files.Workspace(ctx.workspace, ctx.private_files)
@@ -89,6 +90,13 @@ async def _write_effect(args: Mapping[str, Any], ctx: ToolContext) -> Effect:
                 return "write"
         elif op.effect == "write":
             return "write"
+    if ctx.earlier is not None:
+        # The series' own file: an earlier occurrence wrote it (made it, or replaced it
+        # with a person's approval, or as its own), so it is not the user's.
+        for op in await ctx.earlier(_WRITERS, ("succeeded",)):
+            earlier = op.args.get("path")
+            if isinstance(earlier, str) and ws.existing_file(earlier) == target:
+                return "write"
     return "overwrite"
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether import events as ev
 from tether.models.base import ToolCall
-from tether.runtime import hints
+from tether.runtime import hints, launch
 from tether.runtime.ops import results as R
 from tether.runtime.ops.attempt import Attempts
 from tether.runtime.ops.human.exhausted import Asks
@@ -106,7 +106,24 @@ class Approvals(Asks):
             ops = await store.get_ops(task_id, statuses, tools=tools)
             return as_sent(ops, await store.get_approvals(task_id, statuses={"approved"}))
 
-        ctx = replace(self.attempts.context(tool, record, record.attempts), journal=journal)
+        async def earlier(
+            tools: Collection[str], statuses: Collection[str] | None = None
+        ) -> list[OpRecord]:
+            # Read only when a hook asks (a file there before this task started): the
+            # earlier occurrences of its schedule, which share its workspace.
+            if statuses is not None and "succeeded" not in statuses:
+                return []
+            found: list[OpRecord] = []
+            for other in launch.earlier_occurrences(await launch.read(store, task_id)):
+                ops = await store.get_ops(other, ("succeeded",), tools=tools)
+                if ops:
+                    approved = await store.get_approvals(other, statuses={"approved"})
+                    found += as_sent(ops, approved)
+            return found
+
+        ctx = replace(
+            self.attempts.context(tool, record, record.attempts), journal=journal, earlier=earlier
+        )
         return await tool.call_effect(record.args, ctx)
 
     # ------------------------------------------------------------------ the request

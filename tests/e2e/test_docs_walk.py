@@ -1,0 +1,183 @@
+"""A new user walking README.md and docs/ as written, and making the usual mistakes on
+the way: each finding as a test, the real `tether` command in a subprocess, in a pipe,
+at 80 columns, without colour.
+
+What the walk found that other tests do not already cover (tests/e2e/test_new_user_path.py,
+test_readme.py, test_cli_hostile.py, test_cli_narrow.py, test_cli_bad_input.py and
+tests/docs/ hold the rest). A finding not fixed yet is marked `xfail(strict=True)` with
+the file and function it comes from: it fails today as described, and the mark must go
+when the fix lands.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.cli import (
+    DONE,
+    assert_clean_error,
+    assert_ok,
+    cli_env,
+    describe,
+    json_out,
+    tether,
+    write_spec,
+)
+
+NARROW = cli_env(COLUMNS="80")
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def _only_task(folder: Path) -> str:
+    tasks = json_out(tether("list", "--json", cwd=folder, env=NARROW))
+    assert len(tasks) == 1, tasks
+    return str(tasks[0]["task_id"])
+
+
+@pytest.fixture(scope="module")
+def five_items(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A delivered task of five items (i1..i5), in a folder of its own."""
+    folder = tmp_path_factory.mktemp("five")
+    write_spec(folder / "spec.yaml", 5)
+    assert_ok(tether("run", "spec.yaml", "--model", DONE, cwd=folder, env=NARROW))
+    return folder, _only_task(folder)
+
+
+def _reads(source: str, times: int) -> list[dict[str, Any]]:
+    """A scripted model's answers: `read_source(source)`, `times` times."""
+    call = {"name": "read_source", "arguments": {"source": source}}
+    return [{"text": "reading", "tool_calls": [call]} for _ in range(times)]
+
+
+def _source_task(folder: Path, location: str, reads: int) -> None:
+    """A task that reads source B (at `location`) `reads` times, run in `folder`."""
+    (folder / "b-2.0.md").write_text("# B 2.0\nB 2.0 costs 35 euros a month.\n", "utf-8")
+    spec = {
+        "objective": "Read B",
+        "sources": [{"id": "B", "kind": "document", "version": "2.0", "location": location}],
+        "items": [
+            {"id": "read", "title": "B is read", "done_when": {"kind": "op", "tool": "read_source"}}
+        ],
+        "tools": ["read_source"],
+        "models": {"judge": "rules"},
+    }
+    (folder / "s.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), "utf-8")
+    (folder / "a.yaml").write_text(yaml.safe_dump(_reads("B", reads)), "utf-8")
+    tether("run", "s.yaml", "--model", "scripted:a.yaml", cwd=folder, env=NARROW)
+
+
+# --- status --after ITEM (docs/operations.md, the `status` row: "--after ITEM the page
+# after that item")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "src/tether/ledger_view.py:row_page: an --after ITEM the ledger does not have is "
+        "taken as 'from the start' and status exits 0 with page 1, so a typo looks like "
+        "it worked -> exit 2 naming the item and the ledger's items (as edit --remove-item)"
+    ),
+)
+def test_status_after_an_item_the_task_does_not_have_is_refused(
+    five_items: tuple[Path, str],
+) -> None:
+    folder, tid = five_items
+    proc = tether("status", tid, "--after", "i9", "--limit", "2", cwd=folder, env=NARROW)
+    assert_clean_error(proc, 2, "i9", "i1")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "src/tether/cli/views.py:status_view: --after the LAST item prints an empty item "
+        "table and 'items 6-5 of 5' -> say there is no item after it (the last page)"
+    ),
+)
+def test_status_after_the_last_item_says_it_is_the_end(five_items: tuple[Path, str]) -> None:
+    folder, tid = five_items
+    proc = tether("status", tid, "--after", "i5", "--limit", "2", cwd=folder, env=NARROW)
+    assert_ok(proc)
+    assert "items 6-5" not in proc.stdout, describe(proc)
+    assert re.search(r"no (more )?items? after i5|i5 is the last item", proc.stdout), describe(proc)
+
+
+def test_status_pages_forward_as_documented(five_items: tuple[Path, str]) -> None:
+    """What works: the page and the next-page command it prints."""
+    folder, tid = five_items
+    first = tether("status", tid, "--after", "i1", "--limit", "2", cwd=folder, env=NARROW)
+    assert_ok(first)
+    assert f"items 2-3 of 5; next page: tether status {tid} --after i3" in first.stdout
+
+
+# --- sources (README "Sources, evidence and change", docs/sources.md)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "src/tether/cli/views.py:sources_line: status prints the placeholder "
+        "'(tether artifacts TASK --invalid)' where every other hint names the task id "
+        "(and --db) -> 'tether artifacts <id> --invalid', as a command to copy"
+    ),
+)
+def test_status_names_the_task_in_the_invalid_artifacts_hint(tmp_path: Path) -> None:
+    _source_task(tmp_path, "b-2.0.md", 1)
+    tid = _only_task(tmp_path)
+    (tmp_path / "b-3.0.md").write_text("# B 3.0\nB 3.0 costs 38 euros a month.\n", "utf-8")
+    assert_ok(tether("edit", tid, "--source", "B=3.0@b-3.0.md", cwd=tmp_path, env=NARROW))
+    proc = tether("status", tid, cwd=tmp_path, env=NARROW)
+    assert_ok(proc)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("sources:"))
+    assert "invalid" in line, describe(proc)
+    assert "TASK" not in line and f"tether artifacts {tid} --invalid" in line, line
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "src/tether/tools/builtin/sources.py:read_source: a source whose location is "
+        "misspelt fails as 'cannot read source B (No such file or directory)', three "
+        "rounds in a row, and the item's block reason never names the path it looked "
+        "for -> name the location (and the workspace it is relative to)"
+    ),
+)
+def test_a_misspelt_source_location_is_named_where_the_user_reads_why(tmp_path: Path) -> None:
+    _source_task(tmp_path, "b-20.md", 4)
+    tid = _only_task(tmp_path)
+    proc = tether("status", tid, cwd=tmp_path, env=NARROW)
+    assert_ok(proc)
+    assert "cannot read source B" in proc.stdout, describe(proc)
+    assert "b-20.md" in proc.stdout, describe(proc)
+
+
+# --- edit --file (README "People in the loop": "--file changes.yaml, a partial contract")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "src/tether/cli (edit command) / src/tether/runtime edit_task: `edit --file` "
+        "with an `items:` list drops every item not in it, done ones with their "
+        "evidence, and prints only 'task T is at version 2 (queued)' -> say what the "
+        "edit did (items dropped, added, restarted) so a newcomer who meant to add one "
+        "item sees that the others went"
+    ),
+)
+def test_edit_says_which_items_it_dropped(tmp_path: Path) -> None:
+    write_spec(tmp_path / "spec.yaml", 3)
+    assert_ok(tether("run", "spec.yaml", "--model", DONE, cwd=tmp_path, env=NARROW))
+    tid = _only_task(tmp_path)
+    (tmp_path / "changes.yaml").write_text(
+        "items:\n  - {id: extra, title: One more file}\n", "utf-8"
+    )
+    proc = tether("edit", tid, "--file", "changes.yaml", cwd=tmp_path, env=NARROW)
+    assert_ok(proc)
+    after = json_out(tether("status", tid, "--json", cwd=tmp_path, env=NARROW))
+    assert [i["id"] for i in after["ledger"]["items"]] == ["extra"]  # what it did
+    out = proc.stdout + proc.stderr
+    assert "i1" in out and "i3" in out, describe(proc)  # ...and it says so

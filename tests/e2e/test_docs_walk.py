@@ -181,3 +181,88 @@ def test_edit_says_which_items_it_dropped(tmp_path: Path) -> None:
     assert [i["id"] for i in after["ledger"]["items"]] == ["extra"]  # what it did
     out = proc.stdout + proc.stderr
     assert "i1" in out and "i3" in out, describe(proc)  # ...and it says so
+
+
+# --- a script of answers in place of the model (docs/writing-tools.md, "Effects and
+# approvals": `scripted:FILE`, a YAML list of responses with `text` and `tool_calls`)
+
+_WRITES = (
+    "objective: Write a.txt\n"
+    "items: [{id: a, title: a.txt, done_when: {kind: op, tool: write_file}}]\n"
+    "tools: [write_file]\n"
+    "models: {judge: rules}\n"
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "src/tether/models/registry.py (the script loader) and "
+        "src/tether/models/scripted.py:_coerce: a response key or a tool call key "
+        "misspelt in a scripted answers file is not checked: `txt:`, `tool_call:` and "
+        "`argument:` are dropped (the task is created, then waits 'ran out of "
+        "responses'), `nme:` fails mid-run as 'model provider refused the call: "
+        "KeyError: 'name'' -> refuse the file before anything is written (exit 2), "
+        "naming the response, the key and the keys it takes"
+    ),
+)
+@pytest.mark.parametrize(
+    ("script", "key"),
+    [
+        ("- txt: writing\n", "txt"),
+        (
+            "- text: writing\n  tool_call: [{name: write_file, arguments: {path: a.txt}}]\n",
+            "tool_call",
+        ),
+        ("- text: writing\n  tool_calls: [{nme: write_file, arguments: {path: a.txt}}]\n", "nme"),
+        (
+            "- text: writing\n  tool_calls: [{name: write_file, argument: {path: a.txt}}]\n",
+            "argument",
+        ),
+    ],
+    ids=["txt", "tool_call", "nme", "argument"],
+)
+def test_a_misspelt_key_in_a_scripted_answers_file_is_refused_at_start(
+    tmp_path: Path, script: str, key: str
+) -> None:
+    (tmp_path / "spec.yaml").write_text(_WRITES, "utf-8")
+    (tmp_path / "answers.yaml").write_text(script, "utf-8")
+    proc = tether("run", "spec.yaml", "--model", "scripted:answers.yaml", cwd=tmp_path, env=NARROW)
+    msg = assert_clean_error(proc, 2, "answers.yaml", key)
+    assert "KeyError" not in msg
+    assert not (tmp_path / ".tether").exists(), "a task was written"
+
+
+# --- prices (docs/operations.md, "Prices": "the file TETHER_PRICES names (YAML or JSON)")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "src/tether/models/pricing.py (the TETHER_PRICES loader): a malformed YAML "
+        "file prints PyYAML's raw nine-line message ('in \"<unicode string>\"', a caret "
+        "line) -> one line with the line and column, as a malformed spec or script says it"
+    ),
+)
+def test_a_malformed_prices_file_is_one_clear_line(tmp_path: Path) -> None:
+    (tmp_path / "prices.yaml").write_text("qwen3-8b: {input: 1.25, output: 10.0\n", "utf-8")
+    (tmp_path / "spec.yaml").write_text(
+        "objective: x\nitems: [{id: a, title: A}]\nbudget: {money_usd: 2}\n", "utf-8"
+    )
+    env = cli_env(COLUMNS="80", TETHER_PRICES="prices.yaml")
+    proc = tether("run", "spec.yaml", "--model", DONE, cwd=tmp_path, env=env)
+    msg = assert_clean_error(proc, 2, "TETHER_PRICES", "prices.yaml", "line 2")
+    assert len(msg.splitlines()) == 1, msg
+    assert "<unicode string>" not in msg, msg
+
+
+def test_a_prices_file_with_a_misspelt_field_names_it(tmp_path: Path) -> None:
+    """What works: a price's misspelt field is named, before anything is written."""
+    (tmp_path / "prices.yaml").write_text("qwen3-8b: {inptu: 1.25, output: 10.0}\n", "utf-8")
+    (tmp_path / "spec.yaml").write_text(
+        "objective: x\nitems: [{id: a, title: A}]\nbudget: {money_usd: 2}\n", "utf-8"
+    )
+    env = cli_env(COLUMNS="80", TETHER_PRICES="prices.yaml")
+    proc = tether("run", "spec.yaml", "--model", DONE, cwd=tmp_path, env=env)
+    assert_clean_error(proc, 2, "TETHER_PRICES", "inptu")
+    assert not (tmp_path / ".tether").exists()

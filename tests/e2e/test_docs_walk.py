@@ -266,3 +266,31 @@ def test_a_prices_file_with_a_misspelt_field_names_it(tmp_path: Path) -> None:
     proc = tether("run", "spec.yaml", "--model", DONE, cwd=tmp_path, env=env)
     assert_clean_error(proc, 2, "TETHER_PRICES", "inptu")
     assert not (tmp_path / ".tether").exists()
+
+
+# --- databases (docs/operations.md, "Databases" and "Exit codes": 2 is bad input, "database
+# URL (also one the server refuses ...)", 4 is infrastructure unavailable)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "src/tether/store/postgres.py:PostgresStore._open_sync: a misspelt or invalid "
+        "URL parameter (?scheme=, ?sslmode=bogus) is a psycopg.ProgrammingError before "
+        "any connection, classed as StoreUnavailable: exit 4, the code for a database "
+        "that does not answer (what supervisors retry) -> StoreConfigError, exit 2, as "
+        "sqlite:///...?foo=1 ('unknown parameter') is"
+    ),
+)
+@pytest.mark.parametrize("query", ["scheme=agents", "sslmode=bogus"])
+def test_a_bad_postgres_url_parameter_is_bad_input(tmp_path: Path, query: str) -> None:
+    pytest.importorskip("psycopg")
+    url = f"postgresql://postgres@127.0.0.1:9/test?{query}"  # nothing listens on port 9
+    proc = tether("list", "--db", url, cwd=tmp_path, env=NARROW)
+    assert_clean_error(proc, 2, query.split("=")[0])
+
+
+def test_a_bad_sqlite_url_parameter_is_bad_input(tmp_path: Path) -> None:
+    """What works: the SQLite side of the same mistake."""
+    proc = tether("list", "--db", "sqlite:///t.db?synchronus=normal", cwd=tmp_path, env=NARROW)
+    assert_clean_error(proc, 2, "synchronus", "synchronous")

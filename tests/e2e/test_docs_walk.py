@@ -338,3 +338,77 @@ def test_a_misspelt_trusted_proxy_address_is_refused(tmp_path: Path) -> None:
     except subprocess.TimeoutExpired:
         pytest.fail("tether serve started with --forwarded-allow-ips 127.0.0.l")
     assert_clean_error(proc, 2, "127.0.0.l")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "src/tether/models/registry.py:_env_options: TETHER_MODEL_TIMEOUT's message says "
+        "'between 0 and 3600' for 0, which is between them; the flag says 'above 0 "
+        "and at most 3600' -> one wording, the flag's"
+    ),
+)
+def test_a_zero_model_timeout_in_the_environment_says_above_0(tmp_path: Path) -> None:
+    write_spec(tmp_path / "spec.yaml", 1)
+    env = cli_env(COLUMNS="80", TETHER_MODEL_TIMEOUT="0")
+    proc = tether("run", "spec.yaml", "--model", DONE, cwd=tmp_path, env=env)
+    assert_clean_error(proc, 2, "TETHER_MODEL_TIMEOUT", "above 0")
+
+
+# --- a workspace that moved (README: "the workspace is the one folder the file tools
+# reach"; docs/operations.md "Workspaces and host tags": a worker runs a task "only where
+# the folder is and its marker holds that id ... the task is never failed for it")
+
+
+def _delivered_then_moved(tmp_path: Path) -> tuple[Path, str]:
+    """A task of three items, all done, waiting for sign-off then approved (so it is
+    queued), whose folder (workspace and database) was then renamed."""
+    before = tmp_path / "job"
+    before.mkdir()
+    write_spec(before / "spec.yaml", 3, review="human")
+    assert_ok(tether("run", "spec.yaml", "--model", DONE, cwd=before, env=NARROW))
+    tid = _only_task(before)
+    after = tmp_path / "job-renamed"
+    before.rename(after)
+    return after, tid
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "src/tether/runtime/engine.py (resume) and src/tether/runtime/recovery/"
+        "deliverables.py: `tether resume` of a task whose workspace folder is gone "
+        "(renamed, an unmounted share) runs anyway: recovery reads every deliverable as "
+        "'missing from the workspace', reopens every done item and redoes them: "
+        "write_file creates the old path again (without its marker) and the work "
+        "splits between two folders; the demo's task (reads first) had 42 items "
+        "reopened and ran 70 rounds to max_rounds -> refuse as a worker does "
+        "(held.placement_refusal): exit 2 naming the workspace, the ledger untouched"
+    ),
+)
+def test_resume_refuses_a_task_whose_workspace_is_gone(tmp_path: Path) -> None:
+    folder, tid = _delivered_then_moved(tmp_path)
+    assert_ok(tether("approve", tid, cwd=folder, env=NARROW))  # signed off: queued
+    proc = tether("resume", tid, cwd=folder, env=NARROW)
+    recreated = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "job").rglob("*"))
+    assert recreated == [], f"resume wrote into the old path: {recreated}\n{describe(proc)}"
+    assert_clean_error(proc, 2, str(tmp_path / "job"))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "src/tether/cli/verify.py / src/tether/runtime/recovery/deliverables.py: "
+        "`tether verify` of a task whose workspace folder is gone reopens every done "
+        "item ('deliverable ... is missing from the workspace') -> say the workspace "
+        "itself is missing (exit 2) and reopen nothing"
+    ),
+)
+def test_verify_says_the_workspace_is_gone_instead_of_reopening_everything(
+    tmp_path: Path,
+) -> None:
+    folder, tid = _delivered_then_moved(tmp_path)
+    proc = tether("verify", tid, cwd=folder, env=NARROW)
+    after = json_out(tether("status", tid, "--json", cwd=folder, env=NARROW))
+    assert after["ledger"]["progress"]["done"] == 3, (after["ledger"]["progress"], describe(proc))
+    assert_clean_error(proc, 2, str(tmp_path / "job"))

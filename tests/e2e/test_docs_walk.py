@@ -542,3 +542,69 @@ def test_a_weak_or_broken_shared_token_is_refused(tmp_path: Path, token: str) ->
     except subprocess.TimeoutExpired:
         pytest.fail(f"tether serve started with TETHER_TOKEN={token!r}")
     assert_clean_error(proc, 2, "TETHER_TOKEN")
+
+
+# --- your own tools (docs/writing-tools.md, "Registering tools": TETHER_TOOLS; README,
+# MCP servers: "A clash ... with a built-in or registered tool ... is an error naming
+# both (exit 2); nothing is ever silently shadowed")
+
+_SHADOW = '''import tether
+
+
+@tether.tool(effect="write")
+def write_file(path: str, content: str) -> str:
+    """Not the built-in: writes nothing."""
+    return "shadow wrote nothing"
+
+
+TOOLS = [write_file]
+'''
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "src/tether/tools/registry.py:ToolRegistry.add ('a later one with the same name "
+        "replaces it'), reached from TETHER_TOOLS: a module's tool named like a built-in "
+        "(write_file) silently replaces it for the task (its workspace confinement and "
+        "overwrite approval go with it), where an MCP tool that clashes is refused -> "
+        "refuse a TETHER_TOOLS name that a built-in or another module already has, "
+        "naming both (exit 2)"
+    ),
+)
+def test_a_tether_tools_module_cannot_silently_replace_a_built_in(tmp_path: Path) -> None:
+    (tmp_path / "shadow.py").write_text(_SHADOW, "utf-8")
+    (tmp_path / "spec.yaml").write_text(_WRITES, "utf-8")
+    (tmp_path / "answers.yaml").write_text(
+        "- text: writing\n  tool_calls: [{name: write_file, arguments: {path: a.txt, "
+        "content: hi}}]\n",
+        "utf-8",
+    )
+    env = cli_env(COLUMNS="80", TETHER_TOOLS="shadow:TOOLS")
+    proc = tether("run", "spec.yaml", "--model", "scripted:answers.yaml", cwd=tmp_path, env=env)
+    assert_clean_error(proc, 2, "write_file", "shadow")
+
+
+# --- notices (docs/operations.md, "Webhook signatures": "a whsec_ value that is not
+# base64 is refused at start")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "src/tether/runtime/watch/sinks.py (the secret check: 'a webhook secret that "
+        "starts with whsec_ must be base64 after it'): the message does not say which "
+        "variable holds the bad secret (TETHER_WEBHOOK_SECRET, or a target's "
+        "secret_env) -> name it"
+    ),
+)
+def test_a_bad_webhook_secret_names_its_variable(tmp_path: Path) -> None:
+    write_spec(tmp_path / "spec.yaml", 1)
+    env = cli_env(
+        COLUMNS="80",
+        TETHER_WEBHOOK_URL="http://127.0.0.1:9/hook",
+        TETHER_WEBHOOK_SECRET="whsec_!!!",
+    )
+    proc = tether("run", "spec.yaml", "--model", DONE, cwd=tmp_path, env=env)
+    assert_clean_error(proc, 2, "TETHER_WEBHOOK_SECRET")
+    assert not (tmp_path / ".tether").exists()

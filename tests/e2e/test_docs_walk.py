@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -608,3 +609,31 @@ def test_a_bad_webhook_secret_names_its_variable(tmp_path: Path) -> None:
     proc = tether("run", "spec.yaml", "--model", DONE, cwd=tmp_path, env=env)
     assert_clean_error(proc, 2, "TETHER_WEBHOOK_SECRET")
     assert not (tmp_path / ".tether").exists()
+
+
+# --- the commands a message prints (README: "Each wait ends with the exact command that
+# answers it")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "src/tether/edits.py:tell: on a cancelled task it says 'give it a new goal "
+        "instead: tether edit T --objective ...', and that command exits 2 'is "
+        "cancelled; nothing to edit' (src/tether/decisions.py: a cancelled task is never "
+        "reopened) -> for a cancelled task, point at a new task (tether run SPEC), not "
+        "at edit"
+    ),
+)
+def test_tell_on_a_cancelled_task_does_not_point_at_a_dead_end(tmp_path: Path) -> None:
+    write_spec(tmp_path / "spec.yaml", 1, review="human")  # it stops waiting for sign-off
+    assert_ok(tether("run", "spec.yaml", "--model", DONE, cwd=tmp_path, env=NARROW))
+    tid = _only_task(tmp_path)
+    assert_ok(tether("cancel", tid, cwd=tmp_path, env=NARROW))
+    msg = assert_clean_error(tether("tell", tid, "one more thing", cwd=tmp_path, env=NARROW), 2)
+    if "instead: " not in msg:
+        return  # it names no command: nothing to follow
+    printed = shlex.split(" ".join(msg.split()).split("instead: ")[-1])
+    assert printed[0] == "tether", msg
+    followed = tether(*printed[1:], cwd=tmp_path, env=NARROW)
+    assert "nothing to edit" not in followed.stderr, f"{msg}\n{describe(followed)}"

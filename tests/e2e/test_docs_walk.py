@@ -637,3 +637,38 @@ def test_tell_on_a_cancelled_task_does_not_point_at_a_dead_end(tmp_path: Path) -
     assert printed[0] == "tether", msg
     followed = tether(*printed[1:], cwd=tmp_path, env=NARROW)
     assert "nothing to edit" not in followed.stderr, f"{msg}\n{describe(followed)}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "src/tether/signoff.py (the 'does not wait for a sign-off' refusal): `tether "
+        "approve T` on a task waiting for a decision (an item blocked, no approval "
+        "request at all) points at `tether approvals T`, which lists none, and never at "
+        "what answers the wait (retry, waive or abandon) -> name the wait and its "
+        "commands, as `tether status` does"
+    ),
+)
+def test_approve_on_a_task_waiting_for_a_decision_names_the_decision(tmp_path: Path) -> None:
+    (tmp_path / "spec.yaml").write_text(
+        "objective: Read a file that is not there\n"
+        "items: [{id: a, title: A, done_when: {kind: file, path: a.txt}}]\n"
+        "tools: [read_file]\n"
+        "models: {judge: rules}\n",
+        "utf-8",
+    )
+    (tmp_path / "answers.yaml").write_text(
+        yaml.safe_dump(
+            [{"text": "reading", "tool_calls": [{"name": "read_file", "arguments": {"path": "x"}}]}]
+            * 6
+        ),
+        "utf-8",
+    )
+    assert_ok(
+        tether("run", "spec.yaml", "--model", "scripted:answers.yaml", cwd=tmp_path, env=NARROW)
+    )
+    tid = _only_task(tmp_path)
+    doc = json_out(tether("status", tid, "--json", cwd=tmp_path, env=NARROW))
+    assert doc["status"] == "waiting" and doc["waiting"]["kind"] == "decision", doc["waiting"]
+    msg = assert_clean_error(tether("approve", tid, cwd=tmp_path, env=NARROW), 2)
+    assert f"tether waive {tid} a" in msg, msg

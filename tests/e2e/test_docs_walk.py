@@ -672,3 +672,30 @@ def test_approve_on_a_task_waiting_for_a_decision_names_the_decision(tmp_path: P
     assert doc["status"] == "waiting" and doc["waiting"]["kind"] == "decision", doc["waiting"]
     msg = assert_clean_error(tether("approve", tid, cwd=tmp_path, env=NARROW), 2)
     assert f"tether waive {tid} a" in msg, msg
+
+
+# --- report -o (docs/operations.md, "Looking back": `tether report TASK --format html -o
+# report.html`)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "src/tether/cli/show.py:report: `-o report.html` without `--format html` "
+        "writes Markdown into report.html ('report written to report.html'), and "
+        "`-o report.json` writes Markdown too -> take the format from the file's suffix "
+        "when --format is not given (or refuse the mismatch, exit 2)"
+    ),
+)
+@pytest.mark.parametrize("name", ["report.html", "report.json"])
+def test_report_to_a_file_writes_what_its_name_says(
+    five_items: tuple[Path, str], name: str
+) -> None:
+    folder, tid = five_items
+    proc = tether("report", tid, "-o", name, cwd=folder, env=NARROW)
+    written = (folder / name).read_text("utf-8") if (folder / name).exists() else ""
+    (folder / name).unlink(missing_ok=True)
+    if proc.returncode == 2:
+        return  # refused the mismatch: fine too
+    assert_ok(proc)
+    assert not written.startswith("# Report"), f"Markdown in {name}:\n{written[:200]}"

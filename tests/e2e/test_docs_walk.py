@@ -716,3 +716,23 @@ def test_tether_version_as_a_command_points_at_the_option(tmp_path: Path) -> Non
     proc = tether("version", cwd=tmp_path, env=NARROW)
     assert proc.returncode == 2, describe(proc)
     assert "--version" in proc.stderr and "verify" not in proc.stderr, describe(proc)
+
+
+# --- recurring tasks (docs/operations.md, "Recurring tasks": `every` or `cron`)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "src/tether/schedule.py (the every/cron check): a `schedule:` with neither "
+        "`every` nor `cron` is refused as 'a schedule has either `every` (an interval) "
+        "or `cron`, not both', which reads as if both were given -> 'a schedule needs "
+        "`every` (an interval) or `cron`'"
+    ),
+)
+def test_a_schedule_with_neither_every_nor_cron_says_it_needs_one(tmp_path: Path) -> None:
+    (tmp_path / "spec.yaml").write_text(
+        "objective: x\nitems: [{id: a, title: A}]\nschedule: {count: 3}\n", "utf-8"
+    )
+    msg = assert_clean_error(tether("submit", "spec.yaml", cwd=tmp_path, env=NARROW), 2)
+    assert "not both" not in msg, msg

@@ -87,17 +87,39 @@ def refusal(
     pinned to other hosts, or its workspace is missing or another folder."""
     if runs_on and not set(runs_on) & set(tags):
         return "waiting for a worker with host tag " + " or ".join(sorted(runs_on))
+    problem = workspace_problem(workspace, workspace_id)
+    if problem is None:
+        return None
+    return f"waiting for a worker with workspace {workspace} ({problem})"
+
+
+def workspace_problem(workspace: str | None, workspace_id: str | None) -> str | None:
+    """Why the task's workspace is not here, or None: the folder is missing (renamed,
+    an unmounted share, another machine's), or it is another folder (its marker does not
+    hold the task's workspace id)."""
     if workspace is None:
         return None
     folder = Path(workspace)
     if not folder.is_dir():
-        return f"waiting for a worker with workspace {workspace} (not on this machine)"
+        return "not on this machine"
     if workspace_id is not None and read_marker(folder) != workspace_id:
         return (
-            f"waiting for a worker with workspace {workspace} (the folder there is another "
-            f"one: its {MARKER} does not hold workspace id {workspace_id})"
+            f"the folder there is another one: its {MARKER} does not hold workspace id "
+            f"{workspace_id}"
         )
     return None
+
+
+def not_here(task_id: str, workspace: str, problem: str, done: str) -> errors.UserError:
+    """The refusal of a run or a check (`done`: "nothing was run") of a task whose
+    workspace is not here (`workspace_problem`): its deliverables would all read as
+    missing, its done items be reopened and their work redone in a new folder of the old
+    name, so nothing is read or written in its name."""
+    return errors.UserError(
+        f"task {task_id}: its workspace {workspace} is not here ({problem}); {done}. "
+        "Put the folder back (or mount it) and try again, or run it where the folder is "
+        "(a worker there takes it up)"
+    )
 
 
 def passed_key(task_id: str) -> str:

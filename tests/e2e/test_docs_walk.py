@@ -379,19 +379,6 @@ def _delivered_then_moved(tmp_path: Path) -> tuple[Path, str]:
     return after, tid
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/runtime/engine.py (resume) and src/tether/runtime/recovery/"
-        "deliverables.py: `tether resume` of a task whose workspace folder is gone "
-        "(renamed, an unmounted share) runs anyway: recovery reads every deliverable as "
-        "'missing from the workspace', reopens every done item and redoes them: "
-        "write_file creates the old path again (without its marker) and the work "
-        "splits between two folders; the demo's task (reads first) had 42 items "
-        "reopened and ran 70 rounds to max_rounds -> refuse as a worker does "
-        "(held.placement_refusal): exit 2 naming the workspace, the ledger untouched"
-    ),
-)
 def test_resume_refuses_a_task_whose_workspace_is_gone(tmp_path: Path) -> None:
     folder, tid = _delivered_then_moved(tmp_path)
     assert_ok(tether("approve", tid, cwd=folder, env=NARROW))  # signed off: queued
@@ -401,15 +388,6 @@ def test_resume_refuses_a_task_whose_workspace_is_gone(tmp_path: Path) -> None:
     assert_clean_error(proc, 2, str(tmp_path / "job"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/cli/verify.py / src/tether/runtime/recovery/deliverables.py: "
-        "`tether verify` of a task whose workspace folder is gone reopens every done "
-        "item ('deliverable ... is missing from the workspace') -> say the workspace "
-        "itself is missing (exit 2) and reopen nothing"
-    ),
-)
 def test_verify_says_the_workspace_is_gone_instead_of_reopening_everything(
     tmp_path: Path,
 ) -> None:

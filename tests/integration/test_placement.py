@@ -141,3 +141,38 @@ async def test_a_workspace_missing_everywhere_stays_queued_and_status_says_why(
     text = shown(doc)
     assert f"not taken: waiting for a worker with workspace {tmp_path / 'ws'}" in text
     assert "(not on this machine)" in text
+
+
+async def test_an_engine_refuses_a_workspace_that_is_not_here_and_changes_nothing(
+    store: Store, clock: FakeClock, tmp_path: Path
+) -> None:
+    """`Engine.run` (what `tether resume` drives) of a task whose folder was renamed, or
+    stands at its path as another folder, is refused before the claim: no deliverable is
+    read as missing, no item reopened, nothing written at the old path. A workspace the
+    task's first write makes (none there when it was created) runs as before."""
+    from tether import errors
+    from tether.runtime.engine import Engine
+
+    tid = await queue(store, tmp_path, "ws")
+    ws = tmp_path / "ws"
+    ws.rename(tmp_path / "moved")
+    before = await store.get_task(tid)
+    with pytest.raises(errors.UserError, match=r"its workspace .*ws is not here \(not on"):
+        await Engine(store, honest(), clock=clock).run(tid)
+    ws.mkdir()  # another folder at the same path
+    with pytest.raises(errors.UserError, match="the folder there is another one"):
+        await Engine(store, honest(), clock=clock).run(tid)
+    after = await store.get_task(tid)
+    assert (after.status, after.version, after.lease_owner) == (
+        before.status,
+        before.version,
+        None,
+    )
+    assert list(ws.iterdir()) == []
+    shutil.rmtree(ws)
+    (tmp_path / "moved").rename(ws)
+    assert (await Engine(store, honest(), clock=clock).run(tid)).status == "satisfied"
+    from tether.runtime.tasks import create_task
+
+    fresh = await create_task(store, spec_of(1), workspace=tmp_path / "made-later")
+    assert (await Engine(store, honest(), clock=clock).run(fresh.task_id)).status == "satisfied"

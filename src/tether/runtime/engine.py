@@ -20,13 +20,14 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from tether import errors, lifecycle, telemetry
+from tether import errors, lifecycle, placement, telemetry
 from tether.clock import Clock, SystemClock
 from tether.models import pricing
+from tether.runtime import launch
 from tether.runtime.ops.ports import INLINE_WAIT_MAX
 from tether.runtime.run.journal import Snapshot as Snapshot  # re-exported: public
 from tether.runtime.run.ports import ModelSet as ModelSet  # re-exported: public
@@ -37,7 +38,7 @@ from tether.runtime.run.task_run import TaskRun as TaskRun
 from tether.runtime.run.task_run import default_guard as default_guard
 from tether.runtime.takeover import owner_is_dead as owner_is_dead  # re-exported
 from tether.runtime.takeover import process_id as process_id  # re-exported
-from tether.store.base import Lease, Store
+from tether.store.base import Lease, Store, StoredEvent
 from tether.tools.allowlist import check_tools as check_tools
 from tether.tools.breaker import Guard
 from tether.tools.builtin.files import READ_ARTIFACT, default_registry, read_artifact_tool
@@ -156,6 +157,9 @@ class Engine:
         self, task_id: str, force: bool, reconnecting: bool, reconnecting_allowed: bool
     ) -> RunResult:
         before = await self.store.get_task(task_id)
+        created = None  # the task's `task.created` event, when read here
+        if before.workspace is not None and not lifecycle.is_terminal(before.status):
+            created = await self._workspace_here(task_id, before.workspace)
         # After an outage this engine's own lease may still stand (its release, or a
         # claim whose answer was lost, could not be settled): it is ours to take again.
         ours = reconnecting and before.lease_owner == self.worker_id
@@ -180,8 +184,24 @@ class Engine:
         # With a reconnect to come, a lease the outage cut off is kept, not given back
         # (that would wait out the store's own retries first): it is taken up again above.
         return await self._drive(
-            lease, None if ours else before.lease_owner, keep_on_outage=reconnecting_allowed
+            lease,
+            None if ours else before.lease_owner,
+            keep_on_outage=reconnecting_allowed,
+            created=created,
         )
+
+    async def _workspace_here(self, task_id: str, workspace: str) -> Sequence[StoredEvent]:
+        """Refuse (`UserError`, before the claim) a task whose workspace was there when it
+        was created (its marker's id recorded) and is not here now: a folder renamed or
+        not mounted, or another folder of that name (a worker passes such a task over;
+        `placement`). A workspace the task's first write makes is not refused. Its
+        `task.created` event, read for it, is handed to the run (read once per run)."""
+        created = await launch.created(self.store, task_id)
+        found = created[0].data.get("workspace_id") if created else None
+        problem = placement.workspace_problem(workspace, found) if isinstance(found, str) else None
+        if problem is not None:
+            raise placement.not_here(task_id, workspace, problem, "nothing was run")
+        return created
 
     async def _await_store(
         self, task_id: str, lost: errors.StoreUnavailable, seconds: float
@@ -244,9 +264,11 @@ class Engine:
         keep_on_outage: bool = False,
         preread: Preread | None = None,
         on_started: Callable[[], None] | None = None,
+        created: Sequence[StoredEvent] | None = None,
     ) -> RunResult:
         """Drive a claimed task with a heartbeat; give the lease back at the end (unless
-        `keep_on_outage` and the store went away: see `run`)."""
+        `keep_on_outage` and the store went away: see `run`). `created`: the task's
+        `task.created` event if read already."""
         outage = False
         config = replace(self.config, previous_owner=previous_owner)
         run = TaskRun(
@@ -263,6 +285,7 @@ class Engine:
             status_probe=self.status_probe,
             preread=preread,
             on_started=on_started,
+            created=created,
         )
         # The heartbeat cancels this task when a round outlives `limits.round_timeout`.
         run.beat.driver = asyncio.current_task()

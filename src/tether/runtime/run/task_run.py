@@ -107,6 +107,7 @@ class TaskRun:
         status_probe: bool = True,
         preread: Preread | None = None,
         on_started: Callable[[], None] | None = None,
+        created: Sequence[StoredEvent] | None = None,
     ) -> None:
         self.store = store
         self._on_started = on_started
@@ -114,7 +115,9 @@ class TaskRun:
         self._preread = (
             preread if preread is not None and preread.task.fencing_token == token else None
         )
-        self._created: Sequence[StoredEvent] | None = None
+        # The task's `task.created` event, which never changes (the engine may have read
+        # it already: `created`).
+        self._created: Sequence[StoredEvent] | None = created
         self.task_id = task_id
         self.token = token
         self.config = config

@@ -298,19 +298,6 @@ async def test_a_quiet_day_digest_equal_to_yesterdays(ws: Path) -> None:
 # --- findings -----------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "runtime/round/phases.py:track_failures (keys by the focus item) + "
-        "runtime/judge/facts.py (blocks the focus): a PUT of f036 refused 503 "
-        "'maintenance' (Retry-After, tether's 3 attempts exhausted) three times across "
-        "rounds, the remote's status asked between, blocks f017 (the focus, whose own "
-        "call never ran): 'f017 blocked: non-convergent: put_file failed 3 times the "
-        "same way' -> attribute a call to the item its op rule names, and count a "
-        "transient failure the service asked to retry later as waiting (as a volatile "
-        "read's), bounded by max_rounds_per_item"
-    ),
-)
 async def test_a_write_through_a_long_maintenance_window(memory: MemoryStore, ws: Path) -> None:
     outcome = await run_ninth(SYNC_OUTAGE_3, "rules", memory, ws)
     await check_ninth(memory, SYNC_OUTAGE_3, outcome, ws)

@@ -528,6 +528,71 @@ async def test_a_wait_that_never_ends_is_blocked_at_the_rounds_cap_and_replays_c
         await store.close()
 
 
+class Refused(Exception):
+    """An HTTP client's error for a refused request, as `httpx.HTTPStatusError` carries
+    it: the status and the response's headers."""
+
+    def __init__(self, status: int, headers: dict[str, str]) -> None:
+        super().__init__(f"{status} maintenance")
+        self.status_code = status
+        self.response = type("Response", (), {"headers": headers, "status_code": status})()
+
+
+def maintenance_tools(headers: dict[str, str], outage: int) -> tuple[Tool, ...]:
+    """`publish`, a write whose service answers 503 (with `headers`) to its first
+    `outage` x 3 requests (tether's three attempts per call), then takes it."""
+    calls = {"n": 0}
+
+    @tool(effect="write", idempotent=True, retry=RetryPolicy(base_delay=0.001, max_delay=0.001))
+    def publish() -> str:
+        calls["n"] += 1
+        if calls["n"] <= outage * 3:
+            raise Refused(503, headers)
+        return "published: build #7 passed"
+
+    return (publish,)
+
+
+def publisher(request: ModelRequest) -> ModelResponse:
+    """Publishes until the service takes it, then records it."""
+    last = last_tool_text(request)
+    if "published" in last:
+        call = tool_call("write_file", path="out/build.txt", content="build #7 passed\n")
+        return ModelResponse("recording it", (call,))
+    if next_of(request) is None:
+        return ModelResponse("recorded")
+    return ModelResponse("publishing (again)", (tool_call("publish"),))
+
+
+@pytest.mark.parametrize(
+    "headers", [{"Retry-After": "1", "retry-after-ms": "5"}, {}], ids=["retry-after", "bare"]
+)
+async def test_a_write_the_service_asks_to_retry_later_is_no_loop(
+    backend: Backend, tmp_path: Path, headers: dict[str, str]
+) -> None:
+    """A maintenance window outlasting tether's retries of a write four times: with a
+    `Retry-After` the service said when to come back, so trying again is not the same
+    failure repeated and the item finishes; a bare 503 of a tool that is not volatile is
+    non-convergent at the third, as before."""
+    spec = poller_spec(("publish", "write_file"))
+    store = await backend.open()
+    try:
+        tid = (await create_task(store, spec, workspace=tmp_path)).task_id
+        registry = registry_of(store, maintenance_tools(headers, 4))
+        engine = Engine(store, ModelSet(ScriptedModel(policy=publisher)), registry=registry)
+        result = await engine.run(tid)
+        item = (await ledger_of(store, tid)).item("build")
+        if headers:
+            assert result.status == "satisfied", item.note
+            replayed = await replay_task(store, tid, registry=registry)
+            assert replayed.divergence is None, replayed.divergence
+        else:
+            assert item.status == "blocked"
+            assert item.note.startswith("non-convergent: publish failed 3 times"), item.note
+    finally:
+        await store.close()
+
+
 def not_ready_tools(fails: int | None) -> tuple[Tool, ...]:
     """`start_build`, and `build_status` failing "build #7 not ready" as a plain
     (deterministic) failure, `ToolFailed`, not "not now", `fails` times (None: forever),

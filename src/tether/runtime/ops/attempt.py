@@ -479,8 +479,12 @@ class Attempts:
             failed = R.failure(call, tool, record, "transient", f"{msg} ({decision.reason})", ms)
             # A volatile tool's transient failure that outlasted its retries (a status
             # page answering 503 through an outage) is its "not now", as `RetryLater`'s:
-            # asked again, it is waiting on the service, bounded by the rounds cap.
-            if (cls_msg.later or tool.volatile) and failed.record is not None:
+            # asked again, it is waiting on the service, bounded by the rounds cap. So is
+            # any tool's refusal that said when to come back (a 503 or 429 with
+            # `Retry-After`: a maintenance window, a rate limit): never a loop of the
+            # item's own (`phases.track_failures`).
+            later = cls_msg.later or cls_msg.delay is not None or cls_msg.limited
+            if (later or tool.volatile) and failed.record is not None:
                 failed.record = R.said_later(failed.record)
                 failed.volatile = R.waits(tool, failed.record)
             if cls_msg.down:

@@ -145,13 +145,21 @@ def said_later(record: OpRecord) -> OpRecord:
     return evolve(record, error={**(record.error or {}), _LATER: True})
 
 
+def is_later(record: OpRecord | None) -> bool:
+    """Whether `record` failed with its tool's or service's "not now" (`said_later`)."""
+    return record is not None and bool((record.error or {}).get(_LATER))
+
+
 def waits(tool: Tool | None, record: OpRecord) -> bool:
     """Whether asking `tool` again after this op is waiting (`OpOutcome.volatile`): its
-    read succeeded or said "not now" (`said_later`), and its answer can change by
-    itself."""
-    if tool is None or not tool.volatile:
+    read succeeded and its answer can change by itself, or it said "not now"
+    (`said_later`: a volatile tool's failure that outlasted its retries, or any tool's
+    `RetryLater`, or a service's refusal with `Retry-After`)."""
+    if tool is None:
         return False
-    return record.status == "succeeded" or bool((record.error or {}).get(_LATER))
+    if is_later(record):
+        return True
+    return bool(tool.volatile) and record.status == "succeeded"
 
 
 def shifts(tool: Tool | None) -> bool:

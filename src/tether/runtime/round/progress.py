@@ -375,7 +375,9 @@ def _volatile(
     fresh ones), so ever-new guessed paths are not news without end. Its mark is added
     to `marks`."""
     volatile = c.volatile or (working and (c.shifting or c.tool in WORKSPACE_READS))
-    if not volatile or c.status == "succeeded" or c.effect != "read":
+    # A failure that is a "not now" (`CallFact.volatile`) is one of a write too: a
+    # service that said when to come back (a 503 with `Retry-After` in maintenance).
+    if not volatile or c.status == "succeeded" or (c.effect != "read" and not c.volatile):
         return "volatile" if volatile else "plain"
     fp = digest("ok", c.tool, c.args_hash, c.result_hash, *memory)
     heard = fp in seen or fp in marks

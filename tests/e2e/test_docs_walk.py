@@ -540,17 +540,6 @@ TOOLS = [write_file]
 '''
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/tools/registry.py:ToolRegistry.add ('a later one with the same name "
-        "replaces it'), reached from TETHER_TOOLS: a module's tool named like a built-in "
-        "(write_file) silently replaces it for the task (its workspace confinement and "
-        "overwrite approval go with it), where an MCP tool that clashes is refused -> "
-        "refuse a TETHER_TOOLS name that a built-in or another module already has, "
-        "naming both (exit 2)"
-    ),
-)
 def test_a_tether_tools_module_cannot_silently_replace_a_built_in(tmp_path: Path) -> None:
     (tmp_path / "shadow.py").write_text(_SHADOW, "utf-8")
     (tmp_path / "spec.yaml").write_text(_WRITES, "utf-8")

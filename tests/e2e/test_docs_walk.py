@@ -688,15 +688,6 @@ def test_tether_version_as_a_command_points_at_the_option(tmp_path: Path) -> Non
 # --- recurring tasks (docs/operations.md, "Recurring tasks": `every` or `cron`)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/schedule.py (the every/cron check): a `schedule:` with neither "
-        "`every` nor `cron` is refused as 'a schedule has either `every` (an interval) "
-        "or `cron`, not both', which reads as if both were given -> 'a schedule needs "
-        "`every` (an interval) or `cron`'"
-    ),
-)
 def test_a_schedule_with_neither_every_nor_cron_says_it_needs_one(tmp_path: Path) -> None:
     (tmp_path / "spec.yaml").write_text(
         "objective: x\nitems: [{id: a, title: A}]\nschedule: {count: 3}\n", "utf-8"

@@ -346,14 +346,6 @@ def test_a_misspelt_trusted_proxy_address_is_refused(tmp_path: Path) -> None:
     assert_clean_error(proc, 2, "127.0.0.l")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/models/registry.py:_env_options: TETHER_MODEL_TIMEOUT's message says "
-        "'between 0 and 3600' for 0, which is between them; the flag says 'above 0 "
-        "and at most 3600' -> one wording, the flag's"
-    ),
-)
 def test_a_zero_model_timeout_in_the_environment_says_above_0(tmp_path: Path) -> None:
     write_spec(tmp_path / "spec.yaml", 1)
     env = cli_env(COLUMNS="80", TETHER_MODEL_TIMEOUT="0")

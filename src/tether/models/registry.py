@@ -122,7 +122,7 @@ def _env_options(environ: Mapping[str, str]) -> dict[str, Any]:
             seconds = -1.0
         if not 0 < seconds <= 3600:  # also refuses NaN
             raise UserError(
-                f"TETHER_MODEL_TIMEOUT={raw!r} is not a number of seconds between 0 and 3600"
+                f"TETHER_MODEL_TIMEOUT={raw!r} is not a number of seconds above 0 and at most 3600"
             )
         out["timeout"] = seconds
     raw = environ.get("TETHER_MODEL_RETRIES", "").strip()

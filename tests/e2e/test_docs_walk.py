@@ -549,15 +549,6 @@ def test_a_tether_tools_module_cannot_silently_replace_a_built_in(tmp_path: Path
 # base64 is refused at start")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/runtime/watch/sinks.py (the secret check: 'a webhook secret that "
-        "starts with whsec_ must be base64 after it'): the message does not say which "
-        "variable holds the bad secret (TETHER_WEBHOOK_SECRET, or a target's "
-        "secret_env) -> name it"
-    ),
-)
 def test_a_bad_webhook_secret_names_its_variable(tmp_path: Path) -> None:
     write_spec(tmp_path / "spec.yaml", 1)
     env = cli_env(

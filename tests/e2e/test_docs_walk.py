@@ -243,14 +243,6 @@ def test_a_misspelt_key_in_a_scripted_answers_file_is_refused_at_start(
 # --- prices (docs/operations.md, "Prices": "the file TETHER_PRICES names (YAML or JSON)")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/models/pricing.py (the TETHER_PRICES loader): a malformed YAML "
-        "file prints PyYAML's raw nine-line message ('in \"<unicode string>\"', a caret "
-        "line) -> one line with the line and column, as a malformed spec or script says it"
-    ),
-)
 def test_a_malformed_prices_file_is_one_clear_line(tmp_path: Path) -> None:
     (tmp_path / "prices.yaml").write_text("qwen3-8b: {input: 1.25, output: 10.0\n", "utf-8")
     (tmp_path / "spec.yaml").write_text(

@@ -271,16 +271,6 @@ def test_a_prices_file_with_a_misspelt_field_names_it(tmp_path: Path) -> None:
 # URL (also one the server refuses ...)", 4 is infrastructure unavailable)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/store/postgres.py:PostgresStore._open_sync: a misspelt or invalid "
-        "URL parameter (?scheme=, ?sslmode=bogus) is a psycopg.ProgrammingError before "
-        "any connection, classed as StoreUnavailable: exit 4, the code for a database "
-        "that does not answer (what supervisors retry) -> StoreConfigError, exit 2, as "
-        "sqlite:///...?foo=1 ('unknown parameter') is"
-    ),
-)
 @pytest.mark.parametrize("query", ["scheme=agents", "sslmode=bogus"])
 def test_a_bad_postgres_url_parameter_is_bad_input(tmp_path: Path, query: str) -> None:
     pytest.importorskip("psycopg")

@@ -145,6 +145,10 @@ _REFUSED_LOGIN = re.compile(
     r"password authentication failed|no pg_hba\.conf entry)"
 )
 
+#: libpq refusing a URL parameter before any connection is tried (a misspelt name, an
+#: invalid `sslmode`, port or `target_session_attrs`): the URL is the user's to correct.
+_BAD_PARAMETER = re.compile(r"^(connection is bad: )?invalid ", re.IGNORECASE)
+
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
@@ -241,6 +245,14 @@ class PostgresStore(SqlStore):
             )
         except psycopg.Error as exc:
             why = _first_line(exc)
+            if isinstance(exc, psycopg.ProgrammingError) or _BAD_PARAMETER.match(why):
+                # Nothing was tried: no server can answer a URL libpq cannot read (exit 2).
+                why = re.sub(r"^connection is bad: ", "", why, flags=re.IGNORECASE)
+                raise errors.StoreConfigError(
+                    f"the PostgreSQL URL {self.url} has a bad parameter: {why} — correct it "
+                    "in TETHER_DB / --db (tether's own parameter is `schema=`; the others "
+                    "are libpq's connection parameters)"
+                ) from exc
             if _REFUSED_LOGIN.search(str(exc)):
                 # The server answered and said no: waiting or retrying cannot fix a wrong
                 # database name, role or password, so it is the user's to correct (exit 2).

@@ -201,18 +201,6 @@ _WRITES = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/models/registry.py (the script loader) and "
-        "src/tether/models/scripted.py:_coerce: a response key or a tool call key "
-        "misspelt in a scripted answers file is not checked: `txt:`, `tool_call:` and "
-        "`argument:` are dropped (the task is created, then waits 'ran out of "
-        "responses'), `nme:` fails mid-run as 'model provider refused the call: "
-        "KeyError: 'name'' -> refuse the file before anything is written (exit 2), "
-        "naming the response, the key and the keys it takes"
-    ),
-)
 @pytest.mark.parametrize(
     ("script", "key"),
     [

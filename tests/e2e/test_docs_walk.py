@@ -144,15 +144,6 @@ def test_status_names_the_task_in_the_invalid_artifacts_hint(tmp_path: Path) -> 
     assert "TASK" not in line and f"tether artifacts {tid} --invalid" in line, line
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/tools/builtin/sources.py:read_source: a source whose location is "
-        "misspelt fails as 'cannot read source B (No such file or directory)', three "
-        "rounds in a row, and the item's block reason never names the path it looked "
-        "for -> name the location (and the workspace it is relative to)"
-    ),
-)
 def test_a_misspelt_source_location_is_named_where_the_user_reads_why(tmp_path: Path) -> None:
     _source_task(tmp_path, "b-20.md", 4)
     tid = _only_task(tmp_path)

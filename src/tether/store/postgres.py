@@ -137,17 +137,14 @@ def _redact(url: str) -> str:
 
 
 #: A server's refusal of the login itself (libpq passes its words on; connection errors
-#: carry no SQLSTATE): a database or role that does not exist, a rejected password or
-#: host entry. Matched on the server's English messages; another locale falls back to
-#: "unavailable" (exit 4), which is what it was before.
+#: carry no SQLSTATE), matched on its English messages (another locale falls back to
+#: "unavailable", exit 4); and libpq refusing a URL parameter before it tries (a misspelt
+#: name, `sslmode=bogus`). Waiting cannot fix either: the user corrects it (exit 2).
 _REFUSED_LOGIN = re.compile(
     r'FATAL: +(database "[^"]*" does not exist|role "[^"]*" does not exist|'
     r"password authentication failed|no pg_hba\.conf entry)"
 )
-
-#: libpq refusing a URL parameter before any connection is tried (a misspelt name, an
-#: invalid `sslmode`, port or `target_session_attrs`): the URL is the user's to correct.
-_BAD_PARAMETER = re.compile(r"^(connection is bad: )?invalid ", re.IGNORECASE)
+_BAD_PARAMETER = re.compile(r"^(connection is bad: )?(?=invalid )", re.IGNORECASE)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -246,16 +243,11 @@ class PostgresStore(SqlStore):
         except psycopg.Error as exc:
             why = _first_line(exc)
             if isinstance(exc, psycopg.ProgrammingError) or _BAD_PARAMETER.match(why):
-                # Nothing was tried: no server can answer a URL libpq cannot read (exit 2).
-                why = re.sub(r"^connection is bad: ", "", why, flags=re.IGNORECASE)
                 raise errors.StoreConfigError(
-                    f"the PostgreSQL URL {self.url} has a bad parameter: {why} — correct it "
-                    "in TETHER_DB / --db (tether's own parameter is `schema=`; the others "
-                    "are libpq's connection parameters)"
+                    f"the PostgreSQL URL {self.url} has a bad parameter: "
+                    f"{_BAD_PARAMETER.sub('', why)} — correct it in TETHER_DB / --db"
                 ) from exc
             if _REFUSED_LOGIN.search(str(exc)):
-                # The server answered and said no: waiting or retrying cannot fix a wrong
-                # database name, role or password, so it is the user's to correct (exit 2).
                 raise errors.StoreConfigError(
                     f"PostgreSQL at {self.url} refused the connection: {why} — check the "
                     "database name, user and password in the URL (TETHER_DB / --db)"

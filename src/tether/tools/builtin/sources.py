@@ -53,7 +53,7 @@ from tether.redact import MASK, redact
 from tether.spec import Source
 from tether.store.base import ArtifactRecord, OpRecord, Store, blob_hash
 from tether.tools import files
-from tether.tools.builtin.pinned import guard
+from tether.tools.builtin.pinned import guard, unreadable
 from tether.tools.builtin.pinned import version_key as _key
 from tether.tools.registry import Tool, ToolContext, tool
 
@@ -160,19 +160,6 @@ def _location(src: Source, workspace: Path | None) -> Path:
             )
         path = workspace / path
     return path
-
-
-def _unreadable(src: Source, exc: OSError) -> str:
-    """Why `read_source` cannot read a source: a file's names its location (a misspelt
-    one is the usual cause) and, for a relative path, that it is read in the workspace."""
-    why = exc.strerror or str(exc)
-    if src.kind in ("url", "api"):
-        return f"read_source: cannot read source {src.id} ({why})"
-    where = "" if Path(src.location).is_absolute() else " in the workspace"
-    return (
-        f"read_source: cannot read source {src.id} at {src.location!r}{where} ({why}); "
-        "check the source's location in the contract"
-    )
 
 
 def _slice(text: str, offset: int, limit: int) -> str:
@@ -567,7 +554,7 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
                 reader.snapshot() if src.pin == "snapshot" else reader.fingerprint()
             )
         except OSError as exc:
-            raise errors.ToolFailed(_unreadable(src, exc)) from None
+            raise errors.ToolFailed(unreadable(src, exc)) from None
         head = (
             f"{notice}source {src.id} version {src.version} ({src.kind}, {src.pin}); "
             f"{_CITE_SNAPSHOT}{art.artifact_id}\n"

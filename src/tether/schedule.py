@@ -104,7 +104,9 @@ class Schedule(BaseModel):
 
     @model_validator(mode="after")
     def _one_rule(self) -> Schedule:
-        if (self.every is None) == (self.cron is None):
+        if self.every is None and self.cron is None:
+            raise ValueError("a schedule needs either `every` (an interval) or `cron`")
+        if self.every is not None and self.cron is not None:
             raise ValueError("a schedule has either `every` (an interval) or `cron`, not both")
         try:
             tz = zone(self.timezone)

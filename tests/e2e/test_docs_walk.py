@@ -144,15 +144,6 @@ def test_status_names_the_task_in_the_invalid_artifacts_hint(tmp_path: Path) -> 
     assert "TASK" not in line and f"tether artifacts {tid} --invalid" in line, line
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/tools/builtin/sources.py:read_source: a source whose location is "
-        "misspelt fails as 'cannot read source B (No such file or directory)', three "
-        "rounds in a row, and the item's block reason never names the path it looked "
-        "for -> name the location (and the workspace it is relative to)"
-    ),
-)
 def test_a_misspelt_source_location_is_named_where_the_user_reads_why(tmp_path: Path) -> None:
     _source_task(tmp_path, "b-20.md", 4)
     tid = _only_task(tmp_path)
@@ -201,18 +192,6 @@ _WRITES = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/models/registry.py (the script loader) and "
-        "src/tether/models/scripted.py:_coerce: a response key or a tool call key "
-        "misspelt in a scripted answers file is not checked: `txt:`, `tool_call:` and "
-        "`argument:` are dropped (the task is created, then waits 'ran out of "
-        "responses'), `nme:` fails mid-run as 'model provider refused the call: "
-        "KeyError: 'name'' -> refuse the file before anything is written (exit 2), "
-        "naming the response, the key and the keys it takes"
-    ),
-)
 @pytest.mark.parametrize(
     ("script", "key"),
     [
@@ -243,14 +222,6 @@ def test_a_misspelt_key_in_a_scripted_answers_file_is_refused_at_start(
 # --- prices (docs/operations.md, "Prices": "the file TETHER_PRICES names (YAML or JSON)")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/models/pricing.py (the TETHER_PRICES loader): a malformed YAML "
-        "file prints PyYAML's raw nine-line message ('in \"<unicode string>\"', a caret "
-        "line) -> one line with the line and column, as a malformed spec or script says it"
-    ),
-)
 def test_a_malformed_prices_file_is_one_clear_line(tmp_path: Path) -> None:
     (tmp_path / "prices.yaml").write_text("qwen3-8b: {input: 1.25, output: 10.0\n", "utf-8")
     (tmp_path / "spec.yaml").write_text(
@@ -279,16 +250,6 @@ def test_a_prices_file_with_a_misspelt_field_names_it(tmp_path: Path) -> None:
 # URL (also one the server refuses ...)", 4 is infrastructure unavailable)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/store/postgres.py:PostgresStore._open_sync: a misspelt or invalid "
-        "URL parameter (?scheme=, ?sslmode=bogus) is a psycopg.ProgrammingError before "
-        "any connection, classed as StoreUnavailable: exit 4, the code for a database "
-        "that does not answer (what supervisors retry) -> StoreConfigError, exit 2, as "
-        "sqlite:///...?foo=1 ('unknown parameter') is"
-    ),
-)
 @pytest.mark.parametrize("query", ["scheme=agents", "sslmode=bogus"])
 def test_a_bad_postgres_url_parameter_is_bad_input(tmp_path: Path, query: str) -> None:
     pytest.importorskip("psycopg")
@@ -326,15 +287,6 @@ def test_cluster_metrics_without_a_metrics_port_is_refused(tmp_path: Path) -> No
     assert_clean_error(proc, 2, "--cluster-metrics", "--metrics-port")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/cli/serve.py:serve: --forwarded-allow-ips (TETHER_FORWARDED_ALLOW_IPS) "
-        "is passed to uvicorn unchecked, so a typo ('127.0.0.l') starts the dashboard "
-        "trusting no proxy (the sign-in redirect leaves https, the cookie is not Secure) "
-        "-> check each entry is an address, a network or *, as --allowed-host is checked"
-    ),
-)
 def test_a_misspelt_trusted_proxy_address_is_refused(tmp_path: Path) -> None:
     pytest.importorskip("fastapi")
     assert_ok(tether("migrate", cwd=tmp_path, env=NARROW))  # a database to serve
@@ -346,14 +298,6 @@ def test_a_misspelt_trusted_proxy_address_is_refused(tmp_path: Path) -> None:
     assert_clean_error(proc, 2, "127.0.0.l")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/models/registry.py:_env_options: TETHER_MODEL_TIMEOUT's message says "
-        "'between 0 and 3600' for 0, which is between them; the flag says 'above 0 "
-        "and at most 3600' -> one wording, the flag's"
-    ),
-)
 def test_a_zero_model_timeout_in_the_environment_says_above_0(tmp_path: Path) -> None:
     write_spec(tmp_path / "spec.yaml", 1)
     env = cli_env(COLUMNS="80", TETHER_MODEL_TIMEOUT="0")
@@ -501,16 +445,6 @@ def test_ctrl_c_just_after_the_task_is_created_says_how_to_go_on(tmp_path: Path)
     assert f"tether resume {tid}" in out + err, f"no word of how to go on\n{out}\n{err}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/cli/serve.py:serve: TETHER_TOKEN, the shared token every decision "
-        "of the dashboard needs, is taken unchecked ('abc' serves; one with a space "
-        "prints a link that is not a URL: '?token=a b'), while a named token must be "
-        "16 characters without spaces or commas -> the same rule for TETHER_TOKEN (exit "
-        "2 naming it)"
-    ),
-)
 @pytest.mark.parametrize("token", ["abc", "a token with spaces in it"], ids=["short", "spaces"])
 def test_a_weak_or_broken_shared_token_is_refused(tmp_path: Path, token: str) -> None:
     pytest.importorskip("fastapi")
@@ -540,17 +474,6 @@ TOOLS = [write_file]
 '''
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/tools/registry.py:ToolRegistry.add ('a later one with the same name "
-        "replaces it'), reached from TETHER_TOOLS: a module's tool named like a built-in "
-        "(write_file) silently replaces it for the task (its workspace confinement and "
-        "overwrite approval go with it), where an MCP tool that clashes is refused -> "
-        "refuse a TETHER_TOOLS name that a built-in or another module already has, "
-        "naming both (exit 2)"
-    ),
-)
 def test_a_tether_tools_module_cannot_silently_replace_a_built_in(tmp_path: Path) -> None:
     (tmp_path / "shadow.py").write_text(_SHADOW, "utf-8")
     (tmp_path / "spec.yaml").write_text(_WRITES, "utf-8")
@@ -568,15 +491,6 @@ def test_a_tether_tools_module_cannot_silently_replace_a_built_in(tmp_path: Path
 # base64 is refused at start")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/runtime/watch/sinks.py (the secret check: 'a webhook secret that "
-        "starts with whsec_ must be base64 after it'): the message does not say which "
-        "variable holds the bad secret (TETHER_WEBHOOK_SECRET, or a target's "
-        "secret_env) -> name it"
-    ),
-)
 def test_a_bad_webhook_secret_names_its_variable(tmp_path: Path) -> None:
     write_spec(tmp_path / "spec.yaml", 1)
     env = cli_env(
@@ -699,15 +613,6 @@ def test_tether_version_as_a_command_points_at_the_option(tmp_path: Path) -> Non
 # --- recurring tasks (docs/operations.md, "Recurring tasks": `every` or `cron`)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/schedule.py (the every/cron check): a `schedule:` with neither "
-        "`every` nor `cron` is refused as 'a schedule has either `every` (an interval) "
-        "or `cron`, not both', which reads as if both were given -> 'a schedule needs "
-        "`every` (an interval) or `cron`'"
-    ),
-)
 def test_a_schedule_with_neither_every_nor_cron_says_it_needs_one(tmp_path: Path) -> None:
     (tmp_path / "spec.yaml").write_text(
         "objective: x\nitems: [{id: a, title: A}]\nschedule: {count: 3}\n", "utf-8"

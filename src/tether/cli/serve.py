@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import sys
@@ -51,6 +52,44 @@ def _named(tokens_file: Path | None) -> dict[str, str] | None:
     if os.environ.get("TETHER_TOKENS", "").strip():
         return parse_tokens(os.environ["TETHER_TOKENS"], "TETHER_TOKENS", lines=False)
     return None
+
+
+def _proxies(value: str | None) -> str | None:
+    """`--forwarded-allow-ips` (or `TETHER_FORWARDED_ALLOW_IPS`) as given, once each
+    entry is checked: an address, a network or `*` (a typo would trust no proxy, and the
+    sign-in would leave https without a word)."""
+    if value is None or not value.strip():
+        return value
+    for entry in (e.strip() for e in value.split(",")):
+        if not entry or entry == "*":
+            continue
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise errors.UserError(
+                f"--forwarded-allow-ips (TETHER_FORWARDED_ALLOW_IPS): {entry!r} is not an "
+                "address or a network (e.g. 10.0.0.5, 10.0.0.0/8, or * for all), "
+                "comma-separated"
+            ) from None
+    return value
+
+
+def _shared_token() -> str | None:
+    """`TETHER_TOKEN` when set, held to the rule of a named token (at least
+    `MIN_TOKEN_CHARS` characters, no spaces or commas): it guards every decision, and
+    the printed sign-in link carries it."""
+    from tether.web.security import MIN_TOKEN_CHARS
+
+    token = os.environ.get("TETHER_TOKEN")
+    if not token:
+        return None
+    if len(token) < MIN_TOKEN_CHARS or any(c.isspace() or c == "," for c in token):
+        raise errors.UserError(
+            f"TETHER_TOKEN must be at least {MIN_TOKEN_CHARS} characters without spaces "
+            'or commas (e.g. from `python -c "import secrets; '
+            'print(secrets.token_urlsafe(24))"`), or unset for one generated at start'
+        )
+    return token
 
 
 async def _open_once(url: str, migrate: bool) -> None:
@@ -126,6 +165,8 @@ def serve(
             from tether.web.server import serve as run_server
         hosts = _hosts(allowed_host)
         named = _named(tokens_file)
+        forwarded_allow_ips = _proxies(forwarded_allow_ips)
+        shared = None if named else _shared_token()
     except errors.UserError as exc:
         raise fail(exc, 2) from None
     from tether.store import default_url, sqlite_path
@@ -139,7 +180,7 @@ def serve(
         if os.environ.get("TETHER_TOKEN"):
             err.print("warning: TETHER_TOKEN is not used: each person signs in with a named token")
     else:
-        token = os.environ.get("TETHER_TOKEN") or new_token()
+        token = shared or new_token()
     if host not in ("127.0.0.1", "localhost", "::1"):
         err.print(f"warning: listening on {clean(host)}: anyone who reaches it can read tasks")
     if "*" in hosts:

@@ -341,8 +341,16 @@ def load_price_file(path: str | Path) -> dict[str, Price]:
         raise errors.UserError(f"{where}: cannot read it: {exc.strerror or exc}") from None
     try:
         data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise errors.UserError(
+            f"{where}: not JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
     except (ValueError, yaml.YAMLError) as exc:
-        raise errors.UserError(f"{where}: not YAML or JSON: {exc}") from None
+        # One line, as a malformed spec or script says it (not PyYAML's caret lines).
+        mark = getattr(exc, "problem_mark", None)
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [""])[0]
+        raise errors.UserError(f"{where}: not YAML: {at}{problem}") from None
     if isinstance(data, Mapping) and set(data) == {"prices"}:
         data = data["prices"]
     if not isinstance(data, Mapping):

@@ -23,9 +23,10 @@ How long one request may take and how often a failed one is retried: the spec's
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +123,7 @@ def _env_options(environ: Mapping[str, str]) -> dict[str, Any]:
             seconds = -1.0
         if not 0 < seconds <= 3600:  # also refuses NaN
             raise UserError(
-                f"TETHER_MODEL_TIMEOUT={raw!r} is not a number of seconds between 0 and 3600"
+                f"TETHER_MODEL_TIMEOUT={raw!r} is not a number of seconds above 0 and at most 3600"
             )
         out["timeout"] = seconds
     raw = environ.get("TETHER_MODEL_RETRIES", "").strip()
@@ -243,4 +244,37 @@ def load_script(path: Path) -> list[Any]:
                 f"the script {str(path)!r}: response {i + 1} must be a text or a mapping, "
                 f"not {type(item).__name__}"
             )
+        if isinstance(item, Mapping):
+            _check_response(item, f"the script {str(path)!r}: response {i + 1}")
     return data
+
+
+#: The keys of a scripted response, and of each of its tool calls (`scripted._coerce`).
+_RESPONSE_KEYS = ("text", "tool_calls")
+_CALL_KEYS = ("name", "arguments", "id")
+
+
+def _unknown(keys: Iterable[Any], known: Sequence[str], where: str, what: str) -> None:
+    for key in keys:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UserError(
+                f"{where} has an unknown key {key!r}{hint}: {what} takes " + ", ".join(known)
+            )
+
+
+def _check_response(item: Mapping[Any, Any], where: str) -> None:
+    """A script's response mapping holds only the keys a scripted model reads, so a
+    misspelt one is refused before a task starts, not dropped (or failing mid-run)."""
+    _unknown(item, _RESPONSE_KEYS, where, "a response")
+    calls = item.get("tool_calls", [])
+    if not isinstance(calls, list):
+        raise UserError(f"{where}: tool_calls must be a list of {{name, arguments}}")
+    for n, call in enumerate(calls, 1):
+        at = f"{where}, tool call {n}"
+        if not isinstance(call, Mapping):
+            raise UserError(f"{at} must be a mapping of name and arguments")
+        _unknown(call, _CALL_KEYS, at, "a tool call")
+        if "name" not in call:
+            raise UserError(f"{at} needs a name (the tool to call)")

@@ -137,13 +137,14 @@ def _redact(url: str) -> str:
 
 
 #: A server's refusal of the login itself (libpq passes its words on; connection errors
-#: carry no SQLSTATE): a database or role that does not exist, a rejected password or
-#: host entry. Matched on the server's English messages; another locale falls back to
-#: "unavailable" (exit 4), which is what it was before.
+#: carry no SQLSTATE), matched on its English messages (another locale falls back to
+#: "unavailable", exit 4); and libpq refusing a URL parameter before it tries (a misspelt
+#: name, `sslmode=bogus`). Waiting cannot fix either: the user corrects it (exit 2).
 _REFUSED_LOGIN = re.compile(
     r'FATAL: +(database "[^"]*" does not exist|role "[^"]*" does not exist|'
     r"password authentication failed|no pg_hba\.conf entry)"
 )
+_BAD_PARAMETER = re.compile(r"^(connection is bad: )?(?=invalid )", re.IGNORECASE)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -241,9 +242,12 @@ class PostgresStore(SqlStore):
             )
         except psycopg.Error as exc:
             why = _first_line(exc)
+            if isinstance(exc, psycopg.ProgrammingError) or _BAD_PARAMETER.match(why):
+                raise errors.StoreConfigError(
+                    f"the PostgreSQL URL {self.url} has a bad parameter: "
+                    f"{_BAD_PARAMETER.sub('', why)} — correct it in TETHER_DB / --db"
+                ) from exc
             if _REFUSED_LOGIN.search(str(exc)):
-                # The server answered and said no: waiting or retrying cannot fix a wrong
-                # database name, role or password, so it is the user's to correct (exit 2).
                 raise errors.StoreConfigError(
                     f"PostgreSQL at {self.url} refused the connection: {why} — check the "
                     "database name, user and password in the URL (TETHER_DB / --db)"

@@ -100,11 +100,12 @@ class TerminalNotifier(LogNotifier):
         return "terminal"
 
 
-def webhook_key(secret: str) -> bytes:
+def webhook_key(secret: str, *, env: str | None = None) -> bytes:
     """The HMAC key of a webhook secret: `whsec_<base64>` (the Standard Webhooks form,
     as receivers' libraries print it) is the base64-decoded bytes after the prefix; any
     other value is taken as a raw secret, its UTF-8 bytes. A `whsec_` secret that is not
-    base64 is a `UserError`."""
+    base64 is a `UserError`, naming `env`, the variable that holds the secret, when given."""
+    where = f"{env}: " if env else ""
     secret = secret.strip()
     if secret.startswith(SECRET_PREFIX):
         try:
@@ -113,10 +114,11 @@ def webhook_key(secret: str) -> bytes:
             key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
         except (binascii.Error, ValueError):
             raise errors.UserError(
-                f"a webhook secret that starts with {SECRET_PREFIX!r} must be base64 after it"
+                f"{where}a webhook secret that starts with {SECRET_PREFIX!r} must be base64 "
+                "after it"
             ) from None
         if not key:
-            raise errors.UserError("a webhook secret must not be empty after 'whsec_'")
+            raise errors.UserError(f"{where}a webhook secret must not be empty after 'whsec_'")
         return key
     return secret.encode("utf-8")
 
@@ -163,6 +165,7 @@ class WebhookNotifier:
         secret: str | None = None,
         retry: RetryPolicy | None = None,
         name: str = "webhook",
+        secret_env: str | None = None,
     ) -> None:
         from tether._validation import http_url_problem
 
@@ -173,7 +176,7 @@ class WebhookNotifier:
         self.url = url
         self.timeout = timeout
         self.secret = secret
-        self.key = webhook_key(secret) if secret else None
+        self.key = webhook_key(secret, env=secret_env) if secret else None
         self.retry = retry or RetryPolicy()
         self.name = name
 
@@ -250,7 +253,9 @@ def default_notifier() -> Notifier:
     `TETHER_WEBHOOK_SECRET` when set), else the log."""
     url = os.environ.get(WEBHOOK_ENV, "").strip()
     secret = os.environ.get(WEBHOOK_SECRET_ENV) or None
-    return WebhookNotifier(url, secret=secret) if url else LogNotifier()
+    if not url:
+        return LogNotifier()
+    return WebhookNotifier(url, secret=secret, secret_env=WEBHOOK_SECRET_ENV)
 
 
 def _target(target: NotifyTarget) -> Notifier:
@@ -264,7 +269,7 @@ def _target(target: NotifyTarget) -> Notifier:
             # Sent unsigned rather than not at all; the journal says why.
             log.warning("notify: %s is not set; the webhook is sent unsigned", target.secret_env)
             name = f"webhook (unsigned: {target.secret_env} is not set)"
-    return WebhookNotifier(target.webhook, secret=secret, name=name)
+    return WebhookNotifier(target.webhook, secret=secret, name=name, secret_env=target.secret_env)
 
 
 def _key(target: NotifyTarget) -> str:

@@ -441,7 +441,31 @@ def default_registry(
         source_guarded_writer(store_getter, t) if t.name in SOURCE_GUARDED_WRITERS else t
         for t in source_tools(store_getter)
     )
+    builtins = set(reg.names())
+    added: dict[str, str] = {}  # a TETHER_TOOLS tool's name -> the reference it came from
     for ref in (os.environ if env is None else env).get(TOOLS_ENV, "").split(","):
-        if ref.strip():
-            reg.extend(_import_tools(ref))
+        if not ref.strip():
+            continue
+        for t in _import_tools(ref):
+            if reg.get(t.name) is t:  # the same tool named twice (`a:TOOLS,a:TOOLS`)
+                continue
+            _refuse_a_clash(t.name, ref.strip(), builtins, added)
+            added[t.name] = ref.strip()
+            reg.add(t)
     return reg
+
+
+def _refuse_a_clash(name: str, ref: str, builtins: set[str], added: Mapping[str, str]) -> None:
+    """A `TETHER_TOOLS` tool never silently replaces a built-in (and its workspace
+    confinement and approvals) or another module's tool: the clash is a `UserError`
+    naming both."""
+    if name in builtins:
+        raise errors.UserError(
+            f"{TOOLS_ENV}: the tool {name!r} of {ref!r} clashes with the built-in tool "
+            f"{name!r}; give your tool another name"
+        )
+    if name in added:
+        raise errors.UserError(
+            f"{TOOLS_ENV}: the tool {name!r} of {ref!r} clashes with the tool {name!r} "
+            f"of {added[name]!r}; give one of them another name"
+        )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from tether import artifacts as A
@@ -123,3 +124,16 @@ async def guard(store: SnapshotReads, task_id: str, src: Source, data: bytes) ->
             "bytes never change: a person must pin a new version (tether edit "
             f"{task_id} --source {src.id}=VERSION@LOCATION) or abandon the task"
         )
+
+
+def unreadable(src: Source, exc: OSError) -> str:
+    """Why `read_source` cannot read a source: a file's names its location (a misspelt
+    one is the usual cause) and, for a relative path, that it is read in the workspace."""
+    why = exc.strerror or str(exc)
+    if src.kind in ("url", "api"):
+        return f"read_source: cannot read source {src.id} ({why})"
+    where = "" if Path(src.location).is_absolute() else " in the workspace"
+    return (
+        f"read_source: cannot read source {src.id} at {src.location!r}{where} ({why}); "
+        "check the source's location in the contract"
+    )

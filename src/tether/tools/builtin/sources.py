@@ -53,7 +53,7 @@ from tether.redact import MASK, redact
 from tether.spec import Source
 from tether.store.base import ArtifactRecord, OpRecord, Store, blob_hash
 from tether.tools import files
-from tether.tools.builtin.pinned import guard
+from tether.tools.builtin.pinned import guard, unreadable
 from tether.tools.builtin.pinned import version_key as _key
 from tether.tools.registry import Tool, ToolContext, tool
 
@@ -554,9 +554,7 @@ def source_tools(store_getter: Callable[[], Store]) -> list[Tool]:
                 reader.snapshot() if src.pin == "snapshot" else reader.fingerprint()
             )
         except OSError as exc:
-            raise errors.ToolFailed(
-                f"read_source: cannot read source {src.id} ({exc.strerror or exc})"
-            ) from None
+            raise errors.ToolFailed(unreadable(src, exc)) from None
         head = (
             f"{notice}source {src.id} version {src.version} ({src.kind}, {src.pin}); "
             f"{_CITE_SNAPSHOT}{art.artifact_id}\n"

@@ -306,15 +306,6 @@ def test_a_bad_sqlite_url_parameter_is_bad_input(tmp_path: Path) -> None:
 # --- worker and serve options (docs/operations.md, the `worker` and `serve` rows)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/cli/worker.py (the option checks by '--cluster-metrics needs "
-        "--metrics-port'): --metrics-host without --metrics-port is ignored without a "
-        "word, though the docs nest it under --metrics-port as they nest "
-        "--cluster-metrics, which is refused -> refuse it the same way (exit 2)"
-    ),
-)
 def test_metrics_host_without_a_metrics_port_is_refused(tmp_path: Path) -> None:
     proc = tether("worker", "--once", "--metrics-host", "0.0.0.0", cwd=tmp_path, env=NARROW)
     assert_clean_error(proc, 2, "--metrics-host", "--metrics-port")

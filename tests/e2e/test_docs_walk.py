@@ -673,14 +673,6 @@ def test_report_to_a_file_writes_what_its_name_says(
 # --- `tether --version` (README: "`tether --version` says which tether you have")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/cli/__init__.py (main, before Typer's 'No such command'): `tether "
-        "version` answers \"No such command 'version'. Did you mean 'verify'?\", a "
-        "command that re-checks and reopens tasks -> point at --version"
-    ),
-)
 def test_tether_version_as_a_command_points_at_the_option(tmp_path: Path) -> None:
     proc = tether("version", cwd=tmp_path, env=NARROW)
     assert proc.returncode == 2, describe(proc)

@@ -647,15 +647,6 @@ def test_approve_on_a_task_waiting_for_a_decision_names_the_decision(tmp_path: P
 # report.html`)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/cli/show.py:report: `-o report.html` without `--format html` "
-        "writes Markdown into report.html ('report written to report.html'), and "
-        "`-o report.json` writes Markdown too -> take the format from the file's suffix "
-        "when --format is not given (or refuse the mismatch, exit 2)"
-    ),
-)
 @pytest.mark.parametrize("name", ["report.html", "report.json"])
 def test_report_to_a_file_writes_what_its_name_says(
     five_items: tuple[Path, str], name: str

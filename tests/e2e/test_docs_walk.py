@@ -82,14 +82,6 @@ def _source_task(folder: Path, location: str, reads: int) -> None:
 # after that item")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/ledger_view.py:row_page: an --after ITEM the ledger does not have is "
-        "taken as 'from the start' and status exits 0 with page 1, so a typo looks like "
-        "it worked -> exit 2 naming the item and the ledger's items (as edit --remove-item)"
-    ),
-)
 def test_status_after_an_item_the_task_does_not_have_is_refused(
     five_items: tuple[Path, str],
 ) -> None:
@@ -98,13 +90,6 @@ def test_status_after_an_item_the_task_does_not_have_is_refused(
     assert_clean_error(proc, 2, "i9", "i1")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/cli/views.py:status_view: --after the LAST item prints an empty item "
-        "table and 'items 6-5 of 5' -> say there is no item after it (the last page)"
-    ),
-)
 def test_status_after_the_last_item_says_it_is_the_end(five_items: tuple[Path, str]) -> None:
     folder, tid = five_items
     proc = tether("status", tid, "--after", "i5", "--limit", "2", cwd=folder, env=NARROW)
@@ -124,14 +109,6 @@ def test_status_pages_forward_as_documented(five_items: tuple[Path, str]) -> Non
 # --- sources (README "Sources, evidence and change", docs/sources.md)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/cli/views.py:sources_line: status prints the placeholder "
-        "'(tether artifacts TASK --invalid)' where every other hint names the task id "
-        "(and --db) -> 'tether artifacts <id> --invalid', as a command to copy"
-    ),
-)
 def test_status_names_the_task_in_the_invalid_artifacts_hint(tmp_path: Path) -> None:
     _source_task(tmp_path, "b-2.0.md", 1)
     tid = _only_task(tmp_path)

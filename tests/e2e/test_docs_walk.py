@@ -561,16 +561,6 @@ def test_a_bad_webhook_secret_names_its_variable(tmp_path: Path) -> None:
 # answers it")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/edits.py:tell: on a cancelled task it says 'give it a new goal "
-        "instead: tether edit T --objective ...', and that command exits 2 'is "
-        "cancelled; nothing to edit' (src/tether/decisions.py: a cancelled task is never "
-        "reopened) -> for a cancelled task, point at a new task (tether run SPEC), not "
-        "at edit"
-    ),
-)
 def test_tell_on_a_cancelled_task_does_not_point_at_a_dead_end(tmp_path: Path) -> None:
     write_spec(tmp_path / "spec.yaml", 1, review="human")  # it stops waiting for sign-off
     assert_ok(tether("run", "spec.yaml", "--model", DONE, cwd=tmp_path, env=NARROW))

@@ -575,16 +575,6 @@ def test_tell_on_a_cancelled_task_does_not_point_at_a_dead_end(tmp_path: Path) -
     assert "nothing to edit" not in followed.stderr, f"{msg}\n{describe(followed)}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/signoff.py (the 'does not wait for a sign-off' refusal): `tether "
-        "approve T` on a task waiting for a decision (an item blocked, no approval "
-        "request at all) points at `tether approvals T`, which lists none, and never at "
-        "what answers the wait (retry, waive or abandon) -> name the wait and its "
-        "commands, as `tether status` does"
-    ),
-)
 def test_approve_on_a_task_waiting_for_a_decision_names_the_decision(tmp_path: Path) -> None:
     (tmp_path / "spec.yaml").write_text(
         "objective: Read a file that is not there\n"

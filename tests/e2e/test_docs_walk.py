@@ -142,16 +142,6 @@ def test_a_misspelt_source_location_is_named_where_the_user_reads_why(tmp_path: 
 # --- edit --file (README "People in the loop": "--file changes.yaml, a partial contract")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/cli (edit command) / src/tether/runtime edit_task: `edit --file` "
-        "with an `items:` list drops every item not in it, done ones with their "
-        "evidence, and prints only 'task T is at version 2 (queued)' -> say what the "
-        "edit did (items dropped, added, restarted) so a newcomer who meant to add one "
-        "item sees that the others went"
-    ),
-)
 def test_edit_says_which_items_it_dropped(tmp_path: Path) -> None:
     write_spec(tmp_path / "spec.yaml", 3)
     assert_ok(tether("run", "spec.yaml", "--model", DONE, cwd=tmp_path, env=NARROW))

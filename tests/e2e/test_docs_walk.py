@@ -412,17 +412,6 @@ sys.meta_path.insert(0, Finder())
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/cli/run.py:run (between create_task and drive's "
-        "_first_ctrl_c_stops) and src/tether/cli/__init__.py:_main ('except "
-        "KeyboardInterrupt: sys.exit(130)'): a Ctrl-C just after the task is created "
-        "exits 130 in silence, the task left queued for any worker to take later, with "
-        "no word of it or of how to go on -> say 'interrupted before its first round; "
-        "task T is queued: tether resume T' (or take Ctrl-C over before create_task)"
-    ),
-)
 def test_ctrl_c_just_after_the_task_is_created_says_how_to_go_on(tmp_path: Path) -> None:
     hook = tmp_path / "hook"
     hook.mkdir()

@@ -28,12 +28,12 @@ async def waiting_for_signoff(store: Store, task_id: str, verb: str) -> TaskReco
     """The task, if it waits for a person's sign-off; else a `UserError` saying so."""
     task = await changeable(store, task_id, verb)
     waiting = task.waiting or {}
-    other = not waiting.get("signoff") and waiting.get("kind") != "approval"
-    if task.status == "waiting" and other and waiting.get("reason"):
-        # What answers the wait (retry, waive, tell, ...) is in its reason.
+    decision = waiting.get("kind") == "decision" and not waiting.get("signoff")
+    if task.status == "waiting" and decision and waiting.get("reason"):
+        # What answers the wait (retry, waive, abandon) is in its reason.
         raise errors.UserError(
-            f"task {task_id} does not wait for a sign-off: it waits for a "
-            f"{waiting.get('kind') or 'person'}: {waiting['reason']}"
+            f"task {task_id} does not wait for a sign-off: it waits for a decision: "
+            f"{waiting['reason']}"
         )
     if task.status != "waiting" or not waiting.get("signoff"):
         raise errors.UserError(

@@ -317,6 +317,11 @@ async def tell(store: Store, task_id: str, text: str, *, by: str = "user") -> Ta
     owner is gone is taken from it first (`takeover.take_from_gone`)."""
     body = free_text(text, "the message", limit=MAX_MESSAGE_CHARS, required=True)
     task = await take_from_gone(store, task_id, by=by)
+    if task.status == "cancelled":  # never reopened, not even by an edit
+        raise errors.AlreadySettled(
+            f"task {task_id} is cancelled, and a cancelled task is never reopened; to go on "
+            "with its goal, start a new task from its spec: tether run SPEC"
+        )
     if lifecycle.is_terminal(task.status):
         raise errors.AlreadySettled(
             f"task {task_id} is {task.status}; give it a new goal instead: "

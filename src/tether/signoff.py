@@ -27,7 +27,15 @@ from tether.store.base import LedgerWrite, Store, TaskPatch, TaskRecord
 async def waiting_for_signoff(store: Store, task_id: str, verb: str) -> TaskRecord:
     """The task, if it waits for a person's sign-off; else a `UserError` saying so."""
     task = await changeable(store, task_id, verb)
-    if task.status != "waiting" or not (task.waiting or {}).get("signoff"):
+    waiting = task.waiting or {}
+    decision = waiting.get("kind") == "decision" and not waiting.get("signoff")
+    if task.status == "waiting" and decision and waiting.get("reason"):
+        # What answers the wait (retry, waive, abandon) is in its reason.
+        raise errors.UserError(
+            f"task {task_id} does not wait for a sign-off: it waits for a decision: "
+            f"{waiting['reason']}"
+        )
+    if task.status != "waiting" or not waiting.get("signoff"):
         raise errors.UserError(
             f"task {task_id} does not wait for a sign-off (it is {task.status}); "
             f"to answer an approval request, name it: tether {verb} {task_id} REQUEST "

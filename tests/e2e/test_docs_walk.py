@@ -82,14 +82,6 @@ def _source_task(folder: Path, location: str, reads: int) -> None:
 # after that item")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/ledger_view.py:row_page: an --after ITEM the ledger does not have is "
-        "taken as 'from the start' and status exits 0 with page 1, so a typo looks like "
-        "it worked -> exit 2 naming the item and the ledger's items (as edit --remove-item)"
-    ),
-)
 def test_status_after_an_item_the_task_does_not_have_is_refused(
     five_items: tuple[Path, str],
 ) -> None:
@@ -98,13 +90,6 @@ def test_status_after_an_item_the_task_does_not_have_is_refused(
     assert_clean_error(proc, 2, "i9", "i1")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/cli/views.py:status_view: --after the LAST item prints an empty item "
-        "table and 'items 6-5 of 5' -> say there is no item after it (the last page)"
-    ),
-)
 def test_status_after_the_last_item_says_it_is_the_end(five_items: tuple[Path, str]) -> None:
     folder, tid = five_items
     proc = tether("status", tid, "--after", "i5", "--limit", "2", cwd=folder, env=NARROW)
@@ -124,14 +109,6 @@ def test_status_pages_forward_as_documented(five_items: tuple[Path, str]) -> Non
 # --- sources (README "Sources, evidence and change", docs/sources.md)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/cli/views.py:sources_line: status prints the placeholder "
-        "'(tether artifacts TASK --invalid)' where every other hint names the task id "
-        "(and --db) -> 'tether artifacts <id> --invalid', as a command to copy"
-    ),
-)
 def test_status_names_the_task_in_the_invalid_artifacts_hint(tmp_path: Path) -> None:
     _source_task(tmp_path, "b-2.0.md", 1)
     tid = _only_task(tmp_path)
@@ -156,16 +133,6 @@ def test_a_misspelt_source_location_is_named_where_the_user_reads_why(tmp_path: 
 # --- edit --file (README "People in the loop": "--file changes.yaml, a partial contract")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/cli (edit command) / src/tether/runtime edit_task: `edit --file` "
-        "with an `items:` list drops every item not in it, done ones with their "
-        "evidence, and prints only 'task T is at version 2 (queued)' -> say what the "
-        "edit did (items dropped, added, restarted) so a newcomer who meant to add one "
-        "item sees that the others went"
-    ),
-)
 def test_edit_says_which_items_it_dropped(tmp_path: Path) -> None:
     write_spec(tmp_path / "spec.yaml", 3)
     assert_ok(tether("run", "spec.yaml", "--model", DONE, cwd=tmp_path, env=NARROW))
@@ -267,15 +234,6 @@ def test_a_bad_sqlite_url_parameter_is_bad_input(tmp_path: Path) -> None:
 # --- worker and serve options (docs/operations.md, the `worker` and `serve` rows)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/cli/worker.py (the option checks by '--cluster-metrics needs "
-        "--metrics-port'): --metrics-host without --metrics-port is ignored without a "
-        "word, though the docs nest it under --metrics-port as they nest "
-        "--cluster-metrics, which is refused -> refuse it the same way (exit 2)"
-    ),
-)
 def test_metrics_host_without_a_metrics_port_is_refused(tmp_path: Path) -> None:
     proc = tether("worker", "--once", "--metrics-host", "0.0.0.0", cwd=tmp_path, env=NARROW)
     assert_clean_error(proc, 2, "--metrics-host", "--metrics-port")
@@ -398,17 +356,6 @@ sys.meta_path.insert(0, Finder())
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/cli/run.py:run (between create_task and drive's "
-        "_first_ctrl_c_stops) and src/tether/cli/__init__.py:_main ('except "
-        "KeyboardInterrupt: sys.exit(130)'): a Ctrl-C just after the task is created "
-        "exits 130 in silence, the task left queued for any worker to take later, with "
-        "no word of it or of how to go on -> say 'interrupted before its first round; "
-        "task T is queued: tether resume T' (or take Ctrl-C over before create_task)"
-    ),
-)
 def test_ctrl_c_just_after_the_task_is_created_says_how_to_go_on(tmp_path: Path) -> None:
     hook = tmp_path / "hook"
     hook.mkdir()
@@ -507,16 +454,6 @@ def test_a_bad_webhook_secret_names_its_variable(tmp_path: Path) -> None:
 # answers it")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/edits.py:tell: on a cancelled task it says 'give it a new goal "
-        "instead: tether edit T --objective ...', and that command exits 2 'is "
-        "cancelled; nothing to edit' (src/tether/decisions.py: a cancelled task is never "
-        "reopened) -> for a cancelled task, point at a new task (tether run SPEC), not "
-        "at edit"
-    ),
-)
 def test_tell_on_a_cancelled_task_does_not_point_at_a_dead_end(tmp_path: Path) -> None:
     write_spec(tmp_path / "spec.yaml", 1, review="human")  # it stops waiting for sign-off
     assert_ok(tether("run", "spec.yaml", "--model", DONE, cwd=tmp_path, env=NARROW))
@@ -531,16 +468,6 @@ def test_tell_on_a_cancelled_task_does_not_point_at_a_dead_end(tmp_path: Path) -
     assert "nothing to edit" not in followed.stderr, f"{msg}\n{describe(followed)}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/signoff.py (the 'does not wait for a sign-off' refusal): `tether "
-        "approve T` on a task waiting for a decision (an item blocked, no approval "
-        "request at all) points at `tether approvals T`, which lists none, and never at "
-        "what answers the wait (retry, waive or abandon) -> name the wait and its "
-        "commands, as `tether status` does"
-    ),
-)
 def test_approve_on_a_task_waiting_for_a_decision_names_the_decision(tmp_path: Path) -> None:
     (tmp_path / "spec.yaml").write_text(
         "objective: Read a file that is not there\n"
@@ -570,15 +497,6 @@ def test_approve_on_a_task_waiting_for_a_decision_names_the_decision(tmp_path: P
 # report.html`)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/cli/show.py:report: `-o report.html` without `--format html` "
-        "writes Markdown into report.html ('report written to report.html'), and "
-        "`-o report.json` writes Markdown too -> take the format from the file's suffix "
-        "when --format is not given (or refuse the mismatch, exit 2)"
-    ),
-)
 @pytest.mark.parametrize("name", ["report.html", "report.json"])
 def test_report_to_a_file_writes_what_its_name_says(
     five_items: tuple[Path, str], name: str
@@ -596,14 +514,6 @@ def test_report_to_a_file_writes_what_its_name_says(
 # --- `tether --version` (README: "`tether --version` says which tether you have")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "src/tether/cli/__init__.py (main, before Typer's 'No such command'): `tether "
-        "version` answers \"No such command 'version'. Did you mean 'verify'?\", a "
-        "command that re-checks and reopens tasks -> point at --version"
-    ),
-)
 def test_tether_version_as_a_command_points_at_the_option(tmp_path: Path) -> None:
     proc = tether("version", cwd=tmp_path, env=NARROW)
     assert proc.returncode == 2, describe(proc)

@@ -99,9 +99,19 @@ NOT_TAKEN: dict[tuple[str, str], str] = {
 }
 
 
+#: Words a person may well try as a command that are options of `tether` itself (the
+#: parser's own answer would suggest the closest command: `version` -> `verify`).
+NOT_COMMANDS: dict[str, str] = {
+    "version": "there is no command 'version': tether --version prints which tether you have",
+}
+
+
 def _not_taken(argv: Sequence[str]) -> str | None:
-    """What `NOT_TAKEN` says of an option in `argv` its command does not take."""
+    """What `NOT_TAKEN` says of an option in `argv` its command does not take, or
+    `NOT_COMMANDS` of a command that is none."""
     name = _command_name(argv)
+    if name in NOT_COMMANDS:
+        return NOT_COMMANDS[name]
     for (command, option), instead in NOT_TAKEN.items():
         if name == command and any(a == option or a.startswith(option + "=") for a in argv):
             return f"{command} takes no {option}: {instead}"

@@ -153,8 +153,10 @@ def edit(
             list(sets or []), file, required=not (extra or items or remove_item or source)
         )
         changes.update(extra)
+        before: list[str] = []  # the items the task had
 
         async def apply(store: Any) -> Any:
+            before[:] = _item_ids((await store.get_task(task_id)).spec.get("items"))
             if source:
                 changes.update(source_changes((await store.get_task(task_id)).spec, source))
             return await edit_task(
@@ -170,16 +172,43 @@ def edit(
 
         task = await with_store(db, apply, create=False)
         if task.status == "running":
+            # Not applied yet: the items it will have, from the edit itself.
+            after = _item_ids(changes["items"]) if "items" in changes else before
+            added = [i for i in _item_ids(items[0]) if i not in after]
+            after = [i for i in [*after, *added] if i not in (remove_item or [])]
             return (
                 f"edit queued: worker {task.lease_owner} applies it at its next round "
                 f"boundary (task {task_id} is at version {task.version} until then)"
+                f"{_items_told(before, after, 'will be ')}"
             )
+        after = _item_ids(task.spec.get("items"))
         return (
-            f"task {task_id} is at version {task.version} ({task.status}); "
-            f"continue with: {hints.resume(task_id, db)}"
+            f"task {task_id} is at version {task.version} ({task.status})"
+            f"{_items_told(before, after)}; continue with: {hints.resume(task_id, db)}"
         )
 
     out.print(Text(views.clean(run_async(main))))
+
+
+def _item_ids(items: Any) -> list[str]:
+    """The ids of a contract's `items` (a list of mappings), in order."""
+    if not isinstance(items, list):
+        return []
+    return [str(i["id"]) for i in items if isinstance(i, dict) and "id" in i]
+
+
+def _items_told(before: list[str], after: list[str], tense: str = "") -> str:
+    """`; items dropped: ..., added: ...`, what an edit did to the ledger's items (an
+    `items:` list replaces them all: the ones it does not name go, with their
+    evidence), or nothing when it kept them."""
+    dropped = [i for i in before if i not in after]
+    added = [i for i in after if i not in before]
+    told = []
+    if dropped:
+        told.append(f"items {tense}dropped (with their evidence): {', '.join(dropped)}")
+    if added:
+        told.append(f"items {tense}added: {', '.join(added)}")
+    return "".join(f"; {t}" for t in told)
 
 
 @app.command()

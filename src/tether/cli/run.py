@@ -7,7 +7,7 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.text import Text
@@ -305,6 +305,8 @@ def run(
     from tether.runtime.tasks import create_task, status_dict
     from tether.runtime.wiring import check_task, open_runtime
 
+    created: list[str] = []  # the task, once it is written; then "driven" once run here
+
     async def main() -> tuple[dict[str, Any], RunResult]:
         contract = _contract(spec, mcp_config)
         if contract.schedule is not None:
@@ -329,16 +331,37 @@ def run(
                     reconnect_for=reconnect_for,
                     launch=record,
                 )
+                created.append(task.task_id)
                 if not json_out:
                     out.print(views.task_created(task.task_id, len(contract.items)))
                 result = await drive(
                     rt, task.task_id, quiet=json_out, reconnect_for=reconnect_for, db=db
                 )
+                created.append("driven")
                 await _stopped(rt, result)
                 return await status_dict(rt.store, task.task_id), result
 
-    doc, result = run_async(main)
+    try:
+        doc, result = run_async(main)
+    except KeyboardInterrupt:
+        if not created:
+            raise  # nothing written: exit 130 (`tether.cli._main`)
+        _interrupted_outside_the_run(created[0], db, driven=len(created) > 1)
     _finish(doc, result, json_out, db)
+
+
+def _interrupted_outside_the_run(task_id: str, db: str | None, *, driven: bool) -> NoReturn:
+    """A Ctrl-C that `drive` did not take (just after the task was created, or while
+    its end is told): say where the task is and how to go on, then exit 130."""
+    if driven:
+        told = "interrupted after the run; see: " + views.with_db(f"tether status {task_id}", db)
+    else:
+        told = (
+            f"interrupted before its first round; task {task_id} is queued; continue "
+            f"with: {hints.resume(task_id, db)}"
+        )
+    err.print(Text(views.clean(told), "yellow"))
+    raise typer.Exit(130)
 
 
 @app.command()

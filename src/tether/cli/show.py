@@ -102,20 +102,24 @@ def show(
 
 
 FORMATS = ("md", "html", "json")
+#: The format a report written to a file of this suffix takes, without --format.
+SUFFIX_FORMATS = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".json": "json"}
 
 
 @app.command()
 def report(
     task_id: TaskArg,
     fmt: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--format",
             metavar="md|html|json",
             help="md (Markdown), html (one file that opens offline; its charts need the "
-            "report extra) or json (as --json).",
+            "report extra) or json (as --json). Default: md, or with -o, the file's "
+            "suffix (.html, .json, .md).",
+            show_default=False,
         ),
-    ] = "md",
+    ] = None,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", metavar="FILE", help="Write to this file instead."),
@@ -135,6 +139,9 @@ def report(
     from tether.report import build_report
     from tether.report.render import render
 
+    if fmt is None:
+        suffix = output.suffix.lower() if output is not None and not execution else ""
+        fmt = SUFFIX_FORMATS.get(suffix, "md")
     if fmt not in FORMATS:
         raise errors_exit(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     if json_out:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import typer
@@ -71,10 +72,30 @@ def status(
         lambda s: status_dict(s, task_id) if at is None else status_at(s, task_id, at),
         read_only=True,
     )
+    if after is not None:
+        _check_item(doc, after)
     if json_out:
         print_json(doc)
     else:
         out.print(views.status_view(doc, db, after=after, limit=limit))
+
+
+def _check_item(doc: Mapping[str, Any], after: str) -> None:
+    """Refuse (exit 2) an `--after ITEM` the task's ledger does not have, naming its
+    items: a misspelt one would otherwise list the first page as if it had worked."""
+    from tether.errors import UserError
+
+    known = [str(i["id"]) for i in doc["ledger"]["items"]]
+    if after in known:
+        return
+    shown = ", ".join(known[:12]) + (f", ... ({len(known)} in all)" if len(known) > 12 else "")
+    raise fail(
+        UserError(
+            f"--after {after!r}: task {doc['task_id']} has no such item (its items: "
+            f"{shown or 'none'})"
+        ),
+        2,
+    )
 
 
 @app.command("list")

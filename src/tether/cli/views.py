@@ -221,19 +221,21 @@ def ledger_bar(progress: Mapping[str, Any], width: int = 40) -> Text:
     return bar
 
 
-def sources_line(doc: Mapping[str, Any]) -> Text:
-    """The contract's sources with their versions, and how many artifacts are invalid."""
+def sources_line(doc: Mapping[str, Any], db: str | None = None) -> Text:
+    """The contract's sources with their versions; how many artifacts are invalid, how."""
     text = "sources: " + ", ".join(
         f"{clean(s['id'])} {clean(s['version'])} ({clean(s['pin'])})" for s in doc["sources"]
     )
     arts = doc.get("artifacts") or {}
     if arts.get("invalid_count"):
-        text += f"; {arts['invalid_count']} invalid artifacts (tether artifacts TASK --invalid)"
+        told = with_db(f"tether artifacts {doc['task_id']} --invalid", db)
+        text += f"; {arts['invalid_count']} invalid artifacts ({told})"
     return Text(text)
 
 
-#: The commands a wait names (`tether.runtime.hints`), which take `--db`.
-_HINTED = re.compile(r"\btether (approve|reject|retry|waive|abandon|tell|edit|resume|cancel) ")
+#: The commands a wait (`tether.runtime.hints`) or a status names, which take `--db`.
+_VERBS = "approve|reject|retry|waive|abandon|tell|edit|resume|cancel|status|artifacts"
+_HINTED = re.compile(rf"\btether ({_VERBS}) ")
 
 
 def with_db(text: str, db: str | None) -> str:
@@ -305,7 +307,7 @@ def status_view(
             )
         )
     if doc.get("sources"):
-        lines.append(sources_line(doc))
+        lines.append(sources_line(doc, db))
     if doc.get("compensations"):
         undo = doc["compensations"]
         shown = "; ".join(f"{clean(c['op_id'])} {clean(c['outcome'])}" for c in undo[:6])
@@ -339,6 +341,10 @@ def status_view(
                 Text(clean(detail, lines=True)),
             )
         )
+    if after is not None and not page_rows and listed:
+        first = with_db(f"tether status {doc['task_id']}", db)
+        told = f"no items after {after}: it is the last of {len(listed):,} (first page: {first})"
+        return Group(*lines, Text(clean(told), "dim"))
     table = fitted_table(
         [("item", "id"), ("status", "id"), ("attempts", "id"), ("evidence / note", "text")], rows
     )

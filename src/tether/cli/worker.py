@@ -248,13 +248,15 @@ def worker(
         ),
     ] = None,
     metrics_host: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--metrics-host",
             metavar="ADDRESS",
-            help="Address the metrics port listens on (0.0.0.0: every interface).",
+            help="Address the metrics port listens on (127.0.0.1 by default; 0.0.0.0: "
+            "every interface).",
+            show_default=False,
         ),
-    ] = "127.0.0.1",
+    ] = None,
     cluster_metrics: Annotated[
         bool,
         typer.Option(
@@ -337,6 +339,8 @@ def worker(
 
     if cluster_metrics and metrics_port is None:
         raise fail(errors.UserError("--cluster-metrics needs --metrics-port"), 2)
+    if metrics_host is not None and metrics_port is None:
+        raise fail(errors.UserError("--metrics-host needs --metrics-port"), 2)
     try:
         tags = placement.host_tags(host_tag or [])
     except errors.UserError as exc:
@@ -374,7 +378,7 @@ def worker(
                 server = MetricsServer(
                     rt.store, asyncio.get_running_loop(), process, cluster=cluster_metrics
                 )
-                base = server.start(metrics_host, metrics_port)
+                base = server.start(metrics_host or "127.0.0.1", metrics_port)
                 stop_listening = process.install()
                 _say(f"metrics at {base}/metrics (health: {base}/healthz, {base}/readyz)")
 

@@ -25,8 +25,8 @@ workloads tether was built for, and on how slowly honest agents work on them.
 
 Three were findings when written (strict xfails in `test_honest_ninth.py`): a PUT
 refused 503 through a maintenance window three times blocked the focus item, not the
-file's (`runtime/round/phases.py:track_failures`; fixed since: a refusal with `Retry-
-After` is the service's "not now", waiting, never the same failure repeated; a failure
+file's (`runtime/round/phases.py:track_failures`; fixed since: a refusal with
+`Retry-After` is the service's "not now", waiting, never the same failure repeated; a failure
 of one item's call in a batch still counts toward the focus item); the plain file tools
 made every digest day after the first wait for an approval to overwrite the file the day
 before wrote (`tools/builtin/files.py:_write_effect`; fixed since: a file an earlier

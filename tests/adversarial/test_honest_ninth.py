@@ -11,7 +11,8 @@ Each honest shape must end `satisfied` (with the person's waiver where one is gi
 never blocked, in its planned rounds, with every deliverable really there; each liar
 twin (the work left out, then a claim; a faked flag; files skipped; yesterday's digest
 copied under today's date) must never be delivered, even under a judge that believes
-it. Three shapes the runtime still stops are strict xfails naming where in `src/`.
+it. One shape the runtime still stops (a quiet day's digest) is a strict xfail naming
+where in `src/`.
 """
 
 from __future__ import annotations

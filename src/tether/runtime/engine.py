@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from tether import errors, lifecycle, placement, telemetry
+from tether import errors, lifecycle, telemetry
 from tether.clock import Clock, SystemClock
 from tether.models import pricing
 from tether.runtime import launch
@@ -159,7 +159,11 @@ class Engine:
         before = await self.store.get_task(task_id)
         created = None  # the task's `task.created` event, when read here
         if before.workspace is not None and not lifecycle.is_terminal(before.status):
-            created = await self._workspace_here(task_id, before.workspace)
+            # A folder renamed or not mounted is refused before the claim (a worker
+            # passes such a task over); the event read for it is the run's.
+            created = await launch.workspace_here(
+                self.store, task_id, before.workspace, "nothing was run"
+            )
         # After an outage this engine's own lease may still stand (its release, or a
         # claim whose answer was lost, could not be settled): it is ours to take again.
         ours = reconnecting and before.lease_owner == self.worker_id
@@ -189,19 +193,6 @@ class Engine:
             keep_on_outage=reconnecting_allowed,
             created=created,
         )
-
-    async def _workspace_here(self, task_id: str, workspace: str) -> Sequence[StoredEvent]:
-        """Refuse (`UserError`, before the claim) a task whose workspace was there when it
-        was created (its marker's id recorded) and is not here now: a folder renamed or
-        not mounted, or another folder of that name (a worker passes such a task over;
-        `placement`). A workspace the task's first write makes is not refused. Its
-        `task.created` event, read for it, is handed to the run (read once per run)."""
-        created = await launch.created(self.store, task_id)
-        found = created[0].data.get("workspace_id") if created else None
-        problem = placement.workspace_problem(workspace, found) if isinstance(found, str) else None
-        if problem is not None:
-            raise placement.not_here(task_id, workspace, problem, "nothing was run")
-        return created
 
     async def _await_store(
         self, task_id: str, lost: errors.StoreUnavailable, seconds: float

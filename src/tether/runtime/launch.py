@@ -195,6 +195,31 @@ def earlier_occurrences(record: Mapping[str, Any] | None) -> list[str]:
     return [occurrence_id(sid, k) for k in range(n - 1, max(0, n - 1 - LOOKBACK), -1)]
 
 
+def workspace_id_in(created: Sequence[StoredEvent]) -> str | None:
+    """The workspace id a task recorded from its folder's marker when it was created
+    (`tether.placement`), in its `task.created` event (`created`); None: no folder there
+    then, or a task stored before markers."""
+    found = created[0].data.get("workspace_id") if created else None
+    return found if isinstance(found, str) else None
+
+
+async def workspace_here(
+    store: OpsStore, task_id: str, workspace: str, done: str
+) -> list[StoredEvent]:
+    """Refuse (`placement.not_here`, saying `done`) a task whose workspace had its marker
+    when it was created and is not here now (renamed, not mounted, another folder): its
+    deliverables would all read as missing. A folder the task's first write makes is
+    not refused. Its `task.created` event, read for this, is returned."""
+    from tether import placement
+
+    found = await created(store, task_id)
+    known = workspace_id_in(found)
+    problem = placement.workspace_problem(workspace, known) if known is not None else None
+    if problem is not None:
+        raise placement.not_here(task_id, workspace, problem, done)
+    return found
+
+
 def record_in(created: Sequence[StoredEvent]) -> dict[str, Any] | None:
     """The launch record in a task's `task.created` event (`created`), or None."""
     launch = created[0].data.get("launch") if created else None

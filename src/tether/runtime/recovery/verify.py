@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether import artifacts as A
-from tether import errors, failpoints, lifecycle, placement
+from tether import errors, failpoints, lifecycle
 from tether import events as ev
 from tether import ledger as L
 from tether.decisions import store_time
+from tether.runtime import launch
 from tether.runtime.recovery import deliverables
 from tether.runtime.recovery.deliverables import Broken
 from tether.runtime.run.ports import Commit
@@ -215,16 +216,9 @@ async def verify_task(store: Store, task_id: str, *, by: str = "user") -> Verifi
     spec = parse_spec(task.spec, source=f"task {task_id}", stored=True)
     ws = Path(task.workspace) if task.workspace else None
     if task.workspace is not None:
-        # A folder renamed or not mounted: every deliverable would read as missing and
-        # every done item be reopened.
-        created = await store.read_events(task_id, limit=1, types={"task.created"})
-        found = created[0].data.get("workspace_id") if created else None
-        problem = (
-            placement.workspace_problem(task.workspace, found) if isinstance(found, str) else None
-        )
-        if problem is not None:
-            done = "nothing was checked or reopened"
-            raise placement.not_here(task_id, task.workspace, problem, done)
+        # A folder renamed or not mounted: every done item would be reopened.
+        done = "nothing was checked or reopened"
+        await launch.workspace_here(store, task_id, task.workspace, done)
     result = Verification(task_id, task.status, task.status)
     arts = [a for a in await store.get_artifacts(task_id) if a.valid]
     check = _Pass(store, task_id, result)

@@ -130,9 +130,9 @@ async def placement_refusal(
         return None
     workspace_id = None
     if workspace is not None:
-        first = await store.read_events(task_id, limit=1, types={"task.created"})
-        found = first[0].data.get("workspace_id") if first else None
-        workspace_id = found if isinstance(found, str) else None
+        from tether.runtime import launch
+
+        workspace_id = launch.workspace_id_in(await launch.created(store, task_id))
     reason = placement.refusal(workspace, workspace_id, spec.runs_on, host_tags)
     if reason is None:
         await forget_pass_overs(store, task_id)
